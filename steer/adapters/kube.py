@@ -1,0 +1,34 @@
+"""Kubernetes API client construction shared by both services.
+
+Inside a cluster the service account is used; elsewhere a kubeconfig (the `--kubeconfig` flag,
+then $KUBECONFIG, then ~/.kube/config). Each caller gets its own ApiClient: the client's
+connection pool is not meant to be shared across unrelated threads' long watches.
+"""
+
+from __future__ import annotations
+
+import os
+
+from kubernetes import client, config
+
+
+class KubeConfigError(RuntimeError):
+    """No usable cluster credentials were found."""
+
+
+def make_api_client(kubeconfig: str | None = None) -> client.ApiClient:
+    """An ApiClient from `kubeconfig`, the in-cluster service account, or the default kubeconfig."""
+    cfg = client.Configuration()
+    try:
+        if kubeconfig:
+            config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+        elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+            config.load_incluster_config(client_configuration=cfg)
+        else:
+            config.load_kube_config(client_configuration=cfg)
+    except (config.ConfigException, OSError) as exc:
+        where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+        raise KubeConfigError(
+            f"no Kubernetes credentials: {exc} (pass --kubeconfig, set KUBECONFIG, or run in a pod; tried {where})"
+        ) from None
+    return client.ApiClient(cfg)

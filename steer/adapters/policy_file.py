@@ -1,0 +1,137 @@
+"""Hot reload of the policy file, shared by the scorer and the webhook.
+
+A ConfigMap volume updates by swapping a `..data` symlink, so an inotify watch on the file
+itself misses the change; polling the content and comparing a hash sees every update, whatever
+the mount does. A bad edit never replaces a running policy: it is counted, logged with every
+problem, and the last good policy keeps serving.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from steer.core.policy import Policy, PolicyError, PolicyIssue, parse_policy
+
+log = logging.getLogger(__name__)
+
+Listener = Callable[[Policy], None]
+
+
+def load_policy_file(path: str) -> Policy:
+    """Read and validate a policy file; `PolicyError` names every problem (and a missing file)."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        raise PolicyError([PolicyIssue("", f"cannot read policy file {path!r}: {exc.strerror}")]) from None
+    return parse_policy(data)
+
+
+@dataclass(frozen=True)
+class ReloadStatus:
+    version: str
+    digest: str
+    loaded_at: float
+    reload_errors: int
+    last_error: str | None
+
+
+class PolicyWatcher:
+    """Keeps the current policy of one file; `current` is swapped atomically on a good change."""
+
+    def __init__(self, path: str, *, interval_seconds: float = 2.0) -> None:
+        self.path = path
+        self.interval_seconds = interval_seconds
+        self._lock = threading.Lock()
+        self._listeners: list[Listener] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.reload_errors = 0
+        self.last_error: str | None = None
+        self._last_seen_digest: str | None = None
+        # The first load must succeed: a service that starts without a valid policy has
+        # nothing to serve, and saying so at start-up beats serving defaults silently.
+        self._current = load_policy_file(path)
+        self._last_seen_digest = self._current.digest
+        self.loaded_at = time.time()
+
+    @property
+    def current(self) -> Policy:
+        return self._current
+
+    def subscribe(self, listener: Listener, *, call_now: bool = True) -> None:
+        """Call `listener(policy)` on every successful change (and once now, by default)."""
+        with self._lock:
+            self._listeners.append(listener)
+        if call_now:
+            listener(self._current)
+
+    def check(self) -> bool:
+        """Re-read the file once; True when a new policy was swapped in."""
+        try:
+            with open(self.path, "rb") as fh:
+                data = fh.read()
+        except OSError as exc:
+            return self._failed(f"cannot read policy file {self.path!r}: {exc.strerror}", None)
+        digest = hashlib.sha256(data).hexdigest()
+        if digest == self._last_seen_digest:
+            return False
+        try:
+            policy = parse_policy(data)
+        except PolicyError as exc:
+            return self._failed(str(exc), digest)
+        with self._lock:
+            self._current = policy
+            self._last_seen_digest = digest
+            self.loaded_at = time.time()
+            self.last_error = None
+            listeners = list(self._listeners)
+        log.info("policy reloaded: %s", policy.version)
+        for listener in listeners:
+            try:
+                listener(policy)
+            except Exception:  # one broken consumer must not stop the others from updating
+                log.exception("policy listener failed for %s", policy.version)
+        return True
+
+    def _failed(self, message: str, digest: str | None) -> bool:
+        with self._lock:
+            # Count each bad content (or unreadable state) once, not once per poll.
+            if message != self.last_error:
+                self.reload_errors += 1
+                log.error("policy not reloaded, keeping %s:\n%s", self._current.version, message)
+            if digest is not None:
+                self._last_seen_digest = digest
+            self.last_error = message
+        return False
+
+    def status(self) -> ReloadStatus:
+        with self._lock:
+            return ReloadStatus(
+                version=self._current.version,
+                digest=self._current.digest,
+                loaded_at=self.loaded_at,
+                reload_errors=self.reload_errors,
+                last_error=self.last_error,
+            )
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._run, name="policy-reload", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_seconds):
+            self.check()

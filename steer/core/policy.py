@@ -1,0 +1,577 @@
+"""The SteeringPolicy document: one YAML file that drives both the scorer and the webhook.
+
+Parsing is pure (text in, model or `PolicyError` out) so the CLI, the hot-reload helper and the
+tests share one validator. Field errors come from pydantic; reference checks that span fields
+(a taint rule naming an unknown dimension, duplicate tenants, label keys the apiserver would
+refuse) run once every field is well-typed, and all of them are reported together.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from steer.core.k8s_names import label_key_errors, label_value_errors
+
+API_VERSION = "steer.io/v1alpha1"
+KIND = "SteeringPolicy"
+DEFAULT_LABEL_PREFIX = "steer.io/"
+# Kubelets may not set labels under this prefix (NodeRestriction admission), so a compromised
+# node cannot promote itself to "best node".
+NODE_RESTRICTION_PREFIX = "node-restriction.kubernetes.io/"
+ALWAYS_EXCLUDED_NAMESPACES = ("kube-system",)
+_PROM_LABEL_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+
+
+def _between(lo: float, hi: float) -> AfterValidator:
+    def check(value: float) -> float:
+        if not lo <= value <= hi:
+            raise ValueError(f"must be between {_fmt(lo)} and {_fmt(hi)}, got {_fmt(value)}")
+        return value
+
+    return AfterValidator(check)
+
+
+def _at_least(lo: float) -> AfterValidator:
+    def check(value: float) -> float:
+        if value < lo:
+            raise ValueError(f"must be at least {_fmt(lo)}, got {_fmt(value)}")
+        return value
+
+    return AfterValidator(check)
+
+
+def _fmt(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def _finite(value: float) -> float:
+    if not math.isfinite(value):
+        raise ValueError(f"must be a finite number, got {value}")
+    return value
+
+
+Percent = Annotated[float, AfterValidator(_finite), _between(0, 100)]
+PositiveSeconds = Annotated[float, AfterValidator(_finite), _at_least(0.001)]
+Cycles = Annotated[int, _between(1, 1000)]
+Weight = Annotated[float, AfterValidator(_finite), _between(0, 1000)]
+
+
+def _step(value: int) -> int:
+    # Buckets are 0, step, 2*step, ..., 100: the top bucket must be exactly 100 so that the
+    # binary-weighted preference terms sum to the bucket value at every level.
+    if value < 1 or 100 % value:
+        raise ValueError(f"must divide 100 (1, 2, 4, 5, 10, 20, 25, 50 or 100), got {value}")
+    return value
+
+
+Step = Annotated[int, AfterValidator(_step)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+    )
+
+
+class Direction(StrEnum):
+    HIGHER_IS_BETTER = "higherIsBetter"
+    LOWER_IS_BETTER = "lowerIsBetter"
+
+
+class LabelSelector(_Model):
+    """A Kubernetes label selector (matchLabels + matchExpressions)."""
+
+    match_labels: dict[str, str] = Field(default_factory=dict)
+    match_expressions: tuple[SelectorRequirement, ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        if any(labels.get(k) != v for k, v in self.match_labels.items()):
+            return False
+        return all(req.matches(labels) for req in self.match_expressions)
+
+
+class SelectorRequirement(_Model):
+    key: str
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: tuple[str, ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        present = self.key in labels
+        if self.operator == "Exists":
+            return present
+        if self.operator == "DoesNotExist":
+            return not present
+        if self.operator == "In":
+            return present and labels[self.key] in self.values
+        return not present or labels[self.key] not in self.values
+
+
+LabelSelector.model_rebuild()
+
+
+class Normalization(_Model):
+    """How raw values map onto 0..100 before the direction is applied.
+
+    `minMax` spreads the cluster's current range over 0..100 (relative: the best node is always
+    100); `fixed` uses absolute bounds (a 50 % loaded GPU scores the same in any cluster).
+    """
+
+    method: Literal["minMax", "fixed"] = "minMax"
+    min: float | None = None
+    max: float | None = None
+
+
+class Prometheus(_Model):
+    url: str = "http://prometheus.monitoring.svc:9090"
+    timeout_seconds: PositiveSeconds = 10.0
+    bearer_token_file: str | None = None
+    ca_file: str | None = None
+
+
+class Scoring(_Model):
+    """Cluster-wide scorer defaults; each dimension may override them."""
+
+    interval_seconds: PositiveSeconds = 30.0
+    step: Step = 10
+    hysteresis: Annotated[float, _between(0, 49)] = 3.0
+    ttl_seconds: PositiveSeconds = 300.0
+    composite_label: str = "score"
+    # Client-side write limiter: the Python client has none, and 5,000 node PATCHes in one
+    # burst would starve the apiserver's priority-and-fairness queue for everyone else.
+    write_qps: Annotated[float, _between(0.1, 1000)] = 20.0
+    write_burst: Annotated[int, _between(1, 1000)] = 40
+    # A pod bound to a node in the last window lowers that node's composite by this many
+    # points per pod (anti-herding between cycles), down to zero.
+    hot_penalty_per_pod: Annotated[float, _between(0, 100)] = 5.0
+    hot_window_seconds: Annotated[float, _between(0, 3600)] = 60.0
+
+
+class Dimension(_Model):
+    name: str
+    query: str
+    node_label: str = "node"
+    direction: Direction = Direction.HIGHER_IS_BETTER
+    normalization: Normalization = Field(default_factory=Normalization)
+    weight: Weight = 1.0
+    # `score` publishes the normalised 0..100 bucket; `raw` publishes the raw value rounded to
+    # an integer (e.g. overcommit-pct, which the webhook compares with `Lt` against a budget).
+    publish: Literal["score", "raw"] = "score"
+    step: Step | None = None
+    hysteresis: Annotated[float, _between(0, 49)] | None = None
+    ttl_seconds: PositiveSeconds | None = None
+
+    @field_validator("query")
+    @classmethod
+    def _query_not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must be a PromQL expression, got an empty string")
+        return value
+
+
+class Condition(_Model):
+    dimension: str
+    # `source: raw` compares the metric as Prometheus returned it; `score` the 0..100 score.
+    source: Literal["raw", "score"] = "raw"
+    operator: Literal["Gt", "Ge", "Lt", "Le"]
+    value: float
+
+    def holds(self, observed: float) -> bool:
+        return {
+            "Gt": observed > self.value,
+            "Ge": observed >= self.value,
+            "Lt": observed < self.value,
+            "Le": observed <= self.value,
+        }[self.operator]
+
+
+class TaintRule(_Model):
+    """A condition on a dimension that marks a node (label `<prefix><name>=true`) and taints it.
+
+    `setAfterCycles`/`clearAfterCycles` debounce the condition so one noisy sample does not
+    taint (and, with NoExecute, evict) a node.
+    """
+
+    name: str
+    condition: Condition
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
+    set_after_cycles: Cycles = 2
+    clear_after_cycles: Cycles = 3
+    # Security rules make the validating webhook deny tolerations of this taint even when the
+    # webhook itself is in doubt (failurePolicy Fail for that configuration).
+    security: bool = False
+
+
+class PodClass(_Model):
+    """Pods recognised by what they request; each class is steered by its own composite."""
+
+    name: str
+    requests_any: tuple[str, ...] = ()
+    dimensions: tuple[str, ...] = ()
+    scheduler_profile: str | None = None
+    avoid: tuple[str, ...] = ()
+
+
+class Tenant(_Model):
+    name: str
+    namespace_selector: LabelSelector
+    overcommit_percent: Percent | None = None
+    default_scheduler_name: str | None = None
+    allowed_scheduler_names: tuple[str, ...] = ("default-scheduler",)
+    allowed_tolerations: tuple[str, ...] = ()
+
+
+class SpreadRule(_Model):
+    name: str
+    label_key: str
+    topology_key: str = "topology.kubernetes.io/zone"
+    max_skew: Annotated[int, _between(1, 1000)] = 1
+    when_unsatisfiable: Literal["DoNotSchedule", "ScheduleAnyway"] = "ScheduleAnyway"
+    match_label_keys: tuple[str, ...] = ()
+
+
+class SchedulerProfiles(_Model):
+    """Profiles of the stock kube-scheduler that `manifests/scheduler/profiles.yaml` adds.
+
+    Only when `installed` is true does the webhook route pods to them; otherwise a pod that
+    names a missing profile would stay Pending forever.
+    """
+
+    installed: bool = False
+    spread: str = "steer-spread"
+    binpack: str = "steer-binpack"
+    default_scheduler_is_unset: bool = True
+
+
+class OptIn(_Model):
+    namespace_selector: LabelSelector = Field(
+        default_factory=lambda: LabelSelector(match_labels={"steer.io/enabled": "true"})
+    )
+    excluded_namespaces: tuple[str, ...] = ()
+
+
+class Spec(_Model):
+    label_prefix: str = DEFAULT_LABEL_PREFIX
+    prometheus: Prometheus = Field(default_factory=Prometheus)
+    scoring: Scoring = Field(default_factory=Scoring)
+    dimensions: tuple[Dimension, ...] = Field(min_length=1)
+    taints: tuple[TaintRule, ...] = ()
+    tenants: tuple[Tenant, ...] = ()
+    pod_classes: tuple[PodClass, ...] = ()
+    spread: tuple[SpreadRule, ...] = ()
+    scheduler_profiles: SchedulerProfiles = Field(default_factory=SchedulerProfiles)
+    opt_in: OptIn = Field(default_factory=OptIn)
+    # What a node that was never scored (no label) does under a required rule: `allow` keeps
+    # new nodes schedulable (DESIGN decision 5); `deny` is for clusters that prefer safety.
+    unscored_nodes: Literal["allow", "deny"] = "allow"
+    project_namespace: str = "kube-steer"
+
+
+class Metadata(_Model):
+    name: str = "default"
+
+
+class SteeringPolicyDoc(_Model):
+    api_version: Literal["steer.io/v1alpha1"]
+    kind: Literal["SteeringPolicy"]
+    metadata: Metadata = Field(default_factory=Metadata)
+    spec: Spec
+
+
+@dataclass(frozen=True)
+class PolicyIssue:
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}" if self.path else self.message
+
+
+class PolicyError(ValueError):
+    """The document is not a valid policy; `issues` lists every problem found."""
+
+    def __init__(self, issues: Iterable[PolicyIssue]):
+        self.issues = tuple(issues)
+        super().__init__("\n".join(str(i) for i in self.issues))
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A validated policy plus its identity (name and content hash)."""
+
+    doc: SteeringPolicyDoc
+    digest: str
+
+    @property
+    def spec(self) -> Spec:
+        return self.doc.spec
+
+    @property
+    def name(self) -> str:
+        return self.doc.metadata.name
+
+    @property
+    def version(self) -> str:
+        """Short, stable identity written into traces and annotations: `name@hash`."""
+        return f"{self.name}@{self.digest[:10]}"
+
+    def dimension(self, name: str) -> Dimension:
+        for dim in self.spec.dimensions:
+            if dim.name == name:
+                return dim
+        raise KeyError(name)
+
+    def label_key(self, suffix: str) -> str:
+        return self.spec.label_prefix + suffix
+
+    def step_of(self, dim: Dimension) -> int:
+        return dim.step if dim.step is not None else self.spec.scoring.step
+
+    def hysteresis_of(self, dim: Dimension) -> float:
+        return dim.hysteresis if dim.hysteresis is not None else self.spec.scoring.hysteresis
+
+    def ttl_of(self, dim: Dimension) -> float:
+        return dim.ttl_seconds if dim.ttl_seconds is not None else self.spec.scoring.ttl_seconds
+
+    def composite_suffix(self, pod_class: str | None) -> str:
+        base = self.spec.scoring.composite_label
+        return base if pod_class is None else f"{base}-{pod_class}"
+
+    def tenant(self, name: str) -> Tenant:
+        for tenant in self.spec.tenants:
+            if tenant.name == name:
+                return tenant
+        raise KeyError(name)
+
+    def taint_rule(self, name: str) -> TaintRule:
+        for rule in self.spec.taints:
+            if rule.name == name:
+                return rule
+        raise KeyError(name)
+
+
+def parse_policy(text: str | bytes) -> Policy:
+    """Parse and validate a policy document; raise `PolicyError` listing every problem."""
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise PolicyError([PolicyIssue("", f"not valid YAML: {where}{problem}")]) from None
+    if not isinstance(raw, dict):
+        got = type(raw).__name__ if raw is not None else "an empty document"
+        raise PolicyError([PolicyIssue("", f"must be a YAML mapping (a SteeringPolicy), got {got}")])
+    try:
+        doc = SteeringPolicyDoc.model_validate(raw)
+    except ValidationError as exc:
+        raise PolicyError(_issues_from_pydantic(exc)) from None
+    issues = list(_cross_field_issues(doc.spec))
+    if issues:
+        raise PolicyError(issues)
+    data = text.encode() if isinstance(text, str) else text
+    return Policy(doc=doc, digest=hashlib.sha256(data).hexdigest())
+
+
+def _issues_from_pydantic(exc: ValidationError) -> list[PolicyIssue]:
+    issues = []
+    for err in exc.errors(include_url=False):
+        path = _path(err["loc"])
+        message = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            message = "unknown field (check the spelling; fields are camelCase)"
+        elif err["type"] == "missing":
+            message = "required field is missing"
+        elif err["type"] == "literal_error":
+            message = f"{message[0].lower()}{message[1:]}, got {err.get('input')!r}"
+        elif err["type"] == "too_short" and isinstance(err.get("input"), list | tuple):
+            message = "must list at least one entry"
+        elif "input" in err and not message.endswith(repr(err["input"])) and "got" not in message:
+            message = f"{message[0].lower()}{message[1:]}, got {_short(err['input'])}"
+        issues.append(PolicyIssue(path, message))
+    return issues
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _path(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else part
+    return out
+
+
+def _duplicates(names: Iterable[str]) -> set[str]:
+    seen: set[str] = set()
+    dups: set[str] = set()
+    for name in names:
+        (dups if name in seen else seen).add(name)
+    return dups
+
+
+def _cross_field_issues(spec: Spec) -> Iterable[PolicyIssue]:
+    yield from _label_prefix_issues(spec.label_prefix)
+    dim_names = {d.name for d in spec.dimensions}
+    rule_names = {r.name for r in spec.taints}
+
+    for field, names in (
+        ("dimensions", [d.name for d in spec.dimensions]),
+        ("taints", [r.name for r in spec.taints]),
+        ("tenants", [t.name for t in spec.tenants]),
+        ("podClasses", [c.name for c in spec.pod_classes]),
+        ("spread", [s.name for s in spec.spread]),
+    ):
+        for i, name in enumerate(names):
+            if name in _duplicates(names) and names.index(name) != i:
+                yield PolicyIssue(f"spec.{field}[{i}].name", f"duplicate name {name!r}")
+
+    # Every label the scorer will write must be accepted by the apiserver.
+    suffixes: list[tuple[str, str]] = [(f"spec.dimensions[{i}].name", d.name) for i, d in enumerate(spec.dimensions)]
+    suffixes += [(f"spec.taints[{i}].name", r.name) for i, r in enumerate(spec.taints)]
+    suffixes.append(("spec.scoring.compositeLabel", spec.scoring.composite_label))
+    suffixes += [
+        (f"spec.podClasses[{i}].name", f"{spec.scoring.composite_label}-{c.name}")
+        for i, c in enumerate(spec.pod_classes)
+    ]
+    taken = set(suffixes)
+    for path, suffix in suffixes:
+        key = spec.label_prefix + suffix
+        for problem in label_key_errors(key):
+            yield PolicyIssue(path, f"label key {key!r} is invalid: {problem}")
+    keys = [s for _, s in taken]
+    for path, suffix in suffixes:
+        if keys.count(suffix) > 1:
+            yield PolicyIssue(path, f"label {spec.label_prefix + suffix!r} would be written by two rules")
+
+    weighted = [d for d in spec.dimensions if d.publish == "score" and d.weight > 0]
+    if not weighted:
+        yield PolicyIssue(
+            "spec.dimensions",
+            "the weights of the score dimensions must sum to more than 0 (no composite score otherwise)",
+        )
+
+    for i, dim in enumerate(spec.dimensions):
+        norm = dim.normalization
+        base = f"spec.dimensions[{i}].normalization"
+        if norm.method == "fixed":
+            if norm.min is None or norm.max is None:
+                yield PolicyIssue(base, "method fixed needs both min and max")
+            elif not norm.min < norm.max:
+                yield PolicyIssue(f"{base}.max", f"must be greater than min ({norm.min}), got {norm.max}")
+        elif norm.min is not None or norm.max is not None:
+            yield PolicyIssue(base, "min/max are only used with method: fixed")
+        if not _PROM_LABEL_RE.match(dim.node_label):
+            yield PolicyIssue(
+                f"spec.dimensions[{i}].nodeLabel",
+                f"must be a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*), got {dim.node_label!r}",
+            )
+
+    for i, rule in enumerate(spec.taints):
+        if rule.condition.dimension not in dim_names:
+            yield PolicyIssue(
+                f"spec.taints[{i}].condition.dimension",
+                f"unknown dimension {rule.condition.dimension!r}; known: {sorted(dim_names)}",
+            )
+        elif rule.condition.source == "score" and not 0 <= rule.condition.value <= 100:
+            yield PolicyIssue(
+                f"spec.taints[{i}].condition.value",
+                f"a score condition compares against 0..100, got {rule.condition.value}",
+            )
+
+    for i, pclass in enumerate(spec.pod_classes):
+        if not pclass.requests_any:
+            yield PolicyIssue(f"spec.podClasses[{i}].requestsAny", "must list at least one resource name")
+        for j, name in enumerate(pclass.dimensions):
+            if name not in dim_names:
+                yield PolicyIssue(f"spec.podClasses[{i}].dimensions[{j}]", f"unknown dimension {name!r}")
+        if pclass.dimensions and not any(
+            d.weight > 0 and d.publish == "score" for d in spec.dimensions if d.name in pclass.dimensions
+        ):
+            yield PolicyIssue(f"spec.podClasses[{i}].dimensions", "needs at least one score dimension with weight > 0")
+        for j, name in enumerate(pclass.avoid):
+            if name not in rule_names:
+                yield PolicyIssue(f"spec.podClasses[{i}].avoid[{j}]", f"unknown taint rule {name!r}")
+
+    for i, tenant in enumerate(spec.tenants):
+        for j, name in enumerate(tenant.allowed_tolerations):
+            if name not in rule_names:
+                yield PolicyIssue(
+                    f"spec.tenants[{i}].allowedTolerations[{j}]",
+                    f"unknown taint rule {name!r}; known: {sorted(rule_names)}",
+                )
+        if tenant.default_scheduler_name and tenant.default_scheduler_name not in tenant.allowed_scheduler_names:
+            yield PolicyIssue(
+                f"spec.tenants[{i}].defaultSchedulerName",
+                f"{tenant.default_scheduler_name!r} is not in allowedSchedulerNames {list(tenant.allowed_scheduler_names)}",
+            )
+        if tenant.overcommit_percent is not None and not any(
+            d.publish == "raw" and d.name == "overcommit-pct" for d in spec.dimensions
+        ):
+            yield PolicyIssue(
+                f"spec.tenants[{i}].overcommitPercent",
+                "needs a dimension named 'overcommit-pct' with publish: raw (the node label the budget is matched against)",
+            )
+        yield from _selector_issues(f"spec.tenants[{i}].namespaceSelector", tenant.namespace_selector)
+
+    for i, rule in enumerate(spec.spread):
+        for problem in label_key_errors(rule.label_key):
+            yield PolicyIssue(f"spec.spread[{i}].labelKey", problem)
+        for problem in label_key_errors(rule.topology_key):
+            yield PolicyIssue(f"spec.spread[{i}].topologyKey", problem)
+
+    yield from _selector_issues("spec.optIn.namespaceSelector", spec.opt_in.namespace_selector)
+
+
+def _selector_issues(path: str, selector: LabelSelector) -> Iterable[PolicyIssue]:
+    for key, value in selector.match_labels.items():
+        for problem in label_key_errors(key):
+            yield PolicyIssue(f"{path}.matchLabels", f"key {key!r}: {problem}")
+        for problem in label_value_errors(value):
+            yield PolicyIssue(f"{path}.matchLabels[{key}]", f"value {value!r}: {problem}")
+    for j, req in enumerate(selector.match_expressions):
+        if req.operator in ("In", "NotIn") and not req.values:
+            yield PolicyIssue(f"{path}.matchExpressions[{j}].values", f"operator {req.operator} needs values")
+        if req.operator in ("Exists", "DoesNotExist") and req.values:
+            yield PolicyIssue(f"{path}.matchExpressions[{j}].values", f"operator {req.operator} takes no values")
+
+
+def _label_prefix_issues(prefix: str) -> Iterable[PolicyIssue]:
+    if "/" not in prefix:
+        yield PolicyIssue(
+            "spec.labelPrefix",
+            f"must contain a DNS-subdomain and '/', e.g. {DEFAULT_LABEL_PREFIX!r} or "
+            f"'{NODE_RESTRICTION_PREFIX}steer-', got {prefix!r}",
+        )
+    elif prefix.startswith(("kubernetes.io/", "k8s.io/")) or prefix.split("/")[0].endswith(
+        (".kubernetes.io", ".k8s.io")
+    ) and not prefix.startswith(NODE_RESTRICTION_PREFIX):
+        yield PolicyIssue(
+            "spec.labelPrefix",
+            f"the kubernetes.io and k8s.io prefixes are reserved; use your own domain or "
+            f"{NODE_RESTRICTION_PREFIX!r}, got {prefix!r}",
+        )

@@ -1,0 +1,188 @@
+"""What a policy means for nodes and pods: label keys, pod classes, preference and required terms.
+
+This is the one place where label and taint keys, preferred-term weights and hard rules are
+derived from the policy. The scorer writes exactly these keys; the webhook injects exactly
+these terms; `/explain` evaluates the same terms. Change a rule here and all three follow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from steer.core.encoding import PreferenceTerm, preference_terms
+from steer.core.policy import Dimension, PodClass, Policy, TaintRule, Tenant
+
+CONDITION_VALUE = "true"
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+def dimension_key(policy: Policy, dim: Dimension) -> str:
+    return policy.label_key(dim.name)
+
+
+def composite_key(policy: Policy, pod_class: PodClass | None) -> str:
+    return policy.label_key(policy.composite_suffix(pod_class.name if pod_class else None))
+
+
+def condition_key(policy: Policy, rule: TaintRule) -> str:
+    """Label (and taint) key the scorer sets to `true` while a taint rule's condition holds."""
+    return policy.label_key(rule.name)
+
+
+def overcommit_key(policy: Policy) -> str:
+    return policy.label_key("overcommit-pct")
+
+
+def composite_weights(policy: Policy, pod_class: PodClass | None) -> dict[str, float]:
+    """Dimension weights of a class's composite (all weighted score dimensions for no class)."""
+    names = set(pod_class.dimensions) if pod_class and pod_class.dimensions else None
+    return {
+        d.name: d.weight
+        for d in policy.spec.dimensions
+        if d.publish == "score" and d.weight > 0 and (names is None or d.name in names)
+    }
+
+
+def composites(policy: Policy) -> tuple[tuple[PodClass | None, str], ...]:
+    """Every composite label the scorer writes: the default one, then one per pod class."""
+    out: list[tuple[PodClass | None, str]] = [(None, composite_key(policy, None))]
+    out += [(c, composite_key(policy, c)) for c in policy.spec.pod_classes if c.dimensions]
+    return tuple(out)
+
+
+def owned_label_keys(policy: Policy) -> frozenset[str]:
+    """Every label key the scorer may write; anything else on a node is never touched."""
+    keys = {dimension_key(policy, d) for d in policy.spec.dimensions}
+    keys |= {condition_key(policy, r) for r in policy.spec.taints}
+    keys |= {key for _, key in composites(policy)}
+    return frozenset(keys)
+
+
+def owned_taint_keys(policy: Policy) -> frozenset[str]:
+    return frozenset(condition_key(policy, r) for r in policy.spec.taints)
+
+
+def _requests(pod_spec: Mapping[str, Any]) -> set[str]:
+    names: set[str] = set()
+    for field in ("containers", "initContainers"):
+        for container in pod_spec.get(field) or ():
+            resources = container.get("resources") or {}
+            for part in ("requests", "limits"):
+                names.update((resources.get(part) or {}).keys())
+    return names
+
+
+def classify_pod(policy: Policy, pod_spec: Mapping[str, Any]) -> PodClass | None:
+    """The first pod class whose resources the pod requests (or limits), or None."""
+    requested = _requests(pod_spec)
+    for pod_class in policy.spec.pod_classes:
+        if requested.intersection(pod_class.requests_any):
+            return pod_class
+    return None
+
+
+def tenant_for(policy: Policy, namespace_labels: Mapping[str, str]) -> Tenant | None:
+    for tenant in policy.spec.tenants:
+        if tenant.namespace_selector.matches(namespace_labels):
+            return tenant
+    return None
+
+
+def class_preferences(policy: Policy, pod_class: PodClass | None) -> tuple[PreferenceTerm, ...]:
+    """Preferred terms for a pod of this class: binary-weighted terms on its composite label."""
+    if pod_class is not None and not pod_class.dimensions:
+        pod_class = None
+    return preference_terms(composite_key(policy, pod_class), policy.spec.scoring.step)
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """One hard rule as nodeSelector requirements in disjunctive normal form.
+
+    `alternatives` are ORed, the expressions inside one alternative are ANDed. A rule usually
+    has one alternative; "overcommit within budget, or never measured" has two.
+    """
+
+    rule: str
+    alternatives: tuple[tuple[Mapping[str, Any], ...], ...]
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        return any(all(expression_matches(e, labels) for e in alt) for alt in self.alternatives)
+
+
+def required_rules(policy: Policy, tenant: Tenant | None, pod_class: PodClass | None) -> tuple[Requirement, ...]:
+    """Hard rules for a pod of this tenant and class; empty when no rule applies.
+
+    A required term makes the scheduler filter every node (about 30 % throughput when it
+    excludes most of them), so a rule is injected only where it applies.
+    """
+    rules: list[Requirement] = []
+    if tenant is not None and tenant.overcommit_percent is not None:
+        key = overcommit_key(policy)
+        # Lt compares integers: `overcommit-pct < b+1` is `<= b` for integer labels.
+        within: tuple[Mapping[str, Any], ...] = (
+            {"key": key, "operator": "Lt", "values": [str(int(tenant.overcommit_percent) + 1)]},
+        )
+        alternatives = [within]
+        if policy.spec.unscored_nodes == "allow":
+            alternatives.append(({"key": key, "operator": "DoesNotExist"},))
+        rules.append(Requirement(rule=f"overcommit:{tenant.name}", alternatives=tuple(alternatives)))
+    if pod_class is not None:
+        for name in pod_class.avoid:
+            rule = policy.taint_rule(name)
+            # NotIn also matches nodes without the label, so never-scored nodes stay eligible.
+            expr = {"key": condition_key(policy, rule), "operator": "NotIn", "values": [CONDITION_VALUE]}
+            rules.append(Requirement(rule=f"avoid:{name}", alternatives=((expr,),)))
+    return tuple(rules)
+
+
+def expression_matches(expr: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """Evaluate one nodeSelectorRequirement as the scheduler does (In/NotIn/Exists/DoesNotExist/Gt/Lt)."""
+    key = expr["key"]
+    op = expr["operator"]
+    values = list(expr.get("values") or ())
+    present = key in labels
+    if op == "In":
+        return present and labels[key] in values
+    if op == "NotIn":
+        return not present or labels[key] not in values
+    if op == "Exists":
+        return present
+    if op == "DoesNotExist":
+        return not present
+    if op in ("Gt", "Lt"):
+        if not present or len(values) != 1:
+            return False
+        try:
+            node_value, bound = int(labels[key]), int(values[0])
+        except ValueError:
+            return False
+        return node_value > bound if op == "Gt" else node_value < bound
+    raise ValueError(f"unknown nodeSelector operator {op!r}")
+
+
+def term_matches(term: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """A nodeSelectorTerm matches when all its matchExpressions do (matchFields are not labels)."""
+    return all(expression_matches(e, labels) for e in term.get("matchExpressions") or ())
+
+
+def scheduler_for(policy: Policy, tenant: Tenant | None, pod_class: PodClass | None) -> str | None:
+    """The schedulerName to set on a pod that left it unset, or None to leave it alone.
+
+    Profiles are used only when the policy says they are installed: a pod naming a profile
+    that no scheduler serves would stay Pending forever.
+    """
+    profiles = policy.spec.scheduler_profiles
+    if not profiles.installed:
+        return None
+    if pod_class is not None and pod_class.scheduler_profile:
+        wanted = pod_class.scheduler_profile
+    elif tenant is not None and tenant.default_scheduler_name:
+        wanted = tenant.default_scheduler_name
+    else:
+        wanted = profiles.spread
+    if tenant is not None and wanted not in tenant.allowed_scheduler_names:
+        return tenant.default_scheduler_name
+    return wanted
