@@ -31,15 +31,30 @@ def _cmd_policy_validate(args: argparse.Namespace) -> int:
         policy = load_policy_file(args.file)
     except PolicyError as exc:
         if args.output == "json":
-            print(json.dumps({"valid": False, "errors": [{"path": i.path, "message": i.message} for i in exc.issues]}, indent=2))
+            print(
+                json.dumps(
+                    {
+                        "valid": False,
+                        "errors": [{"path": i.path, "message": i.message} for i in exc.issues],
+                    },
+                    indent=2,
+                )
+            )
         else:
-            print(f"{args.file}: invalid policy ({len(exc.issues)} problem{'s' if len(exc.issues) != 1 else ''}):", file=sys.stderr)
+            print(
+                f"{args.file}: invalid policy ({len(exc.issues)} problem{'s' if len(exc.issues) != 1 else ''}):",
+                file=sys.stderr,
+            )
             for issue in exc.issues:
                 print(f"  {issue}", file=sys.stderr)
         return 1
     spec = policy.spec
     if args.output == "json":
-        print(json.dumps({"valid": True, "version": policy.version, "digest": policy.digest}, indent=2))
+        print(
+            json.dumps(
+                {"valid": True, "version": policy.version, "digest": policy.digest}, indent=2
+            )
+        )
     else:
         print(
             f"{args.file}: valid policy {policy.version} "
@@ -69,7 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
         "between rules, and label keys the apiserver would refuse. All problems are listed.",
     )
     validate.add_argument("file", help="path to the policy YAML file")
-    validate.add_argument("--output", choices=("text", "json"), default="text", help="report format (default: text)")
+    validate.add_argument(
+        "--output", choices=("text", "json"), default="text", help="report format (default: text)"
+    )
     validate.set_defaults(func=_cmd_policy_validate)
 
     for module_name in SUBCOMMAND_MODULES:

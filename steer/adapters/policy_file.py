@@ -28,7 +28,9 @@ def load_policy_file(path: str) -> Policy:
         with open(path, "rb") as fh:
             data = fh.read()
     except OSError as exc:
-        raise PolicyError([PolicyIssue("", f"cannot read policy file {path!r}: {exc.strerror}")]) from None
+        raise PolicyError(
+            [PolicyIssue("", f"cannot read policy file {path!r}: {exc.strerror}")]
+        ) from None
     return parse_policy(data)
 
 

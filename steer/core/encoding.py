@@ -57,7 +57,7 @@ def quantise(score: float, step: int, previous: int | None = None, hysteresis: f
     than the margin cannot flip a label back and forth (each flip is a node write).
     """
     score = min(max(score, SCORE_MIN), SCORE_MAX)
-    plain = min(int(math.floor(score / step + 0.5)) * step, SCORE_MAX)
+    plain = min(math.floor(score / step + 0.5) * step, SCORE_MAX)
     if previous is None or previous == plain:
         return plain
     half = step / 2.0
@@ -66,14 +66,16 @@ def quantise(score: float, step: int, previous: int | None = None, hysteresis: f
     return plain
 
 
-def quantise_raw(value: float, step: int, previous: int | None = None, hysteresis: float = 0.0) -> int:
+def quantise_raw(
+    value: float, step: int, previous: int | None = None, hysteresis: float = 0.0
+) -> int:
     """An integer label for a raw value (e.g. overcommit %), rounded up to `step`, floored at 0.
 
     The label never understates the value: it rises at once, and falls only when the value has
     dropped a full `hysteresis` below the lower bucket. A tenant budget matched with `Lt`
     against this label therefore never admits a node that is over budget.
     """
-    plain = max(0, int(math.ceil(value / step - 1e-9)) * step)
+    plain = max(0, math.ceil(value / step - 1e-9) * step)
     if previous is None or plain >= previous:
         return plain
     if value > previous - step - hysteresis:

@@ -380,7 +380,9 @@ def parse_policy(text: str | bytes) -> Policy:
         raise PolicyError([PolicyIssue("", f"not valid YAML: {where}{problem}")]) from None
     if not isinstance(raw, dict):
         got = type(raw).__name__ if raw is not None else "an empty document"
-        raise PolicyError([PolicyIssue("", f"must be a YAML mapping (a SteeringPolicy), got {got}")])
+        raise PolicyError(
+            [PolicyIssue("", f"must be a YAML mapping (a SteeringPolicy), got {got}")]
+        )
     try:
         doc = SteeringPolicyDoc.model_validate(raw)
     except ValidationError as exc:
@@ -451,7 +453,9 @@ def _cross_field_issues(spec: Spec) -> Iterable[PolicyIssue]:
                 yield PolicyIssue(f"spec.{field}[{i}].name", f"duplicate name {name!r}")
 
     # Every label the scorer will write must be accepted by the apiserver.
-    suffixes: list[tuple[str, str]] = [(f"spec.dimensions[{i}].name", d.name) for i, d in enumerate(spec.dimensions)]
+    suffixes: list[tuple[str, str]] = [
+        (f"spec.dimensions[{i}].name", d.name) for i, d in enumerate(spec.dimensions)
+    ]
     suffixes += [(f"spec.taints[{i}].name", r.name) for i, r in enumerate(spec.taints)]
     suffixes.append(("spec.scoring.compositeLabel", spec.scoring.composite_label))
     suffixes += [
@@ -466,7 +470,9 @@ def _cross_field_issues(spec: Spec) -> Iterable[PolicyIssue]:
     keys = [s for _, s in taken]
     for path, suffix in suffixes:
         if keys.count(suffix) > 1:
-            yield PolicyIssue(path, f"label {spec.label_prefix + suffix!r} would be written by two rules")
+            yield PolicyIssue(
+                path, f"label {spec.label_prefix + suffix!r} would be written by two rules"
+            )
 
     weighted = [d for d in spec.dimensions if d.publish == "score" and d.weight > 0]
     if not weighted:
@@ -482,7 +488,9 @@ def _cross_field_issues(spec: Spec) -> Iterable[PolicyIssue]:
             if norm.min is None or norm.max is None:
                 yield PolicyIssue(base, "method fixed needs both min and max")
             elif not norm.min < norm.max:
-                yield PolicyIssue(f"{base}.max", f"must be greater than min ({norm.min}), got {norm.max}")
+                yield PolicyIssue(
+                    f"{base}.max", f"must be greater than min ({norm.min}), got {norm.max}"
+                )
         elif norm.min is not None or norm.max is not None:
             yield PolicyIssue(base, "min/max are only used with method: fixed")
         if not _PROM_LABEL_RE.match(dim.node_label):
@@ -505,17 +513,28 @@ def _cross_field_issues(spec: Spec) -> Iterable[PolicyIssue]:
 
     for i, pclass in enumerate(spec.pod_classes):
         if not pclass.requests_any:
-            yield PolicyIssue(f"spec.podClasses[{i}].requestsAny", "must list at least one resource name")
+            yield PolicyIssue(
+                f"spec.podClasses[{i}].requestsAny", "must list at least one resource name"
+            )
         for j, name in enumerate(pclass.dimensions):
             if name not in dim_names:
-                yield PolicyIssue(f"spec.podClasses[{i}].dimensions[{j}]", f"unknown dimension {name!r}")
+                yield PolicyIssue(
+                    f"spec.podClasses[{i}].dimensions[{j}]", f"unknown dimension {name!r}"
+                )
         if pclass.dimensions and not any(
-            d.weight > 0 and d.publish == "score" for d in spec.dimensions if d.name in pclass.dimensions
+            d.weight > 0 and d.publish == "score"
+            for d in spec.dimensions
+            if d.name in pclass.dimensions
         ):
-            yield PolicyIssue(f"spec.podClasses[{i}].dimensions", "needs at least one score dimension with weight > 0")
+            yield PolicyIssue(
+                f"spec.podClasses[{i}].dimensions",
+                "needs at least one score dimension with weight > 0",
+            )
         for j, name in enumerate(pclass.avoid):
             if name not in rule_names:
-                yield PolicyIssue(f"spec.podClasses[{i}].avoid[{j}]", f"unknown taint rule {name!r}")
+                yield PolicyIssue(
+                    f"spec.podClasses[{i}].avoid[{j}]", f"unknown taint rule {name!r}"
+                )
 
     for i, tenant in enumerate(spec.tenants):
         for j, name in enumerate(tenant.allowed_tolerations):
@@ -524,7 +543,10 @@ def _cross_field_issues(spec: Spec) -> Iterable[PolicyIssue]:
                     f"spec.tenants[{i}].allowedTolerations[{j}]",
                     f"unknown taint rule {name!r}; known: {sorted(rule_names)}",
                 )
-        if tenant.default_scheduler_name and tenant.default_scheduler_name not in tenant.allowed_scheduler_names:
+        if (
+            tenant.default_scheduler_name
+            and tenant.default_scheduler_name not in tenant.allowed_scheduler_names
+        ):
             yield PolicyIssue(
                 f"spec.tenants[{i}].defaultSchedulerName",
                 f"{tenant.default_scheduler_name!r} is not in allowedSchedulerNames {list(tenant.allowed_scheduler_names)}",
@@ -536,12 +558,14 @@ def _cross_field_issues(spec: Spec) -> Iterable[PolicyIssue]:
                 f"spec.tenants[{i}].overcommitPercent",
                 "needs a dimension named 'overcommit-pct' with publish: raw (the node label the budget is matched against)",
             )
-        yield from _selector_issues(f"spec.tenants[{i}].namespaceSelector", tenant.namespace_selector)
+        yield from _selector_issues(
+            f"spec.tenants[{i}].namespaceSelector", tenant.namespace_selector
+        )
 
-    for i, rule in enumerate(spec.spread):
-        for problem in label_key_errors(rule.label_key):
+    for i, spread in enumerate(spec.spread):
+        for problem in label_key_errors(spread.label_key):
             yield PolicyIssue(f"spec.spread[{i}].labelKey", problem)
-        for problem in label_key_errors(rule.topology_key):
+        for problem in label_key_errors(spread.topology_key):
             yield PolicyIssue(f"spec.spread[{i}].topologyKey", problem)
 
     yield from _selector_issues("spec.optIn.namespaceSelector", spec.opt_in.namespace_selector)
@@ -555,9 +579,13 @@ def _selector_issues(path: str, selector: LabelSelector) -> Iterable[PolicyIssue
             yield PolicyIssue(f"{path}.matchLabels[{key}]", f"value {value!r}: {problem}")
     for j, req in enumerate(selector.match_expressions):
         if req.operator in ("In", "NotIn") and not req.values:
-            yield PolicyIssue(f"{path}.matchExpressions[{j}].values", f"operator {req.operator} needs values")
+            yield PolicyIssue(
+                f"{path}.matchExpressions[{j}].values", f"operator {req.operator} needs values"
+            )
         if req.operator in ("Exists", "DoesNotExist") and req.values:
-            yield PolicyIssue(f"{path}.matchExpressions[{j}].values", f"operator {req.operator} takes no values")
+            yield PolicyIssue(
+                f"{path}.matchExpressions[{j}].values", f"operator {req.operator} takes no values"
+            )
 
 
 def _label_prefix_issues(prefix: str) -> Iterable[PolicyIssue]:
@@ -567,9 +595,11 @@ def _label_prefix_issues(prefix: str) -> Iterable[PolicyIssue]:
             f"must contain a DNS-subdomain and '/', e.g. {DEFAULT_LABEL_PREFIX!r} or "
             f"'{NODE_RESTRICTION_PREFIX}steer-', got {prefix!r}",
         )
-    elif prefix.startswith(("kubernetes.io/", "k8s.io/")) or prefix.split("/")[0].endswith(
-        (".kubernetes.io", ".k8s.io")
-    ) and not prefix.startswith(NODE_RESTRICTION_PREFIX):
+    elif (
+        prefix.startswith(("kubernetes.io/", "k8s.io/"))
+        or (prefix.split("/")[0].endswith((".kubernetes.io", ".k8s.io"))
+        and not prefix.startswith(NODE_RESTRICTION_PREFIX))
+    ):
         yield PolicyIssue(
             "spec.labelPrefix",
             f"the kubernetes.io and k8s.io prefixes are reserved; use your own domain or "

@@ -112,7 +112,9 @@ class Requirement:
         return any(all(expression_matches(e, labels) for e in alt) for alt in self.alternatives)
 
 
-def required_rules(policy: Policy, tenant: Tenant | None, pod_class: PodClass | None) -> tuple[Requirement, ...]:
+def required_rules(
+    policy: Policy, tenant: Tenant | None, pod_class: PodClass | None
+) -> tuple[Requirement, ...]:
     """Hard rules for a pod of this tenant and class; empty when no rule applies.
 
     A required term makes the scheduler filter every node (about 30 % throughput when it
@@ -128,12 +130,18 @@ def required_rules(policy: Policy, tenant: Tenant | None, pod_class: PodClass | 
         alternatives = [within]
         if policy.spec.unscored_nodes == "allow":
             alternatives.append(({"key": key, "operator": "DoesNotExist"},))
-        rules.append(Requirement(rule=f"overcommit:{tenant.name}", alternatives=tuple(alternatives)))
+        rules.append(
+            Requirement(rule=f"overcommit:{tenant.name}", alternatives=tuple(alternatives))
+        )
     if pod_class is not None:
         for name in pod_class.avoid:
             rule = policy.taint_rule(name)
             # NotIn also matches nodes without the label, so never-scored nodes stay eligible.
-            expr = {"key": condition_key(policy, rule), "operator": "NotIn", "values": [CONDITION_VALUE]}
+            expr = {
+                "key": condition_key(policy, rule),
+                "operator": "NotIn",
+                "values": [CONDITION_VALUE],
+            }
             rules.append(Requirement(rule=f"avoid:{name}", alternatives=((expr,),)))
     return tuple(rules)
 

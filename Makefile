@@ -1,0 +1,44 @@
+# One command for everything CI checks: `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: test venv lint typecheck layers pytest demo bench-scorer bench-webhook clean
+
+test: venv lint typecheck layers pytest
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(VENV)/.installed: $(BIN)/python pyproject.toml
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: venv
+	$(BIN)/mypy
+
+# The pure core must not import I/O libraries or the services (contracts in pyproject.toml).
+layers: venv
+	$(BIN)/lint-imports
+
+pytest: venv
+	$(BIN)/pytest -q
+
+demo: venv
+	$(BIN)/steer demo
+
+bench-scorer: venv
+	$(BIN)/python bench/scorer_bench.py
+
+bench-webhook: venv
+	$(BIN)/python bench/webhook_bench.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,23 @@
+"""Shared test fixtures: paths to the example policy and the golden apiserver fixtures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE_POLICY = ROOT / "examples" / "policy.yaml"
+# Bodies captured from a real kube-apiserver, kept beside the repository (CI lays it there too).
+FIXTURES = ROOT.parent / "shared" / "fixtures"
+
+
+def load_fixture(relative: str) -> Any:
+    return json.loads((FIXTURES / relative).read_text())
+
+
+@pytest.fixture
+def example_policy_text() -> str:
+    return EXAMPLE_POLICY.read_text()

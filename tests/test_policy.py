@@ -1,0 +1,185 @@
+"""Policy validation: every mistake is named by its field path, all at once."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from steer.core.policy import PolicyError, parse_policy
+from tests.conftest import EXAMPLE_POLICY
+
+
+def _doc(**spec_overrides: object) -> dict[str, object]:
+    doc = yaml.safe_load(EXAMPLE_POLICY.read_text())
+    doc["spec"].update(spec_overrides)
+    return doc
+
+
+def _issues(doc: object) -> list[str]:
+    with pytest.raises(PolicyError) as info:
+        parse_policy(yaml.safe_dump(doc))
+    return [str(i) for i in info.value.issues]
+
+
+def test_example_policy_is_valid_and_versioned(example_policy_text: str) -> None:
+    policy = parse_policy(example_policy_text)
+    assert policy.name == "gpu-cluster"
+    assert policy.version.startswith("gpu-cluster@") and len(policy.digest) == 64
+    assert [d.name for d in policy.spec.dimensions][:3] == ["gpu-util", "gpu-free", "gpu-frag"]
+    assert policy.tenant("dept-b").overcommit_percent == 0
+    assert policy.spec.taints[0].condition.source == "raw"
+    # Same bytes, same version; any edit, a new one.
+    assert parse_policy(example_policy_text).version == policy.version
+    assert parse_policy(example_policy_text + "\n# edit\n").version != policy.version
+
+
+def test_minimal_policy_gets_sane_defaults() -> None:
+    policy = parse_policy(
+        "apiVersion: steer.io/v1alpha1\nkind: SteeringPolicy\n"
+        "spec:\n  dimensions:\n  - name: load\n    query: node_load1\n"
+    )
+    spec = policy.spec
+    assert spec.label_prefix == "steer.io/"
+    assert spec.scoring.step == 10 and spec.scoring.hysteresis == 3
+    assert spec.scheduler_profiles.installed is False
+    assert spec.unscored_nodes == "allow"
+    assert policy.label_key("score") == "steer.io/score"
+
+
+def test_field_errors_are_all_reported_with_paths() -> None:
+    doc = _doc()
+    doc["spec"]["tenants"][1]["overcommitPercent"] = 150
+    doc["spec"]["dimensions"][0]["direction"] = "up"
+    doc["spec"]["scoring"]["step"] = 15
+    doc["spec"]["taints"][0]["effect"] = "NoEntry"
+    doc["spec"]["tenants"][0]["overcomitPercent"] = 5
+    del doc["spec"]["dimensions"][1]["query"]
+    issues = _issues(doc)
+    assert "spec.tenants[1].overcommitPercent: must be between 0 and 100, got 150" in issues
+    assert (
+        "spec.scoring.step: must divide 100 (1, 2, 4, 5, 10, 20, 25, 50 or 100), got 15" in issues
+    )
+    assert "spec.dimensions[1].query: required field is missing" in issues
+    assert any(i.startswith("spec.dimensions[0].direction: ") and "'up'" in i for i in issues)
+    assert any(i.startswith("spec.taints[0].effect: ") and "'NoEntry'" in i for i in issues)
+    assert (
+        "spec.tenants[0].overcomitPercent: unknown field (check the spelling; fields are camelCase)"
+        in issues
+    )
+    assert len(issues) == 6
+
+
+def test_cross_field_errors_are_all_reported() -> None:
+    doc = _doc()
+    doc["spec"]["taints"][0]["condition"]["dimension"] = "gpu-utilisation"
+    doc["spec"]["tenants"][1]["name"] = "dept-a"
+    doc["spec"]["tenants"][0]["allowedTolerations"] = ["gpu-hott"]
+    doc["spec"]["podClasses"][0]["dimensions"] = ["gpu-util", "nope"]
+    doc["spec"]["spread"][0]["topologyKey"] = "Bad Key/zone"
+    doc["spec"]["tenants"][1]["defaultSchedulerName"] = "my-scheduler"
+    issues = _issues(doc)
+    assert any(
+        i.startswith("spec.taints[0].condition.dimension: unknown dimension 'gpu-utilisation'")
+        for i in issues
+    )
+    assert "spec.tenants[1].name: duplicate name 'dept-a'" in issues
+    assert any(
+        i.startswith("spec.tenants[0].allowedTolerations[0]: unknown taint rule 'gpu-hott'")
+        for i in issues
+    )
+    assert "spec.podClasses[0].dimensions[1]: unknown dimension 'nope'" in issues
+    assert any(
+        i.startswith("spec.spread[0].topologyKey: prefix part a lowercase RFC 1123 subdomain")
+        for i in issues
+    )
+    assert any(
+        i.startswith(
+            "spec.tenants[1].defaultSchedulerName: 'my-scheduler' is not in allowedSchedulerNames"
+        )
+        for i in issues
+    )
+    assert len(issues) == 6
+
+
+def test_weights_must_sum_above_zero() -> None:
+    doc = _doc()
+    for dim in doc["spec"]["dimensions"]:
+        dim["weight"] = 0
+    del doc["spec"]["podClasses"]
+    assert _issues(doc) == [
+        "spec.dimensions: the weights of the score dimensions must sum to more than 0 (no composite score otherwise)"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("prefix", "fragment"),
+    [
+        ("steer.io", "must contain a DNS-subdomain and '/'"),
+        ("Steer.IO/", "prefix part a lowercase RFC 1123 subdomain"),
+        ("kubernetes.io/", "prefixes are reserved"),
+    ],
+)
+def test_label_prefix_must_yield_valid_keys(prefix: str, fragment: str) -> None:
+    issues = _issues(_doc(labelPrefix=prefix))
+    assert issues and all(fragment in i for i in issues[:1])
+
+
+def test_node_restriction_prefix_is_supported() -> None:
+    doc = _doc(labelPrefix="node-restriction.kubernetes.io/steer-")
+    policy = parse_policy(yaml.safe_dump(doc))
+    assert policy.label_key("score") == "node-restriction.kubernetes.io/steer-score"
+
+
+def test_long_dimension_name_breaks_the_63_byte_label_rule() -> None:
+    doc = _doc()
+    doc["spec"]["dimensions"][3]["name"] = "x" * 70
+    doc["spec"]["podClasses"][0]["dimensions"].remove("power")
+    issues = _issues(doc)
+    assert issues == [
+        f"spec.dimensions[3].name: label key 'steer.io/{'x' * 70}' is invalid: name part must be no more than 63 bytes"
+    ]
+
+
+def test_fixed_normalization_needs_ordered_bounds() -> None:
+    doc = _doc()
+    doc["spec"]["dimensions"][0]["normalization"] = {"method": "fixed", "min": 5, "max": 5}
+    doc["spec"]["dimensions"][1]["normalization"] = {"method": "fixed", "min": 5}
+    doc["spec"]["dimensions"][3]["normalization"] = {"method": "minMax", "max": 5}
+    issues = _issues(doc)
+    assert "spec.dimensions[0].normalization.max: must be greater than min (5.0), got 5.0" in issues
+    assert "spec.dimensions[1].normalization: method fixed needs both min and max" in issues
+    assert "spec.dimensions[3].normalization: min/max are only used with method: fixed" in issues
+
+
+def test_overcommit_budget_needs_the_raw_overcommit_dimension() -> None:
+    doc = _doc()
+    doc["spec"]["dimensions"] = [
+        d for d in doc["spec"]["dimensions"] if d["name"] != "overcommit-pct"
+    ]
+    issues = _issues(doc)
+    assert all("needs a dimension named 'overcommit-pct'" in i for i in issues) and len(issues) == 2
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("", "must be a YAML mapping (a SteeringPolicy), got an empty document"),
+        ("- a\n- b\n", "must be a YAML mapping (a SteeringPolicy), got list"),
+        ("spec: [unclosed\n", "not valid YAML: line 2, column 1"),
+    ],
+)
+def test_not_a_policy_document(text: str, expected: str) -> None:
+    with pytest.raises(PolicyError) as info:
+        parse_policy(text)
+    assert str(info.value).startswith(expected)
+
+
+def test_wrong_api_version_and_kind() -> None:
+    doc = _doc()
+    doc["apiVersion"] = "steer.io/v1"
+    doc["kind"] = "Policy"
+    issues = _issues(doc)
+    assert issues == [
+        "apiVersion: input should be 'steer.io/v1alpha1', got 'steer.io/v1'",
+        "kind: input should be 'SteeringPolicy', got 'Policy'",
+    ]

@@ -1,0 +1,119 @@
+"""Hot reload: ConfigMap-style symlink swaps are seen, bad edits keep the last good policy."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from steer.adapters.policy_file import PolicyWatcher, load_policy_file
+from steer.core.policy import Policy, PolicyError
+from tests.conftest import EXAMPLE_POLICY
+
+
+def _configmap_volume(tmp_path: Path, content: str) -> Path:
+    """Lay out a directory the way the kubelet mounts a ConfigMap: policy.yaml -> ..data/policy.yaml."""
+    return _swap(tmp_path, content, 1)
+
+
+def _swap(root: Path, content: str, generation: int) -> Path:
+    target = root / f"..2026_11_30_{generation}"
+    target.mkdir()
+    (target / "policy.yaml").write_text(content)
+    tmp_link = root / "..data_tmp"
+    tmp_link.symlink_to(target.name)
+    os.replace(tmp_link, root / "..data")  # the kubelet's atomic swap
+    link = root / "policy.yaml"
+    if not link.is_symlink():
+        link.symlink_to("..data/policy.yaml")
+    return link
+
+
+def test_reload_follows_symlink_swap_and_keeps_last_good(tmp_path: Path) -> None:
+    good = EXAMPLE_POLICY.read_text()
+    path = _configmap_volume(tmp_path, good)
+    watcher = PolicyWatcher(str(path), interval_seconds=60)
+    seen: list[Policy] = []
+    watcher.subscribe(seen.append)
+    first = watcher.current
+    assert seen == [first]
+    assert watcher.check() is False  # unchanged content: no reload, no listener call
+
+    edited = good.replace("weight: 3", "weight: 7")
+    _swap(tmp_path, edited, 2)
+    assert watcher.check() is True
+    assert watcher.current.version != first.version
+    assert watcher.current.dimension("gpu-util").weight == 7
+    assert len(seen) == 2
+
+    _swap(tmp_path, edited.replace("overcommitPercent: 0", "overcommitPercent: 150"), 3)
+    assert watcher.check() is False
+    assert watcher.current.dimension("gpu-util").weight == 7  # last good keeps running
+    status = watcher.status()
+    assert status.reload_errors == 1
+    assert (
+        status.last_error is not None
+        and "spec.tenants[1].overcommitPercent: must be between 0 and 100, got 150"
+        in status.last_error
+    )
+    assert watcher.check() is False and watcher.status().reload_errors == 1  # counted once
+
+    _swap(tmp_path, good, 4)
+    assert watcher.check() is True
+    assert watcher.current.version == first.version
+    assert watcher.status().last_error is None
+
+
+def test_missing_file_is_counted_and_policy_kept(tmp_path: Path) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_text(EXAMPLE_POLICY.read_text())
+    watcher = PolicyWatcher(str(path))
+    version = watcher.current.version
+    path.unlink()
+    assert watcher.check() is False
+    assert watcher.current.version == version
+    assert watcher.status().reload_errors == 1
+    assert "cannot read policy file" in (watcher.status().last_error or "")
+
+
+def test_listener_failure_does_not_block_others(tmp_path: Path) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_text(EXAMPLE_POLICY.read_text())
+    watcher = PolicyWatcher(str(path))
+    calls: list[str] = []
+
+    def broken(policy: Policy) -> None:
+        raise RuntimeError("boom")
+
+    watcher.subscribe(broken, call_now=False)
+    watcher.subscribe(lambda p: calls.append(p.version), call_now=False)
+    path.write_text(EXAMPLE_POLICY.read_text().replace("weight: 3", "weight: 4"))
+    assert watcher.check() is True
+    assert calls == [watcher.current.version]
+
+
+def test_background_polling_picks_up_a_change(tmp_path: Path) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_text(EXAMPLE_POLICY.read_text())
+    watcher = PolicyWatcher(str(path), interval_seconds=0.05)
+    import threading
+
+    changed = threading.Event()
+    watcher.subscribe(lambda p: changed.set(), call_now=False)
+    watcher.start()
+    try:
+        path.write_text(EXAMPLE_POLICY.read_text().replace("weight: 3", "weight: 5"))
+        assert changed.wait(10)
+        assert watcher.current.dimension("gpu-util").weight == 5
+    finally:
+        watcher.stop()
+
+
+def test_invalid_initial_policy_refuses_to_start(tmp_path: Path) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_text("apiVersion: steer.io/v1alpha1\nkind: SteeringPolicy\nspec: {}\n")
+    with pytest.raises(PolicyError, match=r"spec.dimensions: required field is missing"):
+        PolicyWatcher(str(path))
+    with pytest.raises(PolicyError, match="cannot read policy file"):
+        load_policy_file(str(tmp_path / "absent.yaml"))

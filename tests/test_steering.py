@@ -1,0 +1,169 @@
+"""Policy → keys, pod classes, preferences and hard rules (the facts both services share)."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from steer.core.encoding import preference_weight
+from steer.core.policy import Policy, parse_policy
+from steer.core.steering import (
+    class_preferences,
+    classify_pod,
+    composite_key,
+    composite_weights,
+    composites,
+    expression_matches,
+    owned_label_keys,
+    owned_taint_keys,
+    required_rules,
+    scheduler_for,
+    tenant_for,
+    term_matches,
+)
+from tests.conftest import EXAMPLE_POLICY, load_fixture
+
+
+@pytest.fixture
+def policy() -> Policy:
+    return parse_policy(EXAMPLE_POLICY.read_text())
+
+
+def _gpu_pod_spec() -> dict:
+    review = load_fixture("admission/pod-create-with-affinity-gpu.json")
+    return review["body"]["request"]["object"]["spec"]
+
+
+def test_owned_keys_cover_every_label_the_scorer_writes(policy: Policy) -> None:
+    assert owned_label_keys(policy) == {
+        "steer.io/gpu-util",
+        "steer.io/gpu-free",
+        "steer.io/gpu-frag",
+        "steer.io/power",
+        "steer.io/overcommit-pct",
+        "steer.io/health",
+        "steer.io/gpu-hot",
+        "steer.io/unhealthy",
+        "steer.io/score",
+        "steer.io/score-gpu",
+    }
+    assert owned_taint_keys(policy) == {"steer.io/gpu-hot", "steer.io/unhealthy"}
+    assert [key for _, key in composites(policy)] == ["steer.io/score", "steer.io/score-gpu"]
+
+
+def test_composite_weights_per_class(policy: Policy) -> None:
+    gpu = policy.spec.pod_classes[0]
+    assert composite_weights(policy, None) == {
+        "gpu-util": 3,
+        "gpu-free": 2,
+        "gpu-frag": 1,
+        "power": 1,
+        "health": 2,
+    }
+    assert composite_weights(policy, gpu) == composite_weights(policy, None)
+    # overcommit-pct is published raw and never enters a composite.
+    assert "overcommit-pct" not in composite_weights(policy, None)
+
+
+def test_gpu_pod_from_the_apiserver_fixture_is_classified(policy: Policy) -> None:
+    gpu_class = classify_pod(policy, _gpu_pod_spec())
+    assert gpu_class is not None and gpu_class.name == "gpu"
+    assert (
+        classify_pod(
+            policy, {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}
+        )
+        is None
+    )
+    assert classify_pod(policy, {"containers": [{"name": "c"}]}) is None
+    assert (
+        class_preferences(policy, gpu_class)[0].key
+        == composite_key(policy, gpu_class)
+        == "steer.io/score-gpu"
+    )
+
+
+def test_tenant_lookup_uses_namespace_labels(policy: Policy) -> None:
+    namespaces = load_fixture("api/namespace-list.json")["body"]["items"]
+    team_a = next(n for n in namespaces if n["metadata"]["name"] == "team-a")
+    tenant = tenant_for(policy, team_a["metadata"]["labels"])
+    assert tenant is not None and tenant.name == "dept-a"
+    assert tenant_for(policy, {"kubernetes.io/metadata.name": "team-b"}) is None
+
+
+def test_required_rules_overcommit_budget_and_unscored_nodes(policy: Policy) -> None:
+    dept_b = policy.tenant("dept-b")
+    (rule,) = required_rules(policy, dept_b, None)
+    assert rule.rule == "overcommit:dept-b"
+    assert rule.matches({"steer.io/overcommit-pct": "0"})
+    assert not rule.matches({"steer.io/overcommit-pct": "1"})
+    assert rule.matches({})  # never scored: allowed by `unscoredNodes: allow`
+    dept_a = policy.tenant("dept-a")
+    (rule_a,) = required_rules(policy, dept_a, None)
+    assert rule_a.matches({"steer.io/overcommit-pct": "5"}) and not rule_a.matches(
+        {"steer.io/overcommit-pct": "6"}
+    )
+
+    strict = parse_policy(
+        EXAMPLE_POLICY.read_text().replace("unscoredNodes: allow", "unscoredNodes: deny")
+    )
+    (strict_rule,) = required_rules(strict, strict.tenant("dept-b"), None)
+    assert not strict_rule.matches({})
+
+
+def test_required_rules_gpu_pods_avoid_hot_nodes(policy: Policy) -> None:
+    gpu = policy.spec.pod_classes[0]
+    rules = required_rules(policy, None, gpu)
+    assert [r.rule for r in rules] == ["avoid:gpu-hot"]
+    assert not rules[0].matches({"steer.io/gpu-hot": "true"})
+    assert rules[0].matches({}) and rules[0].matches({"steer.io/gpu-util": "90"})
+    assert required_rules(policy, None, None) == ()
+
+
+@pytest.mark.parametrize(
+    ("expr", "labels", "expected"),
+    [
+        ({"key": "k", "operator": "In", "values": ["a"]}, {"k": "a"}, True),
+        ({"key": "k", "operator": "In", "values": ["a"]}, {}, False),
+        ({"key": "k", "operator": "NotIn", "values": ["a"]}, {}, True),
+        ({"key": "k", "operator": "Exists"}, {"k": ""}, True),
+        ({"key": "k", "operator": "DoesNotExist"}, {"k": ""}, False),
+        ({"key": "k", "operator": "Gt", "values": ["5"]}, {"k": "6"}, True),
+        ({"key": "k", "operator": "Lt", "values": ["6"]}, {"k": "6"}, False),
+        ({"key": "k", "operator": "Lt", "values": ["6"]}, {}, False),
+        ({"key": "k", "operator": "Lt", "values": ["6"]}, {"k": "abc"}, False),
+    ],
+)
+def test_expression_semantics_follow_the_scheduler(
+    expr: dict, labels: dict, expected: bool
+) -> None:
+    assert expression_matches(expr, labels) is expected
+
+
+def test_term_matches_ands_expressions() -> None:
+    term = {
+        "matchExpressions": [
+            {"key": "a", "operator": "Exists"},
+            {"key": "b", "operator": "In", "values": ["1"]},
+        ]
+    }
+    assert term_matches(term, {"a": "x", "b": "1"})
+    assert not term_matches(term, {"a": "x", "b": "2"})
+
+
+def test_scheduler_profiles_only_when_installed(policy: Policy) -> None:
+    gpu = policy.spec.pod_classes[0]
+    dept_a, dept_b = policy.tenant("dept-a"), policy.tenant("dept-b")
+    assert scheduler_for(policy, dept_a, gpu) == "steer-binpack"
+    assert scheduler_for(policy, dept_a, None) == "steer-spread"
+    assert scheduler_for(policy, None, None) == "steer-spread"
+    assert scheduler_for(policy, dept_b, gpu) == "steer-binpack"
+    doc = yaml.safe_load(EXAMPLE_POLICY.read_text())
+    doc["spec"]["schedulerProfiles"]["installed"] = False
+    not_installed = parse_policy(yaml.safe_dump(doc))
+    assert scheduler_for(not_installed, not_installed.tenant("dept-a"), gpu) is None
+
+
+def test_class_preferences_reproduce_the_composite_order(policy: Policy) -> None:
+    terms = class_preferences(policy, None)
+    weights = [preference_weight({"steer.io/score": str(v)}, terms) for v in range(0, 101, 10)]
+    assert weights == list(range(0, 101, 10))
