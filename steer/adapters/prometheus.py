@@ -91,7 +91,8 @@ def parse_value(raw: str) -> float:
 
 
 class PrometheusClient:
-    """Thread-safe for concurrent queries; reuses connections through one pooled Session.
+    """Keep one client per Prometheus: it reuses keep-alive connections from a pool of
+    `pool_size`, so the scorer's per-dimension queries do not reconnect every cycle.
 
     `trust_env=False` by default: proxy variables, netrc and REQUESTS_CA_BUNDLE from the
     environment would otherwise silently replace `ca_file` and route in-cluster traffic through
@@ -171,10 +172,20 @@ class PrometheusClient:
                 timeout=client_timeout,
                 verify=self._verify,  # per request: a Session's own verify loses to the env
             )
-        except (requests.ConnectionError, requests.Timeout) as exc:
+        except requests.Timeout as exc:
             raise PrometheusUnavailable(
                 f"Prometheus at {self.url} did not answer query {promql!r} within "
-                f"{client_timeout:g}s: {exc}; check the URL and that Prometheus is up",
+                f"{client_timeout:g}s; raise timeout_s or check the server's load",
+                query=promql,
+            ) from exc
+        except requests.ConnectionError as exc:
+            fix = (
+                "set ca_file to the CA"
+                if isinstance(exc, requests.exceptions.SSLError)
+                else ("check the URL and that Prometheus is up")
+            )
+            raise PrometheusUnavailable(
+                f"cannot reach Prometheus at {self.url} for query {promql!r}: {exc}; {fix}",
                 query=promql,
             ) from exc
         duration = _time.monotonic() - started
@@ -248,7 +259,8 @@ class PrometheusClient:
 
 
 def _samples(data: Mapping[str, Any], promql: str) -> tuple[Sample, ...]:
-    result_type, result = data.get("resultType"), data.get("result")
+    result_type = data.get("resultType")
+    result: Any = data.get("result")
     try:
         if result_type == "vector":
             return tuple(

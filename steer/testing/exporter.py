@@ -1,0 +1,476 @@
+"""A synthetic cluster exporter: the series that real exporters publish, for N nodes with G GPUs.
+
+One HTTP endpoint serves, for every node of a mutable `SyntheticCluster`:
+
+- NVIDIA DCGM exporter: `DCGM_FI_DEV_GPU_UTIL` (%), `DCGM_FI_DEV_FB_USED` / `DCGM_FI_DEV_FB_FREE`
+  (MiB), `DCGM_FI_DEV_POWER_USAGE` (W), labelled `gpu`, `UUID`, `pci_bus_id`, `device`,
+  `modelName`, `Hostname` (the node name, as the Helm chart sets it).
+- Kepler 0.7.x: `kepler_node_platform_joules_total{instance,mode,source}` and
+  `kepler_node_package_joules_total{instance,mode,package,source}`, where `instance` is the
+  node name and `mode` is `dynamic` or `idle`.
+- Kepler >= 0.10: `kepler_node_cpu_joules_total` and `kepler_node_cpu_watts`, labelled
+  `zone`, `path` and `node_name`.
+- kube-state-metrics: `kube_node_status_allocatable{node,resource,unit}` and
+  `kube_pod_container_resource_requests` / `_limits{namespace,pod,uid,container,node,resource,
+  unit}` (`cpu`/`core`, `memory`/`byte`, `nvidia_com_gpu`/`integer`, as KSM sanitises names).
+- blackbox exporter: `probe_success{instance,node}`.
+
+Scrape it with `honor_labels: true`. The real exporters run one per node (or one per cluster
+for kube-state-metrics) and their `instance`, `namespace`, `pod` and `node` labels describe the
+workload, not the scrape target; since one synthetic endpoint speaks for every node, Prometheus
+would otherwise overwrite `instance` with the exporter's address and keep the node name only as
+`exported_instance`, and Kepler 0.7 queries `by (instance)` would see a single node::
+
+    scrape_configs:
+      - job_name: synthetic-cluster
+        honor_labels: true
+        static_configs: [{targets: ["127.0.0.1:PORT"]}]
+
+Tests change the state between scrapes (`set_gpu_util`, `hide`, `remove_node`, ...); a series
+that stops being exported gets a staleness marker at the next scrape, exactly as in production.
+`write_openmetrics` renders the same series over a time range for `promtool` backfilling.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import IO, Literal, Protocol
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+GIB = 1024**3
+KeplerStyle = Literal["0.7", "0.10"]
+_KSM_UNITS = {"cpu": "core", "memory": "byte", "nvidia_com_gpu": "integer", "pods": "integer"}
+_IDLE_SHARE = 0.4  # Kepler 0.7 splits node energy into idle and dynamic parts
+
+
+@dataclass
+class Gpu:
+    util_pct: float = 0.0
+    fb_used_mib: float = 0.0
+    fb_total_mib: float = 81920.0  # A100-SXM4-80GB
+    power_w: float = 60.0
+
+
+@dataclass
+class Container:
+    """Requests and limits keyed by kube-state-metrics resource name, in its units."""
+
+    namespace: str
+    pod: str
+    container: str
+    requests: dict[str, float]
+    limits: dict[str, float]
+
+
+@dataclass
+class Node:
+    name: str
+    gpus: list[Gpu]
+    gpu_model: str = "NVIDIA A100-SXM4-80GB"
+    allocatable: dict[str, float] = field(default_factory=dict)
+    platform_watts: float = 300.0
+    package_watts: float = 120.0
+    probe_ok: bool = True
+    containers: list[Container] = field(default_factory=list)
+    hidden: set[str] = field(default_factory=set)  # series names this node stops exporting
+    platform_joules: float = 0.0
+    package_joules: float = 0.0
+
+
+@dataclass(frozen=True)
+class Family:
+    """Exporter-neutral metric family; `name` is the full series name (counters end in _total)."""
+
+    name: str
+    kind: Literal["gauge", "counter"]
+    help: str
+    samples: list[tuple[dict[str, str], float]]
+
+
+class SyntheticCluster:
+    """Mutable, thread-safe cluster state. `noise_pct` multiplies every gauge read at scrape
+    time by a seeded uniform factor in [1-x%, 1+x%] (GPU utilisation stays within 0..100)."""
+
+    def __init__(
+        self,
+        nodes: int = 3,
+        gpus_per_node: int = 8,
+        *,
+        seed: int = 0,
+        noise_pct: float = 0.0,
+        node_prefix: str = "node-",
+        kepler_styles: Sequence[KeplerStyle] = ("0.7", "0.10"),
+    ) -> None:
+        self._lock = threading.RLock()
+        self._rng = random.Random(seed)
+        self.noise_pct = noise_pct
+        self.kepler_styles = tuple(kepler_styles)
+        self._nodes: dict[str, Node] = {}
+        self._last_eval: float | None = None
+        for i in range(1, nodes + 1):
+            self.add_node(f"{node_prefix}{i}", gpus=gpus_per_node)
+
+    # -- mutation ---------------------------------------------------------------------------
+    def add_node(
+        self, name: str, *, gpus: int = 8, cpu_cores: float = 64, memory_gib: float = 512
+    ) -> None:
+        with self._lock:
+            alloc = {"cpu": cpu_cores, "memory": memory_gib * GIB, "pods": 110.0}
+            if gpus:
+                alloc["nvidia_com_gpu"] = float(gpus)
+            self._nodes[name] = Node(name, [Gpu() for _ in range(gpus)], allocatable=alloc)
+
+    def remove_node(self, name: str) -> None:
+        with self._lock:
+            del self._nodes[self._node(name).name]
+
+    def set_gpu_util(self, node: str, util_pct: float, gpu: int | None = None) -> None:
+        """Set one GPU's utilisation, or every GPU of the node when `gpu` is None."""
+        with self._lock:
+            for g in self._gpus(node, gpu):
+                g.util_pct = util_pct
+
+    def set_gpu_memory(self, node: str, used_mib: float, gpu: int | None = None) -> None:
+        with self._lock:
+            for g in self._gpus(node, gpu):
+                g.fb_used_mib = min(used_mib, g.fb_total_mib)
+
+    def set_power(
+        self, node: str, *, platform_watts: float | None = None, package_watts: float | None = None
+    ) -> None:
+        with self._lock:
+            n = self._node(node)
+            n.platform_watts = n.platform_watts if platform_watts is None else platform_watts
+            n.package_watts = n.package_watts if package_watts is None else package_watts
+
+    def set_probe(self, node: str, ok: bool) -> None:
+        with self._lock:
+            self._node(node).probe_ok = ok
+
+    def add_container(
+        self,
+        node: str,
+        namespace: str,
+        pod: str,
+        *,
+        container: str = "main",
+        requests: Mapping[str, float],
+        limits: Mapping[str, float] | None = None,
+    ) -> None:
+        """Resources use kube-state-metrics names and units: cpu cores, memory bytes."""
+        with self._lock:
+            c = Container(namespace, pod, container, dict(requests), dict(limits or {}))
+            self._node(node).containers.append(c)
+
+    def hide(self, node: str, series: str) -> None:
+        """Stop exporting `series` (full name, e.g. `DCGM_FI_DEV_GPU_UTIL`) for `node`."""
+        with self._lock:
+            self._node(node).hidden.add(series)
+
+    def show(self, node: str, series: str) -> None:
+        with self._lock:
+            self._node(node).hidden.discard(series)
+
+    @property
+    def node_names(self) -> list[str]:
+        with self._lock:
+            return list(self._nodes)
+
+    def _node(self, name: str) -> Node:
+        try:
+            return self._nodes[name]
+        except KeyError:
+            raise KeyError(
+                f"node {name!r} is not in the synthetic cluster; have {list(self._nodes)}"
+            ) from None
+
+    def _gpus(self, node: str, gpu: int | None) -> list[Gpu]:
+        gpus = self._node(node).gpus
+        if gpu is None:
+            return gpus
+        if not 0 <= gpu < len(gpus):
+            raise IndexError(f"gpu: node {node!r} has GPUs 0..{len(gpus) - 1}, got {gpu}")
+        return [gpus[gpu]]
+
+    # -- rendering --------------------------------------------------------------------------
+    def _noisy(self, value: float) -> float:
+        if not self.noise_pct:
+            return value
+        return value * (1 + self._rng.uniform(-self.noise_pct, self.noise_pct) / 100)
+
+    def families(self, now: float) -> list[Family]:
+        """Evaluate every series at `now` (unix seconds); advances the energy counters."""
+        with self._lock:
+            dt = 0.0 if self._last_eval is None else max(0.0, now - self._last_eval)
+            self._last_eval = now
+            out: dict[str, Family] = {}
+
+            def add(
+                name: str,
+                kind: Literal["gauge", "counter"],
+                help_: str,
+                node: Node,
+                labels: dict[str, str],
+                value: float,
+            ) -> None:
+                if name in node.hidden:
+                    return
+                fam = out.setdefault(name, Family(name, kind, help_, []))
+                fam.samples.append((labels, value))
+
+            for n in self._nodes.values():
+                platform_w, package_w = self._noisy(n.platform_watts), self._noisy(n.package_watts)
+                n.platform_joules += platform_w * dt
+                n.package_joules += package_w * dt
+                self._dcgm(n, add)
+                self._kepler(n, add, package_w)
+                self._ksm(n, add)
+                add(
+                    "probe_success",
+                    "gauge",
+                    "Displays whether or not the probe was a success",
+                    n,
+                    {"instance": n.name, "node": n.name},
+                    1.0 if n.probe_ok else 0.0,
+                )
+            return list(out.values())
+
+    def _dcgm(self, n: Node, add: _Add) -> None:
+        for i, g in enumerate(n.gpus):
+            labels = {
+                "gpu": str(i),
+                "UUID": f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{n.name}/{i}')}",
+                "pci_bus_id": f"00000000:{0x07 + i:02X}:00.0",
+                "device": f"nvidia{i}",
+                "modelName": n.gpu_model,
+                "Hostname": n.name,
+            }
+            util = min(100.0, max(0.0, self._noisy(g.util_pct)))
+            add("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", n, labels, round(util))
+            add(
+                "DCGM_FI_DEV_FB_USED",
+                "gauge",
+                "Framebuffer memory used (in MiB).",
+                n,
+                labels,
+                round(g.fb_used_mib),
+            )
+            add(
+                "DCGM_FI_DEV_FB_FREE",
+                "gauge",
+                "Framebuffer memory free (in MiB).",
+                n,
+                labels,
+                round(g.fb_total_mib - g.fb_used_mib),
+            )
+            add(
+                "DCGM_FI_DEV_POWER_USAGE",
+                "gauge",
+                "Power draw (in W).",
+                n,
+                labels,
+                self._noisy(g.power_w),
+            )
+
+    def _kepler(self, n: Node, add: _Add, package_w: float) -> None:
+        if "0.7" in self.kepler_styles:
+            for mode, share in (("dynamic", 1 - _IDLE_SHARE), ("idle", _IDLE_SHARE)):
+                base = {"instance": n.name, "mode": mode}
+                add(
+                    "kepler_node_platform_joules_total",
+                    "counter",
+                    "Aggregated value in platform_joules",
+                    n,
+                    {**base, "source": "acpi"},
+                    n.platform_joules * share,
+                )
+                add(
+                    "kepler_node_package_joules_total",
+                    "counter",
+                    "Aggregated value in package_joules",
+                    n,
+                    {**base, "package": "0", "source": "rapl-sysfs"},
+                    n.package_joules * share,
+                )
+        if "0.10" in self.kepler_styles:
+            labels = {
+                "zone": "package",
+                "path": "/sys/class/powercap/intel-rapl:0",
+                "node_name": n.name,
+            }
+            add(
+                "kepler_node_cpu_joules_total",
+                "counter",
+                "Energy consumption of cpu at node level in joules",
+                n,
+                labels,
+                n.package_joules,
+            )
+            add(
+                "kepler_node_cpu_watts",
+                "gauge",
+                "Power consumption of cpu at node level in watts",
+                n,
+                labels,
+                package_w,
+            )
+
+    def _ksm(self, n: Node, add: _Add) -> None:
+        for resource, amount in n.allocatable.items():
+            add(
+                "kube_node_status_allocatable",
+                "gauge",
+                "The allocatable for different resources of a node.",
+                n,
+                {"node": n.name, "resource": resource, "unit": _KSM_UNITS.get(resource, "integer")},
+                amount,
+            )
+        for c in n.containers:
+            base = {
+                "namespace": c.namespace,
+                "pod": c.pod,
+                "container": c.container,
+                "node": n.name,
+                "uid": str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{c.namespace}/{c.pod}")),
+            }
+            for series, amounts in (
+                ("kube_pod_container_resource_requests", c.requests),
+                ("kube_pod_container_resource_limits", c.limits),
+            ):
+                for resource, amount in amounts.items():
+                    labels = {
+                        **base,
+                        "resource": resource,
+                        "unit": _KSM_UNITS.get(resource, "integer"),
+                    }
+                    add(
+                        series,
+                        "gauge",
+                        f"The number of {series.rsplit('_', 1)[1]} resource.",
+                        n,
+                        labels,
+                        amount,
+                    )
+
+    def write_openmetrics(self, out: IO[str], timestamps: Iterable[float]) -> None:
+        """Write the series at each timestamp (ascending, unix seconds) as OpenMetrics text for
+        `promtool tsdb create-blocks-from openmetrics`. Works on a copy: the live counters and
+        noise sequence of this cluster are left as they are."""
+        with self._lock:
+            snapshot = copy.deepcopy(self)
+        snapshot._last_eval = None
+        series: dict[
+            str, tuple[Family, dict[tuple[tuple[str, str], ...], list[tuple[float, float]]]]
+        ] = {}
+        for ts in timestamps:
+            for fam in snapshot.families(ts):
+                _, by_labels = series.setdefault(fam.name, (fam, {}))
+                for labels, value in fam.samples:
+                    by_labels.setdefault(tuple(sorted(labels.items())), []).append((ts, value))
+        for name, (fam, by_labels) in series.items():
+            family_name = name.removesuffix("_total") if fam.kind == "counter" else name
+            out.write(f"# HELP {family_name} {fam.help}\n# TYPE {family_name} {fam.kind}\n")
+            for key, points in by_labels.items():
+                label_text = ",".join(f'{k}="{_escape(v)}"' for k, v in key)
+                for ts, value in points:
+                    out.write(f"{name}{{{label_text}}} {_format(value)} {ts:.3f}\n")
+        out.write("# EOF\n")
+
+    def __deepcopy__(self, memo: dict[int, object]) -> SyntheticCluster:
+        clone = SyntheticCluster.__new__(SyntheticCluster)
+        clone.__dict__.update({k: v for k, v in self.__dict__.items() if k != "_lock"})
+        clone._lock = threading.RLock()
+        clone._nodes = copy.deepcopy(self._nodes, memo)
+        clone._rng = copy.deepcopy(self._rng, memo)
+        return clone
+
+
+class _Add(Protocol):  # the `add` callback of `families`
+    def __call__(
+        self,
+        name: str,
+        kind: Literal["gauge", "counter"],
+        help_: str,
+        node: Node,
+        labels: dict[str, str],
+        value: float,
+    ) -> None: ...
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _format(value: float) -> str:
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(float(value))
+
+
+class SyntheticCollector(Collector):
+    """prometheus-client collector that renders the cluster at scrape time."""
+
+    def __init__(self, cluster: SyntheticCluster) -> None:
+        self.cluster = cluster
+
+    def collect(self) -> Iterator[Metric]:
+        for fam in self.cluster.families(time.time()):
+            family_name = fam.name.removesuffix("_total") if fam.kind == "counter" else fam.name
+            metric = Metric(family_name, fam.help, fam.kind)
+            for labels, value in fam.samples:
+                metric.add_sample(fam.name, labels, value)
+            yield metric
+
+
+class SyntheticExporter:
+    """Serves a `SyntheticCluster` on 127.0.0.1 (port 0 = a free port) until `stop()`."""
+
+    def __init__(self, cluster: SyntheticCluster, *, port: int = 0) -> None:
+        self.cluster = cluster
+        self._requested_port = port
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(SyntheticCollector(cluster))
+        self._server: WSGIServer | None = None
+        self.port = 0
+
+    @property
+    def target(self) -> str:
+        """`host:port` for a Prometheus static_config."""
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.target}/metrics"
+
+    def start(self) -> SyntheticExporter:
+        server, _thread = start_http_server(
+            self._requested_port, addr="127.0.0.1", registry=self.registry
+        )
+        self._server = server
+        self.port = server.server_port
+        return self
+
+    def stop(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+
+    def __enter__(self) -> SyntheticExporter:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
