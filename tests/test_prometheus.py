@@ -27,7 +27,7 @@ from steer.adapters.prometheus import (
     PrometheusUnavailable,
 )
 from steer.testing.exporter import SyntheticCluster, SyntheticExporter
-from steer.testing.prom import WARNING_PROBE_LABEL, PrometheusServer
+from steer.testing.prom import WARNING_PROBE_LABEL, PrometheusServer, scraped_cluster
 
 GPU_UTIL = {"node-1": (10, 30), "node-2": (50, 50), "node-3": (90, 70)}
 
@@ -45,16 +45,19 @@ def cluster() -> SyntheticCluster:
 
 
 @pytest.fixture(scope="module")
-def exporter(cluster: SyntheticCluster) -> Iterator[SyntheticExporter]:
-    with SyntheticExporter(cluster) as exporter:
-        yield exporter
+def scraped(cluster: SyntheticCluster) -> Iterator[tuple[SyntheticExporter, PrometheusServer]]:
+    with scraped_cluster(cluster, warning_probe=True) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
-def prom(exporter: SyntheticExporter) -> Iterator[PrometheusServer]:
-    with PrometheusServer([exporter.target], warning_probe=True) as server:
-        server.wait_for("count(DCGM_FI_DEV_GPU_UTIL)", lambda r: r.samples[0].value == 6)
-        yield server
+def exporter(scraped: tuple[SyntheticExporter, PrometheusServer]) -> SyntheticExporter:
+    return scraped[0]
+
+
+@pytest.fixture(scope="module")
+def prom(scraped: tuple[SyntheticExporter, PrometheusServer]) -> PrometheusServer:
+    return scraped[1]
 
 
 @pytest.fixture()

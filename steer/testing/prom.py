@@ -2,9 +2,8 @@
 demo and the benchmark.
 
     cluster = SyntheticCluster(nodes=3, gpus_per_node=2)
-    with SyntheticExporter(cluster) as exporter, PrometheusServer([exporter.target]) as prom:
-        prom.wait_for('count(DCGM_FI_DEV_GPU_UTIL)', lambda r: r.samples[0].value == 6)
-        result = prom.client().query('avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL)')
+    with scraped_cluster(cluster) as (exporter, prom), prom.client() as client:
+        result = client.query('avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL)')
 
 Scrapes are asynchronous, so tests poll with `wait_for` instead of sleeping. The scrape manager
 of Prometheus 2.x applies target changes on a fixed 5 s ticker (its reload interval is clamped
@@ -25,7 +24,8 @@ import subprocess
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ import yaml
 from urllib3.exceptions import InsecureRequestWarning
 
 from steer.adapters.prometheus import PrometheusClient, PrometheusError, QueryResult
+from steer.testing.exporter import SyntheticCluster, SyntheticExporter
 
 INSTALL_HINT = "apt-get install -y prometheus"
 JOB_NAME = "synthetic-cluster"
@@ -317,3 +318,16 @@ class PrometheusServer:
                         f"query {query!r} did not satisfy the predicate within {timeout_s}s; {last}"
                     )
                 time.sleep(interval_s)
+
+
+@contextmanager
+def scraped_cluster(
+    cluster: SyntheticCluster, **server_options: Any
+) -> Iterator[tuple[SyntheticExporter, PrometheusServer]]:
+    """Serve `cluster`, start Prometheus scraping it, and yield once the first scrape is stored."""
+    with (
+        SyntheticExporter(cluster) as exporter,
+        PrometheusServer([exporter.target], **server_options) as prom,
+    ):
+        prom.wait_for(f'up{{job="{JOB_NAME}"}} == 1')
+        yield exporter, prom
