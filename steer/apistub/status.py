@@ -58,11 +58,13 @@ def failure(code: int, reason: str, message: str, details: JsonObject | None = N
     return body
 
 
-def success(code: int = 200, details: JsonObject | None = None) -> JsonObject:
+def success(code: int | None, details: JsonObject | None = None) -> JsonObject:
+    """A `status: Success`; a DELETE's carries no code, a binding's carries 201."""
     body: JsonObject = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}
     if details is not None:
         body["details"] = details
-    body["code"] = code
+    if code is not None:
+        body["code"] = code
     return body
 
 
@@ -71,7 +73,9 @@ def not_found(gr: GroupResource, name: str) -> ApiError:
 
 
 def already_exists(gr: GroupResource, name: str) -> ApiError:
-    return ApiError(failure(409, "AlreadyExists", f'{gr} "{name}" already exists', gr.details(name)))
+    return ApiError(
+        failure(409, "AlreadyExists", f'{gr} "{name}" already exists', gr.details(name))
+    )
 
 
 def conflict(gr: GroupResource, name: str, why: str | None = None) -> ApiError:
