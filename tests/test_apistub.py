@@ -199,7 +199,10 @@ def test_server_side_apply_owns_the_labels_it_applied(
 
     apply({"steer.io/score": "40", "steer.io/score-gpu": "20"})
     assert apistub.requests[-1].content_type == "application/apply-patch+yaml"
-    apply({"steer.io/score": "50"})
+    applied = apply({"steer.io/score": "50"})
+    assert apply({"steer.io/score": "50"}).metadata.resource_version == (
+        applied.metadata.resource_version
+    )  # the same apply again is no write
     labels = _labels(apistub, "worker-1")
     assert labels["steer.io/score"] == "50"
     assert "steer.io/score-gpu" not in labels  # applied before, left out now: removed

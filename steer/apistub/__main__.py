@@ -37,7 +37,7 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tls-cert", help="serve HTTPS with this certificate (PEM)")
     parser.add_argument("--tls-key", help="private key (PEM) for --tls-cert")
     parser.add_argument(
-        "--watch-window", type=int, default=1000, help="past events a watch can resume from"
+        "--watch-window", type=int, default=10000, help="past events a watch can resume from"
     )
 
 

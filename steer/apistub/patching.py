@@ -14,13 +14,8 @@ from typing import Any
 import jsonpatch
 import yaml
 
-from steer.apistub.status import (
-    ApiError,
-    JsonObject,
-    bad_request,
-    failure,
-    unprocessable_patch,
-)
+from steer.apistub.status import JsonObject, bad_request, unprocessable_patch
+from steer.apistub.validation import invalid_error, required
 
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
@@ -70,12 +65,11 @@ def json_patch(target: JsonObject, operations: Any) -> JsonObject:
     return result
 
 
-def _owned_keys(obj: JsonObject, manager: str, field: str) -> set[str]:
+def _apply_entry(obj: JsonObject, manager: str) -> JsonObject | None:
     for entry in (obj.get("metadata") or {}).get("managedFields") or []:
         if entry.get("manager") == manager and entry.get("operation") == "Apply":
-            owned = entry.get("fieldsV1", {}).get("f:metadata", {}).get(f"f:{field}", {})
-            return {k[2:] for k in owned if k.startswith("f:")}
-    return set()
+            return dict(entry)
+    return None
 
 
 def server_side_apply(live: JsonObject, applied: JsonObject, manager: str, now: str) -> JsonObject:
@@ -83,16 +77,19 @@ def server_side_apply(live: JsonObject, applied: JsonObject, manager: str, now: 
 
     Keys the manager applied before and now leaves out are removed, as the apiserver does when
     it is their only owner; other applied fields are merged in. Conflicts with other managers
-    (the 409 without `force`) are not modelled.
+    (the 409 without `force`) are not modelled. Re-applying the same thing changes nothing, not
+    even the entry's time, so it is no write.
     """
     result: JsonObject = strategic_merge_patch(live, _without_managed_fields(applied))
     meta = result.setdefault("metadata", {})
     applied_meta = applied.get("metadata") or {}
+    previous = _apply_entry(live, manager)
+    owned_before = (previous or {}).get("fieldsV1", {}).get("f:metadata", {})
     fields: JsonObject = {}
     for field in ("labels", "annotations"):
         now_applied = applied_meta.get(field) or {}
         current = dict(meta.get(field) or {})
-        for gone in _owned_keys(live, manager, field) - set(now_applied):
+        for gone in {k[2:] for k in owned_before.get(f"f:{field}", {})} - set(now_applied):
             current.pop(gone, None)
         if current:
             meta[field] = current
@@ -100,6 +97,9 @@ def server_side_apply(live: JsonObject, applied: JsonObject, manager: str, now: 
             meta.pop(field, None)
         if now_applied:
             fields[f"f:{field}"] = {f"f:{key}": {} for key in sorted(now_applied)}
+    unchanged = _without_managed_fields(result) == _without_managed_fields(live)
+    if previous and unchanged and previous.get("fieldsV1") == {"f:metadata": fields}:
+        return result
     entry = {
         "manager": manager,
         "operation": "Apply",
@@ -150,24 +150,7 @@ def apply_patch(
         return result
     if content_type == APPLY_PATCH:
         if not manager:
-            raise ApiError(
-                failure(
-                    422,
-                    "Invalid",
-                    'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: '
-                    "is required for apply patch",
-                    {
-                        "group": "meta.k8s.io",
-                        "kind": "PatchOptions",
-                        "causes": [
-                            {
-                                "reason": "FieldValueRequired",
-                                "message": "Required value: is required for apply patch",
-                                "field": "fieldManager",
-                            }
-                        ],
-                    },
-                )
-            )
+            required_manager = required("fieldManager", "is required for apply patch")
+            raise invalid_error("PatchOptions", "meta.k8s.io", "", [required_manager], repeats=1)
         return server_side_apply(live, patch, manager, now)
     raise AssertionError(f"unhandled patch type {content_type}")

@@ -11,7 +11,7 @@ from steer.apistub.status import JsonObject, bad_request
 Matcher = Callable[[JsonObject], bool]
 
 _SET_RE = re.compile(r"^\s*([^\s!=<>]+)\s+(in|notin)\s+\((.*)\)\s*$")
-_OP_RE = re.compile(r"^\s*([^\s!=<>]+)\s*(==|!=|=|>|<)\s*(\S*)\s*$")
+_OP_RE = re.compile(r"^\s*([^\s!=<>]+)\s*(==|!=|=)\s*(\S*)\s*$")
 _EXISTS_RE = re.compile(r"^\s*(!?)\s*([^\s!=<>(),]+)\s*$")
 
 
@@ -38,23 +38,7 @@ def _label_requirement(text: str) -> Callable[[dict[str, str]], bool]:
         key, op, value = m.groups()
         if op in ("=", "=="):
             return lambda labels: labels.get(key) == value
-        if op == "!=":
-            return lambda labels: labels.get(key) != value
-        try:
-            bound = int(value)
-        except ValueError:
-            raise bad_request(
-                f"unable to parse requirement: for 'Gt', 'Lt' operators, the value must be an "
-                f"integer: {value!r}"
-            ) from None
-
-        def compare(labels: dict[str, str]) -> bool:
-            current = _int_or_none(labels.get(key))
-            if current is None:
-                return False
-            return current > bound if op == ">" else current < bound
-
-        return compare
+        return lambda labels: labels.get(key) != value
     if m := _EXISTS_RE.match(text):
         negate, key = m.groups()
         if negate:
@@ -63,15 +47,8 @@ def _label_requirement(text: str) -> Callable[[dict[str, str]], bool]:
     raise bad_request(f"unable to parse requirement: {text.strip()!r} in labelSelector")
 
 
-def _int_or_none(value: str | None) -> int | None:
-    try:
-        return int(value) if value is not None else None
-    except ValueError:
-        return None
-
-
 def label_matcher(selector: str | None) -> Matcher:
-    """Equality (`=`, `==`, `!=`), sets (`in`, `notin`), existence (`k`, `!k`), `>`/`<`."""
+    """Equality (`=`, `==`, `!=`), sets (`in`, `notin`) and existence (`k`, `!k`)."""
     requirements = [_label_requirement(r) for r in _split_requirements(selector or "")]
 
     def matches(obj: JsonObject) -> bool:
@@ -93,7 +70,7 @@ def field_matcher(selector: str | None) -> Matcher:
     tests: list[tuple[str, bool, str]] = []
     for text in _split_requirements(selector or ""):
         m = _OP_RE.match(text)
-        if not m or m.group(2) not in ("=", "==", "!="):
+        if not m:
             raise bad_request(f"invalid field selector: {text.strip()!r}")
         tests.append((m.group(1), m.group(2) != "!=", m.group(3)))
 

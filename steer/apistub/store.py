@@ -429,7 +429,10 @@ def _ordered(obj: JsonObject, order: tuple[str, ...]) -> JsonObject:
 def _in_apiserver_order(obj: JsonObject) -> JsonObject:
     """Key order as the apiserver serialises (Go struct order), so bodies read like real ones."""
     out = _ordered(obj, _TOP_ORDER)
-    out["metadata"] = _ordered(out["metadata"], _META_ORDER)
+    meta = out["metadata"] = _ordered(out["metadata"], _META_ORDER)
+    for field in ("labels", "annotations"):  # Go marshals maps with sorted keys
+        if isinstance(meta.get(field), dict):
+            meta[field] = dict(sorted(meta[field].items()))
     return out
 
 

@@ -123,7 +123,9 @@ def object_errors(kind: str, obj: JsonObject) -> list[FieldError]:
     return errors
 
 
-def invalid_error(kind: str, group: str, name: str, errors: list[FieldError]) -> ApiError:
+def invalid_error(
+    kind: str, group: str, name: str, errors: list[FieldError], repeats: int = CAUSE_REPEATS
+) -> ApiError:
     """apimachinery `NewInvalid`: the message lists each distinct error once, causes do not."""
     distinct = list(dict.fromkeys(str(e) for e in errors))
     summary = distinct[0] if len(distinct) == 1 else "[" + ", ".join(distinct) + "]"
@@ -133,6 +135,6 @@ def invalid_error(kind: str, group: str, name: str, errors: list[FieldError]) ->
     if group:
         details["group"] = group
     details["kind"] = kind
-    details["causes"] = causes * CAUSE_REPEATS
+    details["causes"] = causes * repeats
     message = f'{qualified} "{name}" is invalid: {summary}'
     return ApiError(failure(422, "Invalid", message, details))
