@@ -43,7 +43,8 @@ def normalise(
         if hi == lo:
             score = 50.0
         else:
-            score = (value - lo) / (hi - lo) * 100.0
+            # Halves keep hi - lo finite even for values near the float limits.
+            score = (value / 2 - lo / 2) / (hi / 2 - lo / 2) * 100.0
             score = min(max(score, 0.0), 100.0)
         out[node] = score if higher_is_better else 100.0 - score
     return out
