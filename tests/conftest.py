@@ -8,6 +8,9 @@ from typing import Any
 
 import pytest
 
+# `apistub` (a running Kubernetes API stand-in) and `kube_client` fixtures for every test module.
+pytest_plugins = ["tests.apistub_fixtures"]
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_POLICY = ROOT / "examples" / "policy.yaml"
 # Bodies captured from a real kube-apiserver, kept beside the repository (CI lays it there too).
