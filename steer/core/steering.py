@@ -35,6 +35,11 @@ def overcommit_key(policy: Policy) -> str:
     return policy.label_key("overcommit-pct")
 
 
+def trace_annotation_key(policy: Policy) -> str:
+    """Pod annotation where the webhook records what it applied (read back by `/explain`)."""
+    return policy.label_key("trace")
+
+
 def composite_weights(policy: Policy, pod_class: PodClass | None) -> dict[str, float]:
     """Dimension weights of a class's composite (all weighted score dimensions for no class)."""
     names = set(pod_class.dimensions) if pod_class and pod_class.dimensions else None
@@ -172,7 +177,13 @@ def expression_matches(expr: Mapping[str, Any], labels: Mapping[str, str]) -> bo
 
 
 def term_matches(term: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    """A nodeSelectorTerm matches when all its matchExpressions do (matchFields are not labels)."""
+    """A nodeSelectorTerm matches when all its matchExpressions do (matchFields are not labels).
+
+    A term with no requirements at all matches no node: that is the scheduler's rule, and an
+    affinity merge that filled such a term would widen the user's constraint.
+    """
+    if not term.get("matchExpressions") and not term.get("matchFields"):
+        return False
     return all(expression_matches(e, labels) for e in term.get("matchExpressions") or ())
 
 

@@ -1,0 +1,322 @@
+"""The admission HTTP surface: a Flask app over the pure review/mutate/validate modules.
+
+`AdmissionHandler` turns request bytes into (status, body, result) and never raises, so the
+Flask views stay thin and every failure mode maps to an answer: 400 with a JSON error for a
+body that is not an AdmissionReview, an allowing review with a warning for a pod the webhook
+cannot interpret, 503 (the apiserver then applies the failurePolicy) when validation cannot
+know the namespace's tenant yet. Everything a request reads is in memory: the plans built when
+the policy changed, and the namespace map kept by the watch.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+import orjson
+from flask import Flask, Response, request
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
+
+from steer.core.policy import Policy
+from webhook import review as rv
+from webhook.metrics import WebhookMetrics
+from webhook.mutate import MutationPlan, UninterpretablePod, mutate_pod
+from webhook.namespaces import NamespaceSource
+from webhook.validate import (
+    Scope,
+    ValidationPlan,
+    denial_message,
+    introduced_denials,
+    validate_pod,
+)
+
+log = logging.getLogger(__name__)
+
+Endpoint = Literal["mutate", "validate", "validate-security"]
+JSON = "application/json"
+
+
+class PolicySource(Protocol):
+    """The hot-reload helper's surface (`steer.adapters.policy_file.PolicyWatcher`)."""
+
+    @property
+    def current(self) -> Policy: ...
+
+    def subscribe(self, listener: Callable[[Policy], None], *, call_now: bool = True) -> None: ...
+
+    def status(self) -> Any: ...
+
+
+@dataclass(frozen=True)
+class Plans:
+    mutation: MutationPlan
+    validation: ValidationPlan
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: int
+    body: bytes
+    result: str
+
+
+class AdmissionHandler:
+    """Answers AdmissionReviews from memory; rebuilds its plans when the policy changes."""
+
+    def __init__(
+        self,
+        policy: PolicySource,
+        namespaces: NamespaceSource,
+        metrics: WebhookMetrics,
+        *,
+        max_body_bytes: int = rv.DEFAULT_MAX_BODY_BYTES,
+        cert_status: Callable[[], Mapping[str, Any]] | None = None,
+    ) -> None:
+        self.namespaces = namespaces
+        self.metrics = metrics
+        self.max_body_bytes = max_body_bytes
+        self.cert_status = cert_status
+        self.policy = policy
+        self._plans: Plans | None = None
+        policy.subscribe(self._on_policy)
+
+    def _on_policy(self, policy: Policy) -> None:
+        # Built off the request path, then published with one reference assignment.
+        self._plans = Plans(MutationPlan.from_policy(policy), ValidationPlan.from_policy(policy))
+        self.metrics.set_policy(policy.version)
+        log.info("webhook plans built for policy %s", policy.version)
+
+    @property
+    def plans(self) -> Plans:
+        assert self._plans is not None  # subscribe(call_now=True) built them in __init__
+        return self._plans
+
+    # -- entry point -----------------------------------------------------------------------
+
+    def handle(self, endpoint: Endpoint, body: bytes | None) -> Outcome:
+        started = time.perf_counter()
+        dry_run = False
+        try:
+            if body is None:
+                raise rv.BadReview(
+                    "body-too-large", f"request body is over the {self.max_body_bytes}-byte limit"
+                )
+            review = rv.parse_review(body, max_bytes=self.max_body_bytes)
+            dry_run = review.dry_run
+            if endpoint == "mutate":
+                outcome = self._mutate(review)
+            else:
+                outcome = self._validate(
+                    review, "security" if endpoint == "validate-security" else "all"
+                )
+        except rv.BadReview as exc:
+            self.metrics.bad_requests.labels(reason=exc.reason).inc()
+            outcome = Outcome(400, exc.body(), "bad_request")
+        except Exception:
+            log.exception("%s: unexpected failure", endpoint)
+            outcome = Outcome(
+                500,
+                rv.error_body("internal-error", "the webhook failed on this request; see its log"),
+                "error",
+            )
+        self.metrics.duration.labels(endpoint=endpoint, result=outcome.result).observe(
+            time.perf_counter() - started
+        )
+        if dry_run:
+            self.metrics.dry_runs.labels(endpoint=endpoint, result=outcome.result).inc()
+        return outcome
+
+    def _uninterpretable(
+        self, endpoint: Endpoint, review: rv.Review, reason: str, warning: str
+    ) -> Outcome:
+        self.metrics.uninterpretable.labels(endpoint=endpoint, reason=reason).inc()
+        log.warning("%s %s: %s", endpoint, review.uid, warning)
+        return Outcome(
+            200, rv.allow(review.uid, warnings=[f"kube-steer: {warning}"]), "uninterpretable"
+        )
+
+    def _namespace(self, review: rv.Review, obj: Mapping[str, Any]) -> str:
+        if review.namespace:
+            return review.namespace
+        metadata = obj.get("metadata")
+        return str(metadata.get("namespace") or "") if isinstance(metadata, dict) else ""
+
+    def _unknown_namespace(self, namespace: str) -> tuple[str, str]:
+        if not self.namespaces.synced:
+            return "namespace-cache-not-synced", "the namespace cache has not synced yet"
+        return "namespace-unknown", f'namespace "{namespace}" is not in the namespace cache yet'
+
+    # -- mutation --------------------------------------------------------------------------
+
+    def _mutate(self, review: rv.Review) -> Outcome:
+        if review.operation != "CREATE":
+            return Outcome(200, rv.allow(review.uid), "skipped")
+        obj = review.object
+        if review.kind != "Pod" or obj is None:
+            return self._uninterpretable(
+                "mutate",
+                review,
+                "kind",
+                f"expected a Pod object, got kind {review.kind!r}; not steered",
+            )
+        plan = self.plans.mutation
+        namespace = self._namespace(review, obj)
+        if namespace in plan.excluded_namespaces:
+            return Outcome(200, rv.allow(review.uid), "skipped")
+        labels = self.namespaces.labels(namespace)
+        if labels is None:
+            reason, text = self._unknown_namespace(namespace)
+            return self._uninterpretable("mutate", review, reason, f"{text}; pod not steered")
+        if not plan.opted_in(namespace, labels):
+            return Outcome(200, rv.allow(review.uid), "skipped")
+        try:
+            mutation = mutate_pod(plan, obj, plan.tenant(labels))
+        except UninterpretablePod as exc:
+            return self._uninterpretable("mutate", review, exc.field, f"pod not steered: {exc}")
+        patch = mutation.patch_bytes()
+        if not review.dry_run:
+            for rule in mutation.added:
+                self.metrics.mutations.labels(rule=rule).inc()
+        return Outcome(200, rv.allow(review.uid, patch=patch), "mutated" if patch else "unchanged")
+
+    # -- validation ------------------------------------------------------------------------
+
+    def _validate(self, review: rv.Review, scope: Scope) -> Outcome:
+        endpoint: Endpoint = "validate-security" if scope == "security" else "validate"
+        if review.operation not in ("CREATE", "UPDATE"):
+            return Outcome(200, rv.allow(review.uid), "skipped")
+        obj = review.object
+        if review.kind != "Pod" or obj is None:
+            return self._uninterpretable(
+                endpoint,
+                review,
+                "kind",
+                f"expected a Pod object, got kind {review.kind!r}; not validated",
+            )
+        plan = self.plans.validation
+        namespace = self._namespace(review, obj)
+        if namespace in plan.excluded_namespaces:
+            return Outcome(200, rv.allow(review.uid), "skipped")
+        labels = self.namespaces.labels(namespace)
+        if labels is None:
+            # Without the tenant no rule can be judged; let the failurePolicy decide (Fail for
+            # the security configuration) instead of guessing.
+            reason, text = self._unknown_namespace(namespace)
+            self.metrics.uninterpretable.labels(endpoint=endpoint, reason=reason).inc()
+            return Outcome(503, rv.error_body(reason, f"{text}; retry shortly"), "unavailable")
+        tenant = self.plans.mutation.tenant(labels)
+        try:
+            denials = validate_pod(plan, obj, tenant, namespace, scope=scope)
+            old = review.old_object
+            if denials and review.operation == "UPDATE" and old is not None:
+                denials = introduced_denials(
+                    denials, validate_pod(plan, old, tenant, namespace, scope=scope)
+                )
+        except UninterpretablePod as exc:
+            return self._uninterpretable(endpoint, review, exc.field, f"pod not validated: {exc}")
+        if not denials:
+            return Outcome(200, rv.allow(review.uid), "allowed")
+        if not review.dry_run:
+            for denial in denials:
+                self.metrics.denials.labels(rule=denial.rule).inc()
+        return Outcome(200, rv.deny(review.uid, denial_message(denials)), "denied")
+
+    # -- health ------------------------------------------------------------------------------
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]:
+        status = self.policy.status()
+        ns = self.namespaces.status()
+        cert = dict(self.cert_status()) if self.cert_status is not None else {"loaded": True}
+        ready = self._plans is not None and ns.synced and bool(cert.get("loaded"))
+        return ready, {
+            "ready": ready,
+            "policy": {
+                "version": status.version,
+                "reloadErrors": status.reload_errors,
+                "lastError": status.last_error,
+            },
+            "namespaces": ns.as_json(),
+            "certificate": cert,
+        }
+
+    def publish_status(self) -> None:
+        """Copy slow-moving state into gauges (called by a timer, not per request)."""
+        ns = self.namespaces.status()
+        if ns.current_at is not None:
+            self.metrics.namespace_current_at.set(ns.current_at)
+        self.metrics.namespaces.set(ns.namespaces)
+        self.metrics.namespace_relists.set(ns.relists)
+        self.metrics.policy_reload_errors.set(self.policy.status().reload_errors)
+
+
+def start_status_pump(handler: AdmissionHandler, interval: float = 2.0) -> threading.Event:
+    """Publish `handler`'s status gauges every `interval` seconds; set the event to stop."""
+    stop = threading.Event()
+
+    def run() -> None:
+        while True:
+            try:
+                handler.publish_status()
+            except Exception:  # a metrics hiccup must not end the pump
+                log.exception("publishing webhook status failed")
+            if stop.wait(interval):
+                return
+
+    threading.Thread(target=run, name="webhook-status", daemon=True).start()
+    return stop
+
+
+def create_app(handler: AdmissionHandler) -> Flask:
+    """The WSGI app: admission endpoints, health, and JSON (never HTML) for every error."""
+    app = Flask(__name__, root_path=os.path.dirname(os.path.abspath(__file__)))
+    app.config["MAX_CONTENT_LENGTH"] = handler.max_body_bytes
+
+    def read_body() -> bytes | None:
+        try:
+            return request.get_data(cache=False)
+        except RequestEntityTooLarge:
+            return None
+
+    def answer(outcome: Outcome) -> Response:
+        return Response(outcome.body, status=outcome.status, mimetype=JSON)
+
+    @app.post("/mutate")
+    def mutate() -> Response:
+        return answer(handler.handle("mutate", read_body()))
+
+    @app.post("/validate")
+    def validate() -> Response:
+        return answer(handler.handle("validate", read_body()))
+
+    @app.post("/validate/security")
+    def validate_security() -> Response:
+        return answer(handler.handle("validate-security", read_body()))
+
+    @app.get("/healthz")
+    def healthz() -> Response:
+        return Response(b'{"status":"ok"}', mimetype=JSON)
+
+    @app.get("/readyz")
+    def readyz() -> Response:
+        ready, detail = handler.readiness()
+        return Response(orjson.dumps(detail), status=200 if ready else 503, mimetype=JSON)
+
+    @app.errorhandler(HTTPException)
+    def http_error(exc: HTTPException) -> Response:
+        reason = (exc.name or "error").lower().replace(" ", "-")
+        body = rv.error_body(reason, exc.description or reason)
+        return Response(body, status=exc.code or 500, mimetype=JSON)
+
+    @app.errorhandler(Exception)
+    def unexpected(exc: Exception) -> Response:
+        log.exception("unhandled error")
+        return Response(
+            rv.error_body("internal-error", "see the webhook log"), status=500, mimetype=JSON
+        )
+
+    return app

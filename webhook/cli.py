@@ -1,0 +1,116 @@
+"""`steer webhook serve`: run the admission webhook.
+
+Heavy imports (gunicorn, flask, kubernetes) happen when the command runs, not when `steer`
+builds its parser, so `steer --help` stays fast and the metrics mode is chosen before any
+metric exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import Any
+
+from webhook.review import DEFAULT_MAX_BODY_BYTES
+from webhook.serve import DEFAULT_LISTEN, DEFAULT_METRICS_LISTEN
+
+
+def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+    """Add `webhook serve` to the `steer` command; the handler is `args.func(args) -> int`."""
+    webhook = subparsers.add_parser(
+        "webhook",
+        help="run the mutating/validating admission webhook",
+        description="The kube-steer admission webhook for Pods.",
+    )
+    actions = webhook.add_subparsers(dest="webhook_command", required=True, metavar="ACTION")
+    serve = actions.add_parser(
+        "serve",
+        help="serve /mutate, /validate, /healthz, /readyz over TLS; /metrics on plain HTTP",
+        description=(
+            "Serve the admission webhook over TLS with gunicorn (gthread workers). POST /mutate "
+            "and /validate (and /validate/security for the fail-closed configuration) take "
+            "admission.k8s.io/v1 AdmissionReviews for Pods. Namespace labels come from a watch "
+            "kept in memory, the policy is hot-reloaded, and the certificate files are re-read "
+            "when they change, so neither a policy edit nor a rotated Secret needs a restart."
+        ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    serve.add_argument("--policy", required=True, metavar="FILE", help="SteeringPolicy YAML file")
+    serve.add_argument("--cert", required=True, metavar="FILE", help="serving certificate (PEM)")
+    serve.add_argument("--key", required=True, metavar="FILE", help="private key of --cert (PEM)")
+    serve.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT", help="TLS address")
+    serve.add_argument(
+        "--metrics-listen",
+        default=DEFAULT_METRICS_LISTEN,
+        metavar="HOST:PORT",
+        help="plain-HTTP address of /metrics; 'off' disables it",
+    )
+    serve.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="kubeconfig for the namespace watch (default: in-cluster service account, then "
+        "$KUBECONFIG, then ~/.kube/config)",
+    )
+    serve.add_argument(
+        "--workers", type=int, default=2, metavar="N", help="gunicorn worker processes"
+    )
+    serve.add_argument("--threads", type=int, default=4, metavar="N", help="threads per worker")
+    serve.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=DEFAULT_MAX_BODY_BYTES,
+        metavar="N",
+        help="larger request bodies get HTTP 400",
+    )
+    serve.add_argument(
+        "--namespace-sync-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="how long a starting worker waits for the first namespace list",
+    )
+    serve.add_argument(
+        "--log-level",
+        default="info",
+        choices=("debug", "info", "warning", "error"),
+        help="log level",
+    )
+    serve.set_defaults(func=_serve)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from certs.pki import CertError
+    from steer.adapters.kube import KubeConfigError
+    from steer.core.policy import PolicyError
+    from webhook.serve import ServeError, ServerSettings, WebhookOptions, serve_webhook
+
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    options = WebhookOptions(
+        policy_file=args.policy,
+        server=ServerSettings(
+            listen=args.listen,
+            cert_file=args.cert,
+            key_file=args.key,
+            workers=args.workers,
+            threads=args.threads,
+            log_level=args.log_level,
+        ),
+        metrics_listen=None if args.metrics_listen == "off" else args.metrics_listen,
+        kubeconfig=args.kubeconfig,
+        max_body_bytes=args.max_body_bytes,
+        namespace_sync_timeout=args.namespace_sync_timeout,
+    )
+    try:
+        serve_webhook(options)
+    except PolicyError as exc:
+        print(f"{args.policy}: invalid policy:", file=sys.stderr)
+        for issue in exc.issues:
+            print(f"  {issue}", file=sys.stderr)
+        return 2
+    except (ServeError, KubeConfigError, CertError) as exc:
+        print(f"steer webhook serve: {exc}", file=sys.stderr)
+        return 2
+    return 0

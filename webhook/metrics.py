@@ -1,0 +1,148 @@
+"""Webhook metrics (prometheus-client), in one process or across gunicorn workers.
+
+With several gunicorn workers each process counts on its own, so the server runs
+prometheus-client's multiprocess mode: workers write to memory-mapped files in one directory
+and the master's plain-HTTP metrics port adds them up. Two consequences shape this module:
+the metric objects are created per process after the fork (`WebhookMetrics()`), and no gauge
+is computed at scrape time inside a worker. The namespace cache age is therefore exported by
+the workers as a timestamp and turned into an age by `CacheAgeCollector` where it is scraped.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+PREFIX = "steer_webhook"
+SYNCED_AT = f"{PREFIX}_namespace_cache_current_timestamp_seconds"
+CACHE_AGE = f"{PREFIX}_namespace_cache_age_seconds"
+# Admission must answer in a few milliseconds; the buckets resolve 0.25 ms .. 1 s.
+DURATION_BUCKETS = (0.00025, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+
+
+class WebhookMetrics:
+    """Every metric the webhook exports, registered in `registry` (the default one if None)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        reg = registry if registry is not None else REGISTRY
+        self.duration = Histogram(
+            f"{PREFIX}_admission_duration_seconds",
+            "Time to answer one admission request, by endpoint and result.",
+            ["endpoint", "result"],
+            buckets=DURATION_BUCKETS,
+            registry=reg,
+        )
+        self.mutations = Counter(
+            f"{PREFIX}_mutations",
+            "Steering rules added to pods (dry runs excluded), by rule.",
+            ["rule"],
+            registry=reg,
+        )
+        self.denials = Counter(
+            f"{PREFIX}_denials",
+            "Pods denied (dry runs excluded), by rule.",
+            ["rule"],
+            registry=reg,
+        )
+        self.dry_runs = Counter(
+            f"{PREFIX}_dry_run_reviews",
+            "Dry-run admission requests, answered like real ones but counted only here.",
+            ["endpoint", "result"],
+            registry=reg,
+        )
+        self.bad_requests = Counter(
+            f"{PREFIX}_bad_requests",
+            "Requests refused with HTTP 400 because the body is not a usable AdmissionReview.",
+            ["reason"],
+            registry=reg,
+        )
+        self.uninterpretable = Counter(
+            f"{PREFIX}_uninterpretable",
+            "Well-formed reviews answered without steering because the object could not be "
+            "interpreted (or the namespace is not known yet), by endpoint and field.",
+            ["endpoint", "reason"],
+            registry=reg,
+        )
+        self.policy_info = Gauge(
+            f"{PREFIX}_policy_info",
+            "The policy version in use (value 1 for the current version).",
+            ["version"],
+            multiprocess_mode="livemax",
+            registry=reg,
+        )
+        self.policy_reload_errors = Gauge(
+            f"{PREFIX}_policy_reload_errors",
+            "Policy edits rejected since start (the last good policy keeps serving).",
+            multiprocess_mode="livemax",
+            registry=reg,
+        )
+        self.namespace_current_at = Gauge(
+            SYNCED_AT,
+            "Time up to which the namespace cache is known to match the apiserver.",
+            multiprocess_mode="livemin",
+            registry=reg,
+        )
+        self.namespaces = Gauge(
+            f"{PREFIX}_namespace_cache_namespaces",
+            "Namespaces in the cache.",
+            multiprocess_mode="livemax",
+            registry=reg,
+        )
+        self.namespace_relists = Gauge(
+            f"{PREFIX}_namespace_cache_relists",
+            "Full namespace lists since start (1 + re-lists after 410 Gone or errors).",
+            multiprocess_mode="livemax",
+            registry=reg,
+        )
+        self._version: str | None = None
+
+    def set_policy(self, version: str) -> None:
+        if self._version is not None and self._version != version:
+            # remove() cannot delete a multiprocess file entry; 0 marks the old version retired.
+            self.policy_info.labels(version=self._version).set(0)
+        self.policy_info.labels(version=version).set(1)
+        self._version = version
+
+
+class CacheAgeCollector(Collector):
+    """Re-exports `source`'s metrics and adds the namespace cache age derived from them.
+
+    The oldest worker counts: a request may land on any of them.
+    """
+
+    def __init__(
+        self, source: Callable[[], Iterable[Metric]], clock: Callable[[], float] = time.time
+    ) -> None:
+        self._source = source
+        self._clock = clock
+
+    def collect(self) -> Iterable[Metric]:
+        oldest: float | None = None
+        for metric in self._source():
+            if metric.name == SYNCED_AT:
+                values = [s.value for s in metric.samples if s.value > 0]
+                if values:
+                    oldest = min(values) if oldest is None else min(oldest, *values)
+            yield metric
+        age = GaugeMetricFamily(
+            CACHE_AGE, "Seconds since the namespace cache was last known current."
+        )
+        if oldest is not None:
+            age.add_metric([], max(0.0, self._clock() - oldest))
+        yield age
+
+
+def multiprocess_registry() -> CollectorRegistry:
+    """The registry the metrics port serves under gunicorn: all workers, plus the cache age."""
+    from prometheus_client import multiprocess
+
+    untyped: Any = multiprocess  # the module is not annotated
+    collector = untyped.MultiProcessCollector(None)
+    registry = CollectorRegistry()
+    registry.register(CacheAgeCollector(collector.collect))
+    return registry

@@ -1,0 +1,389 @@
+"""Pod mutation: merge the policy's steering into a pod and express it as a JSON Patch.
+
+Pure. `MutationPlan.from_policy` runs once per policy change and precomputes, for every
+(tenant, pod class), the preferred terms, the required rules, the tolerations and the
+schedulerName, so a request only looks them up and merges.
+
+Merge rules (DESIGN decision 4, "merge, never clobber"):
+- preferred terms are appended; the user's stay, and terms already present are not repeated;
+- a required rule is ANDed into every existing nodeSelectorTerm. Terms are ORed, so a rule
+  with alternatives (A or B) turns each term T into T+A and T+B. A term that already holds one
+  alternative is left alone (that keeps the merge idempotent), and a term with no requirement
+  matches no node and stays that way;
+- tolerations are appended for the reserved taints the tenant may tolerate;
+- a spread constraint is added unless the user has one on the same topologyKey;
+- schedulerName is set only when the pod left it unset.
+
+Mutation is idempotent: the trace records what is in effect, not what this pass added, so a
+reinvocation (reinvocationPolicy: IfNeeded) computes the same pod and an empty patch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from steer.core.policy import ALWAYS_EXCLUDED_NAMESPACES, PodClass, Policy, SpreadRule, Tenant
+from steer.core.steering import (
+    CONDITION_VALUE,
+    Requirement,
+    class_preferences,
+    classify_pod,
+    condition_key,
+    required_rules,
+    scheduler_for,
+    tenant_for,
+    trace_annotation_key,
+)
+from webhook.patch import PatchBuilder, ShapeError
+
+NODE_AFFINITY = ("spec", "affinity", "nodeAffinity")
+PREFERRED = (*NODE_AFFINITY, "preferredDuringSchedulingIgnoredDuringExecution")
+REQUIRED_TERMS = (
+    *NODE_AFFINITY,
+    "requiredDuringSchedulingIgnoredDuringExecution",
+    "nodeSelectorTerms",
+)
+DEFAULT_SCHEDULER = "default-scheduler"
+
+Json = dict[str, Any]
+
+
+class UninterpretablePod(ValueError):
+    """The object is not a pod the webhook can merge into; `field` names the part at fault."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+@dataclass(frozen=True)
+class Pieces:
+    """What the policy injects into a pod of one (tenant, pod class); shared, never mutated."""
+
+    tenant: str | None
+    pod_class: str | None
+    preferred: tuple[Json, ...]
+    preferred_rule: str
+    # One entry per hard rule: (rule name, alternatives as plain matchExpressions lists).
+    required: tuple[tuple[str, tuple[tuple[Json, ...], ...]], ...]
+    tolerations: tuple[tuple[str, Json], ...]
+    scheduler: str | None
+    # Short text of each injected term, for the trace annotation.
+    term_notes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """The patch for one pod, the rules in effect (trace) and the rules this pass added."""
+
+    ops: tuple[Json, ...]
+    in_effect: tuple[str, ...]
+    added: tuple[str, ...]
+    pod_class: str | None
+
+    def patch_bytes(self) -> bytes | None:
+        return orjson.dumps(list(self.ops)) if self.ops else None
+
+
+def _expression(expr: Mapping[str, Any]) -> Json:
+    out: Json = {"key": expr["key"], "operator": expr["operator"]}
+    if expr.get("values"):
+        out["values"] = list(expr["values"])
+    return out
+
+
+def _requirement_note(req: Requirement) -> str:
+    def one(expr: Json) -> str:
+        values = ",".join(expr.get("values") or ())
+        return f"{expr['key']} {expr['operator']}{' ' + values if values else ''}"
+
+    return " | ".join(" & ".join(one(_expression(e)) for e in alt) for alt in req.alternatives)
+
+
+def _toleration(policy: Policy, rule_name: str) -> Json:
+    rule = policy.taint_rule(rule_name)
+    return {
+        "key": condition_key(policy, rule),
+        "operator": "Equal",
+        "value": CONDITION_VALUE,
+        "effect": rule.effect,
+    }
+
+
+def build_pieces(policy: Policy, tenant: Tenant | None, pod_class: PodClass | None) -> Pieces:
+    preferred = class_preferences(policy, pod_class)
+    requirements = required_rules(policy, tenant, pod_class)
+    avoided = set(pod_class.avoid) if pod_class is not None else set()
+    # A class that must avoid a tainted node gets no toleration for that taint: the required
+    # NotIn term would exclude the node anyway, and the toleration would only confuse readers.
+    tolerated = [r for r in (tenant.allowed_tolerations if tenant else ()) if r not in avoided]
+    weights = "/".join(str(t.weight) for t in preferred)
+    notes = [f"{preferred[0].key} In-bits {weights}"] if preferred else []
+    notes += [_requirement_note(r) for r in requirements]
+    return Pieces(
+        tenant=tenant.name if tenant else None,
+        pod_class=pod_class.name if pod_class else None,
+        preferred=tuple(t.to_k8s() for t in preferred),
+        preferred_rule=f"prefer:{preferred[0].key}" if preferred else "prefer",
+        required=tuple(
+            (r.rule, tuple(tuple(_expression(e) for e in alt) for alt in r.alternatives))
+            for r in requirements
+        ),
+        tolerations=tuple((name, _toleration(policy, name)) for name in tolerated),
+        scheduler=scheduler_for(policy, tenant, pod_class),
+        term_notes=tuple(notes),
+    )
+
+
+@dataclass(frozen=True)
+class MutationPlan:
+    """Everything a request needs from the policy, computed once per policy version."""
+
+    policy: Policy
+    pieces: Mapping[tuple[str | None, str | None], Pieces]
+    spread: tuple[SpreadRule, ...]
+    trace_key: str
+    excluded_namespaces: frozenset[str]
+
+    @classmethod
+    def from_policy(cls, policy: Policy) -> MutationPlan:
+        spec = policy.spec
+        tenants: list[Tenant | None] = [None, *spec.tenants]
+        classes: list[PodClass | None] = [None, *spec.pod_classes]
+        pieces = {
+            (t.name if t else None, c.name if c else None): build_pieces(policy, t, c)
+            for t in tenants
+            for c in classes
+        }
+        return cls(
+            policy=policy,
+            pieces=pieces,
+            spread=spec.spread,
+            trace_key=trace_annotation_key(policy),
+            excluded_namespaces=excluded_namespaces(policy),
+        )
+
+    @property
+    def version(self) -> str:
+        return self.policy.version
+
+    def opted_in(self, namespace: str, labels: Mapping[str, str]) -> bool:
+        if namespace in self.excluded_namespaces:
+            return False
+        return self.policy.spec.opt_in.namespace_selector.matches(labels)
+
+    def tenant(self, labels: Mapping[str, str]) -> Tenant | None:
+        return tenant_for(self.policy, labels)
+
+
+def excluded_namespaces(policy: Policy) -> frozenset[str]:
+    """Namespaces never mutated or validated, whatever their labels (DESIGN decision 6)."""
+    spec = policy.spec
+    return frozenset(
+        (*ALWAYS_EXCLUDED_NAMESPACES, spec.project_namespace, *spec.opt_in.excluded_namespaces)
+    )
+
+
+# --- merge functions: pure, each idempotent on its own output -----------------------------
+
+
+def _expr_id(expr: Mapping[str, Any]) -> tuple[Any, Any, tuple[str, ...]]:
+    return (expr.get("key"), expr.get("operator"), tuple(expr.get("values") or ()))
+
+
+def _holds(term_exprs: Iterable[Mapping[str, Any]], alternative: Iterable[Json]) -> bool:
+    have = {_expr_id(e) for e in term_exprs}
+    return all(_expr_id(e) in have for e in alternative)
+
+
+def merge_required(
+    terms: Sequence[Json] | None, alternatives: Sequence[Sequence[Json]]
+) -> list[Json] | None:
+    """AND one rule (alternatives ORed) into ORed nodeSelectorTerms; None means no constraint."""
+    if terms is None:
+        return [{"matchExpressions": list(alt)} for alt in alternatives]
+    out: list[Json] = []
+    for term in terms:
+        exprs = term.get("matchExpressions") or []
+        if not exprs and not term.get("matchFields"):
+            out.append(term)  # matches no node; filling it would widen the user's constraint
+        elif any(_holds(exprs, alt) for alt in alternatives):
+            out.append(term)
+        else:
+            out.extend({**term, "matchExpressions": [*exprs, *alt]} for alt in alternatives)
+    return out
+
+
+def _tol_id(tol: Mapping[str, Any]) -> tuple[Any, ...]:
+    return (
+        tol.get("key") or "",
+        tol.get("operator") or "Equal",
+        tol.get("value") or "",
+        tol.get("effect") or "",
+        tol.get("tolerationSeconds"),
+    )
+
+
+def spread_constraint(rule: SpreadRule, labels: Mapping[str, str]) -> Json | None:
+    """The constraint a spread rule asks for a pod with these labels; None if it lacks the key."""
+    value = labels.get(rule.label_key)
+    if value is None:
+        return None
+    constraint: Json = {
+        "maxSkew": rule.max_skew,
+        "topologyKey": rule.topology_key,
+        "whenUnsatisfiable": rule.when_unsatisfiable,
+        "labelSelector": {"matchLabels": {rule.label_key: value}},
+    }
+    # matchLabelKeys only "fits" for keys the pod has (e.g. pod-template-hash on controller
+    # pods, which keeps rollouts from counting the old ReplicaSet's pods).
+    keys = [k for k in rule.match_label_keys if k in labels and k != rule.label_key]
+    if keys:
+        constraint["matchLabelKeys"] = keys
+    return constraint
+
+
+def _same_constraint(ours: Json, theirs: Mapping[str, Any]) -> bool:
+    return all(theirs.get(k) == v for k, v in ours.items())
+
+
+# --- the request path -----------------------------------------------------------------------
+
+
+def _object(parent: Mapping[str, Any], key: str, field: str) -> Mapping[str, Any]:
+    value = parent.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise UninterpretablePod(field, f"expected an object, got {type(value).__name__}")
+    return value
+
+
+def _list(parent: Mapping[str, Any], key: str, field: str) -> list[Any]:
+    value = parent.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise UninterpretablePod(field, "expected a list of objects")
+    return value
+
+
+def _check_containers(spec: Mapping[str, Any]) -> None:
+    for field in ("containers", "initContainers"):
+        for i, container in enumerate(_list(spec, field, f"spec.{field}")):
+            resources = _object(container, "resources", f"spec.{field}[{i}].resources")
+            for part in ("requests", "limits"):
+                _object(resources, part, f"spec.{field}[{i}].resources.{part}")
+
+
+def mutate_pod(plan: MutationPlan, pod: Mapping[str, Any], tenant: Tenant | None) -> Mutation:
+    """The patch that steers `pod` (already known to be in an opted-in namespace)."""
+    if not isinstance(pod.get("metadata"), dict):
+        raise UninterpretablePod("metadata", "a pod needs a metadata object")
+    if not isinstance(pod.get("spec"), dict):
+        raise UninterpretablePod("spec", "a pod needs a spec object")
+    spec: Mapping[str, Any] = pod["spec"]
+    metadata: Mapping[str, Any] = pod["metadata"]
+    _check_containers(spec)
+    pod_class = classify_pod(plan.policy, spec)
+    pieces = plan.pieces[(tenant.name if tenant else None, pod_class.name if pod_class else None)]
+    labels = _object(metadata, "labels", "metadata.labels")
+    affinity = _object(spec, "affinity", "spec.affinity")
+    node_affinity = _object(affinity, "nodeAffinity", "spec.affinity.nodeAffinity")
+
+    builder = PatchBuilder(pod)
+    in_effect: list[str] = []
+    added: list[str] = []
+
+    def note(rule: str, did_add: bool) -> None:
+        in_effect.append(rule)
+        if did_add:
+            added.append(rule)
+
+    try:
+        # Preferred terms: binary-weighted terms on the class's composite score label.
+        preferred = _list(node_affinity, PREFERRED[-1], "spec.affinity.nodeAffinity.preferred")
+        missing = [t for t in pieces.preferred if t not in preferred]
+        builder.append(PREFERRED, missing)
+        if pieces.preferred:
+            note(pieces.preferred_rule, bool(missing))
+
+        # Required rules, ANDed into every term.
+        if pieces.required:
+            required = _object(
+                node_affinity, REQUIRED_TERMS[-2], "spec.affinity.nodeAffinity.required"
+            )
+            original = required.get("nodeSelectorTerms")
+            if original is not None and not isinstance(original, list):
+                raise UninterpretablePod("nodeSelectorTerms", "expected a list")
+            terms: list[Json] | None = original
+            for rule, alternatives in pieces.required:
+                merged = merge_required(terms, alternatives)
+                note(f"require:{rule}", merged != terms)
+                terms = merged
+            if terms != original:
+                builder.set(REQUIRED_TERMS, terms)
+
+        # Tolerations of the reserved taints this tenant may tolerate.
+        tolerations = _list(spec, "tolerations", "spec.tolerations")
+        have = {_tol_id(t) for t in tolerations}
+        new_tolerations = []
+        for rule, toleration in pieces.tolerations:
+            missing_tol = _tol_id(toleration) not in have
+            if missing_tol:
+                new_tolerations.append(toleration)
+            note(f"tolerate:{rule}", missing_tol)
+        builder.append(("spec", "tolerations"), new_tolerations)
+
+        # Spread constraints; the user's constraint on the same topologyKey wins.
+        constraints = _list(spec, "topologySpreadConstraints", "spec.topologySpreadConstraints")
+        taken = {c.get("topologyKey") for c in constraints}
+        new_constraints = []
+        for spread in plan.spread:
+            ours = spread_constraint(spread, labels)
+            if ours is None:
+                continue
+            if any(_same_constraint(ours, c) for c in constraints):
+                note(f"spread:{spread.name}", False)
+            elif spread.topology_key not in taken:
+                new_constraints.append(ours)
+                taken.add(spread.topology_key)
+                note(f"spread:{spread.name}", True)
+        builder.append(("spec", "topologySpreadConstraints"), new_constraints)
+
+        # schedulerName, only when the pod left it unset.
+        if pieces.scheduler is not None:
+            current = spec.get("schedulerName")
+            unset = not current or (
+                current == DEFAULT_SCHEDULER
+                and plan.policy.spec.scheduler_profiles.default_scheduler_is_unset
+            )
+            if current == pieces.scheduler:
+                note(f"scheduler:{pieces.scheduler}", False)
+            elif unset:
+                builder.set(("spec", "schedulerName"), pieces.scheduler)
+                note(f"scheduler:{pieces.scheduler}", True)
+
+        if in_effect:
+            trace = trace_text(plan.version, in_effect, pieces.term_notes)
+            annotations = _object(metadata, "annotations", "metadata.annotations")
+            if annotations.get(plan.trace_key) != trace:
+                builder.set(("metadata", "annotations", plan.trace_key), trace)
+        ops = builder.ops()
+    except ShapeError as exc:
+        raise UninterpretablePod(exc.field, str(exc)) from None
+    return Mutation(
+        ops=tuple(ops),
+        in_effect=tuple(in_effect),
+        added=tuple(added),
+        pod_class=pieces.pod_class,
+    )
+
+
+def trace_text(version: str, rules: Sequence[str], terms: Sequence[str]) -> str:
+    """Compact JSON for the trace annotation: policy version, rules in effect, terms."""
+    return orjson.dumps({"policy": version, "rules": list(rules), "terms": list(terms)}).decode()

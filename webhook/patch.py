@@ -1,0 +1,97 @@
+"""JSON Patch (RFC 6902) built from intended field values, without diffing the whole pod.
+
+The apiserver rejects a patch whose `add` target has no parent ("doc is missing path"), so a
+value under a missing object is added as one nested object at the first missing ancestor. Keys
+are escaped per RFC 6901 (`steer.io/trace` is `steer.io~1trace`). Only objects and lists the
+mutation touches are walked, which keeps the request path cheap for a 10 KiB pod.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+Path = tuple[str, ...]
+
+
+class ShapeError(ValueError):
+    """A field the mutation must walk has the wrong JSON type; `field` is its dotted path."""
+
+    def __init__(self, field: str, expected: str, got: Any) -> None:
+        super().__init__(f"{field}: expected {expected}, got {type(got).__name__}")
+        self.field = field
+
+
+def escape(token: str) -> str:
+    """One RFC 6901 reference token: `~` first, so `/` -> `~1` is not re-escaped."""
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def pointer(path: Sequence[str]) -> str:
+    return "".join("/" + escape(part) for part in path)
+
+
+def _dotted(path: Sequence[str]) -> str:
+    return ".".join(path)
+
+
+class PatchBuilder:
+    """Collects `set` and `append` intentions against one document and emits the ops."""
+
+    def __init__(self, doc: Mapping[str, Any]) -> None:
+        self._doc = doc
+        self._ops: list[dict[str, Any]] = []
+        # Values to create under missing ancestors, keyed by that ancestor's path.
+        self._created: dict[Path, dict[str, Any] | Any] = {}
+
+    def _walk(self, path: Path) -> tuple[int, Any]:
+        """(depth of the deepest existing prefix, the value there); None counts as missing."""
+        node: Any = self._doc
+        for depth, key in enumerate(path):
+            if not isinstance(node, Mapping):
+                raise ShapeError(_dotted(path[:depth]), "an object", node)
+            child = node.get(key)
+            if child is None:
+                return depth, node
+            node = child
+        return len(path), node
+
+    def set(self, path: Path, value: Any) -> None:
+        """Make `path` hold `value` (an `add`, which replaces an existing member)."""
+        depth, _ = self._walk(path)
+        if depth >= len(path) - 1:
+            self._ops.append({"op": "add", "path": pointer(path), "value": value})
+            return
+        anchor = path[: depth + 1]
+        nested: Any = value
+        for key in reversed(path[depth + 1 :]):
+            nested = {key: nested}
+        existing = self._created.get(anchor)
+        self._created[anchor] = _merge(existing, nested) if existing is not None else nested
+
+    def append(self, path: Path, items: Sequence[Any]) -> None:
+        """Append `items` to the list at `path`, creating the list when it is absent."""
+        if not items:
+            return
+        depth, node = self._walk(path)
+        if depth < len(path):
+            self.set(path, list(items))
+            return
+        if not isinstance(node, list):
+            raise ShapeError(_dotted(path), "a list", node)
+        where = pointer(path) + "/-"
+        self._ops.extend({"op": "add", "path": where, "value": item} for item in items)
+
+    def ops(self) -> list[dict[str, Any]]:
+        created = [{"op": "add", "path": pointer(p), "value": v} for p, v in self._created.items()]
+        return self._ops + created
+
+
+def _merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    out = dict(a)
+    for key, value in b.items():
+        if key in out and isinstance(out[key], dict) and isinstance(value, dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out

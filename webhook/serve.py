@@ -1,0 +1,304 @@
+"""`steer webhook serve`: the Flask app under gunicorn (gthread workers) over TLS.
+
+Choices, and the reasons:
+- gthread workers: a thread per connection keeps the apiserver's keep-alive connections open
+  cheaply, and the worker builds the TLS context for each new connection through the
+  `ssl_context` hook. `CertReloader` answers that hook: it re-reads the certificate and key
+  when their files change (a rotated Secret swaps them) and otherwise reuses the context, so a
+  rotation needs no restart and a handshake does not parse PEM files every time. While a
+  rotation is half written (new key, old certificate) the pair does not load; the previous
+  context keeps serving until both halves match.
+- Several workers share the metrics through prometheus-client's multiprocess mode: each
+  worker writes memory-mapped files in one directory, and the gunicorn master serves their sum
+  on a separate plain-HTTP port (`--metrics-listen`), so a scrape never competes with
+  admission requests for a worker thread.
+- Each worker keeps its own namespace watch and policy reload thread: workers are independent
+  processes, and a watch per worker is cheaper than any shared-memory map.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import ssl
+import tempfile
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from certs.files import load_cert_info
+from certs.pki import CertError
+
+log = logging.getLogger(__name__)
+
+WSGIApp = Callable[..., Any]
+DEFAULT_LISTEN = "0.0.0.0:8443"
+DEFAULT_METRICS_LISTEN = "0.0.0.0:9102"
+
+
+class ServeError(RuntimeError):
+    """The server cannot start; the message names the flag or file and the fix."""
+
+
+def split_host_port(value: str, flag: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ServeError(f"{flag}: expected HOST:PORT (e.g. 0.0.0.0:8443), got {value!r}")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+class CertReloader:
+    """A server TLS context that follows the certificate and key files on disk."""
+
+    def __init__(self, cert_file: str, key_file: str) -> None:
+        self.cert_file = cert_file
+        self.key_file = key_file
+        self._lock = threading.Lock()
+        self._context: ssl.SSLContext | None = None
+        self._signature: tuple[tuple[int, int, int], ...] | None = None
+        self._info: dict[str, Any] = {}
+        self.loads = 0
+        self.last_error: str | None = None
+
+    def _stat(self) -> tuple[tuple[int, int, int], ...]:
+        out = []
+        for path in (self.cert_file, self.key_file):
+            st = os.stat(path)  # follows the ..data symlink a Secret volume swaps
+            out.append((st.st_ino, st.st_mtime_ns, st.st_size))
+        return tuple(out)
+
+    def _build(self) -> ssl.SSLContext:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.load_cert_chain(self.cert_file, self.key_file)
+        context.set_alpn_protocols(["http/1.1"])
+        return context
+
+    def context(self) -> ssl.SSLContext:
+        """The context for a new connection; raises only if no pair has ever loaded."""
+        try:
+            signature = self._stat()
+        except OSError as exc:
+            return self._keep(f"cannot stat certificate files: {exc}")
+        if signature == self._signature and self._context is not None:
+            return self._context
+        with self._lock:
+            if signature == self._signature and self._context is not None:
+                return self._context
+            try:
+                context = self._build()
+                info = load_cert_info(self.cert_file).as_json()
+            except (ssl.SSLError, OSError, CertError, ValueError) as exc:
+                return self._keep(f"certificate/key do not load ({exc}); keeping the previous pair")
+            first = self._context is None
+            self._context, self._signature, self._info = context, signature, info
+            self.loads += 1
+            self.last_error = None
+        log.info(
+            "%s TLS certificate %s (notAfter %s)",
+            "loaded" if first else "reloaded",
+            info.get("fingerprintSHA256"),
+            info.get("notAfter"),
+        )
+        return context
+
+    def _keep(self, message: str) -> ssl.SSLContext:
+        if message != self.last_error:
+            log.warning("%s", message)
+        self.last_error = message
+        if self._context is None:
+            raise ServeError(message)
+        return self._context
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "loaded": self._context is not None,
+            "loads": self.loads,
+            "lastError": self.last_error,
+            **self._info,
+        }
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """gunicorn settings shared by the webhook and the benchmark's bare app."""
+
+    listen: str
+    cert_file: str
+    key_file: str
+    workers: int = 2
+    threads: int = 4
+    keepalive_seconds: int = 30
+    log_level: str = "info"
+
+    def check(self) -> None:
+        split_host_port(self.listen, "--listen")
+        if self.workers < 1:
+            raise ServeError(f"--workers: must be at least 1, got {self.workers}")
+        if self.threads < 1:
+            raise ServeError(f"--threads: must be at least 1, got {self.threads}")
+        for flag, path in (("--cert", self.cert_file), ("--key", self.key_file)):
+            if not os.path.isfile(path):
+                raise ServeError(f"{flag}: no such file {path!r}; run `steer certs generate`")
+
+
+def gunicorn_config(settings: ServerSettings, reloader: CertReloader) -> dict[str, Any]:
+    def ssl_context(conf: Any, default_factory: Any) -> ssl.SSLContext:
+        return reloader.context()
+
+    return {
+        "bind": [settings.listen],
+        "workers": settings.workers,
+        "worker_class": "gthread",
+        "threads": settings.threads,
+        "keepalive": settings.keepalive_seconds,
+        "timeout": 30,
+        "graceful_timeout": 20,
+        "certfile": settings.cert_file,
+        "keyfile": settings.key_file,
+        "ssl_context": ssl_context,
+        "accesslog": None,
+        "errorlog": "-",
+        "loglevel": settings.log_level,
+        "proc_name": "steer-webhook",
+        # gunicorn >= 25.1 opens a control socket at a fixed per-user path by default; two
+        # servers on one machine would fight over it, and nothing here uses it.
+        "control_socket_disable": True,
+    }
+
+
+def run_gunicorn(
+    settings: ServerSettings,
+    loader: Callable[[CertReloader], WSGIApp],
+    *,
+    extra: dict[str, Any] | None = None,
+) -> None:
+    """Serve `loader(reloader)` (called in each worker after the fork) until a signal stops it."""
+    from gunicorn.app.base import BaseApplication
+
+    settings.check()
+    reloader = CertReloader(settings.cert_file, settings.key_file)
+    reloader.context()  # fail now, with the file names, if the pair cannot serve at all
+    config = {**gunicorn_config(settings, reloader), **(extra or {})}
+
+    class Application(BaseApplication):  # type: ignore[misc]
+        def load_config(self) -> None:
+            for key, value in config.items():
+                if key in self.cfg.settings:  # settings newer than the installed gunicorn
+                    self.cfg.set(key, value)
+
+        def load(self) -> WSGIApp:
+            return loader(reloader)
+
+    Application().run()
+
+
+def prepare_multiprocess_metrics() -> str:
+    """Point prometheus-client at a fresh multiprocess directory before any metric exists.
+
+    The value class is chosen when `prometheus_client.values` is imported; the CLI may have
+    imported it already, so it is chosen again here.
+    """
+    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if directory:
+        os.makedirs(directory, exist_ok=True)
+        for name in os.listdir(directory):
+            if name.endswith(".db"):
+                os.unlink(os.path.join(directory, name))  # counts from a previous run
+    else:
+        directory = tempfile.mkdtemp(prefix="steer-webhook-metrics-")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
+    from prometheus_client import values
+
+    untyped: Any = values  # the module is not annotated
+    untyped.ValueClass = untyped.get_value_class()
+    return directory
+
+
+@dataclass(frozen=True)
+class WebhookOptions:
+    policy_file: str
+    server: ServerSettings
+    metrics_listen: str | None = DEFAULT_METRICS_LISTEN
+    kubeconfig: str | None = None
+    max_body_bytes: int = 4 * 1024 * 1024
+    namespace_sync_timeout: float = 10.0
+    watch_seconds: int = 60
+
+
+def serve_webhook(options: WebhookOptions) -> None:
+    """Check everything that can be checked up front, then serve until SIGTERM/SIGINT."""
+    from steer.adapters.kube import make_api_client
+    from steer.adapters.policy_file import load_policy_file
+
+    options.server.check()
+    load_policy_file(options.policy_file)  # PolicyError names every problem
+    make_api_client(options.kubeconfig)  # KubeConfigError says where credentials were sought
+    metrics_addr = (
+        split_host_port(options.metrics_listen, "--metrics-listen")
+        if options.metrics_listen
+        else None
+    )
+    owned_dir = "PROMETHEUS_MULTIPROC_DIR" not in os.environ
+    directory = prepare_multiprocess_metrics()
+
+    def when_ready(server: Any) -> None:
+        if metrics_addr is None:
+            return
+        from prometheus_client import start_http_server
+
+        from webhook.metrics import multiprocess_registry
+
+        host, port = metrics_addr
+        start_http_server(port, addr=host, registry=multiprocess_registry())
+        log.info("metrics on http://%s:%d/metrics", host, port)
+
+    def child_exit(server: Any, worker: Any) -> None:
+        from prometheus_client import multiprocess
+
+        untyped: Any = multiprocess  # the module is not annotated
+        untyped.mark_process_dead(worker.pid)
+
+    def loader(reloader: CertReloader) -> WSGIApp:
+        return build_worker_app(options, reloader)
+
+    try:
+        run_gunicorn(
+            options.server, loader, extra={"when_ready": when_ready, "child_exit": child_exit}
+        )
+    finally:
+        if owned_dir:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+def build_worker_app(options: WebhookOptions, reloader: CertReloader) -> WSGIApp:
+    """Everything one worker needs, started after the fork: policy reload, namespace watch."""
+    from steer.adapters.kube import make_api_client
+    from steer.adapters.policy_file import PolicyWatcher
+    from webhook.app import AdmissionHandler, create_app, start_status_pump
+    from webhook.metrics import WebhookMetrics
+    from webhook.namespaces import NamespaceCache
+
+    policy = PolicyWatcher(options.policy_file)
+    policy.start()
+    cache = NamespaceCache(
+        lambda: make_api_client(options.kubeconfig), watch_seconds=options.watch_seconds
+    )
+    cache.start()
+    if not cache.wait_synced(options.namespace_sync_timeout):
+        log.warning(
+            "namespace cache not synced after %.0fs (%s); /readyz stays 503 until it is",
+            options.namespace_sync_timeout,
+            cache.status().last_error,
+        )
+    handler = AdmissionHandler(
+        policy,
+        cache,
+        WebhookMetrics(),
+        max_body_bytes=options.max_body_bytes,
+        cert_status=reloader.status,
+    )
+    start_status_pump(handler)
+    return create_app(handler)
