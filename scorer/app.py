@@ -1,0 +1,180 @@
+"""The scorer's HTTP surface: `/explain`, `/metrics`, `/healthz`, `/readyz`.
+
+Every answer comes from the scorer's last computed cycle (its own, also on a replica that is
+not the leader), so `/explain` never waits on Prometheus. Explaining an existing pod reads the
+pod and its namespace from the API. The server is a threaded WSGI server started by
+`steer scorer run` next to the scheduler thread, not a gunicorn worker: the scoring loop must
+run exactly once per process.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+import yaml
+from flask import Flask, Response, request
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from werkzeug.serving import BaseWSGIServer, make_server
+
+from scorer.explain import explain_pod, node_detail, nodes_table, pod_spec_of
+from scorer.kubeapi import KubeApiError
+from scorer.service import Scorer
+from steer.adapters.policy_file import ReloadStatus
+
+
+def _json(body: Any, status: int = 200) -> Response:
+    return Response(
+        orjson.dumps(body, option=orjson.OPT_INDENT_2), status=status, mimetype="application/json"
+    )
+
+
+def _error(status: int, message: str) -> Response:
+    return _json({"error": message}, status)
+
+
+def create_app(scorer: Scorer, *, policy_status: Callable[[], ReloadStatus] | None = None) -> Flask:
+    app = Flask("scorer")
+
+    def cycle_info() -> dict[str, Any]:
+        last = scorer.last
+        info: dict[str, Any] = {"leader": scorer.is_leader, "policyVersion": scorer.policy.version}
+        if scorer.elector is not None:
+            info["identity"] = scorer.elector.identity
+            info["leaseHolder"] = scorer.elector.holder
+        if last is not None:
+            info["cycle"] = {
+                "wrote": last.report is not None,
+                "dryRun": last.dry_run,
+                "nodesWritten": last.report.nodes_written if last.report else 0,
+                "queries": last.queries,
+                "durationSeconds": round(last.duration_s, 4),
+                "computeSeconds": round(last.compute_s, 4),
+            }
+        if policy_status is not None:
+            status = policy_status()
+            info["policyReloadErrors"] = status.reload_errors
+            info["policyLastError"] = status.last_error
+        return info
+
+    def no_cycle() -> Response:
+        return _error(503, "no scoring cycle has completed yet; see /readyz")
+
+    @app.get("/explain/nodes")
+    def explain_nodes() -> Response:
+        last = scorer.last
+        if last is None:
+            return no_cycle()
+        return _json({**cycle_info(), **nodes_table(last.plan)})
+
+    @app.get("/explain/node/<name>")
+    def explain_node(name: str) -> Response:
+        last = scorer.last
+        if last is None:
+            return no_cycle()
+        detail = node_detail(scorer.policy, last.plan, name)
+        if detail is None:
+            return _error(404, f"node {name!r} was not in the last cycle ({len(last.nodes)} nodes)")
+        return _json({**cycle_info(), **detail})
+
+    def explain(
+        pod: dict[str, Any], namespace: str | None, labels: dict[str, str] | None
+    ) -> Response:
+        last = scorer.last
+        if last is None:
+            return no_cycle()
+        notes = []
+        if labels is None:
+            labels = {}
+            if namespace:
+                try:
+                    labels = scorer.node_api.namespace_labels(namespace)
+                except KubeApiError as exc:
+                    notes.append(
+                        f"namespace {namespace!r} not read ({exc.status}): no tenant applied"
+                    )
+            else:
+                notes.append(
+                    "no namespace given (metadata.namespace or ?namespace=): no tenant applied"
+                )
+        result = explain_pod(scorer.policy, last.plan, last.nodes, pod, labels)
+        return _json({**cycle_info(), "namespace": namespace, "notes": notes, **result.to_dict()})
+
+    @app.post("/explain/pod")
+    def explain_posted_pod() -> Response:
+        raw = request.get_data()
+        try:
+            body = yaml.safe_load(raw) if raw else None  # YAML is a superset of JSON
+        except yaml.YAMLError as exc:
+            return _error(400, f"body: not JSON or YAML: {exc}")
+        if not isinstance(body, dict):
+            return _error(400, "body: must be a Pod or a PodSpec object (JSON or YAML)")
+        spec = pod_spec_of(body)
+        if not isinstance(spec.get("containers"), list):
+            return _error(400, "body: spec.containers must be a list (post a Pod or a PodSpec)")
+        meta = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
+        namespace = request.args.get("namespace") or (meta or {}).get("namespace")
+        return explain(body, namespace, None)
+
+    @app.get("/explain/pod/<namespace>/<name>")
+    def explain_existing_pod(namespace: str, name: str) -> Response:
+        if scorer.last is None:
+            return no_cycle()
+        try:
+            pod = scorer.node_api.get_pod(namespace, name)
+        except KubeApiError as exc:
+            code = 404 if exc.status == 404 else 502
+            return _error(code, f"pod {namespace}/{name}: {exc}")
+        return explain(pod, namespace, None)
+
+    @app.get("/metrics")
+    def metrics() -> Response:
+        return Response(generate_latest(scorer.metrics.registry), mimetype=CONTENT_TYPE_LATEST)
+
+    @app.get("/healthz")
+    def healthz() -> Response:
+        return Response("ok\n", mimetype="text/plain")
+
+    @app.get("/readyz")
+    def readyz() -> Response:
+        if not scorer.ready:
+            return Response(
+                "not ready: no scoring cycle has completed yet\n", status=503, mimetype="text/plain"
+            )
+        return Response("ok\n", mimetype="text/plain")
+
+    return app
+
+
+class HttpServer:
+    """A threaded WSGI server on its own thread; `port` is the bound one (0 picks a free port)."""
+
+    def __init__(self, app: Flask, host: str = "127.0.0.1", port: int = 0) -> None:
+        self._server: BaseWSGIServer = make_server(host, port, app, threaded=True)
+        self.host = host
+        self.port = self._server.server_port
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="scorer-http", daemon=True
+        )
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def start(self) -> HttpServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> HttpServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

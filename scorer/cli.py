@@ -1,0 +1,517 @@
+"""`steer scorer run|once` and `steer explain node|nodes|pod`; wired in by `steer.cli` via `register`."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import requests
+import yaml
+
+from scorer.app import HttpServer, create_app
+from scorer.explain import node_row, plan_table
+from scorer.hot import BindingWindow, PodBindingWatcher
+from scorer.kubeapi import KubeJson
+from scorer.leader import DEFAULT_LEASE_NAME, LeaseElector
+from scorer.loop import ScorerLoop
+from scorer.service import CycleError, CycleResult, Scorer
+from scorer.writer import NodeApi
+from steer.adapters.kube import KubeConfigError, make_api_client
+from steer.adapters.policy_file import PolicyWatcher, load_policy_file
+from steer.core.policy import Policy, PolicyError
+
+DEFAULT_SCORER_URL = "http://127.0.0.1:8080"
+log = logging.getLogger(__name__)
+
+
+def register(subparsers: Any) -> None:
+    scorer = subparsers.add_parser(
+        "scorer",
+        help="score nodes from Prometheus into labels and taints",
+        description="Query Prometheus once per dimension, quantise the scores into node labels "
+        "under the policy prefix, set the policy's taints, and serve /explain.",
+    )
+    sub = scorer.add_subparsers(dest="scorer_command", metavar="ACTION", required=True)
+
+    run = sub.add_parser(
+        "run",
+        help="score on the policy's interval, leader-elected, serving /explain and /metrics",
+        description="Run the scoring loop (APScheduler) with Lease leader election, and serve "
+        "/explain, /metrics, /healthz and /readyz on --listen. Only the leader writes nodes.",
+    )
+    _source_args(run)
+    run.add_argument(
+        "--listen",
+        default="0.0.0.0:8080",
+        metavar="HOST:PORT",
+        help="HTTP address (default: 0.0.0.0:8080)",
+    )
+    run.add_argument(
+        "--lease-namespace",
+        help="namespace of the leader-election Lease (default: $POD_NAMESPACE, else the policy's projectNamespace)",
+    )
+    run.add_argument(
+        "--lease-name",
+        default=DEFAULT_LEASE_NAME,
+        help=f"Lease name (default: {DEFAULT_LEASE_NAME})",
+    )
+    run.add_argument(
+        "--identity",
+        help="this replica's identity in the Lease (default: hostname + random suffix)",
+    )
+    run.add_argument(
+        "--no-leader-election",
+        action="store_true",
+        help="write without a Lease (only ever run one replica then)",
+    )
+    run.add_argument(
+        "--dry-run", action="store_true", help="compute and serve /explain, never write"
+    )
+    run.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    run.set_defaults(func=_cmd_run)
+
+    once = sub.add_parser(
+        "once",
+        help="run one cycle and print the label/taint plan per node",
+        description="Run one scoring cycle (or --cycles N) and print the plan. Without --dry-run "
+        "the plan is written, without leader election: do not run it beside a live scorer.",
+    )
+    _source_args(once)
+    once.add_argument("--dry-run", action="store_true", help="write nothing, only print the plan")
+    once.add_argument(
+        "--output", choices=("table", "json"), default="table", help="plan format (default: table)"
+    )
+    once.add_argument(
+        "--cycles",
+        type=int,
+        default=None,
+        help="cycles to run; the last plan is printed (default: 1, 2 with --demo)",
+    )
+    once.add_argument(
+        "--changes-only",
+        action="store_true",
+        help="table: only nodes whose labels or taints change",
+    )
+    once.set_defaults(func=_cmd_once)
+
+    explain = subparsers.add_parser(
+        "explain",
+        help="ask a running scorer why a node scores as it does, or where a pod may go",
+        description="Query a running scorer's /explain endpoints.",
+    )
+    esub = explain.add_subparsers(dest="explain_command", metavar="WHAT", required=True)
+    node = esub.add_parser("node", help="raw values, scores, labels and taints of one node")
+    node.add_argument("name")
+    nodes = esub.add_parser("nodes", help="every node's values, scores, labels and taints")
+    pod = esub.add_parser(
+        "pod",
+        help="which nodes a pod's steering terms allow, their rank, and why others are excluded",
+        description="Explain a pod: FILE is a Pod or PodSpec (YAML or JSON, '-' for stdin); or "
+        "--ref NAMESPACE/NAME for a pod that exists.",
+    )
+    pod.add_argument("file", nargs="?", help="pod manifest (YAML or JSON), '-' for stdin")
+    pod.add_argument(
+        "--ref", metavar="NAMESPACE/NAME", help="explain an existing pod instead of a file"
+    )
+    pod.add_argument("--namespace", help="namespace whose tenant applies (default: the manifest's)")
+    for p in (node, nodes, pod):
+        p.add_argument(
+            "--scorer",
+            default=os.environ.get("STEER_SCORER_URL", DEFAULT_SCORER_URL),
+            help=f"scorer base URL (default: $STEER_SCORER_URL or {DEFAULT_SCORER_URL})",
+        )
+        p.add_argument("--output", choices=("table", "json"), default="table")
+    node.set_defaults(func=_cmd_explain_node)
+    nodes.set_defaults(func=_cmd_explain_nodes)
+    pod.set_defaults(func=_cmd_explain_pod)
+
+
+def _source_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--policy", metavar="FILE", help="SteeringPolicy YAML file (hot-reloaded by `run`)"
+    )
+    parser.add_argument(
+        "--prometheus", metavar="URL", help="Prometheus base URL (default: the policy's)"
+    )
+    parser.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="kubeconfig (default: in-cluster, $KUBECONFIG, ~/.kube/config)",
+    )
+    parser.add_argument(
+        "--demo",
+        action="store_true",
+        help="start a synthetic exporter, a real Prometheus and the API stand-in with a 6-node "
+        "GPU cluster, and use them (no external services)",
+    )
+
+
+# ------------------------------------------------------------------------------ sources
+
+
+@contextlib.contextmanager
+def _sources(args: argparse.Namespace) -> Iterator[tuple[str, str | None, str | None]]:
+    """(policy file, prometheus URL override, kubeconfig) — from the flags or a demo environment."""
+    if not args.demo:
+        if not args.policy:
+            raise SystemExit("--policy FILE is required (or --demo)")
+        yield args.policy, args.prometheus, args.kubeconfig
+        return
+    from scorer.demo import demo_environment  # needs the prometheus binary: import on demand
+
+    print(
+        "starting the demo: synthetic exporter, Prometheus, Kubernetes API stand-in ...",
+        file=sys.stderr,
+    )
+    with demo_environment() as env:
+        yield str(env.policy_file), env.prometheus_url, str(env.kubeconfig)
+
+
+def _node_api(kubeconfig: str | None) -> NodeApi:
+    return NodeApi(KubeJson(make_api_client(kubeconfig)))
+
+
+# ------------------------------------------------------------------------------ once
+
+
+def _cmd_once(args: argparse.Namespace) -> int:
+    try:
+        with _sources(args) as (policy_file, prometheus, kubeconfig):
+            policy = load_policy_file(policy_file)
+            scorer = Scorer(
+                lambda: policy,
+                _node_api(kubeconfig),
+                prometheus_url=prometheus,
+                dry_run=args.dry_run,
+            )
+            cycles = args.cycles if args.cycles is not None else (2 if args.demo else 1)
+            result = None
+            try:
+                for _ in range(max(1, cycles)):
+                    result = scorer.run_cycle()
+            finally:
+                scorer.close()
+            assert result is not None
+            _print_once(args, policy, result)
+            return 1 if result.report is not None and result.report.errors else 0
+    except PolicyError as exc:
+        print(f"invalid policy:\n{exc}", file=sys.stderr)
+        return 2
+    except (KubeConfigError, CycleError) as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+
+
+def _print_once(args: argparse.Namespace, policy: Policy, result: CycleResult) -> None:
+    report = result.report
+    if args.output == "json":
+        body = {
+            "policyVersion": policy.version,
+            "dryRun": result.dry_run,
+            "queries": result.queries,
+            "nodesToWrite": len(result.plan.changes),
+            "nodesWritten": report.nodes_written if report else 0,
+            "writeRequests": report.requests if report else 0,
+            "writeErrors": [{"node": e.node, "error": e.error} for e in report.errors]
+            if report
+            else [],
+            "timings": {
+                "listSeconds": round(result.list_s, 4),
+                "querySeconds": round(result.query_s, 4),
+                "computeSeconds": round(result.compute_s, 4),
+                "writeSeconds": round(result.write_s, 4),
+            },
+            "dimensions": [
+                {
+                    "dimension": d.dimension,
+                    "ok": d.ok,
+                    "stale": d.stale,
+                    "nodes": d.nodes,
+                    "unknownNodes": d.unknown,
+                    "error": d.error,
+                }
+                for d in result.plan.dimensions
+            ],
+            "nodes": [node_row(p) for p in result.plan.nodes],
+        }
+        print(json.dumps(body, indent=2))
+        return
+    print(plan_table(result.plan, changes_only=args.changes_only))
+    done = (
+        "dry run: nothing written"
+        if result.dry_run
+        else f"{report.nodes_written if report else 0} nodes written"
+    )
+    print(
+        f"{result.queries} queries, list {result.list_s:.3f}s, queries {result.query_s:.3f}s, "
+        f"compute {result.compute_s:.3f}s, writes {result.write_s:.3f}s; {done}"
+    )
+
+
+# ------------------------------------------------------------------------------ run
+
+
+def _split_listen(listen: str) -> tuple[str, int]:
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit():
+        raise SystemExit(f"--listen: expected HOST:PORT, got {listen!r}")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    host, port = _split_listen(args.listen)
+    try:
+        with _sources(args) as (policy_file, prometheus, kubeconfig):
+            watcher = PolicyWatcher(policy_file)
+            return _serve(args, watcher, prometheus, kubeconfig, host, port)
+    except PolicyError as exc:
+        print(f"invalid policy:\n{exc}", file=sys.stderr)
+        return 2
+    except KubeConfigError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+
+
+def _serve(
+    args: argparse.Namespace,
+    watcher: PolicyWatcher,
+    prometheus: str | None,
+    kubeconfig: str | None,
+    host: str,
+    port: int,
+) -> int:
+    current: Callable[[], Policy] = lambda: watcher.current  # noqa: E731
+    elector = None
+    if not args.no_leader_election:
+        namespace = (
+            args.lease_namespace
+            or os.environ.get("POD_NAMESPACE")
+            or ("default" if args.demo else watcher.current.spec.project_namespace)
+        )
+        elector = LeaseElector(
+            KubeJson(make_api_client(kubeconfig)),
+            namespace=namespace,
+            name=args.lease_name,
+            identity=args.identity,
+        )
+    bindings = BindingWindow()
+    scorer = Scorer(
+        current,
+        _node_api(kubeconfig),
+        prometheus_url=prometheus,
+        elector=elector,
+        bindings=bindings,
+        dry_run=args.dry_run,
+    )
+    pods = PodBindingWatcher(
+        make_api_client(kubeconfig),
+        bindings,
+        window_s=lambda: watcher.current.spec.scoring.hot_window_seconds,
+    )
+    loop = ScorerLoop(scorer)
+    server = HttpServer(create_app(scorer, policy_status=watcher.status), host, port)
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        log.info("signal %d: shutting down", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    watcher.start()
+    if elector is not None:
+        elector.start()
+    pods.start()
+    loop.start()
+    server.start()
+    log.info("scorer serving on %s (policy %s)", server.url, watcher.current.version)
+    try:
+        stop.wait()
+    finally:
+        loop.stop()
+        pods.stop()
+        if elector is not None:
+            elector.stop(release=True)
+        watcher.stop()
+        server.stop()
+        scorer.close()
+    return 0
+
+
+# ------------------------------------------------------------------------------ explain
+
+
+def _get(url: str) -> Any:
+    session = requests.Session()
+    session.trust_env = False
+    try:
+        resp = session.get(url, timeout=10)
+    except requests.RequestException as exc:
+        raise SystemExit(
+            f"cannot reach the scorer at {url}: {exc} (set --scorer or $STEER_SCORER_URL)"
+        ) from None
+    return _decode(resp)
+
+
+def _decode(resp: requests.Response) -> Any:
+    try:
+        body = resp.json()
+    except ValueError:
+        raise SystemExit(
+            f"{resp.url}: HTTP {resp.status_code}, not JSON: {resp.text[:200]}"
+        ) from None
+    if resp.status_code != 200:
+        raise SystemExit(f"{resp.url}: HTTP {resp.status_code}: {body.get('error', body)}")
+    return body
+
+
+def _cmd_explain_node(args: argparse.Namespace) -> int:
+    body = _get(f"{args.scorer.rstrip('/')}/explain/node/{args.name}")
+    if args.output == "json":
+        print(json.dumps(body, indent=2))
+        return 0
+    print(f"node {body['node']}  policy {body['policyVersion']}  leader={body.get('leader')}")
+    rows = [("DIMENSION", "STATUS", "RAW", "SCORE", "LABEL", "AGE", "QUERY")]
+    for d in body["dimensions"]:
+        rows.append(
+            (
+                d["dimension"],
+                d["status"],
+                _fmt(d["raw"]),
+                _fmt(d["score"]),
+                d["label"] or "-",
+                _fmt(d["ageSeconds"]),
+                d["query"],
+            )
+        )
+    print(_table(rows))
+    for c in body["composites"]:
+        print(
+            f"composite {c['key']} = {c['label'] or '-'} (score {_fmt(c['score'])}, hot penalty {c['hotPenalty']})"
+        )
+    for c in body["conditions"]:
+        print(
+            f"condition {c['rule']}: {c['condition']} observed {_fmt(c['observed'])} active={c['active']}"
+        )
+    print(
+        "taints: "
+        + (
+            ", ".join(f"{t['key']}={t.get('value', '')}:{t['effect']}" for t in body["taints"])
+            or "-"
+        )
+    )
+    return 0
+
+
+def _cmd_explain_nodes(args: argparse.Namespace) -> int:
+    body = _get(f"{args.scorer.rstrip('/')}/explain/nodes")
+    if args.output == "json":
+        print(json.dumps(body, indent=2))
+        return 0
+    dims = [d["dimension"] for d in body["dimensions"]]
+    rows = [("NODE", *dims, "COMPOSITE", "TAINTS")]
+    for n in body["nodes"]:
+        rows.append(
+            (
+                n["node"],
+                *(n["labels"].get(_key(n, d), "-") for d in dims),
+                ",".join(f"{v}" for v in n["composite"].values()),
+                ",".join(n["taints"]) or "-",
+            )
+        )
+    print(_table(rows))
+    stale = [d["dimension"] for d in body["dimensions"] if d["stale"]]
+    print(
+        f"policy {body['policyVersion']}, leader={body.get('leader')}"
+        + (f", stale: {', '.join(stale)}" if stale else "")
+    )
+    return 0
+
+
+def _key(row: dict[str, Any], dimension: str) -> str:
+    for key in row["labels"]:
+        if key.rsplit("/", 1)[-1] == dimension:
+            return str(key)
+    return dimension
+
+
+def _cmd_explain_pod(args: argparse.Namespace) -> int:
+    base = args.scorer.rstrip("/")
+    if args.ref:
+        namespace, sep, name = args.ref.partition("/")
+        if not sep or not name:
+            raise SystemExit(f"--ref: expected NAMESPACE/NAME, got {args.ref!r}")
+        body = _get(f"{base}/explain/pod/{namespace}/{name}")
+    else:
+        if not args.file:
+            raise SystemExit("give a pod manifest FILE ('-' for stdin) or --ref NAMESPACE/NAME")
+        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+        try:
+            yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise SystemExit(f"{args.file}: not YAML or JSON: {exc}") from None
+        session = requests.Session()
+        session.trust_env = False
+        params = {"namespace": args.namespace} if args.namespace else {}
+        try:
+            resp = session.post(
+                f"{base}/explain/pod",
+                data=text.encode(),
+                params=params,
+                headers={"Content-Type": "application/yaml"},
+                timeout=10,
+            )
+        except requests.RequestException as exc:
+            raise SystemExit(f"cannot reach the scorer at {base}: {exc}") from None
+        body = _decode(resp)
+    if args.output == "json":
+        print(json.dumps(body, indent=2))
+        return 0
+    print(
+        f"pod class: {body['podClass'] or '-'}  tenant: {body['tenant'] or '-'}  policy {body['policyVersion']}"
+    )
+    for note in body.get("notes") or ():
+        print(f"note: {note}")
+    rows = [("RANK", "NODE", "STEERING", "USER", "SOFT TAINTS")]
+    for a in body["allowed"]:
+        rows.append(
+            (
+                str(a["rank"]),
+                a["node"],
+                str(a["steeringWeight"]),
+                str(a["userWeight"]),
+                ",".join(a["softTaints"]) or "-",
+            )
+        )
+    print(_table(rows))
+    for e in body["excluded"]:
+        for x in e["exclusions"]:
+            print(
+                f"excluded {e['node']}: {x['rule']}: {x['reason']} {json.dumps(x['data'], sort_keys=True)}"
+            )
+    return 0
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def _table(rows: Sequence[tuple[str, ...]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip() for r in rows)

@@ -1,0 +1,91 @@
+"""A self-contained synthetic cluster for `steer scorer once --demo` (and `run --demo`).
+
+It starts the synthetic exporter (DCGM, Kepler, kube-state-metrics, blackbox series), a real
+Prometheus scraping it, and the Kubernetes API stand-in holding matching Node objects, then
+hands back a policy and a kubeconfig pointing at them. Nothing outside this machine is used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from scorer.presets import demo_policy_text
+from steer.apistub import ApiStub
+from steer.apistub.synthetic import synthetic_node
+from steer.testing.exporter import GIB, SyntheticCluster
+from steer.testing.prom import scraped_cluster
+
+DEMO_NODES = 6
+
+
+@dataclass(frozen=True)
+class DemoEnvironment:
+    cluster: SyntheticCluster
+    prometheus_url: str
+    kubeconfig: Path
+    policy_file: Path
+    stub: ApiStub
+
+
+def demo_cluster(nodes: int = DEMO_NODES) -> SyntheticCluster:
+    """Six GPU nodes that differ in every dimension: a hot one, a fragmented one, a hungry one,
+    an over-committed one and one failing its health probe."""
+    cluster = SyntheticCluster(nodes=nodes, gpus_per_node=8, seed=7)
+    utils = [15, 40, 95, 60, 5, 30]
+    watts = [310, 420, 650, 380, 280, 500]
+    for i, name in enumerate(cluster.node_names):
+        cluster.set_gpu_util(name, utils[i % len(utils)])
+        cluster.set_power(name, platform_watts=watts[i % len(watts)])
+        # every node runs a pod; its limits set the node's overcommit
+        limit_cores = [48, 66, 64, 70, 32, 60][i % 6]
+        cluster.add_container(
+            name,
+            "team-a",
+            f"app-{i + 1}",
+            requests={"cpu": limit_cores / 2, "memory": 64 * GIB},
+            limits={"cpu": limit_cores, "memory": 128 * GIB},
+        )
+    # node-2: four GPUs each holding a little memory (fragmented); node-4: two GPUs fully used
+    for gpu in range(4):
+        cluster.set_gpu_memory("node-2", 4096, gpu=gpu)
+    for gpu in range(2):
+        cluster.set_gpu_memory("node-4", 81920, gpu=gpu)
+    cluster.set_probe(cluster.node_names[-1], False)
+    return cluster
+
+
+@contextlib.contextmanager
+def demo_environment(
+    nodes: int = DEMO_NODES, *, interval_seconds: float = 30
+) -> Iterator[DemoEnvironment]:
+    cluster = demo_cluster(nodes)
+    workdir = Path(tempfile.mkdtemp(prefix="steer-demo-"))
+    with (
+        scraped_cluster(cluster, scrape_interval_s=1.0) as (_exporter, prom),
+        ApiStub.start() as stub,
+    ):
+        for i, name in enumerate(cluster.node_names):
+            node = synthetic_node(name, zone=("zone-a", "zone-b", "zone-c")[i % 3], gpus=8)
+            if i == 0:
+                # Someone else's label and taint: the scorer must leave them exactly as they are.
+                node["metadata"]["labels"]["team.example.com/owner"] = "ml-platform"
+                node["spec"]["taints"] = [
+                    {"key": "dedicated", "value": "ml", "effect": "PreferNoSchedule"}
+                ]
+            stub.add_node(node)
+        for tenant in ("dept-a", "dept-b"):
+            stub.add_namespace(tenant, {"tenant": tenant, "steer.io/enabled": "true"})
+        # rate() over the energy counters needs two scrapes of every node
+        prom.wait_for(
+            "sum by (instance) (rate(kepler_node_platform_joules_total[5m]))",
+            lambda r: len(r.samples) == nodes,
+            timeout_s=30,
+        )
+        policy_file = workdir / "policy.yaml"
+        policy_file.write_text(demo_policy_text(prom.url, interval_seconds=interval_seconds))
+        kubeconfig = stub.kubeconfig(workdir / "kubeconfig")
+        yield DemoEnvironment(cluster, prom.url, kubeconfig, policy_file, stub)

@@ -1,0 +1,500 @@
+"""Why a node carries its labels, and where a pod may go: the answers behind `/explain`.
+
+Pure: a `CyclePlan`, the nodes as read and a pod spec in, JSON-ready dicts out. The pod
+explanation evaluates exactly the terms the webhook injects (`steer.core.steering`), against
+the labels and taints each node carries once the plan is applied, so the answer matches what
+the stock scheduler will do with the mutated pod.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from scorer.model import NodeState, Taint, rfc3339
+from scorer.plan import CyclePlan, NodePlan
+from steer.core.encoding import PreferenceTerm, preference_weight
+from steer.core.policy import Policy
+from steer.core.steering import (
+    Requirement,
+    class_preferences,
+    classify_pod,
+    condition_key,
+    dimension_key,
+    expression_matches,
+    owned_label_keys,
+    owned_taint_keys,
+    required_rules,
+    tenant_for,
+    term_matches,
+)
+
+_BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
+
+
+def _round(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def _time(ts: float | None) -> str | None:
+    return None if ts is None else rfc3339(ts)
+
+
+# --------------------------------------------------------------------------------- nodes
+
+
+def effective_labels(
+    node: NodeState, plan: NodePlan | None, owned: frozenset[str]
+) -> dict[str, str]:
+    """The node's labels once `plan` is applied (its own view when this replica does not write)."""
+    if plan is None:
+        return dict(node.labels)
+    labels = {k: v for k, v in node.labels.items() if k not in owned}
+    labels.update(plan.labels)
+    return labels
+
+
+def effective_taints(
+    node: NodeState, plan: NodePlan | None, owned: frozenset[str]
+) -> tuple[Taint, ...]:
+    if plan is None:
+        return node.taints
+    return tuple(t for t in node.taints if t.key not in owned) + plan.taints
+
+
+def node_row(plan: NodePlan) -> dict[str, Any]:
+    """One line of `/explain/nodes`: raw values, scores, composites, labels, taints, ages."""
+    return {
+        "node": plan.node,
+        "raw": {n: _round(d.raw) for n, d in plan.dimensions.items()},
+        "score": {n: _round(d.score, 1) for n, d in plan.dimensions.items()},
+        "status": {n: str(d.status) for n, d in plan.dimensions.items()},
+        "ageSeconds": {n: _round(d.age_s, 1) for n, d in plan.dimensions.items()},
+        "composite": {c.key: _round(c.score, 1) for c in plan.composites},
+        "hotPods": plan.hot_pods,
+        "labels": dict(sorted(plan.labels.items())),
+        "taints": [str(t) for t in plan.taints],
+        "pendingLabelChanges": dict(plan.label_changes),
+        "pendingTaintChange": plan.taints_changed,
+    }
+
+
+def nodes_table(cycle: CyclePlan) -> dict[str, Any]:
+    return {
+        "policyVersion": cycle.policy_version,
+        "plannedAt": _time(cycle.planned_at),
+        "dimensions": [dimension_summary(d) for d in cycle.dimensions],
+        "nodes": [node_row(p) for p in cycle.nodes],
+    }
+
+
+def dimension_summary(summary: Any) -> dict[str, Any]:
+    return {
+        "dimension": summary.dimension,
+        "query": summary.query,
+        "ok": summary.ok,
+        "stale": summary.stale,
+        "lastSuccess": _time(summary.last_success),
+        "ageSeconds": _round(summary.age_s, 1),
+        "nodes": summary.nodes,
+        "samples": summary.samples,
+        "unknownNodes": summary.unknown,
+        "unknownExamples": list(summary.unknown_examples),
+        "queryDurationSeconds": _round(summary.duration_s, 4),
+        "error": summary.error,
+        "errorKind": summary.error_kind,
+    }
+
+
+def node_detail(policy: Policy, cycle: CyclePlan, name: str) -> dict[str, Any] | None:
+    """`/explain/node/NAME`: everything in the row plus each dimension's query, weight, TTL."""
+    plan = cycle.node(name)
+    if plan is None:
+        return None
+    dims = []
+    for dim in policy.spec.dimensions:
+        entry = plan.dimensions.get(dim.name)
+        if entry is None:
+            continue
+        dims.append(
+            {
+                "dimension": dim.name,
+                "query": dim.query,
+                "nodeLabel": dim.node_label,
+                "direction": str(dim.direction),
+                "normalization": dim.normalization.model_dump(by_alias=True, exclude_none=True),
+                "weight": dim.weight,
+                "publish": dim.publish,
+                "step": policy.step_of(dim),
+                "hysteresis": policy.hysteresis_of(dim),
+                "ttlSeconds": policy.ttl_of(dim),
+                "labelKey": dimension_key(policy, dim),
+                "status": str(entry.status),
+                "raw": entry.raw,
+                "score": _round(entry.score, 3),
+                "label": entry.label,
+                "observedAt": _time(entry.observed_at),
+                "ageSeconds": _round(entry.age_s, 1),
+            }
+        )
+    conditions = [
+        {
+            "rule": c.rule,
+            "key": c.key,
+            "effect": c.effect,
+            "condition": _condition_text(policy, c.rule),
+            "status": str(c.status),
+            "observed": _round(c.observed),
+            "holds": c.holds,
+            "active": c.active,
+            "streak": c.streak,
+        }
+        for c in plan.conditions.values()
+    ]
+    return {
+        "node": plan.node,
+        "policyVersion": cycle.policy_version,
+        "plannedAt": _time(cycle.planned_at),
+        "dimensions": dims,
+        "composites": [
+            {
+                "key": c.key,
+                "podClass": c.pod_class,
+                "score": _round(c.score, 3),
+                "unpenalised": _round(c.unpenalised, 3),
+                "hotPenalty": c.penalty,
+                "label": c.label,
+            }
+            for c in plan.composites
+        ],
+        "hotPods": plan.hot_pods,
+        "conditions": conditions,
+        "labels": dict(sorted(plan.labels.items())),
+        "taints": [t.to_k8s() for t in plan.taints],
+        "pendingLabelChanges": dict(plan.label_changes),
+        "pendingTaintChange": plan.taints_changed,
+        "observedAtAnnotation": plan.annotation,
+    }
+
+
+def _condition_text(policy: Policy, rule_name: str) -> str:
+    cond = policy.taint_rule(rule_name).condition
+    return f"{cond.dimension} ({cond.source}) {cond.operator} {cond.value:g}"
+
+
+def plan_table(cycle: CyclePlan, *, changes_only: bool = False) -> str:
+    """Fixed-width text of the label/taint plan, one line per node (for `steer scorer once`)."""
+    rows = [("NODE", "LABELS", "TAINTS", "CHANGES")]
+    for plan in cycle.nodes:
+        if changes_only and not plan.changed:
+            continue
+        labels = (
+            ",".join(f"{k.rsplit('/', 1)[-1]}={v}" for k, v in sorted(plan.labels.items())) or "-"
+        )
+        taints = ",".join(f"{t.key.rsplit('/', 1)[-1]}:{t.effect}" for t in plan.taints) or "-"
+        changes = []
+        for key, value in plan.label_changes.items():
+            short = key.rsplit("/", 1)[-1]
+            changes.append(f"-{short}" if value is None else f"{short}={value}")
+        if plan.taints_changed:
+            changes.append("taints")
+        if plan.annotation_changed and not plan.label_changes:
+            changes.append("observed-at")
+        rows.append((plan.node, labels, taints, " ".join(changes) or "(none)"))
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    lines = [
+        "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:3])) + "  " + row[3]
+        for row in rows
+    ]
+    stale = cycle.stale_dimensions
+    failed = [d for d in cycle.dimensions if not d.ok]
+    footer = [
+        f"policy {cycle.policy_version}: {len(cycle.nodes)} nodes, {len(cycle.changes)} to write"
+        + (f"; stale dimensions: {', '.join(stale)}" if stale else "")
+    ]
+    footer += [f"query failed for {d.dimension}: {d.error}" for d in failed if d.error]
+    return "\n".join(line.rstrip() for line in lines + footer)
+
+
+# ----------------------------------------------------------------------------------- pods
+
+
+@dataclass(frozen=True)
+class Exclusion:
+    rule: str
+    reason: str
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NodeVerdict:
+    node: str
+    exclusions: tuple[Exclusion, ...]
+    steering_weight: int
+    user_weight: int
+    rank: int | None = None
+    soft_taints: tuple[str, ...] = ()
+
+    @property
+    def allowed(self) -> bool:
+        return not self.exclusions
+
+
+@dataclass(frozen=True)
+class PodExplanation:
+    policy_version: str
+    pod_class: str | None
+    tenant: str | None
+    preferences: tuple[PreferenceTerm, ...]
+    required: tuple[Requirement, ...]
+    verdicts: tuple[NodeVerdict, ...]  # allowed nodes by rank, then excluded nodes by name
+
+    @property
+    def allowed(self) -> tuple[NodeVerdict, ...]:
+        return tuple(v for v in self.verdicts if v.allowed)
+
+    @property
+    def excluded(self) -> tuple[NodeVerdict, ...]:
+        return tuple(v for v in self.verdicts if not v.allowed)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "policyVersion": self.policy_version,
+            "podClass": self.pod_class,
+            "tenant": self.tenant,
+            "preferences": [t.to_k8s() for t in self.preferences],
+            "required": [
+                {"rule": r.rule, "alternatives": [list(alt) for alt in r.alternatives]}
+                for r in self.required
+            ],
+            "allowed": [
+                {
+                    "node": v.node,
+                    "rank": v.rank,
+                    "steeringWeight": v.steering_weight,
+                    "userWeight": v.user_weight,
+                    "softTaints": list(v.soft_taints),
+                }
+                for v in self.allowed
+            ],
+            "excluded": [
+                {
+                    "node": v.node,
+                    "exclusions": [
+                        {"rule": e.rule, "reason": e.reason, "data": dict(e.data)}
+                        for e in v.exclusions
+                    ],
+                }
+                for v in self.excluded
+            ],
+        }
+
+
+def pod_spec_of(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Accept a Pod object (`{metadata, spec}`) or a bare PodSpec."""
+    spec = pod.get("spec")
+    if isinstance(spec, Mapping) and ("containers" in spec or "metadata" in pod or "kind" in pod):
+        return spec
+    return pod
+
+
+def tolerates(tolerations: Sequence[Mapping[str, Any]], taint: Taint) -> bool:
+    """The scheduler's TaintToleration rule: key (empty = any, with Exists), value, effect."""
+    for tol in tolerations:
+        effect = tol.get("effect") or ""
+        if effect and effect != taint.effect:
+            continue
+        key = tol.get("key") or ""
+        operator = tol.get("operator") or "Equal"
+        if operator == "Exists":
+            if not key or key == taint.key:
+                return True
+            continue
+        if key == taint.key and (tol.get("value") or "") == taint.value:
+            return True
+    return False
+
+
+def _fields_match(term: Mapping[str, Any], node: str) -> bool:
+    for expr in term.get("matchFields") or ():
+        if expr.get("key") != "metadata.name":
+            return False
+        values = list(expr.get("values") or ())
+        if expr.get("operator") == "In" and node not in values:
+            return False
+        if expr.get("operator") == "NotIn" and node in values:
+            return False
+    return True
+
+
+def _expression_text(expr: Mapping[str, Any]) -> str:
+    values = list(expr.get("values") or ())
+    text = f"{expr['key']} {expr['operator']}"
+    return f"{text} {','.join(str(v) for v in values)}" if values else text
+
+
+def _key_data(
+    policy: Policy, plan: NodePlan | None, key: str, labels: Mapping[str, str]
+) -> dict[str, Any]:
+    """The data behind one label key on one node: the label, and the observation behind it."""
+    data: dict[str, Any] = {"key": key, "label": labels.get(key)}
+    if plan is None:
+        return data
+    for dim in policy.spec.dimensions:
+        if dimension_key(policy, dim) == key and dim.name in plan.dimensions:
+            entry = plan.dimensions[dim.name]
+            data.update(
+                dimension=dim.name,
+                raw=entry.raw,
+                status=str(entry.status),
+                observedAt=_time(entry.observed_at),
+            )
+    for rule in policy.spec.taints:
+        if condition_key(policy, rule) == key and rule.name in plan.conditions:
+            cond = plan.conditions[rule.name]
+            data.update(
+                condition=_condition_text(policy, rule.name),
+                observed=cond.observed,
+                status=str(cond.status),
+            )
+    return data
+
+
+def explain_pod(
+    policy: Policy,
+    cycle: CyclePlan | None,
+    nodes: Sequence[NodeState],
+    pod: Mapping[str, Any],
+    namespace_labels: Mapping[str, str],
+) -> PodExplanation:
+    """Which nodes the pod's steering terms allow, their rank, and why the others are excluded.
+
+    Exclusions come from the policy's required rules for the pod's tenant and class, the pod's
+    own nodeSelector and required nodeAffinity, NoSchedule/NoExecute taints it does not
+    tolerate, and cordoned nodes. Rank is by the weight the NodeAffinity plugin would add up:
+    the injected preference terms plus the pod's own preferred terms (ties share a rank).
+    """
+    spec = pod_spec_of(pod)
+    pod_class = classify_pod(policy, spec)
+    tenant = tenant_for(policy, namespace_labels)
+    preferences = class_preferences(policy, pod_class)
+    required = required_rules(policy, tenant, pod_class)
+    owned_labels = owned_label_keys(policy)
+    owned_taints = owned_taint_keys(policy)
+    tolerations = list(spec.get("tolerations") or ())
+    node_selector = dict(spec.get("nodeSelector") or {})
+    affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
+    user_terms = list(
+        (affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get(
+            "nodeSelectorTerms"
+        )
+        or ()
+    )
+    user_prefs = list(affinity.get("preferredDuringSchedulingIgnoredDuringExecution") or ())
+
+    verdicts = []
+    for node in nodes:
+        plan = cycle.node(node.name) if cycle is not None else None
+        labels = effective_labels(node, plan, owned_labels)
+        taints = effective_taints(node, plan, owned_taints)
+        exclusions: list[Exclusion] = []
+        for req in required:
+            if not req.matches(labels):
+                keys = sorted({e["key"] for alt in req.alternatives for e in alt})
+                failed = [
+                    _expression_text(e)
+                    for alt in req.alternatives
+                    for e in alt
+                    if not expression_matches(e, labels)
+                ]
+                exclusions.append(
+                    Exclusion(
+                        rule=req.rule,
+                        reason="node fails " + " and ".join(failed),
+                        data={"labels": [_key_data(policy, plan, k, labels) for k in keys]},
+                    )
+                )
+        mismatched = {k: v for k, v in node_selector.items() if labels.get(k) != v}
+        if mismatched:
+            exclusions.append(
+                Exclusion(
+                    rule="pod.spec.nodeSelector",
+                    reason="node labels do not match the pod's nodeSelector",
+                    data={"wanted": mismatched, "node": {k: labels.get(k) for k in mismatched}},
+                )
+            )
+        if user_terms and not any(
+            term_matches(t, labels) and _fields_match(t, node.name) for t in user_terms
+        ):
+            exclusions.append(
+                Exclusion(
+                    rule="pod.spec.affinity.nodeAffinity.required",
+                    reason="no nodeSelectorTerm of the pod matches the node",
+                    data={"terms": user_terms},
+                )
+            )
+        soft = []
+        for taint in taints:
+            if tolerates(tolerations, taint):
+                continue
+            if taint.effect in _BLOCKING_EFFECTS:
+                data: dict[str, Any] = {"taint": taint.to_k8s()}
+                if taint.key in owned_taints:
+                    data.update(_key_data(policy, plan, taint.key, labels))
+                exclusions.append(
+                    Exclusion(
+                        rule=f"taint {taint}", reason="the pod does not tolerate it", data=data
+                    )
+                )
+            else:
+                soft.append(str(taint))
+        if node.unschedulable:
+            exclusions.append(
+                Exclusion(rule="node.spec.unschedulable", reason="the node is cordoned")
+            )
+        user_weight = sum(
+            int(p.get("weight", 0))
+            for p in user_prefs
+            if term_matches(p.get("preference") or {}, labels)
+        )
+        verdicts.append(
+            NodeVerdict(
+                node=node.name,
+                exclusions=tuple(exclusions),
+                steering_weight=preference_weight(labels, preferences),
+                user_weight=user_weight,
+                soft_taints=tuple(soft),
+            )
+        )
+
+    allowed = sorted(
+        (v for v in verdicts if v.allowed),
+        key=lambda v: (-(v.steering_weight + v.user_weight), v.node),
+    )
+    ranked: list[NodeVerdict] = []
+    for i, verdict in enumerate(allowed):
+        total = verdict.steering_weight + verdict.user_weight
+        if ranked and ranked[-1].steering_weight + ranked[-1].user_weight == total:
+            rank = ranked[-1].rank
+        else:
+            rank = i + 1
+        ranked.append(
+            NodeVerdict(
+                verdict.node,
+                (),
+                verdict.steering_weight,
+                verdict.user_weight,
+                rank,
+                verdict.soft_taints,
+            )
+        )
+    excluded = sorted((v for v in verdicts if not v.allowed), key=lambda v: v.node)
+    return PodExplanation(
+        policy_version=policy.version,
+        pod_class=pod_class.name if pod_class else None,
+        tenant=tenant.name if tenant else None,
+        preferences=preferences,
+        required=required,
+        verdicts=tuple(ranked + excluded),
+    )

@@ -1,0 +1,128 @@
+"""Raw-JSON calls to the Kubernetes API through the `kubernetes` client's connection and auth.
+
+The generated model classes cost seconds per 5,000-node list and pick a patch content type
+by themselves (a dict body to `patch_node` becomes a strategic merge patch, which replaces the
+taint list); here every call names its content type and gets plain JSON back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import quote
+
+import orjson
+from kubernetes import client
+
+MERGE_PATCH = "application/merge-patch+json"
+JSON = "application/json"
+
+
+class KubeApiError(Exception):
+    """A non-2xx answer (`status` is the HTTP code, 0 for a connection failure)."""
+
+    def __init__(
+        self, status: int, reason: str, message: str, *, method: str = "", path: str = ""
+    ) -> None:
+        super().__init__(f"{method} {path}: HTTP {status} {reason}: {message}".strip())
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+    @property
+    def conflict(self) -> bool:
+        return self.status == 409
+
+    @property
+    def retriable(self) -> bool:
+        """Worth another try after a pause: throttled, overloaded or unreachable."""
+        return self.status in (0, 429, 500, 502, 503, 504)
+
+
+class KubeJson:
+    """`request(method, path, ...)` → the decoded JSON body, or `KubeApiError`."""
+
+    def __init__(self, api_client: client.ApiClient, *, timeout_s: float = 10.0) -> None:
+        self.api_client = api_client
+        self.timeout_s = timeout_s
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str | int] | None = None,
+        body: Any = None,
+        content_type: str = JSON,
+        timeout_s: float | None = None,
+    ) -> dict[str, Any]:
+        headers = {"Accept": JSON}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        params = self.api_client.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=list((query or {}).items()),
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        try:
+            resp = self.api_client.call_api(*params, _request_timeout=timeout_s or self.timeout_s)
+            data = resp.read()
+        except client.ApiException as exc:  # raised by the REST layer for retry-after answers
+            raise KubeApiError(
+                int(exc.status or 0), str(exc.reason), str(exc.body), method=method, path=path
+            ) from exc
+        except Exception as exc:  # urllib3 connection, timeout and protocol errors
+            raise KubeApiError(0, type(exc).__name__, str(exc), method=method, path=path) from exc
+        try:
+            decoded = orjson.loads(data) if data else {}
+        except orjson.JSONDecodeError:
+            decoded = {"message": data[:200].decode("utf-8", "replace")}
+        if not 200 <= resp.status <= 299:
+            message = decoded.get("message", "") if isinstance(decoded, dict) else ""
+            reason = decoded.get("reason", "") if isinstance(decoded, dict) else ""
+            raise KubeApiError(resp.status, str(reason), str(message), method=method, path=path)
+        if not isinstance(decoded, dict):
+            raise KubeApiError(
+                resp.status,
+                "BadResponse",
+                "the answer is not a JSON object",
+                method=method,
+                path=path,
+            )
+        return decoded
+
+    def list_all(
+        self, path: str, *, page_size: int = 500, query: Mapping[str, str] | None = None
+    ) -> list[dict[str, Any]]:
+        """Every item of a collection, following `continue` tokens page by page."""
+        items: list[dict[str, Any]] = []
+        token = ""
+        while True:
+            params: dict[str, str | int] = {**(query or {}), "limit": page_size}
+            if token:
+                params["continue"] = token
+            page = self.request("GET", path, query=params)
+            items.extend(page.get("items") or ())
+            token = (page.get("metadata") or {}).get("continue") or ""
+            if not token:
+                return items
+
+
+def node_path(name: str = "") -> str:
+    return f"/api/v1/nodes/{quote(name, safe='')}" if name else "/api/v1/nodes"
+
+
+def pod_path(namespace: str, name: str) -> str:
+    return f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}"
+
+
+def namespace_path(name: str) -> str:
+    return f"/api/v1/namespaces/{quote(name, safe='')}"
+
+
+def lease_path(namespace: str, name: str = "") -> str:
+    base = f"/apis/coordination.k8s.io/v1/namespaces/{quote(namespace, safe='')}/leases"
+    return f"{base}/{quote(name, safe='')}" if name else base

@@ -1,0 +1,257 @@
+"""Leader election on a coordination.k8s.io/v1 Lease, so two scorer replicas never both write.
+
+The algorithm is client-go's: a candidate takes the Lease when it is free or its holder has
+not renewed it for `leaseDurationSeconds` *as measured on the candidate's own clock* (it
+notes when it last saw the record change, so clocks need not agree); every write of the
+Lease carries its resourceVersion, so of two candidates racing for it one gets a 409. A
+leader that cannot renew within `renew_deadline_s` stops calling itself leader before any
+other replica may take over (`renew_deadline_s < lease_duration_s`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from scorer.kubeapi import KubeApiError, KubeJson, lease_path
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LEASE_NAME = "kube-steer-scorer"
+
+
+def _micro_time(ts: float) -> str:
+    """A Lease's MicroTime: RFC 3339 with exactly six fractional digits."""
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def default_identity() -> str:
+    """Pod name (the hostname in a pod) plus a random suffix: a restarted pod is a new candidate."""
+    return f"{os.environ.get('POD_NAME') or socket.gethostname()}-{uuid.uuid4().hex[:6]}"
+
+
+class LeaseElector:
+    def __init__(
+        self,
+        kube: KubeJson,
+        *,
+        namespace: str,
+        name: str = DEFAULT_LEASE_NAME,
+        identity: str | None = None,
+        lease_duration_s: float = 15.0,
+        renew_deadline_s: float = 10.0,
+        retry_period_s: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        if not retry_period_s < renew_deadline_s < lease_duration_s:
+            raise ValueError(
+                "leader election: need retry_period_s < renew_deadline_s < lease_duration_s, got "
+                f"{retry_period_s} / {renew_deadline_s} / {lease_duration_s}"
+            )
+        self.kube = kube
+        self.namespace = namespace
+        self.name = name
+        self.identity = identity or default_identity()
+        self.lease_duration_s = lease_duration_s
+        self.renew_deadline_s = renew_deadline_s
+        self.retry_period_s = retry_period_s
+        self._clock = clock
+        self._wall = wall
+        self._lock = threading.Lock()
+        self._renewed_at: float | None = None  # our clock, last successful acquire/renew
+        self._observed: tuple[str, str] | None = None  # (holder, renewTime) last seen
+        self._observed_at = 0.0
+        self.holder: str | None = None
+        self.transitions = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._listeners: list[Callable[[bool], None]] = []
+
+    # ---------------------------------------------------------------- state
+
+    @property
+    def is_leader(self) -> bool:
+        with self._lock:
+            return (
+                self._renewed_at is not None
+                and self._clock() - self._renewed_at < self.renew_deadline_s
+            )
+
+    def on_change(self, listener: Callable[[bool], None]) -> None:
+        self._listeners.append(listener)
+
+    def _set_leader(self, renewed: bool) -> None:
+        before = self.is_leader
+        with self._lock:
+            if renewed:
+                self._renewed_at = self._clock()
+            elif (
+                self._renewed_at is not None
+                and self._clock() - self._renewed_at >= self.renew_deadline_s
+            ):
+                self._renewed_at = None
+        after = self.is_leader
+        if before != after:
+            log.info(
+                "leader election %s/%s: %s %s",
+                self.namespace,
+                self.name,
+                self.identity,
+                "became leader" if after else "lost leadership",
+            )
+            for listener in self._listeners:
+                listener(after)
+
+    def _lost(self) -> None:
+        with self._lock:
+            was = self._renewed_at is not None
+            self._renewed_at = None
+        if was:
+            log.info(
+                "leader election %s/%s: %s lost leadership",
+                self.namespace,
+                self.name,
+                self.identity,
+            )
+            for listener in self._listeners:
+                listener(False)
+
+    # ---------------------------------------------------------------- one step
+
+    def try_acquire_or_renew(self) -> bool:
+        """One round of the election; True when this candidate holds the Lease afterwards."""
+        path = lease_path(self.namespace, self.name)
+        now_wall = self._wall()
+        try:
+            lease = self.kube.request("GET", path)
+        except KubeApiError as exc:
+            if exc.status != 404:
+                log.warning(
+                    "leader election: cannot read Lease %s/%s: %s", self.namespace, self.name, exc
+                )
+                self._set_leader(False)
+                return self.is_leader
+            return self._create(now_wall)
+        spec: dict[str, Any] = dict(lease.get("spec") or {})
+        holder = str(spec.get("holderIdentity") or "")
+        record = (holder, str(spec.get("renewTime") or ""))
+        if record != self._observed:
+            self._observed, self._observed_at = record, self._clock()
+        self.holder = holder or None
+        duration = float(spec.get("leaseDurationSeconds") or self.lease_duration_s)
+        if holder and holder != self.identity and self._clock() - self._observed_at < duration:
+            self._lost()
+            return False
+        if holder != self.identity:
+            spec["acquireTime"] = _micro_time(now_wall)
+            spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + (1 if holder else 0)
+        spec.update(
+            holderIdentity=self.identity,
+            leaseDurationSeconds=round(self.lease_duration_s),
+            renewTime=_micro_time(now_wall),
+        )
+        lease["spec"] = spec
+        try:
+            updated = self.kube.request("PUT", path, body=lease)
+        except KubeApiError as exc:
+            if exc.conflict:
+                log.info(
+                    "leader election: another candidate updated Lease %s/%s first",
+                    self.namespace,
+                    self.name,
+                )
+                self._lost()
+                return False
+            log.warning(
+                "leader election: cannot update Lease %s/%s: %s", self.namespace, self.name, exc
+            )
+            self._set_leader(False)
+            return self.is_leader
+        self._accept(updated)
+        return True
+
+    def _create(self, now_wall: float) -> bool:
+        body = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": self.name, "namespace": self.namespace},
+            "spec": {
+                "holderIdentity": self.identity,
+                "leaseDurationSeconds": round(self.lease_duration_s),
+                "acquireTime": _micro_time(now_wall),
+                "renewTime": _micro_time(now_wall),
+                "leaseTransitions": 0,
+            },
+        }
+        try:
+            created = self.kube.request("POST", lease_path(self.namespace), body=body)
+        except KubeApiError as exc:
+            if exc.status != 409:
+                log.warning(
+                    "leader election: cannot create Lease %s/%s: %s", self.namespace, self.name, exc
+                )
+            self._lost()
+            return False
+        self._accept(created)
+        return True
+
+    def _accept(self, lease: dict[str, Any]) -> None:
+        spec = lease.get("spec") or {}
+        self._observed = (str(spec.get("holderIdentity") or ""), str(spec.get("renewTime") or ""))
+        self._observed_at = self._clock()
+        self.holder = self.identity
+        self.transitions = int(spec.get("leaseTransitions") or 0)
+        self._set_leader(True)
+
+    def release(self) -> None:
+        """Give the Lease up on shutdown so another replica takes over without waiting it out."""
+        if not self.is_leader:
+            return
+        path = lease_path(self.namespace, self.name)
+        try:
+            lease = self.kube.request("GET", path)
+            spec = dict(lease.get("spec") or {})
+            if spec.get("holderIdentity") == self.identity:
+                spec.update(
+                    holderIdentity="", leaseDurationSeconds=1, renewTime=_micro_time(self._wall())
+                )
+                lease["spec"] = spec
+                self.kube.request("PUT", path, body=lease)
+        except KubeApiError as exc:
+            log.warning(
+                "leader election: could not release Lease %s/%s: %s", self.namespace, self.name, exc
+            )
+        self._lost()
+
+    # ------------------------------------------------------------ background
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="lease-election", daemon=True)
+        self._thread.start()
+
+    def stop(self, *, release: bool = True) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+        if release:
+            self.release()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.try_acquire_or_renew()
+            except Exception:  # the election thread must survive anything a round throws
+                log.exception("leader election round failed")
+            self._stop.wait(self.retry_period_s)

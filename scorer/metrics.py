@@ -1,0 +1,119 @@
+"""The scorer's own Prometheus metrics, in a registry per scorer (tests run several at once)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+_CYCLE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120)
+_QUERY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+
+class ScorerMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.cycle_duration = Histogram(
+            "steer_scorer_cycle_duration_seconds",
+            "Wall time of one scoring cycle: node list, queries, planning and writes.",
+            buckets=_CYCLE_BUCKETS,
+            registry=r,
+        )
+        self.compute_duration = Histogram(
+            "steer_scorer_compute_duration_seconds",
+            "Time spent mapping samples to nodes and planning labels (no I/O).",
+            buckets=_CYCLE_BUCKETS,
+            registry=r,
+        )
+        self.cycles = Counter(
+            "steer_scorer_cycles_total",
+            "Scoring cycles by result (ok, error).",
+            ["result"],
+            registry=r,
+        )
+        self.queries = Counter(
+            "steer_scorer_queries_total",
+            "PromQL queries sent, per dimension.",
+            ["dimension"],
+            registry=r,
+        )
+        self.query_duration = Histogram(
+            "steer_scorer_query_duration_seconds",
+            "PromQL query latency per dimension.",
+            ["dimension"],
+            buckets=_QUERY_BUCKETS,
+            registry=r,
+        )
+        self.query_errors = Counter(
+            "steer_scorer_query_errors_total",
+            "Failed PromQL queries per dimension and kind (unavailable, query, auth, response).",
+            ["dimension", "kind"],
+            registry=r,
+        )
+        self.unknown_nodes = Gauge(
+            "steer_scorer_unknown_node_samples",
+            "Samples of the last query whose node identity matched no Node object.",
+            ["dimension"],
+            registry=r,
+        )
+        self.dimension_stale = Gauge(
+            "steer_scorer_dimension_stale",
+            "1 when a dimension's data is older than its TTL (its labels are withdrawn).",
+            ["dimension"],
+            registry=r,
+        )
+        self.dimension_age = Gauge(
+            "steer_scorer_dimension_age_seconds",
+            "Age of the newest successful observation of a dimension.",
+            ["dimension"],
+            registry=r,
+        )
+        self.stale_dimensions = Gauge(
+            "steer_scorer_stale_dimensions",
+            "Number of dimensions whose data is past the TTL.",
+            registry=r,
+        )
+        self.node_writes = Counter(
+            "steer_scorer_node_writes_total",
+            "Nodes written, by result (ok, error).",
+            ["result"],
+            registry=r,
+        )
+        self.write_requests = Counter(
+            "steer_scorer_write_requests_total",
+            "PATCH requests sent to nodes, retries included.",
+            registry=r,
+        )
+        self.write_conflicts = Counter(
+            "steer_scorer_write_conflicts_total",
+            "409 conflicts on taint writes (each was retried).",
+            registry=r,
+        )
+        self.planned_changes = Gauge(
+            "steer_scorer_planned_node_changes",
+            "Nodes whose labels or taints the last cycle changed.",
+            registry=r,
+        )
+        self.nodes = Gauge("steer_scorer_nodes", "Nodes seen in the last cycle.", registry=r)
+        self.leader = Gauge(
+            "steer_scorer_leader", "1 while this replica holds the Lease and writes.", registry=r
+        )
+        self.policy_info = Gauge(
+            "steer_scorer_policy_info",
+            "The policy version in use (value is always 1).",
+            ["version"],
+            registry=r,
+        )
+        self.last_success = Gauge(
+            "steer_scorer_last_successful_cycle_timestamp_seconds",
+            "Unix time of the last cycle that completed.",
+            registry=r,
+        )
+        self._policy_version: str | None = None
+
+    def set_policy(self, version: str) -> None:
+        if version == self._policy_version:
+            return
+        if self._policy_version is not None:
+            self.policy_info.remove(self._policy_version)
+        self.policy_info.labels(version=version).set(1)
+        self._policy_version = version

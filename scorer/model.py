@@ -1,0 +1,84 @@
+"""Typed data the scorer passes between its pure and I/O parts.
+
+`NodeState` is a Node object reduced to what scoring, writing and explaining need; the writer
+builds it from the API's JSON and the planner never sees a raw dict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from types import MappingProxyType
+from typing import Any
+
+
+@dataclass(frozen=True, order=True)
+class Taint:
+    key: str
+    value: str
+    effect: str
+
+    @classmethod
+    def from_k8s(cls, obj: Mapping[str, Any]) -> Taint:
+        return cls(str(obj.get("key", "")), str(obj.get("value") or ""), str(obj.get("effect", "")))
+
+    def to_k8s(self) -> dict[str, str]:
+        out = {"key": self.key, "effect": self.effect}
+        if self.value:
+            out["value"] = self.value
+        return out
+
+    def __str__(self) -> str:
+        return (
+            f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
+        )
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """A node as last read from the API. `taints` keeps the API's order (foreign taints are
+    written back exactly as found); `addresses` feeds the instance→node mapping."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    raw_taints: tuple[Mapping[str, Any], ...] = ()
+    addresses: tuple[str, ...] = ()
+    resource_version: str = ""
+    unschedulable: bool = False
+
+    @classmethod
+    def from_k8s(cls, obj: Mapping[str, Any]) -> NodeState:
+        meta = obj.get("metadata") or {}
+        spec = obj.get("spec") or {}
+        status = obj.get("status") or {}
+        return cls(
+            name=str(meta.get("name", "")),
+            labels=MappingProxyType(dict(meta.get("labels") or {})),
+            annotations=MappingProxyType(dict(meta.get("annotations") or {})),
+            taints=tuple(Taint.from_k8s(t) for t in spec.get("taints") or ()),
+            raw_taints=tuple(dict(t) for t in spec.get("taints") or ()),
+            addresses=tuple(
+                str(a["address"]) for a in status.get("addresses") or () if a.get("address")
+            ),
+            resource_version=str(meta.get("resourceVersion", "")),
+            unschedulable=bool(spec.get("unschedulable", False)),
+        )
+
+
+def rfc3339(ts: float) -> str:
+    """Unix seconds as the RFC 3339 UTC form Kubernetes uses in annotations and Leases."""
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_rfc3339(text: str) -> float | None:
+    """Unix seconds from an RFC 3339 time, or None when the text is not one."""
+    try:
+        stamp = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except (TypeError, ValueError):
+        return None
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=UTC)
+    return stamp.timestamp()

@@ -1,0 +1,156 @@
+"""Prometheus samples → one raw value per known node, for one dimension.
+
+Exporters name the node in different labels (`Hostname` for DCGM, `instance` for Kepler 0.7,
+`node_name` for Kepler 0.10, `node` for kube-state-metrics), and `instance` is often the scrape
+target `IP:port` rather than a name. `NodeIndex` maps every name and address a Node object
+publishes back to the node, so one query for the whole cluster lands on the right nodes.
+Samples for nodes the API does not know are ignored and counted, never guessed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from scorer.model import NodeState
+from steer.core.policy import Dimension
+
+# How many unmatched identities a reading keeps for /explain; the count is always exact.
+UNKNOWN_EXAMPLES = 10
+
+
+class SampleLike(Protocol):
+    """What the planner needs of a Prometheus sample (the adapter's `Sample` fits)."""
+
+    @property
+    def labels(self) -> Mapping[str, str]: ...
+
+    @property
+    def value(self) -> float: ...
+
+
+class NodeIndex:
+    """Resolves a sample's node identity (name, IP, `IP:port`, `[IPv6]:port`) to a node name."""
+
+    def __init__(self, nodes: Iterable[NodeState]) -> None:
+        listed = tuple(nodes)
+        self._names: set[str] = {node.name for node in listed}
+        self._by_address: dict[str, str] = {}
+        for node in listed:
+            for address in node.addresses:
+                # A name always wins over another node's address (hostnames can collide).
+                if address not in self._names:
+                    self._by_address.setdefault(address, node.name)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._names
+
+    def resolve(self, identity: str) -> str | None:
+        if identity in self._names:
+            return identity
+        if identity in self._by_address:
+            return self._by_address[identity]
+        host = _strip_port(identity)
+        if host is None:
+            return None
+        if host in self._names:
+            return host
+        return self._by_address.get(host)
+
+
+def _strip_port(identity: str) -> str | None:
+    """`10.0.0.1:9100` → `10.0.0.1`, `[fd00::1]:9100` → `fd00::1`; None when there is no port."""
+    if identity.startswith("["):
+        end = identity.find("]")
+        if end > 0 and identity[end + 1 : end + 2] == ":":
+            return identity[1:end]
+        return None
+    host, sep, port = identity.rpartition(":")
+    if not sep or not port.isdigit() or ":" in host:
+        return None
+    return host
+
+
+@dataclass(frozen=True)
+class DimensionReading:
+    """One successful query of one dimension, mapped onto nodes.
+
+    `observed_at` is Prometheus' evaluation time (unix seconds): ages and TTLs count from it.
+    `duplicates` counts nodes that two series resolved to (say, `node-1` and `10.0.0.1:9102`);
+    the larger value is kept, so a budget check (`overcommit-pct`) never understates.
+    """
+
+    dimension: str
+    query: str
+    observed_at: float
+    values: Mapping[str, float]
+    samples: int = 0
+    unknown: int = 0
+    unknown_examples: tuple[str, ...] = ()
+    unlabelled: int = 0
+    non_finite: int = 0
+    duplicates: int = 0
+    duration_s: float = 0.0
+    warnings: tuple[str, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class DimensionFailure:
+    """A query that failed this cycle; `kind` is `unavailable`, `query`, `auth` or `response`."""
+
+    dimension: str
+    query: str
+    kind: str
+    message: str
+    duration_s: float = 0.0
+
+
+def read_dimension(
+    dim: Dimension,
+    samples: Iterable[SampleLike],
+    *,
+    observed_at: float,
+    index: NodeIndex,
+    duration_s: float = 0.0,
+    warnings: tuple[str, ...] = (),
+) -> DimensionReading:
+    values: dict[str, float] = {}
+    unknown_examples: list[str] = []
+    count = unknown = unlabelled = non_finite = duplicates = 0
+    for sample in samples:
+        count += 1
+        identity = sample.labels.get(dim.node_label)
+        if identity is None:
+            unlabelled += 1
+            continue
+        node = index.resolve(identity)
+        if node is None:
+            unknown += 1
+            if len(unknown_examples) < UNKNOWN_EXAMPLES:
+                unknown_examples.append(identity)
+            continue
+        value = float(sample.value)
+        if not math.isfinite(value):
+            # NaN from 0/0 (a node with no GPU memory at all) is "no value", not a score.
+            non_finite += 1
+            continue
+        if node in values:
+            duplicates += 1
+            value = max(value, values[node])
+        values[node] = value
+    return DimensionReading(
+        dimension=dim.name,
+        query=dim.query,
+        observed_at=observed_at,
+        values=values,
+        samples=count,
+        unknown=unknown,
+        unknown_examples=tuple(unknown_examples),
+        unlabelled=unlabelled,
+        non_finite=non_finite,
+        duplicates=duplicates,
+        duration_s=duration_s,
+        warnings=warnings,
+    )

@@ -1,0 +1,527 @@
+"""Observations + what the nodes carry now + memory → the labels and taints each node should carry.
+
+Pure: no clock, no network. The caller passes `now`, the nodes as read, this cycle's readings
+and the memory returned by the previous call; it gets back a `CyclePlan` (what to write and
+why) and the memory for the next cycle.
+
+Rules that shape the result (DESIGN decisions 2, 4, 5):
+
+- Per (dimension, node) the last observation is remembered. A node missing from this cycle's
+  reading, or a failed query, keeps its label until the observation is older than the TTL;
+  then the label is withdrawn, the composites are recomputed without it, and no taint is
+  kept from it. A node that was never observed gets no label, never a zero.
+- Hysteresis compares with the value the node carries now (its label), so a restarted scorer
+  or a new leader continues from the cluster's state, not from an empty memory.
+- After a restart the memory is empty; a label whose `<prefix>observed-at` annotation is still
+  within the TTL is carried unchanged until fresh data arrives or the TTL passes.
+- Only keys from `owned_label_keys` / `owned_taint_keys` ever appear in a plan's changes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+
+from scorer.model import NodeState, Taint, parse_rfc3339, rfc3339
+from scorer.observe import DimensionFailure, DimensionReading
+from steer.core.encoding import composite, normalise, quantise, quantise_raw
+from steer.core.policy import Dimension, Direction, Policy, TaintRule
+from steer.core.steering import (
+    CONDITION_VALUE,
+    composite_weights,
+    composites,
+    condition_key,
+    dimension_key,
+    owned_label_keys,
+    owned_taint_keys,
+)
+
+OBSERVED_AT_SUFFIX = "observed-at"
+
+
+def observed_at_key(policy: Policy) -> str:
+    """The annotation (not a label: it changes with every value) holding, per dimension, the
+    Prometheus evaluation time of the observation behind the node's current label."""
+    return policy.label_key(OBSERVED_AT_SUFFIX)
+
+
+class DataStatus(StrEnum):
+    FRESH = "fresh"  # observed in this cycle's reading
+    RETAINED = "retained"  # observed earlier, still within the TTL
+    CARRIED = "carried"  # no observation in memory; label kept on its annotation's age
+    STALE = "stale"  # data past the TTL: label withdrawn
+    MISSING = "missing"  # never observed: no label
+
+
+@dataclass(frozen=True)
+class Observation:
+    value: float
+    observed_at: float
+
+
+@dataclass(frozen=True)
+class TaintCounter:
+    """Debounce state of one taint rule on one node: `streak` counts consecutive observed
+    cycles in which the condition disagreed with `active`."""
+
+    active: bool
+    streak: int = 0
+
+
+@dataclass(frozen=True)
+class ScorerMemory:
+    observations: Mapping[str, Mapping[str, Observation]] = field(default_factory=dict)
+    counters: Mapping[tuple[str, str], TaintCounter] = field(default_factory=dict)
+    last_success: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DimensionScore:
+    dimension: str
+    status: DataStatus
+    raw: float | None
+    score: float | None  # normalised 0..100, 100 best
+    label: str | None  # the value the node should carry; None = no label
+    observed_at: float | None
+    age_s: float | None
+
+
+@dataclass(frozen=True)
+class CompositeScore:
+    key: str
+    pod_class: str | None
+    score: float | None  # after the hot-node penalty
+    unpenalised: float | None
+    penalty: float
+    label: str | None
+
+
+@dataclass(frozen=True)
+class ConditionState:
+    rule: str
+    key: str
+    effect: str
+    status: DataStatus
+    observed: float | None  # the value the condition compared (raw or score)
+    holds: bool | None  # None when there was no fresh observation this cycle
+    active: bool
+    streak: int
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    node: str
+    dimensions: Mapping[str, DimensionScore]
+    composites: tuple[CompositeScore, ...]
+    conditions: Mapping[str, ConditionState]
+    labels: Mapping[str, str]  # every owned label the node should carry
+    label_changes: Mapping[str, str | None]  # owned keys to set (str) or remove (None)
+    taints: tuple[Taint, ...]  # every owned taint the node should carry, sorted
+    current_taints: tuple[Taint, ...]  # the owned taints it carries now, sorted
+    annotation: str | None
+    annotation_changed: bool
+    hot_pods: int
+
+    @property
+    def taints_changed(self) -> bool:
+        return self.taints != self.current_taints
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.label_changes) or self.taints_changed or self.annotation_changed
+
+
+@dataclass(frozen=True)
+class DimensionSummary:
+    dimension: str
+    query: str
+    ok: bool  # this cycle's query succeeded
+    stale: bool  # never succeeded, or the last success is older than the TTL
+    last_success: float | None
+    age_s: float | None
+    nodes: int  # nodes with a label value for this dimension after this cycle
+    samples: int
+    unknown: int
+    unknown_examples: tuple[str, ...]
+    duration_s: float
+    error: str | None
+    error_kind: str | None
+
+
+@dataclass(frozen=True)
+class CyclePlan:
+    policy_version: str
+    planned_at: float
+    nodes: tuple[NodePlan, ...]
+    dimensions: tuple[DimensionSummary, ...]
+
+    def node(self, name: str) -> NodePlan | None:
+        for plan in self.nodes:
+            if plan.node == name:
+                return plan
+        return None
+
+    @property
+    def changes(self) -> tuple[NodePlan, ...]:
+        return tuple(p for p in self.nodes if p.changed)
+
+    @property
+    def stale_dimensions(self) -> tuple[str, ...]:
+        return tuple(d.dimension for d in self.dimensions if d.stale)
+
+
+def _bucket(label: str | None) -> int | None:
+    if label is None:
+        return None
+    try:
+        return int(label)
+    except ValueError:
+        return None  # a hand-edited label: treat as no previous value
+
+
+def _observed_times(node: NodeState, key: str) -> dict[str, str]:
+    text = node.annotations.get(key)
+    if not text:
+        return {}
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {str(k): str(v) for k, v in data.items()}
+
+
+def _bounds(dim: Dimension) -> tuple[float, float] | None:
+    norm = dim.normalization
+    if norm.method == "fixed" and norm.min is not None and norm.max is not None:
+        return (norm.min, norm.max)
+    return None
+
+
+def _remember(
+    policy: Policy,
+    names: set[str],
+    readings: Mapping[str, DimensionReading],
+    memory: ScorerMemory,
+    now: float,
+) -> dict[str, dict[str, Observation]]:
+    """Last observation per (dimension, node), without expired ones or vanished nodes."""
+    out: dict[str, dict[str, Observation]] = {}
+    for dim in policy.spec.dimensions:
+        ttl = policy.ttl_of(dim)
+        merged = {n: o for n, o in (memory.observations.get(dim.name) or {}).items() if n in names}
+        reading = readings.get(dim.name)
+        if reading is not None:
+            for node, value in reading.values.items():
+                if node in names:
+                    merged[node] = Observation(value, reading.observed_at)
+        out[dim.name] = {n: o for n, o in merged.items() if now - o.observed_at <= ttl}
+    return out
+
+
+def plan_cycle(
+    policy: Policy,
+    nodes: Sequence[NodeState],
+    readings: Mapping[str, DimensionReading],
+    memory: ScorerMemory,
+    now: float,
+    *,
+    failures: Mapping[str, DimensionFailure] | None = None,
+    hot: Mapping[str, int] | None = None,
+) -> tuple[CyclePlan, ScorerMemory]:
+    """Plan one cycle. `readings` holds the dimensions queried successfully this cycle; a
+    dimension absent from it counts as not observed (its data ages). Pass no readings to
+    recompute composites from memory alone (e.g. for new hot-node counts): taint debounce
+    counters only advance on fresh observations."""
+    failures = failures or {}
+    hot = hot or {}
+    names = {n.name for n in nodes}
+    observations = _remember(policy, names, readings, memory, now)
+    scores = {
+        dim.name: normalise(
+            {n: o.value for n, o in observations[dim.name].items()},
+            higher_is_better=dim.direction is Direction.HIGHER_IS_BETTER,
+            bounds=_bounds(dim),
+        )
+        for dim in policy.spec.dimensions
+    }
+    owned_labels = owned_label_keys(policy)
+    owned_taints = owned_taint_keys(policy)
+    annotation_key = observed_at_key(policy)
+    counters: dict[tuple[str, str], TaintCounter] = {}
+    node_plans = []
+    for node in nodes:
+        node_plan, node_counters = _plan_node(
+            policy,
+            node,
+            readings,
+            observations,
+            scores,
+            memory,
+            now,
+            hot.get(node.name, 0),
+            owned_labels,
+            owned_taints,
+            annotation_key,
+        )
+        node_plans.append(node_plan)
+        counters.update(node_counters)
+
+    last_success = dict(memory.last_success)
+    for name, done in readings.items():
+        last_success[name] = max(done.observed_at, last_success.get(name, done.observed_at))
+    summaries = []
+    for dim in policy.spec.dimensions:
+        reading = readings.get(dim.name)
+        failure = failures.get(dim.name)
+        success = last_success.get(dim.name)
+        age = None if success is None else max(0.0, now - success)
+        key = dimension_key(policy, dim)
+        summaries.append(
+            DimensionSummary(
+                dimension=dim.name,
+                query=dim.query,
+                ok=reading is not None,
+                stale=age is None or age > policy.ttl_of(dim),
+                last_success=success,
+                age_s=age,
+                nodes=sum(1 for p in node_plans if key in p.labels),
+                samples=reading.samples if reading else 0,
+                unknown=reading.unknown if reading else 0,
+                unknown_examples=reading.unknown_examples if reading else (),
+                duration_s=reading.duration_s
+                if reading
+                else failure.duration_s
+                if failure
+                else 0.0,
+                error=failure.message if failure else None,
+                error_kind=failure.kind if failure else None,
+            )
+        )
+    cycle = CyclePlan(
+        policy_version=policy.version,
+        planned_at=now,
+        nodes=tuple(node_plans),
+        dimensions=tuple(summaries),
+    )
+    new_memory = ScorerMemory(
+        observations=MappingProxyType(observations),
+        counters=MappingProxyType(counters),
+        last_success=MappingProxyType(last_success),
+    )
+    return cycle, new_memory
+
+
+def _plan_node(
+    policy: Policy,
+    node: NodeState,
+    readings: Mapping[str, DimensionReading],
+    observations: Mapping[str, Mapping[str, Observation]],
+    scores: Mapping[str, Mapping[str, float]],
+    memory: ScorerMemory,
+    now: float,
+    hot_pods: int,
+    owned_labels: frozenset[str],
+    owned_taints: frozenset[str],
+    annotation_key: str,
+) -> tuple[NodePlan, dict[tuple[str, str], TaintCounter]]:
+    current = node.labels
+    times = _observed_times(node, annotation_key)
+    desired: dict[str, str] = {}
+    dims: dict[str, DimensionScore] = {}
+    for dim in policy.spec.dimensions:
+        key = dimension_key(policy, dim)
+        entry = _score_dimension(policy, dim, node, readings, observations, scores, times, now)
+        dims[dim.name] = entry
+        if entry.label is not None:
+            desired[key] = entry.label
+
+    comps = []
+    penalty = hot_pods * policy.spec.scoring.hot_penalty_per_pod
+    for pod_class, key in composites(policy):
+        weights = composite_weights(policy, pod_class)
+        value = composite(
+            {n: d.score for n, d in dims.items() if d.score is not None and d.label is not None},
+            weights,
+        )
+        label = None
+        penalised = None
+        if value is not None:
+            penalised = max(0.0, value - penalty)
+            label = str(
+                quantise(
+                    penalised,
+                    policy.spec.scoring.step,
+                    _bucket(current.get(key)),
+                    policy.spec.scoring.hysteresis,
+                )
+            )
+            desired[key] = label
+        comps.append(
+            CompositeScore(
+                key=key,
+                pod_class=pod_class.name if pod_class else None,
+                score=penalised,
+                unpenalised=value,
+                penalty=penalty if value is not None else 0.0,
+                label=label,
+            )
+        )
+
+    conditions: dict[str, ConditionState] = {}
+    counters: dict[tuple[str, str], TaintCounter] = {}
+    desired_taints: list[Taint] = []
+    for rule in policy.spec.taints:
+        state, counter = _condition(policy, rule, node, dims, memory)
+        conditions[rule.name] = state
+        counters[(rule.name, node.name)] = counter
+        if state.active:
+            desired[state.key] = CONDITION_VALUE
+            desired_taints.append(Taint(state.key, CONDITION_VALUE, rule.effect))
+
+    changes: dict[str, str | None] = {}
+    for key in sorted(owned_labels):
+        want = desired.get(key)
+        if current.get(key) != want:
+            changes[key] = want
+
+    # Observation times for the labels the node will carry: a changed value takes this
+    # observation's time, an unchanged one keeps the time it was set with.
+    new_times: dict[str, str] = {}
+    for name, entry in dims.items():
+        if entry.label is None:
+            continue
+        key = dimension_key(policy, policy.dimension(name))
+        if key not in changes and name in times:
+            new_times[name] = times[name]
+        elif entry.observed_at is not None:
+            new_times[name] = rfc3339(entry.observed_at)
+        elif name in times:
+            new_times[name] = times[name]
+    annotation = json.dumps(new_times, sort_keys=True, separators=(",", ":")) if new_times else None
+    present = annotation_key in node.annotations
+    annotation_changed = (new_times != times or not present) if new_times else present
+
+    plan = NodePlan(
+        node=node.name,
+        dimensions=MappingProxyType(dims),
+        composites=tuple(comps),
+        conditions=MappingProxyType(conditions),
+        labels=MappingProxyType(desired),
+        label_changes=MappingProxyType(changes),
+        taints=tuple(sorted(desired_taints)),
+        current_taints=tuple(sorted(t for t in node.taints if t.key in owned_taints)),
+        annotation=annotation,
+        annotation_changed=annotation_changed,
+        hot_pods=hot_pods,
+    )
+    return plan, counters
+
+
+def _score_dimension(
+    policy: Policy,
+    dim: Dimension,
+    node: NodeState,
+    readings: Mapping[str, DimensionReading],
+    observations: Mapping[str, Mapping[str, Observation]],
+    scores: Mapping[str, Mapping[str, float]],
+    times: Mapping[str, str],
+    now: float,
+) -> DimensionScore:
+    key = dimension_key(policy, dim)
+    current = node.labels.get(key)
+    obs = observations[dim.name].get(node.name)
+    if obs is not None:
+        reading = readings.get(dim.name)
+        fresh = reading is not None and node.name in reading.values
+        score = scores[dim.name].get(node.name)
+        step = policy.step_of(dim)
+        hysteresis = policy.hysteresis_of(dim)
+        if dim.publish == "raw":
+            label = str(quantise_raw(obs.value, step, _bucket(current), hysteresis))
+        else:
+            label = str(
+                quantise(score if score is not None else 0.0, step, _bucket(current), hysteresis)
+            )
+        return DimensionScore(
+            dimension=dim.name,
+            status=DataStatus.FRESH if fresh else DataStatus.RETAINED,
+            raw=obs.value,
+            score=score,
+            label=label,
+            observed_at=obs.observed_at,
+            age_s=max(0.0, now - obs.observed_at),
+        )
+    if current is None:
+        return DimensionScore(dim.name, DataStatus.MISSING, None, None, None, None, None)
+    set_at = parse_rfc3339(times[dim.name]) if dim.name in times else None
+    if set_at is not None and now - set_at <= policy.ttl_of(dim):
+        bucket = _bucket(current)
+        return DimensionScore(
+            dimension=dim.name,
+            status=DataStatus.CARRIED,
+            raw=None,
+            score=float(bucket) if bucket is not None and dim.publish == "score" else None,
+            label=current,
+            observed_at=set_at,
+            age_s=max(0.0, now - set_at),
+        )
+    return DimensionScore(
+        dimension=dim.name,
+        status=DataStatus.STALE,
+        raw=None,
+        score=None,
+        label=None,
+        observed_at=set_at,
+        age_s=None if set_at is None else max(0.0, now - set_at),
+    )
+
+
+def _condition(
+    policy: Policy,
+    rule: TaintRule,
+    node: NodeState,
+    dims: Mapping[str, DimensionScore],
+    memory: ScorerMemory,
+) -> tuple[ConditionState, TaintCounter]:
+    key = condition_key(policy, rule)
+    entry = dims[rule.condition.dimension]
+    previous = memory.counters.get((rule.name, node.name))
+    if previous is None:
+        # Continue from what the node carries (a restart or a new leader must not drop taints).
+        carried = any(t.key == key for t in node.taints) or node.labels.get(key) == CONDITION_VALUE
+        previous = TaintCounter(active=carried)
+    observed = entry.raw if rule.condition.source == "raw" else entry.score
+    holds: bool | None = None
+    if entry.status in (DataStatus.STALE, DataStatus.MISSING):
+        # No usable data: no taint from it (DESIGN decision 5).
+        counter = TaintCounter(active=False)
+    elif entry.status is DataStatus.FRESH and observed is not None:
+        holds = rule.condition.holds(observed)
+        if holds == previous.active:
+            counter = TaintCounter(active=previous.active)
+        else:
+            streak = previous.streak + 1
+            needed = rule.clear_after_cycles if previous.active else rule.set_after_cycles
+            counter = (
+                TaintCounter(active=holds)
+                if streak >= needed
+                else TaintCounter(previous.active, streak)
+            )
+    else:
+        counter = previous  # retained or carried data: hold the state, do not count a cycle
+    state = ConditionState(
+        rule=rule.name,
+        key=key,
+        effect=rule.effect,
+        status=entry.status,
+        observed=observed,
+        holds=holds,
+        active=counter.active,
+        streak=counter.streak,
+    )
+    return state, counter

@@ -1,0 +1,342 @@
+"""One scoring cycle end to end: list nodes, one query per dimension, plan, write if leader.
+
+`Scorer` holds what outlives a cycle (the planner's memory, the last result for `/explain`,
+metrics) and is driven either directly (`steer scorer once`, tests) or by `scorer.loop`.
+A replica that is not the leader runs the same cycles and serves the same `/explain`
+answers, but never writes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from scorer.hot import BindingWindow
+from scorer.kubeapi import KubeApiError
+from scorer.leader import LeaseElector
+from scorer.metrics import ScorerMetrics
+from scorer.model import NodeState
+from scorer.observe import DimensionFailure, DimensionReading, NodeIndex, read_dimension
+from scorer.plan import CyclePlan, ScorerMemory, plan_cycle
+from scorer.writer import NodeApi, NodeWriter, RateLimiter, WriteReport
+from steer.adapters.prometheus import (
+    PrometheusAuthError,
+    PrometheusClient,
+    PrometheusError,
+    PrometheusQueryError,
+    PrometheusUnavailable,
+    QueryResult,
+)
+from steer.core.policy import Dimension, Policy
+
+log = logging.getLogger(__name__)
+
+
+class CycleError(RuntimeError):
+    """The cycle could not run at all (the node list failed); nothing was planned or written."""
+
+
+@dataclass(frozen=True)
+class CycleResult:
+    plan: CyclePlan
+    nodes: tuple[NodeState, ...]
+    report: WriteReport | None  # None when nothing was written (dry run or not the leader)
+    leader: bool
+    dry_run: bool
+    queries: int
+    started_at: float
+    list_s: float
+    query_s: float
+    compute_s: float
+    write_s: float
+
+    @property
+    def duration_s(self) -> float:
+        return self.list_s + self.query_s + self.compute_s + self.write_s
+
+
+def _failure_kind(exc: PrometheusError) -> str:
+    if isinstance(exc, PrometheusUnavailable):
+        return "unavailable"
+    if isinstance(exc, PrometheusQueryError):
+        return "query"
+    if isinstance(exc, PrometheusAuthError):
+        return "auth"
+    return "response"
+
+
+class Scorer:
+    """`prometheus_url` overrides the policy's `spec.prometheus.url` (the `--prometheus` flag)."""
+
+    def __init__(
+        self,
+        policy: Callable[[], Policy],
+        node_api: NodeApi,
+        *,
+        prometheus_url: str | None = None,
+        elector: LeaseElector | None = None,
+        bindings: BindingWindow | None = None,
+        metrics: ScorerMetrics | None = None,
+        dry_run: bool = False,
+        clock: Callable[[], float] = time.time,
+        writer_sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self._policy = policy
+        self.node_api = node_api
+        self.prometheus_url = prometheus_url
+        self.elector = elector
+        self.bindings = bindings
+        self.metrics = metrics or ScorerMetrics()
+        self.dry_run = dry_run
+        self._clock = clock
+        first = policy()
+        self.limiter = RateLimiter(first.spec.scoring.write_qps, first.spec.scoring.write_burst)
+        self.writer = NodeWriter(node_api, self.limiter, sleep=writer_sleep)
+        self._memory = ScorerMemory()
+        self._lock = threading.Lock()  # one cycle (or hot refresh) at a time
+        self._last: CycleResult | None = None
+        self._last_bindings_generation = 0
+        self._client: PrometheusClient | None = None
+        self._client_key: tuple[object, ...] | None = None
+        self.query_count = 0  # every PromQL query this scorer ever sent
+        self.metrics.set_policy(first.version)
+        if elector is not None:
+            elector.on_change(lambda leading: self.metrics.leader.set(1 if leading else 0))
+
+    # ----------------------------------------------------------------- state
+
+    @property
+    def policy(self) -> Policy:
+        return self._policy()
+
+    @property
+    def last(self) -> CycleResult | None:
+        return self._last
+
+    @property
+    def ready(self) -> bool:
+        return self._last is not None
+
+    @property
+    def is_leader(self) -> bool:
+        return self.elector is None or self.elector.is_leader
+
+    def prometheus(self, policy: Policy) -> PrometheusClient:
+        """A client for the policy's Prometheus settings, rebuilt when a reload changes them."""
+        prom = policy.spec.prometheus
+        url = self.prometheus_url or prom.url
+        key = (url, prom.timeout_seconds, prom.bearer_token_file, prom.ca_file)
+        if self._client is None or key != self._client_key:
+            if self._client is not None:
+                self._client.close()
+            self._client = PrometheusClient(
+                url,
+                timeout_s=prom.timeout_seconds,
+                bearer_token_file=prom.bearer_token_file,
+                ca_file=prom.ca_file,
+                pool_size=max(4, len(policy.spec.dimensions)),
+            )
+            self._client_key = key
+        return self._client
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    # ----------------------------------------------------------------- cycles
+
+    def query_all(
+        self, policy: Policy
+    ) -> tuple[dict[Dimension, QueryResult], dict[str, DimensionFailure], float]:
+        """One instant query per dimension for the whole cluster, sent concurrently."""
+        client = self.prometheus(policy)
+        dims = policy.spec.dimensions
+        started = time.perf_counter()
+
+        def ask(dim: Dimension) -> QueryResult | DimensionFailure:
+            t0 = time.perf_counter()
+            try:
+                return client.query(dim.query)
+            except PrometheusError as exc:
+                return DimensionFailure(
+                    dim.name, dim.query, _failure_kind(exc), str(exc), time.perf_counter() - t0
+                )
+
+        with ThreadPoolExecutor(max_workers=min(8, len(dims)), thread_name_prefix="promql") as pool:
+            answers = list(pool.map(ask, dims))
+        self.query_count += len(dims)
+        results: dict[Dimension, QueryResult] = {}
+        failures: dict[str, DimensionFailure] = {}
+        for dim, answer in zip(dims, answers, strict=True):
+            self.metrics.queries.labels(dimension=dim.name).inc()
+            if isinstance(answer, DimensionFailure):
+                failures[dim.name] = answer
+                self.metrics.query_errors.labels(dimension=dim.name, kind=answer.kind).inc()
+                self.metrics.query_duration.labels(dimension=dim.name).observe(answer.duration_s)
+                log.warning("dimension %s: %s", dim.name, answer.message)
+            else:
+                results[dim] = answer
+                self.metrics.query_duration.labels(dimension=dim.name).observe(answer.duration_s)
+        return results, failures, time.perf_counter() - started
+
+    def run_cycle(self, *, dry_run: bool | None = None) -> CycleResult:
+        """List nodes, query, plan and (if leader and not a dry run) write. Raises `CycleError`
+        when the node list fails; a failed query only ages that dimension's data."""
+        dry = self.dry_run if dry_run is None else dry_run
+        with self._lock:
+            try:
+                result = self._cycle(dry)
+            except CycleError:
+                self.metrics.cycles.labels(result="error").inc()
+                raise
+            self.metrics.cycles.labels(result="ok").inc()
+            return result
+
+    def _cycle(self, dry: bool) -> CycleResult:
+        policy = self.policy
+        self.metrics.set_policy(policy.version)
+        self.limiter.configure(policy.spec.scoring.write_qps, policy.spec.scoring.write_burst)
+        started_at = self._clock()
+        t0 = time.perf_counter()
+        try:
+            nodes = tuple(self.node_api.list_nodes())
+        except KubeApiError as exc:
+            raise CycleError(f"cannot list nodes: {exc}") from exc
+        list_s = time.perf_counter() - t0
+        results, failures, query_s = self.query_all(policy)
+        generation = self.bindings.generation if self.bindings else 0
+        hot = self._hot_counts(policy)
+        t1 = time.perf_counter()
+        readings = self._readings(policy, nodes, results)
+        plan, memory = plan_cycle(
+            policy, nodes, readings, self._memory, self._clock(), failures=failures, hot=hot
+        )
+        compute_s = time.perf_counter() - t1
+        self._memory = memory
+        self._last_bindings_generation = generation
+        return self._finish(
+            policy,
+            plan,
+            nodes,
+            dry,
+            started_at,
+            list_s,
+            query_s,
+            compute_s,
+            len(policy.spec.dimensions),
+        )
+
+    def refresh_hot(self) -> CycleResult | None:
+        """Recompute composites from memory when pods were bound since the last plan (no
+        queries), and write what changed. None when there is nothing new or no cycle yet."""
+        if self.bindings is None or self._last is None:
+            return None
+        if self.bindings.generation == self._last_bindings_generation:
+            return None
+        with self._lock:
+            previous = self._last
+            policy = self.policy
+            started_at = self._clock()
+            t0 = time.perf_counter()
+            try:
+                nodes = tuple(self.node_api.list_nodes())
+            except KubeApiError as exc:
+                log.warning("hot-node refresh skipped: cannot list nodes: %s", exc)
+                return None
+            list_s = time.perf_counter() - t0
+            generation = self.bindings.generation
+            t1 = time.perf_counter()
+            plan, memory = plan_cycle(
+                policy, nodes, {}, self._memory, self._clock(), hot=self._hot_counts(policy)
+            )
+            plan = dataclasses.replace(plan, dimensions=previous.plan.dimensions)
+            compute_s = time.perf_counter() - t1
+            self._memory = memory
+            self._last_bindings_generation = generation
+            return self._finish(
+                policy, plan, nodes, self.dry_run, started_at, list_s, 0.0, compute_s, 0
+            )
+
+    def _hot_counts(self, policy: Policy) -> dict[str, int]:
+        scoring = policy.spec.scoring
+        if (
+            self.bindings is None
+            or scoring.hot_window_seconds <= 0
+            or scoring.hot_penalty_per_pod <= 0
+        ):
+            return {}
+        return self.bindings.counts(scoring.hot_window_seconds, self._clock())
+
+    def _readings(
+        self, policy: Policy, nodes: Sequence[NodeState], results: dict[Dimension, QueryResult]
+    ) -> dict[str, DimensionReading]:
+        index = NodeIndex(nodes)
+        readings = {}
+        for dim, result in results.items():
+            readings[dim.name] = read_dimension(
+                dim,
+                result.samples,
+                observed_at=result.evaluated_at,
+                index=index,
+                duration_s=result.duration_s,
+                warnings=result.warnings,
+            )
+            self.metrics.unknown_nodes.labels(dimension=dim.name).set(readings[dim.name].unknown)
+        return readings
+
+    def _finish(
+        self,
+        policy: Policy,
+        plan: CyclePlan,
+        nodes: tuple[NodeState, ...],
+        dry: bool,
+        started_at: float,
+        list_s: float,
+        query_s: float,
+        compute_s: float,
+        queries: int,
+    ) -> CycleResult:
+        leader = self.is_leader
+        report = None
+        write_s = 0.0
+        if leader and not dry:
+            t2 = time.perf_counter()
+            report = self.writer.apply(policy, plan, nodes, still_allowed=lambda: self.is_leader)
+            write_s = time.perf_counter() - t2
+            self.metrics.node_writes.labels(result="ok").inc(report.nodes_written)
+            self.metrics.node_writes.labels(result="error").inc(len(report.errors))
+            self.metrics.write_requests.inc(report.requests)
+            self.metrics.write_conflicts.inc(report.conflicts)
+        result = CycleResult(
+            plan=plan,
+            nodes=nodes,
+            report=report,
+            leader=leader,
+            dry_run=dry,
+            queries=queries,
+            started_at=started_at,
+            list_s=list_s,
+            query_s=query_s,
+            compute_s=compute_s,
+            write_s=write_s,
+        )
+        self._last = result
+        m = self.metrics
+        m.cycle_duration.observe(result.duration_s)
+        m.compute_duration.observe(compute_s)
+        m.planned_changes.set(len(plan.changes))
+        m.nodes.set(len(nodes))
+        m.leader.set(1 if leader else 0)
+        m.stale_dimensions.set(len(plan.stale_dimensions))
+        for summary in plan.dimensions:
+            m.dimension_stale.labels(dimension=summary.dimension).set(1 if summary.stale else 0)
+            if summary.age_s is not None:
+                m.dimension_age.labels(dimension=summary.dimension).set(summary.age_s)
+        m.last_success.set(self._clock())
+        return result

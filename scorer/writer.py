@@ -1,0 +1,251 @@
+"""Node writes: only the owned keys that changed, at a bounded rate, without losing others' changes.
+
+- Labels and the observed-at annotation go in a JSON merge patch naming only the changed
+  keys (`null` removes one). Labels are a map, so such a patch cannot undo a concurrent change
+  to any other key, and needs no resourceVersion.
+- `spec.taints` is an atomic list: any patch replaces all of it. So the writer takes the
+  node's taints as read, keeps every foreign taint exactly as it is, puts its own in, and sends
+  the list with `metadata.resourceVersion`; a concurrent writer makes that a 409, after which
+  it re-reads the node and merges again, with exponential backoff.
+- A token bucket (policy `writeQps` / `writeBurst`) paces every write request, retries
+  included: the Python client has no limiter, and 5,000 PATCHes in one burst would crowd out
+  everyone else in the apiserver's priority-and-fairness queue.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from scorer.kubeapi import MERGE_PATCH, KubeApiError, KubeJson, namespace_path, node_path, pod_path
+from scorer.model import NodeState
+from scorer.plan import CyclePlan, NodePlan, observed_at_key
+from steer.core.policy import Policy
+from steer.core.steering import owned_taint_keys
+
+log = logging.getLogger(__name__)
+
+
+class RateLimiter:
+    """Token bucket: `burst` writes at once, then `qps` per second. Thread-safe."""
+
+    def __init__(
+        self,
+        qps: float,
+        burst: int,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if qps <= 0 or burst < 1:
+            raise ValueError(
+                f"rate limiter: qps must be > 0 and burst >= 1, got qps={qps}, burst={burst}"
+            )
+        self._lock = threading.Lock()
+        self._clock = clock
+        self._sleep = sleep
+        self.qps = qps
+        self.burst = burst
+        self._tokens = float(burst)
+        self._stamp = clock()
+
+    def configure(self, qps: float, burst: int) -> None:
+        with self._lock:
+            self.qps, self.burst = qps, burst
+            self._tokens = min(self._tokens, float(burst))
+
+    def acquire(self) -> float:
+        """Take one token, sleeping until one is available; returns the seconds waited."""
+        with self._lock:
+            now = self._clock()
+            self._tokens = min(float(self.burst), self._tokens + (now - self._stamp) * self.qps)
+            self._stamp = now
+            self._tokens -= 1.0
+            wait = 0.0 if self._tokens >= 0 else -self._tokens / self.qps
+        if wait > 0:
+            self._sleep(wait)
+        return wait
+
+
+class NodeApi:
+    """The reads and writes the scorer makes, as plain JSON."""
+
+    def __init__(self, kube: KubeJson, *, page_size: int = 500) -> None:
+        self.kube = kube
+        self.page_size = page_size
+
+    def list_nodes(self) -> list[NodeState]:
+        return [
+            NodeState.from_k8s(obj)
+            for obj in self.kube.list_all(node_path(), page_size=self.page_size)
+        ]
+
+    def get_node(self, name: str) -> NodeState:
+        return NodeState.from_k8s(self.kube.request("GET", node_path(name)))
+
+    def patch_node(self, name: str, patch: Mapping[str, Any]) -> NodeState:
+        return NodeState.from_k8s(
+            self.kube.request("PATCH", node_path(name), body=patch, content_type=MERGE_PATCH)
+        )
+
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
+        return self.kube.request("GET", pod_path(namespace, name))
+
+    def namespace_labels(self, namespace: str) -> dict[str, str]:
+        obj = self.kube.request("GET", namespace_path(namespace))
+        return dict((obj.get("metadata") or {}).get("labels") or {})
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    node: str
+    ok: bool
+    requests: int
+    conflicts: int
+    label_keys: int
+    taints_written: bool
+    error: str | None = None
+    status: int | None = None
+
+
+@dataclass(frozen=True)
+class WriteReport:
+    results: tuple[WriteResult, ...]
+    waited_s: float
+
+    @property
+    def nodes_written(self) -> int:
+        return sum(1 for r in self.results if r.ok)
+
+    @property
+    def requests(self) -> int:
+        return sum(r.requests for r in self.results)
+
+    @property
+    def conflicts(self) -> int:
+        return sum(r.conflicts for r in self.results)
+
+    @property
+    def errors(self) -> tuple[WriteResult, ...]:
+        return tuple(r for r in self.results if not r.ok)
+
+
+class NodeWriter:
+    def __init__(
+        self,
+        api: NodeApi,
+        limiter: RateLimiter,
+        *,
+        max_attempts: int = 6,
+        backoff_s: float = 0.05,
+        max_backoff_s: float = 2.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.api = api
+        self.limiter = limiter
+        self.max_attempts = max_attempts
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        self._sleep = sleep
+        self._waited = 0.0
+
+    def apply(
+        self,
+        policy: Policy,
+        cycle: CyclePlan,
+        nodes: Sequence[NodeState],
+        *,
+        still_allowed: Callable[[], bool] = lambda: True,
+    ) -> WriteReport:
+        """Write every node whose plan changed. `still_allowed` is asked before each node so a
+        replica that loses its Lease mid-cycle stops writing at once."""
+        self._waited = 0.0
+        by_name = {n.name: n for n in nodes}
+        results = []
+        for plan in cycle.changes:
+            if not still_allowed():
+                log.warning("stopped writing: this replica is no longer the leader")
+                break
+            node = by_name.get(plan.node)
+            if node is None:
+                continue
+            results.append(self.write_node(policy, plan, node))
+        return WriteReport(tuple(results), self._waited)
+
+    def write_node(self, policy: Policy, plan: NodePlan, node: NodeState) -> WriteResult:
+        meta: dict[str, Any] = {}
+        if plan.label_changes:
+            meta["labels"] = dict(plan.label_changes)
+        if plan.annotation_changed:
+            meta["annotations"] = {observed_at_key(policy): plan.annotation}
+        owned = owned_taint_keys(policy)
+        conflicts = 0
+        current = node
+        for attempt in range(1, self.max_attempts + 1):
+            requests = attempt - 1
+            patch: dict[str, Any] = {"metadata": dict(meta)} if meta else {}
+            taints = merge_taints(current, plan, owned) if plan.taints_changed else None
+            if taints is not None:
+                # The list replaces the node's list, so it must be based on the version read.
+                patch.setdefault("metadata", {})["resourceVersion"] = current.resource_version
+                patch["spec"] = {"taints": taints or None}
+            if not patch:
+                return WriteResult(plan.node, True, requests, conflicts, 0, False)
+            self._waited += self.limiter.acquire()
+            requests = attempt
+            try:
+                self.api.patch_node(plan.node, patch)
+                return WriteResult(
+                    plan.node,
+                    True,
+                    requests,
+                    conflicts,
+                    len(plan.label_changes),
+                    taints is not None,
+                )
+            except KubeApiError as exc:
+                if exc.status == 404:
+                    return WriteResult(
+                        plan.node, False, requests, conflicts, 0, False, "node was deleted", 404
+                    )
+                if not (exc.conflict or exc.retriable) or attempt == self.max_attempts:
+                    log.error("write to node %s failed: %s", plan.node, exc)
+                    return WriteResult(
+                        plan.node, False, requests, conflicts, 0, False, str(exc), exc.status
+                    )
+                conflicts += int(exc.conflict)
+                self._sleep(
+                    min(self.max_backoff_s, self.backoff_s * 2 ** (attempt - 1))
+                    * random.uniform(0.5, 1.0)
+                )
+                if exc.conflict:
+                    try:
+                        current = self.api.get_node(plan.node)
+                    except KubeApiError as read_exc:
+                        return WriteResult(
+                            plan.node,
+                            False,
+                            requests,
+                            conflicts,
+                            0,
+                            False,
+                            str(read_exc),
+                            read_exc.status,
+                        )
+        raise AssertionError("unreachable: the loop returns on its last attempt")
+
+
+def merge_taints(
+    node: NodeState, plan: NodePlan, owned: frozenset[str]
+) -> list[dict[str, Any]] | None:
+    """The node's taint list with its owned taints replaced by the plan's; None when that is
+    already the list the node carries (nothing to write)."""
+    foreign = [dict(t) for t in node.raw_taints if t.get("key") not in owned]
+    merged = foreign + [t.to_k8s() for t in plan.taints]
+    current = [dict(t) for t in node.raw_taints]
+    return None if merged == current else merged
