@@ -1,0 +1,127 @@
+"""Helpers shared by the scorer tests: a small policy, samples, and applying a plan to nodes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from scorer.model import NodeState
+from scorer.observe import DimensionReading, NodeIndex, read_dimension
+from scorer.plan import CyclePlan, NodePlan, observed_at_key
+from steer.core.policy import Policy, parse_policy
+
+SMALL_POLICY = """\
+apiVersion: steer.io/v1alpha1
+kind: SteeringPolicy
+metadata: {name: small}
+spec:
+  scoring: {step: 10, hysteresis: 3, ttlSeconds: 60, hotPenaltyPerPod: 5, hotWindowSeconds: 60,
+            intervalSeconds: 30}
+  dimensions:
+    - name: util
+      query: avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL)
+      nodeLabel: Hostname
+      direction: lowerIsBetter
+      normalization: {method: fixed, min: 0, max: 100}
+      weight: 3
+    - name: power
+      query: sum by (instance) (rate(kepler_node_platform_joules_total[5m]))
+      nodeLabel: instance
+      direction: lowerIsBetter
+      weight: 1
+    - name: overcommit-pct
+      query: >-
+        100 * max by (node) (
+          sum by (node, resource) (kube_pod_container_resource_limits{resource=~"cpu|memory"})
+          / sum by (node, resource) (kube_node_status_allocatable{resource=~"cpu|memory"})
+        ) - 100
+      nodeLabel: node
+      publish: raw
+      weight: 0
+      step: 1
+      hysteresis: 0.5
+  taints:
+    - name: gpu-hot
+      condition: {dimension: util, source: raw, operator: Gt, value: 90}
+      effect: NoSchedule
+      setAfterCycles: 2
+      clearAfterCycles: 2
+  podClasses:
+    - name: gpu
+      requestsAny: [nvidia.com/gpu]
+      dimensions: [util]
+      avoid: [gpu-hot]
+  tenants:
+    - name: dept-b
+      namespaceSelector: {matchLabels: {tenant: dept-b}}
+      overcommitPercent: 0
+"""
+
+
+def small_policy(**scoring: object) -> Policy:
+    text = SMALL_POLICY
+    for key, value in scoring.items():
+        text = text.replace("intervalSeconds: 30}", f"intervalSeconds: 30, {key}: {value}}}", 1)
+    return parse_policy(text)
+
+
+@dataclass(frozen=True)
+class FakeSample:
+    labels: Mapping[str, str]
+    value: float
+
+
+def readings_for(
+    policy: Policy,
+    nodes: Sequence[NodeState],
+    values: Mapping[str, Mapping[str, float]],
+    at: float,
+) -> dict[str, DimensionReading]:
+    """`values[dimension][node]` as one reading per dimension, labelled as the exporter would."""
+    index = NodeIndex(nodes)
+    out = {}
+    for dim in policy.spec.dimensions:
+        if dim.name not in values:
+            continue
+        samples = [FakeSample({dim.node_label: node}, v) for node, v in values[dim.name].items()]
+        out[dim.name] = read_dimension(dim, samples, observed_at=at, index=index)
+    return out
+
+
+def apply_plan(policy: Policy, nodes: Iterable[NodeState], plan: CyclePlan) -> list[NodeState]:
+    """The nodes as they would be after the writer applied `plan` (labels, annotation, taints)."""
+    out = []
+    for node in nodes:
+        node_plan = plan.node(node.name)
+        out.append(node if node_plan is None else apply_node_plan(policy, node, node_plan))
+    return out
+
+
+def apply_node_plan(policy: Policy, node: NodeState, plan: NodePlan) -> NodeState:
+    labels = dict(node.labels)
+    for key, value in plan.label_changes.items():
+        if value is None:
+            labels.pop(key, None)
+        else:
+            labels[key] = value
+    annotations = dict(node.annotations)
+    if plan.annotation_changed:
+        if plan.annotation is None:
+            annotations.pop(observed_at_key(policy), None)
+        else:
+            annotations[observed_at_key(policy)] = plan.annotation
+    owned = {t.key for t in plan.taints} | {t.key for t in plan.current_taints}
+    taints = tuple(t for t in node.taints if t.key not in owned) + plan.taints
+    return replace(
+        node,
+        labels=labels,
+        annotations=annotations,
+        taints=taints,
+        raw_taints=tuple(t.to_k8s() for t in taints),
+    )
+
+
+def observed_times(policy: Policy, node: NodeState) -> dict[str, str]:
+    text = node.annotations.get(observed_at_key(policy))
+    return json.loads(text) if text else {}

@@ -1,0 +1,127 @@
+"""Pure tests of `/explain`: which nodes a pod may use, their rank, and why others are excluded."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scorer.explain import explain_pod, node_detail, nodes_table, plan_table, tolerates
+from scorer.model import NodeState, Taint
+from scorer.plan import CyclePlan, ScorerMemory, plan_cycle
+from tests.scorer_support import apply_plan, readings_for, small_policy
+
+POLICY = small_policy()
+T0 = 1_800_000_000.0
+VALUES = {
+    "util": {"a": 20.0, "b": 50.0, "c": 95.0, "e": 20.0},
+    "overcommit-pct": {"a": 3.2, "b": -10.0, "c": 12.0, "e": 0.0},
+}
+
+
+def scored_cluster() -> tuple[CyclePlan, list[NodeState]]:
+    """a, b, c, e scored (c hot for two cycles), d never scored, e carries a foreign taint."""
+    cluster = [
+        NodeState("a"),
+        NodeState("b"),
+        NodeState("c"),
+        NodeState("d"),
+        NodeState("e", taints=(Taint("dedicated", "ml", "NoSchedule"),), raw_taints=({"key": "dedicated", "value": "ml", "effect": "NoSchedule"},)),
+    ]
+    memory = ScorerMemory()
+    plan = None
+    for i in range(2):
+        plan, memory = plan_cycle(POLICY, cluster, readings_for(POLICY, cluster, VALUES, T0 + i), memory, T0 + i)
+        cluster = apply_plan(POLICY, cluster, plan)
+    assert plan is not None
+    return plan, cluster
+
+
+def gpu_pod(**spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "train", "namespace": "team-b"},
+        "spec": {
+            "containers": [{"name": "main", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+            **spec,
+        },
+    }
+
+
+def test_tenant_budget_and_avoided_taint_exclude_nodes_with_their_data() -> None:
+    plan, cluster = scored_cluster()
+    result = explain_pod(POLICY, plan, cluster, gpu_pod(), {"tenant": "dept-b"})
+    assert result.pod_class == "gpu"
+    assert result.tenant == "dept-b"
+    assert [(v.node, v.rank) for v in result.allowed] == [("b", 1), ("d", 2)]
+    assert result.allowed[0].steering_weight == 50  # score-gpu 50 (util 50, lower is better)
+    assert result.allowed[1].steering_weight == 0  # never scored: allowed, ranked last
+    excluded = {v.node: {e.rule: e for e in v.exclusions} for v in result.excluded}
+    assert set(excluded) == {"a", "c", "e"}
+    over = excluded["a"]["overcommit:dept-b"]
+    assert over.data["labels"][0]["label"] == "4"
+    assert over.data["labels"][0]["raw"] == 3.2
+    assert "steer.io/overcommit-pct Lt 1" in over.reason
+    assert set(excluded["c"]) == {"overcommit:dept-b", "avoid:gpu-hot", "taint steer.io/gpu-hot=true:NoSchedule"}
+    hot = excluded["c"]["avoid:gpu-hot"].data["labels"][0]
+    assert hot["observed"] == 95.0 and hot["condition"] == "util (raw) Gt 90"
+    assert set(excluded["e"]) == {"taint dedicated=ml:NoSchedule"}
+
+
+def test_a_pod_outside_any_tenant_ranks_every_tolerable_node() -> None:
+    plan, cluster = scored_cluster()
+    pod = {"containers": [{"name": "web"}], "tolerations": [{"key": "dedicated", "operator": "Exists"}]}
+    result = explain_pod(POLICY, plan, cluster, pod, {})
+    assert result.pod_class is None and result.tenant is None
+    ranked = [(v.node, v.rank, v.steering_weight) for v in result.allowed]
+    # default composite = util only (power has no data): a/e 80, b 50, d unscored
+    assert ranked == [("a", 1, 80), ("e", 1, 80), ("b", 3, 50), ("d", 4, 0)]
+    assert [v.node for v in result.excluded] == ["c"]
+
+
+def test_the_pods_own_selector_and_required_terms_are_applied() -> None:
+    plan, cluster = scored_cluster()
+    terms = [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["a", "b"]}]}]
+    pod = {
+        "containers": [{"name": "web"}],
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms},
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 100, "preference": {"matchExpressions": [{"key": "steer.io/util", "operator": "In", "values": ["50"]}]}}
+                ],
+            }
+        },
+    }
+    result = explain_pod(POLICY, plan, cluster, pod, {})
+    assert [(v.node, v.steering_weight + v.user_weight) for v in result.allowed] == [("b", 150), ("a", 80)]
+    rules = {v.node: [e.rule for e in v.exclusions] for v in result.excluded}
+    assert rules["d"] == ["pod.spec.affinity.nodeAffinity.required"]
+
+
+def test_toleration_matching_follows_the_scheduler() -> None:
+    taint = Taint("steer.io/gpu-hot", "true", "NoSchedule")
+    assert tolerates([{"operator": "Exists"}], taint)
+    assert tolerates([{"key": "steer.io/gpu-hot", "operator": "Exists", "effect": "NoSchedule"}], taint)
+    assert tolerates([{"key": "steer.io/gpu-hot", "value": "true"}], taint)
+    assert not tolerates([{"key": "steer.io/gpu-hot", "value": "false"}], taint)
+    assert not tolerates([{"key": "steer.io/gpu-hot", "operator": "Exists", "effect": "NoExecute"}], taint)
+
+
+def test_node_views_carry_values_queries_and_pending_changes() -> None:
+    plan, _ = scored_cluster()
+    table = nodes_table(plan)
+    assert [row["node"] for row in table["nodes"]] == ["a", "b", "c", "d", "e"]
+    c_row = table["nodes"][2]
+    assert c_row["raw"]["util"] == 95.0
+    assert c_row["taints"] == ["steer.io/gpu-hot=true:NoSchedule"]
+    detail = node_detail(POLICY, plan, "c")
+    assert detail is not None
+    util = detail["dimensions"][0]
+    assert util["query"] == POLICY.dimension("util").query
+    assert util["observedAt"] == "2027-01-15T08:00:01Z"
+    assert detail["conditions"][0]["active"] is True
+    assert detail["policyVersion"] == POLICY.version
+    assert node_detail(POLICY, plan, "nope") is None
+    text = plan_table(plan)
+    assert text.splitlines()[0].split() == ["NODE", "LABELS", "TAINTS", "CHANGES"]
+    assert "gpu-hot:NoSchedule" in text

@@ -1,0 +1,272 @@
+"""Pure tests of the planner: hand-computed labels, hysteresis, TTL withdrawal, debounce, hot nodes."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scorer.model import NodeState, Taint
+from scorer.plan import DataStatus, ScorerMemory, plan_cycle
+from steer.core.steering import owned_label_keys, owned_taint_keys
+from tests.scorer_support import apply_plan, observed_times, readings_for, small_policy
+
+POLICY = small_policy()
+T0 = 1_800_000_000.0
+FOREIGN = {"kubernetes.io/hostname": "x", "steer.io/not-ours": "7", "team/owner": "ml"}
+
+
+def nodes(*names: str, labels: dict[str, str] | None = None) -> list[NodeState]:
+    return [NodeState(n, labels=dict(labels or FOREIGN)) for n in names]
+
+
+VALUES = {
+    "util": {"a": 20.0, "b": 50.0, "c": 95.0},
+    "power": {"a": 100.0, "b": 200.0, "c": 300.0},
+    "overcommit-pct": {"a": 3.2, "b": -10.0, "c": 12.0},
+}
+
+
+def test_labels_match_hand_computed_values() -> None:
+    cluster = nodes("a", "b", "c")
+    plan, _ = plan_cycle(POLICY, cluster, readings_for(POLICY, cluster, VALUES, T0), ScorerMemory(), T0)
+    labels = {p.node: dict(p.labels) for p in plan.nodes}
+    # util: fixed 0..100, lower is better → scores 80/50/5 → buckets 80/50/10.
+    # power: min-max, lower is better → 100/50/0. Composite (3*util + 1*power)/4:
+    # a = (240+100)/4 = 85 → 90, b = 50 → 50, c = (15+0)/4 = 3.75 → 0.
+    # overcommit-pct: raw, rounded up to step 1, floored at 0 → 4 / 0 / 12.
+    assert labels["a"] == {
+        "steer.io/util": "80",
+        "steer.io/power": "100",
+        "steer.io/overcommit-pct": "4",
+        "steer.io/score": "90",
+        "steer.io/score-gpu": "80",
+    }
+    assert labels["b"] == {
+        "steer.io/util": "50",
+        "steer.io/power": "50",
+        "steer.io/overcommit-pct": "0",
+        "steer.io/score": "50",
+        "steer.io/score-gpu": "50",
+    }
+    assert labels["c"]["steer.io/util"] == "10"
+    assert labels["c"]["steer.io/score"] == "0"
+    assert labels["c"]["steer.io/overcommit-pct"] == "12"
+    # the condition needs two cycles before the taint is set
+    assert "steer.io/gpu-hot" not in labels["c"]
+    assert plan.node("c").taints == ()  # type: ignore[union-attr]
+
+
+def test_taint_is_debounced_then_set_and_cleared() -> None:
+    cluster = nodes("a", "c")
+    memory = ScorerMemory()
+    hot = {"util": {"a": 10.0, "c": 95.0}}
+    history = []
+    for i, values in enumerate([hot, hot, hot, {"util": {"a": 10.0, "c": 50.0}}, {"util": {"a": 10.0, "c": 50.0}}]):
+        plan, memory = plan_cycle(POLICY, cluster, readings_for(POLICY, cluster, values, T0 + i), memory, T0 + i)
+        cluster = apply_plan(POLICY, cluster, plan)
+        history.append(any(t.key == "steer.io/gpu-hot" for t in cluster[1].taints))
+    assert history == [False, True, True, True, False]  # clearAfterCycles: 2
+    assert cluster[1].labels.get("steer.io/gpu-hot") is None
+    assert cluster[1].taints == ()
+
+
+def test_retained_data_does_not_advance_the_debounce() -> None:
+    cluster = nodes("c")
+    plan, memory = plan_cycle(POLICY, cluster, readings_for(POLICY, cluster, {"util": {"c": 95.0}}, T0), ScorerMemory(), T0)
+    for i in range(1, 4):  # queries failing: the data is retained, the streak must not grow
+        plan, memory = plan_cycle(POLICY, cluster, {}, memory, T0 + i)
+    assert plan.node("c").conditions["gpu-hot"].streak == 1  # type: ignore[union-attr]
+    assert not plan.node("c").conditions["gpu-hot"].active  # type: ignore[union-attr]
+
+
+def test_node_without_a_sample_gets_no_label_not_zero() -> None:
+    cluster = nodes("a", "b")
+    plan, _ = plan_cycle(POLICY, cluster, readings_for(POLICY, cluster, {"util": {"a": 30.0}}, T0), ScorerMemory(), T0)
+    b = plan.node("b")
+    assert b is not None
+    assert "steer.io/util" not in b.labels
+    assert "steer.io/score" not in b.labels
+    assert b.dimensions["util"].status is DataStatus.MISSING
+    assert b.label_changes == {}
+
+
+def test_composite_is_recomputed_without_a_withdrawn_dimension() -> None:
+    cluster = nodes("a", "b")
+    values = {"util": {"a": 20.0, "b": 60.0}, "power": {"a": 100.0, "b": 300.0}}
+    plan, memory = plan_cycle(POLICY, cluster, readings_for(POLICY, cluster, values, T0), ScorerMemory(), T0)
+    cluster = apply_plan(POLICY, cluster, plan)
+    assert cluster[1].labels["steer.io/score"] == "30"  # (3*40 + 0)/4
+    # util keeps answering, power's query fails from now on: after the TTL only util counts
+    later = T0 + 61
+    plan, _ = plan_cycle(
+        POLICY, cluster, readings_for(POLICY, cluster, {"util": {"a": 20.0, "b": 60.0}}, later), memory, later
+    )
+    b = plan.node("b")
+    assert b is not None
+    assert b.dimensions["power"].status is DataStatus.STALE
+    assert b.label_changes["steer.io/power"] is None
+    assert b.labels["steer.io/score"] == "40"  # util alone
+    assert [d.dimension for d in plan.dimensions if d.stale] == ["power", "overcommit-pct"]
+
+
+def test_prometheus_down_keeps_labels_until_the_ttl_then_withdraws_them() -> None:
+    cluster = nodes("c")
+    memory = ScorerMemory()
+    for i in range(2):  # two cycles of util 95: labels plus the gpu-hot taint
+        at = T0 + i
+        plan, memory = plan_cycle(POLICY, cluster, readings_for(POLICY, cluster, VALUES, at), memory, at)
+        cluster = apply_plan(POLICY, cluster, plan)
+    assert cluster[0].taints == (Taint("steer.io/gpu-hot", "true", "NoSchedule"),)
+    # No readings at all: Prometheus is down. The last observation is from T0+1, TTL 60 s.
+    plan, memory = plan_cycle(POLICY, cluster, {}, memory, T0 + 61)
+    assert not plan.changes
+    plan, memory = plan_cycle(POLICY, cluster, {}, memory, T0 + 62)
+    cluster = apply_plan(POLICY, cluster, plan)
+    node = cluster[0]
+    assert {k for k in node.labels if k.startswith("steer.io/")} == {"steer.io/not-ours"}
+    assert node.taints == ()
+    assert observed_times(POLICY, node) == {}
+    assert dict(node.labels).items() >= FOREIGN.items()
+
+
+def test_restart_carries_labels_by_their_annotation_until_the_ttl() -> None:
+    cluster = nodes("a")
+    plan, _ = plan_cycle(POLICY, cluster, readings_for(POLICY, cluster, VALUES, T0), ScorerMemory(), T0)
+    cluster = apply_plan(POLICY, cluster, plan)
+    assert set(observed_times(POLICY, cluster[0])) == {"util", "power", "overcommit-pct"}
+    # a new process (empty memory) while Prometheus is down
+    plan, _ = plan_cycle(POLICY, cluster, {}, ScorerMemory(), T0 + 50)
+    assert not plan.changes
+    assert plan.node("a").dimensions["util"].status is DataStatus.CARRIED  # type: ignore[union-attr]
+    plan, _ = plan_cycle(POLICY, cluster, {}, ScorerMemory(), T0 + 61)
+    changes = plan.node("a").label_changes  # type: ignore[union-attr]
+    assert set(changes) == {
+        "steer.io/util",
+        "steer.io/power",
+        "steer.io/overcommit-pct",
+        "steer.io/score",
+        "steer.io/score-gpu",
+    }
+    assert set(changes.values()) == {None}
+
+
+def test_observed_at_changes_only_with_the_value() -> None:
+    cluster = nodes("a", "b")
+    plan, memory = plan_cycle(POLICY, cluster, readings_for(POLICY, cluster, VALUES, T0), ScorerMemory(), T0)
+    cluster = apply_plan(POLICY, cluster, plan)
+    shifted = {**VALUES, "util": {"a": 20.5, "b": 71.0}}  # a: same bucket; b: 50 → 30
+    plan, _ = plan_cycle(POLICY, cluster, readings_for(POLICY, cluster, shifted, T0 + 30), memory, T0 + 30)
+    assert not plan.node("a").changed  # type: ignore[union-attr]
+    b = plan.node("b")
+    assert b is not None and b.annotation_changed
+    after = observed_times(POLICY, apply_plan(POLICY, cluster, plan)[1])
+    assert after["util"] == "2027-01-15T08:00:30Z"
+    assert after["power"] == "2027-01-15T08:00:00Z"
+
+
+def test_hot_nodes_lose_composite_points_per_recent_pod() -> None:
+    cluster = nodes("a", "b")
+    values = {"util": {"a": 10.0, "b": 10.0}}
+    plain, _ = plan_cycle(POLICY, cluster, readings_for(POLICY, cluster, values, T0), ScorerMemory(), T0)
+    hot, _ = plan_cycle(POLICY, cluster, readings_for(POLICY, cluster, values, T0), ScorerMemory(), T0, hot={"a": 4})
+    assert plain.node("a").labels["steer.io/score"] == "90"  # type: ignore[union-attr]
+    a = hot.node("a")
+    assert a is not None
+    assert a.composites[0].penalty == 20
+    assert a.labels["steer.io/score"] == "70"  # 90 - 4 * 5
+    assert a.labels["steer.io/util"] == "90"  # dimension labels are not penalised
+    assert hot.node("b").labels["steer.io/score"] == "90"  # type: ignore[union-attr]
+
+
+def test_taint_write_keeps_foreign_taints_in_the_plan_view() -> None:
+    foreign = Taint("dedicated", "ml", "NoSchedule")
+    cluster = [NodeState("c", labels=dict(FOREIGN), taints=(foreign,))]
+    memory = ScorerMemory()
+    for i in range(2):
+        plan, memory = plan_cycle(POLICY, cluster, readings_for(POLICY, cluster, VALUES, T0 + i), memory, T0 + i)
+        cluster = apply_plan(POLICY, cluster, plan)
+    assert plan.node("c").current_taints == ()  # type: ignore[union-attr]
+    assert plan.node("c").taints == (Taint("steer.io/gpu-hot", "true", "NoSchedule"),)  # type: ignore[union-attr]
+    assert foreign in cluster[0].taints
+
+
+def test_a_new_leader_keeps_an_existing_taint_while_the_condition_holds() -> None:
+    cluster = [
+        NodeState(
+            "c",
+            labels={"steer.io/gpu-hot": "true"},
+            taints=(Taint("steer.io/gpu-hot", "true", "NoSchedule"),),
+        )
+    ]
+    plan, _ = plan_cycle(POLICY, cluster, readings_for(POLICY, cluster, {"util": {"c": 95.0}}, T0), ScorerMemory(), T0)
+    assert plan.node("c").taints == cluster[0].taints  # type: ignore[union-attr]
+
+
+# ------------------------------------------------------------------------ properties
+
+# below the gpu-hot threshold (90) even with noise: that rule changes labels by design
+scores = st.floats(min_value=0, max_value=86, allow_nan=False)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    first=st.lists(scores, min_size=1, max_size=8),
+    noise=st.lists(st.lists(st.floats(min_value=-3, max_value=3), min_size=8, max_size=8), min_size=1, max_size=6),
+)
+def test_noise_within_the_hysteresis_margin_writes_nothing(first: list[float], noise: list[list[float]]) -> None:
+    """After the first cycle, values within ±hysteresis of the first ones change no label."""
+    names = [f"n{i}" for i in range(len(first))]
+    cluster = nodes(*names)
+    base = dict(zip(names, first, strict=True))
+    plan, memory = plan_cycle(POLICY, cluster, readings_for(POLICY, cluster, {"util": base}, T0), ScorerMemory(), T0)
+    cluster = apply_plan(POLICY, cluster, plan)
+    for i, deltas in enumerate(noise, start=1):
+        util = {n: min(100.0, max(0.0, v + deltas[j])) for j, (n, v) in enumerate(base.items())}
+        plan, memory = plan_cycle(POLICY, cluster, readings_for(POLICY, cluster, {"util": util}, T0 + i), memory, T0 + i)
+        assert plan.changes == ()
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    foreign=st.dictionaries(
+        st.sampled_from(["app", "steer.io/other", "steer.io/score-old", "kubernetes.io/os", "zone"]),
+        st.sampled_from(["1", "x", "true", "90"]),
+    ),
+    foreign_taints=st.lists(
+        st.builds(
+            Taint,
+            st.sampled_from(["dedicated", "steer.io/maintenance", "node.kubernetes.io/not-ready"]),
+            st.sampled_from(["", "true"]),
+            st.sampled_from(["NoSchedule", "NoExecute", "PreferNoSchedule"]),
+        ),
+        max_size=3,
+        unique_by=lambda t: t.key,
+    ),
+    util=st.floats(min_value=0, max_value=100),
+    cycles=st.integers(min_value=1, max_value=4),
+)
+def test_changes_only_ever_touch_owned_keys(
+    foreign: dict[str, str], foreign_taints: list[Taint], util: float, cycles: int
+) -> None:
+    cluster = [NodeState("a", labels=dict(foreign), taints=tuple(foreign_taints))]
+    memory = ScorerMemory()
+    owned = owned_label_keys(POLICY)
+    for i in range(cycles):
+        plan, memory = plan_cycle(POLICY, cluster, readings_for(POLICY, cluster, {"util": {"a": util}}, T0 + i), memory, T0 + i)
+        node_plan = plan.node("a")
+        assert node_plan is not None
+        assert set(node_plan.label_changes) <= owned
+        assert all(t.key in owned_taint_keys(POLICY) for t in node_plan.taints)
+        cluster = apply_plan(POLICY, cluster, plan)
+        assert {k: v for k, v in cluster[0].labels.items() if k not in owned} == foreign
+        assert [t for t in cluster[0].taints if t.key not in owned_taint_keys(POLICY)] == foreign_taints
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.dictionaries(st.sampled_from("abcdef"), st.floats(min_value=-1e6, max_value=1e6), min_size=1))
+def test_every_label_is_a_valid_bucket(power: dict[str, float]) -> None:
+    cluster = nodes(*power)
+    plan, _ = plan_cycle(POLICY, cluster, readings_for(POLICY, cluster, {"power": power}, T0), ScorerMemory(), T0)
+    for node_plan in plan.nodes:
+        assert int(node_plan.labels["steer.io/power"]) in range(0, 101, 10)
+        assert int(node_plan.labels["steer.io/score"]) in range(0, 101, 10)

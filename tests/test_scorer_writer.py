@@ -1,0 +1,160 @@
+"""The node writer against the Kubernetes API stand-in: merge patches of owned keys only,
+taint merges with resourceVersion, 409 retries, 422 reporting, the rate limiter."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from scorer.kubeapi import KubeJson
+from scorer.plan import ScorerMemory, plan_cycle
+from scorer.writer import NodeApi, NodeWriter, RateLimiter
+from steer.apistub import ApiStub
+from steer.apistub.synthetic import synthetic_node
+from tests.scorer_support import readings_for, small_policy
+
+POLICY = small_policy()
+T0 = 1_800_000_000.0
+HOT = {"util": {"c": 95.0}, "overcommit-pct": {"c": 12.0}}
+FOREIGN_TAINTS = [
+    {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute", "timeAdded": "2026-11-30T03:58:30Z"},
+    {"key": "dedicated", "value": "ml", "effect": "NoSchedule"},
+]
+
+
+class NoSleep:
+    def __init__(self) -> None:
+        self.slept: list[float] = []
+
+    def __call__(self, seconds: float) -> None:
+        self.slept.append(seconds)
+
+
+@pytest.fixture
+def api(apistub: ApiStub, kube_client: client.ApiClient) -> NodeApi:
+    node = synthetic_node("c", labels={"team.example.com/owner": "ml", "steer.io/not-ours": "1"})
+    node["spec"]["taints"] = FOREIGN_TAINTS
+    apistub.add_node(node)
+    return NodeApi(KubeJson(kube_client))
+
+
+def writer(api: NodeApi, sleep: NoSleep | None = None) -> NodeWriter:
+    return NodeWriter(api, RateLimiter(1000, 1000), sleep=sleep or NoSleep())
+
+
+def hot_plans(api: NodeApi, cycles: int = 2) -> tuple[Any, Any]:
+    """Plan `cycles` cycles of a hot node, writing each; return the last plan and nodes."""
+    memory = ScorerMemory()
+    w = writer(api)
+    for i in range(cycles):
+        nodes = api.list_nodes()
+        plan, memory = plan_cycle(POLICY, nodes, readings_for(POLICY, nodes, HOT, T0 + i), memory, T0 + i)
+        if i < cycles - 1:
+            w.apply(POLICY, plan, nodes)
+    return plan, nodes
+
+
+def test_labels_taints_and_annotation_are_written_and_foreign_ones_survive(apistub: ApiStub, api: NodeApi) -> None:
+    plan, nodes = hot_plans(api)
+    report = writer(api).apply(POLICY, plan, nodes)
+    assert report.nodes_written == 1 and not report.errors
+    stored = apistub.get("nodes", "c")
+    labels = stored["metadata"]["labels"]
+    assert labels["team.example.com/owner"] == "ml"
+    assert labels["steer.io/not-ours"] == "1"
+    assert labels["steer.io/gpu-hot"] == "true"
+    assert labels["steer.io/util"] == "10"
+    assert labels["steer.io/overcommit-pct"] == "12"
+    assert stored["spec"]["taints"] == [*FOREIGN_TAINTS, {"key": "steer.io/gpu-hot", "value": "true", "effect": "NoSchedule"}]
+    assert '"util":"2027-01-15T08:00:00Z"' in stored["metadata"]["annotations"]["steer.io/observed-at"]
+    # the next cycle, same data: nothing to write
+    nodes = api.list_nodes()
+    again, _ = plan_cycle(POLICY, nodes, readings_for(POLICY, nodes, HOT, T0 + 2), ScorerMemory(), T0 + 2)
+    assert again.changes == ()
+
+
+def test_label_patches_name_only_changed_keys(apistub: ApiStub, api: NodeApi) -> None:
+    nodes = api.list_nodes()
+    plan, _ = plan_cycle(POLICY, nodes, readings_for(POLICY, nodes, {"util": {"c": 40.0}}, T0), ScorerMemory(), T0)
+    # another client adds a label after our list: a merge patch of our keys cannot undo it
+    apistub.modify("nodes", "c", lambda n: {**n, "metadata": {**n["metadata"], "labels": {**n["metadata"]["labels"], "late": "yes"}}})
+    apistub.clear_requests()
+    report = writer(api).apply(POLICY, plan, nodes)
+    assert report.requests == 1
+    (request,) = apistub.requests
+    assert (request.method, request.content_type) == ("PATCH", "application/merge-patch+json")
+    labels = apistub.get("nodes", "c")["metadata"]["labels"]
+    assert labels["late"] == "yes"
+    assert labels["steer.io/util"] == "60"
+
+
+def test_an_injected_409_is_retried_and_nothing_is_lost(apistub: ApiStub, api: NodeApi) -> None:
+    plan, nodes = hot_plans(api)
+    apistub.fail_next_writes(2, status=409, path_contains="/nodes/c")
+    sleep = NoSleep()
+    report = writer(api, sleep).apply(POLICY, plan, nodes)
+    (result,) = report.results
+    assert result.ok and result.conflicts == 2 and result.requests == 3
+    assert len(sleep.slept) == 2 and sleep.slept[1] > 0
+    stored = apistub.get("nodes", "c")
+    assert stored["spec"]["taints"][:2] == FOREIGN_TAINTS
+    assert stored["spec"]["taints"][2]["key"] == "steer.io/gpu-hot"
+    assert stored["metadata"]["labels"]["steer.io/gpu-hot"] == "true"
+
+
+def test_a_concurrent_taint_change_causes_a_real_409_then_a_merge(apistub: ApiStub, api: NodeApi) -> None:
+    plan, nodes = hot_plans(api)  # `nodes` holds the resourceVersion our taint write is based on
+
+    def add_taint(node: dict[str, Any]) -> dict[str, Any]:
+        node["spec"]["taints"].append({"key": "maintenance", "effect": "NoSchedule"})
+        return node
+
+    apistub.modify("nodes", "c", add_taint)
+    report = writer(api).apply(POLICY, plan, nodes)
+    (result,) = report.results
+    assert result.ok and result.conflicts == 1
+    keys = [t["key"] for t in apistub.get("nodes", "c")["spec"]["taints"]]
+    assert keys == ["node.kubernetes.io/unreachable", "dedicated", "maintenance", "steer.io/gpu-hot"]
+
+
+def test_withdrawing_a_taint_removes_only_ours(apistub: ApiStub, api: NodeApi) -> None:
+    plan, nodes = hot_plans(api)
+    writer(api).apply(POLICY, plan, nodes)
+    nodes = api.list_nodes()
+    cold, _ = plan_cycle(POLICY, nodes, {}, ScorerMemory(), T0 + 3600)  # everything past its TTL
+    writer(api).apply(POLICY, cold, nodes)
+    stored = apistub.get("nodes", "c")
+    assert stored["spec"]["taints"] == FOREIGN_TAINTS
+    assert {k for k in stored["metadata"]["labels"] if k.startswith("steer.io/")} == {"steer.io/not-ours"}
+    assert "steer.io/observed-at" not in (stored["metadata"].get("annotations") or {})
+
+
+def test_an_invalid_label_is_reported_with_the_apiservers_message(apistub: ApiStub, api: NodeApi) -> None:
+    nodes = api.list_nodes()
+    plan, _ = plan_cycle(POLICY, nodes, readings_for(POLICY, nodes, {"util": {"c": 40.0}}, T0), ScorerMemory(), T0)
+    bad = dataclasses.replace(plan.nodes[0], label_changes={"steer.io/util": "not valid!"})
+    report = writer(api).apply(POLICY, dataclasses.replace(plan, nodes=(bad,)), nodes)
+    (result,) = report.results
+    assert not result.ok and result.status == 422 and result.requests == 1
+    assert 'metadata.labels: Invalid value: "not valid!"' in (result.error or "")
+    assert "steer.io/util" not in apistub.get("nodes", "c")["metadata"]["labels"]
+
+
+def test_rate_limiter_allows_a_burst_then_paces() -> None:
+    now = [0.0]
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        now[0] += seconds
+
+    limiter = RateLimiter(10, 3, clock=lambda: now[0], sleep=sleep)
+    waits = [limiter.acquire() for _ in range(5)]
+    assert waits[:3] == [0.0, 0.0, 0.0]
+    assert waits[3] == pytest.approx(0.1) and waits[4] == pytest.approx(0.1)
+    now[0] += 10  # idle: the bucket refills up to the burst, not beyond
+    assert [limiter.acquire() for _ in range(3)] == [0.0, 0.0, 0.0]
+    assert limiter.acquire() == pytest.approx(0.1)
