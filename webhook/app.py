@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 Endpoint = Literal["mutate", "validate", "validate-security"]
 JSON = "application/json"
+DRAIN_LIMIT = 64 * 1024 * 1024
 
 
 class PolicySource(Protocol):
@@ -277,6 +278,16 @@ def create_app(handler: AdmissionHandler) -> Flask:
     app.config["MAX_CONTENT_LENGTH"] = handler.max_body_bytes
 
     def read_body() -> bytes | None:
+        """The body, or None when it is over the limit (the caller answers 400)."""
+        length = request.content_length
+        if length is not None and length > handler.max_body_bytes:
+            # Read (and drop) a moderately oversized body so the client gets its 400 instead
+            # of a connection closed while it is still sending; past DRAIN_LIMIT, just close.
+            if length <= DRAIN_LIMIT:
+                stream = request.environ["wsgi.input"]
+                while stream.read(65536):
+                    pass
+            return None
         try:
             return request.get_data(cache=False)
         except RequestEntityTooLarge:

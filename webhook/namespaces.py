@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -121,20 +122,30 @@ class NamespaceCache:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop the thread; an open watch is closed so the thread does not wait it out."""
+        """Stop the thread; an open watch is cut so the thread does not wait it out."""
         self._stop.set()
+        thread, self._thread = self._thread, None
+        if thread is None:
+            return
+        # The watch may be between its request and its first byte when stop() runs, so keep
+        # cutting whatever stream is current until the thread notices the stop flag.
+        deadline = time.monotonic() + 5
+        while thread.is_alive() and time.monotonic() < deadline:
+            self._interrupt()
+            thread.join(timeout=0.05)
+
+    def _interrupt(self) -> None:
         current = self._watch
-        if current is not None:
-            current.stop()
-            resp = getattr(current, "_resp", None)
-            if resp is not None:
-                try:
-                    resp.close()
-                except Exception:  # closing a half-read socket from another thread may fail
-                    log.debug("closing the namespace watch failed", exc_info=True)
-        if self._thread is not None:
-            self._thread.join(timeout=2)
-            self._thread = None
+        resp = getattr(current, "_resp", None) if current is not None else None
+        if resp is None:
+            return
+        sock = getattr(getattr(resp, "connection", None), "sock", None)
+        try:
+            if sock is not None:
+                sock.shutdown(socket.SHUT_RDWR)  # wakes a recv() blocked in the other thread
+            resp.close()
+        except OSError:
+            log.debug("cutting the namespace watch failed", exc_info=True)
 
     # -- the loop ---------------------------------------------------------------------------
 

@@ -1,0 +1,444 @@
+"""Pod mutation: golden pods, merge rules, and properties over random pods and nodes."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+import jsonpatch
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from steer.core.encoding import bucket_values
+from steer.core.policy import Policy, parse_policy
+from steer.core.steering import (
+    classify_pod,
+    composite_key,
+    required_rules,
+    term_matches,
+)
+from tests.conftest import EXAMPLE_POLICY
+from tests.webhook_harness import admission_fixture
+from webhook.mutate import (
+    MutationPlan,
+    UninterpretablePod,
+    merge_required,
+    mutate_pod,
+)
+from webhook.patch import PatchBuilder, escape, pointer
+
+POLICY = parse_policy(EXAMPLE_POLICY.read_text())
+PLAN = MutationPlan.from_policy(POLICY)
+# Same policy, but never-scored nodes fail the hard rules and no profiles are installed.
+STRICT = parse_policy(
+    EXAMPLE_POLICY.read_text()
+    .replace("unscoredNodes: allow", "unscoredNodes: deny")
+    .replace("installed: true", "installed: false")
+)
+STRICT_PLAN = MutationPlan.from_policy(STRICT)
+DEPT_A = POLICY.tenant("dept-a")
+DEPT_B = POLICY.tenant("dept-b")
+GOLDEN = (
+    "pod-create-user-mutating.json",
+    "pod-create-with-affinity-gpu.json",
+    "pod-create-by-replicaset.json",
+    "pod-create-dryrun.json",
+)
+
+
+def fixture_pod(name: str) -> dict[str, Any]:
+    pod: dict[str, Any] = copy.deepcopy(admission_fixture(name)["body"]["request"]["object"])
+    return pod
+
+
+def apply(pod: Mapping[str, Any], ops: tuple[dict[str, Any], ...]) -> dict[str, Any]:
+    """Apply like the apiserver: an `add` under a missing parent is an error, not a no-op."""
+    patched: dict[str, Any] = jsonpatch.JsonPatch(list(ops)).apply(copy.deepcopy(dict(pod)))
+    return patched
+
+
+def node_affinity(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    return ((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
+
+
+def required_terms(pod: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+    required = node_affinity(pod).get("requiredDuringSchedulingIgnoredDuringExecution")
+    return None if required is None else list(required.get("nodeSelectorTerms") or [])
+
+
+def node_passes_required(pod: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """The scheduler's NodeAffinity filter: no required affinity passes every node."""
+    terms = required_terms(pod)
+    return True if terms is None else any(term_matches(t, labels) for t in terms)
+
+
+# --- golden pods ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", GOLDEN)
+@pytest.mark.parametrize("tenant", [None, "dept-a", "dept-b"])
+def test_golden_patch_applies_and_reinvocation_adds_nothing(name: str, tenant: str | None) -> None:
+    pod = fixture_pod(name)
+    t = POLICY.tenant(tenant) if tenant else None
+    mutation = mutate_pod(PLAN, pod, t)
+    assert mutation.ops, "an opted-in pod always gets at least the preference terms"
+    patched = apply(pod, mutation.ops)
+    again = mutate_pod(PLAN, patched, t)
+    assert again.ops == ()
+    assert again.in_effect == mutation.in_effect
+
+
+def test_gpu_pod_gets_gpu_terms_hard_rules_ored_across_user_terms_and_binpack() -> None:
+    pod = fixture_pod("pod-create-with-affinity-gpu.json")
+    patched = apply(pod, mutate_pod(PLAN, pod, DEPT_A).ops)
+    spec = patched["spec"]
+    preferred = node_affinity(patched)["preferredDuringSchedulingIgnoredDuringExecution"]
+    # The user's preference stays first; four binary-weighted GPU composite terms follow.
+    assert (
+        preferred[0]
+        == pod["spec"]["affinity"]["nodeAffinity"][
+            "preferredDuringSchedulingIgnoredDuringExecution"
+        ][0]
+    )
+    assert [
+        (t["weight"], t["preference"]["matchExpressions"][0]["key"]) for t in preferred[1:]
+    ] == [
+        (10, "steer.io/score-gpu"),
+        (20, "steer.io/score-gpu"),
+        (40, "steer.io/score-gpu"),
+        (80, "steer.io/score-gpu"),
+    ]
+    # Two user terms x (within budget | never scored) = four terms, each avoiding gpu-hot.
+    terms = required_terms(patched)
+    assert terms is not None and len(terms) == 4
+    for term in terms:
+        keys = [e["key"] for e in term["matchExpressions"]]
+        assert keys[0] in ("topology.kubernetes.io/zone", "node-pool")
+        assert "steer.io/overcommit-pct" in keys
+        assert {"key": "steer.io/gpu-hot", "operator": "NotIn", "values": ["true"]} in term[
+            "matchExpressions"
+        ]
+    assert spec["schedulerName"] == "steer-binpack"
+    # The user's hostname spread constraint wins over the hostname rule; the zone rule is added.
+    keys = [c["topologyKey"] for c in spec["topologySpreadConstraints"]]
+    assert keys == ["kubernetes.io/hostname", "topology.kubernetes.io/zone"]
+    assert spec["topologySpreadConstraints"][0] == pod["spec"]["topologySpreadConstraints"][0]
+    # dept-a may tolerate gpu-hot, but GPU pods avoid it: no toleration is added.
+    assert spec["tolerations"] == pod["spec"]["tolerations"]
+
+
+def test_replicaset_pod_spreads_by_order_chain_with_template_hash_and_tolerates_allowed_taint() -> (
+    None
+):
+    pod = fixture_pod("pod-create-by-replicaset.json")
+    assert "name" not in pod["metadata"] and pod["metadata"]["generateName"]
+    patched = apply(pod, mutate_pod(PLAN, pod, DEPT_A).ops)
+    zone, hosts = patched["spec"]["topologySpreadConstraints"]
+    assert zone == {
+        "maxSkew": 1,
+        "topologyKey": "topology.kubernetes.io/zone",
+        "whenUnsatisfiable": "ScheduleAnyway",
+        "labelSelector": {"matchLabels": {"order-chain": "checkout"}},
+        "matchLabelKeys": ["pod-template-hash"],
+    }
+    assert hosts["topologyKey"] == "kubernetes.io/hostname" and "matchLabelKeys" not in hosts
+    assert patched["spec"]["tolerations"][-1] == {
+        "key": "steer.io/gpu-hot",
+        "operator": "Equal",
+        "value": "true",
+        "effect": "PreferNoSchedule",
+    }
+    assert patched["spec"]["schedulerName"] == "steer-spread"
+    trace = patched["metadata"]["annotations"]["steer.io/trace"]
+    assert POLICY.version in trace and "tolerate:gpu-hot" in trace and "spread:order-chain" in trace
+
+
+def test_no_tenant_gets_preferences_but_no_hard_rule() -> None:
+    pod = fixture_pod("pod-create-user-mutating.json")
+    mutation = mutate_pod(PLAN, pod, None)
+    patched = apply(pod, mutation.ops)
+    assert required_terms(patched) is None
+    assert "require:" not in " ".join(mutation.in_effect)
+    assert len(node_affinity(patched)["preferredDuringSchedulingIgnoredDuringExecution"]) == 4
+
+
+def test_scheduler_left_alone_when_profiles_not_installed_or_set_by_user() -> None:
+    pod = fixture_pod("pod-create-user-mutating.json")
+    assert (
+        apply(pod, mutate_pod(STRICT_PLAN, pod, DEPT_A).ops)["spec"]["schedulerName"]
+        == "default-scheduler"
+    )
+    pod["spec"]["schedulerName"] = "my-scheduler"
+    assert apply(pod, mutate_pod(PLAN, pod, DEPT_A).ops)["spec"]["schedulerName"] == "my-scheduler"
+    del pod["spec"]["schedulerName"]
+    assert apply(pod, mutate_pod(PLAN, pod, DEPT_A).ops)["spec"]["schedulerName"] == "steer-spread"
+
+
+def test_default_scheduler_counts_as_set_when_the_policy_says_so() -> None:
+    policy = parse_policy(
+        EXAMPLE_POLICY.read_text().replace(
+            "defaultSchedulerIsUnset: true", "defaultSchedulerIsUnset: false"
+        )
+    )
+    pod = fixture_pod("pod-create-user-mutating.json")
+    patched = apply(pod, mutate_pod(MutationPlan.from_policy(policy), pod, DEPT_A).ops)
+    assert patched["spec"]["schedulerName"] == "default-scheduler"
+
+
+def test_unscored_nodes_deny_means_one_alternative_only() -> None:
+    pod = fixture_pod("pod-create-user-mutating.json")
+    patched = apply(pod, mutate_pod(STRICT_PLAN, pod, DEPT_B).ops)
+    assert required_terms(patched) == [
+        {
+            "matchExpressions": [
+                {"key": "steer.io/overcommit-pct", "operator": "Lt", "values": ["1"]}
+            ]
+        }
+    ]
+
+
+def test_patch_creates_missing_parents_in_one_add() -> None:
+    """The apiserver rejects an `add` whose parent is missing (golden reply): never emit one."""
+    reply = admission_fixture("apiserver-reply-to-client-when-patch-invalid.json")
+    assert "doc is missing path" in reply["body"]["message"]
+    pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}]}}
+    ops = mutate_pod(PLAN, pod, DEPT_A).ops
+    paths = [op["path"] for op in ops]
+    assert "/spec/affinity" in paths and "/metadata/annotations" in paths
+    assert not any(p.startswith("/spec/affinity/") for p in paths)
+    apply(pod, ops)
+
+
+def test_json_pointer_escaping() -> None:
+    assert escape("steer.io/trace") == "steer.io~1trace"
+    assert escape("a~b/c") == "a~0b~1c"
+    assert pointer(("metadata", "annotations", "x/~y")) == "/metadata/annotations/x~1~0y"
+    doc: dict[str, Any] = {"metadata": {"annotations": {}}}
+    builder = PatchBuilder(doc)
+    builder.set(("metadata", "annotations", "a/b~c"), "v")
+    assert apply(doc, tuple(builder.ops()))["metadata"]["annotations"] == {"a/b~c": "v"}
+
+
+def test_empty_required_term_stays_empty() -> None:
+    """A term with no requirement matches no node; filling it would admit nodes it excluded."""
+    alternatives = (({"key": "k", "operator": "Exists"},),)
+    assert merge_required([{}, {"matchExpressions": []}], alternatives) == [
+        {},
+        {"matchExpressions": []},
+    ]
+    merged = merge_required(
+        [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}],
+        alternatives,
+    )
+    assert merged == [
+        {
+            "matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}],
+            "matchExpressions": [{"key": "k", "operator": "Exists"}],
+        }
+    ]
+
+
+@pytest.mark.parametrize(
+    ("field", "change"),
+    [
+        ("spec", lambda p: p.__setitem__("spec", [])),
+        ("spec.affinity", lambda p: p["spec"].__setitem__("affinity", "x")),
+        ("spec.tolerations", lambda p: p["spec"].__setitem__("tolerations", {"a": 1})),
+        ("spec.containers", lambda p: p["spec"].__setitem__("containers", "nope")),
+        ("metadata", lambda p: p.pop("metadata")),
+    ],
+)
+def test_uninterpretable_pod_names_the_field(field: str, change: Any) -> None:
+    pod = fixture_pod("pod-create-user-mutating.json")
+    change(pod)
+    with pytest.raises(UninterpretablePod) as info:
+        mutate_pod(PLAN, pod, DEPT_A)
+    assert info.value.field.startswith(field)
+
+
+def test_plan_precomputes_every_tenant_and_class() -> None:
+    tenants = [None, "dept-a", "dept-b"]
+    classes = [None, "gpu"]
+    assert set(PLAN.pieces) == {(t, c) for t in tenants for c in classes}
+    assert PLAN.opted_in("team-a", {"steer.io/enabled": "true"})
+    assert not PLAN.opted_in("kube-system", {"steer.io/enabled": "true"})
+    assert not PLAN.opted_in("kube-steer", {"steer.io/enabled": "true"})
+    assert not PLAN.opted_in("team-a", {})
+
+
+# --- properties ----------------------------------------------------------------------------
+
+SCORE = composite_key(POLICY, None)
+SCORE_GPU = composite_key(POLICY, POLICY.spec.pod_classes[0])
+OVERCOMMIT = "steer.io/overcommit-pct"
+GPU_HOT = "steer.io/gpu-hot"
+LABEL_KEYS = ("zone", "pool", OVERCOMMIT, GPU_HOT, SCORE, SCORE_GPU)
+BUCKETS = [str(v) for v in bucket_values(POLICY.spec.scoring.step)]
+VALUES = ["a", "b", "0", "3", "5", "6", "12", "true", *BUCKETS[:3]]
+
+
+@st.composite
+def expressions(draw: st.DrawFn) -> dict[str, Any]:
+    key = draw(st.sampled_from(LABEL_KEYS))
+    op = draw(st.sampled_from(["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]))
+    expr: dict[str, Any] = {"key": key, "operator": op}
+    if op in ("In", "NotIn"):
+        expr["values"] = draw(
+            st.lists(st.sampled_from(VALUES), min_size=1, max_size=3, unique=True)
+        )
+    elif op in ("Gt", "Lt"):
+        expr["values"] = [str(draw(st.integers(0, 12)))]
+    return expr
+
+
+terms = st.builds(lambda exprs: {"matchExpressions": exprs}, st.lists(expressions(), max_size=3))
+preferences = st.builds(
+    lambda w, exprs: {"weight": w, "preference": {"matchExpressions": exprs}},
+    st.integers(1, 100),
+    st.lists(expressions(), min_size=1, max_size=2),
+)
+tolerations = st.fixed_dictionaries(
+    {
+        "key": st.sampled_from(["", GPU_HOT, "steer.io/unhealthy", "other"]),
+        "operator": st.sampled_from(["Exists", "Equal"]),
+    },
+    optional={
+        "value": st.sampled_from(["true", "x"]),
+        "effect": st.sampled_from(["NoSchedule", "PreferNoSchedule"]),
+    },
+)
+constraints = st.fixed_dictionaries(
+    {
+        "maxSkew": st.integers(1, 3),
+        "topologyKey": st.sampled_from(
+            ["topology.kubernetes.io/zone", "kubernetes.io/hostname", "rack"]
+        ),
+        "whenUnsatisfiable": st.sampled_from(["DoNotSchedule", "ScheduleAnyway"]),
+        "labelSelector": st.just({"matchLabels": {"app": "x"}}),
+    }
+)
+
+
+@st.composite
+def pods(draw: st.DrawFn) -> dict[str, Any]:
+    resources = {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}}
+    if draw(st.booleans()):
+        resources = {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}
+    spec: dict[str, Any] = {"containers": [{"name": "c", "resources": resources}]}
+    node_aff: dict[str, Any] = {}
+    if draw(st.booleans()):
+        node_aff["requiredDuringSchedulingIgnoredDuringExecution"] = {
+            "nodeSelectorTerms": draw(st.lists(terms, min_size=1, max_size=3))
+        }
+    if draw(st.booleans()):
+        node_aff["preferredDuringSchedulingIgnoredDuringExecution"] = draw(
+            st.lists(preferences, max_size=2)
+        )
+    has_rules = bool(node_aff)
+    if has_rules or draw(st.booleans()):
+        keep = has_rules or draw(st.booleans())
+        spec["affinity"] = {"nodeAffinity": node_aff} if keep else {}
+    if draw(st.booleans()):
+        spec["tolerations"] = draw(st.lists(tolerations, max_size=3))
+    if draw(st.booleans()):
+        spec["topologySpreadConstraints"] = draw(st.lists(constraints, max_size=2))
+    scheduler = draw(st.sampled_from([None, "default-scheduler", "custom", "steer-spread"]))
+    if scheduler:
+        spec["schedulerName"] = scheduler
+    labels = draw(
+        st.dictionaries(
+            st.sampled_from(["app", "order-chain", "pod-template-hash"]),
+            st.sampled_from(["x", "y"]),
+        )
+    )
+    metadata: dict[str, Any] = {"generateName": "p-", "labels": labels}
+    if draw(st.booleans()):
+        metadata["annotations"] = {"other": "1"}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+node_labels = st.dictionaries(
+    st.sampled_from(LABEL_KEYS),
+    st.one_of(st.sampled_from(VALUES), st.sampled_from(BUCKETS), st.integers(0, 20).map(str)),
+)
+plans = st.sampled_from([PLAN, STRICT_PLAN])
+tenants_of = st.sampled_from([None, "dept-a", "dept-b"])
+PROPS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _tenant(policy: Policy, name: str | None) -> Any:
+    return policy.tenant(name) if name else None
+
+
+@PROPS
+@given(
+    pod=pods(), plan=plans, tenant=tenants_of, nodes=st.lists(node_labels, min_size=1, max_size=6)
+)
+def test_property_patch_applies_and_required_is_user_and_rules(
+    pod: dict[str, Any], plan: MutationPlan, tenant: str | None, nodes: list[dict[str, str]]
+) -> None:
+    original = copy.deepcopy(pod)
+    t = _tenant(plan.policy, tenant)
+    mutation = mutate_pod(plan, pod, t)
+    assert pod == original, "mutation must not change its input"
+    patched = apply(pod, mutation.ops)  # (a) applies cleanly
+    rules = required_rules(plan.policy, t, classify_pod(plan.policy, pod["spec"]))
+    for labels in nodes:  # (b) merged required == user's AND every rule
+        expected = node_passes_required(original, labels) and all(r.matches(labels) for r in rules)
+        assert node_passes_required(patched, labels) == expected, labels
+
+
+@PROPS
+@given(pod=pods(), plan=plans, tenant=tenants_of)
+def test_property_mutation_is_idempotent(
+    pod: dict[str, Any], plan: MutationPlan, tenant: str | None
+) -> None:
+    t = _tenant(plan.policy, tenant)
+    patched = apply(pod, mutate_pod(plan, pod, t).ops)
+    again = mutate_pod(plan, patched, t)
+    assert again.ops == ()  # (c)
+    # Everything the user had is still there.
+    for key in ("tolerations", "topologySpreadConstraints"):
+        for item in pod["spec"].get(key) or []:
+            assert item in patched["spec"][key]
+    for term in node_affinity(pod).get("preferredDuringSchedulingIgnoredDuringExecution") or []:
+        assert term in node_affinity(patched)["preferredDuringSchedulingIgnoredDuringExecution"]
+
+
+@PROPS
+@given(
+    pod=pods(),
+    tenant=tenants_of,
+    a=st.sampled_from([None, *BUCKETS]),
+    b=st.sampled_from([None, *BUCKETS]),
+)
+def test_property_injected_weight_orders_nodes_as_scores_do(
+    pod: dict[str, Any], tenant: str | None, a: str | None, b: str | None
+) -> None:
+    t = _tenant(POLICY, tenant)
+    mutation = mutate_pod(PLAN, pod, t)
+    patched = apply(pod, mutation.ops)
+    key = SCORE_GPU if mutation.pod_class == "gpu" else SCORE
+    user = node_affinity(pod).get("preferredDuringSchedulingIgnoredDuringExecution") or []
+    injected = [
+        term
+        for term in node_affinity(patched)["preferredDuringSchedulingIgnoredDuringExecution"]
+        if term not in user
+    ]
+    assert injected and all(
+        term["preference"]["matchExpressions"][0]["key"] == key for term in injected
+    )
+
+    def weight(value: str | None) -> int:
+        labels = {} if value is None else {key: value}
+        return sum(term["weight"] for term in injected if term_matches(term["preference"], labels))
+
+    def score(value: str | None) -> int:
+        return 0 if value is None else int(value)  # a never-scored node ranks with the bottom
+
+    # (d) the NodeAffinity plugin's raw score is the bucket itself, so order is preserved.
+    assert (weight(a) > weight(b)) == (score(a) > score(b))
+    assert (weight(a) == weight(b)) == (score(a) == score(b))
+    assert weight(a) == score(a)

@@ -1,0 +1,533 @@
+"""The webhook over real HTTPS: gunicorn + TLS, golden AdmissionReviews, bad input, metrics,
+policy hot reload, namespace changes, and certificate rotation while serving."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+import pytest
+import requests
+
+from certs import issue_webhook_certs, write_webhook_certs
+from tests.webhook_harness import (
+    IDENTITY,
+    ROOT,
+    Webhook,
+    admission_fixture,
+    metric_value,
+    peer_fingerprint,
+    review_for,
+    running_webhook,
+)
+
+MUTATING = (
+    "pod-create-user-mutating.json",
+    "pod-create-with-affinity-gpu.json",
+    "pod-create-by-replicaset.json",
+    "pod-create-dryrun.json",
+)
+
+
+@pytest.fixture(scope="module")
+def hook(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Webhook]:
+    with running_webhook(tmp_path_factory.mktemp("webhook")) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def session(hook: Webhook) -> Iterator[requests.Session]:
+    with hook.session() as s:
+        yield s
+
+
+def post(
+    session: requests.Session, hook: Webhook, path: str, body: Any, **headers: str
+) -> requests.Response:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return session.post(
+        f"{hook.url}{path}",
+        data=data,
+        headers={"Content-Type": "application/json", **headers},
+        timeout=10,
+    )
+
+
+def response_of(reply: requests.Response) -> dict[str, Any]:
+    assert reply.status_code == 200, reply.text
+    assert reply.headers["Content-Type"] == "application/json"
+    review = reply.json()
+    assert review["apiVersion"] == "admission.k8s.io/v1" and review["kind"] == "AdmissionReview"
+    response: dict[str, Any] = review["response"]
+    return response
+
+
+def patch_of(response: dict[str, Any]) -> list[dict[str, Any]]:
+    if "patch" not in response:
+        return []
+    assert response["patchType"] == "JSONPatch"
+    ops: list[dict[str, Any]] = json.loads(base64.b64decode(response["patch"]))
+    return ops
+
+
+def eventually(check: Callable[[], bool], timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached")
+        time.sleep(0.1)
+
+
+# --- golden reviews -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", MUTATING)
+def test_golden_review_is_patched_cleanly_and_reinvocation_is_empty(
+    hook: Webhook, session: requests.Session, name: str
+) -> None:
+    captured = admission_fixture(name)
+    headers = {
+        k: v
+        for k, v in captured["headers"].items()
+        if k in ("Content-Type", "Accept", "User-Agent")
+    }
+    response = response_of(post(session, hook, captured["path"], captured["body"], **headers))
+    request = captured["body"]["request"]
+    assert response["uid"] == request["uid"] and response["allowed"] is True
+    ops = patch_of(response)
+    assert ops
+    # The apiserver rejects a patch whose `add` parent is missing; jsonpatch does the same.
+    patched = jsonpatch.JsonPatch(ops).apply(copy.deepcopy(request["object"]))
+    assert "steer.io/trace" in patched["metadata"]["annotations"]
+    # reinvocationPolicy: IfNeeded sends the patched pod again: nothing more to add.
+    again = copy.deepcopy(captured["body"])
+    again["request"]["object"] = patched
+    assert patch_of(response_of(post(session, hook, "/mutate", again))) == []
+
+
+def test_dry_run_is_answered_the_same_but_counted_apart(
+    hook: Webhook, session: requests.Session
+) -> None:
+    before = hook.metrics()
+    real = review_for("pod-create-dryrun.json", dryRun=False)
+    dry = review_for("pod-create-dryrun.json")
+    assert dry["request"]["dryRun"] is True
+    assert patch_of(response_of(post(session, hook, "/mutate", dry))) == patch_of(
+        response_of(post(session, hook, "/mutate", real))
+    )
+
+    def counted() -> bool:
+        after = hook.metrics()
+        rule = "scheduler:steer-spread"
+        return (
+            metric_value(
+                after, "steer_webhook_dry_run_reviews_total", endpoint="mutate", result="mutated"
+            )
+            == metric_value(
+                before, "steer_webhook_dry_run_reviews_total", endpoint="mutate", result="mutated"
+            )
+            + 1
+            and metric_value(after, "steer_webhook_mutations_total", rule=rule)
+            == metric_value(before, "steer_webhook_mutations_total", rule=rule) + 1
+        )
+
+    eventually(counted)
+
+
+@pytest.mark.parametrize(
+    ("namespace", "why"),
+    [
+        ("team-c", "not opted in"),
+        ("plain", "no labels"),
+        ("kube-steer", "project namespace"),
+        ("kube-system", "system"),
+    ],
+)
+def test_pods_outside_opted_in_namespaces_pass_untouched(
+    hook: Webhook, session: requests.Session, namespace: str, why: str
+) -> None:
+    response = response_of(
+        post(session, hook, "/mutate", review_for("pod-create-user-mutating.json", namespace))
+    )
+    assert response == {"uid": "018f94f0-a5de-4442-adcb-9c0aab8ab305", "allowed": True}, why
+
+
+def test_update_passes_untouched(hook: Webhook, session: requests.Session) -> None:
+    response = response_of(post(session, hook, "/mutate", review_for("pod-update-labels.json")))
+    assert response == {"uid": "faf104b8-c280-435b-815c-ecf8395b3bc5", "allowed": True}
+
+
+def test_unknown_namespace_and_foreign_kind_are_allowed_with_warning(
+    hook: Webhook, session: requests.Session
+) -> None:
+    response = response_of(
+        post(session, hook, "/mutate", review_for("pod-create-user-mutating.json", "ghost"))
+    )
+    assert response["allowed"] is True and "patch" not in response
+    assert response["warnings"] == [
+        'kube-steer: namespace "ghost" is not in the namespace cache yet; pod not steered'
+    ]
+    body = review_for("pod-create-user-mutating.json")
+    body["request"]["kind"]["kind"] = "Deployment"
+    response = response_of(post(session, hook, "/mutate", body))
+    assert response["allowed"] is True and "expected a Pod object" in response["warnings"][0]
+    body = review_for("pod-create-user-mutating.json")
+    body["request"]["object"]["spec"]["tolerations"] = "everything"
+    response = response_of(post(session, hook, "/mutate", body))
+    assert response["allowed"] is True and "spec.tolerations" in response["warnings"][0]
+    eventually(
+        lambda: (
+            metric_value(
+                hook.metrics(),
+                "steer_webhook_uninterpretable_total",
+                endpoint="mutate",
+                reason="spec.tolerations",
+            )
+            >= 1
+        )
+    )
+
+
+def test_namespace_label_change_is_seen_without_restart(
+    hook: Webhook, session: requests.Session
+) -> None:
+    hook.stub.add_namespace("late", {"tenant": "dept-b"})
+    body = review_for("pod-create-user-mutating.json", "late")
+    eventually(lambda: "warnings" not in response_of(post(session, hook, "/mutate", body)))
+    assert patch_of(response_of(post(session, hook, "/mutate", body))) == []  # not opted in
+    hook.stub.modify(
+        "namespaces",
+        "late",
+        lambda ns: {
+            **ns,
+            "metadata": {
+                **ns["metadata"],
+                "labels": {**ns["metadata"]["labels"], "steer.io/enabled": "true"},
+            },
+        },
+    )
+    eventually(lambda: bool(patch_of(response_of(post(session, hook, "/mutate", body)))))
+    ops = patch_of(response_of(post(session, hook, "/mutate", body)))
+    assert '"values": ["1"]' in json.dumps(ops)  # dept-b: overcommit-pct Lt 1
+
+
+# --- bad input ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (b"not json at all", "not-json"),
+        (b'{"kind": "Pod", "apiVersion": "v1"}', "not-admission-review"),
+        (
+            b'{"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1", "request": {}}',
+            "missing-uid",
+        ),
+        (b"", "empty-body"),
+    ],
+)
+@pytest.mark.parametrize("path", ["/mutate", "/validate", "/validate/security"])
+def test_bad_input_is_a_400_with_a_json_reason(
+    hook: Webhook, session: requests.Session, body: bytes, reason: str, path: str
+) -> None:
+    reply = post(session, hook, path, body)
+    assert reply.status_code == 400
+    assert reply.json()["error"]["reason"] == reason
+    assert reply.json()["error"]["message"]
+
+
+def test_oversized_body_is_a_400_and_the_server_keeps_serving(
+    hook: Webhook, session: requests.Session
+) -> None:
+    reply = post(session, hook, "/mutate", b"{" + b" " * (5 * 1024 * 1024) + b"}")
+    assert reply.status_code == 400
+    assert reply.json()["error"]["reason"] == "body-too-large"
+    ok = post(hook.session(), hook, "/mutate", review_for("pod-create-user-mutating.json"))
+    assert response_of(ok)["allowed"] is True
+    eventually(
+        lambda: (
+            metric_value(
+                hook.metrics(), "steer_webhook_bad_requests_total", reason="body-too-large"
+            )
+            >= 1
+        )
+    )
+
+
+def test_unknown_routes_and_methods_answer_json(hook: Webhook, session: requests.Session) -> None:
+    missing = session.get(f"{hook.url}/nope", timeout=5)
+    assert missing.status_code == 404 and missing.json()["error"]["reason"] == "not-found"
+    wrong = session.get(f"{hook.url}/mutate", timeout=5)
+    assert wrong.status_code == 405 and wrong.json()["error"]["reason"] == "method-not-allowed"
+
+
+# --- validation -----------------------------------------------------------------------------------
+
+
+def test_validation_denies_with_rule_and_values(hook: Webhook, session: requests.Session) -> None:
+    body = review_for("pod-create-user-validating.json", "team-b")
+    response = response_of(post(session, hook, "/validate?timeout=5s", body))
+    assert response["allowed"] is False
+    assert response["status"]["code"] == 403 and response["status"]["reason"] == "Forbidden"
+    message = response["status"]["message"]
+    assert message.startswith("3 policy violations: ")
+    assert (
+        'rule scheduler-name: spec.schedulerName "default-scheduler" is not allowed for tenant "dept-b"'
+        in message
+    )
+    assert (
+        'rule overcommit: container "app" (spec.containers[0]) cpu limit 500m / request 250m = 2.00'
+        in message
+    )
+    assert "memory limit 256Mi / request 128Mi = 2.00" in message
+
+
+def test_validation_allows_compliant_and_untenanted_pods(
+    hook: Webhook, session: requests.Session
+) -> None:
+    assert response_of(
+        post(session, hook, "/validate", review_for("pod-create-user-validating.json", "plain"))
+    )["allowed"]
+    body = review_for("pod-create-user-validating.json", "team-b")
+    spec = body["request"]["object"]["spec"]
+    spec["schedulerName"] = "steer-spread"
+    spec["containers"][0]["resources"]["limits"] = dict(
+        spec["containers"][0]["resources"]["requests"]
+    )
+    assert response_of(post(session, hook, "/validate", body))["allowed"] is True
+
+
+def test_security_endpoint_checks_only_security_taints(
+    hook: Webhook, session: requests.Session
+) -> None:
+    body = review_for("pod-create-user-validating.json", "team-b")
+    tolerations = body["request"]["object"]["spec"]["tolerations"]
+    tolerations.append({"key": "steer.io/gpu-hot", "operator": "Exists"})
+    assert response_of(post(session, hook, "/validate/security", body))["allowed"] is True
+    tolerations.append({"key": "steer.io/unhealthy", "operator": "Exists", "effect": "NoSchedule"})
+    response = response_of(post(session, hook, "/validate/security", body))
+    assert response["allowed"] is False
+    assert response["status"]["message"].startswith("rule reserved-toleration: spec.tolerations[3]")
+
+
+def test_validation_of_update_denies_only_new_violations(
+    hook: Webhook, session: requests.Session
+) -> None:
+    body = review_for("pod-update-labels.json", "team-b")
+    assert response_of(post(session, hook, "/validate", body))["allowed"] is True
+    body["request"]["object"]["spec"]["tolerations"].append(
+        {"key": "steer.io/unhealthy", "operator": "Exists"}
+    )
+    response = response_of(post(session, hook, "/validate", body))
+    assert response["allowed"] is False and "steer.io/unhealthy" in response["status"]["message"]
+
+
+def test_validation_of_unknown_namespace_defers_to_failure_policy(
+    hook: Webhook, session: requests.Session
+) -> None:
+    reply = post(
+        session, hook, "/validate/security", review_for("pod-create-user-validating.json", "ghost")
+    )
+    assert reply.status_code == 503
+    assert reply.json()["error"]["reason"] == "namespace-unknown"
+
+
+# --- health and metrics ----------------------------------------------------------------------------
+
+
+def test_health_and_readiness(hook: Webhook, session: requests.Session) -> None:
+    assert session.get(f"{hook.url}/healthz", timeout=5).json() == {"status": "ok"}
+    ready = session.get(f"{hook.url}/readyz", timeout=5)
+    assert ready.status_code == 200
+    detail = ready.json()
+    assert detail["ready"] is True
+    assert detail["policy"]["version"].startswith("gpu-cluster@")
+    assert detail["namespaces"]["synced"] is True and detail["namespaces"]["namespaces"] >= 9
+    assert (
+        detail["certificate"]["loaded"] is True and "localhost" in detail["certificate"]["dnsNames"]
+    )
+
+
+def test_metrics_on_the_plain_http_port(hook: Webhook, session: requests.Session) -> None:
+    post(session, hook, "/mutate", review_for("pod-create-user-mutating.json"))
+    post(session, hook, "/validate", review_for("pod-create-user-validating.json", "team-b"))
+
+    def complete() -> bool:
+        text = hook.metrics()
+        return all(
+            (
+                metric_value(
+                    text,
+                    "steer_webhook_admission_duration_seconds_count",
+                    endpoint="mutate",
+                    result="mutated",
+                )
+                >= 1,
+                metric_value(
+                    text,
+                    "steer_webhook_admission_duration_seconds_count",
+                    endpoint="validate",
+                    result="denied",
+                )
+                >= 1,
+                metric_value(text, "steer_webhook_mutations_total", rule="prefer:steer.io/score")
+                >= 1,
+                metric_value(text, "steer_webhook_denials_total", rule="scheduler-name") >= 1,
+                metric_value(text, "steer_webhook_policy_info") == 1,
+                metric_value(text, "steer_webhook_namespace_cache_namespaces") >= 9,
+                "steer_webhook_namespace_cache_age_seconds " in text,
+            )
+        )
+
+    eventually(complete)
+    text = hook.metrics()
+    assert 'steer_webhook_policy_info{version="gpu-cluster@' in text
+    assert 0 <= metric_value(text, "steer_webhook_namespace_cache_age_seconds") < 300
+
+
+# --- live changes (own servers: they change the policy and the certificates) -------------------------
+
+
+def test_policy_hot_reload_changes_patches_and_metrics(tmp_path: Path) -> None:
+    with running_webhook(tmp_path, workers=1) as live, live.session() as s:
+        body = review_for("pod-create-user-mutating.json")
+        assert '"values": ["6"]' in json.dumps(
+            patch_of(response_of(post(s, live, "/mutate", body)))
+        )
+        old_version = s.get(f"{live.url}/readyz", timeout=5).json()["policy"]["version"]
+        text = live.policy_file.read_text()
+        live.policy_file.write_text(text.replace("overcommitPercent: 5", "overcommitPercent: 7"))
+        eventually(
+            lambda: (
+                '"values": ["8"]'
+                in json.dumps(patch_of(response_of(post(s, live, "/mutate", body))))
+            )
+        )
+        new_version = s.get(f"{live.url}/readyz", timeout=5).json()["policy"]["version"]
+        assert new_version != old_version
+        live.policy_file.write_text(
+            "spec: {dimensions: []}\n"
+        )  # a bad edit keeps the last good policy
+        eventually(
+            lambda: (
+                live.session().get(f"{live.url}/readyz", timeout=5).json()["policy"]["reloadErrors"]
+                == 1
+            )
+        )
+        assert '"values": ["8"]' in json.dumps(
+            patch_of(response_of(post(s, live, "/mutate", body)))
+        )
+        eventually(lambda: metric_value(live.metrics(), "steer_webhook_policy_reload_errors") == 1)
+        text = live.metrics()
+        assert metric_value(text, "steer_webhook_policy_info", version=new_version) == 1
+        assert metric_value(text, "steer_webhook_policy_info", version=old_version) == 0
+
+
+def test_certificate_rotation_while_serving(tmp_path: Path) -> None:
+    with running_webhook(tmp_path) as live:
+        old_ca = live.ca_file.read_bytes()
+        both = tmp_path / "both-cas.pem"
+        new = issue_webhook_certs(IDENTITY)
+        both.write_bytes(old_ca + new.ca_cert_pem)
+        host, port = "127.0.0.1", int(live.url.rsplit(":", 1)[1])
+        before = peer_fingerprint(host, port, both)
+        body = json.dumps(review_for("pod-create-user-mutating.json")).encode()
+        failures: list[str] = []
+        done = 0
+        stop = threading.Event()
+
+        def client() -> None:
+            nonlocal done
+            while not stop.is_set():
+                try:  # a new connection each time: every request does a TLS handshake
+                    reply = requests.post(
+                        f"{live.url}/mutate",
+                        data=body,
+                        verify=str(both),
+                        timeout=10,
+                        headers={"Connection": "close"},
+                    )
+                    if reply.status_code != 200:
+                        failures.append(f"HTTP {reply.status_code}")
+                    done += 1
+                except requests.RequestException as exc:
+                    failures.append(repr(exc))
+
+        keep_alive = live.session()
+        keep_alive.verify = str(both)
+        assert keep_alive.get(f"{live.url}/healthz", timeout=5).status_code == 200
+        threads = [threading.Thread(target=client) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        eventually(lambda: done >= 20)
+        write_webhook_certs(live.cert_dir, new)  # key first, then certificate, each atomically
+        first_after = peer_fingerprint(host, port, both)
+        counted = done
+        eventually(lambda: done >= counted + 20)
+        stop.set()
+        for thread in threads:
+            thread.join()
+        assert failures == []
+        assert first_after != before
+        # The new certificate verifies against the new CA alone; the old connection still works.
+        new_ca = tmp_path / "new-ca.pem"
+        new_ca.write_bytes(new.ca_cert_pem)
+        assert peer_fingerprint(host, port, new_ca) == first_after
+        assert keep_alive.get(f"{live.url}/healthz", timeout=5).status_code == 200
+        ready = requests.get(f"{live.url}/readyz", verify=str(new_ca), timeout=5).json()
+        assert ready["certificate"]["loads"] >= 2
+
+
+# --- the command line -----------------------------------------------------------------------------
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "steer.cli", "webhook", "serve", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_cli_refuses_bad_policy_and_missing_certificate(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("apiVersion: steer.io/v1alpha1\nkind: SteeringPolicy\nspec: {dimensions: []}\n")
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    certs = issue_webhook_certs(IDENTITY)
+    cert.write_bytes(certs.cert_pem)
+    key.write_bytes(certs.key_pem)
+    result = run_cli("--policy", str(bad), "--cert", str(cert), "--key", str(key))
+    assert result.returncode == 2
+    assert "spec.dimensions: must list at least one entry" in result.stderr
+    result = run_cli(
+        "--policy",
+        "examples/policy.yaml",
+        "--cert",
+        str(tmp_path / "missing.crt"),
+        "--key",
+        str(key),
+    )
+    assert result.returncode == 2
+    assert "--cert: no such file" in result.stderr and "steer certs generate" in result.stderr
+    result = run_cli(
+        "--policy",
+        "examples/policy.yaml",
+        "--cert",
+        str(cert),
+        "--key",
+        str(key),
+        "--listen",
+        "8443",
+    )
+    assert result.returncode == 2 and "--listen: expected HOST:PORT" in result.stderr

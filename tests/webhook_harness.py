@@ -1,0 +1,214 @@
+"""A real webhook for tests: certificates made now, the API stand-in, `steer webhook serve`.
+
+`running_webhook()` starts the server as a subprocess exactly as an operator would (gunicorn,
+TLS, two gthread workers, metrics on their own port) and waits until /readyz says ready.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import shutil
+import socket
+import ssl
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from certs import WebhookIdentity, issue_webhook_certs, write_webhook_certs
+from steer.apistub import ApiStub
+from tests.conftest import EXAMPLE_POLICY, FIXTURES
+
+ROOT = Path(__file__).resolve().parent.parent
+IDENTITY = WebhookIdentity("steer-webhook", "kube-steer", ("localhost",), ("127.0.0.1",))
+# Namespaces as a cluster running the example policy would label them.
+NAMESPACES = {
+    "team-a": {"tenant": "dept-a", "steer.io/enabled": "true"},
+    "team-b": {"tenant": "dept-b", "steer.io/enabled": "true"},
+    "team-c": {"tenant": "dept-a"},  # a tenant, not opted in to steering
+    "plain": {},
+    "kube-steer": {"steer.io/enabled": "true"},  # the project's own: never mutated
+}
+
+
+def admission_fixture(name: str) -> dict[str, Any]:
+    """A captured request: {'path', 'headers', 'body'} exactly as the apiserver sent it."""
+    data: dict[str, Any] = json.loads((FIXTURES / "admission" / name).read_text())
+    return data
+
+
+def review_for(name: str, namespace: str | None = None, **changes: Any) -> dict[str, Any]:
+    """The fixture's AdmissionReview body, optionally moved to another namespace."""
+    body: dict[str, Any] = copy.deepcopy(admission_fixture(name)["body"])
+    request = body["request"]
+    if namespace is not None:
+        request["namespace"] = namespace
+        for key in ("object", "oldObject"):
+            if isinstance(request.get(key), dict):
+                request[key]["metadata"]["namespace"] = namespace
+    request.update(changes)
+    return body
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def make_certs(directory: Path) -> Path:
+    """Fresh CA + serving certificate in `directory`; returns the CA file."""
+    paths = write_webhook_certs(directory, issue_webhook_certs(IDENTITY))
+    return paths.ca_cert
+
+
+def peer_fingerprint(host: str, port: int, cafile: Path) -> str:
+    """SHA-256 of the certificate a new TLS connection is served (verified against `cafile`)."""
+    context = ssl.create_default_context(cafile=str(cafile))
+    with (
+        socket.create_connection((host, port), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname="localhost") as tls,
+    ):
+        der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return hashlib.sha256(der).hexdigest()
+
+
+@dataclass
+class Webhook:
+    url: str
+    metrics_url: str
+    ca_file: Path
+    cert_dir: Path
+    policy_file: Path
+    stub: ApiStub
+    process: subprocess.Popen[bytes]
+    log_file: Path
+
+    def session(self) -> requests.Session:
+        session = requests.Session()
+        session.trust_env = False  # this machine sets REQUESTS_CA_BUNDLE
+        session.verify = str(self.ca_file)
+        return session
+
+    def log(self) -> str:
+        return self.log_file.read_text(errors="replace")
+
+    def metrics(self) -> str:
+        response = requests.get(self.metrics_url, timeout=5)
+        response.raise_for_status()
+        return response.text
+
+
+def metric_value(text: str, name: str, **labels: str) -> float:
+    """The value of one sample in Prometheus text format (0 when absent)."""
+    for line in text.splitlines():
+        if line.startswith("#") or not line.startswith(name):
+            continue
+        head, _, value = line.rpartition(" ")
+        metric, _, label_text = head.partition("{")
+        if metric != name:
+            continue
+        found = dict(
+            part.split("=", 1) for part in label_text.rstrip("}").split(",") if "=" in part
+        )
+        found = {k: v.strip('"') for k, v in found.items()}
+        if all(found.get(k) == v for k, v in labels.items()):
+            return float(value)
+    return 0.0
+
+
+@contextmanager
+def running_webhook(
+    tmp: Path, *, workers: int = 2, extra_args: tuple[str, ...] = ()
+) -> Iterator[Webhook]:
+    cert_dir = tmp / "certs"
+    ca_file = make_certs(cert_dir)
+    policy_file = tmp / "policy.yaml"
+    shutil.copy(EXAMPLE_POLICY, policy_file)
+    stub = ApiStub.start()
+    for name, labels in NAMESPACES.items():
+        stub.add_namespace(name, labels)
+    kubeconfig = stub.kubeconfig(tmp / "kubeconfig")
+    port, metrics_port = free_port(), free_port()
+    log_file = tmp / "webhook.log"
+    env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
+    command = [
+        sys.executable,
+        "-m",
+        "steer.cli",
+        "webhook",
+        "serve",
+        "--policy",
+        str(policy_file),
+        "--cert",
+        str(cert_dir / "tls.crt"),
+        "--key",
+        str(cert_dir / "tls.key"),
+        "--listen",
+        f"127.0.0.1:{port}",
+        "--metrics-listen",
+        f"127.0.0.1:{metrics_port}",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--workers",
+        str(workers),
+        "--threads",
+        "4",
+        *extra_args,
+    ]
+    with log_file.open("wb") as log:
+        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    hook = Webhook(
+        url=f"https://127.0.0.1:{port}",
+        metrics_url=f"http://127.0.0.1:{metrics_port}/metrics",
+        ca_file=ca_file,
+        cert_dir=cert_dir,
+        policy_file=policy_file,
+        stub=stub,
+        process=process,
+        log_file=log_file,
+    )
+    try:
+        _wait_ready(hook)
+        yield hook
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        stub.stop()
+
+
+def _wait_ready(hook: Webhook, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    session = hook.session()
+    while time.monotonic() < deadline:
+        if hook.process.poll() is not None:
+            raise RuntimeError(f"webhook exited with {hook.process.returncode}:\n{hook.log()}")
+        try:
+            # Every worker must be ready: ask on fresh connections until two agree in a row.
+            ok = all(
+                requests.get(f"{hook.url}/readyz", verify=str(hook.ca_file), timeout=2).status_code
+                == 200
+                for _ in range(4)
+            )
+            if ok:
+                session.close()
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"webhook not ready after {timeout}s:\n{hook.log()}")
