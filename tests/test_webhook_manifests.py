@@ -1,0 +1,120 @@
+"""The webhook's Kubernetes manifests say what the design promises (fail-safe, least privilege)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from steer.core.policy import parse_policy
+from tests.conftest import EXAMPLE_POLICY
+from webhook.validate import ValidationPlan
+
+ROOT = Path(__file__).resolve().parent.parent
+WEBHOOK = ROOT / "manifests" / "webhook" / "webhook.yaml"
+ADMISSION = ROOT / "manifests" / "webhook" / "admission.yaml"
+EXCLUDED = {
+    "key": "kubernetes.io/metadata.name",
+    "operator": "NotIn",
+    "values": ["kube-system", "kube-steer"],
+}
+
+
+def docs(path: Path) -> dict[str, dict[str, Any]]:
+    return {
+        f"{d['kind']}/{d['metadata']['name']}": d for d in yaml.safe_load_all(path.read_text()) if d
+    }
+
+
+def hooks() -> list[tuple[str, dict[str, Any]]]:
+    return [(kind, hook) for kind, doc in docs(ADMISSION).items() for hook in doc["webhooks"]]
+
+
+@pytest.mark.parametrize(
+    ("kind", "hook"), hooks(), ids=lambda v: v if isinstance(v, str) else v["name"]
+)
+def test_every_webhook_is_safe_and_skips_system_and_own_namespace(
+    kind: str, hook: dict[str, Any]
+) -> None:
+    assert hook["admissionReviewVersions"] == ["v1"]
+    assert hook["sideEffects"] == "None"
+    assert 1 <= hook["timeoutSeconds"] <= 5
+    assert EXCLUDED in hook["namespaceSelector"]["matchExpressions"]
+    service = hook["clientConfig"]["service"]
+    assert (service["name"], service["namespace"], service["port"]) == (
+        "steer-webhook",
+        "kube-steer",
+        443,
+    )
+    assert hook["clientConfig"]["caBundle"] == "${CA_BUNDLE}"
+    assert all(rule["resources"][0] == "pods" for rule in hook["rules"])
+
+
+def test_mutation_is_opt_in_ignore_and_reinvocable() -> None:
+    (hook,) = docs(ADMISSION)["MutatingWebhookConfiguration/steer-webhook"]["webhooks"]
+    assert hook["failurePolicy"] == "Ignore" and hook["reinvocationPolicy"] == "IfNeeded"
+    assert hook["clientConfig"]["service"]["path"] == "/mutate"
+    assert hook["rules"][0]["operations"] == ["CREATE"]
+    policy = parse_policy(EXAMPLE_POLICY.read_text())
+    opt_in = policy.spec.opt_in.namespace_selector.match_labels
+    assert {"key": "steer.io/enabled", "operator": "In", "values": ["true"]} in hook[
+        "namespaceSelector"
+    ]["matchExpressions"]
+    assert opt_in == {"steer.io/enabled": "true"}
+
+
+def test_only_security_rules_fail_closed() -> None:
+    assert ValidationPlan.from_policy(parse_policy(EXAMPLE_POLICY.read_text())).has_security_rules
+    found = docs(ADMISSION)
+    (security,) = found["ValidatingWebhookConfiguration/steer-webhook-security"]["webhooks"]
+    (rest,) = found["ValidatingWebhookConfiguration/steer-webhook"]["webhooks"]
+    assert (security["failurePolicy"], security["clientConfig"]["service"]["path"]) == (
+        "Fail",
+        "/validate/security",
+    )
+    assert (rest["failurePolicy"], rest["clientConfig"]["service"]["path"]) == (
+        "Ignore",
+        "/validate",
+    )
+    assert (
+        security["rules"][0]["operations"] == rest["rules"][0]["operations"] == ["CREATE", "UPDATE"]
+    )
+
+
+def test_deployment_is_replicated_budgeted_and_least_privileged() -> None:
+    found = docs(WEBHOOK)
+    deployment = found["Deployment/steer-webhook"]
+    assert deployment["spec"]["replicas"] >= 2
+    pdb = found["PodDisruptionBudget/steer-webhook"]
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"] == deployment["spec"]["selector"]
+    assert found["ClusterRole/steer-webhook"]["rules"] == [
+        {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]}
+    ]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    args = container["args"]
+    assert args[:2] == ["webhook", "serve"]
+    assert container["readinessProbe"]["httpGet"] == {
+        "path": "/readyz",
+        "port": "https",
+        "scheme": "HTTPS",
+    }
+    service = found["Service/steer-webhook"]
+    assert {"name": "https", "port": 443, "targetPort": "https"} in service["spec"]["ports"]
+    assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == "steer-webhook"
+
+
+def test_deployment_args_parse_with_the_cli() -> None:
+    import argparse
+
+    from webhook.cli import register
+
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    (container,) = docs(WEBHOOK)["Deployment/steer-webhook"]["spec"]["template"]["spec"][
+        "containers"
+    ]
+    args = parser.parse_args(container["args"])
+    assert (args.workers, args.threads, args.listen) == (2, 4, "0.0.0.0:8443")
