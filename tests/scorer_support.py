@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from scorer.model import NodeState
 from scorer.observe import DimensionReading, NodeIndex, read_dimension
 from scorer.plan import CyclePlan, NodePlan, observed_at_key
+from steer.apistub import ApiStub
+from steer.apistub.synthetic import synthetic_node
 from steer.core.policy import Policy, parse_policy
+from steer.testing.exporter import SyntheticCluster
+from steer.testing.prom import PrometheusServer
 
 SMALL_POLICY = """\
 apiVersion: steer.io/v1alpha1
@@ -125,3 +133,49 @@ def apply_node_plan(policy: Policy, node: NodeState, plan: NodePlan) -> NodeStat
 def observed_times(policy: Policy, node: NodeState) -> dict[str, str]:
     text = node.annotations.get(observed_at_key(policy))
     return json.loads(text) if text else {}
+
+
+@contextlib.contextmanager
+def backfilled_prometheus(
+    cluster: SyntheticCluster, *, span_s: float = 90.0, step_s: float = 15.0
+) -> Iterator[PrometheusServer]:
+    """A real Prometheus holding `cluster`'s series for the last `span_s` seconds, written with
+    promtool before start: no scrape to wait for (the first one takes ~5 s to be scheduled)."""
+    now = time.time()
+    count = int(span_s // step_s) + 1
+    text = io.StringIO()
+    cluster.write_openmetrics(text, [now - span_s + i * step_s for i in range(count)])
+    prom = PrometheusServer([])
+    prom.backfill(text.getvalue())
+    with prom:
+        yield prom
+
+
+def stub_nodes(stub: ApiStub, names: Iterable[str], *, gpus: int = 2) -> None:
+    """Node objects for the synthetic cluster's nodes; the first carries a foreign label and
+    foreign taints that every test expects to survive untouched."""
+    for i, name in enumerate(names):
+        node = synthetic_node(name, gpus=gpus)
+        if i == 0:
+            node["metadata"]["labels"].update(FOREIGN_LABELS)
+            node["spec"]["taints"] = [dict(t) for t in FOREIGN_TAINTS]
+        stub.add_node(node)
+
+
+FOREIGN_LABELS = {"team.example.com/owner": "ml", "steer.io/not-ours": "1"}
+FOREIGN_TAINTS = (
+    {
+        "key": "node.kubernetes.io/unreachable",
+        "effect": "NoExecute",
+        "timeAdded": "2026-11-30T03:58:30Z",
+    },
+    {"key": "dedicated", "value": "ml", "effect": "NoSchedule"},
+)
+
+
+def owned_labels(node: Mapping[str, Any]) -> dict[str, str]:
+    return {
+        k: v
+        for k, v in node["metadata"]["labels"].items()
+        if k.startswith("steer.io/") and k not in FOREIGN_LABELS
+    }

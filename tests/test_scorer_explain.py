@@ -24,12 +24,18 @@ def scored_cluster() -> tuple[CyclePlan, list[NodeState]]:
         NodeState("b"),
         NodeState("c"),
         NodeState("d"),
-        NodeState("e", taints=(Taint("dedicated", "ml", "NoSchedule"),), raw_taints=({"key": "dedicated", "value": "ml", "effect": "NoSchedule"},)),
+        NodeState(
+            "e",
+            taints=(Taint("dedicated", "ml", "NoSchedule"),),
+            raw_taints=({"key": "dedicated", "value": "ml", "effect": "NoSchedule"},),
+        ),
     ]
     memory = ScorerMemory()
     plan = None
     for i in range(2):
-        plan, memory = plan_cycle(POLICY, cluster, readings_for(POLICY, cluster, VALUES, T0 + i), memory, T0 + i)
+        plan, memory = plan_cycle(
+            POLICY, cluster, readings_for(POLICY, cluster, VALUES, T0 + i), memory, T0 + i
+        )
         cluster = apply_plan(POLICY, cluster, plan)
     assert plan is not None
     return plan, cluster
@@ -41,7 +47,9 @@ def gpu_pod(**spec: Any) -> dict[str, Any]:
         "kind": "Pod",
         "metadata": {"name": "train", "namespace": "team-b"},
         "spec": {
-            "containers": [{"name": "main", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+            "containers": [
+                {"name": "main", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+            ],
             **spec,
         },
     }
@@ -61,7 +69,11 @@ def test_tenant_budget_and_avoided_taint_exclude_nodes_with_their_data() -> None
     assert over.data["labels"][0]["label"] == "4"
     assert over.data["labels"][0]["raw"] == 3.2
     assert "steer.io/overcommit-pct Lt 1" in over.reason
-    assert set(excluded["c"]) == {"overcommit:dept-b", "avoid:gpu-hot", "taint steer.io/gpu-hot=true:NoSchedule"}
+    assert set(excluded["c"]) == {
+        "overcommit:dept-b",
+        "avoid:gpu-hot",
+        "taint steer.io/gpu-hot=true:NoSchedule",
+    }
     hot = excluded["c"]["avoid:gpu-hot"].data["labels"][0]
     assert hot["observed"] == 95.0 and hot["condition"] == "util (raw) Gt 90"
     assert set(excluded["e"]) == {"taint dedicated=ml:NoSchedule"}
@@ -69,7 +81,10 @@ def test_tenant_budget_and_avoided_taint_exclude_nodes_with_their_data() -> None
 
 def test_a_pod_outside_any_tenant_ranks_every_tolerable_node() -> None:
     plan, cluster = scored_cluster()
-    pod = {"containers": [{"name": "web"}], "tolerations": [{"key": "dedicated", "operator": "Exists"}]}
+    pod = {
+        "containers": [{"name": "web"}],
+        "tolerations": [{"key": "dedicated", "operator": "Exists"}],
+    }
     result = explain_pod(POLICY, plan, cluster, pod, {})
     assert result.pod_class is None and result.tenant is None
     ranked = [(v.node, v.rank, v.steering_weight) for v in result.allowed]
@@ -87,13 +102,23 @@ def test_the_pods_own_selector_and_required_terms_are_applied() -> None:
             "nodeAffinity": {
                 "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms},
                 "preferredDuringSchedulingIgnoredDuringExecution": [
-                    {"weight": 100, "preference": {"matchExpressions": [{"key": "steer.io/util", "operator": "In", "values": ["50"]}]}}
+                    {
+                        "weight": 100,
+                        "preference": {
+                            "matchExpressions": [
+                                {"key": "steer.io/util", "operator": "In", "values": ["50"]}
+                            ]
+                        },
+                    }
                 ],
             }
         },
     }
     result = explain_pod(POLICY, plan, cluster, pod, {})
-    assert [(v.node, v.steering_weight + v.user_weight) for v in result.allowed] == [("b", 150), ("a", 80)]
+    assert [(v.node, v.steering_weight + v.user_weight) for v in result.allowed] == [
+        ("b", 150),
+        ("a", 80),
+    ]
     rules = {v.node: [e.rule for e in v.exclusions] for v in result.excluded}
     assert rules["d"] == ["pod.spec.affinity.nodeAffinity.required"]
 
@@ -101,10 +126,14 @@ def test_the_pods_own_selector_and_required_terms_are_applied() -> None:
 def test_toleration_matching_follows_the_scheduler() -> None:
     taint = Taint("steer.io/gpu-hot", "true", "NoSchedule")
     assert tolerates([{"operator": "Exists"}], taint)
-    assert tolerates([{"key": "steer.io/gpu-hot", "operator": "Exists", "effect": "NoSchedule"}], taint)
+    assert tolerates(
+        [{"key": "steer.io/gpu-hot", "operator": "Exists", "effect": "NoSchedule"}], taint
+    )
     assert tolerates([{"key": "steer.io/gpu-hot", "value": "true"}], taint)
     assert not tolerates([{"key": "steer.io/gpu-hot", "value": "false"}], taint)
-    assert not tolerates([{"key": "steer.io/gpu-hot", "operator": "Exists", "effect": "NoExecute"}], taint)
+    assert not tolerates(
+        [{"key": "steer.io/gpu-hot", "operator": "Exists", "effect": "NoExecute"}], taint
+    )
 
 
 def test_node_views_carry_values_queries_and_pending_changes() -> None:

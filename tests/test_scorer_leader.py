@@ -32,7 +32,9 @@ def elector(kube: KubeJson, identity: str, clock: Clock | None = None) -> LeaseE
     )
 
 
-def test_only_one_candidate_holds_the_lease(apistub: ApiStub, kube_client: client.ApiClient) -> None:
+def test_only_one_candidate_holds_the_lease(
+    apistub: ApiStub, kube_client: client.ApiClient
+) -> None:
     kube = KubeJson(kube_client)
     a, b = elector(kube, "a"), elector(kube, "b")
     assert a.try_acquire_or_renew() is True
@@ -47,7 +49,9 @@ def test_only_one_candidate_holds_the_lease(apistub: ApiStub, kube_client: clien
     assert b.holder == "a"
 
 
-def test_a_silent_leader_is_replaced_after_the_lease_duration(apistub: ApiStub, kube_client: client.ApiClient) -> None:
+def test_a_silent_leader_is_replaced_after_the_lease_duration(
+    apistub: ApiStub, kube_client: client.ApiClient
+) -> None:
     kube = KubeJson(kube_client)
     clock_a, clock_b = Clock(), Clock()
     a, b = elector(kube, "a", clock_a), elector(kube, "b", clock_b)
@@ -90,7 +94,9 @@ class Interleaving(KubeJson):
         return result
 
 
-def test_of_two_racing_takeovers_the_stale_one_gets_a_409(apistub: ApiStub, kube_client: client.ApiClient) -> None:
+def test_of_two_racing_takeovers_the_stale_one_gets_a_409(
+    apistub: ApiStub, kube_client: client.ApiClient
+) -> None:
     kube = KubeJson(kube_client)
     racer = Interleaving(kube_client)
     clock_a, clock_b = Clock(), Clock()

@@ -20,7 +20,14 @@ NODES = [
 
 def test_node_state_from_a_captured_node() -> None:
     body = load_api_fixture("node-get.json")["body"]
-    body["spec"]["taints"] = [{"key": "dedicated", "value": "ml", "effect": "NoExecute", "timeAdded": "2026-11-30T03:58:30Z"}]
+    body["spec"]["taints"] = [
+        {
+            "key": "dedicated",
+            "value": "ml",
+            "effect": "NoExecute",
+            "timeAdded": "2026-11-30T03:58:30Z",
+        }
+    ]
     node = NodeState.from_k8s(body)
     assert node.name == "worker-1"
     assert node.labels["topology.kubernetes.io/zone"] == "zone-a"
@@ -67,7 +74,10 @@ def test_unknown_unlabelled_and_non_finite_samples_are_counted_not_scored() -> N
 
 
 def test_two_series_for_one_node_keep_the_larger_value() -> None:
-    samples = [FakeSample({"instance": "worker-1"}, 5.0), FakeSample({"instance": "10.0.0.11:9102"}, 7.0)]
+    samples = [
+        FakeSample({"instance": "worker-1"}, 5.0),
+        FakeSample({"instance": "10.0.0.11:9102"}, 7.0),
+    ]
     reading = read_dimension(POWER, samples, observed_at=0.0, index=NodeIndex(NODES))
     assert reading.values == {"worker-1": 7.0}
     assert reading.duplicates == 1
@@ -75,7 +85,9 @@ def test_two_series_for_one_node_keep_the_larger_value() -> None:
 
 def test_each_dimension_reads_its_own_node_label() -> None:
     samples = [FakeSample({"Hostname": "worker-1", "instance": "worker-2"}, 40.0)]
-    assert read_dimension(UTIL, samples, observed_at=0.0, index=NodeIndex(NODES)).values == {"worker-1": 40.0}
+    assert read_dimension(UTIL, samples, observed_at=0.0, index=NodeIndex(NODES)).values == {
+        "worker-1": 40.0
+    }
 
 
 def test_rfc3339_round_trip() -> None:

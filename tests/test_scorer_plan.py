@@ -28,7 +28,9 @@ VALUES = {
 
 def test_labels_match_hand_computed_values() -> None:
     cluster = nodes("a", "b", "c")
-    plan, _ = plan_cycle(POLICY, cluster, readings_for(POLICY, cluster, VALUES, T0), ScorerMemory(), T0)
+    plan, _ = plan_cycle(
+        POLICY, cluster, readings_for(POLICY, cluster, VALUES, T0), ScorerMemory(), T0
+    )
     labels = {p.node: dict(p.labels) for p in plan.nodes}
     # util: fixed 0..100, lower is better → scores 80/50/5 → buckets 80/50/10.
     # power: min-max, lower is better → 100/50/0. Composite (3*util + 1*power)/4:
@@ -61,8 +63,12 @@ def test_taint_is_debounced_then_set_and_cleared() -> None:
     memory = ScorerMemory()
     hot = {"util": {"a": 10.0, "c": 95.0}}
     history = []
-    for i, values in enumerate([hot, hot, hot, {"util": {"a": 10.0, "c": 50.0}}, {"util": {"a": 10.0, "c": 50.0}}]):
-        plan, memory = plan_cycle(POLICY, cluster, readings_for(POLICY, cluster, values, T0 + i), memory, T0 + i)
+    for i, values in enumerate(
+        [hot, hot, hot, {"util": {"a": 10.0, "c": 50.0}}, {"util": {"a": 10.0, "c": 50.0}}]
+    ):
+        plan, memory = plan_cycle(
+            POLICY, cluster, readings_for(POLICY, cluster, values, T0 + i), memory, T0 + i
+        )
         cluster = apply_plan(POLICY, cluster, plan)
         history.append(any(t.key == "steer.io/gpu-hot" for t in cluster[1].taints))
     assert history == [False, True, True, True, False]  # clearAfterCycles: 2
@@ -72,7 +78,13 @@ def test_taint_is_debounced_then_set_and_cleared() -> None:
 
 def test_retained_data_does_not_advance_the_debounce() -> None:
     cluster = nodes("c")
-    plan, memory = plan_cycle(POLICY, cluster, readings_for(POLICY, cluster, {"util": {"c": 95.0}}, T0), ScorerMemory(), T0)
+    plan, memory = plan_cycle(
+        POLICY,
+        cluster,
+        readings_for(POLICY, cluster, {"util": {"c": 95.0}}, T0),
+        ScorerMemory(),
+        T0,
+    )
     for i in range(1, 4):  # queries failing: the data is retained, the streak must not grow
         plan, memory = plan_cycle(POLICY, cluster, {}, memory, T0 + i)
     assert plan.node("c").conditions["gpu-hot"].streak == 1  # type: ignore[union-attr]
@@ -81,7 +93,13 @@ def test_retained_data_does_not_advance_the_debounce() -> None:
 
 def test_node_without_a_sample_gets_no_label_not_zero() -> None:
     cluster = nodes("a", "b")
-    plan, _ = plan_cycle(POLICY, cluster, readings_for(POLICY, cluster, {"util": {"a": 30.0}}, T0), ScorerMemory(), T0)
+    plan, _ = plan_cycle(
+        POLICY,
+        cluster,
+        readings_for(POLICY, cluster, {"util": {"a": 30.0}}, T0),
+        ScorerMemory(),
+        T0,
+    )
     b = plan.node("b")
     assert b is not None
     assert "steer.io/util" not in b.labels
@@ -93,13 +111,19 @@ def test_node_without_a_sample_gets_no_label_not_zero() -> None:
 def test_composite_is_recomputed_without_a_withdrawn_dimension() -> None:
     cluster = nodes("a", "b")
     values = {"util": {"a": 20.0, "b": 60.0}, "power": {"a": 100.0, "b": 300.0}}
-    plan, memory = plan_cycle(POLICY, cluster, readings_for(POLICY, cluster, values, T0), ScorerMemory(), T0)
+    plan, memory = plan_cycle(
+        POLICY, cluster, readings_for(POLICY, cluster, values, T0), ScorerMemory(), T0
+    )
     cluster = apply_plan(POLICY, cluster, plan)
     assert cluster[1].labels["steer.io/score"] == "30"  # (3*40 + 0)/4
     # util keeps answering, power's query fails from now on: after the TTL only util counts
     later = T0 + 61
     plan, _ = plan_cycle(
-        POLICY, cluster, readings_for(POLICY, cluster, {"util": {"a": 20.0, "b": 60.0}}, later), memory, later
+        POLICY,
+        cluster,
+        readings_for(POLICY, cluster, {"util": {"a": 20.0, "b": 60.0}}, later),
+        memory,
+        later,
     )
     b = plan.node("b")
     assert b is not None
@@ -114,7 +138,9 @@ def test_prometheus_down_keeps_labels_until_the_ttl_then_withdraws_them() -> Non
     memory = ScorerMemory()
     for i in range(2):  # two cycles of util 95: labels plus the gpu-hot taint
         at = T0 + i
-        plan, memory = plan_cycle(POLICY, cluster, readings_for(POLICY, cluster, VALUES, at), memory, at)
+        plan, memory = plan_cycle(
+            POLICY, cluster, readings_for(POLICY, cluster, VALUES, at), memory, at
+        )
         cluster = apply_plan(POLICY, cluster, plan)
     assert cluster[0].taints == (Taint("steer.io/gpu-hot", "true", "NoSchedule"),)
     # No readings at all: Prometheus is down. The last observation is from T0+1, TTL 60 s.
@@ -131,7 +157,9 @@ def test_prometheus_down_keeps_labels_until_the_ttl_then_withdraws_them() -> Non
 
 def test_restart_carries_labels_by_their_annotation_until_the_ttl() -> None:
     cluster = nodes("a")
-    plan, _ = plan_cycle(POLICY, cluster, readings_for(POLICY, cluster, VALUES, T0), ScorerMemory(), T0)
+    plan, _ = plan_cycle(
+        POLICY, cluster, readings_for(POLICY, cluster, VALUES, T0), ScorerMemory(), T0
+    )
     cluster = apply_plan(POLICY, cluster, plan)
     assert set(observed_times(POLICY, cluster[0])) == {"util", "power", "overcommit-pct"}
     # a new process (empty memory) while Prometheus is down
@@ -152,10 +180,14 @@ def test_restart_carries_labels_by_their_annotation_until_the_ttl() -> None:
 
 def test_observed_at_changes_only_with_the_value() -> None:
     cluster = nodes("a", "b")
-    plan, memory = plan_cycle(POLICY, cluster, readings_for(POLICY, cluster, VALUES, T0), ScorerMemory(), T0)
+    plan, memory = plan_cycle(
+        POLICY, cluster, readings_for(POLICY, cluster, VALUES, T0), ScorerMemory(), T0
+    )
     cluster = apply_plan(POLICY, cluster, plan)
     shifted = {**VALUES, "util": {"a": 20.5, "b": 71.0}}  # a: same bucket; b: 50 → 30
-    plan, _ = plan_cycle(POLICY, cluster, readings_for(POLICY, cluster, shifted, T0 + 30), memory, T0 + 30)
+    plan, _ = plan_cycle(
+        POLICY, cluster, readings_for(POLICY, cluster, shifted, T0 + 30), memory, T0 + 30
+    )
     assert not plan.node("a").changed  # type: ignore[union-attr]
     b = plan.node("b")
     assert b is not None and b.annotation_changed
@@ -167,8 +199,12 @@ def test_observed_at_changes_only_with_the_value() -> None:
 def test_hot_nodes_lose_composite_points_per_recent_pod() -> None:
     cluster = nodes("a", "b")
     values = {"util": {"a": 10.0, "b": 10.0}}
-    plain, _ = plan_cycle(POLICY, cluster, readings_for(POLICY, cluster, values, T0), ScorerMemory(), T0)
-    hot, _ = plan_cycle(POLICY, cluster, readings_for(POLICY, cluster, values, T0), ScorerMemory(), T0, hot={"a": 4})
+    plain, _ = plan_cycle(
+        POLICY, cluster, readings_for(POLICY, cluster, values, T0), ScorerMemory(), T0
+    )
+    hot, _ = plan_cycle(
+        POLICY, cluster, readings_for(POLICY, cluster, values, T0), ScorerMemory(), T0, hot={"a": 4}
+    )
     assert plain.node("a").labels["steer.io/score"] == "90"  # type: ignore[union-attr]
     a = hot.node("a")
     assert a is not None
@@ -183,7 +219,9 @@ def test_taint_write_keeps_foreign_taints_in_the_plan_view() -> None:
     cluster = [NodeState("c", labels=dict(FOREIGN), taints=(foreign,))]
     memory = ScorerMemory()
     for i in range(2):
-        plan, memory = plan_cycle(POLICY, cluster, readings_for(POLICY, cluster, VALUES, T0 + i), memory, T0 + i)
+        plan, memory = plan_cycle(
+            POLICY, cluster, readings_for(POLICY, cluster, VALUES, T0 + i), memory, T0 + i
+        )
         cluster = apply_plan(POLICY, cluster, plan)
     assert plan.node("c").current_taints == ()  # type: ignore[union-attr]
     assert plan.node("c").taints == (Taint("steer.io/gpu-hot", "true", "NoSchedule"),)  # type: ignore[union-attr]
@@ -198,7 +236,13 @@ def test_a_new_leader_keeps_an_existing_taint_while_the_condition_holds() -> Non
             taints=(Taint("steer.io/gpu-hot", "true", "NoSchedule"),),
         )
     ]
-    plan, _ = plan_cycle(POLICY, cluster, readings_for(POLICY, cluster, {"util": {"c": 95.0}}, T0), ScorerMemory(), T0)
+    plan, _ = plan_cycle(
+        POLICY,
+        cluster,
+        readings_for(POLICY, cluster, {"util": {"c": 95.0}}, T0),
+        ScorerMemory(),
+        T0,
+    )
     assert plan.node("c").taints == cluster[0].taints  # type: ignore[union-attr]
 
 
@@ -211,25 +255,37 @@ scores = st.floats(min_value=0, max_value=86, allow_nan=False)
 @settings(max_examples=150, deadline=None)
 @given(
     first=st.lists(scores, min_size=1, max_size=8),
-    noise=st.lists(st.lists(st.floats(min_value=-3, max_value=3), min_size=8, max_size=8), min_size=1, max_size=6),
+    noise=st.lists(
+        st.lists(st.floats(min_value=-3, max_value=3), min_size=8, max_size=8),
+        min_size=1,
+        max_size=6,
+    ),
 )
-def test_noise_within_the_hysteresis_margin_writes_nothing(first: list[float], noise: list[list[float]]) -> None:
+def test_noise_within_the_hysteresis_margin_writes_nothing(
+    first: list[float], noise: list[list[float]]
+) -> None:
     """After the first cycle, values within ±hysteresis of the first ones change no label."""
     names = [f"n{i}" for i in range(len(first))]
     cluster = nodes(*names)
     base = dict(zip(names, first, strict=True))
-    plan, memory = plan_cycle(POLICY, cluster, readings_for(POLICY, cluster, {"util": base}, T0), ScorerMemory(), T0)
+    plan, memory = plan_cycle(
+        POLICY, cluster, readings_for(POLICY, cluster, {"util": base}, T0), ScorerMemory(), T0
+    )
     cluster = apply_plan(POLICY, cluster, plan)
     for i, deltas in enumerate(noise, start=1):
         util = {n: min(100.0, max(0.0, v + deltas[j])) for j, (n, v) in enumerate(base.items())}
-        plan, memory = plan_cycle(POLICY, cluster, readings_for(POLICY, cluster, {"util": util}, T0 + i), memory, T0 + i)
+        plan, memory = plan_cycle(
+            POLICY, cluster, readings_for(POLICY, cluster, {"util": util}, T0 + i), memory, T0 + i
+        )
         assert plan.changes == ()
 
 
 @settings(max_examples=100, deadline=None)
 @given(
     foreign=st.dictionaries(
-        st.sampled_from(["app", "steer.io/other", "steer.io/score-old", "kubernetes.io/os", "zone"]),
+        st.sampled_from(
+            ["app", "steer.io/other", "steer.io/score-old", "kubernetes.io/os", "zone"]
+        ),
         st.sampled_from(["1", "x", "true", "90"]),
     ),
     foreign_taints=st.lists(
@@ -252,21 +308,33 @@ def test_changes_only_ever_touch_owned_keys(
     memory = ScorerMemory()
     owned = owned_label_keys(POLICY)
     for i in range(cycles):
-        plan, memory = plan_cycle(POLICY, cluster, readings_for(POLICY, cluster, {"util": {"a": util}}, T0 + i), memory, T0 + i)
+        plan, memory = plan_cycle(
+            POLICY,
+            cluster,
+            readings_for(POLICY, cluster, {"util": {"a": util}}, T0 + i),
+            memory,
+            T0 + i,
+        )
         node_plan = plan.node("a")
         assert node_plan is not None
         assert set(node_plan.label_changes) <= owned
         assert all(t.key in owned_taint_keys(POLICY) for t in node_plan.taints)
         cluster = apply_plan(POLICY, cluster, plan)
         assert {k: v for k, v in cluster[0].labels.items() if k not in owned} == foreign
-        assert [t for t in cluster[0].taints if t.key not in owned_taint_keys(POLICY)] == foreign_taints
+        assert [
+            t for t in cluster[0].taints if t.key not in owned_taint_keys(POLICY)
+        ] == foreign_taints
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.dictionaries(st.sampled_from("abcdef"), st.floats(min_value=-1e6, max_value=1e6), min_size=1))
+@given(
+    st.dictionaries(st.sampled_from("abcdef"), st.floats(min_value=-1e6, max_value=1e6), min_size=1)
+)
 def test_every_label_is_a_valid_bucket(power: dict[str, float]) -> None:
     cluster = nodes(*power)
-    plan, _ = plan_cycle(POLICY, cluster, readings_for(POLICY, cluster, {"power": power}, T0), ScorerMemory(), T0)
+    plan, _ = plan_cycle(
+        POLICY, cluster, readings_for(POLICY, cluster, {"power": power}, T0), ScorerMemory(), T0
+    )
     for node_plan in plan.nodes:
         assert int(node_plan.labels["steer.io/power"]) in range(0, 101, 10)
         assert int(node_plan.labels["steer.io/score"]) in range(0, 101, 10)

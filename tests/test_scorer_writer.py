@@ -20,7 +20,11 @@ POLICY = small_policy()
 T0 = 1_800_000_000.0
 HOT = {"util": {"c": 95.0}, "overcommit-pct": {"c": 12.0}}
 FOREIGN_TAINTS = [
-    {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute", "timeAdded": "2026-11-30T03:58:30Z"},
+    {
+        "key": "node.kubernetes.io/unreachable",
+        "effect": "NoExecute",
+        "timeAdded": "2026-11-30T03:58:30Z",
+    },
     {"key": "dedicated", "value": "ml", "effect": "NoSchedule"},
 ]
 
@@ -51,13 +55,17 @@ def hot_plans(api: NodeApi, cycles: int = 2) -> tuple[Any, Any]:
     w = writer(api)
     for i in range(cycles):
         nodes = api.list_nodes()
-        plan, memory = plan_cycle(POLICY, nodes, readings_for(POLICY, nodes, HOT, T0 + i), memory, T0 + i)
+        plan, memory = plan_cycle(
+            POLICY, nodes, readings_for(POLICY, nodes, HOT, T0 + i), memory, T0 + i
+        )
         if i < cycles - 1:
             w.apply(POLICY, plan, nodes)
     return plan, nodes
 
 
-def test_labels_taints_and_annotation_are_written_and_foreign_ones_survive(apistub: ApiStub, api: NodeApi) -> None:
+def test_labels_taints_and_annotation_are_written_and_foreign_ones_survive(
+    apistub: ApiStub, api: NodeApi
+) -> None:
     plan, nodes = hot_plans(api)
     report = writer(api).apply(POLICY, plan, nodes)
     assert report.nodes_written == 1 and not report.errors
@@ -68,19 +76,35 @@ def test_labels_taints_and_annotation_are_written_and_foreign_ones_survive(apist
     assert labels["steer.io/gpu-hot"] == "true"
     assert labels["steer.io/util"] == "10"
     assert labels["steer.io/overcommit-pct"] == "12"
-    assert stored["spec"]["taints"] == [*FOREIGN_TAINTS, {"key": "steer.io/gpu-hot", "value": "true", "effect": "NoSchedule"}]
-    assert '"util":"2027-01-15T08:00:00Z"' in stored["metadata"]["annotations"]["steer.io/observed-at"]
+    assert stored["spec"]["taints"] == [
+        *FOREIGN_TAINTS,
+        {"key": "steer.io/gpu-hot", "value": "true", "effect": "NoSchedule"},
+    ]
+    assert (
+        '"util":"2027-01-15T08:00:00Z"' in stored["metadata"]["annotations"]["steer.io/observed-at"]
+    )
     # the next cycle, same data: nothing to write
     nodes = api.list_nodes()
-    again, _ = plan_cycle(POLICY, nodes, readings_for(POLICY, nodes, HOT, T0 + 2), ScorerMemory(), T0 + 2)
+    again, _ = plan_cycle(
+        POLICY, nodes, readings_for(POLICY, nodes, HOT, T0 + 2), ScorerMemory(), T0 + 2
+    )
     assert again.changes == ()
 
 
 def test_label_patches_name_only_changed_keys(apistub: ApiStub, api: NodeApi) -> None:
     nodes = api.list_nodes()
-    plan, _ = plan_cycle(POLICY, nodes, readings_for(POLICY, nodes, {"util": {"c": 40.0}}, T0), ScorerMemory(), T0)
+    plan, _ = plan_cycle(
+        POLICY, nodes, readings_for(POLICY, nodes, {"util": {"c": 40.0}}, T0), ScorerMemory(), T0
+    )
     # another client adds a label after our list: a merge patch of our keys cannot undo it
-    apistub.modify("nodes", "c", lambda n: {**n, "metadata": {**n["metadata"], "labels": {**n["metadata"]["labels"], "late": "yes"}}})
+    apistub.modify(
+        "nodes",
+        "c",
+        lambda n: {
+            **n,
+            "metadata": {**n["metadata"], "labels": {**n["metadata"]["labels"], "late": "yes"}},
+        },
+    )
     apistub.clear_requests()
     report = writer(api).apply(POLICY, plan, nodes)
     assert report.requests == 1
@@ -105,7 +129,9 @@ def test_an_injected_409_is_retried_and_nothing_is_lost(apistub: ApiStub, api: N
     assert stored["metadata"]["labels"]["steer.io/gpu-hot"] == "true"
 
 
-def test_a_concurrent_taint_change_causes_a_real_409_then_a_merge(apistub: ApiStub, api: NodeApi) -> None:
+def test_a_concurrent_taint_change_causes_a_real_409_then_a_merge(
+    apistub: ApiStub, api: NodeApi
+) -> None:
     plan, nodes = hot_plans(api)  # `nodes` holds the resourceVersion our taint write is based on
 
     def add_taint(node: dict[str, Any]) -> dict[str, Any]:
@@ -117,7 +143,12 @@ def test_a_concurrent_taint_change_causes_a_real_409_then_a_merge(apistub: ApiSt
     (result,) = report.results
     assert result.ok and result.conflicts == 1
     keys = [t["key"] for t in apistub.get("nodes", "c")["spec"]["taints"]]
-    assert keys == ["node.kubernetes.io/unreachable", "dedicated", "maintenance", "steer.io/gpu-hot"]
+    assert keys == [
+        "node.kubernetes.io/unreachable",
+        "dedicated",
+        "maintenance",
+        "steer.io/gpu-hot",
+    ]
 
 
 def test_withdrawing_a_taint_removes_only_ours(apistub: ApiStub, api: NodeApi) -> None:
@@ -128,13 +159,19 @@ def test_withdrawing_a_taint_removes_only_ours(apistub: ApiStub, api: NodeApi) -
     writer(api).apply(POLICY, cold, nodes)
     stored = apistub.get("nodes", "c")
     assert stored["spec"]["taints"] == FOREIGN_TAINTS
-    assert {k for k in stored["metadata"]["labels"] if k.startswith("steer.io/")} == {"steer.io/not-ours"}
+    assert {k for k in stored["metadata"]["labels"] if k.startswith("steer.io/")} == {
+        "steer.io/not-ours"
+    }
     assert "steer.io/observed-at" not in (stored["metadata"].get("annotations") or {})
 
 
-def test_an_invalid_label_is_reported_with_the_apiservers_message(apistub: ApiStub, api: NodeApi) -> None:
+def test_an_invalid_label_is_reported_with_the_apiservers_message(
+    apistub: ApiStub, api: NodeApi
+) -> None:
     nodes = api.list_nodes()
-    plan, _ = plan_cycle(POLICY, nodes, readings_for(POLICY, nodes, {"util": {"c": 40.0}}, T0), ScorerMemory(), T0)
+    plan, _ = plan_cycle(
+        POLICY, nodes, readings_for(POLICY, nodes, {"util": {"c": 40.0}}, T0), ScorerMemory(), T0
+    )
     bad = dataclasses.replace(plan.nodes[0], label_changes={"steer.io/util": "not valid!"})
     report = writer(api).apply(POLICY, dataclasses.replace(plan, nodes=(bad,)), nodes)
     (result,) = report.results

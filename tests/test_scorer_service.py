@@ -1,0 +1,294 @@
+"""Whole cycles against a real Prometheus (scraping the synthetic exporter, or backfilled with
+promtool) and the Kubernetes API stand-in."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from scorer.kubeapi import KubeJson
+from scorer.leader import LeaseElector
+from scorer.plan import DataStatus
+from scorer.service import Scorer
+from scorer.writer import NodeApi
+from steer.adapters.prometheus import QueryResult
+from steer.apistub import ApiStub
+from steer.core.policy import Policy, parse_policy
+from steer.testing.exporter import GIB, SyntheticCluster
+from steer.testing.prom import PrometheusServer, scraped_cluster
+from tests.apistub_fixtures import client_for
+from tests.scorer_support import (
+    FOREIGN_LABELS,
+    FOREIGN_TAINTS,
+    SMALL_POLICY,
+    backfilled_prometheus,
+    owned_labels,
+    stub_nodes,
+)
+
+POLICY = parse_policy(SMALL_POLICY)
+NODES = ("node-1", "node-2", "node-3")
+RATE = "sum by (instance) (rate(kepler_node_platform_joules_total[5m]))"
+
+
+def shape(cluster: SyntheticCluster) -> None:
+    """util 20/50/95 %, platform 300/400/500 W, CPU limits 70 and 32 of 64 cores on node-1/3."""
+    for name, util, watts in zip(NODES, (20, 50, 95), (300, 400, 500), strict=True):
+        cluster.set_gpu_util(name, util)
+        cluster.set_power(name, platform_watts=watts)
+    cluster.add_container(
+        "node-1", "team-a", "big", requests={"cpu": 8}, limits={"cpu": 70, "memory": 128 * GIB}
+    )
+    cluster.add_container("node-3", "team-a", "small", requests={"cpu": 8}, limits={"cpu": 32})
+
+
+@pytest.fixture(scope="module")
+def scraped() -> Iterator[tuple[SyntheticCluster, PrometheusServer]]:
+    cluster = SyntheticCluster(nodes=3, gpus_per_node=2)
+    shape(cluster)
+    with scraped_cluster(cluster, scrape_interval_s=0.5) as (_exporter, prom):
+        prom.wait_for(RATE, lambda r: len(r.samples) == 3)
+        yield cluster, prom
+
+
+def make_scorer(
+    stub: ApiStub, tmp_path: Path, prom_url: str, policy: Policy = POLICY, **kwargs: object
+) -> Scorer:
+    kube = client_for(stub, tmp_path / f"kubeconfig-{time.monotonic_ns()}")
+    return Scorer(lambda: policy, NodeApi(KubeJson(kube)), prometheus_url=prom_url, **kwargs)  # type: ignore[arg-type]
+
+
+def query_requests(prom: PrometheusServer) -> float:
+    """Instant queries Prometheus itself has answered (its own counter, so no client can hide one)."""
+    session = requests.Session()
+    session.trust_env = False
+    text = session.get(f"{prom.url}/metrics", timeout=5).text
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("prometheus_http_requests_total{") and 'handler="/api/v1/query"' in line
+    )
+
+
+def near(value: float) -> Callable[[QueryResult], bool]:
+    return lambda r: abs(r.samples[0].value - value) <= 1.5
+
+
+def test_labels_and_taints_match_hand_computed_values(
+    scraped: tuple[SyntheticCluster, PrometheusServer], apistub: ApiStub, tmp_path: Path
+) -> None:
+    _cluster, prom = scraped
+    stub_nodes(apistub, NODES)
+    scorer = make_scorer(apistub, tmp_path, prom.url)
+    for _ in range(3):
+        result = scorer.run_cycle()
+    assert result.queries == 3 and result.leader
+    node1, node2, node3 = (apistub.get("nodes", n) for n in NODES)
+    # util fixed 0..100 lower-better: 80/50/5→10. power min-max lower-better: 100/50/0.
+    # composite (3*util + power)/4: 85→90, 50, 3.75→0. score-gpu (util only): 80/50/10.
+    # overcommit: max(70/64, 128Gi/512Gi) - 1 = 9.375 % → 10; node-3 32/64 → 0; node-2 has no
+    # limits at all, so kube-state-metrics has no series for it: no label, not zero.
+    assert owned_labels(node1) == {
+        "steer.io/util": "80",
+        "steer.io/power": "100",
+        "steer.io/score": "90",
+        "steer.io/score-gpu": "80",
+        "steer.io/overcommit-pct": "10",
+    }
+    assert owned_labels(node2) == {
+        "steer.io/util": "50",
+        "steer.io/power": "50",
+        "steer.io/score": "50",
+        "steer.io/score-gpu": "50",
+    }
+    assert owned_labels(node3) == {
+        "steer.io/util": "10",
+        "steer.io/power": "0",
+        "steer.io/score": "0",
+        "steer.io/score-gpu": "10",
+        "steer.io/overcommit-pct": "0",
+        "steer.io/gpu-hot": "true",
+    }
+    assert node3["spec"]["taints"] == [
+        {"key": "steer.io/gpu-hot", "value": "true", "effect": "NoSchedule"}
+    ]
+    # foreign labels and taints survived three cycles untouched
+    assert node1["metadata"]["labels"].items() >= FOREIGN_LABELS.items()
+    assert node1["spec"]["taints"] == list(FOREIGN_TAINTS)
+    assert set(json.loads(node1["metadata"]["annotations"]["steer.io/observed-at"])) == {
+        "util",
+        "power",
+        "overcommit-pct",
+    }
+
+
+def test_queries_per_cycle_equal_dimensions_whatever_the_node_count(
+    scraped: tuple[SyntheticCluster, PrometheusServer], apistub: ApiStub, tmp_path: Path
+) -> None:
+    cluster, prom = scraped
+    stub_nodes(apistub, NODES)
+    scorer = make_scorer(apistub, tmp_path, prom.url)
+    before = query_requests(prom)
+    scorer.run_cycle()
+    assert query_requests(prom) - before == len(POLICY.spec.dimensions)
+    extra = [f"node-{i}" for i in range(4, 41)]
+    try:
+        for name in extra:
+            cluster.add_node(name, gpus=2)
+        stub_nodes(apistub, extra)
+        prom.wait_for("count(DCGM_FI_DEV_GPU_UTIL)", lambda r: r.samples[0].value == 80)
+        before = query_requests(prom)
+        result = scorer.run_cycle()
+        assert query_requests(prom) - before == len(POLICY.spec.dimensions)
+        assert len(result.nodes) == 40
+        assert result.plan.node("node-40").labels["steer.io/util"] == "100"  # type: ignore[union-attr]
+    finally:
+        for name in extra:
+            cluster.remove_node(name)
+        prom.wait_for("count(DCGM_FI_DEV_GPU_UTIL)", lambda r: r.samples[0].value == 6)
+
+
+def test_flapping_metric_within_the_hysteresis_margin_writes_nothing(
+    scraped: tuple[SyntheticCluster, PrometheusServer], apistub: ApiStub, tmp_path: Path
+) -> None:
+    cluster, prom = scraped
+    stub_nodes(apistub, NODES)
+    scorer = make_scorer(apistub, tmp_path, prom.url)
+    for _ in range(2):  # steady state, gpu-hot debounced in
+        scorer.run_cycle()
+    apistub.clear_requests()
+    try:
+        cluster.noise_pct = 2.0  # ±2 % on every gauge at every scrape
+        for util in (53, 47, 52, 48):  # node-2 around 50: score 47..53, bucket 50, margin 3
+            cluster.set_gpu_util("node-2", util)
+            prom.wait_for(
+                'avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL{Hostname="node-2"})',
+                near(util),
+            )
+            result = scorer.run_cycle()
+            assert result.plan.changes == ()
+    finally:
+        cluster.noise_pct = 0.0
+        cluster.set_gpu_util("node-2", 50)
+    assert apistub.count("PATCH") == 0
+    assert apistub.count("PUT") == 0
+
+
+def test_two_scorers_with_one_lease_only_one_writes(
+    scraped: tuple[SyntheticCluster, PrometheusServer], apistub: ApiStub, tmp_path: Path
+) -> None:
+    _cluster, prom = scraped
+    stub_nodes(apistub, NODES)
+    electors = [
+        LeaseElector(
+            KubeJson(client_for(apistub, tmp_path / f"kc-{i}")),
+            namespace="default",
+            identity=f"scorer-{i}",
+        )
+        for i in range(2)
+    ]
+    scorers = [make_scorer(apistub, tmp_path, prom.url, elector=e) for e in electors]
+    assert [e.try_acquire_or_renew() for e in electors] == [True, False]
+    apistub.clear_requests()
+    follower = scorers[1].run_cycle()
+    assert follower.report is None and not follower.leader
+    assert apistub.count("PATCH", "/api/v1/nodes") == 0
+    assert len(follower.plan.changes) == 3  # it computes (and explains) the same plan
+    leader = scorers[0].run_cycle()
+    assert leader.report is not None and leader.report.nodes_written == 3
+    follower = scorers[1].run_cycle()
+    assert follower.report is None
+    assert apistub.count("PATCH", "/api/v1/nodes") == leader.report.requests == 3
+    assert scorers[1].metrics.registry.get_sample_value("steer_scorer_leader") == 0
+
+
+def test_a_series_that_disappears_is_withdrawn_after_its_ttl(
+    scraped: tuple[SyntheticCluster, PrometheusServer], apistub: ApiStub, tmp_path: Path
+) -> None:
+    cluster, prom = scraped
+    stub_nodes(apistub, NODES)
+    policy = parse_policy(SMALL_POLICY.replace("ttlSeconds: 60", "ttlSeconds: 2"))
+    scorer = make_scorer(apistub, tmp_path, prom.url, policy)
+    first = scorer.run_cycle()
+    assert owned_labels(apistub.get("nodes", "node-1"))["steer.io/util"] == "80"
+    try:
+        cluster.hide("node-1", "DCGM_FI_DEV_GPU_UTIL")
+        prom.wait_for(
+            'count(DCGM_FI_DEV_GPU_UTIL{Hostname="node-1"}) or vector(0)',
+            lambda r: r.samples[0].value == 0,
+        )
+        node1 = first.plan.node("node-1")
+        assert node1 is not None and node1.dimensions["util"].observed_at is not None
+        observed = node1.dimensions["util"].observed_at
+        time.sleep(max(0.0, observed + 2.2 - time.time()))
+        result = scorer.run_cycle()
+    finally:
+        cluster.show("node-1", "DCGM_FI_DEV_GPU_UTIL")
+    assert result.plan.node("node-1").dimensions["util"].status is DataStatus.STALE  # type: ignore[union-attr]
+    labels = owned_labels(apistub.get("nodes", "node-1"))
+    assert "steer.io/util" not in labels and "steer.io/score-gpu" not in labels
+    assert labels["steer.io/score"] == "100"  # power alone
+    assert owned_labels(apistub.get("nodes", "node-2"))["steer.io/util"] == "50"
+
+
+def test_prometheus_stopped_keeps_labels_until_the_ttl_then_withdraws_them(
+    apistub: ApiStub, tmp_path: Path
+) -> None:
+    cluster = SyntheticCluster(nodes=3, gpus_per_node=2)
+    shape(cluster)
+    stub_nodes(apistub, NODES)
+    offset = [0.0]
+    with backfilled_prometheus(cluster) as prom:
+        scorer = make_scorer(apistub, tmp_path, prom.url, clock=lambda: time.time() + offset[0])
+        scorer.run_cycle()
+        scorer.run_cycle()
+        written = {n: owned_labels(apistub.get("nodes", n)) for n in NODES}
+        assert written["node-3"]["steer.io/gpu-hot"] == "true"
+    # Prometheus is stopped now
+    apistub.clear_requests()
+    down = scorer.run_cycle()
+    assert {d.error_kind for d in down.plan.dimensions} == {"unavailable"}
+    assert not any(d.stale for d in down.plan.dimensions)
+    assert down.plan.changes == () and apistub.count("PATCH") == 0
+    assert {n: owned_labels(apistub.get("nodes", n)) for n in NODES} == written
+    offset[0] = 61.0  # past the 60 s TTL of every dimension
+    gone = scorer.run_cycle()
+    assert set(gone.plan.stale_dimensions) == {"util", "power", "overcommit-pct"}
+    for name in NODES:
+        node = apistub.get("nodes", name)
+        assert owned_labels(node) == {}
+        assert "steer.io/observed-at" not in (node["metadata"].get("annotations") or {})
+    node1 = apistub.get("nodes", "node-1")
+    assert node1["spec"]["taints"] == list(FOREIGN_TAINTS)
+    assert node1["metadata"]["labels"].items() >= FOREIGN_LABELS.items()
+    assert not apistub.get("nodes", "node-3")["spec"].get("taints")
+    metrics = scorer.metrics.registry
+    assert metrics.get_sample_value("steer_scorer_stale_dimensions") == 3
+    assert (
+        metrics.get_sample_value(
+            "steer_scorer_query_errors_total", {"dimension": "util", "kind": "unavailable"}
+        )
+        == 2
+    )
+
+
+def test_an_injected_conflict_during_a_cycle_is_retried(apistub: ApiStub, tmp_path: Path) -> None:
+    cluster = SyntheticCluster(nodes=3, gpus_per_node=2)
+    shape(cluster)
+    stub_nodes(apistub, NODES)
+    with backfilled_prometheus(cluster) as prom:
+        scorer = make_scorer(apistub, tmp_path, prom.url, writer_sleep=lambda _s: None)
+        scorer.run_cycle()
+        apistub.fail_next_writes(1, status=409, path_contains="/nodes/node-3")
+        result = scorer.run_cycle()  # node-3's taint write meets the 409
+    assert result.report is not None and result.report.conflicts == 1 and not result.report.errors
+    node3 = apistub.get("nodes", "node-3")
+    assert node3["spec"]["taints"] == [
+        {"key": "steer.io/gpu-hot", "value": "true", "effect": "NoSchedule"}
+    ]
+    assert node3["metadata"]["labels"]["steer.io/gpu-hot"] == "true"
