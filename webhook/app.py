@@ -125,9 +125,7 @@ class AdmissionHandler:
                 rv.error_body("internal-error", "the webhook failed on this request; see its log"),
                 "error",
             )
-        self.metrics.duration.labels(endpoint=endpoint, result=outcome.result).observe(
-            time.perf_counter() - started
-        )
+        self.metrics.observe(endpoint, outcome.result, time.perf_counter() - started)
         if dry_run:
             self.metrics.dry_runs.labels(endpoint=endpoint, result=outcome.result).inc()
         return outcome
@@ -182,7 +180,7 @@ class AdmissionHandler:
         patch = mutation.patch_bytes()
         if not review.dry_run:
             for rule in mutation.added:
-                self.metrics.mutations.labels(rule=rule).inc()
+                self.metrics.mutated(rule)
         return Outcome(200, rv.allow(review.uid, patch=patch), "mutated" if patch else "unchanged")
 
     # -- validation ------------------------------------------------------------------------
@@ -224,7 +222,7 @@ class AdmissionHandler:
             return Outcome(200, rv.allow(review.uid), "allowed")
         if not review.dry_run:
             for denial in denials:
-                self.metrics.denials.labels(rule=denial.rule).inc()
+                self.metrics.denied(denial.rule)
         return Outcome(200, rv.deny(review.uid, denial_message(denials)), "denied")
 
     # -- health ------------------------------------------------------------------------------

@@ -100,6 +100,24 @@ class WebhookMetrics:
             registry=reg,
         )
         self._version: str | None = None
+        # labels() hashes and locks on every call; the request path reuses the children.
+        self._children: dict[tuple[str, ...], Any] = {}
+
+    def _child(self, metric: Any, *values: str) -> Any:
+        key = (metric._name, *values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*values)
+        return child
+
+    def observe(self, endpoint: str, result: str, seconds: float) -> None:
+        self._child(self.duration, endpoint, result).observe(seconds)
+
+    def mutated(self, rule: str) -> None:
+        self._child(self.mutations, rule).inc()
+
+    def denied(self, rule: str) -> None:
+        self._child(self.denials, rule).inc()
 
     def set_policy(self, version: str) -> None:
         if self._version is not None and self._version != version:

@@ -20,7 +20,8 @@ reinvocation (reinvocationPolicy: IfNeeded) computes the same pod and an empty p
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import functools
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -195,24 +196,22 @@ def _expr_id(expr: Mapping[str, Any]) -> tuple[Any, Any, tuple[str, ...]]:
     return (expr.get("key"), expr.get("operator"), tuple(expr.get("values") or ()))
 
 
-def _holds(term_exprs: Iterable[Mapping[str, Any]], alternative: Iterable[Json]) -> bool:
-    have = {_expr_id(e) for e in term_exprs}
-    return all(_expr_id(e) in have for e in alternative)
-
-
 def merge_required(
     terms: Sequence[Json] | None, alternatives: Sequence[Sequence[Json]]
 ) -> list[Json] | None:
     """AND one rule (alternatives ORed) into ORed nodeSelectorTerms; None means no constraint."""
     if terms is None:
         return [{"matchExpressions": list(alt)} for alt in alternatives]
+    wanted = [frozenset(_expr_id(e) for e in alt) for alt in alternatives]
     out: list[Json] = []
     for term in terms:
         exprs = term.get("matchExpressions") or []
         if not exprs and not term.get("matchFields"):
             out.append(term)  # matches no node; filling it would widen the user's constraint
-        elif any(_holds(exprs, alt) for alt in alternatives):
-            out.append(term)
+            continue
+        have = {_expr_id(e) for e in exprs}
+        if any(alt <= have for alt in wanted):
+            out.append(term)  # already holds one alternative: ANDing it again changes nothing
         else:
             out.extend({**term, "matchExpressions": [*exprs, *alt]} for alt in alternatives)
     return out
@@ -369,7 +368,7 @@ def mutate_pod(plan: MutationPlan, pod: Mapping[str, Any], tenant: Tenant | None
                 note(f"scheduler:{pieces.scheduler}", True)
 
         if in_effect:
-            trace = trace_text(plan.version, in_effect, pieces.term_notes)
+            trace = trace_text(plan.version, tuple(in_effect), pieces.term_notes)
             annotations = _object(metadata, "annotations", "metadata.annotations")
             if annotations.get(plan.trace_key) != trace:
                 builder.set(("metadata", "annotations", plan.trace_key), trace)
@@ -384,6 +383,10 @@ def mutate_pod(plan: MutationPlan, pod: Mapping[str, Any], tenant: Tenant | None
     )
 
 
-def trace_text(version: str, rules: Sequence[str], terms: Sequence[str]) -> str:
-    """Compact JSON for the trace annotation: policy version, rules in effect, terms."""
+@functools.lru_cache(maxsize=256)
+def trace_text(version: str, rules: tuple[str, ...], terms: tuple[str, ...]) -> str:
+    """Compact JSON for the trace annotation: policy version, rules in effect, terms.
+
+    Few distinct (tenant, class, rules) combinations exist, so the text is cached.
+    """
     return orjson.dumps({"policy": version, "rules": list(rules), "terms": list(terms)}).decode()

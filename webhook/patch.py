@@ -8,6 +8,7 @@ mutation touches are walked, which keeps the request path cheap for a 10 KiB pod
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -27,7 +28,9 @@ def escape(token: str) -> str:
     return token.replace("~", "~0").replace("/", "~1")
 
 
-def pointer(path: Sequence[str]) -> str:
+@functools.lru_cache(maxsize=1024)
+def pointer(path: tuple[str, ...]) -> str:
+    """The JSON Pointer of `path` (cached: the webhook patches the same few paths)."""
     return "".join("/" + escape(part) for part in path)
 
 
