@@ -24,7 +24,7 @@ from scorer.kubeapi import KubeApiError, KubeJson, lease_path
 
 log = logging.getLogger(__name__)
 
-DEFAULT_LEASE_NAME = "kube-steer-scorer"
+DEFAULT_LEASE_NAME = "steer-scorer"  # the name manifests/scorer/scorer.yaml grants get/update on
 
 
 def _micro_time(ts: float) -> str:

@@ -202,8 +202,68 @@ def _bounds(dim: Dimension) -> tuple[float, float] | None:
     return None
 
 
+@dataclass(frozen=True)
+class _DimLayout:
+    dim: Dimension
+    name: str
+    key: str
+    step: int
+    hysteresis: float
+    ttl: float
+    raw: bool  # publish: raw
+
+
+@dataclass(frozen=True)
+class _RuleLayout:
+    rule: TaintRule
+    key: str
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Everything a policy fixes for a cycle, derived once instead of once per node."""
+
+    dims: tuple[_DimLayout, ...]
+    composites: tuple[tuple[str | None, str, Mapping[str, float]], ...]
+    rules: tuple[_RuleLayout, ...]
+    owned_labels: tuple[str, ...]
+    owned_taints: frozenset[str]
+    annotation_key: str
+    step: int
+    hysteresis: float
+    penalty_per_pod: float
+
+    @classmethod
+    def of(cls, policy: Policy) -> _Layout:
+        return cls(
+            dims=tuple(
+                _DimLayout(
+                    dim=d,
+                    name=d.name,
+                    key=dimension_key(policy, d),
+                    step=policy.step_of(d),
+                    hysteresis=policy.hysteresis_of(d),
+                    ttl=policy.ttl_of(d),
+                    raw=d.publish == "raw",
+                )
+                for d in policy.spec.dimensions
+            ),
+            composites=tuple(
+                (c.name if c else None, key, composite_weights(policy, c))
+                for c, key in composites(policy)
+            ),
+            rules=tuple(_RuleLayout(r, condition_key(policy, r)) for r in policy.spec.taints),
+            owned_labels=tuple(sorted(owned_label_keys(policy))),
+            owned_taints=owned_taint_keys(policy),
+            annotation_key=observed_at_key(policy),
+            step=policy.spec.scoring.step,
+            hysteresis=policy.spec.scoring.hysteresis,
+            penalty_per_pod=policy.spec.scoring.hot_penalty_per_pod,
+        )
+
+
 def _remember(
-    policy: Policy,
+    layout: _Layout,
     names: set[str],
     readings: Mapping[str, DimensionReading],
     memory: ScorerMemory,
@@ -211,15 +271,14 @@ def _remember(
 ) -> dict[str, dict[str, Observation]]:
     """Last observation per (dimension, node), without expired ones or vanished nodes."""
     out: dict[str, dict[str, Observation]] = {}
-    for dim in policy.spec.dimensions:
-        ttl = policy.ttl_of(dim)
-        merged = {n: o for n, o in (memory.observations.get(dim.name) or {}).items() if n in names}
-        reading = readings.get(dim.name)
+    for d in layout.dims:
+        merged = {n: o for n, o in (memory.observations.get(d.name) or {}).items() if n in names}
+        reading = readings.get(d.name)
         if reading is not None:
             for node, value in reading.values.items():
                 if node in names:
                     merged[node] = Observation(value, reading.observed_at)
-        out[dim.name] = {n: o for n, o in merged.items() if now - o.observed_at <= ttl}
+        out[d.name] = {n: o for n, o in merged.items() if now - o.observed_at <= d.ttl}
     return out
 
 
@@ -239,57 +298,53 @@ def plan_cycle(
     counters only advance on fresh observations."""
     failures = failures or {}
     hot = hot or {}
+    layout = _Layout.of(policy)
     names = {n.name for n in nodes}
-    observations = _remember(policy, names, readings, memory, now)
+    observations = _remember(layout, names, readings, memory, now)
     scores = {
-        dim.name: normalise(
-            {n: o.value for n, o in observations[dim.name].items()},
-            higher_is_better=dim.direction is Direction.HIGHER_IS_BETTER,
-            bounds=_bounds(dim),
+        d.name: normalise(
+            {n: o.value for n, o in observations[d.name].items()},
+            higher_is_better=d.dim.direction is Direction.HIGHER_IS_BETTER,
+            bounds=_bounds(d.dim),
         )
-        for dim in policy.spec.dimensions
+        for d in layout.dims
     }
-    owned_labels = owned_label_keys(policy)
-    owned_taints = owned_taint_keys(policy)
-    annotation_key = observed_at_key(policy)
+    fresh = {name: reading.values for name, reading in readings.items()}
     counters: dict[tuple[str, str], TaintCounter] = {}
     node_plans = []
     for node in nodes:
-        node_plan, node_counters = _plan_node(
-            policy,
-            node,
-            readings,
-            observations,
-            scores,
-            memory,
-            now,
-            hot.get(node.name, 0),
-            owned_labels,
-            owned_taints,
-            annotation_key,
+        node_plans.append(
+            _plan_node(
+                layout,
+                node,
+                fresh,
+                observations,
+                scores,
+                memory,
+                counters,
+                now,
+                hot.get(node.name, 0),
+            )
         )
-        node_plans.append(node_plan)
-        counters.update(node_counters)
 
     last_success = dict(memory.last_success)
     for name, done in readings.items():
         last_success[name] = max(done.observed_at, last_success.get(name, done.observed_at))
     summaries = []
-    for dim in policy.spec.dimensions:
-        reading = readings.get(dim.name)
-        failure = failures.get(dim.name)
-        success = last_success.get(dim.name)
+    for d in layout.dims:
+        reading = readings.get(d.name)
+        failure = failures.get(d.name)
+        success = last_success.get(d.name)
         age = None if success is None else max(0.0, now - success)
-        key = dimension_key(policy, dim)
         summaries.append(
             DimensionSummary(
-                dimension=dim.name,
-                query=dim.query,
+                dimension=d.name,
+                query=d.dim.query,
                 ok=reading is not None,
-                stale=age is None or age > policy.ttl_of(dim),
+                stale=age is None or age > d.ttl,
                 last_success=success,
                 age_s=age,
-                nodes=sum(1 for p in node_plans if key in p.labels),
+                nodes=sum(1 for p in node_plans if d.key in p.labels),
                 samples=reading.samples if reading else 0,
                 unknown=reading.unknown if reading else 0,
                 unknown_examples=reading.unknown_examples if reading else (),
@@ -317,54 +372,43 @@ def plan_cycle(
 
 
 def _plan_node(
-    policy: Policy,
+    layout: _Layout,
     node: NodeState,
-    readings: Mapping[str, DimensionReading],
+    fresh: Mapping[str, Mapping[str, float]],
     observations: Mapping[str, Mapping[str, Observation]],
     scores: Mapping[str, Mapping[str, float]],
     memory: ScorerMemory,
+    counters: dict[tuple[str, str], TaintCounter],
     now: float,
     hot_pods: int,
-    owned_labels: frozenset[str],
-    owned_taints: frozenset[str],
-    annotation_key: str,
-) -> tuple[NodePlan, dict[tuple[str, str], TaintCounter]]:
+) -> NodePlan:
     current = node.labels
-    times = _observed_times(node, annotation_key)
+    times = _observed_times(node, layout.annotation_key)
     desired: dict[str, str] = {}
     dims: dict[str, DimensionScore] = {}
-    for dim in policy.spec.dimensions:
-        key = dimension_key(policy, dim)
-        entry = _score_dimension(policy, dim, node, readings, observations, scores, times, now)
-        dims[dim.name] = entry
+    for d in layout.dims:
+        entry = _score_dimension(d, node, fresh, observations, scores, times, now)
+        dims[d.name] = entry
         if entry.label is not None:
-            desired[key] = entry.label
+            desired[d.key] = entry.label
 
     comps = []
-    penalty = hot_pods * policy.spec.scoring.hot_penalty_per_pod
-    for pod_class, key in composites(policy):
-        weights = composite_weights(policy, pod_class)
-        value = composite(
-            {n: d.score for n, d in dims.items() if d.score is not None and d.label is not None},
-            weights,
-        )
+    penalty = hot_pods * layout.penalty_per_pod
+    usable = {n: e.score for n, e in dims.items() if e.score is not None and e.label is not None}
+    for class_name, key, weights in layout.composites:
+        value = composite(usable, weights)
         label = None
         penalised = None
         if value is not None:
             penalised = max(0.0, value - penalty)
             label = str(
-                quantise(
-                    penalised,
-                    policy.spec.scoring.step,
-                    _bucket(current.get(key)),
-                    policy.spec.scoring.hysteresis,
-                )
+                quantise(penalised, layout.step, _bucket(current.get(key)), layout.hysteresis)
             )
             desired[key] = label
         comps.append(
             CompositeScore(
                 key=key,
-                pod_class=pod_class.name if pod_class else None,
+                pod_class=class_name,
                 score=penalised,
                 unpenalised=value,
                 penalty=penalty if value is not None else 0.0,
@@ -373,18 +417,17 @@ def _plan_node(
         )
 
     conditions: dict[str, ConditionState] = {}
-    counters: dict[tuple[str, str], TaintCounter] = {}
     desired_taints: list[Taint] = []
-    for rule in policy.spec.taints:
-        state, counter = _condition(policy, rule, node, dims, memory)
-        conditions[rule.name] = state
-        counters[(rule.name, node.name)] = counter
+    for r in layout.rules:
+        state, counter = _condition(r, node, dims, memory)
+        conditions[r.rule.name] = state
+        counters[(r.rule.name, node.name)] = counter
         if state.active:
-            desired[state.key] = CONDITION_VALUE
-            desired_taints.append(Taint(state.key, CONDITION_VALUE, rule.effect))
+            desired[r.key] = CONDITION_VALUE
+            desired_taints.append(Taint(r.key, CONDITION_VALUE, r.rule.effect))
 
     changes: dict[str, str | None] = {}
-    for key in sorted(owned_labels):
+    for key in layout.owned_labels:
         want = desired.get(key)
         if current.get(key) != want:
             changes[key] = want
@@ -392,64 +435,65 @@ def _plan_node(
     # Observation times for the labels the node will carry: a changed value takes this
     # observation's time, an unchanged one keeps the time it was set with.
     new_times: dict[str, str] = {}
-    for name, entry in dims.items():
+    for d in layout.dims:
+        entry = dims[d.name]
         if entry.label is None:
             continue
-        key = dimension_key(policy, policy.dimension(name))
-        if key not in changes and name in times:
-            new_times[name] = times[name]
+        if d.key not in changes and d.name in times:
+            new_times[d.name] = times[d.name]
         elif entry.observed_at is not None:
-            new_times[name] = rfc3339(entry.observed_at)
-        elif name in times:
-            new_times[name] = times[name]
-    annotation = json.dumps(new_times, sort_keys=True, separators=(",", ":")) if new_times else None
-    present = annotation_key in node.annotations
+            new_times[d.name] = rfc3339(entry.observed_at)
+        elif d.name in times:
+            new_times[d.name] = times[d.name]
+    present = layout.annotation_key in node.annotations
     annotation_changed = (new_times != times or not present) if new_times else present
+    annotation = (
+        json.dumps(new_times, sort_keys=True, separators=(",", ":"))
+        if new_times and annotation_changed
+        else None
+    )
+    if new_times and not annotation_changed:
+        annotation = node.annotations[layout.annotation_key]
 
-    plan = NodePlan(
+    return NodePlan(
         node=node.name,
-        dimensions=MappingProxyType(dims),
+        dimensions=dims,
         composites=tuple(comps),
-        conditions=MappingProxyType(conditions),
-        labels=MappingProxyType(desired),
-        label_changes=MappingProxyType(changes),
+        conditions=conditions,
+        labels=desired,
+        label_changes=changes,
         taints=tuple(sorted(desired_taints)),
-        current_taints=tuple(sorted(t for t in node.taints if t.key in owned_taints)),
+        current_taints=tuple(sorted(t for t in node.taints if t.key in layout.owned_taints)),
         annotation=annotation,
         annotation_changed=annotation_changed,
         hot_pods=hot_pods,
     )
-    return plan, counters
 
 
 def _score_dimension(
-    policy: Policy,
-    dim: Dimension,
+    d: _DimLayout,
     node: NodeState,
-    readings: Mapping[str, DimensionReading],
+    fresh: Mapping[str, Mapping[str, float]],
     observations: Mapping[str, Mapping[str, Observation]],
     scores: Mapping[str, Mapping[str, float]],
     times: Mapping[str, str],
     now: float,
 ) -> DimensionScore:
-    key = dimension_key(policy, dim)
-    current = node.labels.get(key)
-    obs = observations[dim.name].get(node.name)
+    current = node.labels.get(d.key)
+    obs = observations[d.name].get(node.name)
     if obs is not None:
-        reading = readings.get(dim.name)
-        fresh = reading is not None and node.name in reading.values
-        score = scores[dim.name].get(node.name)
-        step = policy.step_of(dim)
-        hysteresis = policy.hysteresis_of(dim)
-        if dim.publish == "raw":
-            label = str(quantise_raw(obs.value, step, _bucket(current), hysteresis))
+        score = scores[d.name].get(node.name)
+        if d.raw:
+            label = str(quantise_raw(obs.value, d.step, _bucket(current), d.hysteresis))
         else:
             label = str(
-                quantise(score if score is not None else 0.0, step, _bucket(current), hysteresis)
+                quantise(
+                    score if score is not None else 0.0, d.step, _bucket(current), d.hysteresis
+                )
             )
         return DimensionScore(
-            dimension=dim.name,
-            status=DataStatus.FRESH if fresh else DataStatus.RETAINED,
+            dimension=d.name,
+            status=DataStatus.FRESH if node.name in fresh.get(d.name, ()) else DataStatus.RETAINED,
             raw=obs.value,
             score=score,
             label=label,
@@ -457,21 +501,21 @@ def _score_dimension(
             age_s=max(0.0, now - obs.observed_at),
         )
     if current is None:
-        return DimensionScore(dim.name, DataStatus.MISSING, None, None, None, None, None)
-    set_at = parse_rfc3339(times[dim.name]) if dim.name in times else None
-    if set_at is not None and now - set_at <= policy.ttl_of(dim):
+        return DimensionScore(d.name, DataStatus.MISSING, None, None, None, None, None)
+    set_at = parse_rfc3339(times[d.name]) if d.name in times else None
+    if set_at is not None and now - set_at <= d.ttl:
         bucket = _bucket(current)
         return DimensionScore(
-            dimension=dim.name,
+            dimension=d.name,
             status=DataStatus.CARRIED,
             raw=None,
-            score=float(bucket) if bucket is not None and dim.publish == "score" else None,
+            score=float(bucket) if bucket is not None and not d.raw else None,
             label=current,
             observed_at=set_at,
             age_s=max(0.0, now - set_at),
         )
     return DimensionScore(
-        dimension=dim.name,
+        dimension=d.name,
         status=DataStatus.STALE,
         raw=None,
         score=None,
@@ -482,18 +526,19 @@ def _score_dimension(
 
 
 def _condition(
-    policy: Policy,
-    rule: TaintRule,
+    r: _RuleLayout,
     node: NodeState,
     dims: Mapping[str, DimensionScore],
     memory: ScorerMemory,
 ) -> tuple[ConditionState, TaintCounter]:
-    key = condition_key(policy, rule)
+    rule = r.rule
     entry = dims[rule.condition.dimension]
     previous = memory.counters.get((rule.name, node.name))
     if previous is None:
         # Continue from what the node carries (a restart or a new leader must not drop taints).
-        carried = any(t.key == key for t in node.taints) or node.labels.get(key) == CONDITION_VALUE
+        carried = (
+            any(t.key == r.key for t in node.taints) or node.labels.get(r.key) == CONDITION_VALUE
+        )
         previous = TaintCounter(active=carried)
     observed = entry.raw if rule.condition.source == "raw" else entry.score
     holds: bool | None = None
@@ -516,7 +561,7 @@ def _condition(
         counter = previous  # retained or carried data: hold the state, do not count a cycle
     state = ConditionState(
         rule=rule.name,
-        key=key,
+        key=r.key,
         effect=rule.effect,
         status=entry.status,
         observed=observed,

@@ -152,9 +152,10 @@ class Scorer:
     # ----------------------------------------------------------------- cycles
 
     def query_all(
-        self, policy: Policy
+        self, policy: Policy, at: float | None = None
     ) -> tuple[dict[Dimension, QueryResult], dict[str, DimensionFailure], float]:
-        """One instant query per dimension for the whole cluster, sent concurrently."""
+        """One instant query per dimension for the whole cluster, sent concurrently; evaluated
+        at `at` (unix seconds) when given, else at Prometheus' now."""
         client = self.prometheus(policy)
         dims = policy.spec.dimensions
         started = time.perf_counter()
@@ -162,7 +163,7 @@ class Scorer:
         def ask(dim: Dimension) -> QueryResult | DimensionFailure:
             t0 = time.perf_counter()
             try:
-                return client.query(dim.query)
+                return client.query(dim.query, time=at)
             except PrometheusError as exc:
                 return DimensionFailure(
                     dim.name, dim.query, _failure_kind(exc), str(exc), time.perf_counter() - t0
@@ -185,37 +186,41 @@ class Scorer:
                 self.metrics.query_duration.labels(dimension=dim.name).observe(answer.duration_s)
         return results, failures, time.perf_counter() - started
 
-    def run_cycle(self, *, dry_run: bool | None = None) -> CycleResult:
+    def run_cycle(self, *, dry_run: bool | None = None, at: float | None = None) -> CycleResult:
         """List nodes, query, plan and (if leader and not a dry run) write. Raises `CycleError`
-        when the node list fails; a failed query only ages that dimension's data."""
+        when the node list fails; a failed query only ages that dimension's data.
+
+        `at` replays the cycle at a past moment (queries evaluated then, ages counted from
+        then): for benchmarks and investigations over recorded data."""
         dry = self.dry_run if dry_run is None else dry_run
         with self._lock:
             try:
-                result = self._cycle(dry)
+                result = self._cycle(dry, at)
             except CycleError:
                 self.metrics.cycles.labels(result="error").inc()
                 raise
             self.metrics.cycles.labels(result="ok").inc()
             return result
 
-    def _cycle(self, dry: bool) -> CycleResult:
+    def _cycle(self, dry: bool, at: float | None) -> CycleResult:
         policy = self.policy
         self.metrics.set_policy(policy.version)
         self.limiter.configure(policy.spec.scoring.write_qps, policy.spec.scoring.write_burst)
-        started_at = self._clock()
+        started_at = self._clock() if at is None else at
         t0 = time.perf_counter()
         try:
             nodes = tuple(self.node_api.list_nodes())
         except KubeApiError as exc:
             raise CycleError(f"cannot list nodes: {exc}") from exc
         list_s = time.perf_counter() - t0
-        results, failures, query_s = self.query_all(policy)
+        results, failures, query_s = self.query_all(policy, at)
         generation = self.bindings.generation if self.bindings else 0
         hot = self._hot_counts(policy)
         t1 = time.perf_counter()
         readings = self._readings(policy, nodes, results)
+        now = self._clock() if at is None else at
         plan, memory = plan_cycle(
-            policy, nodes, readings, self._memory, self._clock(), failures=failures, hot=hot
+            policy, nodes, readings, self._memory, now, failures=failures, hot=hot
         )
         compute_s = time.perf_counter() - t1
         self._memory = memory

@@ -19,6 +19,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -144,15 +145,18 @@ class NodeWriter:
         max_attempts: int = 6,
         backoff_s: float = 0.05,
         max_backoff_s: float = 2.0,
+        concurrency: int = 8,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.api = api
+        self.concurrency = max(1, concurrency)
         self.limiter = limiter
         self.max_attempts = max_attempts
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
         self._sleep = sleep
         self._waited = 0.0
+        self._waited_lock = threading.Lock()
 
     def apply(
         self,
@@ -162,20 +166,30 @@ class NodeWriter:
         *,
         still_allowed: Callable[[], bool] = lambda: True,
     ) -> WriteReport:
-        """Write every node whose plan changed. `still_allowed` is asked before each node so a
-        replica that loses its Lease mid-cycle stops writing at once."""
+        """Write every node whose plan changed, `concurrency` nodes at a time (the limiter
+        still caps the rate: concurrency only hides round-trip latency). `still_allowed` is
+        asked before each node so a replica that loses its Lease mid-cycle stops writing."""
         self._waited = 0.0
         by_name = {n.name: n for n in nodes}
-        results = []
-        for plan in cycle.changes:
-            if not still_allowed():
-                log.warning("stopped writing: this replica is no longer the leader")
-                break
-            node = by_name.get(plan.node)
-            if node is None:
-                continue
-            results.append(self.write_node(policy, plan, node))
-        return WriteReport(tuple(results), self._waited)
+        todo = [(plan, by_name[plan.node]) for plan in cycle.changes if plan.node in by_name]
+        stopped = threading.Event()
+
+        def write(item: tuple[NodePlan, NodeState]) -> WriteResult | None:
+            if stopped.is_set() or not still_allowed():
+                if not stopped.is_set():
+                    log.warning("stopped writing: this replica is no longer the leader")
+                stopped.set()
+                return None
+            return self.write_node(policy, item[0], item[1])
+
+        if self.concurrency == 1 or len(todo) <= 1:
+            results = [write(item) for item in todo]
+        else:
+            with ThreadPoolExecutor(
+                max_workers=min(self.concurrency, len(todo)), thread_name_prefix="node-write"
+            ) as pool:
+                results = list(pool.map(write, todo))
+        return WriteReport(tuple(r for r in results if r is not None), self._waited)
 
     def write_node(self, policy: Policy, plan: NodePlan, node: NodeState) -> WriteResult:
         meta: dict[str, Any] = {}
@@ -196,7 +210,9 @@ class NodeWriter:
                 patch["spec"] = {"taints": taints or None}
             if not patch:
                 return WriteResult(plan.node, True, requests, conflicts, 0, False)
-            self._waited += self.limiter.acquire()
+            waited = self.limiter.acquire()
+            with self._waited_lock:
+                self._waited += waited
             requests = attempt
             try:
                 self.api.patch_node(plan.node, patch)

@@ -8,7 +8,7 @@ from typing import Any
 from kubernetes import client
 
 from scorer.kubeapi import KubeJson
-from scorer.leader import LeaseElector
+from scorer.leader import DEFAULT_LEASE_NAME, LeaseElector
 from steer.apistub import ApiStub
 
 
@@ -42,7 +42,7 @@ def test_only_one_candidate_holds_the_lease(
     assert a.try_acquire_or_renew() is True  # renew
     assert b.try_acquire_or_renew() is False
     assert (a.is_leader, b.is_leader) == (True, False)
-    lease = apistub.get("leases", "kube-steer-scorer", "default")
+    lease = apistub.get("leases", DEFAULT_LEASE_NAME, "default")
     assert lease["spec"]["holderIdentity"] == "a"
     assert lease["spec"]["leaseDurationSeconds"] == 15
     assert lease["spec"]["renewTime"].endswith("Z") and len(lease["spec"]["renewTime"]) == 27
@@ -65,7 +65,7 @@ def test_a_silent_leader_is_replaced_after_the_lease_duration(
     assert not b.try_acquire_or_renew()  # 14 s < 15 s lease on b's clock
     clock_b.now += 2
     assert b.try_acquire_or_renew()
-    lease = apistub.get("leases", "kube-steer-scorer", "default")
+    lease = apistub.get("leases", DEFAULT_LEASE_NAME, "default")
     assert lease["spec"]["holderIdentity"] == "b"
     assert lease["spec"]["leaseTransitions"] == 1
     assert not a.try_acquire_or_renew()  # a comes back: b holds a fresh lease
@@ -111,5 +111,5 @@ def test_of_two_racing_takeovers_the_stale_one_gets_a_409(
     racer.after_get = a.try_acquire_or_renew  # a takes over between b's read and b's write
     assert b.try_acquire_or_renew() is False
     assert a.is_leader and not b.is_leader
-    assert apistub.get("leases", "kube-steer-scorer", "default")["spec"]["holderIdentity"] == "a"
+    assert apistub.get("leases", DEFAULT_LEASE_NAME, "default")["spec"]["holderIdentity"] == "a"
     assert [r.status for r in apistub.requests if r.method == "PUT"][-2:] == [200, 409]
