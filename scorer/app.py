@@ -36,7 +36,7 @@ def _error(status: int, message: str) -> Response:
 
 
 def create_app(scorer: Scorer, *, policy_status: Callable[[], ReloadStatus] | None = None) -> Flask:
-    app = Flask("scorer")
+    app = Flask(__name__)
 
     def cycle_info() -> dict[str, Any]:
         last = scorer.last

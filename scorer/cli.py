@@ -332,6 +332,8 @@ def _serve(
     signal.signal(signal.SIGINT, on_signal)
     watcher.start()
     if elector is not None:
+        # One round before the first cycle, so a lone replica writes from its first cycle on.
+        elector.try_acquire_or_renew()
         elector.start()
     pods.start()
     loop.start()
@@ -393,7 +395,7 @@ def _cmd_explain_node(args: argparse.Namespace) -> int:
                 _fmt(d["score"]),
                 d["label"] or "-",
                 _fmt(d["ageSeconds"]),
-                d["query"],
+                " ".join(d["query"].split()),
             )
         )
     print(_table(rows))
@@ -420,14 +422,14 @@ def _cmd_explain_nodes(args: argparse.Namespace) -> int:
     if args.output == "json":
         print(json.dumps(body, indent=2))
         return 0
-    dims = [d["dimension"] for d in body["dimensions"]]
-    rows = [("NODE", *dims, "COMPOSITE", "TAINTS")]
+    dims = [(d["dimension"], d["labelKey"]) for d in body["dimensions"]]
+    rows = [("NODE", *(name for name, _ in dims), "COMPOSITE", "TAINTS")]
     for n in body["nodes"]:
         rows.append(
             (
                 n["node"],
-                *(n["labels"].get(_key(n, d), "-") for d in dims),
-                ",".join(f"{v}" for v in n["composite"].values()),
+                *(n["labels"].get(key, "-") for _, key in dims),
+                ",".join(n["labels"].get(k, "-") for k in n["composite"]),
                 ",".join(n["taints"]) or "-",
             )
         )
@@ -438,13 +440,6 @@ def _cmd_explain_nodes(args: argparse.Namespace) -> int:
         + (f", stale: {', '.join(stale)}" if stale else "")
     )
     return 0
-
-
-def _key(row: dict[str, Any], dimension: str) -> str:
-    for key in row["labels"]:
-        if key.rsplit("/", 1)[-1] == dimension:
-            return str(key)
-    return dimension
 
 
 def _cmd_explain_pod(args: argparse.Namespace) -> int:

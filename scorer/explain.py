@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scorer.model import NodeState, Taint, rfc3339
-from scorer.plan import CyclePlan, NodePlan
+from scorer.plan import CyclePlan, DimensionSummary, NodePlan
 from steer.core.encoding import PreferenceTerm, preference_weight
 from steer.core.policy import Policy
 from steer.core.steering import (
@@ -89,9 +89,10 @@ def nodes_table(cycle: CyclePlan) -> dict[str, Any]:
     }
 
 
-def dimension_summary(summary: Any) -> dict[str, Any]:
+def dimension_summary(summary: DimensionSummary) -> dict[str, Any]:
     return {
         "dimension": summary.dimension,
+        "labelKey": summary.label_key,
         "query": summary.query,
         "ok": summary.ok,
         "stale": summary.stale,

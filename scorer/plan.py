@@ -137,6 +137,7 @@ class NodePlan:
 @dataclass(frozen=True)
 class DimensionSummary:
     dimension: str
+    label_key: str
     query: str
     ok: bool  # this cycle's query succeeded
     stale: bool  # never succeeded, or the last success is older than the TTL
@@ -339,6 +340,7 @@ def plan_cycle(
         summaries.append(
             DimensionSummary(
                 dimension=d.name,
+                label_key=d.key,
                 query=d.dim.query,
                 ok=reading is not None,
                 stale=age is None or age > d.ttl,

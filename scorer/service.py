@@ -54,6 +54,7 @@ class CycleResult:
     query_s: float
     compute_s: float
     write_s: float
+    compute_cpu_s: float = 0.0  # CPU seconds of mapping + planning (one thread, no I/O)
 
     @property
     def duration_s(self) -> float:
@@ -216,13 +217,13 @@ class Scorer:
         results, failures, query_s = self.query_all(policy, at)
         generation = self.bindings.generation if self.bindings else 0
         hot = self._hot_counts(policy)
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), time.thread_time()
         readings = self._readings(policy, nodes, results)
         now = self._clock() if at is None else at
         plan, memory = plan_cycle(
             policy, nodes, readings, self._memory, now, failures=failures, hot=hot
         )
-        compute_s = time.perf_counter() - t1
+        compute_s, compute_cpu_s = time.perf_counter() - t1, time.thread_time() - c1
         self._memory = memory
         self._last_bindings_generation = generation
         return self._finish(
@@ -235,6 +236,7 @@ class Scorer:
             query_s,
             compute_s,
             len(policy.spec.dimensions),
+            compute_cpu_s,
         )
 
     def refresh_hot(self) -> CycleResult | None:
@@ -306,6 +308,7 @@ class Scorer:
         query_s: float,
         compute_s: float,
         queries: int,
+        compute_cpu_s: float = 0.0,
     ) -> CycleResult:
         leader = self.is_leader
         report = None
@@ -330,6 +333,7 @@ class Scorer:
             query_s=query_s,
             compute_s=compute_s,
             write_s=write_s,
+            compute_cpu_s=compute_cpu_s,
         )
         self._last = result
         m = self.metrics
