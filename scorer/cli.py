@@ -202,6 +202,11 @@ def _cmd_once(args: argparse.Namespace) -> int:
                 scorer.close()
             assert result is not None
             _print_once(args, policy, result)
+            if all(not d.ok for d in result.plan.dimensions):
+                print(
+                    "every query failed: check --prometheus / spec.prometheus.url", file=sys.stderr
+                )
+                return 1
             return 1 if result.report is not None and result.report.errors else 0
     except PolicyError as exc:
         print(f"invalid policy:\n{exc}", file=sys.stderr)
@@ -271,6 +276,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    if args.log_level != "DEBUG":  # one line per job run (every 2 s for the hot-node job) is noise
+        logging.getLogger("apscheduler").setLevel(logging.WARNING)
     host, port = _split_listen(args.listen)
     try:
         with _sources(args) as (policy_file, prometheus, kubeconfig):
