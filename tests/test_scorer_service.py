@@ -14,10 +14,12 @@ import requests
 from scorer.kubeapi import KubeJson
 from scorer.leader import LeaseElector
 from scorer.plan import DataStatus
+from scorer.presets import POWER_KEPLER_010, POWER_KEPLER_07
 from scorer.service import Scorer
 from scorer.writer import NodeApi
 from steer.adapters.prometheus import QueryResult
 from steer.apistub import ApiStub
+from steer.apistub.synthetic import synthetic_node
 from steer.core.policy import Policy, parse_policy
 from steer.testing.exporter import GIB, SyntheticCluster
 from steer.testing.prom import PrometheusServer, scraped_cluster
@@ -292,3 +294,38 @@ def test_an_injected_conflict_during_a_cycle_is_retried(apistub: ApiStub, tmp_pa
         {"key": "steer.io/gpu-hot", "value": "true", "effect": "NoSchedule"}
     ]
     assert node3["metadata"]["labels"]["steer.io/gpu-hot"] == "true"
+
+
+def test_kepler_010_watts_and_ip_port_instances_map_to_nodes(
+    apistub: ApiStub, tmp_path: Path
+) -> None:
+    """Kepler >= 0.10 names the node in `node_name`; an `instance` that is the scrape target
+    `IP:port` resolves through the Node's InternalIP."""
+    cluster = SyntheticCluster(nodes=3, gpus_per_node=1)
+    for name, watts in zip(NODES, (100, 150, 200), strict=True):
+        cluster.set_power(name, package_watts=watts, platform_watts=watts * 2)
+    for i, name in enumerate(NODES, start=1):
+        node = synthetic_node(name, gpus=1)
+        node["status"]["addresses"].insert(0, {"type": "InternalIP", "address": f"10.0.0.{i}"})
+        apistub.add_node(node)
+    as_target = (
+        "label_replace(sum by (instance) (rate(kepler_node_platform_joules_total[5m])), "
+        '"instance", "10.0.0.$1:9102", "instance", "node-(.*)")'
+    )
+    text = (
+        "apiVersion: steer.io/v1alpha1\nkind: SteeringPolicy\nmetadata: {name: kepler}\nspec:\n"
+        "  dimensions:\n"
+        + POWER_KEPLER_010.replace("name: power", "name: cpu-power")
+        + POWER_KEPLER_07.replace("name: power", "name: node-power").replace(
+            "sum by (instance) (rate(kepler_node_platform_joules_total[5m]))", as_target
+        )
+    )
+    policy = parse_policy(text)
+    with backfilled_prometheus(cluster) as prom:
+        result = make_scorer(apistub, tmp_path, prom.url, policy).run_cycle(dry_run=True)
+    by_node = {p.node: p for p in result.plan.nodes}
+    assert [by_node[n].dimensions["cpu-power"].raw for n in NODES] == [100.0, 150.0, 200.0]
+    assert [by_node[n].labels["steer.io/cpu-power"] for n in NODES] == ["100", "50", "0"]
+    assert [by_node[n].labels["steer.io/node-power"] for n in NODES] == ["100", "50", "0"]
+    summary = {d.dimension: d for d in result.plan.dimensions}
+    assert summary["node-power"].unknown == 0 and summary["node-power"].samples == 3
