@@ -6,6 +6,8 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -485,6 +487,27 @@ def test_certificate_rotation_while_serving(tmp_path: Path) -> None:
         assert keep_alive.get(f"{live.url}/healthz", timeout=5).status_code == 200
         ready = requests.get(f"{live.url}/readyz", verify=str(new_ca), timeout=5).json()
         assert ready["certificate"]["loads"] >= 2
+
+
+def test_idle_tls_connection_does_not_hold_the_only_thread(tmp_path: Path) -> None:
+    """A client may finish the handshake and send nothing (spare pooled connections); with
+    one worker and one thread, requests on other connections must still be answered."""
+    with running_webhook(tmp_path, workers=1, extra_args=("--threads", "1")) as live:
+        host, port = "127.0.0.1", int(live.url.rsplit(":", 1)[1])
+        context = ssl.create_default_context(cafile=str(live.ca_file))
+        idle = []
+        for _ in range(3):
+            raw = socket.create_connection((host, port), timeout=5)
+            idle.append(context.wrap_socket(raw, server_hostname="localhost"))  # handshake done
+        try:
+            body = review_for("pod-create-user-mutating.json")
+            with live.session() as s:
+                for _ in range(5):
+                    reply = s.post(f"{live.url}/mutate", data=json.dumps(body), timeout=3)
+                    assert response_of(reply)["allowed"] is True
+        finally:
+            for sock in idle:
+                sock.close()
 
 
 # --- the command line -----------------------------------------------------------------------------

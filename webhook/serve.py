@@ -1,8 +1,9 @@
 """`steer webhook serve`: the Flask app under gunicorn (gthread workers) over TLS.
 
 Choices, and the reasons:
-- gthread workers: a thread per connection keeps the apiserver's keep-alive connections open
-  cheaply, and the worker builds the TLS context for each new connection through the
+- gthread workers (`webhook.gworker.TLSThreadWorker`, which also keeps idle TLS connections
+  from parking threads): keep-alive connections wait in a poller and only requests occupy
+  threads, and the worker builds the TLS context for each new connection through the
   `ssl_context` hook. `CertReloader` answers that hook: it re-reads the certificate and key
   when their files change (a rotated Secret swaps them) and otherwise reuses the context, so a
   rotation needs no restart and a handshake does not parse PEM files every time. While a
@@ -151,7 +152,7 @@ def gunicorn_config(settings: ServerSettings, reloader: CertReloader) -> dict[st
     return {
         "bind": [settings.listen],
         "workers": settings.workers,
-        "worker_class": "gthread",
+        "worker_class": "webhook.gworker.TLSThreadWorker",
         "threads": settings.threads,
         "keepalive": settings.keepalive_seconds,
         "timeout": 30,
