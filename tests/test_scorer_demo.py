@@ -6,21 +6,20 @@ import json
 
 import pytest
 
-from scorer.presets import demo_policy
+from scorer.presets import POWER_KEPLER_07, demo_policy
 from steer.adapters.policy_file import load_policy_file
 from steer.cli import main
 from tests.conftest import EXAMPLE_POLICY
 
 
-def test_presets_are_the_example_policys_dimensions() -> None:
-    example = {d.name: d for d in load_policy_file(str(EXAMPLE_POLICY)).spec.dimensions}
-    demo = {d.name: d for d in demo_policy().spec.dimensions}
-    assert set(demo) == set(example)
-    for name, dim in demo.items():
-        if name == "health":  # the synthetic probes carry no job="node-health"
-            assert dim.query == example[name].query.replace('{job="node-health"}', "")
-            continue
-        assert dim == example[name]
+def test_demo_runs_the_example_policy() -> None:
+    example = load_policy_file(str(EXAMPLE_POLICY)).doc
+    demo = demo_policy("http://127.0.0.1:1234", interval_seconds=5).doc
+    assert demo.spec.dimensions == example.spec.dimensions
+    assert demo.spec.taints == example.spec.taints and demo.spec.tenants == example.spec.tenants
+    assert demo.spec.prometheus.url == "http://127.0.0.1:1234"
+    assert demo.spec.scoring.interval_seconds == 5 and demo.metadata.name == "demo"
+    assert POWER_KEPLER_07.strip() in EXAMPLE_POLICY.read_text()
 
 
 def test_demo_once_runs_with_no_external_services(capsys: pytest.CaptureFixture[str]) -> None:

@@ -257,7 +257,8 @@ class SyntheticCluster:
                     "gauge",
                     "Displays whether or not the probe was a success",
                     n,
-                    {"instance": n.name, "node": n.name},
+                    # The job name the example policy's health query selects (honor_labels keeps it).
+                    {"instance": n.name, "node": n.name, "job": "node-health"},
                     1.0 if n.probe_ok else 0.0,
                 )
             return list(out.values())
