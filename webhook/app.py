@@ -102,13 +102,14 @@ class AdmissionHandler:
     def handle(self, endpoint: Endpoint, body: bytes | None) -> Outcome:
         started = time.perf_counter()
         dry_run = False
+        uid = ""
         try:
             if body is None:
                 raise rv.BadReview(
                     "body-too-large", f"request body is over the {self.max_body_bytes}-byte limit"
                 )
             review = rv.parse_review(body, max_bytes=self.max_body_bytes)
-            dry_run = review.dry_run
+            dry_run, uid = review.dry_run, review.uid
             if endpoint == "mutate":
                 outcome = self._mutate(review)
             else:
@@ -119,12 +120,18 @@ class AdmissionHandler:
             self.metrics.bad_requests.labels(reason=exc.reason).inc()
             outcome = Outcome(400, exc.body(), "bad_request")
         except Exception:
-            log.exception("%s: unexpected failure", endpoint)
-            outcome = Outcome(
-                500,
-                rv.error_body("internal-error", "the webhook failed on this request; see its log"),
-                "error",
-            )
+            log.exception("%s %s: unexpected failure", endpoint, uid)
+            self.metrics.uninterpretable.labels(endpoint=endpoint, reason="internal-error").inc()
+            if endpoint == "mutate" and uid:
+                # Steering is optional: an unsteered pod beats a failed admission.
+                warning = "kube-steer: internal error, pod not steered (see the webhook log)"
+                outcome = Outcome(200, rv.allow(uid, warnings=[warning]), "error")
+            else:
+                # Validation in doubt: a JSON 500 lets the failurePolicy decide.
+                body_ = rv.error_body(
+                    "internal-error", "the webhook failed on this request; see its log"
+                )
+                outcome = Outcome(500, body_, "error")
         self.metrics.observe(endpoint, outcome.result, time.perf_counter() - started)
         if dry_run:
             self.metrics.dry_runs.labels(endpoint=endpoint, result=outcome.result).inc()

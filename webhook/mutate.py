@@ -316,9 +316,12 @@ def mutate_pod(plan: MutationPlan, pod: Mapping[str, Any], tenant: Tenant | None
             required = _object(
                 node_affinity, REQUIRED_TERMS[-2], "spec.affinity.nodeAffinity.required"
             )
+            field = "spec.affinity.nodeAffinity.required.nodeSelectorTerms"
             original = required.get("nodeSelectorTerms")
-            if original is not None and not isinstance(original, list):
-                raise UninterpretablePod("nodeSelectorTerms", "expected a list")
+            if original is not None:
+                original = _list(required, "nodeSelectorTerms", field)
+                for i, term in enumerate(original):
+                    _list(term, "matchExpressions", f"{field}[{i}].matchExpressions")
             terms: list[Json] | None = original
             for rule, alternatives in pieces.required:
                 merged = merge_required(terms, alternatives)

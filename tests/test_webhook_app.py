@@ -1,0 +1,142 @@
+"""The admission handler never fails a request: random damage to a pod still gets an answer."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry
+
+from steer.adapters.kube import make_api_client
+from steer.adapters.policy_file import PolicyWatcher
+from steer.apistub import ApiStub
+from tests.conftest import EXAMPLE_POLICY
+from tests.webhook_harness import NAMESPACES, review_for
+from webhook.app import AdmissionHandler
+from webhook.metrics import WebhookMetrics
+from webhook.namespaces import NamespaceCache
+
+
+@pytest.fixture(scope="module")
+def handler(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AdmissionHandler]:
+    stub = ApiStub.start()
+    for name, labels in NAMESPACES.items():
+        stub.add_namespace(name, labels)
+    kubeconfig = str(stub.kubeconfig(tmp_path_factory.mktemp("kube") / "kubeconfig"))
+    cache = NamespaceCache(lambda: make_api_client(kubeconfig))
+    cache.start()
+    assert cache.wait_synced(10)
+    yield AdmissionHandler(
+        PolicyWatcher(str(EXAMPLE_POLICY)), cache, WebhookMetrics(CollectorRegistry())
+    )
+    cache.stop()
+    stub.stop()
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 5) | st.text(max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+# Places a malformed (or merely unusual) value could sit in a pod.
+PATHS = [
+    ("metadata",),
+    ("metadata", "labels"),
+    ("metadata", "annotations"),
+    ("spec",),
+    ("spec", "affinity"),
+    ("spec", "affinity", "nodeAffinity"),
+    ("spec", "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution"),
+    (
+        "spec",
+        "affinity",
+        "nodeAffinity",
+        "requiredDuringSchedulingIgnoredDuringExecution",
+        "nodeSelectorTerms",
+    ),
+    ("spec", "affinity", "nodeAffinity", "preferredDuringSchedulingIgnoredDuringExecution"),
+    ("spec", "tolerations"),
+    ("spec", "topologySpreadConstraints"),
+    ("spec", "schedulerName"),
+    ("spec", "containers"),
+    ("spec", "initContainers"),
+    ("spec", "resources"),
+]
+
+
+def put(doc: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    node: Any = doc
+    for key in path[:-1]:
+        if not isinstance(node, dict):
+            return
+        node = node.setdefault(key, {})
+    if isinstance(node, dict):
+        node[path[-1]] = value
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    fixture=st.sampled_from(["pod-create-with-affinity-gpu.json", "pod-create-by-replicaset.json"]),
+    namespace=st.sampled_from(["team-a", "team-b", "plain"]),
+    damage=st.lists(st.tuples(st.sampled_from(PATHS), json_values), max_size=3),
+)
+def test_any_pod_gets_an_answer_and_patches_apply(
+    handler: AdmissionHandler,
+    fixture: str,
+    namespace: str,
+    damage: list[tuple[tuple[str, ...], Any]],
+) -> None:
+    body = review_for(fixture, namespace)
+    pod = body["request"]["object"]
+    for path, value in damage:
+        put(pod, path, value)
+    raw = json.dumps(body).encode()
+    for endpoint in ("mutate", "validate", "validate-security"):
+        outcome = handler.handle(endpoint, raw)  # type: ignore[arg-type]
+        assert outcome.status == 200, (endpoint, outcome.body)
+        response = orjson.loads(outcome.body)["response"]
+        assert response["uid"] == body["request"]["uid"]
+        if endpoint == "mutate":
+            assert response["allowed"] is True
+            if "patch" in response:
+                ops = json.loads(base64.b64decode(response["patch"]))
+                jsonpatch.JsonPatch(ops).apply(copy.deepcopy(pod))
+        elif not response["allowed"]:
+            assert response["status"]["message"].startswith(
+                ("rule ", "2 policy", "3 policy", "4 policy")
+            )
+
+
+def test_unexpected_failure_in_mutation_still_allows(
+    handler: AdmissionHandler, tmp_path: Path
+) -> None:
+    body = review_for("pod-create-user-mutating.json")
+    plans = handler._plans
+    handler._plans = None  # a broken invariant: the handler must still answer
+    try:
+        outcome = handler.handle("mutate", json.dumps(body).encode())
+        assert outcome.status == 200 and outcome.result == "error"
+        assert orjson.loads(outcome.body)["response"]["warnings"] == [
+            "kube-steer: internal error, pod not steered (see the webhook log)"
+        ]
+        outcome = handler.handle("validate", json.dumps(body).encode())
+        assert outcome.status == 500
+        assert orjson.loads(outcome.body) == {
+            "error": {
+                "reason": "internal-error",
+                "message": "the webhook failed on this request; see its log",
+            }
+        }
+    finally:
+        handler._plans = plans
