@@ -1,16 +1,19 @@
 """Webhook throughput and latency against a bare allow-all app on the same gunicorn/TLS settings.
 
-    .venv/bin/python bench/webhook_bench.py [--duration 10] [--workers 2] [--threads 4]
+    .venv/bin/python bench/webhook_bench.py [--rounds 4] [--wrk-duration 5] [--duration 10]
 
 Both servers run at once, as subprocesses, on 127.0.0.1 with certificates made for the run:
 - the webhook (`steer webhook serve`, namespace watch against the API stand-in, metrics on);
 - a bare Flask app that parses the AdmissionReview and allows it, served by the same
-  `webhook.serve.run_gunicorn` (gthread workers, TLS, the same certificate reloader).
+  `webhook.serve.run_gunicorn` (same worker class, workers, threads, TLS, certificate reload).
 
-wrk (a Lua script posts the body, keep-alive connections) measures requests/s of each, in
-alternating rounds; hey then sends a fixed 1,000 requests/s to each and reports p50/p99. The
-body is a captured AdmissionReview of a GPU pod with required/preferred affinity, tolerations
-and a spread constraint (the heaviest merge). Not a test: run it by hand, read the figures.
+wrk (bench/webhook_post.lua posts the body over keep-alive connections) measures requests/s
+of each in alternating rounds; the best and the median round are reported, because other work
+on a small shared machine only ever slows a round down. hey then sends a fixed 1,000
+requests/s to each and reports p50/p99; hey's workers tick in step, so `-c N` sends bursts of
+N requests, and several N are reported. The body is a captured AdmissionReview of a GPU pod
+with required/preferred affinity, tolerations and a spread constraint (the heaviest merge).
+Results go to bench/results/webhook.json. Not a test: run it by hand, read the figures.
 """
 
 from __future__ import annotations
@@ -221,7 +224,7 @@ def drive(args: argparse.Namespace) -> int:
         rounds: dict[str, list[dict[str, Any]]] = {"webhook": [], "bare": []}
         for _ in range(args.rounds):
             for name, url in (("bare", bare_url), ("webhook", hook_url)):
-                rounds[name].append(wrk(f"{url}/mutate", body, args.duration, args.connections))
+                rounds[name].append(wrk(f"{url}/mutate", body, args.wrk_duration, args.connections))
         # hey's workers tick in step, so -c N sends bursts of N requests: report several N.
         fixed: dict[str, dict[str, dict[str, Any]]] = {"bare": {}, "webhook": {}}
         for workers in args.hey_workers:
@@ -240,7 +243,12 @@ def drive(args: argparse.Namespace) -> int:
         stub.stop()
 
     def median(name: str, key: str) -> float:
-        return statistics.median(r[key] for r in rounds[name])
+        return float(statistics.median(r[key] for r in rounds[name]))
+
+    def best(name: str) -> float:
+        # Other work on a small shared machine only ever slows a round down: the best round
+        # is the least disturbed estimate of what a server can do.
+        return float(max(r["requests_per_second"] for r in rounds[name]))
 
     result = {
         "machine": {"cpus": os.cpu_count()},
@@ -248,8 +256,9 @@ def drive(args: argparse.Namespace) -> int:
             "workers": args.workers,
             "threads": args.threads,
             "wrk_connections": args.connections,
-            "duration_seconds": args.duration,
+            "wrk_seconds_per_round": args.wrk_duration,
             "rounds": args.rounds,
+            "hey_seconds": args.duration,
             "body_bytes": body.stat().st_size,
             "fixed_rate": args.rate,
             "hey_workers": args.hey_workers,
@@ -258,21 +267,26 @@ def drive(args: argparse.Namespace) -> int:
             "load_average_after": os.getloadavg(),
         },
         "throughput": {
-            "webhook_rps": median("webhook", "requests_per_second"),
-            "bare_rps": median("bare", "requests_per_second"),
-            "ratio": median("webhook", "requests_per_second")
+            "webhook_rps_best": best("webhook"),
+            "bare_rps_best": best("bare"),
+            "ratio_best": best("webhook") / best("bare"),
+            "webhook_rps_median": median("webhook", "requests_per_second"),
+            "bare_rps_median": median("bare", "requests_per_second"),
+            "ratio_median": median("webhook", "requests_per_second")
             / median("bare", "requests_per_second"),
             "rounds": rounds,
         },
         "fixed_rate": fixed,
     }
     print(json.dumps(result, indent=2))
+    tp = result["throughput"]
     lines = [
-        f"wrk (keep-alive, {args.connections} connections, {args.duration}s x {args.rounds} rounds, "
-        f"{result['settings']['body_bytes']}-byte review, median of rounds):",
-        f"  webhook {result['throughput']['webhook_rps']:8.0f} req/s",
-        f"  bare    {result['throughput']['bare_rps']:8.0f} req/s",
-        f"  ratio   {result['throughput']['ratio']:8.2f}   (target >= 0.70)",
+        f"wrk (keep-alive, {args.connections} connections, {args.rounds} alternating rounds of "
+        f"{args.wrk_duration}s, {result['settings']['body_bytes']}-byte review):",
+        "          best round   median",
+        f"  webhook {tp['webhook_rps_best']:8.0f} {tp['webhook_rps_median']:8.0f} req/s",
+        f"  bare    {tp['bare_rps_best']:8.0f} {tp['bare_rps_median']:8.0f} req/s",
+        f"  ratio   {tp['ratio_best']:8.2f} {tp['ratio_median']:8.2f}   (target >= 0.70)",
         f"hey at {args.rate} req/s for {args.duration}s (target p99 <= 5 ms):",
     ]
     for workers in args.hey_workers:
@@ -313,8 +327,9 @@ def main(argv: list[str] | None = None) -> int:
     bare.add_argument("--key", required=True)
     bare.add_argument("--workers", type=int, default=2)
     bare.add_argument("--threads", type=int, default=4)
-    parser.add_argument("--duration", type=int, default=10, help="seconds per wrk/hey run")
-    parser.add_argument("--rounds", type=int, default=2, help="alternating wrk rounds per server")
+    parser.add_argument("--duration", type=int, default=10, help="seconds per hey run")
+    parser.add_argument("--wrk-duration", type=int, default=5, help="seconds per wrk round")
+    parser.add_argument("--rounds", type=int, default=4, help="alternating wrk rounds per server")
     parser.add_argument("--workers", type=int, default=2, help="gunicorn workers (both servers)")
     parser.add_argument("--threads", type=int, default=4, help="threads per worker (both servers)")
     parser.add_argument("--connections", type=int, default=16, help="wrk keep-alive connections")
