@@ -90,4 +90,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     _add_arguments(parser)
     return run(parser.parse_args(argv))
-

@@ -595,10 +595,9 @@ def _label_prefix_issues(prefix: str) -> Iterable[PolicyIssue]:
             f"must contain a DNS-subdomain and '/', e.g. {DEFAULT_LABEL_PREFIX!r} or "
             f"'{NODE_RESTRICTION_PREFIX}steer-', got {prefix!r}",
         )
-    elif (
-        prefix.startswith(("kubernetes.io/", "k8s.io/"))
-        or (prefix.split("/")[0].endswith((".kubernetes.io", ".k8s.io"))
-        and not prefix.startswith(NODE_RESTRICTION_PREFIX))
+    elif prefix.startswith(("kubernetes.io/", "k8s.io/")) or (
+        prefix.split("/")[0].endswith((".kubernetes.io", ".k8s.io"))
+        and not prefix.startswith(NODE_RESTRICTION_PREFIX)
     ):
         yield PolicyIssue(
             "spec.labelPrefix",
