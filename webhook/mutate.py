@@ -253,7 +253,8 @@ def _same_constraint(ours: Json, theirs: Mapping[str, Any]) -> bool:
 # --- the request path -----------------------------------------------------------------------
 
 
-def _object(parent: Mapping[str, Any], key: str, field: str) -> Mapping[str, Any]:
+def pod_object(parent: Mapping[str, Any], key: str, field: str) -> Mapping[str, Any]:
+    """`parent[key]` as an object ({} when absent); `UninterpretablePod` naming `field` otherwise."""
     value = parent.get(key)
     if value is None:
         return {}
@@ -262,7 +263,8 @@ def _object(parent: Mapping[str, Any], key: str, field: str) -> Mapping[str, Any
     return value
 
 
-def _list(parent: Mapping[str, Any], key: str, field: str) -> list[Any]:
+def pod_objects(parent: Mapping[str, Any], key: str, field: str) -> list[Any]:
+    """`parent[key]` as a list of objects ([] when absent); `UninterpretablePod` otherwise."""
     value = parent.get(key)
     if value is None:
         return []
@@ -273,10 +275,10 @@ def _list(parent: Mapping[str, Any], key: str, field: str) -> list[Any]:
 
 def _check_containers(spec: Mapping[str, Any]) -> None:
     for field in ("containers", "initContainers"):
-        for i, container in enumerate(_list(spec, field, f"spec.{field}")):
-            resources = _object(container, "resources", f"spec.{field}[{i}].resources")
+        for i, container in enumerate(pod_objects(spec, field, f"spec.{field}")):
+            resources = pod_object(container, "resources", f"spec.{field}[{i}].resources")
             for part in ("requests", "limits"):
-                _object(resources, part, f"spec.{field}[{i}].resources.{part}")
+                pod_object(resources, part, f"spec.{field}[{i}].resources.{part}")
 
 
 def mutate_pod(plan: MutationPlan, pod: Mapping[str, Any], tenant: Tenant | None) -> Mutation:
@@ -290,9 +292,9 @@ def mutate_pod(plan: MutationPlan, pod: Mapping[str, Any], tenant: Tenant | None
     _check_containers(spec)
     pod_class = classify_pod(plan.policy, spec)
     pieces = plan.pieces[(tenant.name if tenant else None, pod_class.name if pod_class else None)]
-    labels = _object(metadata, "labels", "metadata.labels")
-    affinity = _object(spec, "affinity", "spec.affinity")
-    node_affinity = _object(affinity, "nodeAffinity", "spec.affinity.nodeAffinity")
+    labels = pod_object(metadata, "labels", "metadata.labels")
+    affinity = pod_object(spec, "affinity", "spec.affinity")
+    node_affinity = pod_object(affinity, "nodeAffinity", "spec.affinity.nodeAffinity")
 
     builder = PatchBuilder(pod)
     in_effect: list[str] = []
@@ -305,7 +307,9 @@ def mutate_pod(plan: MutationPlan, pod: Mapping[str, Any], tenant: Tenant | None
 
     try:
         # Preferred terms: binary-weighted terms on the class's composite score label.
-        preferred = _list(node_affinity, PREFERRED[-1], "spec.affinity.nodeAffinity.preferred")
+        preferred = pod_objects(
+            node_affinity, PREFERRED[-1], "spec.affinity.nodeAffinity.preferred"
+        )
         missing = [t for t in pieces.preferred if t not in preferred]
         builder.append(PREFERRED, missing)
         if pieces.preferred:
@@ -313,15 +317,15 @@ def mutate_pod(plan: MutationPlan, pod: Mapping[str, Any], tenant: Tenant | None
 
         # Required rules, ANDed into every term.
         if pieces.required:
-            required = _object(
+            required = pod_object(
                 node_affinity, REQUIRED_TERMS[-2], "spec.affinity.nodeAffinity.required"
             )
             field = "spec.affinity.nodeAffinity.required.nodeSelectorTerms"
             original = required.get("nodeSelectorTerms")
             if original is not None:
-                original = _list(required, "nodeSelectorTerms", field)
+                original = pod_objects(required, "nodeSelectorTerms", field)
                 for i, term in enumerate(original):
-                    _list(term, "matchExpressions", f"{field}[{i}].matchExpressions")
+                    pod_objects(term, "matchExpressions", f"{field}[{i}].matchExpressions")
             terms: list[Json] | None = original
             for rule, alternatives in pieces.required:
                 merged = merge_required(terms, alternatives)
@@ -331,7 +335,7 @@ def mutate_pod(plan: MutationPlan, pod: Mapping[str, Any], tenant: Tenant | None
                 builder.set(REQUIRED_TERMS, terms)
 
         # Tolerations of the reserved taints this tenant may tolerate.
-        tolerations = _list(spec, "tolerations", "spec.tolerations")
+        tolerations = pod_objects(spec, "tolerations", "spec.tolerations")
         have = {_tol_id(t) for t in tolerations}
         new_tolerations = []
         for rule, toleration in pieces.tolerations:
@@ -342,7 +346,9 @@ def mutate_pod(plan: MutationPlan, pod: Mapping[str, Any], tenant: Tenant | None
         builder.append(("spec", "tolerations"), new_tolerations)
 
         # Spread constraints; the user's constraint on the same topologyKey wins.
-        constraints = _list(spec, "topologySpreadConstraints", "spec.topologySpreadConstraints")
+        constraints = pod_objects(
+            spec, "topologySpreadConstraints", "spec.topologySpreadConstraints"
+        )
         taken = {c.get("topologyKey") for c in constraints}
         new_constraints = []
         for spread in plan.spread:
@@ -372,7 +378,7 @@ def mutate_pod(plan: MutationPlan, pod: Mapping[str, Any], tenant: Tenant | None
 
         if in_effect:
             trace = trace_text(plan.version, tuple(in_effect), pieces.term_notes)
-            annotations = _object(metadata, "annotations", "metadata.annotations")
+            annotations = pod_object(metadata, "annotations", "metadata.annotations")
             if annotations.get(plan.trace_key) != trace:
                 builder.set(("metadata", "annotations", plan.trace_key), trace)
         ops = builder.ops()

@@ -23,7 +23,13 @@ from typing import Any, Literal
 from steer.core.policy import Policy, Tenant
 from steer.core.quantity import QuantityError, format_ratio, parse_quantity
 from steer.core.steering import CONDITION_VALUE, condition_key
-from webhook.mutate import DEFAULT_SCHEDULER, UninterpretablePod, excluded_namespaces
+from webhook.mutate import (
+    DEFAULT_SCHEDULER,
+    UninterpretablePod,
+    excluded_namespaces,
+    pod_object,
+    pod_objects,
+)
 
 Scope = Literal["all", "security"]
 RULE_SCHEDULER = "scheduler-name"
@@ -108,24 +114,6 @@ def _tenant_name(tenant: Tenant | None, namespace: str) -> str:
     return f'tenant "{tenant.name}" (namespace "{namespace}")'
 
 
-def _objects(parent: Mapping[str, Any], key: str, field: str) -> list[Mapping[str, Any]]:
-    value = parent.get(key)
-    if value is None:
-        return []
-    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
-        raise UninterpretablePod(field, "expected a list of objects")
-    return value
-
-
-def _mapping(parent: Mapping[str, Any], key: str, field: str) -> Mapping[str, Any]:
-    value = parent.get(key)
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise UninterpretablePod(field, f"expected an object, got {type(value).__name__}")
-    return value
-
-
 def check_scheduler(
     spec: Mapping[str, Any], tenant: Tenant | None, namespace: str
 ) -> Iterable[Denial]:
@@ -155,7 +143,7 @@ def check_tolerations(
     taints = [t for t in plan.reserved if t.rule not in allowed and (scope == "all" or t.security)]
     if not taints:
         return
-    for i, toleration in enumerate(_objects(spec, "tolerations", "spec.tolerations")):
+    for i, toleration in enumerate(pod_objects(spec, "tolerations", "spec.tolerations")):
         for taint in taints:
             if not tolerates(toleration, taint):
                 continue
@@ -176,7 +164,7 @@ def check_tolerations(
 def _quantity(
     resources: Mapping[str, Any], part: str, resource: str, field: str
 ) -> Fraction | None:
-    values = _mapping(resources, part, f"{field}.{part}")
+    values = pod_object(resources, part, f"{field}.{part}")
     raw = values.get(resource)
     if raw is None:
         return None
@@ -194,7 +182,7 @@ def check_overcommit(
     percent = Fraction(str(tenant.overcommit_percent))
     cap = 1 + percent / 100
     budget = f"{_tenant_name(tenant, namespace)} allows at most {format_ratio(cap)} (overcommitPercent {tenant.overcommit_percent:g})"
-    pod_resources = _mapping(spec, "resources", "spec.resources")
+    pod_resources = pod_object(spec, "resources", "spec.resources")
     pod_limited = {
         r
         for r in BUDGETED_RESOURCES
@@ -205,10 +193,10 @@ def check_overcommit(
     if pod_resources:
         subjects.append(("pod-level resources", "spec.resources", pod_resources, "pod"))
     for field in ("initContainers", "containers"):
-        for i, container in enumerate(_objects(spec, field, f"spec.{field}")):
+        for i, container in enumerate(pod_objects(spec, field, f"spec.{field}")):
             name = str(container.get("name") or f"#{i}")
             where = f"spec.{field}[{i}]"
-            resources = _mapping(container, "resources", f"{where}.resources")
+            resources = pod_object(container, "resources", f"{where}.resources")
             subjects.append(
                 (f'container "{name}" ({where})', f"{where}.resources", resources, name)
             )
