@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import requests
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -150,10 +151,10 @@ def run_size(nodes: int, cycles: int, workdir: Path) -> SizeResult:
         prom.start()
         if not ready.wait(300):
             raise RuntimeError("the API stand-in did not come up")
-        text = demo_policy_text(prom.url).replace(
-            "ttlSeconds: 300", "ttlSeconds: 300\n    writeQps: 1000\n    writeBurst: 1000"
-        )
-        policy = parse_policy(text)
+        doc = yaml.safe_load(demo_policy_text(prom.url))
+        # Writes are what is measured, not the client-side limiter.
+        doc["spec"]["scoring"].update(writeQps=1000, writeBurst=1000)
+        policy = parse_policy(yaml.safe_dump(doc))
         scorer = Scorer(
             lambda: policy, NodeApi(KubeJson(make_api_client(kubeconfig), timeout_s=60))
         )

@@ -548,7 +548,7 @@ def _condition(
         # No usable data: no taint from it (DESIGN decision 5).
         counter = TaintCounter(active=False)
     elif entry.status is DataStatus.FRESH and observed is not None:
-        holds = rule.condition.holds(observed)
+        holds = rule.condition.holds(observed, active=previous.active)
         if holds == previous.active:
             counter = TaintCounter(active=previous.active)
         else:

@@ -183,3 +183,27 @@ def test_wrong_api_version_and_kind() -> None:
         "apiVersion: input should be 'steer.io/v1alpha1', got 'steer.io/v1'",
         "kind: input should be 'SteeringPolicy', got 'Policy'",
     ]
+
+
+@pytest.mark.parametrize(
+    ("operator", "observed", "active", "expected"),
+    [
+        ("Gt", 91, False, True),
+        ("Gt", 90, False, False),
+        ("Gt", 87, True, True),  # set: clears only below 90 - 5
+        ("Gt", 85, True, False),
+        ("Ge", 85, True, True),
+        ("Lt", 0.4, False, True),
+        ("Lt", 0.6, True, True),  # set: clears only at 0.5 + 0.2 or above
+        ("Lt", 0.7, True, False),
+        ("Le", 0.7, True, True),
+    ],
+)
+def test_condition_margin_delays_clearing_only(
+    operator: str, observed: float, active: bool, expected: bool
+) -> None:
+    from steer.core.policy import Condition
+
+    threshold, margin = (90, 5) if operator in ("Gt", "Ge") else (0.5, 0.2)
+    condition = Condition(dimension="d", operator=operator, value=threshold, margin=margin)
+    assert condition.holds(observed, active=active) is expected

@@ -7,8 +7,15 @@ from hypothesis import strategies as st
 
 from scorer.model import NodeState, Taint
 from scorer.plan import DataStatus, ScorerMemory, plan_cycle
+from steer.core.policy import parse_policy
 from steer.core.steering import owned_label_keys, owned_taint_keys
-from tests.scorer_support import apply_plan, observed_times, readings_for, small_policy
+from tests.scorer_support import (
+    SMALL_POLICY,
+    apply_plan,
+    observed_times,
+    readings_for,
+    small_policy,
+)
 
 POLICY = small_policy()
 T0 = 1_800_000_000.0
@@ -74,6 +81,22 @@ def test_taint_is_debounced_then_set_and_cleared() -> None:
     assert history == [False, True, True, True, False]  # clearAfterCycles: 2
     assert cluster[1].labels.get("steer.io/gpu-hot") is None
     assert cluster[1].taints == ()
+
+
+def test_condition_margin_keeps_a_taint_on_a_node_hovering_at_the_threshold() -> None:
+    text = SMALL_POLICY.replace("operator: Gt, value: 90}", "operator: Gt, value: 90, margin: 5}")
+    policy = parse_policy(text)
+    cluster = nodes("c")
+    memory = ScorerMemory()
+    hovering = [95.0, 95.0, 89.0, 91.0, 88.0, 92.0, 89.5, 84.0, 84.0]
+    history = []
+    for i, util in enumerate(hovering):
+        readings = readings_for(policy, cluster, {"util": {"c": util}}, T0 + i)
+        plan, memory = plan_cycle(policy, cluster, readings, memory, T0 + i)
+        cluster = apply_plan(policy, cluster, plan)
+        history.append(bool(cluster[0].taints))
+    # Set after two cycles over 90; kept while util stays above 85; cleared after two below.
+    assert history == [False, True, True, True, True, True, True, True, False]
 
 
 def test_retained_data_does_not_advance_the_debounce() -> None:

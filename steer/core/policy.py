@@ -194,14 +194,19 @@ class Condition(_Model):
     source: Literal["raw", "score"] = "raw"
     operator: Literal["Gt", "Ge", "Lt", "Le"]
     value: float
+    # Once the condition holds, it clears only when the value is back past `value` by this
+    # much (same unit as `value`): a node hovering at the threshold keeps its taint instead of
+    # being rewritten every few cycles.
+    margin: Annotated[float, AfterValidator(_finite), _at_least(0)] = 0.0
 
-    def holds(self, observed: float) -> bool:
-        return {
-            "Gt": observed > self.value,
-            "Ge": observed >= self.value,
-            "Lt": observed < self.value,
-            "Le": observed <= self.value,
-        }[self.operator]
+    def holds(self, observed: float, *, active: bool = False) -> bool:
+        """Whether the condition holds; `active` (it held before) applies the clearing margin."""
+        shift = self.margin if active else 0.0
+        if self.operator in ("Gt", "Ge"):
+            bound = self.value - shift
+            return observed > bound if self.operator == "Gt" else observed >= bound
+        bound = self.value + shift
+        return observed < bound if self.operator == "Lt" else observed <= bound
 
 
 class TaintRule(_Model):
