@@ -60,7 +60,8 @@ def effective_taints(
 ) -> tuple[Taint, ...]:
     if plan is None:
         return node.taints
-    return tuple(t for t in node.taints if t.key not in owned) + plan.taints
+    replaced = owned | plan.retired_taint_keys
+    return tuple(t for t in node.taints if t.key not in replaced) + plan.taints
 
 
 def node_row(plan: NodePlan) -> dict[str, Any]:

@@ -14,7 +14,10 @@ Rules that shape the result (DESIGN decisions 2, 4, 5):
   or a new leader continues from the cluster's state, not from an empty memory.
 - After a restart the memory is empty; a label whose `<prefix>observed-at` annotation is still
   within the TTL is carried unchanged until fresh data arrives or the TTL passes.
-- Only keys from `owned_label_keys` / `owned_taint_keys` ever appear in a plan's changes.
+- Only keys from `owned_label_keys` / `owned_taint_keys` ever appear in a plan's changes,
+  plus retired ones: keys this scorer wrote to the node (recorded in the `<prefix>managed`
+  annotation) whose rule has since left the policy. Without the record a removed taint rule
+  would leave its NoSchedule taint on nodes forever; with it, only keys we wrote are removed.
 """
 
 from __future__ import annotations
@@ -40,12 +43,45 @@ from steer.core.steering import (
 )
 
 OBSERVED_AT_SUFFIX = "observed-at"
+MANAGED_SUFFIX = "managed"
 
 
 def observed_at_key(policy: Policy) -> str:
     """The annotation (not a label: it changes with every value) holding, per dimension, the
     Prometheus evaluation time of the observation behind the node's current label."""
     return policy.label_key(OBSERVED_AT_SUFFIX)
+
+
+def managed_key(policy: Policy) -> str:
+    """The annotation listing the label and taint keys this scorer has written to the node."""
+    return policy.label_key(MANAGED_SUFFIX)
+
+
+@dataclass(frozen=True)
+class ManagedRecord:
+    labels: frozenset[str] = frozenset()
+    taints: frozenset[str] = frozenset()
+
+    @classmethod
+    def parse(cls, text: str | None) -> ManagedRecord:
+        if not text:
+            return cls()
+        try:
+            data = json.loads(text)
+        except ValueError:
+            return cls()  # hand-edited: nothing is known to be ours
+        if not isinstance(data, dict):
+            return cls()
+        return cls(
+            labels=frozenset(str(k) for k in data.get("labels") or () if isinstance(k, str)),
+            taints=frozenset(str(k) for k in data.get("taints") or () if isinstance(k, str)),
+        )
+
+    def text(self) -> str | None:
+        if not self.labels and not self.taints:
+            return None
+        data = {"labels": sorted(self.labels), "taints": sorted(self.taints)}
+        return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
 
 class DataStatus(StrEnum):
@@ -124,6 +160,10 @@ class NodePlan:
     annotation: str | None
     annotation_changed: bool
     hot_pods: int
+    # Owned annotations to set (str) or remove (None): observed-at and the managed record.
+    annotation_changes: Mapping[str, str | None] = field(default_factory=dict)
+    # Taint keys this scorer wrote under rules no longer in the policy: removed on write.
+    retired_taint_keys: frozenset[str] = frozenset()
 
     @property
     def taints_changed(self) -> bool:
@@ -131,7 +171,7 @@ class NodePlan:
 
     @property
     def changed(self) -> bool:
-        return bool(self.label_changes) or self.taints_changed or self.annotation_changed
+        return bool(self.label_changes) or self.taints_changed or bool(self.annotation_changes)
 
 
 @dataclass(frozen=True)
@@ -230,6 +270,7 @@ class _Layout:
     owned_labels: tuple[str, ...]
     owned_taints: frozenset[str]
     annotation_key: str
+    record_key: str
     step: int
     hysteresis: float
     penalty_per_pod: float
@@ -257,6 +298,7 @@ class _Layout:
             owned_labels=tuple(sorted(owned_label_keys(policy))),
             owned_taints=owned_taint_keys(policy),
             annotation_key=observed_at_key(policy),
+            record_key=managed_key(policy),
             step=policy.spec.scoring.step,
             hysteresis=policy.spec.scoring.hysteresis,
             penalty_per_pod=policy.spec.scoring.hot_penalty_per_pod,
@@ -433,6 +475,11 @@ def _plan_node(
         want = desired.get(key)
         if current.get(key) != want:
             changes[key] = want
+    record = ManagedRecord.parse(node.annotations.get(layout.record_key))
+    for key in sorted(record.labels.difference(layout.owned_labels)):
+        if key in current:
+            changes[key] = None
+    retired_taints = record.taints - layout.owned_taints
 
     # Observation times for the labels the node will carry: a changed value takes this
     # observation's time, an unchanged one keeps the time it was set with.
@@ -456,6 +503,14 @@ def _plan_node(
     )
     if new_times and not annotation_changed:
         annotation = node.annotations[layout.annotation_key]
+    annotation_changes: dict[str, str | None] = {}
+    if annotation_changed:
+        annotation_changes[layout.annotation_key] = annotation
+    new_record = ManagedRecord(
+        labels=frozenset(desired), taints=frozenset(t.key for t in desired_taints)
+    ).text()
+    if node.annotations.get(layout.record_key) != new_record:
+        annotation_changes[layout.record_key] = new_record
 
     return NodePlan(
         node=node.name,
@@ -465,10 +520,16 @@ def _plan_node(
         labels=desired,
         label_changes=changes,
         taints=tuple(sorted(desired_taints)),
-        current_taints=tuple(sorted(t for t in node.taints if t.key in layout.owned_taints)),
+        current_taints=tuple(
+            sorted(
+                t for t in node.taints if t.key in layout.owned_taints or t.key in retired_taints
+            )
+        ),
         annotation=annotation,
         annotation_changed=annotation_changed,
         hot_pods=hot_pods,
+        annotation_changes=annotation_changes,
+        retired_taint_keys=retired_taints,
     )
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from scorer.kubeapi import MERGE_PATCH, KubeApiError, KubeJson, namespace_path, node_path, pod_path
 from scorer.model import NodeState
-from scorer.plan import CyclePlan, NodePlan, observed_at_key
+from scorer.plan import CyclePlan, NodePlan
 from steer.core.policy import Policy
 from steer.core.steering import owned_taint_keys
 
@@ -195,9 +195,9 @@ class NodeWriter:
         meta: dict[str, Any] = {}
         if plan.label_changes:
             meta["labels"] = dict(plan.label_changes)
-        if plan.annotation_changed:
-            meta["annotations"] = {observed_at_key(policy): plan.annotation}
-        owned = owned_taint_keys(policy)
+        if plan.annotation_changes:
+            meta["annotations"] = dict(plan.annotation_changes)
+        owned = owned_taint_keys(policy) | plan.retired_taint_keys
         conflicts = 0
         current = node
         for attempt in range(1, self.max_attempts + 1):

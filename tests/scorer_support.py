@@ -114,11 +114,11 @@ def apply_node_plan(policy: Policy, node: NodeState, plan: NodePlan) -> NodeStat
         else:
             labels[key] = value
     annotations = dict(node.annotations)
-    if plan.annotation_changed:
-        if plan.annotation is None:
-            annotations.pop(observed_at_key(policy), None)
+    for key, text in plan.annotation_changes.items():
+        if text is None:
+            annotations.pop(key, None)
         else:
-            annotations[observed_at_key(policy)] = plan.annotation
+            annotations[key] = text
     owned = {t.key for t in plan.taints} | {t.key for t in plan.current_taints}
     taints = tuple(t for t in node.taints if t.key not in owned) + plan.taints
     return replace(

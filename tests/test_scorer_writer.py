@@ -4,9 +4,11 @@ taint merges with resourceVersion, 409 retries, 422 reporting, the rate limiter.
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 
 from scorer.kubeapi import KubeJson
@@ -14,7 +16,8 @@ from scorer.plan import ScorerMemory, plan_cycle
 from scorer.writer import NodeApi, NodeWriter, RateLimiter
 from steer.apistub import ApiStub
 from steer.apistub.synthetic import synthetic_node
-from tests.scorer_support import readings_for, small_policy
+from steer.core.policy import parse_policy
+from tests.scorer_support import SMALL_POLICY, readings_for, small_policy
 
 POLICY = small_policy()
 T0 = 1_800_000_000.0
@@ -163,6 +166,41 @@ def test_withdrawing_a_taint_removes_only_ours(apistub: ApiStub, api: NodeApi) -
         "steer.io/not-ours"
     }
     assert "steer.io/observed-at" not in (stored["metadata"].get("annotations") or {})
+
+
+def test_a_rule_removed_from_the_policy_takes_its_label_and_taint_with_it(
+    apistub: ApiStub, api: NodeApi
+) -> None:
+    """Keys this scorer wrote are recorded on the node, so a rule that leaves the policy does
+    not leave its NoSchedule taint behind forever; keys it never wrote stay."""
+    plan, nodes = hot_plans(api)
+    writer(api).apply(POLICY, plan, nodes)
+    stored = apistub.get("nodes", "c")
+    assert any(t["key"] == "steer.io/gpu-hot" for t in stored["spec"]["taints"])
+    record = json.loads(stored["metadata"]["annotations"]["steer.io/managed"])
+    assert record["taints"] == ["steer.io/gpu-hot"] and "steer.io/gpu-hot" in record["labels"]
+
+    doc = yaml.safe_load(SMALL_POLICY)
+    del doc["spec"]["taints"]
+    for pod_class in doc["spec"]["podClasses"]:
+        pod_class.pop("avoid", None)
+    without_rule = parse_policy(yaml.safe_dump(doc))
+    nodes = api.list_nodes()
+    readings = readings_for(without_rule, nodes, HOT, T0 + 10)
+    plan, _ = plan_cycle(without_rule, nodes, readings, ScorerMemory(), T0 + 10)
+    writer(api).apply(without_rule, plan, nodes)
+
+    stored = apistub.get("nodes", "c")
+    assert stored["spec"]["taints"] == FOREIGN_TAINTS
+    labels = stored["metadata"]["labels"]
+    assert "steer.io/gpu-hot" not in labels
+    assert labels["steer.io/not-ours"] == "1" and "steer.io/util" in labels
+    record = json.loads(stored["metadata"]["annotations"]["steer.io/managed"])
+    assert record["taints"] == [] and "steer.io/gpu-hot" not in record["labels"]
+    # Once retired, the next cycle has nothing left to do.
+    nodes = api.list_nodes()
+    again, _ = plan_cycle(without_rule, nodes, readings, ScorerMemory(), T0 + 11)
+    assert not again.changes
 
 
 def test_an_invalid_label_is_reported_with_the_apiservers_message(
