@@ -207,3 +207,31 @@ def test_condition_margin_delays_clearing_only(
     threshold, margin = (90, 5) if operator in ("Gt", "Ge") else (0.5, 0.2)
     condition = Condition(dimension="d", operator=operator, value=threshold, margin=margin)
     assert condition.holds(observed, active=active) is expected
+
+
+def test_field_and_reference_errors_are_reported_together() -> None:
+    doc = _doc()
+    doc["spec"]["tenants"][1]["overcommitPercent"] = 150
+    doc["spec"]["taints"][0]["condition"]["dimension"] = "gpu-utilisation"
+    doc["spec"]["tenants"][0]["allowedTolerations"] = ["gpu-hott"]
+    doc["spec"]["dimensions"][1]["name"] = "gpu-util"
+    doc["spec"]["dimensions"][2] = "not an object"
+    issues = _issues(doc)
+    assert (
+        issues[0]
+        == "spec.dimensions[2]: input should be a valid dictionary or instance of Dimension, got 'not an object'"
+    )
+    assert "spec.tenants[1].overcommitPercent: must be between 0 and 100, got 150" in issues
+    assert "spec.dimensions[1].name: duplicate name 'gpu-util'" in issues
+    assert any(
+        i.startswith("spec.taints[0].condition.dimension: unknown dimension 'gpu-utilisation'")
+        for i in issues
+    )
+    assert any(
+        i.startswith("spec.tenants[0].allowedTolerations[0]: unknown taint rule 'gpu-hott'")
+        for i in issues
+    )
+    # gpu-free (renamed) and gpu-frag (malformed) are unknown to the pod class now.
+    assert "spec.podClasses[0].dimensions[1]: unknown dimension 'gpu-free'" in issues
+    assert "spec.podClasses[0].dimensions[2]: unknown dimension 'gpu-frag'" in issues
+    assert len(issues) == 7

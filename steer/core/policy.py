@@ -388,11 +388,15 @@ def parse_policy(text: str | bytes) -> Policy:
         raise PolicyError(
             [PolicyIssue("", f"must be a YAML mapping (a SteeringPolicy), got {got}")]
         )
+    # Reference checks read the raw document, so they are reported together with any field
+    # errors; the remaining cross-field checks need well-typed fields.
+    spec = raw.get("spec")
+    references = list(_reference_issues(spec)) if isinstance(spec, dict) else []
     try:
         doc = SteeringPolicyDoc.model_validate(raw)
     except ValidationError as exc:
-        raise PolicyError(_issues_from_pydantic(exc)) from None
-    issues = list(_cross_field_issues(doc.spec))
+        raise PolicyError(_issues_from_pydantic(exc) + references) from None
+    issues = references + list(_cross_field_issues(doc.spec))
     if issues:
         raise PolicyError(issues)
     data = text.encode() if isinstance(text, str) else text
@@ -441,22 +445,70 @@ def _duplicates(names: Iterable[str]) -> set[str]:
     return dups
 
 
+def _named(spec: Mapping[str, Any], field: str) -> list[tuple[int, Mapping[str, Any], str]]:
+    """(index, item, name) of the well-formed entries of a raw list of named objects."""
+    items = spec.get(field)
+    if not isinstance(items, list):
+        return []
+    return [
+        (i, item, item["name"])
+        for i, item in enumerate(items)
+        if isinstance(item, dict) and isinstance(item.get("name"), str)
+    ]
+
+
+def _strings(value: Any) -> list[tuple[int, str]]:
+    if not isinstance(value, list):
+        return []
+    return [(j, v) for j, v in enumerate(value) if isinstance(v, str)]
+
+
+def _reference_issues(spec: Mapping[str, Any]) -> Iterable[PolicyIssue]:
+    """Names that must be unique, and references to dimensions and taint rules by name.
+
+    Malformed entries are skipped here: the field validation reports them.
+    """
+    for field in ("dimensions", "taints", "tenants", "podClasses", "spread"):
+        names = [name for _, _, name in _named(spec, field)]
+        dups = _duplicates(names)
+        seen: set[str] = set()
+        for i, _, name in _named(spec, field):
+            if name in dups and name in seen:
+                yield PolicyIssue(f"spec.{field}[{i}].name", f"duplicate name {name!r}")
+            seen.add(name)
+
+    dim_names = {name for _, _, name in _named(spec, "dimensions")}
+    rule_names = {name for _, _, name in _named(spec, "taints")}
+    for i, rule, _ in _named(spec, "taints"):
+        condition = rule.get("condition")
+        dimension = condition.get("dimension") if isinstance(condition, dict) else None
+        if isinstance(dimension, str) and dimension not in dim_names:
+            yield PolicyIssue(
+                f"spec.taints[{i}].condition.dimension",
+                f"unknown dimension {dimension!r}; known: {sorted(dim_names)}",
+            )
+    for i, pclass, _ in _named(spec, "podClasses"):
+        for j, name in _strings(pclass.get("dimensions")):
+            if name not in dim_names:
+                yield PolicyIssue(
+                    f"spec.podClasses[{i}].dimensions[{j}]", f"unknown dimension {name!r}"
+                )
+        for j, name in _strings(pclass.get("avoid")):
+            if name not in rule_names:
+                yield PolicyIssue(
+                    f"spec.podClasses[{i}].avoid[{j}]", f"unknown taint rule {name!r}"
+                )
+    for i, tenant, _ in _named(spec, "tenants"):
+        for j, name in _strings(tenant.get("allowedTolerations")):
+            if name not in rule_names:
+                yield PolicyIssue(
+                    f"spec.tenants[{i}].allowedTolerations[{j}]",
+                    f"unknown taint rule {name!r}; known: {sorted(rule_names)}",
+                )
+
+
 def _cross_field_issues(spec: Spec) -> Iterable[PolicyIssue]:
     yield from _label_prefix_issues(spec.label_prefix)
-    dim_names = {d.name for d in spec.dimensions}
-    rule_names = {r.name for r in spec.taints}
-
-    for field, names in (
-        ("dimensions", [d.name for d in spec.dimensions]),
-        ("taints", [r.name for r in spec.taints]),
-        ("tenants", [t.name for t in spec.tenants]),
-        ("podClasses", [c.name for c in spec.pod_classes]),
-        ("spread", [s.name for s in spec.spread]),
-    ):
-        for i, name in enumerate(names):
-            if name in _duplicates(names) and names.index(name) != i:
-                yield PolicyIssue(f"spec.{field}[{i}].name", f"duplicate name {name!r}")
-
     # Every label the scorer will write must be accepted by the apiserver.
     suffixes: list[tuple[str, str]] = [
         (f"spec.dimensions[{i}].name", d.name) for i, d in enumerate(spec.dimensions)
@@ -505,12 +557,7 @@ def _cross_field_issues(spec: Spec) -> Iterable[PolicyIssue]:
             )
 
     for i, rule in enumerate(spec.taints):
-        if rule.condition.dimension not in dim_names:
-            yield PolicyIssue(
-                f"spec.taints[{i}].condition.dimension",
-                f"unknown dimension {rule.condition.dimension!r}; known: {sorted(dim_names)}",
-            )
-        elif rule.condition.source == "score" and not 0 <= rule.condition.value <= 100:
+        if rule.condition.source == "score" and not 0 <= rule.condition.value <= 100:
             yield PolicyIssue(
                 f"spec.taints[{i}].condition.value",
                 f"a score condition compares against 0..100, got {rule.condition.value}",
@@ -521,11 +568,6 @@ def _cross_field_issues(spec: Spec) -> Iterable[PolicyIssue]:
             yield PolicyIssue(
                 f"spec.podClasses[{i}].requestsAny", "must list at least one resource name"
             )
-        for j, name in enumerate(pclass.dimensions):
-            if name not in dim_names:
-                yield PolicyIssue(
-                    f"spec.podClasses[{i}].dimensions[{j}]", f"unknown dimension {name!r}"
-                )
         if pclass.dimensions and not any(
             d.weight > 0 and d.publish == "score"
             for d in spec.dimensions
@@ -535,19 +577,8 @@ def _cross_field_issues(spec: Spec) -> Iterable[PolicyIssue]:
                 f"spec.podClasses[{i}].dimensions",
                 "needs at least one score dimension with weight > 0",
             )
-        for j, name in enumerate(pclass.avoid):
-            if name not in rule_names:
-                yield PolicyIssue(
-                    f"spec.podClasses[{i}].avoid[{j}]", f"unknown taint rule {name!r}"
-                )
 
     for i, tenant in enumerate(spec.tenants):
-        for j, name in enumerate(tenant.allowed_tolerations):
-            if name not in rule_names:
-                yield PolicyIssue(
-                    f"spec.tenants[{i}].allowedTolerations[{j}]",
-                    f"unknown taint rule {name!r}; known: {sorted(rule_names)}",
-                )
         if (
             tenant.default_scheduler_name
             and tenant.default_scheduler_name not in tenant.allowed_scheduler_names
