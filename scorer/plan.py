@@ -506,11 +506,12 @@ def _plan_node(
     annotation_changes: dict[str, str | None] = {}
     if annotation_changed:
         annotation_changes[layout.annotation_key] = annotation
+    # Compared as sets, serialised only when the node's key set changed (rarely).
     new_record = ManagedRecord(
         labels=frozenset(desired), taints=frozenset(t.key for t in desired_taints)
-    ).text()
-    if node.annotations.get(layout.record_key) != new_record:
-        annotation_changes[layout.record_key] = new_record
+    )
+    if new_record != record:
+        annotation_changes[layout.record_key] = new_record.text()
 
     return NodePlan(
         node=node.name,

@@ -519,14 +519,13 @@ def _cross_field_issues(spec: Spec) -> Iterable[PolicyIssue]:
         (f"spec.podClasses[{i}].name", f"{spec.scoring.composite_label}-{c.name}")
         for i, c in enumerate(spec.pod_classes)
     ]
-    taken = set(suffixes)
     for path, suffix in suffixes:
         key = spec.label_prefix + suffix
         for problem in label_key_errors(key):
             yield PolicyIssue(path, f"label key {key!r} is invalid: {problem}")
-    keys = [s for _, s in taken]
+    clashes = _duplicates(suffix for _, suffix in suffixes)
     for path, suffix in suffixes:
-        if keys.count(suffix) > 1:
+        if suffix in clashes:
             yield PolicyIssue(
                 path, f"label {spec.label_prefix + suffix!r} would be written by two rules"
             )
