@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 LUA = ROOT / "bench" / "webhook_post.lua"
-FIXTURE = ROOT.parent / "shared" / "fixtures" / "admission" / "pod-create-with-affinity-gpu.json"
+FIXTURE = ROOT / "tests" / "fixtures" / "admission" / "pod-create-with-affinity-gpu.json"
 NAMESPACES = {"team-a": {"tenant": "dept-a", "steer.io/enabled": "true"}}
 
 

@@ -18,8 +18,8 @@ from kubernetes import client, config
 
 from steer.apistub import ApiStub
 
-# Bodies captured from a real kube-apiserver, kept beside the repository.
-API_FIXTURES = Path(__file__).resolve().parent.parent.parent / "shared" / "fixtures" / "api"
+# Bodies captured from a real kube-apiserver v1.36.2, copied into the repository.
+API_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "api"
 
 
 def load_api_fixture(name: str) -> Any:

@@ -13,8 +13,9 @@ pytest_plugins = ["tests.apistub_fixtures"]
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_POLICY = ROOT / "examples" / "policy.yaml"
-# Bodies captured from a real kube-apiserver, kept beside the repository (CI lays it there too).
-FIXTURES = ROOT.parent / "shared" / "fixtures"
+# Bodies captured from a real kube-apiserver v1.36.2 (tests/fixtures/README.md), kept in the
+# repository so that `make test` runs on a bare clone.
+FIXTURES = ROOT / "tests" / "fixtures"
 
 
 def load_fixture(relative: str) -> Any:

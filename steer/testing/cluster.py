@@ -1,0 +1,735 @@
+"""A real Kubernetes control plane on loopback: etcd, kube-apiserver, kube-scheduler and, when
+asked, kube-controller-manager, for the end-to-end suite and the placement benchmark.
+
+    with ControlPlane.start(controller_manager=True) as cp:
+        cp.add_node("gpu-1", cpu="32", memory="256Gi", gpus=8, zone="zone-a")
+        cp.restart_scheduler(profiles=Path("manifests/scheduler/profiles.yaml"))
+        api = cp.api_client()
+
+The shape is an envtest's: anyone holding the four binaries can run it. They come from
+`KUBE_BIN_DIR` when set, or else from the `kube-v*-linux-amd64.tar.xz` beside the repository
+(`../shared/kube/`, as CI lays it out), unpacked once into a cache folder (`KUBE_CACHE_DIR`,
+default `~/.cache/kube-steer`). The PKI is made here with `cryptography`; every listener takes a
+free loopback port, so two control planes can run side by side; `stop()` ends every process by
+PID and removes the work folder.
+
+A control plane without kubelets differs from a cluster (see ../shared/kube/README.md): Nodes are
+API objects whose status the tests write (`add_node`), pods are bound but never run and must be
+deleted with grace period 0 (`delete_pods`), and TaintNodesByCondition is off so a Node is not
+born tainted `not-ready`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import base64
+import contextlib
+import fcntl
+import ipaddress
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tarfile
+import tempfile
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import requests
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from kubernetes import client
+
+from steer.adapters.kube import make_api_client
+
+ROOT = Path(__file__).resolve().parents[2]
+SHARED_KUBE = ROOT.parent / "shared" / "kube"
+BINARIES = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager")
+# Controllers that need kubelets or a cloud; the rest (ServiceAccounts, ReplicaSets, GC) run.
+KCM_CONTROLLERS = (
+    "*,-node-lifecycle-controller,-node-ipam-controller,-cloud-node-lifecycle-controller,"
+    "-service-lb-controller,-node-route-controller"
+)
+GPU = "nvidia.com/gpu"
+
+
+class ControlPlaneError(RuntimeError):
+    """A component could not be found, started, or did not become ready (log tail included)."""
+
+
+# -- binaries ---------------------------------------------------------------------------------
+
+
+def find_binaries(bin_dir: str | os.PathLike[str] | None = None) -> Path:
+    """The folder holding the four binaries: `bin_dir`, $KUBE_BIN_DIR, or the unpacked tarball."""
+    chosen = bin_dir or os.environ.get("KUBE_BIN_DIR")
+    if chosen:
+        folder = Path(chosen)
+        missing = [b for b in BINARIES if not os.access(folder / b, os.X_OK)]
+        if missing:
+            raise ControlPlaneError(
+                f"KUBE_BIN_DIR={folder}: missing or not executable: {', '.join(missing)}"
+            )
+        return folder
+    return unpack_release(SHARED_KUBE)
+
+
+def _cache_root() -> Path:
+    base = os.environ.get("KUBE_CACHE_DIR") or os.environ.get("XDG_CACHE_HOME")
+    return Path(base) if base else Path.home() / ".cache" / "kube-steer"
+
+
+def unpack_release(kube_dir: Path) -> Path:
+    """Unpack `kube-v*-linux-amd64.tar.xz` (and kubectl) once into the cache; return the folder.
+
+    The unpacked folder appears atomically (rename), under a file lock, so parallel runs and an
+    interrupted unpack never see half a binary."""
+    tarballs = sorted(kube_dir.glob("kube-v*-linux-amd64.tar.xz"))
+    if not tarballs:
+        raise ControlPlaneError(
+            f"no Kubernetes binaries: set KUBE_BIN_DIR to a folder with {', '.join(BINARIES)}, "
+            f"or put kube-v*-linux-amd64.tar.xz in {kube_dir}"
+        )
+    tarball = tarballs[-1]
+    version = tarball.name.removesuffix("-linux-amd64.tar.xz")
+    cache = _cache_root()
+    target = cache / version
+    if all((target / b).exists() for b in BINARIES):
+        return target
+    cache.mkdir(parents=True, exist_ok=True)
+    with (cache / f".{version}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if all((target / b).exists() for b in BINARIES):
+            return target
+        staging = Path(tempfile.mkdtemp(prefix=f".{version}-", dir=cache))
+        with tarfile.open(tarball, "r:xz") as tar:
+            tar.extractall(staging, filter="data")
+        # The tarball may hold the binaries at its top or in one folder.
+        for binary in BINARIES:
+            found = next(staging.rglob(binary), None)
+            if found is None:
+                raise ControlPlaneError(f"{tarball} holds no {binary}")
+            if found.parent != staging:
+                found.rename(staging / binary)
+            (staging / binary).chmod(0o755)
+        kubectl_xz = next(iter(sorted(kube_dir.glob("kubectl-v*-linux-amd64.xz"))), None)
+        if kubectl_xz is not None:
+            import lzma
+
+            (staging / "kubectl").write_bytes(lzma.decompress(kubectl_xz.read_bytes()))
+            (staging / "kubectl").chmod(0o755)
+        shutil.rmtree(target, ignore_errors=True)
+        staging.rename(target)
+    return target
+
+
+# -- PKI ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Pem:
+    cert: bytes
+    key: bytes
+
+
+def _pem_key(key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+
+
+class Pki:
+    """One CA and the leaf certificates a control plane needs, all ECDSA P-256, valid 2 days."""
+
+    def __init__(self) -> None:
+        self._now = datetime.now(UTC) - timedelta(minutes=5)
+        self._ca_key = ec.generate_private_key(ec.SECP256R1())
+        self._ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-steer-e2e-ca")])
+        ca = (
+            self._builder(self._ca_name, self._ca_key.public_key())
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .add_extension(
+                x509.KeyUsage(False, False, False, False, False, True, True, False, False), True
+            )
+            .sign(self._ca_key, hashes.SHA256())
+        )
+        self.ca = Pem(ca.public_bytes(serialization.Encoding.PEM), _pem_key(self._ca_key))
+
+    def _builder(self, subject: x509.Name, public_key: Any) -> x509.CertificateBuilder:
+        return (
+            x509.CertificateBuilder()
+            .subject_name(subject)
+            .issuer_name(self._ca_name)
+            .public_key(public_key)
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(self._now)
+            .not_valid_after(self._now + timedelta(days=2))
+        )
+
+    def leaf(
+        self,
+        common_name: str,
+        *,
+        organization: str | None = None,
+        server: bool = False,
+        dns: Sequence[str] = (),
+        ips: Sequence[str] = (),
+    ) -> Pem:
+        key = ec.generate_private_key(ec.SECP256R1())
+        attrs = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
+        if organization:
+            attrs.insert(0, x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization))
+        usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
+        builder = (
+            self._builder(x509.Name(attrs), key.public_key())
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(
+                x509.KeyUsage(True, False, False, False, False, False, False, False, False), True
+            )
+            .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        )
+        if dns or ips:
+            names: list[x509.GeneralName] = [x509.DNSName(d) for d in dns]
+            names += [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]
+            builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
+        cert = builder.sign(self._ca_key, hashes.SHA256())
+        return Pem(cert.public_bytes(serialization.Encoding.PEM), _pem_key(key))
+
+
+def _write(path: Path, data: bytes | str, mode: int = 0o600) -> Path:
+    path.write_bytes(data.encode() if isinstance(data, str) else data)
+    path.chmod(mode)
+    return path
+
+
+def kubeconfig_text(server: str, ca_pem: bytes, user: str, pem: Pem) -> str:
+    b64 = lambda data: base64.b64encode(data).decode()  # noqa: E731
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {"name": "e2e", "cluster": {"server": server, "certificate-authority-data": b64(ca_pem)}}
+            ],
+            "users": [
+                {
+                    "name": user,
+                    "user": {
+                        "client-certificate-data": b64(pem.cert),
+                        "client-key-data": b64(pem.key),
+                    },
+                }
+            ],
+            "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": user}}],
+            "current-context": "e2e",
+        }
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+# -- processes ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Component:
+    name: str
+    args: list[str]
+    log: Path
+    ready_url: str
+    process: subprocess.Popen[bytes] | None = None
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return "(no log)"
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def stop(self, timeout: float = 15.0) -> None:
+        proc, self.process = self.process, None
+        if proc is None or proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@dataclass
+class ControlPlane:
+    """A running control plane. Build it with `ControlPlane.start()`; use it as a context manager."""
+
+    workdir: Path
+    bin_dir: Path
+    ports: dict[str, int]
+    pki: Pki
+    components: dict[str, Component] = field(default_factory=dict)
+    scheduler_config: Path | None = None
+    _owns_workdir: bool = True
+    _api: client.ApiClient | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    @classmethod
+    def start(
+        cls,
+        workdir: str | os.PathLike[str] | None = None,
+        *,
+        bin_dir: str | os.PathLike[str] | None = None,
+        controller_manager: bool = False,
+        scheduler: bool = True,
+        scheduler_profiles: str | os.PathLike[str] | Mapping[str, Any] | None = None,
+        apiserver_args: Sequence[str] = (),
+    ) -> ControlPlane:
+        """Start etcd and kube-apiserver, then the scheduler (optionally with a profiles file or
+        `KubeSchedulerConfiguration` mapping) and the controller manager; wait until each is ready."""
+        found = find_binaries(bin_dir)
+        owns = workdir is None
+        folder = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="steer-kube-"))
+        folder.mkdir(parents=True, exist_ok=True)
+        ports = {
+            name: free_port()
+            for name in ("etcd", "etcd-peer", "apiserver", "scheduler", "controller-manager")
+        }
+        plane = cls(folder, found, ports, Pki(), _owns_workdir=owns)
+        atexit.register(plane.stop)
+        try:
+            plane._write_pki()
+            plane._start_etcd()
+            plane._start_apiserver(apiserver_args)
+            if scheduler:
+                plane.restart_scheduler(scheduler_profiles)
+            if controller_manager:
+                plane._start_controller_manager()
+        except BaseException:
+            plane.stop()
+            raise
+        return plane
+
+    def __enter__(self) -> ControlPlane:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        """Stop every component (controller manager and scheduler first, etcd last) and remove
+        the work folder if this control plane made it."""
+        for name in ("kube-controller-manager", "kube-scheduler", "kube-apiserver", "etcd"):
+            component = self.components.get(name)
+            if component is not None:
+                component.stop()
+        if self._api is not None:
+            self._api.close()
+            self._api = None
+        atexit.unregister(self.stop)
+        if self._owns_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    # -- addresses and credentials ------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.ports['apiserver']}"
+
+    @property
+    def pki_dir(self) -> Path:
+        return self.workdir / "pki"
+
+    @property
+    def kubeconfig(self) -> Path:
+        """The admin kubeconfig (`O=system:masters`)."""
+        return self.workdir / "admin.kubeconfig"
+
+    @property
+    def ca_file(self) -> Path:
+        return self.pki_dir / "ca.crt"
+
+    def api_client(self) -> client.ApiClient:
+        """A shared admin ApiClient (closed by `stop()`)."""
+        if self._api is None:
+            self._api = make_api_client(str(self.kubeconfig))
+        return self._api
+
+    def user_kubeconfig(self, user: str, groups: Sequence[str] = ()) -> Path:
+        """A kubeconfig for a client-certificate user (RBAC applies), e.g. to test a role."""
+        safe = user.replace(":", "_").replace("/", "_")
+        pem = self.pki.leaf(user, organization=",".join(groups) or None)
+        path = self.workdir / f"{safe}.kubeconfig"
+        return _write(path, kubeconfig_text(self.url, self.pki.ca.cert, user, pem))
+
+    def kubectl(self, *args: str, check: bool = True, input: str | None = None) -> str:
+        """Run the kubectl shipped beside the binaries (if any) with the admin kubeconfig."""
+        kubectl = self.bin_dir / "kubectl"
+        if not kubectl.exists():
+            found = shutil.which("kubectl")
+            if found is None:
+                raise ControlPlaneError("no kubectl beside the binaries nor on PATH")
+            kubectl = Path(found)
+        done = subprocess.run(
+            [str(kubectl), "--kubeconfig", str(self.kubeconfig), *args],
+            capture_output=True,
+            text=True,
+            input=input,
+            timeout=120,
+        )
+        if check and done.returncode != 0:
+            raise ControlPlaneError(f"kubectl {' '.join(args)} failed: {done.stderr.strip()}")
+        return done.stdout
+
+    # -- components ---------------------------------------------------------------------------
+
+    def _write_pki(self) -> None:
+        pki = self.pki_dir
+        pki.mkdir(parents=True, exist_ok=True)
+        _write(pki / "ca.crt", self.pki.ca.cert, 0o644)
+        serving = self.pki.leaf(
+            "kube-apiserver",
+            server=True,
+            dns=(
+                "localhost",
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc",
+                "kubernetes.default.svc.cluster.local",
+            ),
+            ips=("127.0.0.1", "10.96.0.1"),
+        )
+        _write(pki / "apiserver.crt", serving.cert, 0o644)
+        _write(pki / "apiserver.key", serving.key)
+        for name, cn in (
+            ("scheduler", "kube-scheduler"),
+            ("controller-manager", "kube-controller-manager"),
+        ):
+            pem = self.pki.leaf(cn, server=True, dns=("localhost",), ips=("127.0.0.1",))
+            _write(pki / f"{name}-serving.crt", pem.cert, 0o644)
+            _write(pki / f"{name}-serving.key", pem.key)
+        sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        _write(pki / "sa.key", _pem_key(sa_key))
+        _write(
+            pki / "sa.pub",
+            sa_key.public_key().public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            ),
+            0o644,
+        )
+        admin = self.pki.leaf("admin", organization="system:masters")
+        _write(pki / "admin.crt", admin.cert, 0o644)
+        _write(pki / "admin.key", admin.key)
+        _write(self.kubeconfig, kubeconfig_text(self.url, self.pki.ca.cert, "admin", admin))
+        for name, user in (
+            ("scheduler", "system:kube-scheduler"),
+            ("controller-manager", "system:kube-controller-manager"),
+        ):
+            pem = self.pki.leaf(user)
+            _write(
+                self.workdir / f"{name}.kubeconfig",
+                kubeconfig_text(self.url, self.pki.ca.cert, user, pem),
+            )
+
+    def _launch(self, name: str, args: list[str], ready_url: str, timeout: float) -> Component:
+        logs = self.workdir / "logs"
+        logs.mkdir(exist_ok=True)
+        component = Component(name, args, logs / f"{name}.log", ready_url)
+        with component.log.open("ab") as log:
+            component.process = subprocess.Popen(
+                [str(self.bin_dir / name), *args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # its own process group: stop() kills it whole
+            )
+        self.components[name] = component
+        self._wait_ready(component, timeout)
+        return component
+
+    def _wait_ready(self, component: Component, timeout: float) -> None:
+        session = requests.Session()
+        session.trust_env = False  # this machine sets REQUESTS_CA_BUNDLE
+        session.verify = str(self.ca_file)
+        session.cert = (str(self.pki_dir / "admin.crt"), str(self.pki_dir / "admin.key"))
+        deadline = time.monotonic() + timeout
+        last = ""
+        try:
+            while time.monotonic() < deadline:
+                if not component.running:
+                    raise ControlPlaneError(
+                        f"{component.name} exited with code "
+                        f"{component.process.returncode if component.process else '?'}; "
+                        f"log tail:\n{component.log_tail()}"
+                    )
+                try:
+                    resp = session.get(component.ready_url, timeout=2)
+                    if resp.status_code == 200:
+                        return
+                    last = f"HTTP {resp.status_code}: {resp.text[:300]}"
+                except requests.RequestException as exc:
+                    last = str(exc)
+                time.sleep(0.2)
+        finally:
+            session.close()
+        component.stop()
+        raise ControlPlaneError(
+            f"{component.name} not ready after {timeout:.0f}s ({last}); log tail:\n"
+            f"{component.log_tail()}"
+        )
+
+    def _start_etcd(self) -> None:
+        client_url = f"http://127.0.0.1:{self.ports['etcd']}"
+        peer_url = f"http://127.0.0.1:{self.ports['etcd-peer']}"
+        self._launch(
+            "etcd",
+            [
+                "--name=e2e",
+                f"--data-dir={self.workdir / 'etcd'}",
+                f"--listen-client-urls={client_url}",
+                f"--advertise-client-urls={client_url}",
+                f"--listen-peer-urls={peer_url}",
+                f"--initial-advertise-peer-urls={peer_url}",
+                "--log-level=warn",
+            ],
+            f"{client_url}/health",
+            60,
+        )
+
+    def _start_apiserver(self, extra: Sequence[str]) -> None:
+        pki = self.pki_dir
+        self._launch(
+            "kube-apiserver",
+            [
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={self.ports['apiserver']}",
+                f"--etcd-servers=http://127.0.0.1:{self.ports['etcd']}",
+                f"--tls-cert-file={pki / 'apiserver.crt'}",
+                f"--tls-private-key-file={pki / 'apiserver.key'}",
+                f"--client-ca-file={pki / 'ca.crt'}",
+                "--authorization-mode=Node,RBAC",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={pki / 'sa.pub'}",
+                f"--service-account-signing-key-file={pki / 'sa.key'}",
+                "--service-cluster-ip-range=10.96.0.0/16",
+                "--enable-admission-plugins=MutatingAdmissionWebhook,ValidatingAdmissionWebhook",
+                # No kubelet will ever clear a not-ready taint on our Node objects.
+                "--disable-admission-plugins=TaintNodesByCondition",
+                "--allow-privileged=true",
+                # 127.0.0.1 is not a valid endpoint address for the `kubernetes` Service.
+                "--endpoint-reconciler-type=none",
+                *extra,
+            ],
+            f"{self.url}/readyz",
+            180,
+        )
+
+    def restart_scheduler(
+        self, profiles: str | os.PathLike[str] | Mapping[str, Any] | None = None
+    ) -> Component:
+        """(Re)start kube-scheduler, with the profiles of a `KubeSchedulerConfiguration` (a file
+        such as manifests/scheduler/profiles.yaml, or a mapping) or the stock defaults.
+
+        The connection and leader-election settings of the given configuration are replaced
+        by this control plane's; everything else (profiles, plugin config) is passed as is, so
+        a profile the real scheduler rejects raises ControlPlaneError with its log."""
+        old = self.components.pop("kube-scheduler", None)
+        if old is not None:
+            old.stop()
+        if profiles is None:
+            config: dict[str, Any] = {
+                "apiVersion": "kubescheduler.config.k8s.io/v1",
+                "kind": "KubeSchedulerConfiguration",
+            }
+        elif isinstance(profiles, Mapping):
+            config = dict(profiles)
+        else:
+            config = yaml.safe_load(Path(profiles).read_text())
+        config["clientConnection"] = {"kubeconfig": str(self.workdir / "scheduler.kubeconfig")}
+        config["leaderElection"] = {"leaderElect": False}
+        self.scheduler_config = _write(
+            self.workdir / "scheduler-config.yaml", yaml.safe_dump(config), 0o644
+        )
+        pki = self.pki_dir
+        kubeconfig = self.workdir / "scheduler.kubeconfig"
+        return self._launch(
+            "kube-scheduler",
+            [
+                f"--config={self.scheduler_config}",
+                f"--secure-port={self.ports['scheduler']}",
+                "--bind-address=127.0.0.1",
+                f"--tls-cert-file={pki / 'scheduler-serving.crt'}",
+                f"--tls-private-key-file={pki / 'scheduler-serving.key'}",
+                f"--client-ca-file={pki / 'ca.crt'}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+            ],
+            f"https://127.0.0.1:{self.ports['scheduler']}/readyz",
+            120,
+        )
+
+    def _start_controller_manager(self) -> None:
+        pki = self.pki_dir
+        kubeconfig = self.workdir / "controller-manager.kubeconfig"
+        _write(pki / "ca.key", self.pki.ca.key)
+        self._launch(
+            "kube-controller-manager",
+            [
+                f"--secure-port={self.ports['controller-manager']}",
+                "--bind-address=127.0.0.1",
+                f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                f"--client-ca-file={pki / 'ca.crt'}",
+                f"--tls-cert-file={pki / 'controller-manager-serving.crt'}",
+                f"--tls-private-key-file={pki / 'controller-manager-serving.key'}",
+                f"--service-account-private-key-file={pki / 'sa.key'}",
+                f"--root-ca-file={pki / 'ca.crt'}",
+                f"--cluster-signing-cert-file={pki / 'ca.crt'}",
+                f"--cluster-signing-key-file={pki / 'ca.key'}",
+                "--use-service-account-credentials=true",
+                "--leader-elect=false",
+                "--allocate-node-cidrs=false",
+                f"--controllers={KCM_CONTROLLERS}",
+            ],
+            f"https://127.0.0.1:{self.ports['controller-manager']}/healthz",
+            120,
+        )
+
+    def scheduler_metrics(self) -> str:
+        """The scheduler's /metrics text (read with the admin certificate)."""
+        pki = self.pki_dir
+        with requests.Session() as session:
+            session.trust_env = False
+            resp = session.get(
+                f"https://127.0.0.1:{self.ports['scheduler']}/metrics",
+                verify=str(self.ca_file),
+                cert=(str(pki / "admin.crt"), str(pki / "admin.key")),
+                timeout=10,
+            )
+        resp.raise_for_status()
+        return resp.text
+
+    # -- what a kubelet-less cluster needs ------------------------------------------------------
+
+    def ensure_namespace(self, name: str, labels: Mapping[str, str] | None = None) -> None:
+        """Create (or relabel) a namespace and its `default` ServiceAccount, which pods need and
+        only the controller manager would otherwise make."""
+        core = client.CoreV1Api(self.api_client())
+        body = {"metadata": {"name": name, "labels": dict(labels or {})}}
+        try:
+            core.create_namespace(body)
+        except client.ApiException as exc:
+            if exc.status != 409:
+                raise
+            core.patch_namespace(name, {"metadata": {"labels": dict(labels or {})}})
+        try:
+            core.create_namespaced_service_account(name, {"metadata": {"name": "default"}})
+        except client.ApiException as exc:
+            if exc.status != 409:
+                raise
+
+    def add_node(
+        self,
+        name: str,
+        *,
+        cpu: str = "8",
+        memory: str = "32Gi",
+        pods: int = 110,
+        gpus: int = 0,
+        zone: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        taints: Iterable[Mapping[str, str]] = (),
+        extra_capacity: Mapping[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """Create a Ready Node with the given capacity (= allocatable), zone and labels."""
+        core = client.CoreV1Api(self.api_client())
+        node_labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}
+        if zone:
+            node_labels["topology.kubernetes.io/zone"] = zone
+        node_labels.update(labels or {})
+        spec: dict[str, Any] = {}
+        if taints:
+            spec["taints"] = [dict(t) for t in taints]
+        core.create_node({"metadata": {"name": name, "labels": node_labels}, "spec": spec})
+        capacity = {"cpu": cpu, "memory": memory, "pods": str(pods)}
+        if gpus:
+            capacity[GPU] = str(gpus)
+        capacity.update(extra_capacity or {})
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        status = {
+            "status": {
+                "capacity": capacity,
+                "allocatable": capacity,
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "True",
+                        "reason": "KubeletReady",
+                        "message": "fake node",
+                        "lastHeartbeatTime": now,
+                        "lastTransitionTime": now,
+                    }
+                ],
+                "addresses": [{"type": "Hostname", "address": name}],
+            }
+        }
+        node: dict[str, Any] = self.api_client().sanitize_for_serialization(
+            core.patch_node_status(name, status)
+        )
+        return node
+
+    def delete_pods(self, namespace: str, label_selector: str | None = None) -> int:
+        """Delete pods with grace period 0 (nothing runs them, so nothing would confirm a
+        graceful stop); returns how many were deleted."""
+        core = client.CoreV1Api(self.api_client())
+        kwargs = {"label_selector": label_selector} if label_selector else {}
+        pods = core.list_namespaced_pod(namespace, **kwargs).items
+        for pod in pods:
+            with contextlib.suppress(client.ApiException):
+                core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
+        return len(pods)
+
+    def wait_for_bindings(
+        self, namespace: str, names: Iterable[str], timeout: float = 60.0
+    ) -> dict[str, str | None]:
+        """Wait until each named pod is bound (or the timeout passes); name → node or None."""
+        core = client.CoreV1Api(self.api_client())
+        wanted = set(names)
+        bound: dict[str, str | None] = dict.fromkeys(wanted)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for pod in core.list_namespaced_pod(namespace).items:
+                if pod.metadata.name in wanted:
+                    bound[pod.metadata.name] = pod.spec.node_name
+            if all(bound.values()):
+                break
+            time.sleep(0.2)
+        return bound
+
+
+@contextlib.contextmanager
+def control_plane(**kwargs: Any) -> Iterator[ControlPlane]:
+    plane = ControlPlane.start(**kwargs)
+    try:
+        yield plane
+    finally:
+        plane.stop()
