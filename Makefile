@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: test venv lint typecheck layers pytest demo bench-scorer bench-webhook clean
+.PHONY: test e2e venv lint typecheck layers pytest demo bench-scorer bench-webhook bench-placement clean
 
 test: venv lint typecheck layers pytest
 
@@ -28,8 +28,13 @@ typecheck: venv
 layers: venv
 	$(BIN)/lint-imports
 
+# Fast suite: no Kubernetes binaries needed (the API stand-in plays the apiserver).
 pytest: venv
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --ignore=tests/e2e
+
+# End-to-end suite on a real control plane: binaries from $$KUBE_BIN_DIR or ../shared/kube.
+e2e: venv
+	$(BIN)/pytest -q tests/e2e
 
 demo: venv
 	$(BIN)/steer demo
@@ -39,6 +44,9 @@ bench-scorer: venv
 
 bench-webhook: venv
 	$(BIN)/python bench/webhook_bench.py
+
+bench-placement: venv
+	$(BIN)/python bench/placement.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

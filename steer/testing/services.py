@@ -1,0 +1,297 @@
+"""The product's two services as an operator runs them (`steer webhook serve`, `steer scorer
+run`, each a subprocess), wired to a real control plane: the end-to-end suite and the placement
+benchmark share this.
+
+    with running_webhook(plane, policy_file, workdir) as hook:
+        register_admission(plane, hook)          # manifests/webhook/admission.yaml, by URL
+        ...
+    with running_scorer(plane, policy_file, prom.url, workdir) as scorer:
+        scorer.wait_ready()
+
+The webhook's admission configurations are the project's own manifests with each
+`clientConfig.service` replaced by `clientConfig.url` (https://127.0.0.1:PORT/path) and the
+`caBundle` filled in, so the apiserver calls the real server over TLS exactly as in a cluster.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import requests
+import yaml
+from kubernetes import client
+
+from certs import WebhookIdentity, issue_webhook_certs, write_webhook_certs
+from steer.testing.cluster import ROOT, ControlPlane, free_port
+
+ADMISSION_MANIFEST = ROOT / "manifests" / "webhook" / "admission.yaml"
+LOOPBACK_IDENTITY = WebhookIdentity("steer-webhook", "kube-steer", ("localhost",), ("127.0.0.1",))
+
+
+class ServiceError(RuntimeError):
+    """A service exited or did not become ready (its log tail is in the message)."""
+
+
+@dataclass
+class Service:
+    name: str
+    process: subprocess.Popen[bytes]
+    log_file: Path
+
+    def log(self, chars: int = 4000) -> str:
+        try:
+            return self.log_file.read_text(errors="replace")[-chars:]
+        except FileNotFoundError:
+            return "(no log)"
+
+    @property
+    def running(self) -> bool:
+        return self.process.poll() is None
+
+    def stop(self, timeout: float = 15.0) -> None:
+        if self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def _spawn(name: str, args: Sequence[str], log_file: Path) -> Service:
+    env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
+    with log_file.open("ab") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "steer.cli", *args],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+    return Service(name, process, log_file)
+
+
+def _wait_http(service: Service, url: str, timeout: float, verify: str | bool = True) -> None:
+    session = requests.Session()
+    session.trust_env = False  # this machine sets REQUESTS_CA_BUNDLE
+    deadline = time.monotonic() + timeout
+    last = ""
+    try:
+        while time.monotonic() < deadline:
+            if not service.running:
+                raise ServiceError(
+                    f"{service.name} exited with {service.process.returncode}:\n{service.log()}"
+                )
+            try:
+                resp = session.get(url, timeout=2, verify=verify)
+                if resp.status_code == 200:
+                    return
+                last = f"HTTP {resp.status_code}: {resp.text.strip()[:200]}"
+            except requests.RequestException as exc:
+                last = str(exc)
+            time.sleep(0.2)
+    finally:
+        session.close()
+    raise ServiceError(f"{service.name} not ready after {timeout:.0f}s ({last}):\n{service.log()}")
+
+
+# -- webhook -------------------------------------------------------------------------------------
+
+
+@dataclass
+class RunningWebhook(Service):
+    url: str = ""
+    metrics_url: str = ""
+    ca_file: Path = Path()
+    ca_bundle: str = ""
+
+    def session(self) -> requests.Session:
+        session = requests.Session()
+        session.trust_env = False
+        session.verify = str(self.ca_file)
+        return session
+
+
+@contextlib.contextmanager
+def running_webhook(
+    plane: ControlPlane,
+    policy_file: Path,
+    workdir: Path,
+    *,
+    workers: int = 2,
+    threads: int = 4,
+    extra_args: Sequence[str] = (),
+) -> Iterator[RunningWebhook]:
+    """`steer webhook serve` on a free loopback port, watching the control plane's namespaces
+    with the admin kubeconfig; yields once every worker answers /readyz."""
+    cert_dir = workdir / "webhook-certs"
+    issued = issue_webhook_certs(LOOPBACK_IDENTITY)
+    paths = write_webhook_certs(cert_dir, issued)
+    port, metrics_port = free_port(), free_port()
+    base = _spawn(
+        "webhook",
+        [
+            "webhook",
+            "serve",
+            "--policy",
+            str(policy_file),
+            "--cert",
+            str(paths.cert),
+            "--key",
+            str(paths.key),
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--metrics-listen",
+            f"127.0.0.1:{metrics_port}",
+            "--kubeconfig",
+            str(plane.kubeconfig),
+            "--workers",
+            str(workers),
+            "--threads",
+            str(threads),
+            *extra_args,
+        ],
+        workdir / "webhook.log",
+    )
+    hook = RunningWebhook(
+        base.name,
+        base.process,
+        base.log_file,
+        url=f"https://127.0.0.1:{port}",
+        metrics_url=f"http://127.0.0.1:{metrics_port}/metrics",
+        ca_file=paths.ca_cert,
+        ca_bundle=issued.ca_bundle,
+    )
+    try:
+        for _ in range(workers * 2):  # each new connection may land on another worker
+            _wait_http(hook, f"{hook.url}/readyz", 60, verify=str(hook.ca_file))
+        yield hook
+    finally:
+        hook.stop()
+
+
+def admission_configurations(
+    base_url: str, ca_bundle: str, manifest: Path = ADMISSION_MANIFEST
+) -> list[dict[str, Any]]:
+    """The project's admission configurations with `clientConfig.url` = base_url + the
+    service's path, and the CA bundle filled in."""
+    text = manifest.read_text().replace("${CA_BUNDLE}", ca_bundle)
+    docs = [doc for doc in yaml.safe_load_all(text) if doc]
+    for doc in docs:
+        for hook in doc.get("webhooks", []):
+            service = hook["clientConfig"].pop("service")
+            hook["clientConfig"]["url"] = base_url + service.get("path", "/")
+    return docs
+
+
+def register_admission(
+    plane: ControlPlane, hook: RunningWebhook, manifest: Path = ADMISSION_MANIFEST
+) -> list[str]:
+    """Create (or replace) the configurations of `manifest` pointing at `hook`; returns their
+    kinds/names. The apiserver uses them for requests a moment later (it watches them)."""
+    admission = client.AdmissionregistrationV1Api(plane.api_client())
+    made = []
+    for doc in admission_configurations(hook.url, hook.ca_bundle, manifest):
+        kind, name = doc["kind"], doc["metadata"]["name"]
+        create, replace, read = {
+            "MutatingWebhookConfiguration": (
+                admission.create_mutating_webhook_configuration,
+                admission.replace_mutating_webhook_configuration,
+                admission.read_mutating_webhook_configuration,
+            ),
+            "ValidatingWebhookConfiguration": (
+                admission.create_validating_webhook_configuration,
+                admission.replace_validating_webhook_configuration,
+                admission.read_validating_webhook_configuration,
+            ),
+        }[kind]
+        try:
+            create(doc)
+        except client.ApiException as exc:
+            if exc.status != 409:
+                raise
+            doc["metadata"]["resourceVersion"] = read(name).metadata.resource_version
+            replace(name, doc)
+        made.append(f"{kind}/{name}")
+    return made
+
+
+def unregister_admission(plane: ControlPlane, manifest: Path = ADMISSION_MANIFEST) -> None:
+    admission = client.AdmissionregistrationV1Api(plane.api_client())
+    for doc in yaml.safe_load_all(manifest.read_text()):
+        if not doc:
+            continue
+        delete = (
+            admission.delete_mutating_webhook_configuration
+            if doc["kind"] == "MutatingWebhookConfiguration"
+            else admission.delete_validating_webhook_configuration
+        )
+        with contextlib.suppress(client.ApiException):
+            delete(doc["metadata"]["name"])
+
+
+# -- scorer --------------------------------------------------------------------------------------
+
+
+@dataclass
+class RunningScorer(Service):
+    url: str = ""
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        """Until the first scoring cycle has completed (/readyz)."""
+        _wait_http(self, f"{self.url}/readyz", timeout)
+
+    def get(self, path: str) -> Any:
+        with requests.Session() as session:
+            session.trust_env = False
+            resp = session.get(f"{self.url}{path}", timeout=10)
+        resp.raise_for_status()
+        return resp.json()
+
+
+@contextlib.contextmanager
+def running_scorer(
+    plane: ControlPlane,
+    policy_file: Path,
+    prometheus_url: str,
+    workdir: Path,
+    *,
+    name: str = "scorer",
+    extra_args: Sequence[str] = (),
+) -> Iterator[RunningScorer]:
+    """`steer scorer run` against the control plane and a Prometheus; yields once it serves
+    /healthz (call `wait_ready()` for the first cycle)."""
+    port = free_port()
+    base = _spawn(
+        name,
+        [
+            "scorer",
+            "run",
+            "--policy",
+            str(policy_file),
+            "--prometheus",
+            prometheus_url,
+            "--kubeconfig",
+            str(plane.kubeconfig),
+            "--listen",
+            f"127.0.0.1:{port}",
+            *extra_args,
+        ],
+        workdir / f"{name}.log",
+    )
+    scorer = RunningScorer(base.name, base.process, base.log_file, url=f"http://127.0.0.1:{port}")
+    try:
+        _wait_http(scorer, f"{scorer.url}/healthz", 60)
+        yield scorer
+    finally:
+        scorer.stop()

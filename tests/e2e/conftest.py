@@ -1,0 +1,89 @@
+"""End-to-end fixtures: one real control plane (etcd, kube-apiserver, kube-scheduler with the
+project's profiles, kube-controller-manager) for the whole session, from `KUBE_BIN_DIR` or
+`../shared/kube` (see steer/testing/cluster.py). Run with `make e2e`.
+
+Tests that schedule pods own the node set while they run: `make_node` deletes its nodes at
+teardown, so one test's nodes never receive another test's pods. Namespaces from `make_namespace`
+are unique per test; their pods are deleted with grace period 0 at teardown.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from steer.testing.cluster import ControlPlane
+
+ROOT = Path(__file__).resolve().parents[2]
+PROFILES = ROOT / "manifests" / "scheduler" / "profiles.yaml"
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    plane = ControlPlane.start(
+        tmp_path_factory.mktemp("control-plane"),
+        controller_manager=True,
+        scheduler_profiles=PROFILES,
+    )
+    try:
+        yield plane
+    finally:
+        plane.stop()
+
+
+@pytest.fixture(scope="session")
+def api(control_plane: ControlPlane) -> client.ApiClient:
+    return control_plane.api_client()
+
+
+@pytest.fixture(scope="session")
+def core(api: client.ApiClient) -> client.CoreV1Api:
+    return client.CoreV1Api(api)
+
+
+@pytest.fixture
+def make_namespace(control_plane: ControlPlane) -> Iterator[Callable[..., str]]:
+    """make_namespace(labels={...}, prefix="t") -> a fresh namespace name (with its default SA)."""
+    made: list[str] = []
+
+    def make(labels: Mapping[str, str] | None = None, prefix: str = "e2e") -> str:
+        name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+        control_plane.ensure_namespace(name, labels)
+        made.append(name)
+        return name
+
+    yield make
+    core = client.CoreV1Api(control_plane.api_client())
+    for name in made:
+        control_plane.delete_pods(name)
+        with contextlib.suppress(client.ApiException):
+            core.delete_namespace(name)
+
+
+@pytest.fixture
+def make_node(control_plane: ControlPlane) -> Iterator[Callable[..., dict[str, Any]]]:
+    """make_node(name, cpu=, memory=, gpus=, zone=, labels=, taints=) -> the Node; deleted at
+    teardown (with grace-0 deletion of any pod still bound to it)."""
+    made: list[str] = []
+
+    def make(name: str, **kwargs: Any) -> dict[str, Any]:
+        node = control_plane.add_node(name, **kwargs)
+        made.append(name)
+        return node
+
+    yield make
+    core = client.CoreV1Api(control_plane.api_client())
+    for name in made:
+        for pod in core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={name}").items:
+            with contextlib.suppress(client.ApiException):
+                core.delete_namespaced_pod(
+                    pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0
+                )
+        with contextlib.suppress(client.ApiException):
+            core.delete_node(name)
