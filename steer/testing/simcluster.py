@@ -1,0 +1,507 @@
+"""A simulated cluster whose metrics follow the live Kubernetes API: the exporters a GPU cluster
+would run (DCGM, Kepler, kube-state-metrics, blackbox), derived from the Node and Pod objects of
+a kubelet-less control plane, for the placement benchmark.
+
+    cluster = SimCluster(PowerModel(), external_gpu_util={"gpu-5": 95})
+    with ApiPoller(api_client, cluster), SimExporter(cluster) as exporter:
+        ...  # a Prometheus scraping exporter.target (honor_labels: true) sees the pods bind
+
+`SyntheticCluster` (steer.testing.exporter) is state a test sets by hand; here the state is what
+the apiserver holds. `ApiPoller` lists nodes and pods every `interval_s` (1 s) and hands the
+raw JSON to `SimCluster.update`; tests call `update` with dicts directly, no cluster needed.
+Every scrape evaluates the state at that moment:
+
+- **DCGM** (`DCGM_FI_DEV_GPU_UTIL` %, `DCGM_FI_DEV_FB_USED` / `DCGM_FI_DEV_FB_FREE` MiB; labels
+  `gpu`, `UUID`, `pci_bus_id`, `device`, `modelName`, `Hostname` = node name), one series per GPU
+  of each node with `nvidia.com/gpu` allocatable. A bound pod requesting N GPUs is given the N
+  lowest free GPU indices of its node (kept while the pod exists, in (creationTimestamp, name)
+  order for pods first seen together, as a device plugin would), and those GPUs report
+  `job_gpu_util` % and `job_fb_mib` MiB used. `external_gpu_util` marks nodes busy from outside
+  Kubernetes (no pods): all their GPUs report that utilisation and `external_fb_mib` MiB used,
+  whatever the scheduler believes is free. The two loads add up (capped at 100 % / the
+  framebuffer size) on a GPU that has both.
+- **Kepler 0.7** `kepler_node_platform_joules_total{instance=<node>, mode=idle|dynamic,
+  source="acpi"}`: counters integrating `PowerModel.node_watts` over time (the idle part in
+  `mode="idle"`, the rest in `mode="dynamic"`, so `sum by (instance) (rate(...))` is the node's
+  watts). The counters start at 0 when a node first appears.
+- **kube-state-metrics** `kube_node_status_allocatable{node, resource, unit}` (cpu/core,
+  memory/byte, pods/integer, nvidia_com_gpu/integer), and `kube_pod_container_resource_requests`
+  / `_limits{namespace, pod, uid, container, node, resource, unit}` for every container of every
+  pod in the API (an unbound pod has `node=""`, as in KSM), except pods that finished.
+- **blackbox** `probe_success{instance=<node>, node=<node>, job="node-health"}`: 1 while the
+  node's Ready condition is True. The `job` label is the one the example policy's health query
+  selects; scrape with `honor_labels: true` so it (and `instance`) survive.
+
+The power model is linear: idle watts (GPU nodes idle higher) + watts per requested CPU core of
+the bound pods + watts per GPU times its busy share (1 for a GPU given to a pod, the external
+utilisation / 100 otherwise). Node names double as Kepler `instance` and DCGM `Hostname`.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+from wsgiref.simple_server import WSGIServer
+
+from kubernetes import client
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+from steer.core.quantity import QuantityError, parse_quantity
+from steer.testing.exporter import Family
+
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_MODEL = "NVIDIA A100-SXM4-80GB"
+FB_TOTAL_MIB = 81920.0
+HEALTH_JOB = "node-health"
+_KSM_UNITS = {"cpu": "core", "memory": "byte", "nvidia_com_gpu": "integer", "pods": "integer"}
+_FINISHED = ("Succeeded", "Failed")
+
+Json = Mapping[str, Any]
+
+
+def ksm_resource(name: str) -> str:
+    """kube-state-metrics' label value for a resource name (`nvidia.com/gpu` → `nvidia_com_gpu`)."""
+    return "".join(c if c.isalnum() else "_" for c in name)
+
+
+def quantity(value: Any) -> float:
+    """A Kubernetes quantity as a float (0 for a malformed one: metrics must not crash)."""
+    try:
+        return float(parse_quantity(value))
+    except QuantityError:
+        return 0.0
+
+
+@dataclass(frozen=True)
+class PowerModel:
+    """Node watts = idle + per_core_w x requested CPU cores of bound pods + per_gpu_w x busy GPUs."""
+
+    cpu_node_idle_w: float = 150.0
+    gpu_node_idle_w: float = 800.0
+    per_core_w: float = 6.0
+    per_gpu_w: float = 300.0
+
+    def node_watts(self, *, gpu_node: bool, cores: float, busy_gpus: float) -> float:
+        return self.idle_watts(gpu_node) + self.per_core_w * cores + self.per_gpu_w * busy_gpus
+
+    def idle_watts(self, gpu_node: bool) -> float:
+        return self.gpu_node_idle_w if gpu_node else self.cpu_node_idle_w
+
+
+@dataclass(frozen=True)
+class SimContainer:
+    name: str
+    requests: Mapping[str, float]  # KSM resource names and units (cores, bytes, integers)
+    limits: Mapping[str, float]
+
+
+@dataclass(frozen=True)
+class SimPod:
+    uid: str
+    namespace: str
+    name: str
+    node: str  # "" while unbound
+    created: str
+    containers: tuple[SimContainer, ...]
+
+    @property
+    def cores(self) -> float:
+        return sum(c.requests.get("cpu", 0.0) for c in self.containers)
+
+    @property
+    def gpus(self) -> int:
+        # Extended resources: requests equal limits, and a limit alone implies the request.
+        key = ksm_resource(GPU_RESOURCE)
+        return int(sum(c.requests.get(key, c.limits.get(key, 0.0)) for c in self.containers))
+
+    @classmethod
+    def from_api(cls, pod: Json) -> SimPod:
+        meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+        containers = []
+        for c in spec.get("containers") or ():
+            resources = c.get("resources") or {}
+            containers.append(
+                SimContainer(
+                    name=c.get("name", ""),
+                    requests={
+                        ksm_resource(k): quantity(v)
+                        for k, v in (resources.get("requests") or {}).items()
+                    },
+                    limits={
+                        ksm_resource(k): quantity(v)
+                        for k, v in (resources.get("limits") or {}).items()
+                    },
+                )
+            )
+        name, namespace = meta.get("name", ""), meta.get("namespace", "")
+        return cls(
+            uid=meta.get("uid") or str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{namespace}/{name}")),
+            namespace=namespace,
+            name=name,
+            node=spec.get("nodeName") or "",
+            created=meta.get("creationTimestamp") or "",
+            containers=tuple(containers),
+        )
+
+
+@dataclass
+class SimNode:
+    name: str
+    allocatable: dict[str, float]  # KSM resource names
+    ready: bool = True
+    platform_joules: float = 0.0
+    idle_joules: float = 0.0
+
+    @property
+    def gpus(self) -> int:
+        return int(self.allocatable.get(ksm_resource(GPU_RESOURCE), 0))
+
+    @classmethod
+    def from_api(cls, node: Json) -> SimNode:
+        status = node.get("status") or {}
+        ready = any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in status.get("conditions") or ()
+        )
+        return cls(
+            name=(node.get("metadata") or {}).get("name", ""),
+            allocatable={
+                ksm_resource(k): quantity(v) for k, v in (status.get("allocatable") or {}).items()
+            },
+            ready=ready,
+        )
+
+
+@dataclass
+class _Gpu:
+    util: float = 0.0
+    fb_used: float = 0.0
+    busy: float = 0.0  # share counted by the power model
+    pod: str = ""  # uid of the pod holding it
+
+
+@dataclass
+class SimCluster:
+    """The cluster's state as the apiserver last reported it, plus external GPU load; thread-safe."""
+
+    power: PowerModel = field(default_factory=PowerModel)
+    external_gpu_util: Mapping[str, float] = field(default_factory=dict)
+    external_fb_mib: float = 16384.0
+    job_gpu_util: float = 85.0
+    job_fb_mib: float = 60000.0
+    fb_total_mib: float = FB_TOTAL_MIB
+
+    def __post_init__(self) -> None:
+        self._lock = threading.RLock()
+        self._nodes: dict[str, SimNode] = {}
+        self._pods: dict[str, SimPod] = {}
+        self._assigned: dict[str, tuple[str, tuple[int, ...]]] = {}  # uid → (node, indices)
+        self._last_t: float | None = None
+        self.updates = 0
+
+    # -- state ----------------------------------------------------------------------------------
+    def update(self, nodes: Iterable[Json], pods: Iterable[Json], now: float | None = None) -> None:
+        """Replace the state with these Node and Pod objects (API JSON), first integrating the
+        energy of the old state up to `now`."""
+        moment = time.time() if now is None else now
+        new_nodes = [SimNode.from_api(n) for n in nodes]
+        new_pods = [
+            SimPod.from_api(p)
+            for p in pods
+            if ((p.get("status") or {}).get("phase") not in _FINISHED)
+        ]
+        with self._lock:
+            self._advance(moment)
+            kept = {}
+            for n in new_nodes:
+                old = self._nodes.get(n.name)
+                if old is not None:
+                    n.platform_joules, n.idle_joules = old.platform_joules, old.idle_joules
+                kept[n.name] = n
+            self._nodes = kept
+            self._pods = {p.uid: p for p in new_pods}
+            self._assign_gpus()
+            self.updates += 1
+
+    def _assign_gpus(self) -> None:
+        # Forget pods that left (or moved, which a bound pod never does) and nodes that went.
+        self._assigned = {
+            uid: (node, idx)
+            for uid, (node, idx) in self._assigned.items()
+            if uid in self._pods and self._pods[uid].node == node and node in self._nodes
+        }
+        used: dict[str, set[int]] = {}
+        for node, idx in self._assigned.values():
+            used.setdefault(node, set()).update(idx)
+        waiting = sorted(
+            (p for p in self._pods.values() if p.node in self._nodes and p.gpus > 0),
+            key=lambda p: (p.created, p.namespace, p.name),
+        )
+        for pod in waiting:
+            if pod.uid in self._assigned:
+                continue
+            taken = used.setdefault(pod.node, set())
+            free = [i for i in range(self._nodes[pod.node].gpus) if i not in taken]
+            chosen = tuple(free[: pod.gpus])  # fewer if the node has too few: never crash
+            taken.update(chosen)
+            self._assigned[pod.uid] = (pod.node, chosen)
+
+    def _gpus(self, node: SimNode) -> list[_Gpu]:
+        ext = float(self.external_gpu_util.get(node.name, 0.0))
+        gpus = [
+            _Gpu(util=ext, fb_used=self.external_fb_mib if ext else 0.0, busy=ext / 100)
+            for _ in range(node.gpus)
+        ]
+        for uid, (name, idx) in self._assigned.items():
+            if name != node.name:
+                continue
+            for i in idx:
+                g = gpus[i]
+                g.util = min(100.0, g.util + self.job_gpu_util)
+                g.fb_used = min(self.fb_total_mib, g.fb_used + self.job_fb_mib)
+                g.busy, g.pod = 1.0, uid
+        return gpus
+
+    def _watts(self, node: SimNode) -> tuple[float, float]:
+        """(total, idle) watts of a node in the current state."""
+        cores = sum(p.cores for p in self._pods.values() if p.node == node.name)
+        busy = sum(g.busy for g in self._gpus(node))
+        gpu_node = node.gpus > 0
+        total = self.power.node_watts(gpu_node=gpu_node, cores=cores, busy_gpus=busy)
+        return total, self.power.idle_watts(gpu_node)
+
+    def _advance(self, now: float) -> None:
+        if self._last_t is not None and now > self._last_t:
+            dt = now - self._last_t
+            for node in self._nodes.values():
+                total, idle = self._watts(node)
+                node.platform_joules += total * dt
+                node.idle_joules += idle * dt
+        if self._last_t is None or now > self._last_t:
+            self._last_t = now
+
+    # -- views ----------------------------------------------------------------------------------
+    def node_watts(self) -> dict[str, float]:
+        """Each node's watts in the current state."""
+        with self._lock:
+            return {name: self._watts(node)[0] for name, node in self._nodes.items()}
+
+    def gpu_assignment(self) -> dict[str, dict[int, str]]:
+        """node → GPU index → `namespace/name` of the pod holding it."""
+        with self._lock:
+            out: dict[str, dict[int, str]] = {}
+            for uid, (node, idx) in self._assigned.items():
+                pod = self._pods[uid]
+                for i in idx:
+                    out.setdefault(node, {})[i] = f"{pod.namespace}/{pod.name}"
+            return out
+
+    def families(self, now: float | None = None) -> list[Family]:
+        """Every series at `now` (advances the energy counters to it)."""
+        moment = time.time() if now is None else now
+        with self._lock:
+            self._advance(moment)
+            out: dict[str, Family] = {}
+
+            def add(
+                name: str,
+                kind: Literal["gauge", "counter"],
+                help_: str,
+                labels: dict[str, str],
+                v: float,
+            ) -> None:
+                out.setdefault(name, Family(name, kind, help_, [])).samples.append((labels, v))
+
+            for node in self._nodes.values():
+                for i, gpu in enumerate(self._gpus(node)):
+                    labels = dcgm_labels(node.name, i)
+                    add(
+                        "DCGM_FI_DEV_GPU_UTIL",
+                        "gauge",
+                        "GPU utilization (in %).",
+                        labels,
+                        round(gpu.util),
+                    )
+                    add(
+                        "DCGM_FI_DEV_FB_USED",
+                        "gauge",
+                        "Framebuffer memory used (in MiB).",
+                        labels,
+                        round(gpu.fb_used),
+                    )
+                    add(
+                        "DCGM_FI_DEV_FB_FREE",
+                        "gauge",
+                        "Framebuffer memory free (in MiB).",
+                        labels,
+                        round(self.fb_total_mib - gpu.fb_used),
+                    )
+                for mode, joules in (
+                    ("dynamic", node.platform_joules - node.idle_joules),
+                    ("idle", node.idle_joules),
+                ):
+                    add(
+                        "kepler_node_platform_joules_total",
+                        "counter",
+                        "Aggregated value in platform_joules",
+                        {"instance": node.name, "mode": mode, "source": "acpi"},
+                        joules,
+                    )
+                for resource, amount in node.allocatable.items():
+                    add(
+                        "kube_node_status_allocatable",
+                        "gauge",
+                        "The allocatable for different resources of a node.",
+                        {"node": node.name, "resource": resource, "unit": _unit(resource)},
+                        amount,
+                    )
+                add(
+                    "probe_success",
+                    "gauge",
+                    "Displays whether or not the probe was a success",
+                    {"instance": node.name, "node": node.name, "job": HEALTH_JOB},
+                    1.0 if node.ready else 0.0,
+                )
+            for pod in self._pods.values():
+                for c in pod.containers:
+                    base = {
+                        "namespace": pod.namespace,
+                        "pod": pod.name,
+                        "uid": pod.uid,
+                        "container": c.name,
+                        "node": pod.node,
+                    }
+                    for series, amounts in (
+                        ("kube_pod_container_resource_requests", c.requests),
+                        ("kube_pod_container_resource_limits", c.limits),
+                    ):
+                        for resource, amount in amounts.items():
+                            add(
+                                series,
+                                "gauge",
+                                f"The number of {series.rsplit('_', 1)[1]} resource.",
+                                {**base, "resource": resource, "unit": _unit(resource)},
+                                amount,
+                            )
+            return list(out.values())
+
+
+def _unit(resource: str) -> str:
+    return _KSM_UNITS.get(resource, "integer")
+
+
+def dcgm_labels(node: str, index: int, model: str = GPU_MODEL) -> dict[str, str]:
+    return {
+        "gpu": str(index),
+        "UUID": f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{node}/{index}')}",
+        "pci_bus_id": f"00000000:{0x07 + index:02X}:00.0",
+        "device": f"nvidia{index}",
+        "modelName": model,
+        "Hostname": node,
+    }
+
+
+# -- live wiring ---------------------------------------------------------------------------------
+
+
+class ApiPoller:
+    """Lists nodes and pods every `interval_s` and feeds them to a `SimCluster` (a thread).
+
+    Give it its own ApiClient: the connection pool is not shared with the caller's threads."""
+
+    def __init__(
+        self, api: client.ApiClient, cluster: SimCluster, *, interval_s: float = 1.0
+    ) -> None:
+        self.api = api
+        self.cluster = cluster
+        self.interval_s = interval_s
+        self.errors = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def poll_once(self) -> None:
+        core = client.CoreV1Api(self.api)
+        # Raw JSON (no model objects): cheaper, and what SimCluster reads.
+        node_resp: Any = core.list_node(_preload_content=False)
+        pod_resp: Any = core.list_pod_for_all_namespaces(_preload_content=False)
+        nodes = json.loads(node_resp.data)["items"]
+        pods = json.loads(pod_resp.data)["items"]
+        self.cluster.update(nodes, pods)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.poll_once()
+            except Exception:  # a transient API error must not stop the metrics
+                self.errors += 1
+
+    def start(self) -> ApiPoller:
+        self.poll_once()
+        self._thread = threading.Thread(target=self._run, name="simcluster-poller", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+
+    def __enter__(self) -> ApiPoller:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class SimCollector(Collector):
+    def __init__(self, cluster: SimCluster) -> None:
+        self.cluster = cluster
+
+    def collect(self) -> Iterator[Metric]:
+        for fam in self.cluster.families():
+            family_name = fam.name.removesuffix("_total") if fam.kind == "counter" else fam.name
+            metric = Metric(family_name, fam.help, fam.kind)
+            for labels, value in fam.samples:
+                metric.add_sample(fam.name, labels, value)
+            yield metric
+
+
+class SimExporter:
+    """Serves a `SimCluster` on 127.0.0.1 (a free port) until `stop()`; `target` for Prometheus."""
+
+    def __init__(self, cluster: SimCluster) -> None:
+        self.cluster = cluster
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(SimCollector(cluster))
+        self._server: WSGIServer | None = None
+        self.port = 0
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> SimExporter:
+        server, _thread = start_http_server(0, addr="127.0.0.1", registry=self.registry)
+        self._server = server
+        self.port = server.server_port
+        return self
+
+    def stop(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+
+    def __enter__(self) -> SimExporter:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
