@@ -1,0 +1,132 @@
+"""A second, foreign mutating webhook for the admission tests: it adds one pod label.
+
+Registered under a configuration name that sorts after `steer-webhook`, it runs after kube-steer
+and changes the pod, which is exactly the case in which the apiserver reinvokes a webhook whose
+`reinvocationPolicy` is `IfNeeded`. It records every object it is shown, so a test can see
+that kube-steer's patch was already applied when it ran.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import ssl
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+
+from certs import issue_webhook_certs, write_webhook_certs
+from steer.testing.cluster import ControlPlane
+from steer.testing.services import LOOPBACK_IDENTITY
+
+RELABEL_CONFIGURATION = "zz-e2e-relabel"  # sorts after "steer-webhook": runs after it
+RELABEL_NAMESPACE_LABEL = "e2e.steer.io/relabel"
+RELABEL_POD_LABEL = "e2e.steer.io/relabelled"
+
+
+@dataclass
+class RelabelWebhook:
+    url: str
+    ca_bundle: str
+    seen: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _json_pointer(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def _handler(hook: RelabelWebhook) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:
+            review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            request = review["request"]
+            pod = request["object"]
+            hook.seen.append(pod)
+            labels = pod.get("metadata", {}).get("labels")
+            ops: list[dict[str, Any]] = []
+            if labels is None:
+                ops = [
+                    {"op": "add", "path": "/metadata/labels", "value": {RELABEL_POD_LABEL: "yes"}}
+                ]
+            elif RELABEL_POD_LABEL not in labels:
+                path = "/metadata/labels/" + _json_pointer(RELABEL_POD_LABEL)
+                ops = [{"op": "add", "path": path, "value": "yes"}]
+            response: dict[str, Any] = {"uid": request["uid"], "allowed": True}
+            if ops:
+                response["patchType"] = "JSONPatch"
+                response["patch"] = base64.b64encode(json.dumps(ops).encode()).decode()
+            body = json.dumps(
+                {
+                    "apiVersion": "admission.k8s.io/v1",
+                    "kind": "AdmissionReview",
+                    "response": response,
+                }
+            ).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    return Handler
+
+
+@contextlib.contextmanager
+def relabel_webhook(plane: ControlPlane, workdir: Path) -> Iterator[RelabelWebhook]:
+    """Serve the relabelling webhook over TLS and register it for pods in namespaces labelled
+    RELABEL_NAMESPACE_LABEL=on; unregister and stop on exit."""
+    issued = issue_webhook_certs(LOOPBACK_IDENTITY)
+    paths = write_webhook_certs(workdir / "relabel-certs", issued)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(paths.cert, paths.key)
+    hook = RelabelWebhook(url="", ca_bundle=issued.ca_bundle)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(hook))
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    hook.url = f"https://127.0.0.1:{server.server_address[1]}/mutate"
+    thread = threading.Thread(target=server.serve_forever, name="relabel-webhook", daemon=True)
+    thread.start()
+    admission = client.AdmissionregistrationV1Api(plane.api_client())
+    admission.create_mutating_webhook_configuration(
+        {
+            "metadata": {"name": RELABEL_CONFIGURATION},
+            "webhooks": [
+                {
+                    "name": "relabel.e2e.steer.io",
+                    "admissionReviewVersions": ["v1"],
+                    "clientConfig": {"url": hook.url, "caBundle": hook.ca_bundle},
+                    "rules": [
+                        {
+                            "operations": ["CREATE"],
+                            "apiGroups": [""],
+                            "apiVersions": ["v1"],
+                            "resources": ["pods"],
+                            "scope": "Namespaced",
+                        }
+                    ],
+                    "namespaceSelector": {"matchLabels": {RELABEL_NAMESPACE_LABEL: "on"}},
+                    "failurePolicy": "Fail",
+                    "reinvocationPolicy": "Never",
+                    "sideEffects": "None",
+                    "timeoutSeconds": 5,
+                }
+            ],
+        }
+    )
+    try:
+        yield hook
+    finally:
+        with contextlib.suppress(client.ApiException):
+            admission.delete_mutating_webhook_configuration(RELABEL_CONFIGURATION)
+        server.shutdown()
+        server.server_close()
