@@ -130,8 +130,9 @@ def metric_samples(text: str, name: str) -> dict[str, float]:
 
 @pytest.fixture
 def node_set(make_node: Callable[..., dict[str, Any]]) -> Callable[..., list[str]]:
-    """node_set(count, **node kwargs) -> node names labelled SET_KEY=<set id>; pods confine to
-    them with `pod_template(set_id, ...)`. The set id is the returned names' common prefix."""
+    """node_set(set_id, count, labels=None, **add_node kwargs) -> node names `<set_id>-NN`,
+    labelled SET_KEY=set_id and spread over ZONES; `pod_template(set_id, ...)` confines pods
+    to them. The nodes go at teardown (make_node)."""
 
     def make(
         set_id: str, count: int, labels: Mapping[str, str] | None = None, **kwargs: Any
