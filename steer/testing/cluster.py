@@ -211,7 +211,9 @@ def _write(path: Path, data: bytes | str, mode: int = 0o600) -> Path:
 
 
 def kubeconfig_text(server: str, ca_pem: bytes, user: str, pem: Pem) -> str:
-    b64 = lambda data: base64.b64encode(data).decode()  # noqa: E731
+    def b64(data: bytes) -> str:
+        return base64.b64encode(data).decode()
+
     return yaml.safe_dump(
         {
             "apiVersion": "v1",
@@ -633,7 +635,7 @@ class ControlPlane:
     def ensure_namespace(self, name: str, labels: Mapping[str, str] | None = None) -> None:
         """Create (or relabel) a namespace and its `default` ServiceAccount, which pods need and
         only the controller manager would otherwise make."""
-        core = client.CoreV1Api(self.api_client())
+        core: Any = client.CoreV1Api(self.api_client())
         body = {"metadata": {"name": name, "labels": dict(labels or {})}}
         try:
             core.create_namespace(body)
@@ -661,7 +663,7 @@ class ControlPlane:
         extra_capacity: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
         """Create a Ready Node with the given capacity (= allocatable), zone and labels."""
-        core = client.CoreV1Api(self.api_client())
+        core: Any = client.CoreV1Api(self.api_client())
         node_labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}
         if zone:
             node_labels["topology.kubernetes.io/zone"] = zone
@@ -700,7 +702,7 @@ class ControlPlane:
     def delete_pods(self, namespace: str, label_selector: str | None = None) -> int:
         """Delete pods with grace period 0 (nothing runs them, so nothing would confirm a
         graceful stop); returns how many were deleted."""
-        core = client.CoreV1Api(self.api_client())
+        core: Any = client.CoreV1Api(self.api_client())
         kwargs = {"label_selector": label_selector} if label_selector else {}
         pods = core.list_namespaced_pod(namespace, **kwargs).items
         for pod in pods:
@@ -712,7 +714,7 @@ class ControlPlane:
         self, namespace: str, names: Iterable[str], timeout: float = 60.0
     ) -> dict[str, str | None]:
         """Wait until each named pod is bound (or the timeout passes); name → node or None."""
-        core = client.CoreV1Api(self.api_client())
+        core: Any = client.CoreV1Api(self.api_client())
         wanted = set(names)
         bound: dict[str, str | None] = dict.fromkeys(wanted)
         deadline = time.monotonic() + timeout

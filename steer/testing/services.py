@@ -203,7 +203,7 @@ def register_admission(
     made = []
     for doc in admission_configurations(hook.url, hook.ca_bundle, manifest):
         kind, name = doc["kind"], doc["metadata"]["name"]
-        create, replace, read = {
+        operations: dict[str, tuple[Any, Any, Any]] = {
             "MutatingWebhookConfiguration": (
                 admission.create_mutating_webhook_configuration,
                 admission.replace_mutating_webhook_configuration,
@@ -214,7 +214,8 @@ def register_admission(
                 admission.replace_validating_webhook_configuration,
                 admission.read_validating_webhook_configuration,
             ),
-        }[kind]
+        }
+        create, replace, read = operations[kind]
         try:
             create(doc)
         except client.ApiException as exc:
