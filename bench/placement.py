@@ -23,9 +23,10 @@ same state, rebuilt from scratch:
   `gpu-hot` taint (util > 90) fires on them; Kubernetes still sees 8 free GPUs there.
 - **Pre-existing pods** (namespace `legacy`, not opted in, bound directly with `spec.nodeName`
   before anything else; requests < limits): cpu-1 (cpu limits 150 % of allocatable), cpu-3
-  (103 %: inside dept-a's 5 % budget, outside dept-b's 0 %), cpu-8 (memory 117 %), gpu-1 (cpu
-  112.5 %), nodes near full but not over (cpu-2 cpu 97 %, cpu-5 memory 98 %), and small pods on
-  cpu-4, cpu-9 and gpu-2. See PREEXISTING.
+  (103 %: inside dept-a's 5 % budget, outside dept-b's 0 %), cpu-8 (memory 117 %), nodes near
+  full but not over (cpu-2 cpu 97 %, cpu-5 memory 98 %), and smaller pods on cpu-4, cpu-9,
+  gpu-1 and gpu-2 (no GPU node is over budget, so every tenant may use all four cool ones).
+  See PREEXISTING.
 - **Power model** (steer.testing.simcluster.PowerModel): a node draws idle watts (CPU nodes 150,
   GPU nodes 800) + 6 W per requested CPU core of its bound pods + 300 W per GPU times its busy
   share (1 when allocated to a pod; the external utilisation, 0.95, on the two hot nodes).
@@ -46,8 +47,8 @@ same state, rebuilt from scratch:
     25/30/25/15/5 %;
   * 8 one-GPU jobs in `team-a` (1 GPU, 4 cores, 32 GiB; burstable 1.05) in the first half of
     the trace, then 2 whole-node jobs in `team-b` (8 GPUs, 32 cores, 256 GiB, Guaranteed) in
-    the last third. Both fit in principle even away from the hot nodes: one cool GPU node for
-    the 8 one-GPU jobs, two for the whole-node jobs, one to spare;
+    the last third. Both fit in principle, away from the hot nodes and within the budgets: one
+    cool GPU node for the 8 one-GPU jobs, two for the whole-node jobs, one to spare;
   * one business chain: Deployment `checkout` in `team-a`, 12 replicas (1 core, 2 GiB,
     Guaranteed), pod label `order-chain: checkout` (so the policy's zone and hostname spread
     rules apply; the pods carry `pod-template-hash`), created at ~30 % of the trace; the
@@ -87,22 +88,35 @@ adds the pre-existing ones. A pod counts as bound when `spec.nodeName` is set.
   policy's `overcommit-pct` query, evaluated on the final state (so a pod that pushed its own
   node over the budget counts too: the budget is a property of the node the pod runs on).
   Shown as count/of-bound-tenant-pods.
+- `A@bind`, `B@bind`: of those, the pods whose node was ALREADY over the budget when the pod
+  was bound, counting only the pods bound there before it (pre-existing pods, then trace pods
+  in the order the watch saw them bound). The rest were within budget at bind time and were
+  pushed over by their own limits or by later pods: no label can prevent that, while an
+  at-bind violation is a node the steering should have excluded (a stale or missing
+  `overcommit-pct` label, or an unsteered pod).
 - `GPU@hot`: bound trace GPU pods on the two externally loaded GPU nodes.
 - `chain a/b/c`, `skew`: bound `checkout` replicas per zone, and max - min over the 3 zones.
 - `8G pend`: whole-node (8-GPU) jobs not bound.
 - `whole`: GPU nodes that are neither hot nor hold any allocated GPU (room for a whole-node
   job). `strand`: free GPUs on GPU nodes with 1-7 GPUs allocated (any node, hot ones too).
-- `CPU@GPU`: bound trace pods that request no GPU, on GPU nodes.
+- `CPU@GPU`, `CPU@GPU cores`: bound trace pods that request no GPU, on GPU nodes, and the
+  CPU cores they request.
 - `active`, `kW`: nodes that hold at least one bound pod (any) or external GPU load, and the sum
   of their watts under the power model; nodes with nothing could be powered down. `W/core` =
   kW x 1000 / CPU cores requested by all bound pods (placed work normalises the comparison;
   GPUs add 300 W each whatever the placement). `idleW`: the idle part of `kW`, i.e. the only
-  part of the linear model that the placement itself decides.
+  part of the linear model that the placement itself decides. Caveat: a GPU job placed on a
+  hot node takes a GPU that external load already keeps 95 % busy, so its 300 W barely adds
+  (the busy share is capped at 1): placing GPU jobs on hot nodes looks cheaper in kW while, in
+  reality, both loads would share the GPU.
 - `c→b s`: wall time from the first create request of the trace to the last binding of a
   trace pod (bindings seen by a watch in this process).
 
-Timings per run (JSON): reset, priming (steered: exporter, Prometheus, scorer cycles), trace,
-settle. Runs are noisy on a 2-core machine shared with other work; the scheduler breaks ties at
+JSON only, per run: schedulerName counts and how many trace pods carry the webhook's trace
+annotation (`mutated`: all of them when steered, none when stock), per node the final state and
+the steer labels/taints at trace start, the scheduler's message for each Pending pod, the
+query coverage check, and the timings: reset, priming (steered: exporter, Prometheus, two
+scorer cycles), trace, settle. Runs are noisy on a 2-core machine shared with other work; the scheduler breaks ties at
 random, hence several runs and the min / median / max summary.
 """
 
@@ -206,7 +220,7 @@ PREEXISTING = (
     ("cpu-5", "6", "12", "16Gi", "63Gi"),  # memory 98.4 %: full, not over
     ("cpu-8", "10", "20", "64Gi", "150Gi"),  # memory 117 %
     ("cpu-9", "2", "4", "4Gi", "8Gi"),
-    ("gpu-1", "8", "72", "64Gi", "256Gi"),  # cpu 112.5 %
+    ("gpu-1", "8", "24", "64Gi", "192Gi"),
     ("gpu-2", "8", "16", "32Gi", "64Gi"),
 )
 
@@ -404,6 +418,10 @@ class BindRecorder:
             except Exception:  # a dropped watch: start a new one
                 time.sleep(0.2)
 
+    def bind_times(self) -> dict[str, float]:
+        with self._lock:
+            return dict(self.bound)
+
     def counts(self) -> tuple[int, int, float]:
         with self._lock:
             return len(self.seen), len(self.bound), self.last_change
@@ -430,8 +448,16 @@ def snapshot(core: client.CoreV1Api) -> Snapshot:
     return Snapshot(json.loads(nodes.data)["items"], json.loads(pods.data)["items"])
 
 
-def measure(snap: Snapshot, specs: Sequence[NodeSpec]) -> dict[str, Any]:
-    """The scoreboard of one run, from one snapshot (see the module docstring)."""
+def natural(name: str) -> tuple[str, int]:
+    stem, _, num = name.rpartition("-")
+    return (stem, int(num)) if num.isdigit() else (name, 0)
+
+
+def measure(
+    snap: Snapshot, specs: Sequence[NodeSpec], bind_times: Mapping[str, float] | None = None
+) -> dict[str, Any]:
+    """The scoreboard of one run, from one snapshot (see the module docstring). `bind_times`
+    (namespace/name → when first seen bound) orders the bindings for the at-bind attribution."""
     spec_of = {s.name: s for s in specs}
     hot = {s.name for s in specs if s.hot}
     by_node: dict[str, list[dict[str, Any]]] = {n["metadata"]["name"]: [] for n in snap.nodes}
@@ -457,10 +483,43 @@ def measure(snap: Snapshot, specs: Sequence[NodeSpec]) -> dict[str, Any]:
         "pending": len(pending),
         "cores": float(sum((pod_amount(p, "requests", "cpu") for p in bound), Fraction(0))),
     }
+    times = bind_times or {}
+
+    def key(p: Mapping[str, Any]) -> str:
+        return f"{p['metadata']['namespace']}/{p['metadata']['name']}"
+
+    def over_before(p: Mapping[str, Any]) -> float:
+        """The node's overcommit from the pods bound to it before `p` (pre-existing ones first)."""
+        mine = times.get(key(p), float("inf"))
+        node = p["spec"]["nodeName"]
+        earlier = [
+            q for q in by_node[node] if q is not p and times.get(key(q), float("-inf")) < mine
+        ]
+        return node_overcommit_pct(node_by_name[node], earlier)
+
+    node_by_name = {n["metadata"]["name"]: n for n in snap.nodes}
+    violations = []
     for ns, budget in BUDGET.items():
         tenant = [p for p in bound if p["metadata"]["namespace"] == ns]
+        before = {key(p): over_before(p) for p in tenant}
         out[f"over_budget_{ns}"] = sum(1 for p in tenant if over[p["spec"]["nodeName"]] > budget)
+        out[f"over_budget_at_bind_{ns}"] = sum(1 for p in tenant if before[key(p)] > budget)
         out[f"bound_{ns}"] = len(tenant)
+        violations += [
+            {
+                "pod": key(p),
+                "node": p["spec"]["nodeName"],
+                "budget_pct": budget,
+                "overcommit_before_bind_pct": round(before[key(p)], 1),
+                "overcommit_end_pct": round(over[p["spec"]["nodeName"]], 1),
+                "node_label_end": (node_by_name[p["spec"]["nodeName"]]["metadata"]["labels"]).get(
+                    f"{PREFIX}overcommit-pct"
+                ),
+            }
+            for p in tenant
+            if over[p["spec"]["nodeName"]] > budget
+        ]
+    out["budget_violations"] = violations
     out["gpu_on_hot"] = sum(1 for p in bound if gpus_of[id(p)] and p["spec"]["nodeName"] in hot)
     zones = Counter(spec_of[p["spec"]["nodeName"]].zone for p in bound if kind(p) == "chain")
     out["chain_per_zone"] = [zones.get(z, 0) for z in ZONES]
@@ -472,8 +531,14 @@ def measure(snap: Snapshot, specs: Sequence[NodeSpec]) -> dict[str, Any]:
     out["stranded_gpus"] = sum(
         s.gpus - allocated[s.name] for s in gpu_nodes if 0 < allocated[s.name] < s.gpus
     )
-    out["cpu_pods_on_gpu_nodes"] = sum(
-        1 for p in bound if not gpus_of[id(p)] and spec_of[p["spec"]["nodeName"]].gpus
+    cpu_on_gpu = [p for p in bound if not gpus_of[id(p)] and spec_of[p["spec"]["nodeName"]].gpus]
+    out["cpu_pods_on_gpu_nodes"] = len(cpu_on_gpu)
+    out["cpu_cores_on_gpu_nodes"] = float(
+        sum((pod_amount(p, "requests", "cpu") for p in cpu_on_gpu), Fraction(0))
+    )
+    out["scheduler_names"] = dict(Counter(p["spec"].get("schedulerName", "") for p in trace))
+    out["mutated"] = sum(
+        1 for p in trace if f"{PREFIX}trace" in (p["metadata"].get("annotations") or {})
     )
     sim = SimCluster(POWER, external_gpu_util={s.name: HOT_UTIL for s in specs if s.hot})
     sim.update(snap.nodes, snap.pods, now=0.0)
@@ -516,7 +581,7 @@ def measure(snap: Snapshot, specs: Sequence[NodeSpec]) -> dict[str, Any]:
             ),
             "labels": steer_labels(next(n for n in snap.nodes if n["metadata"]["name"] == name)),
         }
-        for name, pods in sorted(by_node.items())
+        for name, pods in sorted(by_node.items(), key=lambda item: natural(item[0]))
     }
     return out
 
@@ -738,7 +803,7 @@ class Bench:
         )
         settle_start = time.monotonic()
         while True:
-            seen, bound, last = self.counts_after(recorder)
+            seen, bound, last = recorder.counts()
             now = time.monotonic()
             if seen >= expected and bound >= expected:
                 break
@@ -748,8 +813,7 @@ class Bench:
                 break
             time.sleep(0.25)
         settle_s = time.monotonic() - settle_start
-        with recorder._lock:
-            last_bind = max(recorder.bound.values(), default=start)
+        last_bind = max(recorder.bind_times().values(), default=start)
         return {
             "rejected": rejected,
             "create_s": round(created_s, 1),
@@ -757,10 +821,6 @@ class Bench:
             "settle_s": round(settle_s, 1),
             "create_to_last_bind_s": round(last_bind - start, 2),
         }
-
-    @staticmethod
-    def counts_after(recorder: BindRecorder) -> tuple[int, int, float]:
-        return recorder.counts()
 
     # -- one run --------------------------------------------------------------------------------
     def run(self, mode: str, index: int) -> dict[str, Any]:
@@ -787,14 +847,16 @@ class Bench:
             recorder = stack.enter_context(BindRecorder(self.plane.kubeconfig))
             result.update(self.play(recorder))
             snap = snapshot(self.core)
-        result.update(measure(snap, self.specs))
+            bind_times = recorder.bind_times()
+        result.update(measure(snap, self.specs, bind_times))
         result["rejected_count"] = len(result["rejected"])
         result["total_s"] = round(time.monotonic() - t0, 1)
         log(
             f"run {index} {mode}: bound {result['bound']}, pending {result['pending']}, "
             f"A>5% {result['over_budget_team-a']}, B>0% {result['over_budget_team-b']}, "
             f"GPU@hot {result['gpu_on_hot']}, chain {result['chain_per_zone']}, "
-            f"8G pending {result['gpu8_pending']}, CPU@GPU {result['cpu_pods_on_gpu_nodes']} "
+            f"8G pending {result['gpu8_pending']}, CPU@GPU {result['cpu_pods_on_gpu_nodes']}, "
+            f"mutated {result['mutated']}, schedulers {result['scheduler_names']} "
             f"({result['total_s']} s)"
         )
         return result
@@ -808,13 +870,16 @@ COLUMNS: tuple[tuple[str, str, Callable[[dict[str, Any]], float], str], ...] = (
     ("rejected", "rej", lambda r: r["rejected_count"], "{:.0f}"),
     ("cores", "cores", lambda r: r["cores"], "{:.1f}"),
     ("a_over", "A>5%", lambda r: r["over_budget_team-a"], "{:.0f}"),
+    ("a_bind", "A@bind", lambda r: r["over_budget_at_bind_team-a"], "{:.0f}"),
     ("b_over", "B>0%", lambda r: r["over_budget_team-b"], "{:.0f}"),
+    ("b_bind", "B@bind", lambda r: r["over_budget_at_bind_team-b"], "{:.0f}"),
     ("gpu_hot", "GPU@hot", lambda r: r["gpu_on_hot"], "{:.0f}"),
     ("skew", "skew", lambda r: r["chain_skew"], "{:.0f}"),
     ("gpu8", "8G pend", lambda r: r["gpu8_pending"], "{:.0f}"),
     ("whole", "whole", lambda r: r["whole_gpu_nodes"], "{:.0f}"),
     ("strand", "strand", lambda r: r["stranded_gpus"], "{:.0f}"),
     ("cpu_gpu", "CPU@GPU", lambda r: r["cpu_pods_on_gpu_nodes"], "{:.0f}"),
+    ("cpu_gpu_cores", "CPU@GPU cores", lambda r: r["cpu_cores_on_gpu_nodes"], "{:.1f}"),
     ("active", "active", lambda r: r["active_nodes"], "{:.0f}"),
     ("kw", "kW", lambda r: r["active_kw"], "{:.2f}"),
     ("wcore", "W/core", lambda r: r["w_per_core"], "{:.1f}"),
