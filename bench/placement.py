@@ -767,6 +767,7 @@ class Bench:
         info["labels_at_start"] = {
             n["metadata"]["name"]: steer_labels(n) for n in snapshot(self.core).nodes
         }
+        info["explain_at_start"] = scorer.get("/explain/nodes")
         info["scorer_log"] = str(run_dir / "scorer.log")
         return info
 
