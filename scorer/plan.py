@@ -31,15 +31,18 @@ from types import MappingProxyType
 from scorer.model import NodeState, Taint, parse_rfc3339, rfc3339
 from scorer.observe import DimensionFailure, DimensionReading
 from steer.core.encoding import composite, normalise, quantise, quantise_raw
-from steer.core.policy import Dimension, Direction, Policy, TaintRule
+from steer.core.policy import Dimension, Direction, PodClass, Policy, TaintRule
 from steer.core.steering import (
     CONDITION_VALUE,
     composite_weights,
     composites,
     condition_key,
     dimension_key,
+    offers,
     owned_label_keys,
     owned_taint_keys,
+    reserved_key,
+    reserving_classes,
 )
 
 OBSERVED_AT_SUFFIX = "observed-at"
@@ -274,6 +277,7 @@ class _Layout:
     step: int
     hysteresis: float
     penalty_per_pod: float
+    reserving: tuple[tuple[PodClass, str], ...]
 
     @classmethod
     def of(cls, policy: Policy) -> _Layout:
@@ -302,6 +306,7 @@ class _Layout:
             step=policy.spec.scoring.step,
             hysteresis=policy.spec.scoring.hysteresis,
             penalty_per_pod=policy.spec.scoring.hot_penalty_per_pod,
+            reserving=tuple((c, reserved_key(policy, c)) for c in reserving_classes(policy)),
         )
 
 
@@ -469,6 +474,11 @@ def _plan_node(
         if state.active:
             desired[r.key] = CONDITION_VALUE
             desired_taints.append(Taint(r.key, CONDITION_VALUE, r.rule.effect))
+
+    # Nodes offering a reserved class's resource, from the Node itself (no metric needed).
+    for pod_class, key in layout.reserving:
+        if offers(pod_class, node.allocatable):
+            desired[key] = CONDITION_VALUE
 
     changes: dict[str, str | None] = {}
     for key in layout.owned_labels:

@@ -106,6 +106,7 @@ def test_weights_must_sum_above_zero() -> None:
     for dim in doc["spec"]["dimensions"]:
         dim["weight"] = 0
     del doc["spec"]["podClasses"]
+    del doc["spec"]["scoring"]["compositeDimensions"]
     assert _issues(doc) == [
         "spec.dimensions: the weights of the score dimensions must sum to more than 0 (no composite score otherwise)"
     ]
@@ -134,6 +135,7 @@ def test_long_dimension_name_breaks_the_63_byte_label_rule() -> None:
     doc = _doc()
     doc["spec"]["dimensions"][3]["name"] = "x" * 70
     doc["spec"]["podClasses"][0]["dimensions"].remove("power")
+    doc["spec"]["scoring"]["compositeDimensions"].remove("power")
     issues = _issues(doc)
     assert issues == [
         f"spec.dimensions[3].name: label key 'steer.io/{'x' * 70}' is invalid: name part must be no more than 63 bytes"

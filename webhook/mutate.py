@@ -122,8 +122,9 @@ def build_pieces(policy: Policy, tenant: Tenant | None, pod_class: PodClass | No
     # A class that must avoid a tainted node gets no toleration for that taint: the required
     # NotIn term would exclude the node anyway, and the toleration would only confuse readers.
     tolerated = [r for r in (tenant.allowed_tolerations if tenant else ()) if r not in avoided]
-    weights = "/".join(str(t.weight) for t in preferred)
-    notes = [f"{preferred[0].key} In-bits {weights}"] if preferred else []
+    bits = [t for t in preferred if t.operator == "In"]
+    notes = [f"{bits[0].key} In-bits {'/'.join(str(t.weight) for t in bits)}"] if bits else []
+    notes += [f"{t.key} {t.operator} w{t.weight}" for t in preferred if t.operator != "In"]
     notes += [_requirement_note(r) for r in requirements]
     return Pieces(
         tenant=tenant.name if tenant else None,
