@@ -280,6 +280,18 @@ class SchedulerProfiles(_Model):
     default_scheduler_is_unset: bool = True
 
 
+class Overcommit(_Model):
+    """How tenant budgets (`tenants[].overcommitPercent`) are enforced on nodes.
+
+    `labels`: tenant pods require nodes whose `overcommit-pct` label is within budget; all pods
+    of a burst see the same labels, so a budget holds at admission, not always at the end.
+    `scheduler`: also through extended resources and pod anti-affinity that the scheduler
+    accounts for on every bind (steer/core/budget.py), so a budget holds at the end state.
+    """
+
+    enforcement: Literal["labels", "scheduler"] = "labels"
+
+
 class OptIn(_Model):
     namespace_selector: LabelSelector = Field(
         default_factory=lambda: LabelSelector(match_labels={"steer.io/enabled": "true"})
@@ -298,6 +310,7 @@ class Spec(_Model):
     spread: tuple[SpreadRule, ...] = ()
     scheduler_profiles: SchedulerProfiles = Field(default_factory=SchedulerProfiles)
     opt_in: OptIn = Field(default_factory=OptIn)
+    overcommit: Overcommit = Field(default_factory=Overcommit)
     # What a node that was never scored (no label) does under a required rule: `allow` keeps
     # new nodes schedulable (DESIGN decision 5); `deny` is for clusters that prefer safety.
     unscored_nodes: Literal["allow", "deny"] = "allow"
@@ -636,6 +649,22 @@ def _cross_field_issues(spec: Spec) -> Iterable[PolicyIssue]:
         yield from _selector_issues(
             f"spec.tenants[{i}].namespaceSelector", tenant.namespace_selector
         )
+
+    if spec.overcommit.enforcement == "scheduler":
+        domain = spec.label_prefix.split("/", 1)[0]
+        if domain.endswith(("kubernetes.io", "k8s.io")):
+            yield PolicyIssue(
+                "spec.overcommit.enforcement",
+                f"scheduler enforcement publishes extended resources under labelPrefix "
+                f"{spec.label_prefix!r}, and the {domain} domain is reserved for them; "
+                "use a prefix of your own domain",
+            )
+        for level in sorted({t.overcommit_percent for t in spec.tenants if t.overcommit_percent}):
+            name = f"{spec.label_prefix}burst-{level:g}pct-memory"
+            for problem in label_key_errors(name):
+                yield PolicyIssue(
+                    "spec.overcommit.enforcement", f"resource name {name!r} is invalid: {problem}"
+                )
 
     for i, spread in enumerate(spec.spread):
         for problem in label_key_errors(spread.label_key):
