@@ -178,8 +178,11 @@ def required_rules(
         )
     for other in reserving_classes(policy):
         if other.reserve_nodes == "require" and other is not pod_class:
-            expr = {"key": reserved_key(policy, other), "operator": "DoesNotExist"}
-            rules.append(Requirement(rule=f"reserved:{other.name}", alternatives=((expr,),)))
+            absent: Mapping[str, Any] = {
+                "key": reserved_key(policy, other),
+                "operator": "DoesNotExist",
+            }
+            rules.append(Requirement(rule=f"reserved:{other.name}", alternatives=((absent,),)))
     if pod_class is not None:
         for name in pod_class.avoid:
             rule = policy.taint_rule(name)
