@@ -426,6 +426,8 @@ def _cmd_explain_node(args: argparse.Namespace) -> int:
             or "-"
         )
     )
+    for pool in (body.get("budgetPools") or {}).get("pools") or ():
+        print(f"pool {pool['resource']} = {pool['published'] or '-'}: {pool['why']}")
     return 0
 
 

@@ -201,7 +201,11 @@ class PodBindingWatcher:
         counted = False
         for pod in pods:
             counted = self._count("ADDED", pod) or counted
-        moved = bool(self.ledger.replace(pods)) if self.ledger is not None else False
+        moved = False
+        if self.ledger is not None:
+            before = self.ledger.generation
+            self.ledger.replace(pods)
+            moved = self.ledger.generation != before  # pods changed, or synced just now
         self.resource_version = version
         log.info("pod list: %d bound pods at resourceVersion %s", len(pods), version)
         if (counted or moved) and self.on_binding is not None:

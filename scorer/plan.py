@@ -254,6 +254,8 @@ class CyclePlan:
     planned_at: float
     nodes: tuple[NodePlan, ...]
     dimensions: tuple[DimensionSummary, ...]
+    # Budget pools were planned from a complete pod ledger (False: pools left as they are).
+    pods_known: bool = False
 
     def node(self, name: str) -> NodePlan | None:
         for plan in self.nodes:
@@ -483,6 +485,7 @@ def plan_cycle(
         planned_at=now,
         nodes=tuple(node_plans),
         dimensions=tuple(summaries),
+        pods_known=pod_shares is not None,
     )
     new_memory = ScorerMemory(
         observations=MappingProxyType(observations),

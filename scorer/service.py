@@ -296,10 +296,10 @@ class Scorer:
         """Recompute composites and budget pools from memory when pods were bound or a node's
         pods changed since the last plan (no queries), and write what changed. None when there
         is nothing new or no cycle yet."""
-        if self._last is None or not self._pod_changes():
+        if not self._pod_changes():
             return None
-        with self._lock:
-            if not self._pod_changes():  # a refresh that held the lock before us did it
+        with self._lock:  # a cycle in flight may have started before the change: wait for it
+            if self._last is None or not self._pod_changes():
                 return None
             previous = self._last
             policy = self.policy
