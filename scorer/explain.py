@@ -198,7 +198,9 @@ def pool_detail(pool: PoolState) -> dict[str, Any]:
         "resource": pool.resource,
         "level": pool.level,
         "unit": pool.unit,
-        "published": pool.current,
+        # What the node carries once the plan is written (as `labels` above), and as read.
+        "published": pool.current if pool.capacity is None else pool.capacity,
+        "readAtPlanning": pool.current,
         "capacity": pool.capacity,
     }
     if pool.unit == "pods":  # the budget-0 guard
