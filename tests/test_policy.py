@@ -127,6 +127,8 @@ def test_label_prefix_must_yield_valid_keys(prefix: str, fragment: str) -> None:
 
 def test_node_restriction_prefix_is_supported() -> None:
     doc = _doc(labelPrefix="node-restriction.kubernetes.io/steer-")
+    # Extended resources may not live under kubernetes.io: label enforcement of budgets only.
+    doc["spec"]["overcommit"] = {"enforcement": "labels"}
     policy = parse_policy(yaml.safe_dump(doc))
     assert policy.label_key("score") == "node-restriction.kubernetes.io/steer-score"
 
