@@ -22,6 +22,7 @@ from scorer.explain import node_row, plan_table
 from scorer.hot import BindingWindow, PodBindingWatcher
 from scorer.kubeapi import KubeJson
 from scorer.leader import DEFAULT_LEASE_NAME, LeaseElector
+from scorer.ledger import PodLedger
 from scorer.loop import ScorerLoop
 from scorer.service import CycleError, CycleResult, Scorer
 from scorer.writer import NodeApi
@@ -314,20 +315,24 @@ def _serve(
             identity=args.identity,
         )
     bindings = BindingWindow()
+    ledger = PodLedger()
     scorer = Scorer(
         current,
         _node_api(kubeconfig),
         prometheus_url=prometheus,
         elector=elector,
         bindings=bindings,
+        ledger=ledger,
         dry_run=args.dry_run,
     )
+    loop = ScorerLoop(scorer)
     pods = PodBindingWatcher(
         make_api_client(kubeconfig),
         bindings,
         window_s=lambda: watcher.current.spec.scoring.hot_window_seconds,
+        ledger=ledger,
+        on_binding=loop.wake,
     )
-    loop = ScorerLoop(scorer)
     server = HttpServer(create_app(scorer, policy_status=watcher.status), host, port)
     stop = threading.Event()
 
@@ -421,6 +426,8 @@ def _cmd_explain_node(args: argparse.Namespace) -> int:
             or "-"
         )
     )
+    for pool in (body.get("budgetPools") or {}).get("pools") or ():
+        print(f"pool {pool['resource']} = {pool['published'] or '-'}: {pool['why']}")
     return 0
 
 

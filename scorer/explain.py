@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scorer.model import NodeState, Taint, rfc3339
-from scorer.plan import CyclePlan, DimensionSummary, NodePlan
+from scorer.plan import CyclePlan, DimensionSummary, NodePlan, PoolState
 from steer.core.encoding import PreferenceTerm, preference_weight
 from steer.core.policy import Policy
 from steer.core.steering import (
@@ -78,6 +78,7 @@ def node_row(plan: NodePlan) -> dict[str, Any]:
         "taints": [str(t) for t in plan.taints],
         "pendingLabelChanges": dict(plan.label_changes),
         "pendingTaintChange": plan.taints_changed,
+        **({"pools": {p.resource: p.capacity for p in plan.pools}} if plan.pools else {}),
     }
 
 
@@ -177,7 +178,53 @@ def node_detail(policy: Policy, cycle: CyclePlan, name: str) -> dict[str, Any] |
         "pendingLabelChanges": dict(plan.label_changes),
         "pendingTaintChange": plan.taints_changed,
         "observedAtAnnotation": plan.annotation,
+        "budgetPools": budget_pools(policy, cycle, plan),
     }
+
+
+def budget_pools(policy: Policy, cycle: CyclePlan, plan: NodePlan) -> dict[str, Any]:
+    """The extended resources of `spec.overcommit.enforcement: scheduler` on this node: what
+    it carries, what it should carry, and the pods' burst that decided it."""
+    return {
+        "enforcement": policy.spec.overcommit.enforcement,
+        "podLedgerSynced": cycle.pods_known,
+        "pools": [pool_detail(p) for p in plan.pools],
+        "pendingResourceChanges": dict(plan.resource_changes),
+    }
+
+
+def pool_detail(pool: PoolState) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "resource": pool.resource,
+        "level": pool.level,
+        "unit": pool.unit,
+        # What the node carries once the plan is written (as `labels` above), and as read.
+        "published": pool.current if pool.capacity is None else pool.capacity,
+        "readAtPlanning": pool.current,
+        "capacity": pool.capacity,
+    }
+    if pool.unit == "pods":  # the budget-0 guard
+        out["podCapacity"] = pool.budget
+        out["burstingPodsOutsidePools"] = pool.outside_pods
+        if pool.capacity is None:
+            out["why"] = "unknown until the pod ledger is synced"
+        elif pool.outside_pods:
+            out["why"] = f"0: {pool.outside_pods} bursting pod(s) outside every pool"
+        else:
+            out["why"] = f"{pool.capacity}: no pod bursts outside the pools"
+        return out
+    out["budget"] = pool.budget
+    out["outsideBurst"] = pool.outside_burst
+    out["outsidePods"] = pool.outside_pods
+    if pool.capacity is None:
+        out["why"] = "unknown until the pod ledger is synced"
+    else:
+        out["why"] = (
+            f"{pool.capacity} = max(0, {pool.budget} ({pool.level:g}% of allocatable, "
+            f"{pool.unit}) - {pool.outside_burst} (burst of {pool.outside_pods} pod(s) "
+            "taking nothing from this pool))"
+        )
+    return out
 
 
 def _condition_text(policy: Policy, rule_name: str) -> str:

@@ -1,9 +1,12 @@
-"""Anti-herding between cycles: how many pods each node received in the last window.
+"""Between cycles: what the scheduler has bound since, from one watch of bound pods.
 
-Labels change at most once per cycle, so a burst of pods created right after a cycle would all
-rank the same node first. The scorer watches pods (`spec.nodeName` set) and lowers the
-composite score of a node by `hotPenaltyPerPod` per pod bound to it within
-`hotWindowSeconds`; the loop rewrites the composites from memory as soon as bindings arrive.
+- Anti-herding. Labels change at most once per cycle, so a burst of pods created right after
+  a cycle would all rank the same node first. The scorer lowers the composite score of a node
+  by `hotPenaltyPerPod` per pod bound to it within `hotWindowSeconds` (`BindingWindow`).
+- Budget pools. Every bound pod goes into the `PodLedger` (scorer/ledger.py), from which the
+  pools' capacities follow; a pod that lands, ends or leaves moves them.
+
+In both cases the loop rewrites the nodes from memory as soon as the watch reports a change.
 """
 
 from __future__ import annotations
@@ -15,11 +18,16 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from kubernetes import client, watch
+from kubernetes import client
 
+from scorer.kubeapi import PODS_PATH, KubeApiError, KubeJson, WatchStream
+from scorer.ledger import PodLedger
 from scorer.model import parse_rfc3339
 
 log = logging.getLogger(__name__)
+
+HTTP_GONE = 410
+BOUND_PODS = "spec.nodeName!="
 
 
 class BindingWindow:
@@ -67,11 +75,21 @@ def binding_time(pod: Mapping[str, Any]) -> float | None:
     return None
 
 
-class PodBindingWatcher:
-    """Feeds a `BindingWindow` from a watch of bound pods (`fieldSelector=spec.nodeName!=`).
+class WatchExpired(Exception):
+    """The watch's resourceVersion is older than the apiserver's history (410 Gone)."""
 
-    The watch's initial list replays every bound pod; those count only if their PodScheduled
+
+class PodBindingWatcher:
+    """Feeds a `BindingWindow` and, when given, a `PodLedger` from bound pods
+    (`fieldSelector=spec.nodeName!=`): one list, then a watch from the list's resourceVersion,
+    resumed from the last version seen whenever the server ends it. A 410 Gone (history no
+    longer reaches back that far) or any failure starts over with a list; until that list
+    completes the ledger is not synced.
+
+    The list replays every bound pod into the window; those count only if their PodScheduled
     time falls in the window. Pods seen later count at their binding time, or now.
+    `on_binding` runs after each list or event that counted a recent binding or changed the
+    pods of a node.
     """
 
     def __init__(
@@ -81,32 +99,55 @@ class PodBindingWatcher:
         *,
         window_s: Callable[[], float],
         on_binding: Callable[[], None] | None = None,
+        ledger: PodLedger | None = None,
         timeout_s: int = 300,
+        page_size: int = 500,
+        backoff_s: float = 0.5,
+        max_backoff_s: float = 30.0,
     ) -> None:
-        self.core = client.CoreV1Api(api_client)
+        self.kube = KubeJson(api_client, timeout_s=60.0)
         self.window = window
         self.window_s = window_s
         self.on_binding = on_binding
+        self.ledger = ledger
         self.timeout_s = timeout_s
+        self.page_size = page_size
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        self.resource_version: str | None = None  # None: the next round starts with a list
+        self.lists = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._watch: watch.Watch | None = None
+        self._stream: WatchStream | None = None
 
     def start(self) -> None:
         if self._thread is None:
+            self._stop.clear()
             self._thread = threading.Thread(target=self._run, name="pod-bindings", daemon=True)
             self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
-        if self._watch is not None:
-            self._watch.stop()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
+        thread, self._thread = self._thread, None
+        if thread is None:
+            return
+        # The watch may be between its request and its first byte when stop() runs: keep
+        # cutting whatever stream is current until the thread notices the flag.
+        deadline = time.monotonic() + 5
+        while thread.is_alive() and time.monotonic() < deadline:
+            stream = self._stream
+            if stream is not None:
+                stream.close()
+            thread.join(timeout=0.05)
 
     def handle(self, event_type: str, pod: Mapping[str, Any]) -> bool:
-        """Apply one watch event; True when it recorded a new binding."""
+        """Apply one watch event; True when it counted a recent binding or changed the pods
+        of a node."""
+        moved = bool(self.ledger.apply(event_type, pod)) if self.ledger is not None else False
+        return self._count(event_type, pod) or moved
+
+    def _count(self, event_type: str, pod: Mapping[str, Any]) -> bool:
+        """Record a binding in the window; True when it is a new one within the window."""
         if event_type not in ("ADDED", "MODIFIED"):
             return False
         node = (pod.get("spec") or {}).get("nodeName")
@@ -118,25 +159,94 @@ class PodBindingWatcher:
         # Old bindings are still recorded (by uid) so a later MODIFIED event does not count them.
         return self.window.record(node, at, uid) and now - at <= self.window_s()
 
+    # -- the loop ---------------------------------------------------------------------------
+
     def _run(self) -> None:
-        backoff = 0.5
+        backoff = self.backoff_s
+        expired_before = False
         while not self._stop.is_set():
-            self._watch = watch.Watch()
             try:
-                for event in self._watch.stream(
-                    self.core.list_pod_for_all_namespaces,
-                    field_selector="spec.nodeName!=",
-                    timeout_seconds=self.timeout_s,
-                ):
-                    if self._stop.is_set():
-                        break
-                    if (
-                        self.handle(str(event.get("type")), event.get("raw_object") or {})
-                        and self.on_binding
-                    ):
-                        self.on_binding()
-                backoff = 0.5
-            except Exception as exc:  # a dropped watch is normal; re-list and go on
-                log.info("pod watch ended (%s); restarting in %.1fs", exc, backoff)
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, 30.0)
+                if self.resource_version is None:
+                    self.relist()
+                self._watch_once()
+                backoff = self.backoff_s
+                expired_before = False
+                continue
+            except WatchExpired:
+                log.info("pod watch expired (410 Gone); listing again")
+                self._restart()
+                if not expired_before:  # at once, unless the fresh list expired right away
+                    expired_before = True
+                    continue
+            except Exception as exc:  # a dropped watch or an unreachable apiserver: go on
+                if self._stop.is_set():
+                    return
+                log.info("pod watch ended (%s); listing again in %.1fs", exc, backoff)
+                self._restart()
+            if self._stop.wait(backoff):
+                return
+            backoff = min(backoff * 2, self.max_backoff_s)
+
+    def _restart(self) -> None:
+        self.resource_version = None
+        if self.ledger is not None:
+            self.ledger.desync()
+
+    def relist(self) -> None:
+        """List every bound pod: refill the ledger (synced afterwards) and the window."""
+        pods, version = self.kube.list_snapshot(
+            PODS_PATH, page_size=self.page_size, query={"fieldSelector": BOUND_PODS}
+        )
+        self.lists += 1
+        counted = False
+        for pod in pods:
+            counted = self._count("ADDED", pod) or counted
+        moved = False
+        if self.ledger is not None:
+            before = self.ledger.generation
+            self.ledger.replace(pods)
+            moved = self.ledger.generation != before  # pods changed, or synced just now
+        self.resource_version = version
+        log.info("pod list: %d bound pods at resourceVersion %s", len(pods), version)
+        if (counted or moved) and self.on_binding is not None:
+            self.on_binding()
+
+    def _watch_once(self) -> None:
+        assert self.resource_version is not None
+        try:
+            stream = self.kube.watch(
+                PODS_PATH,
+                resource_version=self.resource_version,
+                timeout_s=self.timeout_s,
+                query={"fieldSelector": BOUND_PODS},
+            )
+        except KubeApiError as exc:
+            if exc.status == HTTP_GONE:
+                raise WatchExpired(str(exc)) from exc
+            raise
+        self._stream = stream
+        try:
+            for event in stream:
+                if self._stop.is_set():
+                    return
+                kind = str(event.get("type"))
+                obj = event.get("object")
+                if not isinstance(obj, dict):
+                    continue
+                if kind == "ERROR":
+                    if obj.get("code") == HTTP_GONE:
+                        raise WatchExpired(str(obj.get("message", "")))
+                    raise KubeApiError(
+                        int(obj.get("code") or 0),
+                        str(obj.get("reason", "")),
+                        str(obj.get("message", "")),
+                        method="WATCH",
+                        path=PODS_PATH,
+                    )
+                version = (obj.get("metadata") or {}).get("resourceVersion")
+                if kind != "BOOKMARK" and self.handle(kind, obj) and self.on_binding:
+                    self.on_binding()
+                if version:
+                    self.resource_version = str(version)
+        finally:
+            self._stream = None

@@ -7,12 +7,17 @@ taint list); here every call names its content type and gets plain JSON back.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+import socket
+from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import quote
 
 import orjson
 from kubernetes import client
+from kubernetes.watch.watch import iter_resp_lines
+
+log = logging.getLogger(__name__)
 
 MERGE_PATCH = "application/merge-patch+json"
 JSON = "application/json"
@@ -98,21 +103,115 @@ class KubeJson:
         self, path: str, *, page_size: int = 500, query: Mapping[str, str] | None = None
     ) -> list[dict[str, Any]]:
         """Every item of a collection, following `continue` tokens page by page."""
+        return self.list_snapshot(path, page_size=page_size, query=query)[0]
+
+    def list_snapshot(
+        self, path: str, *, page_size: int = 500, query: Mapping[str, str] | None = None
+    ) -> tuple[list[dict[str, Any]], str]:
+        """Every item of a collection and the resourceVersion of that snapshot (the pages of
+        one list are one consistent snapshot: a watch from this version misses nothing)."""
         items: list[dict[str, Any]] = []
         token = ""
+        version = ""
         while True:
             params: dict[str, str | int] = {**(query or {}), "limit": page_size}
             if token:
                 params["continue"] = token
             page = self.request("GET", path, query=params)
             items.extend(page.get("items") or ())
-            token = (page.get("metadata") or {}).get("continue") or ""
+            meta = page.get("metadata") or {}
+            version = version or str(meta.get("resourceVersion") or "")
+            token = meta.get("continue") or ""
             if not token:
-                return items
+                return items, version
+
+    def watch(
+        self,
+        path: str,
+        *,
+        resource_version: str,
+        timeout_s: int,
+        query: Mapping[str, str] | None = None,
+    ) -> WatchStream:
+        """Open a watch of a collection from `resource_version` (with bookmarks); the server
+        ends it after `timeout_s`. A non-2xx answer raises `KubeApiError`."""
+        params: dict[str, str | int] = {
+            **(query or {}),
+            "watch": "true",
+            "resourceVersion": resource_version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": timeout_s,
+        }
+        request = self.api_client.param_serialize(
+            method="GET",
+            resource_path=path,
+            query_params=list(params.items()),
+            header_params={"Accept": JSON},
+            auth_settings=["BearerToken"],
+        )
+        try:
+            # Read timeout: a quiet watch sends nothing (or a bookmark a minute) until its end.
+            resp = self.api_client.call_api(*request, _request_timeout=(5.0, timeout_s + 30.0))
+        except client.ApiException as exc:
+            raise KubeApiError(
+                int(exc.status or 0), str(exc.reason), str(exc.body), method="WATCH", path=path
+            ) from exc
+        except Exception as exc:
+            raise KubeApiError(0, type(exc).__name__, str(exc), method="WATCH", path=path) from exc
+        if not 200 <= resp.status <= 299:
+            data = resp.read()
+            try:
+                decoded = orjson.loads(data) if data else {}
+            except orjson.JSONDecodeError:
+                decoded = {}
+            body = decoded if isinstance(decoded, dict) else {}
+            raise KubeApiError(
+                resp.status,
+                str(body.get("reason", "")),
+                str(body.get("message", "")),
+                method="WATCH",
+                path=path,
+            )
+        return WatchStream(resp.response)
+
+
+class WatchStream:
+    """The events of one open watch, each a decoded JSON object (`type`, `object`).
+    `close()` from another thread ends a read that is blocked waiting for the next event."""
+
+    def __init__(self, response: Any) -> None:
+        self._resp = response  # urllib3.HTTPResponse, not read yet
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        try:
+            for line in iter_resp_lines(self._resp):
+                if line:
+                    event = orjson.loads(line)
+                    if isinstance(event, dict):
+                        yield event
+        finally:
+            self._resp.release_conn()
+
+    def close(self) -> None:
+        resp = self._resp
+        sock = getattr(getattr(resp, "connection", None), "sock", None)
+        try:
+            if sock is not None:
+                sock.shutdown(socket.SHUT_RDWR)  # wakes a recv() blocked in another thread
+            resp.close()
+        except OSError:
+            log.debug("closing a watch failed", exc_info=True)
 
 
 def node_path(name: str = "") -> str:
     return f"/api/v1/nodes/{quote(name, safe='')}" if name else "/api/v1/nodes"
+
+
+def node_status_path(name: str) -> str:
+    return f"{node_path(name)}/status"
+
+
+PODS_PATH = "/api/v1/pods"
 
 
 def pod_path(namespace: str, name: str) -> str:

@@ -3,13 +3,15 @@
 `max_instances=1` with `coalesce=True` means a cycle that overruns its interval delays the
 next one instead of stacking runs (two cycles at once would plan against each other's half
 written nodes); `misfire_grace_time` of one interval lets a late run still happen once. A
-second, short job rewrites composites when pods were bound since the last plan (hot nodes).
-The interval follows policy reloads.
+second, short job rewrites composites and budget pools when pods were bound or ended since
+the last plan; `wake()` (the pod watch's callback) runs it at once, a burst of events
+coalesced into one refresh. The interval follows policy reloads.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from datetime import UTC, datetime
 
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -23,9 +25,15 @@ HOT_JOB = "hot-refresh"
 
 
 class ScorerLoop:
-    def __init__(self, scorer: Scorer, *, hot_refresh_seconds: float = 2.0) -> None:
+    def __init__(
+        self, scorer: Scorer, *, hot_refresh_seconds: float = 2.0, wake_delay_seconds: float = 0.2
+    ) -> None:
         self.scorer = scorer
         self.hot_refresh_seconds = hot_refresh_seconds
+        self.wake_delay_seconds = wake_delay_seconds
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._waker: threading.Thread | None = None
         self.scheduler = BackgroundScheduler(timezone=UTC)
         self._interval: float | None = None
         self.cycles = 0
@@ -44,7 +52,9 @@ class ScorerLoop:
             misfire_grace_time=max(1, int(interval)),
             next_run_time=datetime.now(UTC),  # first cycle at once: /readyz waits for it
         )
-        if self.scorer.bindings is not None:
+        if self.scorer.bindings is not None or self.scorer.ledger is not None:
+            self._waker = threading.Thread(target=self._wake_loop, name="hot-wake", daemon=True)
+            self._waker.start()
             self.scheduler.add_job(
                 self.hot_tick,
                 "interval",
@@ -57,8 +67,26 @@ class ScorerLoop:
         self.scheduler.start()
 
     def stop(self) -> None:
+        self._stopping.set()
+        self._wake.set()
+        if self._waker is not None:
+            self._waker.join(timeout=10)
+            self._waker = None
         if self.scheduler.running:
             self.scheduler.shutdown(wait=True)
+
+    def wake(self) -> None:
+        """Pods were bound or a node's pods changed: refresh soon (thread-safe, never blocks)."""
+        self._wake.set()
+
+    def _wake_loop(self) -> None:
+        while not self._stopping.is_set():
+            self._wake.wait()
+            # A burst of bindings arrives as a burst of events: one refresh for all of them.
+            if self._stopping.wait(self.wake_delay_seconds):
+                return
+            self._wake.clear()
+            self.hot_tick()
 
     def tick(self) -> None:
         try:

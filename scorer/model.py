@@ -48,6 +48,8 @@ class NodeState:
     addresses: tuple[str, ...] = ()
     resource_version: str = ""
     unschedulable: bool = False
+    allocatable: Mapping[str, str] = field(default_factory=dict)
+    capacity: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_k8s(cls, obj: Mapping[str, Any]) -> NodeState:
@@ -65,6 +67,12 @@ class NodeState:
             ),
             resource_version=str(meta.get("resourceVersion", "")),
             unschedulable=bool(spec.get("unschedulable", False)),
+            allocatable=MappingProxyType(
+                {str(k): str(v) for k, v in (status.get("allocatable") or {}).items()}
+            ),
+            capacity=MappingProxyType(
+                {str(k): str(v) for k, v in (status.get("capacity") or {}).items()}
+            ),
         )
 
 

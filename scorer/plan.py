@@ -18,6 +18,11 @@ Rules that shape the result (DESIGN decisions 2, 4, 5):
   plus retired ones: keys this scorer wrote to the node (recorded in the `<prefix>managed`
   annotation) whose rule has since left the policy. Without the record a removed taint rule
   would leave its NoSchedule taint on nodes forever; with it, only keys we wrote are removed.
+- Budget pools (`spec.overcommit.enforcement: scheduler`, steer/core/budget.py) are extended
+  resources in the node's status, planned from the pods bound to each node. Without a complete
+  pod ledger (`pod_shares` None) no pool is set: a capacity computed from missing pods would be
+  too generous. Pool resources the managed record lists but the policy no longer has are
+  removed; no other resource of the node is ever touched.
 """
 
 from __future__ import annotations
@@ -30,16 +35,30 @@ from types import MappingProxyType
 
 from scorer.model import NodeState, Taint, parse_rfc3339, rfc3339
 from scorer.observe import DimensionFailure, DimensionReading
+from steer.core.budget import (
+    BURST_RESOURCES,
+    Burst,
+    PodShare,
+    guard_resource,
+    levels,
+    owned_resources,
+    pool_capacities,
+    pool_resource,
+)
 from steer.core.encoding import composite, normalise, quantise, quantise_raw
-from steer.core.policy import Dimension, Direction, Policy, TaintRule
+from steer.core.policy import Dimension, Direction, PodClass, Policy, TaintRule
+from steer.core.quantity import QuantityError, parse_quantity
 from steer.core.steering import (
     CONDITION_VALUE,
     composite_weights,
     composites,
     condition_key,
     dimension_key,
+    offers,
     owned_label_keys,
     owned_taint_keys,
+    reserved_key,
+    reserving_classes,
 )
 
 OBSERVED_AT_SUFFIX = "observed-at"
@@ -59,8 +78,13 @@ def managed_key(policy: Policy) -> str:
 
 @dataclass(frozen=True)
 class ManagedRecord:
+    """What this scorer wrote to a node: label keys, taint keys and (budget pools) extended
+    resource names. `resources` is left out of the JSON when empty, so records of nodes
+    without pools read exactly as before pools existed."""
+
     labels: frozenset[str] = frozenset()
     taints: frozenset[str] = frozenset()
+    resources: frozenset[str] = frozenset()
 
     @classmethod
     def parse(cls, text: str | None) -> ManagedRecord:
@@ -75,12 +99,15 @@ class ManagedRecord:
         return cls(
             labels=frozenset(str(k) for k in data.get("labels") or () if isinstance(k, str)),
             taints=frozenset(str(k) for k in data.get("taints") or () if isinstance(k, str)),
+            resources=frozenset(str(k) for k in data.get("resources") or () if isinstance(k, str)),
         )
 
     def text(self) -> str | None:
-        if not self.labels and not self.taints:
+        if not self.labels and not self.taints and not self.resources:
             return None
         data = {"labels": sorted(self.labels), "taints": sorted(self.taints)}
+        if self.resources:
+            data["resources"] = sorted(self.resources)
         return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
 
@@ -148,6 +175,26 @@ class ConditionState:
 
 
 @dataclass(frozen=True)
+class PoolState:
+    """One budget pool on one node and what decided its capacity (for `/explain`).
+
+    For a level's pool: `budget` is floor(level % of the allocatable) in pool units
+    (millicores, MiB) and `outside_burst` the burst of the node's pods that take nothing from
+    the pool; capacity = max(0, budget - outside_burst). For the budget-0 guard: `budget` is
+    the node's pod capacity and `outside_pods` counts the bursting pods outside every pool
+    (any makes the capacity 0). Unknown parts (no complete pod ledger) are None."""
+
+    resource: str
+    level: float  # the tenant budget in %; 0 for the guard
+    unit: str  # "millicores", "MiB" or "pods"
+    capacity: str | None  # what the node should carry
+    current: str | None  # what its status.allocatable holds now
+    budget: int | None
+    outside_burst: int | None
+    outside_pods: int | None
+
+
+@dataclass(frozen=True)
 class NodePlan:
     node: str
     dimensions: Mapping[str, DimensionScore]
@@ -164,6 +211,10 @@ class NodePlan:
     annotation_changes: Mapping[str, str | None] = field(default_factory=dict)
     # Taint keys this scorer wrote under rules no longer in the policy: removed on write.
     retired_taint_keys: frozenset[str] = frozenset()
+    # Budget pools: extended resources to set (integer text) or remove (None) in the node's
+    # status.capacity and status.allocatable, and each pool's state.
+    resource_changes: Mapping[str, str | None] = field(default_factory=dict)
+    pools: tuple[PoolState, ...] = ()
 
     @property
     def taints_changed(self) -> bool:
@@ -171,7 +222,12 @@ class NodePlan:
 
     @property
     def changed(self) -> bool:
-        return bool(self.label_changes) or self.taints_changed or bool(self.annotation_changes)
+        return (
+            bool(self.label_changes)
+            or self.taints_changed
+            or bool(self.annotation_changes)
+            or bool(self.resource_changes)
+        )
 
 
 @dataclass(frozen=True)
@@ -198,6 +254,8 @@ class CyclePlan:
     planned_at: float
     nodes: tuple[NodePlan, ...]
     dimensions: tuple[DimensionSummary, ...]
+    # Budget pools were planned from a complete pod ledger (False: pools left as they are).
+    pods_known: bool = False
 
     def node(self, name: str) -> NodePlan | None:
         for plan in self.nodes:
@@ -274,10 +332,25 @@ class _Layout:
     step: int
     hysteresis: float
     penalty_per_pod: float
+    reserving: tuple[tuple[PodClass, str], ...]
+    policy: Policy
+    owned_resources: frozenset[str]
+    pools: tuple[tuple[str, float, str], ...]  # (resource name, level, cpu|memory)
+    guard: str | None
 
     @classmethod
     def of(cls, policy: Policy) -> _Layout:
+        owned = owned_resources(policy)
         return cls(
+            policy=policy,
+            owned_resources=owned,
+            pools=tuple(
+                (pool_resource(policy, lv, r), lv, r)
+                for lv in levels(policy)
+                for r in BURST_RESOURCES
+                if pool_resource(policy, lv, r) in owned
+            ),
+            guard=guard_resource(policy) if guard_resource(policy) in owned else None,
             dims=tuple(
                 _DimLayout(
                     dim=d,
@@ -302,6 +375,7 @@ class _Layout:
             step=policy.spec.scoring.step,
             hysteresis=policy.spec.scoring.hysteresis,
             penalty_per_pod=policy.spec.scoring.hot_penalty_per_pod,
+            reserving=tuple((c, reserved_key(policy, c)) for c in reserving_classes(policy)),
         )
 
 
@@ -334,11 +408,15 @@ def plan_cycle(
     *,
     failures: Mapping[str, DimensionFailure] | None = None,
     hot: Mapping[str, int] | None = None,
+    pod_shares: Mapping[str, Sequence[PodShare]] | None = None,
 ) -> tuple[CyclePlan, ScorerMemory]:
     """Plan one cycle. `readings` holds the dimensions queried successfully this cycle; a
     dimension absent from it counts as not observed (its data ages). Pass no readings to
     recompute composites from memory alone (e.g. for new hot-node counts): taint debounce
-    counters only advance on fresh observations."""
+    counters only advance on fresh observations.
+
+    `pod_shares` holds the pods bound to each node (a node absent from it has none), from a
+    complete pod ledger; None when there is none, and then no budget pool is set."""
     failures = failures or {}
     hot = hot or {}
     layout = _Layout.of(policy)
@@ -367,6 +445,7 @@ def plan_cycle(
                 counters,
                 now,
                 hot.get(node.name, 0),
+                None if pod_shares is None else pod_shares.get(node.name, ()),
             )
         )
 
@@ -406,6 +485,7 @@ def plan_cycle(
         planned_at=now,
         nodes=tuple(node_plans),
         dimensions=tuple(summaries),
+        pods_known=pod_shares is not None,
     )
     new_memory = ScorerMemory(
         observations=MappingProxyType(observations),
@@ -425,6 +505,7 @@ def _plan_node(
     counters: dict[tuple[str, str], TaintCounter],
     now: float,
     hot_pods: int,
+    shares: Sequence[PodShare] | None,
 ) -> NodePlan:
     current = node.labels
     times = _observed_times(node, layout.annotation_key)
@@ -470,6 +551,11 @@ def _plan_node(
             desired[r.key] = CONDITION_VALUE
             desired_taints.append(Taint(r.key, CONDITION_VALUE, r.rule.effect))
 
+    # Nodes offering a reserved class's resource, from the Node itself (no metric needed).
+    for pod_class, key in layout.reserving:
+        if offers(pod_class, node.allocatable):
+            desired[key] = CONDITION_VALUE
+
     changes: dict[str, str | None] = {}
     for key in layout.owned_labels:
         want = desired.get(key)
@@ -506,9 +592,12 @@ def _plan_node(
     annotation_changes: dict[str, str | None] = {}
     if annotation_changed:
         annotation_changes[layout.annotation_key] = annotation
+    pools, resource_changes, published = _plan_pools(layout, node, shares, record)
     # Compared as sets, serialised only when the node's key set changed (rarely).
     new_record = ManagedRecord(
-        labels=frozenset(desired), taints=frozenset(t.key for t in desired_taints)
+        labels=frozenset(desired),
+        taints=frozenset(t.key for t in desired_taints),
+        resources=published,
     )
     if new_record != record:
         annotation_changes[layout.record_key] = new_record.text()
@@ -531,7 +620,90 @@ def _plan_node(
         hot_pods=hot_pods,
         annotation_changes=annotation_changes,
         retired_taint_keys=retired_taints,
+        resource_changes=resource_changes,
+        pools=pools,
     )
+
+
+def _same_quantity(current: str | None, want: str) -> bool:
+    """The apiserver stores quantities in canonical form ("1000" comes back as "1k")."""
+    if current is None:
+        return False
+    try:
+        return parse_quantity(current) == parse_quantity(want)
+    except QuantityError:
+        return False
+
+
+def _plan_pools(
+    layout: _Layout,
+    node: NodeState,
+    shares: Sequence[PodShare] | None,
+    record: ManagedRecord,
+) -> tuple[tuple[PoolState, ...], dict[str, str | None], frozenset[str]]:
+    """The node's pools, the resource changes to write, and the resource names the managed
+    record lists afterwards (the pools we set; without a ledger, the ones recorded before)."""
+    changes: dict[str, str | None] = {}
+    states: list[PoolState] = []
+    wanted: dict[str, str] | None = None
+    if layout.owned_resources:
+        budgets = pool_capacities(layout.policy, node.allocatable, ())
+        wanted = (
+            None if shares is None else pool_capacities(layout.policy, node.allocatable, shares)
+        )
+        for name, level, resource in layout.pools:
+            outside_burst = outside_pods = None
+            if shares is not None:
+                outside = [s for s in shares if name not in s.pools]
+                burst = sum((s.burst for s in outside), Burst())
+                outside_burst = burst.units()[resource]
+                part = "cpu_m" if resource == "cpu" else "memory"
+                outside_pods = sum(1 for s in outside if getattr(s.burst, part) > 0)
+            states.append(
+                PoolState(
+                    resource=name,
+                    level=level,
+                    unit="millicores" if resource == "cpu" else "MiB",
+                    capacity=None if wanted is None else wanted.get(name),
+                    current=node.allocatable.get(name),
+                    budget=_int(budgets.get(name)),
+                    outside_burst=outside_burst,
+                    outside_pods=outside_pods,
+                )
+            )
+        if layout.guard is not None:
+            states.append(
+                PoolState(
+                    resource=layout.guard,
+                    level=0.0,
+                    unit="pods",
+                    capacity=None if wanted is None else wanted.get(layout.guard),
+                    current=node.allocatable.get(layout.guard),
+                    budget=_int(budgets.get(layout.guard)),
+                    outside_burst=None,
+                    outside_pods=None
+                    if shares is None
+                    else sum(1 for s in shares if s.burst.any and not s.pools),
+                )
+            )
+        for name, want in (wanted or {}).items():
+            if not (
+                _same_quantity(node.allocatable.get(name), want)
+                and _same_quantity(node.capacity.get(name), want)
+            ):
+                changes[name] = want
+    # Every pool we compute is on the node once this plan is written; without a ledger (or
+    # with an unreadable allocatable) the node keeps what it had.
+    published = frozenset(wanted) if wanted else record.resources & layout.owned_resources
+    # Pools this scorer published under a policy that no longer has them (and only those).
+    for name in sorted(record.resources - layout.owned_resources):
+        if name in node.allocatable or name in node.capacity:
+            changes[name] = None
+    return tuple(states), changes, published
+
+
+def _int(text: str | None) -> int | None:
+    return None if text is None else int(text)
 
 
 def _score_dimension(

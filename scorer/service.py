@@ -3,7 +3,9 @@
 `Scorer` holds what outlives a cycle (the planner's memory, the last result for `/explain`,
 metrics) and is driven either directly (`steer scorer once`, tests) or by `scorer.loop`.
 A replica that is not the leader runs the same cycles and serves the same `/explain`
-answers, but never writes.
+answers, but never writes. With budget pools enforced by the scheduler, the pods bound to each
+node come from the `PodLedger` the pod watch keeps; a change there republishes the pools of
+the nodes concerned without waiting for the next cycle (`refresh_hot`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 from scorer.hot import BindingWindow
 from scorer.kubeapi import KubeApiError
 from scorer.leader import LeaseElector
+from scorer.ledger import PodLedger
 from scorer.metrics import ScorerMetrics
 from scorer.model import NodeState
 from scorer.observe import DimensionFailure, DimensionReading, NodeIndex, read_dimension
@@ -34,6 +37,7 @@ from steer.adapters.prometheus import (
     PrometheusUnavailable,
     QueryResult,
 )
+from steer.core.budget import PodShare, enforced
 from steer.core.policy import Dimension, Policy
 
 log = logging.getLogger(__name__)
@@ -99,6 +103,7 @@ class Scorer:
         prometheus_url: str | None = None,
         elector: LeaseElector | None = None,
         bindings: BindingWindow | None = None,
+        ledger: PodLedger | None = None,
         metrics: ScorerMetrics | None = None,
         dry_run: bool = False,
         clock: Callable[[], float] = time.time,
@@ -109,6 +114,7 @@ class Scorer:
         self.prometheus_url = prometheus_url
         self.elector = elector
         self.bindings = bindings
+        self.ledger = ledger
         self.metrics = metrics or ScorerMetrics()
         self.dry_run = dry_run
         self._clock = clock
@@ -119,6 +125,7 @@ class Scorer:
         self._lock = threading.Lock()  # one cycle (or hot refresh) at a time
         self._last: CycleResult | None = None
         self._last_bindings_generation = 0
+        self._last_ledger_generation = 0
         self._client: PrometheusClient | None = None
         self._client_key: tuple[object, ...] | None = None
         self.query_count = 0  # every PromQL query this scorer ever sent
@@ -232,18 +239,26 @@ class Scorer:
             raise CycleError(f"cannot list nodes: {exc}") from exc
         list_s = time.perf_counter() - t0
         results, failures, query_s = self.query_all(policy, at)
-        generation = self.bindings.generation if self.bindings else 0
+        generation = self._generations()
         hot = self._hot_counts(policy)
         t1, c1 = time.perf_counter(), time.thread_time()
         now = self._clock() if at is None else at
         with _gc_paused():
+            shares = self._pod_shares(policy)
             readings = self._readings(policy, nodes, results)
             plan, memory = plan_cycle(
-                policy, nodes, readings, self._memory, now, failures=failures, hot=hot
+                policy,
+                nodes,
+                readings,
+                self._memory,
+                now,
+                failures=failures,
+                hot=hot,
+                pod_shares=shares,
             )
         compute_s, compute_cpu_s = time.perf_counter() - t1, time.thread_time() - c1
         self._memory = memory
-        self._last_bindings_generation = generation
+        self._last_bindings_generation, self._last_ledger_generation = generation
         return self._finish(
             policy,
             plan,
@@ -257,14 +272,35 @@ class Scorer:
             compute_cpu_s,
         )
 
+    def _generations(self) -> tuple[int, int]:
+        return (
+            self.bindings.generation if self.bindings else 0,
+            self.ledger.generation if self.ledger else 0,
+        )
+
+    def _pod_changes(self) -> bool:
+        """Pods were bound, or a node's pods changed, since the last plan."""
+        return self._generations() != (
+            self._last_bindings_generation,
+            self._last_ledger_generation,
+        )
+
+    def _pod_shares(self, policy: Policy) -> dict[str, tuple[PodShare, ...]] | None:
+        """Each node's pods for the budget pools; None without enforcement or while the
+        ledger is not synced (then no pool is set)."""
+        if self.ledger is None or not enforced(policy):
+            return None
+        return self.ledger.shares(policy)
+
     def refresh_hot(self) -> CycleResult | None:
-        """Recompute composites from memory when pods were bound since the last plan (no
-        queries), and write what changed. None when there is nothing new or no cycle yet."""
-        if self.bindings is None or self._last is None:
+        """Recompute composites and budget pools from memory when pods were bound or a node's
+        pods changed since the last plan (no queries), and write what changed. None when there
+        is nothing new or no cycle yet."""
+        if not self._pod_changes():
             return None
-        if self.bindings.generation == self._last_bindings_generation:
-            return None
-        with self._lock:
+        with self._lock:  # a cycle in flight may have started before the change: wait for it
+            if self._last is None or not self._pod_changes():
+                return None
             previous = self._last
             policy = self.policy
             started_at = self._clock()
@@ -275,15 +311,21 @@ class Scorer:
                 log.warning("hot-node refresh skipped: cannot list nodes: %s", exc)
                 return None
             list_s = time.perf_counter() - t0
-            generation = self.bindings.generation
+            generation = self._generations()
             t1 = time.perf_counter()
             plan, memory = plan_cycle(
-                policy, nodes, {}, self._memory, self._clock(), hot=self._hot_counts(policy)
+                policy,
+                nodes,
+                {},
+                self._memory,
+                self._clock(),
+                hot=self._hot_counts(policy),
+                pod_shares=self._pod_shares(policy),
             )
             plan = dataclasses.replace(plan, dimensions=previous.plan.dimensions)
             compute_s = time.perf_counter() - t1
             self._memory = memory
-            self._last_bindings_generation = generation
+            self._last_bindings_generation, self._last_ledger_generation = generation
             return self._finish(
                 policy, plan, nodes, self.dry_run, started_at, list_s, 0.0, compute_s, 0
             )

@@ -7,6 +7,12 @@
   node's taints as read, keeps every foreign taint exactly as it is, puts its own in, and sends
   the list with `metadata.resourceVersion`; a concurrent writer makes that a 409, after which
   it re-reads the node and merges again, with exponential backoff.
+- Budget pools are extended resources in the node's status: a merge patch of
+  `status.capacity` and `status.allocatable` (the same values: a kubelet recomputes allocatable
+  from capacity) through the `/status` subresource, naming only the pools that changed, so
+  every other resource (cpu, nvidia.com/gpu, ...) stays as it is. It goes before the metadata
+  patch that records the pools in `<prefix>managed`: if one of the two fails, the record lags
+  behind the node (fixed next cycle) rather than claiming a resource we never wrote.
 - A token bucket (policy `writeQps` / `writeBurst`) paces every write request, retries
   included: the Python client has no limiter, and 5,000 PATCHes in one burst would crowd out
   everyone else in the apiserver's priority-and-fairness queue.
@@ -14,6 +20,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import threading
@@ -23,7 +30,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from scorer.kubeapi import MERGE_PATCH, KubeApiError, KubeJson, namespace_path, node_path, pod_path
+from scorer.kubeapi import (
+    MERGE_PATCH,
+    KubeApiError,
+    KubeJson,
+    namespace_path,
+    node_path,
+    node_status_path,
+    pod_path,
+)
 from scorer.model import NodeState
 from scorer.plan import CyclePlan, NodePlan
 from steer.core.policy import Policy
@@ -94,6 +109,11 @@ class NodeApi:
             self.kube.request("PATCH", node_path(name), body=patch, content_type=MERGE_PATCH)
         )
 
+    def patch_node_status(self, name: str, patch: Mapping[str, Any]) -> NodeState:
+        return NodeState.from_k8s(
+            self.kube.request("PATCH", node_status_path(name), body=patch, content_type=MERGE_PATCH)
+        )
+
     def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
         return self.kube.request("GET", pod_path(namespace, name))
 
@@ -112,6 +132,7 @@ class WriteResult:
     taints_written: bool
     error: str | None = None
     status: int | None = None
+    resources_written: int = 0  # budget pools set or removed in the node's status
 
 
 @dataclass(frozen=True)
@@ -192,6 +213,52 @@ class NodeWriter:
         return WriteReport(tuple(r for r in results if r is not None), self._waited)
 
     def write_node(self, policy: Policy, plan: NodePlan, node: NodeState) -> WriteResult:
+        resources = 0
+        status_requests = 0
+        if plan.resource_changes:
+            outcome = self._write_status(plan)
+            if isinstance(outcome, WriteResult):
+                return outcome
+            status_requests = outcome
+            resources = len(plan.resource_changes)
+        result = self._write_metadata(policy, plan, node)
+        return dataclasses.replace(
+            result,
+            requests=result.requests + status_requests,
+            resources_written=resources,
+        )
+
+    def _write_status(self, plan: NodePlan) -> int | WriteResult:
+        """PATCH the pools into the node's status; the requests made, or the failed result."""
+        changes = dict(plan.resource_changes)
+        patch = {"status": {"capacity": changes, "allocatable": changes}}
+        for attempt in range(1, self.max_attempts + 1):
+            self._pace()
+            try:
+                self.api.patch_node_status(plan.node, patch)
+                return attempt
+            except KubeApiError as exc:
+                if exc.status == 404:
+                    return WriteResult(
+                        plan.node, False, attempt, 0, 0, False, "node was deleted", 404
+                    )
+                if not (exc.conflict or exc.retriable) or attempt == self.max_attempts:
+                    log.error("status write to node %s failed: %s", plan.node, exc)
+                    return WriteResult(plan.node, False, attempt, 0, 0, False, str(exc), exc.status)
+                self._backoff(attempt)
+        raise AssertionError("unreachable: the loop returns on its last attempt")
+
+    def _pace(self) -> None:
+        waited = self.limiter.acquire()
+        with self._waited_lock:
+            self._waited += waited
+
+    def _backoff(self, attempt: int) -> None:
+        self._sleep(
+            min(self.max_backoff_s, self.backoff_s * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
+        )
+
+    def _write_metadata(self, policy: Policy, plan: NodePlan, node: NodeState) -> WriteResult:
         meta: dict[str, Any] = {}
         if plan.label_changes:
             meta["labels"] = dict(plan.label_changes)
@@ -210,9 +277,7 @@ class NodeWriter:
                 patch["spec"] = {"taints": taints or None}
             if not patch:
                 return WriteResult(plan.node, True, requests, conflicts, 0, False)
-            waited = self.limiter.acquire()
-            with self._waited_lock:
-                self._waited += waited
+            self._pace()
             requests = attempt
             try:
                 self.api.patch_node(plan.node, patch)
@@ -235,10 +300,7 @@ class NodeWriter:
                         plan.node, False, requests, conflicts, 0, False, str(exc), exc.status
                     )
                 conflicts += int(exc.conflict)
-                self._sleep(
-                    min(self.max_backoff_s, self.backoff_s * 2 ** (attempt - 1))
-                    * random.uniform(0.5, 1.0)
-                )
+                self._backoff(attempt)
                 if exc.conflict:
                     try:
                         current = self.api.get_node(plan.node)

@@ -106,6 +106,7 @@ def test_weights_must_sum_above_zero() -> None:
     for dim in doc["spec"]["dimensions"]:
         dim["weight"] = 0
     del doc["spec"]["podClasses"]
+    del doc["spec"]["scoring"]["compositeDimensions"]
     assert _issues(doc) == [
         "spec.dimensions: the weights of the score dimensions must sum to more than 0 (no composite score otherwise)"
     ]
@@ -126,6 +127,8 @@ def test_label_prefix_must_yield_valid_keys(prefix: str, fragment: str) -> None:
 
 def test_node_restriction_prefix_is_supported() -> None:
     doc = _doc(labelPrefix="node-restriction.kubernetes.io/steer-")
+    # Extended resources may not live under kubernetes.io: label enforcement of budgets only.
+    doc["spec"]["overcommit"] = {"enforcement": "labels"}
     policy = parse_policy(yaml.safe_dump(doc))
     assert policy.label_key("score") == "node-restriction.kubernetes.io/steer-score"
 
@@ -134,6 +137,7 @@ def test_long_dimension_name_breaks_the_63_byte_label_rule() -> None:
     doc = _doc()
     doc["spec"]["dimensions"][3]["name"] = "x" * 70
     doc["spec"]["podClasses"][0]["dimensions"].remove("power")
+    doc["spec"]["scoring"]["compositeDimensions"].remove("power")
     issues = _issues(doc)
     assert issues == [
         f"spec.dimensions[3].name: label key 'steer.io/{'x' * 70}' is invalid: name part must be no more than 63 bytes"

@@ -46,6 +46,7 @@ def test_owned_keys_cover_every_label_the_scorer_writes(policy: Policy) -> None:
         "steer.io/unhealthy",
         "steer.io/score",
         "steer.io/score-gpu",
+        "steer.io/reserved-gpu",
     }
     assert owned_taint_keys(policy) == {"steer.io/gpu-hot", "steer.io/unhealthy"}
     assert [key for _, key in composites(policy)] == ["steer.io/score", "steer.io/score-gpu"]
@@ -53,14 +54,15 @@ def test_owned_keys_cover_every_label_the_scorer_writes(policy: Policy) -> None:
 
 def test_composite_weights_per_class(policy: Policy) -> None:
     gpu = policy.spec.pod_classes[0]
-    assert composite_weights(policy, None) == {
+    assert composite_weights(policy, gpu) == {
         "gpu-util": 3,
         "gpu-free": 2,
         "gpu-frag": 1,
         "power": 1,
         "health": 2,
     }
-    assert composite_weights(policy, gpu) == composite_weights(policy, None)
+    # The default composite leaves the GPU dimensions out (spec.scoring.compositeDimensions).
+    assert composite_weights(policy, None) == {"power": 1, "health": 2}
     # overcommit-pct is published raw and never enters a composite.
     assert "overcommit-pct" not in composite_weights(policy, None)
 
@@ -164,6 +166,7 @@ def test_scheduler_profiles_only_when_installed(policy: Policy) -> None:
 
 
 def test_class_preferences_reproduce_the_composite_order(policy: Policy) -> None:
-    terms = class_preferences(policy, None)
+    # On unreserved nodes the "not reserved for GPU pods" terms add the same 110 everywhere.
+    terms = [t for t in class_preferences(policy, None) if t.operator == "In"]
     weights = [preference_weight({"steer.io/score": str(v)}, terms) for v in range(0, 101, 10)]
     assert weights == list(range(0, 101, 10))

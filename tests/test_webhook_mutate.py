@@ -139,7 +139,7 @@ def test_replicaset_pod_spreads_by_order_chain_with_template_hash_and_tolerates_
     assert zone == {
         "maxSkew": 1,
         "topologyKey": "topology.kubernetes.io/zone",
-        "whenUnsatisfiable": "ScheduleAnyway",
+        "whenUnsatisfiable": "DoNotSchedule",
         "labelSelector": {"matchLabels": {"order-chain": "checkout"}},
         "matchLabelKeys": ["pod-template-hash"],
     }
@@ -161,7 +161,12 @@ def test_no_tenant_gets_preferences_but_no_hard_rule() -> None:
     patched = apply(pod, mutation.ops)
     assert required_terms(patched) is None
     assert "require:" not in " ".join(mutation.in_effect)
-    assert len(node_affinity(patched)["preferredDuringSchedulingIgnoredDuringExecution"]) == 4
+    # 4 binary-weighted score terms, then "not reserved for GPU pods" weighing 100 + 10.
+    preferred = node_affinity(patched)["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert [t["weight"] for t in preferred] == [10, 20, 40, 80, 100, 10]
+    assert preferred[4]["preference"] == {
+        "matchExpressions": [{"key": "steer.io/reserved-gpu", "operator": "DoesNotExist"}]
+    }
 
 
 def test_scheduler_left_alone_when_profiles_not_installed_or_set_by_user() -> None:
@@ -422,10 +427,11 @@ def test_property_injected_weight_orders_nodes_as_scores_do(
     patched = apply(pod, mutation.ops)
     key = SCORE_GPU if mutation.pod_class == "gpu" else SCORE
     user = node_affinity(pod).get("preferredDuringSchedulingIgnoredDuringExecution") or []
+    # The score terms (the "not reserved" terms weigh the same on every unreserved node).
     injected = [
         term
         for term in node_affinity(patched)["preferredDuringSchedulingIgnoredDuringExecution"]
-        if term not in user
+        if term not in user and term["preference"]["matchExpressions"][0]["operator"] == "In"
     ]
     assert injected and all(
         term["preference"]["matchExpressions"][0]["key"] == key for term in injected

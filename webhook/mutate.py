@@ -27,7 +27,9 @@ from typing import Any
 
 import orjson
 
+from steer.core.budget import budget_steering, pod_burst
 from steer.core.policy import ALWAYS_EXCLUDED_NAMESPACES, PodClass, Policy, SpreadRule, Tenant
+from steer.core.quantity import QuantityError
 from steer.core.steering import (
     CONDITION_VALUE,
     Requirement,
@@ -47,6 +49,12 @@ REQUIRED_TERMS = (
     *NODE_AFFINITY,
     "requiredDuringSchedulingIgnoredDuringExecution",
     "nodeSelectorTerms",
+)
+POD_ANTI_AFFINITY = (
+    "spec",
+    "affinity",
+    "podAntiAffinity",
+    "requiredDuringSchedulingIgnoredDuringExecution",
 )
 DEFAULT_SCHEDULER = "default-scheduler"
 
@@ -122,8 +130,9 @@ def build_pieces(policy: Policy, tenant: Tenant | None, pod_class: PodClass | No
     # A class that must avoid a tainted node gets no toleration for that taint: the required
     # NotIn term would exclude the node anyway, and the toleration would only confuse readers.
     tolerated = [r for r in (tenant.allowed_tolerations if tenant else ()) if r not in avoided]
-    weights = "/".join(str(t.weight) for t in preferred)
-    notes = [f"{preferred[0].key} In-bits {weights}"] if preferred else []
+    bits = [t for t in preferred if t.operator == "In"]
+    notes = [f"{bits[0].key} In-bits {'/'.join(str(t.weight) for t in bits)}"] if bits else []
+    notes += [f"{t.key} {t.operator} w{t.weight}" for t in preferred if t.operator != "In"]
     notes += [_requirement_note(r) for r in requirements]
     return Pieces(
         tenant=tenant.name if tenant else None,
@@ -334,6 +343,10 @@ def mutate_pod(plan: MutationPlan, pod: Mapping[str, Any], tenant: Tenant | None
             if terms != original:
                 builder.set(REQUIRED_TERMS, terms)
 
+        # Overcommit budget enforced by the scheduler: pool requests, burst label, anti-affinity.
+        if tenant is not None and tenant.overcommit_percent is not None:
+            _merge_budget(plan.policy, builder, spec, labels, affinity, tenant, note)
+
         # Tolerations of the reserved taints this tenant may tolerate.
         tolerations = pod_objects(spec, "tolerations", "spec.tolerations")
         have = {_tol_id(t) for t in tolerations}
@@ -390,6 +403,52 @@ def mutate_pod(plan: MutationPlan, pod: Mapping[str, Any], tenant: Tenant | None
         added=tuple(added),
         pod_class=pieces.pod_class,
     )
+
+
+def _merge_budget(
+    policy: Policy,
+    builder: PatchBuilder,
+    spec: Mapping[str, Any],
+    labels: Mapping[str, Any],
+    affinity: Mapping[str, Any],
+    tenant: Tenant,
+    note: Any,
+) -> None:
+    """Add what steer/core/budget.py asks of a tenant pod. The burst is computed from cpu and
+    memory only, so a reinvocation computes the same requests and adds nothing."""
+    try:
+        burst = pod_burst(spec)
+    except QuantityError as exc:
+        raise UninterpretablePod("spec.containers", str(exc)) from None
+    steering = budget_steering(policy, tenant, burst)
+    if steering.empty:
+        return
+    if steering.requests:
+        containers = pod_objects(spec, "containers", "spec.containers")
+        if not containers:
+            raise UninterpretablePod("spec.containers", "a pod needs at least one container")
+        resources = pod_object(containers[0], "resources", "spec.containers[0].resources")
+        changed = False
+        for part in ("requests", "limits"):
+            have = pod_object(resources, part, f"spec.containers[0].resources.{part}")
+            for name, units in steering.requests.items():
+                if str(have.get(name)) != str(units):
+                    builder.set(("spec", "containers", "0", "resources", part, name), str(units))
+                    changed = True
+        note("budget:pool", changed)
+    if steering.label is not None:
+        key, value = steering.label
+        changed = labels.get(key) != value
+        if changed:
+            builder.set(("metadata", "labels", key), value)
+        note("budget:burst-label", changed)
+    if steering.anti_affinity is not None:
+        anti = pod_object(affinity, "podAntiAffinity", "spec.affinity.podAntiAffinity")
+        terms = pod_objects(anti, POD_ANTI_AFFINITY[-1], "spec.affinity.podAntiAffinity.required")
+        missing = steering.anti_affinity not in terms
+        if missing:
+            builder.append(POD_ANTI_AFFINITY, [dict(steering.anti_affinity)])
+        note("budget:anti-affinity", missing)
 
 
 @functools.lru_cache(maxsize=256)

@@ -51,6 +51,9 @@ class PatchBuilder:
         """(depth of the deepest existing prefix, the value there); None counts as missing."""
         node: Any = self._doc
         for depth, key in enumerate(path):
+            if isinstance(node, list) and key.isdigit() and int(key) < len(node):
+                node = node[int(key)]  # an existing list item (e.g. containers/0)
+                continue
             if not isinstance(node, Mapping):
                 raise ShapeError(_dotted(path[:depth]), "an object", node)
             child = node.get(key)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 SCORE_MIN = 0
 SCORE_MAX = 100
@@ -104,24 +104,23 @@ def bucket_values(step: int) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class PreferenceTerm:
-    """One preferred nodeAffinity term: `key In values`, with a weight in 1..100."""
+    """One preferred nodeAffinity term: `key In values` (or `key DoesNotExist`), weight 1..100."""
 
     weight: int
     key: str
     values: tuple[str, ...]
+    operator: Literal["In", "DoesNotExist"] = "In"
 
     def matches(self, labels: Mapping[str, str]) -> bool:
+        if self.operator == "DoesNotExist":
+            return self.key not in labels
         return labels.get(self.key) in self.values
 
     def to_k8s(self) -> dict[str, Any]:
-        return {
-            "weight": self.weight,
-            "preference": {
-                "matchExpressions": [
-                    {"key": self.key, "operator": "In", "values": list(self.values)}
-                ]
-            },
-        }
+        expression: dict[str, Any] = {"key": self.key, "operator": self.operator}
+        if self.operator == "In":
+            expression["values"] = list(self.values)
+        return {"weight": self.weight, "preference": {"matchExpressions": [expression]}}
 
 
 def preference_terms(key: str, step: int) -> tuple[PreferenceTerm, ...]:

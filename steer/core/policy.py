@@ -36,6 +36,10 @@ DEFAULT_LABEL_PREFIX = "steer.io/"
 # node cannot promote itself to "best node".
 NODE_RESTRICTION_PREFIX = "node-restriction.kubernetes.io/"
 ALWAYS_EXCLUDED_NAMESPACES = ("kube-system",)
+# Label suffix of the nodes a pod class reserves (`<prefix>reserved-<class>`).
+RESERVED_PREFIX = "reserved-"
+# Resources every node offers: a class cannot reserve nodes by them.
+CORE_RESOURCES = frozenset({"cpu", "memory", "ephemeral-storage", "pods"})
 _PROM_LABEL_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 
 
@@ -156,6 +160,10 @@ class Scoring(_Model):
     hysteresis: Annotated[float, _between(0, 49)] = 3.0
     ttl_seconds: PositiveSeconds = 300.0
     composite_label: str = "score"
+    # Dimensions of the default composite (pods of no class). Empty: every weighted score
+    # dimension. Leave class-specific data (GPU load) out of it, or nodes that have that data
+    # rank differently for pods that never use it.
+    composite_dimensions: tuple[str, ...] = ()
     # Client-side write limiter: the Python client has none, and 5,000 node PATCHes in one
     # burst would starve the apiserver's priority-and-fairness queue for everyone else.
     write_qps: Annotated[float, _between(0.1, 1000)] = 20.0
@@ -234,6 +242,11 @@ class PodClass(_Model):
     dimensions: tuple[str, ...] = ()
     scheduler_profile: str | None = None
     avoid: tuple[str, ...] = ()
+    # Nodes that offer one of `requestsAny` (allocatable > 0) are kept for this class: the
+    # scorer labels them `<prefix>reserved-<class>=true`, and the webhook steers every other
+    # opted-in pod away from them, by preference (`prefer`: only when nothing else fits) or
+    # by a required term (`require`).
+    reserve_nodes: Literal["none", "prefer", "require"] = "none"
 
 
 class Tenant(_Model):
@@ -267,6 +280,18 @@ class SchedulerProfiles(_Model):
     default_scheduler_is_unset: bool = True
 
 
+class Overcommit(_Model):
+    """How tenant budgets (`tenants[].overcommitPercent`) are enforced on nodes.
+
+    `labels`: tenant pods require nodes whose `overcommit-pct` label is within budget; all pods
+    of a burst see the same labels, so a budget holds at admission, not always at the end.
+    `scheduler`: also through extended resources and pod anti-affinity that the scheduler
+    accounts for on every bind (steer/core/budget.py), so a budget holds at the end state.
+    """
+
+    enforcement: Literal["labels", "scheduler"] = "labels"
+
+
 class OptIn(_Model):
     namespace_selector: LabelSelector = Field(
         default_factory=lambda: LabelSelector(match_labels={"steer.io/enabled": "true"})
@@ -285,6 +310,7 @@ class Spec(_Model):
     spread: tuple[SpreadRule, ...] = ()
     scheduler_profiles: SchedulerProfiles = Field(default_factory=SchedulerProfiles)
     opt_in: OptIn = Field(default_factory=OptIn)
+    overcommit: Overcommit = Field(default_factory=Overcommit)
     # What a node that was never scored (no label) does under a required rule: `allow` keeps
     # new nodes schedulable (DESIGN decision 5); `deny` is for clusters that prefer safety.
     unscored_nodes: Literal["allow", "deny"] = "allow"
@@ -487,6 +513,14 @@ def _reference_issues(spec: Mapping[str, Any]) -> Iterable[PolicyIssue]:
                 f"spec.taints[{i}].condition.dimension",
                 f"unknown dimension {dimension!r}; known: {sorted(dim_names)}",
             )
+    scoring = spec.get("scoring")
+    composite_dims = scoring.get("compositeDimensions") if isinstance(scoring, dict) else None
+    for j, name in _strings(composite_dims):
+        if name not in dim_names:
+            yield PolicyIssue(
+                f"spec.scoring.compositeDimensions[{j}]",
+                f"unknown dimension {name!r}; known: {sorted(dim_names)}",
+            )
     for i, pclass, _ in _named(spec, "podClasses"):
         for j, name in _strings(pclass.get("dimensions")):
             if name not in dim_names:
@@ -519,6 +553,11 @@ def _cross_field_issues(spec: Spec) -> Iterable[PolicyIssue]:
         (f"spec.podClasses[{i}].name", f"{spec.scoring.composite_label}-{c.name}")
         for i, c in enumerate(spec.pod_classes)
     ]
+    suffixes += [
+        (f"spec.podClasses[{i}].reserveNodes", f"{RESERVED_PREFIX}{c.name}")
+        for i, c in enumerate(spec.pod_classes)
+        if c.reserve_nodes != "none"
+    ]
     for path, suffix in suffixes:
         key = spec.label_prefix + suffix
         for problem in label_key_errors(key):
@@ -535,6 +574,13 @@ def _cross_field_issues(spec: Spec) -> Iterable[PolicyIssue]:
         yield PolicyIssue(
             "spec.dimensions",
             "the weights of the score dimensions must sum to more than 0 (no composite score otherwise)",
+        )
+    if spec.scoring.composite_dimensions and not any(
+        d.name in spec.scoring.composite_dimensions for d in weighted
+    ):
+        yield PolicyIssue(
+            "spec.scoring.compositeDimensions",
+            "needs at least one score dimension with weight > 0",
         )
 
     for i, dim in enumerate(spec.dimensions):
@@ -567,6 +613,13 @@ def _cross_field_issues(spec: Spec) -> Iterable[PolicyIssue]:
             yield PolicyIssue(
                 f"spec.podClasses[{i}].requestsAny", "must list at least one resource name"
             )
+        core = sorted(set(pclass.requests_any) & CORE_RESOURCES)
+        if pclass.reserve_nodes != "none" and core:
+            yield PolicyIssue(
+                f"spec.podClasses[{i}].reserveNodes",
+                f"every node offers {', '.join(core)}: reserve nodes by an extended resource "
+                "(e.g. nvidia.com/gpu) only",
+            )
         if pclass.dimensions and not any(
             d.weight > 0 and d.publish == "score"
             for d in spec.dimensions
@@ -596,6 +649,22 @@ def _cross_field_issues(spec: Spec) -> Iterable[PolicyIssue]:
         yield from _selector_issues(
             f"spec.tenants[{i}].namespaceSelector", tenant.namespace_selector
         )
+
+    if spec.overcommit.enforcement == "scheduler":
+        domain = spec.label_prefix.split("/", 1)[0]
+        if domain.endswith(("kubernetes.io", "k8s.io")):
+            yield PolicyIssue(
+                "spec.overcommit.enforcement",
+                f"scheduler enforcement publishes extended resources under labelPrefix "
+                f"{spec.label_prefix!r}, and the {domain} domain is reserved for them; "
+                "use a prefix of your own domain",
+            )
+        for level in sorted({t.overcommit_percent for t in spec.tenants if t.overcommit_percent}):
+            name = f"{spec.label_prefix}burst-{level:g}pct-memory"
+            for problem in label_key_errors(name):
+                yield PolicyIssue(
+                    "spec.overcommit.enforcement", f"resource name {name!r} is invalid: {problem}"
+                )
 
     for i, spread in enumerate(spec.spread):
         for problem in label_key_errors(spread.label_key):

@@ -11,8 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from steer.core.encoding import PreferenceTerm, preference_terms
-from steer.core.policy import Dimension, PodClass, Policy, TaintRule, Tenant
+from steer.core.encoding import SCORE_MAX, PreferenceTerm, preference_terms
+from steer.core.policy import RESERVED_PREFIX, Dimension, PodClass, Policy, TaintRule, Tenant
+from steer.core.quantity import QuantityError, parse_quantity
 
 CONDITION_VALUE = "true"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -31,6 +32,28 @@ def condition_key(policy: Policy, rule: TaintRule) -> str:
     return policy.label_key(rule.name)
 
 
+def reserved_key(policy: Policy, pod_class: PodClass) -> str:
+    """Label the scorer sets to `true` on nodes that offer a resource the class reserves."""
+    return policy.label_key(f"{RESERVED_PREFIX}{pod_class.name}")
+
+
+def reserving_classes(policy: Policy) -> tuple[PodClass, ...]:
+    return tuple(c for c in policy.spec.pod_classes if c.reserve_nodes != "none")
+
+
+def offers(pod_class: PodClass, allocatable: Mapping[str, str]) -> bool:
+    """Whether a node with this `status.allocatable` offers one of the class's `requestsAny`
+    (a positive quantity). Read from the Node, not from metrics: a GPU node stays reserved
+    while its exporter is down."""
+    for name in pod_class.requests_any:
+        try:
+            if parse_quantity(allocatable.get(name, "0")) > 0:
+                return True
+        except QuantityError:
+            continue
+    return False
+
+
 def overcommit_key(policy: Policy) -> str:
     return policy.label_key("overcommit-pct")
 
@@ -41,8 +64,12 @@ def trace_annotation_key(policy: Policy) -> str:
 
 
 def composite_weights(policy: Policy, pod_class: PodClass | None) -> dict[str, float]:
-    """Dimension weights of a class's composite (all weighted score dimensions for no class)."""
-    names = set(pod_class.dimensions) if pod_class and pod_class.dimensions else None
+    """Dimension weights of a class's composite; for no class, `scoring.compositeDimensions`
+    (every weighted score dimension when that is empty)."""
+    if pod_class is not None and pod_class.dimensions:
+        names: set[str] | None = set(pod_class.dimensions)
+    else:
+        names = set(policy.spec.scoring.composite_dimensions) or None
     return {
         d.name: d.weight
         for d in policy.spec.dimensions
@@ -62,6 +89,7 @@ def owned_label_keys(policy: Policy) -> frozenset[str]:
     keys = {dimension_key(policy, d) for d in policy.spec.dimensions}
     keys |= {condition_key(policy, r) for r in policy.spec.taints}
     keys |= {key for _, key in composites(policy)}
+    keys |= {reserved_key(policy, c) for c in reserving_classes(policy)}
     return frozenset(keys)
 
 
@@ -96,10 +124,20 @@ def tenant_for(policy: Policy, namespace_labels: Mapping[str, str]) -> Tenant | 
 
 
 def class_preferences(policy: Policy, pod_class: PodClass | None) -> tuple[PreferenceTerm, ...]:
-    """Preferred terms for a pod of this class: binary-weighted terms on its composite label."""
-    if pod_class is not None and not pod_class.dimensions:
-        pod_class = None
-    return preference_terms(composite_key(policy, pod_class), policy.spec.scoring.step)
+    """Preferred terms for a pod of this class: binary-weighted terms on its composite label,
+    then, per other class that reserves its nodes by preference, "not reserved" terms weighing
+    100 + step in all (a term may weigh at most 100), so even an unreserved node of bucket 0
+    outranks a reserved node of bucket 100."""
+    own = pod_class if pod_class is not None and pod_class.dimensions else None
+    step = policy.spec.scoring.step
+    terms = preference_terms(composite_key(policy, own), step)
+    away = tuple(
+        PreferenceTerm(weight, reserved_key(policy, c), (), operator="DoesNotExist")
+        for c in reserving_classes(policy)
+        if c.reserve_nodes == "prefer" and c is not pod_class
+        for weight in (SCORE_MAX, step)
+    )
+    return terms + away
 
 
 @dataclass(frozen=True)
@@ -138,6 +176,13 @@ def required_rules(
         rules.append(
             Requirement(rule=f"overcommit:{tenant.name}", alternatives=tuple(alternatives))
         )
+    for other in reserving_classes(policy):
+        if other.reserve_nodes == "require" and other is not pod_class:
+            absent: Mapping[str, Any] = {
+                "key": reserved_key(policy, other),
+                "operator": "DoesNotExist",
+            }
+            rules.append(Requirement(rule=f"reserved:{other.name}", alternatives=((absent,),)))
     if pod_class is not None:
         for name in pod_class.avoid:
             rule = policy.taint_rule(name)

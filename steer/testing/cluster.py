@@ -219,7 +219,10 @@ def kubeconfig_text(server: str, ca_pem: bytes, user: str, pem: Pem) -> str:
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [
-                {"name": "e2e", "cluster": {"server": server, "certificate-authority-data": b64(ca_pem)}}
+                {
+                    "name": "e2e",
+                    "cluster": {"server": server, "certificate-authority-data": b64(ca_pem)},
+                }
             ],
             "users": [
                 {

@@ -1,0 +1,146 @@
+"""Which pods hold resources on which node: the input of the budget pools (steer/core/budget.py).
+
+A pool's capacity is a node's budget minus the burst of the pods on it that take nothing from
+the pool, so the scorer must know every pod bound to every node, the way the scheduler does:
+a pod counts from its binding until it is deleted or reaches a terminal phase (the
+scheduler's own pod informer excludes Succeeded and Failed pods). The ledger keeps, per pod
+uid, its node and its containers' resources, nothing else (a pod is ~100 bytes here instead
+of kilobytes).
+
+It is fed by the scorer's pod watch (`scorer.hot.PodBindingWatcher`): one list, then a watch
+from the list's resourceVersion. Until that list has been applied the ledger is not `synced`
+and the scorer publishes no pool: capacities computed from a partial ledger would be too
+generous. `generation` bumps on every change that can move a pool, so the scorer knows when
+to republish.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from steer.core.budget import PodShare, owned_resources, pod_share
+from steer.core.policy import Policy
+
+TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True)
+class BoundPod:
+    """A pod as the pools see it: its node and a pod spec reduced to containers' resources."""
+
+    node: str
+    spec: Mapping[str, Any]
+
+    @classmethod
+    def of(cls, pod: Mapping[str, Any]) -> BoundPod | None:
+        """None for a pod that holds nothing on a node: unbound, or in a terminal phase."""
+        spec = pod.get("spec") or {}
+        node = spec.get("nodeName")
+        phase = (pod.get("status") or {}).get("phase")
+        if not node or phase in TERMINAL_PHASES:
+            return None
+        reduced: dict[str, Any] = {}
+        for part in ("containers", "initContainers"):
+            containers = spec.get(part)
+            if containers:
+                reduced[part] = tuple(_container(c) for c in containers if isinstance(c, Mapping))
+        return cls(str(node), MappingProxyType(reduced))
+
+
+def _container(container: Mapping[str, Any]) -> Mapping[str, Any]:
+    out: dict[str, Any] = {"resources": container.get("resources") or {}}
+    if container.get("restartPolicy"):  # a sidecar init container: runs next to the app
+        out["restartPolicy"] = container["restartPolicy"]
+    return MappingProxyType(out)
+
+
+class PodLedger:
+    """Bound pods by uid, thread-safe: the watch thread writes, cycles read."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pods: dict[str, BoundPod] = {}
+        self._synced = False
+        self.generation = 0  # bumps on every change that can move a pool
+        self.relists = 0
+        # pod_share() depends on the policy only through its owned resources: cache per uid.
+        self._shares: dict[str, PodShare] = {}
+        self._shares_for: frozenset[str] | None = None
+
+    @property
+    def synced(self) -> bool:
+        return self._synced
+
+    def __len__(self) -> int:
+        return len(self._pods)
+
+    def replace(self, pods: Iterable[Mapping[str, Any]]) -> set[str]:
+        """Start over from a full list of bound pods; the ledger is synced afterwards.
+        Returns the nodes whose pods changed."""
+        fresh: dict[str, BoundPod] = {}
+        for pod in pods:
+            uid = (pod.get("metadata") or {}).get("uid")
+            entry = BoundPod.of(pod)
+            if uid and entry is not None:
+                fresh[str(uid)] = entry
+        with self._lock:
+            changed = {p.node for uid, p in self._pods.items() if fresh.get(uid) != p}
+            changed.update(p.node for uid, p in fresh.items() if self._pods.get(uid) != p)
+            for uid in set(self._shares) - fresh.keys():
+                del self._shares[uid]
+            for uid, p in fresh.items():
+                if self._pods.get(uid) != p:
+                    self._shares.pop(uid, None)
+            self._pods = fresh
+            self.relists += 1
+            if changed or not self._synced:
+                self.generation += 1
+            self._synced = True
+        return changed
+
+    def apply(self, event_type: str, pod: Mapping[str, Any]) -> set[str]:
+        """One watch event (ADDED, MODIFIED, DELETED); returns the nodes whose pods changed."""
+        uid = (pod.get("metadata") or {}).get("uid")
+        if not uid or event_type not in ("ADDED", "MODIFIED", "DELETED"):
+            return set()
+        uid = str(uid)
+        entry = None if event_type == "DELETED" else BoundPod.of(pod)
+        with self._lock:
+            old = self._pods.get(uid)
+            if old == entry:
+                return set()  # a status update that changes nothing the pools count
+            if entry is None:
+                del self._pods[uid]
+            else:
+                self._pods[uid] = entry
+            self._shares.pop(uid, None)
+            self.generation += 1
+        return {p.node for p in (old, entry) if p is not None}
+
+    def desync(self) -> None:
+        """The watch broke: until the next full list the ledger may miss changes."""
+        with self._lock:
+            if self._synced:
+                self._synced = False
+                self.generation += 1
+
+    def shares(self, policy: Policy) -> dict[str, tuple[PodShare, ...]] | None:
+        """Each node's pods as the pools count them; None until the ledger is synced."""
+        owned = owned_resources(policy)
+        with self._lock:
+            if not self._synced:
+                return None
+            if owned != self._shares_for:
+                self._shares = {}
+                self._shares_for = owned
+            grouped: dict[str, list[PodShare]] = {}
+            for uid, pod in self._pods.items():
+                share = self._shares.get(uid)
+                if share is None:
+                    share = self._shares[uid] = pod_share(policy, pod.spec)
+                grouped.setdefault(pod.node, []).append(share)
+        return {node: tuple(shares) for node, shares in grouped.items()}

@@ -1,0 +1,355 @@
+"""Budget pools (steer/core/budget.py) end to end: `steer scorer run` publishing them on real
+Nodes of kube-apiserver v1.36.2, and the real kube-scheduler enforcing them.
+
+The scorer runs as operators run it, under the manifest's ClusterRole (bound to a client
+certificate user), so the test also proves that RBAC lets it list and watch every pod and patch
+`nodes/status`. It needs no Prometheus for pools (every query fails; no label is written). Tenant
+pods are built by hand with the pool requests `budget_steering` computes, as the mutating
+webhook adds them (extended resources must have limit = request).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from scorer.kubeapi import KubeApiError, KubeJson, node_path, pod_path
+from steer.adapters.kube import make_api_client
+from steer.core.budget import budget_steering, pod_burst
+from steer.core.policy import Policy, parse_policy
+from steer.testing.cluster import ROOT, ControlPlane
+from steer.testing.services import RunningScorer, running_scorer
+from tests.scorer_support import SMALL_POLICY
+
+SCORER_MANIFEST = ROOT / "manifests" / "scorer" / "scorer.yaml"
+N1, N2 = "budget-e2e-1", "budget-e2e-2"
+SET_KEY = "e2e.steer.io/budget-set"
+CPU5 = "steer.io/burst-5pct-cpu"
+MEM5 = "steer.io/burst-5pct-memory"
+GUARD = "steer.io/burst-0pct"
+NO_PROMETHEUS = "http://127.0.0.1:9"
+
+POLICY_TEXT = (
+    SMALL_POLICY
+    + """\
+    - name: dept-a
+      namespaceSelector: {matchLabels: {tenant: dept-a}}
+      overcommitPercent: 5
+  overcommit: {enforcement: scheduler}
+"""
+)
+POLICY: Policy = parse_policy(POLICY_TEXT)
+DEPT_A = next(t for t in POLICY.spec.tenants if t.name == "dept-a")
+
+
+def wait_until(
+    what: str, check: Callable[[], Any], timeout_s: float = 20.0, interval_s: float = 0.05
+) -> Any:
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while True:
+        try:
+            last = check()
+        except (KubeApiError, requests.RequestException, KeyError) as exc:
+            last = exc
+        else:
+            if last:
+                return last
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"{what}: not within {timeout_s}s (last: {last!r})")
+        time.sleep(interval_s)
+
+
+def metric(scorer: RunningScorer, name: str) -> float:
+    with requests.Session() as session:
+        session.trust_env = False
+        text = session.get(f"{scorer.url}/metrics", timeout=10).text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and not sample.labels:
+                return float(sample.value)
+    return 0.0
+
+
+def pod_body(
+    name: str,
+    node: str,
+    requests_: Mapping[str, str],
+    limits: Mapping[str, str],
+    *,
+    tenant: bool = False,
+) -> dict[str, Any]:
+    """A pod pinned to `node` (required affinity: the scheduler still decides whether it fits).
+    A tenant pod also requests its pools, exactly as `budget_steering` says."""
+    resources: dict[str, Any] = {"requests": dict(requests_), "limits": dict(limits)}
+    labels: dict[str, str] = {}
+    if tenant:
+        steering = budget_steering(
+            POLICY, DEPT_A, pod_burst({"containers": [{"resources": resources}]})
+        )
+        for key, units in steering.requests.items():
+            resources["requests"][key] = resources["limits"][key] = str(units)
+        if steering.label is not None:
+            labels[steering.label[0]] = steering.label[1]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "containers": [
+                {"name": "c", "image": "registry.k8s.io/pause:3.10", "resources": resources}
+            ],
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {
+                                "matchExpressions": [
+                                    {
+                                        "key": "kubernetes.io/hostname",
+                                        "operator": "In",
+                                        "values": [node],
+                                    }
+                                ]
+                            }
+                        ]
+                    }
+                }
+            },
+            "terminationGracePeriodSeconds": 0,
+        },
+    }
+
+
+@pytest.fixture
+def admin(control_plane: ControlPlane) -> Iterator[KubeJson]:
+    api_client = make_api_client(str(control_plane.kubeconfig))
+    yield KubeJson(api_client)
+    api_client.close()
+
+
+@pytest.fixture
+def scorer_user(control_plane: ControlPlane, admin: KubeJson) -> Iterator[Path]:
+    """A kubeconfig for a user bound to the manifest's ClusterRole (and nothing else)."""
+    suffix = uuid.uuid4().hex[:6]
+    user = f"budget-scorer-{suffix}"
+    docs = [d for d in yaml.safe_load_all(SCORER_MANIFEST.read_text()) if d]
+    role = next(d for d in docs if d["kind"] == "ClusterRole")
+    role["metadata"]["name"] = f"{role['metadata']['name']}-{suffix}"
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": role["metadata"]["name"]},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": role["metadata"]["name"],
+        },
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+    }
+    rbac = "/apis/rbac.authorization.k8s.io/v1"
+    kubeconfig = control_plane.user_kubeconfig(user)
+    as_user = KubeJson(make_api_client(str(kubeconfig)))
+    admin.request("POST", f"{rbac}/clusterroles", body=role)
+    admin.request("POST", f"{rbac}/clusterrolebindings", body=binding)
+    try:
+        wait_until("the binding is in force", lambda: as_user.request("GET", "/api/v1/pods"))
+        yield kubeconfig
+    finally:
+        for path in (
+            f"{rbac}/clusterrolebindings/{binding['metadata']['name']}",
+            f"{rbac}/clusterroles/{role['metadata']['name']}",
+        ):
+            with contextlib.suppress(KubeApiError):
+                admin.request("DELETE", path)
+        as_user.api_client.close()
+
+
+def pools(admin: KubeJson, node: str) -> dict[str, dict[str, str]]:
+    status = admin.request("GET", node_path(node))["status"]
+    return {
+        part: {k: v for k, v in status[part].items() if k.startswith("steer.io/")}
+        for part in ("capacity", "allocatable")
+    }
+
+
+def both(values: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    return {"capacity": dict(values), "allocatable": dict(values)}
+
+
+def create_pod(admin: KubeJson, namespace: str, body: Mapping[str, Any]) -> None:
+    admin.request("POST", f"/api/v1/namespaces/{namespace}/pods", body=body)
+
+
+def bound_node(admin: KubeJson, namespace: str, name: str) -> str | None:
+    node: str | None = admin.request("GET", pod_path(namespace, name))["spec"].get("nodeName")
+    return node
+
+
+def unschedulable_message(admin: KubeJson, namespace: str, name: str) -> str | None:
+    pod = admin.request("GET", pod_path(namespace, name))
+    for cond in pod.get("status", {}).get("conditions") or ():
+        if cond["type"] == "PodScheduled" and cond["status"] == "False":
+            return str(cond.get("message", ""))
+    return None
+
+
+def test_scheduler_enforces_the_pools_the_scorer_publishes(
+    control_plane: ControlPlane,
+    make_node: Callable[..., dict[str, Any]],
+    make_namespace: Callable[..., str],
+    admin: KubeJson,
+    scorer_user: Path,
+    tmp_path: Path,
+) -> None:
+    # 8 cores / 32 GiB: 5 % = 400 m and 1638 MiB. 20 cores: 1000 m, stored by the apiserver in
+    # canonical form as "1k" (the scorer must see that as equal, not rewrite it every cycle).
+    make_node(
+        N1,
+        cpu="8",
+        memory="32Gi",
+        labels={SET_KEY: "1"},
+        extra_capacity={"example.com/dongle": "4"},
+    )
+    make_node(N2, cpu="20", memory="32Gi", labels={SET_KEY: "1"})
+    foreign_ns = make_namespace(prefix="foreign")
+    tenant_ns = make_namespace({"tenant": "dept-a"}, prefix="dept-a")
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text(POLICY_TEXT)
+
+    with running_scorer(
+        control_plane,
+        policy_file,
+        NO_PROMETHEUS,
+        tmp_path,
+        name="scorer-budget",
+        # argparse keeps the last --kubeconfig: the restricted user's
+        extra_args=["--kubeconfig", str(scorer_user), "--no-leader-election"],
+    ) as scorer:
+        scorer.wait_ready()
+        wait_until(
+            "pools on N1",
+            lambda: pools(admin, N1) == both({CPU5: "400", MEM5: "1638", GUARD: "110"}),
+        )
+        wait_until(
+            "pools on N2",
+            lambda: pools(admin, N2) == both({CPU5: "1k", MEM5: "1638", GUARD: "110"}),
+        )
+        status = admin.request("GET", node_path(N1))["status"]
+        assert status["allocatable"]["example.com/dongle"] == "4"  # foreign resources stay
+        assert status["allocatable"]["cpu"] == "8"
+        annotations = admin.request("GET", node_path(N1))["metadata"]["annotations"]
+        assert '"resources":["steer.io/burst-0pct"' in annotations["steer.io/managed"]
+
+        # Idle: a refresh writes nothing (the "1k" of N2 counts as equal to 1000).
+        idle_writes = metric(scorer, "steer_scorer_write_requests_total")
+        create_pod(
+            admin,
+            foreign_ns,
+            pod_body(
+                "guaranteed",
+                N2,
+                {"cpu": "100m", "memory": "64Mi"},
+                {"cpu": "100m", "memory": "64Mi"},
+            ),
+        )
+        wait_until("guaranteed pod bound", lambda: bound_node(admin, foreign_ns, "guaranteed"))
+        time.sleep(1.5)  # a refresh ran for that binding: no burst, nothing to write
+        assert metric(scorer, "steer_scorer_write_requests_total") == idle_writes
+
+        # A foreign burstable pod on N1 (300 m and 256 MiB of burst) shrinks N1's pools.
+        create_pod(
+            admin,
+            foreign_ns,
+            pod_body(
+                "burstable",
+                N1,
+                {"cpu": "500m", "memory": "256Mi"},
+                {"cpu": "800m", "memory": "512Mi"},
+            ),
+        )
+        wait_until(
+            "burstable pod bound", lambda: bound_node(admin, foreign_ns, "burstable"), 30, 0.01
+        )
+        bound_at = time.monotonic()
+        wait_until(
+            "N1 pools shrunk",
+            lambda: pools(admin, N1) == both({CPU5: "100", MEM5: "1382", GUARD: "0"}),
+            timeout_s=10,
+            interval_s=0.02,
+        )
+        republish_s = time.monotonic() - bound_at
+        print(f"N1 pools republished {republish_s:.2f}s after the foreign pod was bound")
+        assert republish_s < 3.0, republish_s  # not one 30 s cycle later
+        assert pools(admin, N2)["allocatable"][CPU5] == "1k"
+
+        detail = scorer.get(f"/explain/node/{N1}")["budgetPools"]
+        cpu = next(p for p in detail["pools"] if p["resource"] == CPU5)
+        assert (cpu["budget"], cpu["outsideBurst"], cpu["outsidePods"], cpu["published"]) == (
+            400,
+            300,
+            1,
+            "100",
+        )
+
+        # dept-a pods on N1: a 150 m burst asks for 151 units of the 100 left and stays
+        # Pending; a 50 m burst (51 units) binds.
+        create_pod(
+            admin,
+            tenant_ns,
+            pod_body(
+                "big-burst",
+                N1,
+                {"cpu": "1", "memory": "1Gi"},
+                {"cpu": "1150m", "memory": "1Gi"},
+                tenant=True,
+            ),
+        )
+        create_pod(
+            admin,
+            tenant_ns,
+            pod_body(
+                "small-burst",
+                N1,
+                {"cpu": "1", "memory": "1Gi"},
+                {"cpu": "1050m", "memory": "1Gi"},
+                tenant=True,
+            ),
+        )
+        pod = admin.request("GET", pod_path(tenant_ns, "big-burst"))
+        assert pod["spec"]["containers"][0]["resources"]["requests"][CPU5] == "151"
+        assert (
+            wait_until("small pod bound", lambda: bound_node(admin, tenant_ns, "small-burst"), 30)
+            == N1
+        )
+        message = wait_until(
+            "big pod unschedulable",
+            lambda: unschedulable_message(admin, tenant_ns, "big-burst"),
+            30,
+        )
+        assert f"Insufficient {CPU5}" in message, message
+        print(f"big-burst: {message}")
+        assert bound_node(admin, tenant_ns, "big-burst") is None
+        # The small pod draws on its pool: the scorer does not count it against that pool.
+        time.sleep(1.0)
+        assert pools(admin, N1)["allocatable"][CPU5] == "100"
+
+        # The foreign pod goes: the pool grows back and the scheduler binds the waiting pod.
+        control_plane.delete_pods(foreign_ns, None)
+        wait_until("N1 pools restored", lambda: pools(admin, N1)["allocatable"][CPU5] == "400", 10)
+        assert (
+            wait_until("big pod bound", lambda: bound_node(admin, tenant_ns, "big-burst"), 60) == N1
+        )
+        scorer.stop()
+        log = scorer.log(100_000)
+        assert "forbidden" not in log.lower(), log
+        assert "Traceback" not in log, log

@@ -1,0 +1,178 @@
+"""Nodes kept for a pod class (`reserveNodes`) and the default composite's dimensions: the
+policy fields, the label the scorer writes from a Node's allocatable, and the terms the webhook
+injects into pods of other classes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+
+from scorer.model import NodeState
+from scorer.plan import ScorerMemory, plan_cycle
+from steer.core.encoding import preference_weight
+from steer.core.policy import Policy, PolicyError, parse_policy
+from steer.core.steering import (
+    class_preferences,
+    composite_weights,
+    offers,
+    owned_label_keys,
+    required_rules,
+)
+from tests.conftest import EXAMPLE_POLICY
+from tests.scorer_support import readings_for
+
+
+def _policy(reserve: str = "prefer", composite_dims: list[str] | None = None) -> Policy:
+    doc: dict[str, Any] = yaml.safe_load(EXAMPLE_POLICY.read_text())
+    doc["spec"]["podClasses"][0]["reserveNodes"] = reserve
+    if composite_dims is not None:
+        doc["spec"]["scoring"]["compositeDimensions"] = composite_dims
+    return parse_policy(yaml.safe_dump(doc))
+
+
+def _node(name: str, gpus: str | None) -> NodeState:
+    allocatable = {"cpu": "32", "memory": "256Gi"}
+    if gpus is not None:
+        allocatable["nvidia.com/gpu"] = gpus
+    return NodeState(name=name, allocatable=allocatable)
+
+
+def test_offers_reads_positive_allocatable_of_the_class_resources() -> None:
+    gpu = _policy().spec.pod_classes[0]
+    assert offers(gpu, {"nvidia.com/gpu": "8"})
+    assert not offers(gpu, {"nvidia.com/gpu": "0"})
+    assert not offers(gpu, {"cpu": "8"})
+    assert not offers(gpu, {"nvidia.com/gpu": "lots"})  # unparsable: not offered
+
+
+def test_scorer_labels_reserved_nodes_from_allocatable_without_any_metric() -> None:
+    policy = _policy()
+    nodes = [_node("gpu-1", "8"), _node("cpu-1", None), _node("gpu-0", "0")]
+    plan, _ = plan_cycle(policy, nodes, {}, ScorerMemory(), now=1000.0)
+    key = "steer.io/reserved-gpu"
+    assert key in owned_label_keys(policy)
+    assert plan.node("gpu-1").label_changes == {key: "true"}
+    assert key not in plan.node("cpu-1").labels
+    assert key not in plan.node("gpu-0").labels
+
+
+def test_reserved_label_is_withdrawn_when_the_class_stops_reserving() -> None:
+    key = "steer.io/reserved-gpu"
+    labelled = NodeState(
+        name="gpu-1",
+        labels={key: "true"},
+        annotations={"steer.io/managed": '{"labels":["steer.io/reserved-gpu"]}'},
+        allocatable={"nvidia.com/gpu": "8"},
+    )
+    plan, _ = plan_cycle(_policy("none"), [labelled], {}, ScorerMemory(), now=1000.0)
+    assert plan.node("gpu-1").label_changes == {key: None}
+
+
+def test_prefer_steers_other_pods_off_reserved_nodes_by_the_largest_weight() -> None:
+    policy = _policy("prefer")
+    gpu = policy.spec.pod_classes[0]
+    other = class_preferences(policy, None)
+    away = [t for t in other if t.operator == "DoesNotExist"]
+    assert [(t.key, t.weight) for t in away] == [
+        ("steer.io/reserved-gpu", 100),
+        ("steer.io/reserved-gpu", 10),
+    ]
+    assert away[0].to_k8s() == {
+        "weight": 100,
+        "preference": {
+            "matchExpressions": [{"key": "steer.io/reserved-gpu", "operator": "DoesNotExist"}]
+        },
+    }
+    # The worst unreserved node still outranks the best reserved one for a CPU pod...
+    cpu_node = {"steer.io/score": "0"}
+    gpu_node = {"steer.io/score": "100", "steer.io/reserved-gpu": "true"}
+    assert preference_weight(cpu_node, other) > preference_weight(gpu_node, other)
+    # ...while the class's own pods are not pushed off their nodes.
+    assert all(t.operator == "In" for t in class_preferences(policy, gpu))
+    assert not any(r.rule.startswith("reserved:") for r in required_rules(policy, None, None))
+
+
+def test_require_excludes_reserved_nodes_for_other_pods_only() -> None:
+    policy = _policy("require")
+    gpu = policy.spec.pod_classes[0]
+    rules = {r.rule: r for r in required_rules(policy, None, None)}
+    assert not rules["reserved:gpu"].matches({"steer.io/reserved-gpu": "true"})
+    assert rules["reserved:gpu"].matches({})
+    assert "reserved:gpu" not in {r.rule for r in required_rules(policy, None, gpu)}
+    assert all(t.operator == "In" for t in class_preferences(policy, None))
+
+
+def test_default_composite_takes_only_the_listed_dimensions() -> None:
+    policy = _policy(composite_dims=["power", "health"])
+    assert composite_weights(policy, None) == {"power": 1, "health": 2}
+    gpu = policy.spec.pod_classes[0]
+    assert set(composite_weights(policy, gpu)) == {
+        "gpu-util",
+        "gpu-free",
+        "gpu-frag",
+        "power",
+        "health",
+    }
+
+
+def test_a_gpu_dimension_no_longer_ranks_gpu_nodes_first_for_cpu_pods() -> None:
+    policy = _policy(composite_dims=["power", "health"])
+    nodes = [_node("gpu-1", "8"), _node("cpu-1", None)]
+    readings = readings_for(
+        policy,
+        nodes,
+        {
+            "gpu-util": {"gpu-1": 0.0},
+            "gpu-free": {"gpu-1": 8.0},
+            "power": {"gpu-1": 300.0, "cpu-1": 300.0},
+            "health": {"gpu-1": 1.0, "cpu-1": 1.0},
+        },
+        at=1000.0,
+    )
+    plan, _ = plan_cycle(policy, nodes, readings, ScorerMemory(), now=1000.0)
+    assert (
+        plan.node("gpu-1").labels["steer.io/score"] == plan.node("cpu-1").labels["steer.io/score"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "path", "message"),
+    [
+        (
+            {"scoring": {"compositeDimensions": ["gpu-util", "nope"]}},
+            "spec.scoring.compositeDimensions[1]",
+            "unknown dimension 'nope'",
+        ),
+        (
+            {"scoring": {"compositeDimensions": ["overcommit-pct"]}},
+            "spec.scoring.compositeDimensions",
+            "needs at least one score dimension with weight > 0",
+        ),
+        (
+            {"podClasses": [{"name": "big", "requestsAny": ["cpu"], "reserveNodes": "prefer"}]},
+            "spec.podClasses[0].reserveNodes",
+            "every node offers cpu",
+        ),
+        (
+            {"podClasses": [{"name": "gpu", "requestsAny": ["x/y"], "reserveNodes": "always"}]},
+            "spec.podClasses[0].reserveNodes",
+            "",
+        ),
+    ],
+)
+def test_bad_reserve_and_composite_fields_are_named(
+    change: dict[str, Any], path: str, message: str
+) -> None:
+    doc: dict[str, Any] = yaml.safe_load(EXAMPLE_POLICY.read_text())
+    for key, value in change.items():
+        if isinstance(value, dict):
+            doc["spec"][key].update(value)
+        else:
+            doc["spec"][key] = value
+    with pytest.raises(PolicyError) as caught:
+        parse_policy(yaml.safe_dump(doc))
+    found = [str(issue) for issue in caught.value.issues if issue.path == path]
+    assert found, [str(i) for i in caught.value.issues]
+    assert message in found[0]
