@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import json
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -50,8 +51,17 @@ from tests.e2e.admission_support import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-POLICY_FILE = ROOT / "examples" / "policy.yaml"
-POLICY = parse_policy(POLICY_FILE.read_text())
+# The example policy with budgets enforced by labels only: this module has no scorer to publish
+# the burst pools (tests/e2e/test_budget_pools.py and test_budget_admission.py cover those).
+POLICY_TEXT = (
+    (ROOT / "examples" / "policy.yaml")
+    .read_text()
+    .replace("    enforcement: scheduler", "    enforcement: labels")
+)
+POLICY_FILE = Path(tempfile.mkdtemp(prefix="steer-e2e-policy-")) / "policy.yaml"
+POLICY_FILE.write_text(POLICY_TEXT)
+POLICY = parse_policy(POLICY_TEXT)
+assert POLICY.spec.overcommit.enforcement == "labels"
 OPT_IN = {"steer.io/enabled": "true"}
 TRACE_KEY = trace_annotation_key(POLICY)  # steer.io/trace
 SET_KEY = "e2e.steer.io/node-set"
@@ -302,8 +312,12 @@ def test_pod_in_opted_in_namespace_is_steered_and_user_settings_are_kept(
 
     # Preferred: the user's term stays first, then the policy's binary-weighted terms.
     ours = [t.to_k8s() for t in class_preferences(POLICY, None)]
-    assert [t["weight"] for t in ours] == [10, 20, 40, 80]
-    assert {e["key"] for t in ours for e in t["preference"]["matchExpressions"]} == {score_key}
+    # 4 binary-weighted score terms, then "not a node reserved for GPU pods" (100 + 10).
+    assert [t["weight"] for t in ours] == [10, 20, 40, 80, 100, 10]
+    assert {e["key"] for t in ours[:4] for e in t["preference"]["matchExpressions"]} == {score_key}
+    assert {e["operator"] for t in ours[4:] for e in t["preference"]["matchExpressions"]} == {
+        "DoesNotExist"
+    }
     node_affinity = spec["affinity"]["nodeAffinity"]
     assert node_affinity["preferredDuringSchedulingIgnoredDuringExecution"] == [
         user_preferred,

@@ -353,7 +353,8 @@ def test_steer_spread_puts_every_steered_pod_on_the_top_bucket(
     nodes = node_set(set_id, RANK_NODES, cpu="64", memory="256Gi")
     ns = make_namespace(prefix="rank")
     terms = preferred_terms()
-    assert {t["weight"] for t in terms} == {10, 20, 40, 80}
+    # Score terms 10/20/40/80, then "not reserved for GPU pods" 100 + 10 (equal on these nodes).
+    assert [t["weight"] for t in terms] == [10, 20, 40, 80, 100, 10]
     on_top: dict[str, list[bool]] = {"steer-spread": [], "default-scheduler": []}
     for trial in range(RANK_TRIALS):
         rng = random.Random(1000 + trial)
