@@ -1,0 +1,124 @@
+"""The placement rules of the example policy, on the real kube-scheduler with the steer profiles:
+
+- `reserveNodes: prefer` keeps CPU pods off GPU nodes (the scorer's `reserved-gpu` label) even
+  when the GPU nodes score best, yet places them there when nothing else fits;
+- the order chain's zone spread (`DoNotSchedule`) holds against a preference that pulls every
+  replica into one zone (a `ScheduleAnyway` constraint loses to it: measured for contrast).
+
+Pods carry what the webhook injects, built by the same core functions (steer/core/steering.py,
+webhook/mutate.py), and are confined to this test's nodes by a node-set label.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from typing import Any
+
+from kubernetes import client
+
+from steer.core.policy import parse_policy
+from steer.core.steering import class_preferences, composite_key, reserved_key
+from steer.testing.cluster import ControlPlane
+from tests.e2e.test_scheduler import (
+    SET_KEY,
+    bare_pod,
+    pod_template,
+    wait_bound,
+)
+from webhook.mutate import spread_constraint
+
+from .conftest import ROOT
+
+POLICY = parse_policy((ROOT / "examples" / "policy.yaml").read_text())
+GPU_CLASS = POLICY.spec.pod_classes[0]
+SCORE = composite_key(POLICY, None)
+RESERVED = reserved_key(POLICY, GPU_CLASS)
+
+
+def _cpu_pod_terms() -> list[dict[str, Any]]:
+    return [t.to_k8s() for t in class_preferences(POLICY, None)]
+
+
+def test_cpu_pods_stay_off_reserved_gpu_nodes_until_nothing_else_fits(
+    control_plane: ControlPlane, make_node: Any, make_namespace: Any
+) -> None:
+    assert GPU_CLASS.reserve_nodes == "prefer"
+    set_id = f"res-{uuid.uuid4().hex[:6]}"
+    for i in range(3):  # idle GPU nodes score best for every pod
+        make_node(
+            f"{set_id}-gpu-{i}",
+            cpu="64",
+            memory="256Gi",
+            gpus=8,
+            labels={SET_KEY: set_id, SCORE: "100", RESERVED: "true"},
+        )
+    for i in range(2):  # small CPU nodes, worst bucket
+        make_node(f"{set_id}-cpu-{i}", cpu="4", memory="16Gi", labels={SET_KEY: set_id, SCORE: "0"})
+    ns = make_namespace(prefix="res")
+    core = client.CoreV1Api(control_plane.api_client())
+    template = pod_template(
+        set_id,
+        "steer-spread",
+        labels={"app": "svc"},
+        preferred=_cpu_pod_terms(),
+        requests={"cpu": "1", "memory": "1Gi"},
+    )
+    names = [f"svc-{i}" for i in range(8)]
+    for name in names[:6]:
+        core.create_namespaced_pod(ns, bare_pod(name, template))
+        wait_bound(control_plane, ns, [name])
+    placed = wait_bound(control_plane, ns, names[:6])
+    # 8 cores of CPU nodes hold the first 6 one-core pods: none went to the GPU nodes.
+    assert all("-cpu-" in node for node in placed.values()), placed
+    # Fill the CPU nodes; then the reservation yields (prefer, not require).
+    for name in names[6:]:
+        core.create_namespaced_pod(ns, bare_pod(name, template))
+    placed = wait_bound(control_plane, ns, names)
+    assert all("-cpu-" in node for node in placed.values()), placed  # 8 pods, 8 cores
+    core.create_namespaced_pod(ns, bare_pod("overflow", template))
+    assert "-gpu-" in wait_bound(control_plane, ns, ["overflow"])["overflow"]
+
+
+def _chain_replicas(
+    control_plane: ControlPlane, make_node: Any, make_namespace: Any, when: str
+) -> Counter[str]:
+    set_id = f"chain-{uuid.uuid4().hex[:6]}"
+    zones = ("zone-a", "zone-b", "zone-c")
+    for zone in zones:
+        for i in range(2):
+            make_node(
+                f"{set_id}-{zone}-{i}",
+                cpu="32",
+                memory="128Gi",
+                zone=zone,
+                # zone-a scores best: the preference pulls every replica there.
+                labels={SET_KEY: set_id, SCORE: "100" if zone == "zone-a" else "10"},
+            )
+    ns = make_namespace(prefix="chain")
+    core = client.CoreV1Api(control_plane.api_client())
+    labels = {"order-chain": "checkout", "pod-template-hash": "abc123"}
+    zone_rule = next(r for r in POLICY.spec.spread if r.topology_key.endswith("/zone"))
+    constraint = spread_constraint(zone_rule, labels)
+    assert constraint is not None
+    constraint["whenUnsatisfiable"] = when
+    template = pod_template(set_id, "steer-spread", labels=labels, preferred=_cpu_pod_terms())
+    template["spec"]["topologySpreadConstraints"] = [constraint]
+    names = [f"chain-{i}" for i in range(9)]
+    for name in names:
+        core.create_namespaced_pod(ns, bare_pod(name, template))
+    placed = wait_bound(control_plane, ns, names)
+    nodes = {n: n.rsplit("-", 1)[0][len(set_id) + 1 :] for n in placed.values()}
+    return Counter(nodes[node] for node in placed.values())
+
+
+def test_order_chain_zone_spread_holds_against_the_preference(
+    control_plane: ControlPlane, make_node: Any, make_namespace: Any, record_property: Any
+) -> None:
+    zone_rule = next(r for r in POLICY.spec.spread if r.topology_key.endswith("/zone"))
+    assert zone_rule.when_unsatisfiable == "DoNotSchedule"
+    hard = _chain_replicas(control_plane, make_node, make_namespace, "DoNotSchedule")
+    assert sum(hard.values()) == 9
+    assert max(hard.values()) - min(hard.get(z, 0) for z in ("zone-a", "zone-b", "zone-c")) <= 1
+    soft = _chain_replicas(control_plane, make_node, make_namespace, "ScheduleAnyway")
+    record_property("schedule_anyway_zones", dict(soft))
