@@ -119,31 +119,33 @@ def _amount(resources: Mapping[str, Any], part: str, name: str) -> Fraction | No
     return parse_quantity(values[name])
 
 
+def _container_amount(container: Mapping[str, Any], part: str, name: str) -> Fraction | None:
+    """One container's request (defaulting to its limit, as the apiserver does) or limit;
+    None for an unset limit (unbounded)."""
+    resources = container.get("resources") or {}
+    value = _amount(resources, part, name)
+    if value is None and part == "requests":
+        value = _amount(resources, "limits", name)
+    if value is None and part == "requests":
+        return Fraction(0)
+    return value
+
+
 def _effective(spec: Mapping[str, Any], part: str, name: str) -> Fraction | None:
     """The scheduler's view of a pod's request (or limit) of one resource: the larger of the
     containers' sum and the largest init container; None when a container leaves a limit
-    unset (unbounded). A missing request defaults to the limit, as the apiserver does."""
+    unset (unbounded)."""
     total = Fraction(0)
     for container in spec.get("containers") or ():
-        resources = container.get("resources") or {}
-        value = _amount(resources, part, name)
-        if value is None and part == "requests":
-            value = _amount(resources, "limits", name)
+        value = _container_amount(container, part, name)
         if value is None:
-            if part == "limits":
-                return None
-            value = Fraction(0)
+            return None
         total += value
     init_max = Fraction(0)
     for container in spec.get("initContainers") or ():
-        resources = container.get("resources") or {}
-        value = _amount(resources, part, name)
-        if value is None and part == "requests":
-            value = _amount(resources, "limits", name)
+        value = _container_amount(container, part, name)
         if value is None:
-            if part == "limits":
-                return None
-            value = Fraction(0)
+            return None
         init_max = max(init_max, value)
     return max(total, init_max)
 
