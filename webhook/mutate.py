@@ -27,7 +27,7 @@ from typing import Any
 
 import orjson
 
-from steer.core.budget import budget_steering, pod_burst
+from steer.core.budget import TenantBudget, pod_burst, tenant_budget
 from steer.core.policy import ALWAYS_EXCLUDED_NAMESPACES, PodClass, Policy, SpreadRule, Tenant
 from steer.core.quantity import QuantityError
 from steer.core.steering import (
@@ -83,6 +83,8 @@ class Pieces:
     scheduler: str | None
     # Short text of each injected term, for the trace annotation.
     term_notes: tuple[str, ...]
+    # The tenant's overcommit budget as the scheduler enforces it (None: not enforced that way).
+    budget: TenantBudget | None = None
 
 
 @dataclass(frozen=True)
@@ -146,6 +148,7 @@ def build_pieces(policy: Policy, tenant: Tenant | None, pod_class: PodClass | No
         tolerations=tuple((name, _toleration(policy, name)) for name in tolerated),
         scheduler=scheduler_for(policy, tenant, pod_class),
         term_notes=tuple(notes),
+        budget=tenant_budget(policy, tenant),
     )
 
 
@@ -344,8 +347,8 @@ def mutate_pod(plan: MutationPlan, pod: Mapping[str, Any], tenant: Tenant | None
                 builder.set(REQUIRED_TERMS, terms)
 
         # Overcommit budget enforced by the scheduler: pool requests, burst label, anti-affinity.
-        if tenant is not None and tenant.overcommit_percent is not None:
-            _merge_budget(plan.policy, builder, spec, labels, affinity, tenant, note)
+        if pieces.budget is not None:
+            _merge_budget(pieces.budget, builder, spec, labels, affinity, note)
 
         # Tolerations of the reserved taints this tenant may tolerate.
         tolerations = pod_objects(spec, "tolerations", "spec.tolerations")
@@ -406,12 +409,11 @@ def mutate_pod(plan: MutationPlan, pod: Mapping[str, Any], tenant: Tenant | None
 
 
 def _merge_budget(
-    policy: Policy,
+    budget: TenantBudget,
     builder: PatchBuilder,
     spec: Mapping[str, Any],
     labels: Mapping[str, Any],
     affinity: Mapping[str, Any],
-    tenant: Tenant,
     note: Any,
 ) -> None:
     """Add what steer/core/budget.py asks of a tenant pod. The burst is computed from cpu and
@@ -420,9 +422,7 @@ def _merge_budget(
         burst = pod_burst(spec)
     except QuantityError as exc:
         raise UninterpretablePod("spec.containers", str(exc)) from None
-    steering = budget_steering(policy, tenant, burst)
-    if steering.empty:
-        return
+    steering = budget.steering(burst)
     if steering.requests:
         containers = pod_objects(spec, "containers", "spec.containers")
         if not containers:

@@ -193,21 +193,49 @@ def anti_affinity_term(policy: Policy, tenant: Tenant) -> dict[str, Any] | None:
     }
 
 
+@dataclass(frozen=True)
+class TenantBudget:
+    """What a tenant's budget asks of its pods, fixed by the policy: computed once per policy
+    version (the webhook keeps it with its per-tenant pieces), applied per pod by `steering`."""
+
+    pools: tuple[tuple[str, str], ...]  # (extended resource, "cpu" | "memory")
+    guard: str | None
+    label: tuple[str, str] | None  # set on pods that burst
+    anti_affinity: Mapping[str, Any] | None
+
+    def steering(self, burst: Burst) -> BudgetSteering:
+        units = burst.units()
+        requests = {name: units[resource] + 1 for name, resource in self.pools}
+        if self.guard is not None:
+            requests[self.guard] = 1
+        label = self.label if burst.any else None
+        return BudgetSteering(requests, label, self.anti_affinity)
+
+
+def tenant_budget(policy: Policy, tenant: Tenant | None) -> TenantBudget | None:
+    """The tenant's pool names, guard, burst label and anti-affinity; None when the policy does
+    not enforce budgets through the scheduler or the tenant has none."""
+    if tenant is None or tenant.overcommit_percent is None or not enforced(policy):
+        return None
+    budget = tenant.overcommit_percent
+    pools = tuple(
+        (pool_resource(policy, lv, resource), resource)
+        for lv in levels(policy)
+        if lv >= budget
+        for resource in BURST_RESOURCES
+    )
+    return TenantBudget(
+        pools=pools,
+        guard=guard_resource(policy) if budget == 0 else None,
+        label=(burst_label_key(policy), level_text(budget)) if budget > 0 else None,
+        anti_affinity=anti_affinity_term(policy, tenant),
+    )
+
+
 def budget_steering(policy: Policy, tenant: Tenant | None, burst: Burst) -> BudgetSteering:
     """The pool requests, label and anti-affinity for a pod of `tenant` bursting `burst`."""
-    if tenant is None or tenant.overcommit_percent is None or not enforced(policy):
-        return BudgetSteering()
-    budget = tenant.overcommit_percent
-    requests: dict[str, int] = {}
-    units = burst.units()
-    for lv in levels(policy):
-        if lv >= budget:
-            for resource in BURST_RESOURCES:
-                requests[pool_resource(policy, lv, resource)] = units[resource] + 1
-    if budget == 0:
-        requests[guard_resource(policy)] = 1
-    label = (burst_label_key(policy), level_text(budget)) if budget > 0 and burst.any else None
-    return BudgetSteering(requests, label, anti_affinity_term(policy, tenant))
+    budget = tenant_budget(policy, tenant)
+    return BudgetSteering() if budget is None else budget.steering(burst)
 
 
 # -- nodes -----------------------------------------------------------------------------------

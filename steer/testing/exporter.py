@@ -44,7 +44,7 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Literal, Protocol
+from typing import IO, Literal, Protocol, Self
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, start_http_server
@@ -464,14 +464,14 @@ class SyntheticCollector(Collector):
             yield metric
 
 
-class SyntheticExporter:
-    """Serves a `SyntheticCluster` on 127.0.0.1 (port 0 = a free port) until `stop()`."""
+class CollectorServer:
+    """Serves one prometheus-client collector on 127.0.0.1 (port 0 = a free port) until
+    `stop()`: the HTTP side of every exporter the tests and benchmarks start."""
 
-    def __init__(self, cluster: SyntheticCluster, *, port: int = 0) -> None:
-        self.cluster = cluster
+    def __init__(self, collector: Collector, *, port: int = 0) -> None:
         self._requested_port = port
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(SyntheticCollector(cluster))
+        self.registry.register(collector)
         self._server: WSGIServer | None = None
         self.port = 0
 
@@ -484,7 +484,7 @@ class SyntheticExporter:
     def url(self) -> str:
         return f"http://{self.target}/metrics"
 
-    def start(self) -> SyntheticExporter:
+    def start(self) -> Self:
         server, _thread = start_http_server(
             self._requested_port, addr="127.0.0.1", registry=self.registry
         )
@@ -498,8 +498,16 @@ class SyntheticExporter:
             server.shutdown()
             server.server_close()
 
-    def __enter__(self) -> SyntheticExporter:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class SyntheticExporter(CollectorServer):
+    """Serves a `SyntheticCluster` on 127.0.0.1 (port 0 = a free port) until `stop()`."""
+
+    def __init__(self, cluster: SyntheticCluster, *, port: int = 0) -> None:
+        super().__init__(SyntheticCollector(cluster), port=port)
+        self.cluster = cluster

@@ -46,15 +46,13 @@ import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
-from wsgiref.simple_server import WSGIServer
 
 from kubernetes import client
-from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from steer.core.quantity import QuantityError, parse_quantity
-from steer.testing.exporter import Family
+from steer.testing.exporter import CollectorServer, Family
 
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_MODEL = "NVIDIA A100-SXM4-80GB"
@@ -474,34 +472,9 @@ class SimCollector(Collector):
             yield metric
 
 
-class SimExporter:
+class SimExporter(CollectorServer):
     """Serves a `SimCluster` on 127.0.0.1 (a free port) until `stop()`; `target` for Prometheus."""
 
     def __init__(self, cluster: SimCluster) -> None:
+        super().__init__(SimCollector(cluster))
         self.cluster = cluster
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(SimCollector(cluster))
-        self._server: WSGIServer | None = None
-        self.port = 0
-
-    @property
-    def target(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def start(self) -> SimExporter:
-        server, _thread = start_http_server(0, addr="127.0.0.1", registry=self.registry)
-        self._server = server
-        self.port = server.server_port
-        return self
-
-    def stop(self) -> None:
-        server, self._server = self._server, None
-        if server is not None:
-            server.shutdown()
-            server.server_close()
-
-    def __enter__(self) -> SimExporter:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
