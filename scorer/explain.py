@@ -203,25 +203,15 @@ def pool_detail(pool: PoolState) -> dict[str, Any]:
         "readAtPlanning": pool.current,
         "capacity": pool.capacity,
     }
-    if pool.unit == "pods":  # the budget-0 guard
-        out["podCapacity"] = pool.budget
-        out["burstingPodsOutsidePools"] = pool.outside_pods
-        if pool.capacity is None:
-            out["why"] = "unknown until the pod ledger is synced"
-        elif pool.outside_pods:
-            out["why"] = f"0: {pool.outside_pods} bursting pod(s) outside every pool"
-        else:
-            out["why"] = f"{pool.capacity}: no pod bursts outside the pools"
-        return out
-    out["budget"] = pool.budget
-    out["outsideBurst"] = pool.outside_burst
+    out["room"] = pool.room
+    out["outsideLimits"] = pool.outside_limits
     out["outsidePods"] = pool.outside_pods
     if pool.capacity is None:
         out["why"] = "unknown until the pod ledger is synced"
     else:
         out["why"] = (
-            f"{pool.capacity} = max(0, {pool.budget} ({pool.level:g}% of allocatable, "
-            f"{pool.unit}) - {pool.outside_burst} (burst of {pool.outside_pods} pod(s) "
+            f"{pool.capacity} = max(0, {pool.room} ({100 + pool.level:g}% of allocatable, "
+            f"{pool.unit}) - {pool.outside_limits} (limits of {pool.outside_pods} pod(s) "
             "taking nothing from this pool))"
         )
     return out

@@ -35,16 +35,7 @@ from types import MappingProxyType
 
 from scorer.model import NodeState, Taint, parse_rfc3339, rfc3339
 from scorer.observe import DimensionFailure, DimensionReading
-from steer.core.budget import (
-    BURST_RESOURCES,
-    Burst,
-    PodShare,
-    guard_resource,
-    levels,
-    owned_resources,
-    pool_capacities,
-    pool_resource,
-)
+from steer.core.budget import PodShare, node_pools, owned_resources
 from steer.core.encoding import composite, normalise, quantise, quantise_raw
 from steer.core.policy import Dimension, Direction, PodClass, Policy, TaintRule
 from steer.core.quantity import QuantityError, parse_quantity
@@ -178,19 +169,17 @@ class ConditionState:
 class PoolState:
     """One budget pool on one node and what decided its capacity (for `/explain`).
 
-    For a level's pool: `budget` is floor(level % of the allocatable) in pool units
-    (millicores, MiB) and `outside_burst` the burst of the node's pods that take nothing from
-    the pool; capacity = max(0, budget - outside_burst). For the budget-0 guard: `budget` is
-    the node's pod capacity and `outside_pods` counts the bursting pods outside every pool
-    (any makes the capacity 0). Unknown parts (no complete pod ledger) are None."""
+    `room` is floor((100 + level) % of the allocatable) in pool units (millicores, MiB) and
+    `outside_limits` the limits of the node's pods that take nothing from the pool;
+    capacity = max(0, room - outside_limits). Unknown parts (no complete pod ledger) are None."""
 
     resource: str
-    level: float  # the tenant budget in %; 0 for the guard
-    unit: str  # "millicores", "MiB" or "pods"
+    level: float  # the tenant budget in %
+    unit: str  # "millicores" or "MiB"
     capacity: str | None  # what the node should carry
     current: str | None  # what its status.allocatable holds now
-    budget: int | None
-    outside_burst: int | None
+    room: int
+    outside_limits: int | None
     outside_pods: int | None
 
 
@@ -335,8 +324,6 @@ class _Layout:
     reserving: tuple[tuple[PodClass, str], ...]
     policy: Policy
     owned_resources: frozenset[str]
-    pools: tuple[tuple[str, float, str], ...]  # (resource name, level, cpu|memory)
-    guard: str | None
 
     @classmethod
     def of(cls, policy: Policy) -> _Layout:
@@ -344,13 +331,6 @@ class _Layout:
         return cls(
             policy=policy,
             owned_resources=owned,
-            pools=tuple(
-                (pool_resource(policy, lv, r), lv, r)
-                for lv in levels(policy)
-                for r in BURST_RESOURCES
-                if pool_resource(policy, lv, r) in owned
-            ),
-            guard=guard_resource(policy) if guard_resource(policy) in owned else None,
             dims=tuple(
                 _DimLayout(
                     dim=d,
@@ -647,43 +627,22 @@ def _plan_pools(
     states: list[PoolState] = []
     wanted: dict[str, str] | None = None
     if layout.owned_resources:
-        budgets = pool_capacities(layout.policy, node.allocatable, ())
-        wanted = (
-            None if shares is None else pool_capacities(layout.policy, node.allocatable, shares)
-        )
-        for name, level, resource in layout.pools:
-            outside_burst = outside_pods = None
-            if shares is not None:
-                outside = [s for s in shares if name not in s.pools]
-                burst = sum((s.burst for s in outside), Burst())
-                outside_burst = burst.units()[resource]
-                part = "cpu_m" if resource == "cpu" else "memory"
-                outside_pods = sum(1 for s in outside if getattr(s.burst, part) > 0)
+        empty = node_pools(layout.policy, node.allocatable, ())
+        known = None if shares is None else node_pools(layout.policy, node.allocatable, shares)
+        if known is not None:
+            wanted = {p.resource: str(p.capacity) for p in known}
+        for i, pool in enumerate(empty):
+            seen = None if known is None else known[i]
             states.append(
                 PoolState(
-                    resource=name,
-                    level=level,
-                    unit="millicores" if resource == "cpu" else "MiB",
-                    capacity=None if wanted is None else wanted.get(name),
-                    current=node.allocatable.get(name),
-                    budget=_int(budgets.get(name)),
-                    outside_burst=outside_burst,
-                    outside_pods=outside_pods,
-                )
-            )
-        if layout.guard is not None:
-            states.append(
-                PoolState(
-                    resource=layout.guard,
-                    level=0.0,
-                    unit="pods",
-                    capacity=None if wanted is None else wanted.get(layout.guard),
-                    current=node.allocatable.get(layout.guard),
-                    budget=_int(budgets.get(layout.guard)),
-                    outside_burst=None,
-                    outside_pods=None
-                    if shares is None
-                    else sum(1 for s in shares if s.burst.any and not s.pools),
+                    resource=pool.resource,
+                    level=pool.level,
+                    unit=pool.unit,
+                    capacity=None if seen is None else str(seen.capacity),
+                    current=node.allocatable.get(pool.resource),
+                    room=pool.room,
+                    outside_limits=None if seen is None else seen.outside_limits,
+                    outside_pods=None if seen is None else seen.outside_pods,
                 )
             )
         for name, want in (wanted or {}).items():
@@ -700,10 +659,6 @@ def _plan_pools(
         if name in node.allocatable or name in node.capacity:
             changes[name] = None
     return tuple(states), changes, published
-
-
-def _int(text: str | None) -> int | None:
-    return None if text is None else int(text)
 
 
 def _score_dimension(

@@ -24,14 +24,16 @@ from scorer.service import Scorer
 from scorer.writer import NodeApi, NodeWriter, RateLimiter
 from steer.apistub import ApiStub
 from steer.apistub.synthetic import synthetic_node
-from steer.core.budget import PodShare, budget_steering, pod_burst, pod_share
+from steer.core.budget import PodShare, budget_steering, pod_share
 from steer.core.policy import Policy, parse_policy
 from tests.scorer_support import SMALL_POLICY
 
 T0 = 1_800_000_000.0
-CPU5 = "steer.io/burst-5pct-cpu"
-MEM5 = "steer.io/burst-5pct-memory"
-GUARD = "steer.io/burst-0pct"
+CPU5 = "steer.io/limits-5pct-cpu"
+MEM5 = "steer.io/limits-5pct-memory"
+CPU0 = "steer.io/limits-0pct-cpu"
+MEM0 = "steer.io/limits-0pct-memory"
+ALL_POOLS = {CPU0, MEM0, CPU5, MEM5}
 MANAGED = "steer.io/managed"
 GPU = "nvidia.com/gpu"
 
@@ -87,7 +89,7 @@ def pod_spec(
     return {"containers": [{"name": "c", "resources": {"requests": reqs, "limits": dict(limits)}}]}
 
 
-# 1 core and 512 MiB of burst, in no pool: a pod of a namespace no tenant owns.
+# Limits of 2 cores and 1536 MiB, in no pool: a pod of a namespace no tenant owns.
 FOREIGN = pod_spec({"cpu": "1", "memory": "1Gi"}, {"cpu": "2", "memory": "1536Mi"})
 
 
@@ -96,7 +98,7 @@ def tenant_spec(burst_cpu: str = "100m") -> dict[str, Any]:
     spec = pod_spec({"cpu": "1", "memory": "1Gi"}, {"cpu": f"{1000 + int(burst_cpu[:-1])}m"})
     spec["containers"][0]["resources"]["limits"]["memory"] = "1Gi"
     tenant = next(t for t in POLICY.spec.tenants if t.name == "dept-a")
-    steering = budget_steering(POLICY, tenant, pod_burst(spec))
+    steering = budget_steering(POLICY, tenant, spec)
     spec["containers"][0]["resources"]["requests"].update(
         {k: str(v) for k, v in steering.requests.items()}
     )
@@ -106,25 +108,36 @@ def tenant_spec(burst_cpu: str = "100m") -> dict[str, Any]:
 # ------------------------------------------------------------------------------ planning
 
 
-def test_pools_are_the_budget_minus_the_burst_outside_them() -> None:
+EMPTY = {CPU0: "8000", MEM0: "32768", CPU5: "8400", MEM5: "34406"}
+
+
+def test_pools_are_the_room_minus_the_limits_outside_them() -> None:
     empty = plan_one(node_state(), {})
-    # 5 % of 8 cores = 400 m; 5 % of 32 GiB = 1638.4 MiB, floored; the guard: 110 pods.
-    assert empty.resource_changes == {CPU5: "400", MEM5: "1638", GUARD: "110"}
+    # 105 % of 8 cores = 8400 m; 105 % of 32 GiB = 34406.4 MiB, floored; 100 % for budget 0.
+    assert empty.resource_changes == EMPTY
     assert empty.changed
     record = ManagedRecord.parse(empty.annotation_changes[MANAGED])
-    assert record.resources == {CPU5, MEM5, GUARD}
+    assert record.resources == ALL_POOLS
 
     shares = {"n1": (pod_share(POLICY, FOREIGN), pod_share(POLICY, tenant_spec()))}
     busy = plan_one(node_state(), shares)
-    # The foreign pod's burst (1000 m, 512 MiB) is outside every pool; the tenant's is inside.
-    assert busy.resource_changes == {CPU5: "0", MEM5: "1126", GUARD: "0"}
+    # The foreign pod's limits (2000 m, 1536 MiB) are outside every pool; the bursting dept-a
+    # pod (1100 m, 1024 MiB) is inside the 5 % pool and outside the 0 % one.
+    assert busy.resource_changes == {
+        CPU5: str(8400 - 2000),
+        MEM5: str(34406 - 1536),
+        CPU0: str(8000 - 2000 - 1100),
+        MEM0: str(32768 - 1536 - 1024),
+    }
     cpu = next(p for p in busy.pools if p.resource == CPU5)
-    assert (cpu.budget, cpu.outside_burst, cpu.outside_pods, cpu.capacity) == (400, 1000, 1, "0")
+    assert (cpu.room, cpu.outside_limits, cpu.outside_pods, cpu.capacity) == (8400, 2000, 1, "6400")
+    cpu0 = next(p for p in busy.pools if p.resource == CPU0)
+    assert (cpu0.outside_limits, cpu0.outside_pods) == (3100, 2)
 
 
 def test_nothing_is_written_when_the_node_already_carries_the_pools() -> None:
-    # 20 cores: 5 % = 1000 m, which the apiserver stores as "1k" (canonical form).
-    carried = {CPU5: "1k", MEM5: "1638", GUARD: "110"}
+    # 20 cores: 100 % = 20000 m, which the apiserver stores as "20k" (canonical form).
+    carried = {**EMPTY, CPU0: "20k", CPU5: "21k"}
     record = ManagedRecord(resources=frozenset(carried))
     node = node_state(allocatable={"cpu": "20", **carried}, record=record)
     plan = plan_one(node, {})
@@ -134,21 +147,20 @@ def test_nothing_is_written_when_the_node_already_carries_the_pools() -> None:
 
 
 def test_capacity_is_rewritten_when_only_it_differs() -> None:
-    carried = {CPU5: "400", MEM5: "1638", GUARD: "110"}
     node = node_state(
-        allocatable=carried,
+        allocatable=EMPTY,
         capacity={CPU5: "0"},  # e.g. a kubelet that re-registered its node
-        record=ManagedRecord(resources=frozenset(carried)),
+        record=ManagedRecord(resources=frozenset(EMPTY)),
     )
-    assert plan_one(node, {}).resource_changes == {CPU5: "400"}
+    assert plan_one(node, {}).resource_changes == {CPU5: "8400"}
 
 
 def test_without_a_synced_ledger_no_pool_is_set() -> None:
     plan = plan_one(node_state(), None)
     assert plan.resource_changes == {}
     assert MANAGED not in plan.annotation_changes
-    assert [p.capacity for p in plan.pools] == [None, None, None]
-    assert [p.budget for p in plan.pools] == [400, 1638, 110]
+    assert [p.capacity for p in plan.pools] == [None, None, None, None]
+    assert [p.room for p in plan.pools] == [8000, 32768, 8400, 34406]
     # Values published earlier stay as they are (neither grown nor withdrawn).
     record = ManagedRecord(resources=frozenset({CPU5}))
     carried = plan_one(node_state(allocatable={CPU5: "123"}, record=record), None)
@@ -157,20 +169,20 @@ def test_without_a_synced_ledger_no_pool_is_set() -> None:
 
 
 def test_only_pools_we_published_are_removed() -> None:
-    old10 = "steer.io/burst-10pct-cpu"
+    old10 = "steer.io/limits-10pct-cpu"
     record = ManagedRecord(labels=frozenset(), resources=frozenset({old10, CPU5}))
     node = node_state(
         allocatable={
             old10: "800",  # ours (recorded), its level left the policy: removed
-            "steer.io/burst-7pct-cpu": "560",  # our prefix, never recorded: not ours to touch
+            "steer.io/limits-7pct-cpu": "560",  # our prefix, never recorded: not ours to touch
             "example.com/dongle": "4",  # a foreign extended resource
-            CPU5: "400",
+            CPU5: "8400",
         },
         record=record,
     )
     plan = plan_one(node, {})
-    assert plan.resource_changes == {old10: None, MEM5: "1638", GUARD: "110"}
-    assert ManagedRecord.parse(plan.annotation_changes[MANAGED]).resources == {CPU5, MEM5, GUARD}
+    assert plan.resource_changes == {old10: None, MEM5: "34406", CPU0: "8000", MEM0: "32768"}
+    assert ManagedRecord.parse(plan.annotation_changes[MANAGED]).resources == ALL_POOLS
     # Removal needs no pod data: it also happens while the ledger is not synced.
     unsynced = plan_one(node, None)
     assert unsynced.resource_changes == {old10: None}
@@ -178,20 +190,19 @@ def test_only_pools_we_published_are_removed() -> None:
 
 
 def test_turning_enforcement_off_withdraws_our_pools_only() -> None:
-    carried = {CPU5: "400", MEM5: "1638", GUARD: "110"}
     node = node_state(
-        allocatable={**carried, "example.com/dongle": "4"},
-        record=ManagedRecord(labels=frozenset({"steer.io/util"}), resources=frozenset(carried)),
+        allocatable={**EMPTY, "example.com/dongle": "4"},
+        record=ManagedRecord(labels=frozenset({"steer.io/util"}), resources=frozenset(EMPTY)),
     )
     plan = plan_one(node, {}, budget_policy("labels"))
-    assert plan.resource_changes == {CPU5: None, MEM5: None, GUARD: None}
+    assert plan.resource_changes == dict.fromkeys(EMPTY)
     assert plan.pools == ()
     assert MANAGED not in node.annotations or plan.annotation_changes[MANAGED] is None
 
 
 def test_foreign_resources_never_appear_in_a_plan() -> None:
     plan = plan_one(node_state(allocatable={"example.com/dongle": "4"}), {})
-    assert set(plan.resource_changes) == {CPU5, MEM5, GUARD}
+    assert set(plan.resource_changes) == ALL_POOLS
     for p in (plan_one(node_state(), {}, budget_policy("labels")), plan_one(node_state(), None)):
         assert p.resource_changes == {}
 
@@ -219,12 +230,13 @@ def test_explain_shows_pools_and_what_decided_them() -> None:
     pools = detail["budgetPools"]
     assert pools["enforcement"] == "scheduler" and pools["podLedgerSynced"] is True
     cpu = next(p for p in pools["pools"] if p["resource"] == CPU5)
-    assert cpu["capacity"] == "0" and cpu["budget"] == 400
-    assert cpu["outsideBurst"] == 1000 and cpu["outsidePods"] == 1
-    assert "burst of 1 pod(s)" in cpu["why"]
-    guard = next(p for p in pools["pools"] if p["resource"] == GUARD)
-    assert guard["capacity"] == "0" and guard["burstingPodsOutsidePools"] == 1
-    assert pools["pendingResourceChanges"][CPU5] == "0"
+    assert cpu["capacity"] == "6400" and cpu["room"] == 8400
+    assert cpu["outsideLimits"] == 2000 and cpu["outsidePods"] == 1
+    assert cpu["why"] == (
+        "6400 = max(0, 8400 (105% of allocatable, millicores) - 2000 (limits of 1 pod(s) "
+        "taking nothing from this pool))"
+    )
+    assert pools["pendingResourceChanges"][CPU5] == "6400"
     unsynced, _ = plan_cycle(POLICY, [node_state()], {}, ScorerMemory(), T0)
     later = node_detail(POLICY, unsynced, "n1")
     assert later is not None and later["budgetPools"]["podLedgerSynced"] is False
@@ -423,7 +435,7 @@ def status_of(apistub: ApiStub, name: str) -> dict[str, Any]:
 
 
 # synthetic_node: 4 cores, 8 GiB, 110 pods, 2 GPUs.
-POOLS = {CPU5: "200", MEM5: "409", GUARD: "110"}
+POOLS = {CPU0: "4000", MEM0: "8192", CPU5: "4200", MEM5: "8601"}
 
 
 def test_writer_patches_only_changed_pools_into_status(
@@ -443,7 +455,7 @@ def test_writer_patches_only_changed_pools_into_status(
             assert {k: status[part][k] for k in POOLS} == POOLS
             assert status[part][GPU] == "2" and status[part]["cpu"] == "4"
     result = next(r for r in report.results if r.node == "node-1")
-    assert result.resources_written == 3
+    assert result.resources_written == 4
 
     # A pool that shrinks: one status patch, nothing else.
     nodes = api.list_nodes()
@@ -453,7 +465,7 @@ def test_writer_patches_only_changed_pools_into_status(
     apistub.clear_requests()
     report = writer.apply(POLICY, cycle, nodes)
     assert report.requests == 1 and apistub.count("PATCH", "/status") == 1
-    assert status_of(apistub, "node-1")["allocatable"][CPU5] == "0"
+    assert status_of(apistub, "node-1")["allocatable"][CPU5] == "2200"  # 4200 - 2000
 
     # A retried 503 on the status write, then success.
     nodes = api.list_nodes()
@@ -461,7 +473,7 @@ def test_writer_patches_only_changed_pools_into_status(
     apistub.fail_next_writes(1, 503, path_contains="/status")
     report = writer.apply(POLICY, cycle, nodes)
     assert report.requests == 2 and report.nodes_written == 1
-    assert status_of(apistub, "node-1")["capacity"][CPU5] == "200"
+    assert status_of(apistub, "node-1")["capacity"][CPU5] == "4200"
 
     # Enforcement off: our pools leave, the GPUs stay.
     nodes = api.list_nodes()
@@ -502,28 +514,28 @@ def test_scorer_publishes_pools_and_republishes_on_a_binding(
             wait_for(
                 "pools published",
                 lambda: all(
-                    status_of(apistub, n)["allocatable"].get(CPU5) == "200"
+                    status_of(apistub, n)["allocatable"].get(CPU5) == "4200"
                     for n in ("node-1", "node-2")
                 ),
             )
-            assert status_of(apistub, "node-1")["capacity"][MEM5] == "409"
+            assert status_of(apistub, "node-1")["capacity"][MEM5] == "8601"
             requests = scorer.metrics.write_requests._value.get
             wait_for("status + metadata per node counted", lambda: requests() == 4)
             apistub.create("pods", stub_pod("foreign", "node-1", FOREIGN))
             started = time.monotonic()
             wait_for(
                 "pool shrunk",
-                lambda: status_of(apistub, "node-1")["allocatable"][CPU5] == "0",
+                lambda: status_of(apistub, "node-1")["allocatable"][CPU5] == "2200",
                 timeout_s=5,
             )
             assert time.monotonic() - started < 3  # the wake-up, not the 600 s refresh job
-            assert status_of(apistub, "node-1")["allocatable"][GUARD] == "0"
-            assert status_of(apistub, "node-2")["allocatable"][CPU5] == "200"
+            assert status_of(apistub, "node-1")["allocatable"][CPU0] == "2000"
+            assert status_of(apistub, "node-2")["allocatable"][CPU5] == "4200"
             wait_for("one status patch counted", lambda: requests() == 5)
             apistub.delete("pods", "foreign", "default")
             wait_for(
                 "pool restored",
-                lambda: status_of(apistub, "node-1")["allocatable"][CPU5] == "200",
+                lambda: status_of(apistub, "node-1")["allocatable"][CPU5] == "4200",
             )
         finally:
             loop.stop()
@@ -559,4 +571,5 @@ def test_dry_run_writes_no_pool(
 
 def test_share_of_a_pool_pod_names_its_pools() -> None:
     share = pod_share(POLICY, tenant_spec())
-    assert share == PodShare(share.burst, frozenset({CPU5, MEM5}))
+    assert share == PodShare(share.limits, frozenset({CPU5, MEM5}))
+    assert share.limits.units() == {"cpu": 1100, "memory": 1024}

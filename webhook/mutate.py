@@ -27,7 +27,7 @@ from typing import Any
 
 import orjson
 
-from steer.core.budget import TenantBudget, pod_burst, tenant_budget
+from steer.core.budget import TenantBudget, pod_burst, pod_limits, tenant_budget
 from steer.core.policy import ALWAYS_EXCLUDED_NAMESPACES, PodClass, Policy, SpreadRule, Tenant
 from steer.core.quantity import QuantityError
 from steer.core.steering import (
@@ -416,13 +416,12 @@ def _merge_budget(
     affinity: Mapping[str, Any],
     note: Any,
 ) -> None:
-    """Add what steer/core/budget.py asks of a tenant pod. The burst is computed from cpu and
-    memory only, so a reinvocation computes the same requests and adds nothing."""
+    """Add what steer/core/budget.py asks of a tenant pod. Limits and burst are computed from
+    cpu and memory only, so a reinvocation computes the same requests and adds nothing."""
     try:
-        burst = pod_burst(spec)
+        steering = budget.steering(pod_limits(spec), pod_burst(spec))
     except QuantityError as exc:
         raise UninterpretablePod("spec.containers", str(exc)) from None
-    steering = budget.steering(burst)
     if steering.requests:
         containers = pod_objects(spec, "containers", "spec.containers")
         if not containers:

@@ -1,27 +1,29 @@
 """Tenant overcommit budgets that hold at the end state, enforced by the scheduler itself.
 
 A tenant with budget b % is promised: on every node where one of its pods runs, the sum of the
-containers' limits stays within (1 + b/100) x allocatable, for cpu and memory, whatever arrives
+pods' limits stays within (100 + b) % of allocatable, for cpu and memory, whatever arrives
 later. Labels cannot keep that promise: every pod of a burst sees the same labels, so early pods
 fill a node and later burstable pods push it over. The scheduler's own accounting can:
 
-- NodeResourcesFit already keeps sum(requests) <= allocatable. So sum(limits) stays within
-  (1 + b) x allocatable whenever the node's **burst** (limit - request, summed over its pods)
-  stays within b x allocatable.
-- Each positive budget level b is a **pool** of extended resources, `<prefix>burst-<b>pct-cpu`
-  (millicores) and `<prefix>burst-<b>pct-memory` (MiB). The scorer publishes on every node
-  capacity = floor(b x allocatable) - the burst of the pods that take nothing from that pool
-  (pods of other namespaces, say); the webhook makes a tenant pod request its burst + 1 from
-  its level's pool and from every higher one (the +1 keeps a Guaranteed pod off a node whose
-  foreign burst already spends the whole budget). The scheduler then refuses any node where a
-  pod would break a budget: exact at any arrival rate, as with Koordinator's batch resources.
-- Budget 0 has no burst to spend, and needs its neighbours to have none either. Its pods take
-  one unit of the guard `<prefix>burst-0pct` (capacity: the node's pod count while nothing on it
-  bursts outside the pools, else 0), and every tenant pod carries a **required pod
-  anti-affinity** (per hostname, every namespace) to pods labelled `<prefix>burst` with a higher
-  level than its own, a label every pod that bursts from a pool carries. The scheduler applies
-  an existing pod's anti-affinity to newcomers too, so a later burstable pod cannot land next
-  to a budget-0 pod, nor a level-5 burst next to level-2 pods.
+- Each budget level b of the policy's tenants (0 included) is a **pool** of extended
+  resources, `<prefix>limits-<b>pct-cpu` (millicores) and `<prefix>limits-<b>pct-memory` (MiB).
+  The scorer publishes on every node capacity = floor((100 + b) % of allocatable) - the limits
+  of the pods that take nothing from that pool (pods of other namespaces, say). The webhook
+  makes a tenant pod request its **limits** from its level's pool and from every higher one;
+  NodeResourcesFit then refuses a node where the pod would push the limits of a pool's members
+  past the pool: exact at any arrival rate, as with Koordinator's batch resources. A container
+  without a limit counts its request (kube-state-metrics counts no limit at all).
+- A pod that does not burst (limits = requests) also takes from every lower pool: it may share
+  a node with a lower-budget tenant only while that tenant's budget holds with it.
+- A pod that bursts cannot take from lower pools (a 5 % tenant would then get a 0 % budget).
+  It carries the label `<prefix>burst=<b>` instead, and every tenant pod carries a **required
+  pod anti-affinity** (per hostname, every namespace) to pods bursting at a higher level than
+  its own. The scheduler applies an existing pod's anti-affinity to newcomers too, so a later
+  5 % burst cannot land next to a 0 % pod, nor a 0 % pod next to a 5 % burst.
+
+So on a node holding a pod of budget b, every steered pod takes its limits from pool b (lower
+and equal budgets directly, higher ones because they do not burst), and every other pod is
+subtracted from the pool's capacity: the node's limits stay within (100 + b) % of allocatable.
 
 Foreign pods (not steered) are seen only once the scorer republishes the pools; their arrival
 can break a budget in between, which no admission-time mechanism can prevent.
@@ -30,7 +32,7 @@ can break a budget in between, which no admission-time mechanism can prevent.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -53,26 +55,21 @@ def enforced(policy: Policy) -> bool:
 
 
 def levels(policy: Policy) -> tuple[float, ...]:
-    """The distinct positive budgets of the policy's tenants, ascending."""
+    """The distinct budgets of the policy's tenants (0 included), ascending."""
     return tuple(
         sorted(
             {
                 t.overcommit_percent
                 for t in policy.spec.tenants
-                if t.overcommit_percent is not None and t.overcommit_percent > 0
+                if t.overcommit_percent is not None and t.overcommit_percent >= 0
             }
         )
     )
 
 
 def pool_resource(policy: Policy, level: float, resource: str) -> str:
-    """The extended resource of one pool: `<prefix>burst-5pct-cpu`."""
-    return f"{policy.spec.label_prefix}burst-{level_text(level)}pct-{resource}"
-
-
-def guard_resource(policy: Policy) -> str:
-    """The budget-0 guard: one unit per pod, none left on a node where something bursts."""
-    return f"{policy.spec.label_prefix}burst-0pct"
+    """The extended resource of one pool: `<prefix>limits-5pct-cpu`."""
+    return f"{policy.spec.label_prefix}limits-{level_text(level)}pct-{resource}"
 
 
 def burst_label_key(policy: Policy) -> str:
@@ -84,18 +81,15 @@ def owned_resources(policy: Policy) -> frozenset[str]:
     """Every extended resource the scorer publishes on nodes (and the webhook adds to pods)."""
     if not enforced(policy):
         return frozenset()
-    names = {pool_resource(policy, lv, r) for lv in levels(policy) for r in BURST_RESOURCES}
-    if any(t.overcommit_percent == 0 for t in policy.spec.tenants):
-        names.add(guard_resource(policy))
-    return frozenset(names)
+    return frozenset(pool_resource(policy, lv, r) for lv in levels(policy) for r in BURST_RESOURCES)
 
 
 # -- pods ------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class Burst:
-    """A pod's limit - request per resource: cpu in millicores, memory in bytes (exact)."""
+class Amount:
+    """Cpu in millicores and memory in bytes, exact: a pod's limits, or its burst."""
 
     cpu_m: Fraction = Fraction(0)
     memory: Fraction = Fraction(0)
@@ -105,11 +99,11 @@ class Burst:
         return self.cpu_m > 0 or self.memory > 0
 
     def units(self) -> dict[str, int]:
-        """Pool units (millicores, MiB) rounded up, so a pool never understates a burst."""
+        """Pool units (millicores, MiB) rounded up, so a pool never understates an amount."""
         return {"cpu": math.ceil(self.cpu_m), "memory": math.ceil(self.memory / MIB)}
 
-    def __add__(self, other: Burst) -> Burst:
-        return Burst(self.cpu_m + other.cpu_m, self.memory + other.memory)
+    def __add__(self, other: Amount) -> Amount:
+        return Amount(self.cpu_m + other.cpu_m, self.memory + other.memory)
 
 
 def _amount(resources: Mapping[str, Any], part: str, name: str) -> Fraction | None:
@@ -119,47 +113,56 @@ def _amount(resources: Mapping[str, Any], part: str, name: str) -> Fraction | No
     return parse_quantity(values[name])
 
 
-def _container_amount(container: Mapping[str, Any], part: str, name: str) -> Fraction | None:
-    """One container's request (defaulting to its limit, as the apiserver does) or limit;
-    None for an unset limit (unbounded)."""
+def _container_amount(container: Mapping[str, Any], part: str, name: str) -> Fraction:
+    """One container's request (defaulting to its limit, as the apiserver does) or limit
+    (defaulting to its request: an unbounded container is priced at what it asked for)."""
     resources = container.get("resources") or {}
+    other = "limits" if part == "requests" else "requests"
     value = _amount(resources, part, name)
-    if value is None and part == "requests":
-        value = _amount(resources, "limits", name)
-    if value is None and part == "requests":
-        return Fraction(0)
-    return value
+    if value is None:
+        value = _amount(resources, other, name)
+    return Fraction(0) if value is None else value
 
 
-def _effective(spec: Mapping[str, Any], part: str, name: str) -> Fraction | None:
-    """The scheduler's view of a pod's request (or limit) of one resource: the larger of the
-    containers' sum and the largest init container; None when a container leaves a limit
-    unset (unbounded)."""
-    total = Fraction(0)
-    for container in spec.get("containers") or ():
-        value = _container_amount(container, part, name)
-        if value is None:
-            return None
-        total += value
-    init_max = Fraction(0)
+def _effective(spec: Mapping[str, Any], part: str, name: str) -> Fraction:
+    """A pod's request (or limit) of one resource as the scheduler sums it: the containers and
+    the restartable init containers (sidecars) that run beside them, or an ordinary init
+    container with the sidecars started before it, whichever is larger."""
+    sidecars = Fraction(0)
+    init_peak = Fraction(0)
     for container in spec.get("initContainers") or ():
         value = _container_amount(container, part, name)
-        if value is None:
-            return None
-        init_max = max(init_max, value)
-    return max(total, init_max)
+        if container.get("restartPolicy") == "Always":
+            sidecars += value
+            init_peak = max(init_peak, sidecars)
+        else:
+            init_peak = max(init_peak, sidecars + value)
+    total = sum(
+        (_container_amount(c, part, name) for c in spec.get("containers") or ()), Fraction(0)
+    )
+    return max(total + sidecars, init_peak)
 
 
-def pod_burst(spec: Mapping[str, Any]) -> Burst:
-    """limit - request of cpu and memory; a resource without limits counts no burst (the
-    tenant validation refuses such pods; a foreign one is unbounded and cannot be priced).
+def pod_limits(spec: Mapping[str, Any]) -> Amount:
+    """The pod's limits of cpu and memory (a container without one counts its request).
     Raises QuantityError for a malformed quantity."""
-    parts = {}
-    for name in BURST_RESOURCES:
-        limit = _effective(spec, "limits", name)
-        request = _effective(spec, "requests", name) or Fraction(0)
-        parts[name] = Fraction(0) if limit is None else max(Fraction(0), limit - request)
-    return Burst(cpu_m=parts["cpu"] * 1000, memory=parts["memory"])
+    return Amount(
+        cpu_m=_effective(spec, "limits", "cpu") * 1000, memory=_effective(spec, "limits", "memory")
+    )
+
+
+def pod_burst(spec: Mapping[str, Any]) -> Amount:
+    """limits - requests of cpu and memory, never below 0. Raises QuantityError for a
+    malformed quantity."""
+    limits = pod_limits(spec)
+    requests = Amount(
+        cpu_m=_effective(spec, "requests", "cpu") * 1000,
+        memory=_effective(spec, "requests", "memory"),
+    )
+    return Amount(
+        cpu_m=max(Fraction(0), limits.cpu_m - requests.cpu_m),
+        memory=max(Fraction(0), limits.memory - requests.memory),
+    )
 
 
 @dataclass(frozen=True)
@@ -198,44 +201,51 @@ class TenantBudget:
     """What a tenant's budget asks of its pods, fixed by the policy: computed once per policy
     version (the webhook keeps it with its per-tenant pieces), applied per pod by `steering`."""
 
-    pools: tuple[tuple[str, str], ...]  # (extended resource, "cpu" | "memory")
-    guard: str | None
-    label: tuple[str, str] | None  # set on pods that burst
+    pools: tuple[tuple[str, str], ...]  # (extended resource, "cpu" | "memory"), level >= own
+    lower_pools: tuple[tuple[str, str], ...]  # level < own: taken only by pods that do not burst
+    label: tuple[str, str]  # set on pods that burst
     anti_affinity: Mapping[str, Any] | None
 
-    def steering(self, burst: Burst) -> BudgetSteering:
-        units = burst.units()
-        requests = {name: units[resource] + 1 for name, resource in self.pools}
-        if self.guard is not None:
-            requests[self.guard] = 1
+    def steering(self, limits: Amount, burst: Amount) -> BudgetSteering:
+        units = limits.units()
+        pools = self.pools if burst.any else self.pools + self.lower_pools
+        requests = {name: units[resource] for name, resource in pools}
         label = self.label if burst.any else None
         return BudgetSteering(requests, label, self.anti_affinity)
 
 
 def tenant_budget(policy: Policy, tenant: Tenant | None) -> TenantBudget | None:
-    """The tenant's pool names, guard, burst label and anti-affinity; None when the policy does
-    not enforce budgets through the scheduler or the tenant has none."""
+    """The tenant's pool names, burst label and anti-affinity; None when the policy does not
+    enforce budgets through the scheduler or the tenant has none."""
     if tenant is None or tenant.overcommit_percent is None or not enforced(policy):
         return None
     budget = tenant.overcommit_percent
-    pools = tuple(
-        (pool_resource(policy, lv, resource), resource)
-        for lv in levels(policy)
-        if lv >= budget
-        for resource in BURST_RESOURCES
-    )
+
+    def pools(keep: Any) -> tuple[tuple[str, str], ...]:
+        return tuple(
+            (pool_resource(policy, lv, resource), resource)
+            for lv in levels(policy)
+            if keep(lv)
+            for resource in BURST_RESOURCES
+        )
+
     return TenantBudget(
-        pools=pools,
-        guard=guard_resource(policy) if budget == 0 else None,
-        label=(burst_label_key(policy), level_text(budget)) if budget > 0 else None,
+        pools=pools(lambda lv: lv >= budget),
+        lower_pools=pools(lambda lv: lv < budget),
+        label=(burst_label_key(policy), level_text(budget)),
         anti_affinity=anti_affinity_term(policy, tenant),
     )
 
 
-def budget_steering(policy: Policy, tenant: Tenant | None, burst: Burst) -> BudgetSteering:
-    """The pool requests, label and anti-affinity for a pod of `tenant` bursting `burst`."""
+def budget_steering(
+    policy: Policy, tenant: Tenant | None, spec: Mapping[str, Any]
+) -> BudgetSteering:
+    """The pool requests, label and anti-affinity for a pod `spec` of `tenant`. Raises
+    QuantityError for a malformed quantity."""
     budget = tenant_budget(policy, tenant)
-    return BudgetSteering() if budget is None else budget.steering(burst)
+    if budget is None:
+        return BudgetSteering()
+    return budget.steering(pod_limits(spec), pod_burst(spec))
 
 
 # -- nodes -----------------------------------------------------------------------------------
@@ -243,59 +253,82 @@ def budget_steering(policy: Policy, tenant: Tenant | None, burst: Burst) -> Budg
 
 @dataclass(frozen=True)
 class PodShare:
-    """A bound pod as the pools see it: its burst and the pool resources it requests."""
+    """A bound pod as the pools see it: its limits and the pool resources it requests."""
 
-    burst: Burst
+    limits: Amount
     pools: frozenset[str]
 
 
 def pod_share(policy: Policy, spec: Mapping[str, Any]) -> PodShare:
-    """Reduce a bound pod to its burst and the pools it takes from (malformed quantities count
-    as no burst: the apiserver accepted the pod, so this is not expected)."""
+    """Reduce a bound pod to its limits and the pools it takes from (malformed quantities count
+    as nothing: the apiserver accepted the pod, so this is not expected)."""
     owned = owned_resources(policy)
     pools: set[str] = set()
     for container in spec.get("containers") or ():
         requests = (container.get("resources") or {}).get("requests") or {}
         pools.update(name for name in requests if name in owned)
     try:
-        burst = pod_burst(spec)
+        limits = pod_limits(spec)
     except QuantityError:
-        burst = Burst()
-    return PodShare(burst, frozenset(pools))
+        limits = Amount()
+    return PodShare(limits, frozenset(pools))
+
+
+@dataclass(frozen=True)
+class PoolCapacity:
+    """One pool on one node and what decided it: capacity = max(0, room - outside_limits)."""
+
+    resource: str
+    level: float
+    kind: str  # "cpu" | "memory"
+    room: int  # floor((100 + level) % of allocatable), in pool units
+    outside_limits: int  # limits of the node's pods taking nothing from this pool
+    outside_pods: int
+
+    @property
+    def unit(self) -> str:
+        return "millicores" if self.kind == "cpu" else "MiB"
+
+    @property
+    def capacity(self) -> int:
+        return max(0, self.room - self.outside_limits)
+
+
+def node_pools(
+    policy: Policy, allocatable: Mapping[str, str], pods: Iterable[PodShare]
+) -> tuple[PoolCapacity, ...]:
+    """Every pool of a node with its arithmetic; () without enforcement or with an unreadable
+    allocatable."""
+    if not enforced(policy):
+        return ()
+    try:
+        base = {
+            "cpu": parse_quantity(allocatable.get("cpu", "0")) * 1000,
+            "memory": parse_quantity(allocatable.get("memory", "0")) / MIB,
+        }
+    except QuantityError:
+        return ()
+    shares = tuple(pods)
+    out = []
+    for lv in levels(policy):
+        for kind in BURST_RESOURCES:
+            name = pool_resource(policy, lv, kind)
+            outside = [s for s in shares if name not in s.pools]
+            out.append(
+                PoolCapacity(
+                    resource=name,
+                    level=lv,
+                    kind=kind,
+                    room=math.floor(base[kind] * (100 + Fraction(level_text(lv))) / 100),
+                    outside_limits=sum(s.limits.units()[kind] for s in outside),
+                    outside_pods=sum(1 for s in outside if s.limits.units()[kind] > 0),
+                )
+            )
+    return tuple(out)
 
 
 def pool_capacities(
     policy: Policy, allocatable: Mapping[str, str], pods: Iterable[PodShare]
 ) -> dict[str, str]:
-    """The pool capacities to publish on a node (resource name -> integer quantity text).
-
-    Level b: floor(b% of allocatable) minus the burst of the node's pods that take nothing from
-    the pool, never below 0. Guard: the node's pod capacity while no pod outside the pools
-    bursts there, else 0.
-    """
-    if not enforced(policy):
-        return {}
-    shares: Sequence[PodShare] = tuple(pods)
-    out: dict[str, str] = {}
-    try:
-        cpu_m = parse_quantity(allocatable.get("cpu", "0")) * 1000
-        memory_mib = parse_quantity(allocatable.get("memory", "0")) / MIB
-        max_pods = int(parse_quantity(allocatable.get("pods", "110")))
-    except QuantityError:
-        return {}
-    base = {"cpu": cpu_m, "memory": memory_mib}
-    for lv in levels(policy):
-        for resource in BURST_RESOURCES:
-            name = pool_resource(policy, lv, resource)
-            outside = Burst()
-            for share in shares:
-                if name not in share.pools:
-                    outside = outside + share.burst
-            spent = outside.units()[resource]
-            out[name] = str(max(0, math.floor(base[resource] * Fraction(lv) / 100) - spent))
-    guard = guard_resource(policy)
-    if guard in owned_resources(policy):
-        # Pools the guard's pods share: any burst outside them disqualifies the node.
-        bursting = any(share.burst.any and not share.pools for share in shares)
-        out[guard] = "0" if bursting else str(max_pods)
-    return out
+    """The pool capacities to publish on a node (resource name -> integer quantity text)."""
+    return {p.resource: str(p.capacity) for p in node_pools(policy, allocatable, pods)}

@@ -659,8 +659,9 @@ def _cross_field_issues(spec: Spec) -> Iterable[PolicyIssue]:
                 f"{spec.label_prefix!r}, and the {domain} domain is reserved for them; "
                 "use a prefix of your own domain",
             )
-        for level in sorted({t.overcommit_percent for t in spec.tenants if t.overcommit_percent}):
-            name = f"{spec.label_prefix}burst-{level:g}pct-memory"
+        budgets = {t.overcommit_percent for t in spec.tenants if t.overcommit_percent is not None}
+        for level in sorted(budgets):
+            name = f"{spec.label_prefix}limits-{level:g}pct-memory"
             for problem in label_key_errors(name):
                 yield PolicyIssue(
                     "spec.overcommit.enforcement", f"resource name {name!r} is invalid: {problem}"

@@ -24,8 +24,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from scorer.kubeapi import KubeApiError, KubeJson, node_path, pod_path
 from steer.adapters.kube import make_api_client
-from steer.core.budget import budget_steering, pod_burst
-from steer.core.policy import Policy, parse_policy
+from steer.core.budget import budget_steering
+from steer.core.policy import Policy, Tenant, parse_policy
 from steer.testing.cluster import ROOT, ControlPlane
 from steer.testing.services import RunningScorer, running_scorer
 from tests.scorer_support import SMALL_POLICY
@@ -33,9 +33,10 @@ from tests.scorer_support import SMALL_POLICY
 SCORER_MANIFEST = ROOT / "manifests" / "scorer" / "scorer.yaml"
 N1, N2 = "budget-e2e-1", "budget-e2e-2"
 SET_KEY = "e2e.steer.io/budget-set"
-CPU5 = "steer.io/burst-5pct-cpu"
-MEM5 = "steer.io/burst-5pct-memory"
-GUARD = "steer.io/burst-0pct"
+CPU5 = "steer.io/limits-5pct-cpu"
+MEM5 = "steer.io/limits-5pct-memory"
+CPU0 = "steer.io/limits-0pct-cpu"
+MEM0 = "steer.io/limits-0pct-memory"
 NO_PROMETHEUS = "http://127.0.0.1:9"
 
 POLICY_TEXT = (
@@ -49,6 +50,7 @@ POLICY_TEXT = (
 )
 POLICY: Policy = parse_policy(POLICY_TEXT)
 DEPT_A = next(t for t in POLICY.spec.tenants if t.name == "dept-a")
+DEPT_B = next(t for t in POLICY.spec.tenants if t.name == "dept-b")
 
 
 def wait_until(
@@ -86,21 +88,23 @@ def pod_body(
     requests_: Mapping[str, str],
     limits: Mapping[str, str],
     *,
-    tenant: bool = False,
+    tenant: Tenant | None = None,
 ) -> dict[str, Any]:
     """A pod pinned to `node` (required affinity: the scheduler still decides whether it fits).
-    A tenant pod also requests its pools, exactly as `budget_steering` says."""
+    A tenant pod also gets its pool requests, burst label and anti-affinity, exactly as
+    `budget_steering` says."""
     resources: dict[str, Any] = {"requests": dict(requests_), "limits": dict(limits)}
     labels: dict[str, str] = {}
-    if tenant:
-        steering = budget_steering(
-            POLICY, DEPT_A, pod_burst({"containers": [{"resources": resources}]})
-        )
+    anti: list[Any] = []
+    if tenant is not None:
+        steering = budget_steering(POLICY, tenant, {"containers": [{"resources": resources}]})
         for key, units in steering.requests.items():
             resources["requests"][key] = resources["limits"][key] = str(units)
         if steering.label is not None:
             labels[steering.label[0]] = steering.label[1]
-    return {
+        if steering.anti_affinity is not None:
+            anti.append(dict(steering.anti_affinity))
+    body: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "labels": labels},
@@ -128,6 +132,11 @@ def pod_body(
             "terminationGracePeriodSeconds": 0,
         },
     }
+    if anti:
+        body["spec"]["affinity"]["podAntiAffinity"] = {
+            "requiredDuringSchedulingIgnoredDuringExecution": anti
+        }
+    return body
 
 
 @pytest.fixture
@@ -211,8 +220,9 @@ def test_scheduler_enforces_the_pools_the_scorer_publishes(
     scorer_user: Path,
     tmp_path: Path,
 ) -> None:
-    # 8 cores / 32 GiB: 5 % = 400 m and 1638 MiB. 20 cores: 1000 m, stored by the apiserver in
-    # canonical form as "1k" (the scorer must see that as equal, not rewrite it every cycle).
+    # 8 cores / 32 GiB: room for limits at 105 % = 8400 m and 34406 MiB (at 100 %: 8000 m,
+    # 32768 MiB). 20 cores: 21000 m and 20000 m, stored by the apiserver in canonical form as
+    # "21k" and "20k" (the scorer must see that as equal, not rewrite it every cycle).
     make_node(
         N1,
         cpu="8",
@@ -223,8 +233,10 @@ def test_scheduler_enforces_the_pools_the_scorer_publishes(
     make_node(N2, cpu="20", memory="32Gi", labels={SET_KEY: "1"})
     foreign_ns = make_namespace(prefix="foreign")
     tenant_ns = make_namespace({"tenant": "dept-a"}, prefix="dept-a")
+    zero_ns = make_namespace({"tenant": "dept-b"}, prefix="dept-b")
     policy_file = tmp_path / "policy.yaml"
     policy_file.write_text(POLICY_TEXT)
+    empty_n1 = {CPU0: "8k", MEM0: "32768", CPU5: "8400", MEM5: "34406"}
 
     with running_scorer(
         control_plane,
@@ -236,37 +248,25 @@ def test_scheduler_enforces_the_pools_the_scorer_publishes(
         extra_args=["--kubeconfig", str(scorer_user), "--no-leader-election"],
     ) as scorer:
         scorer.wait_ready()
-        wait_until(
-            "pools on N1",
-            lambda: pools(admin, N1) == both({CPU5: "400", MEM5: "1638", GUARD: "110"}),
-        )
+        wait_until("pools on N1", lambda: pools(admin, N1) == both(empty_n1))
         wait_until(
             "pools on N2",
-            lambda: pools(admin, N2) == both({CPU5: "1k", MEM5: "1638", GUARD: "110"}),
+            lambda: (
+                pools(admin, N2) == both({CPU0: "20k", MEM0: "32768", CPU5: "21k", MEM5: "34406"})
+            ),
         )
         status = admin.request("GET", node_path(N1))["status"]
         assert status["allocatable"]["example.com/dongle"] == "4"  # foreign resources stay
         assert status["allocatable"]["cpu"] == "8"
         annotations = admin.request("GET", node_path(N1))["metadata"]["annotations"]
-        assert '"resources":["steer.io/burst-0pct"' in annotations["steer.io/managed"]
+        assert '"resources":["steer.io/limits-0pct-cpu"' in annotations["steer.io/managed"]
 
-        # Idle: a refresh writes nothing (the "1k" of N2 counts as equal to 1000).
+        # Idle: a refresh writes nothing (the "21k" of N2 counts as equal to 21000) ...
         idle_writes = metric(scorer, "steer_scorer_write_requests_total")
-        create_pod(
-            admin,
-            foreign_ns,
-            pod_body(
-                "guaranteed",
-                N2,
-                {"cpu": "100m", "memory": "64Mi"},
-                {"cpu": "100m", "memory": "64Mi"},
-            ),
-        )
-        wait_until("guaranteed pod bound", lambda: bound_node(admin, foreign_ns, "guaranteed"))
-        time.sleep(1.5)  # a refresh ran for that binding: no burst, nothing to write
+        time.sleep(1.5)
         assert metric(scorer, "steer_scorer_write_requests_total") == idle_writes
 
-        # A foreign burstable pod on N1 (300 m and 256 MiB of burst) shrinks N1's pools.
+        # A foreign burstable pod on N1 (limits 6 cores, 512 MiB) shrinks N1's pools.
         create_pod(
             admin,
             foreign_ns,
@@ -274,44 +274,45 @@ def test_scheduler_enforces_the_pools_the_scorer_publishes(
                 "burstable",
                 N1,
                 {"cpu": "500m", "memory": "256Mi"},
-                {"cpu": "800m", "memory": "512Mi"},
+                {"cpu": "6", "memory": "512Mi"},
             ),
         )
         wait_until(
             "burstable pod bound", lambda: bound_node(admin, foreign_ns, "burstable"), 30, 0.01
         )
         bound_at = time.monotonic()
+        shrunk = {CPU0: "2k", MEM0: "32256", CPU5: "2400", MEM5: "33894"}
         wait_until(
             "N1 pools shrunk",
-            lambda: pools(admin, N1) == both({CPU5: "100", MEM5: "1382", GUARD: "0"}),
+            lambda: pools(admin, N1) == both(shrunk),
             timeout_s=10,
             interval_s=0.02,
         )
         republish_s = time.monotonic() - bound_at
         print(f"N1 pools republished {republish_s:.2f}s after the foreign pod was bound")
         assert republish_s < 3.0, republish_s  # not one 30 s cycle later
-        assert pools(admin, N2)["allocatable"][CPU5] == "1k"
+        assert pools(admin, N2)["allocatable"][CPU5] == "21k"
 
         detail = scorer.get(f"/explain/node/{N1}")["budgetPools"]
         cpu = next(p for p in detail["pools"] if p["resource"] == CPU5)
-        assert (cpu["budget"], cpu["outsideBurst"], cpu["outsidePods"], cpu["published"]) == (
-            400,
-            300,
+        assert (cpu["room"], cpu["outsideLimits"], cpu["outsidePods"], cpu["published"]) == (
+            8400,
+            6000,
             1,
-            "100",
+            "2400",
         )
 
-        # dept-a pods on N1: a 150 m burst asks for 151 units of the 100 left and stays
-        # Pending; a 50 m burst (51 units) binds.
+        # dept-a pods on N1. Their requests fit easily (0.5 + 2 + 2.4 of 8 cores), but limits
+        # of 2520 m would take the node past 105 %: that pod stays Pending; 2100 m binds.
         create_pod(
             admin,
             tenant_ns,
             pod_body(
                 "big-burst",
                 N1,
-                {"cpu": "1", "memory": "1Gi"},
-                {"cpu": "1150m", "memory": "1Gi"},
-                tenant=True,
+                {"cpu": "2400m", "memory": "1Gi"},
+                {"cpu": "2520m", "memory": "1Gi"},
+                tenant=DEPT_A,
             ),
         )
         create_pod(
@@ -320,13 +321,14 @@ def test_scheduler_enforces_the_pools_the_scorer_publishes(
             pod_body(
                 "small-burst",
                 N1,
-                {"cpu": "1", "memory": "1Gi"},
-                {"cpu": "1050m", "memory": "1Gi"},
-                tenant=True,
+                {"cpu": "2", "memory": "1Gi"},
+                {"cpu": "2100m", "memory": "1Gi"},
+                tenant=DEPT_A,
             ),
         )
         pod = admin.request("GET", pod_path(tenant_ns, "big-burst"))
-        assert pod["spec"]["containers"][0]["resources"]["requests"][CPU5] == "151"
+        assert pod["spec"]["containers"][0]["resources"]["requests"][CPU5] == "2520"
+        assert CPU0 not in pod["spec"]["containers"][0]["resources"]["requests"]  # it bursts
         assert (
             wait_until("small pod bound", lambda: bound_node(admin, tenant_ns, "small-burst"), 30)
             == N1
@@ -339,16 +341,49 @@ def test_scheduler_enforces_the_pools_the_scorer_publishes(
         assert f"Insufficient {CPU5}" in message, message
         print(f"big-burst: {message}")
         assert bound_node(admin, tenant_ns, "big-burst") is None
-        # The small pod draws on its pool: the scorer does not count it against that pool.
-        time.sleep(1.0)
-        assert pools(admin, N1)["allocatable"][CPU5] == "100"
+        # The small pod draws on its pool: the scorer does not count it against that pool, but
+        # it is outside the 0 % pool (8000 - 6000 - 2100, never below 0).
+        wait_until("0 % pool shrunk", lambda: pools(admin, N1)["allocatable"][CPU0] == "0", 10)
+        assert pools(admin, N1)["allocatable"][CPU5] == "2400"
+
+        # A dept-b (budget 0) pod never joins a node where a 5 % pod bursts: its anti-affinity
+        # keeps it off N1 even where its requests and the 0 % pool of N2 leave room.
+        zero_n2 = pod_body(
+            "zero-n2",
+            N2,
+            {"cpu": "100m", "memory": "64Mi"},
+            {"cpu": "100m", "memory": "64Mi"},
+            tenant=DEPT_B,
+        )
+        zero = pod_body(
+            "zero",
+            N1,
+            {"cpu": "100m", "memory": "64Mi"},
+            {"cpu": "100m", "memory": "64Mi"},
+            tenant=DEPT_B,
+        )
+        create_pod(admin, zero_ns, zero)
+        create_pod(admin, zero_ns, zero_n2)
+        assert wait_until("dept-b on N2", lambda: bound_node(admin, zero_ns, "zero-n2"), 30) == N2
+        message = wait_until(
+            "dept-b unschedulable on N1", lambda: unschedulable_message(admin, zero_ns, "zero"), 30
+        )
+        assert f"Insufficient {CPU0}" in message, message  # for now the 0 % pool is spent
 
         # The foreign pod goes: the pool grows back and the scheduler binds the waiting pod.
         control_plane.delete_pods(foreign_ns, None)
-        wait_until("N1 pools restored", lambda: pools(admin, N1)["allocatable"][CPU5] == "400", 10)
+        wait_until("N1 pools restored", lambda: pools(admin, N1)["allocatable"][CPU5] == "8400", 10)
         assert (
             wait_until("big pod bound", lambda: bound_node(admin, tenant_ns, "big-burst"), 60) == N1
         )
+        # N1's 0 % pool has room again (8000 - 2100 - 2520): the burst label keeps dept-b off.
+        wait_until("N1 0 % pool regrown", lambda: pools(admin, N1)["allocatable"][CPU0] == "3380")
+        message = wait_until(
+            "dept-b kept off by anti-affinity",
+            lambda: "anti-affinity" in (unschedulable_message(admin, zero_ns, "zero") or ""),
+            30,
+        )
+        assert bound_node(admin, zero_ns, "zero") is None
         scorer.stop()
         log = scorer.log(100_000)
         assert "forbidden" not in log.lower(), log
