@@ -321,6 +321,9 @@ class _Layout:
     step: int
     hysteresis: float
     penalty_per_pod: float
+    # Composites of classes routed to the bin-packing profile: no hot-node penalty there, since
+    # piling onto the node that just took a pod is what bin-packing is for.
+    packing: frozenset[str]
     reserving: tuple[tuple[PodClass, str], ...]
     policy: Policy
     owned_resources: frozenset[str]
@@ -355,6 +358,12 @@ class _Layout:
             step=policy.spec.scoring.step,
             hysteresis=policy.spec.scoring.hysteresis,
             penalty_per_pod=policy.spec.scoring.hot_penalty_per_pod,
+            packing=frozenset(
+                c.name
+                for c in policy.spec.pod_classes
+                if c.scheduler_profile is not None
+                and c.scheduler_profile == policy.spec.scheduler_profiles.binpack
+            ),
             reserving=tuple((c, reserved_key(policy, c)) for c in reserving_classes(policy)),
         )
 
@@ -498,9 +507,9 @@ def _plan_node(
             desired[d.key] = entry.label
 
     comps = []
-    penalty = hot_pods * layout.penalty_per_pod
     usable = {n: e.score for n, e in dims.items() if e.score is not None and e.label is not None}
     for class_name, key, weights in layout.composites:
+        penalty = 0.0 if class_name in layout.packing else hot_pods * layout.penalty_per_pod
         value = composite(usable, weights)
         label = None
         penalised = None
@@ -531,9 +540,12 @@ def _plan_node(
             desired[r.key] = CONDITION_VALUE
             desired_taints.append(Taint(r.key, CONDITION_VALUE, r.rule.effect))
 
-    # Nodes offering a reserved class's resource, from the Node itself (no metric needed).
+    # Nodes offering a reserved class's resource, from the Node itself (no metric needed),
+    # unless a taint the class avoids is on: the class cannot use the node then, so keeping
+    # other pods off it would only waste it.
     for pod_class, key in layout.reserving:
-        if offers(pod_class, node.allocatable):
+        avoided = any(conditions[n].active for n in pod_class.avoid if n in conditions)
+        if offers(pod_class, node.allocatable) and not avoided:
             desired[key] = CONDITION_VALUE
 
     changes: dict[str, str | None] = {}

@@ -136,7 +136,6 @@ def test_node_restriction_prefix_is_supported() -> None:
 def test_long_dimension_name_breaks_the_63_byte_label_rule() -> None:
     doc = _doc()
     doc["spec"]["dimensions"][3]["name"] = "x" * 70
-    doc["spec"]["podClasses"][0]["dimensions"].remove("power")
     doc["spec"]["scoring"]["compositeDimensions"].remove("power")
     issues = _issues(doc)
     assert issues == [
@@ -215,6 +214,7 @@ def test_condition_margin_delays_clearing_only(
 
 def test_field_and_reference_errors_are_reported_together() -> None:
     doc = _doc()
+    doc["spec"]["podClasses"][0]["dimensions"] = ["gpu-util", "gpu-free", "gpu-frag", "health"]
     doc["spec"]["tenants"][1]["overcommitPercent"] = 150
     doc["spec"]["taints"][0]["condition"]["dimension"] = "gpu-utilisation"
     doc["spec"]["tenants"][0]["allowedTolerations"] = ["gpu-hott"]

@@ -108,13 +108,7 @@ def test_default_composite_takes_only_the_listed_dimensions() -> None:
     policy = _policy(composite_dims=["power", "health"])
     assert composite_weights(policy, None) == {"power": 1, "health": 2}
     gpu = policy.spec.pod_classes[0]
-    assert set(composite_weights(policy, gpu)) == {
-        "gpu-util",
-        "gpu-free",
-        "gpu-frag",
-        "power",
-        "health",
-    }
+    assert set(composite_weights(policy, gpu)) == {"gpu-util", "health"}  # the class's own
 
 
 def test_a_gpu_dimension_no_longer_ranks_gpu_nodes_first_for_cpu_pods() -> None:
@@ -176,3 +170,58 @@ def test_bad_reserve_and_composite_fields_are_named(
     found = [str(issue) for issue in caught.value.issues if issue.path == path]
     assert found, [str(i) for i in caught.value.issues]
     assert message in found[0]
+
+
+def _gpu_readings(policy: Policy, nodes: list[NodeState], util: dict[str, float], at: float) -> Any:
+    return readings_for(
+        policy,
+        nodes,
+        {
+            "gpu-util": util,
+            "power": {n.name: 300.0 for n in nodes},
+            "health": {n.name: 1.0 for n in nodes},
+        },
+        at=at,
+    )
+
+
+def test_a_node_with_a_taint_the_class_avoids_is_not_reserved() -> None:
+    """gpu-5's free GPUs are busy from outside: GPU pods avoid it (gpu-hot), so keeping CPU pods
+    off it would waste it; it loses the reserved label once the taint is on, and gets it back
+    when the taint clears."""
+    policy = _policy()
+    key = "steer.io/reserved-gpu"
+    nodes = [_node("gpu-1", "8"), _node("gpu-5", "8")]
+    memory = ScorerMemory()
+    hot = {"gpu-1": 0.0, "gpu-5": 95.0}
+    plan, memory = plan_cycle(policy, nodes, _gpu_readings(policy, nodes, hot, 1000), memory, 1000)
+    assert plan.node("gpu-5").labels[key] == "true"  # setAfterCycles 2: not hot yet
+    plan, memory = plan_cycle(policy, nodes, _gpu_readings(policy, nodes, hot, 1030), memory, 1030)
+    assert [t.key for t in plan.node("gpu-5").taints] == ["steer.io/gpu-hot"]
+    assert key not in plan.node("gpu-5").labels
+    assert plan.node("gpu-1").labels[key] == "true"
+    cool = {"gpu-1": 0.0, "gpu-5": 0.0}
+    for t in (1060, 1090, 1120):  # clearAfterCycles 3
+        plan, memory = plan_cycle(policy, nodes, _gpu_readings(policy, nodes, cool, t), memory, t)
+    assert not plan.node("gpu-5").taints
+    assert plan.node("gpu-5").labels[key] == "true"
+
+
+def test_the_hot_node_penalty_spares_the_composite_of_a_bin_packing_class() -> None:
+    """Pods just bound to gpu-1 lower its default composite (anti-herding), but not the GPU
+    class's: steer-binpack piles GPU jobs onto the node that just took one, on purpose."""
+    policy = _policy()
+    nodes = [_node("gpu-1", "8"), _node("gpu-2", "8")]
+    readings = _gpu_readings(policy, nodes, {"gpu-1": 0.0, "gpu-2": 0.0}, 1000)
+    plan, _ = plan_cycle(policy, nodes, readings, ScorerMemory(), 1000, hot={"gpu-1": 4})
+    one, two = plan.node("gpu-1"), plan.node("gpu-2")
+    assert int(one.labels["steer.io/score"]) < int(two.labels["steer.io/score"])
+    assert one.labels["steer.io/score-gpu"] == two.labels["steer.io/score-gpu"] == "100"
+    by_key = {c.key: c for c in one.composites}
+    assert by_key["steer.io/score"].penalty == 20 and by_key["steer.io/score-gpu"].penalty == 0
+    # A class on the spread profile is penalised like the default composite.
+    doc: dict[str, Any] = yaml.safe_load(EXAMPLE_POLICY.read_text())
+    doc["spec"]["podClasses"][0]["schedulerProfile"] = "steer-spread"
+    spread = parse_policy(yaml.safe_dump(doc))
+    plan, _ = plan_cycle(spread, nodes, readings, ScorerMemory(), 1000, hot={"gpu-1": 4})
+    assert plan.node("gpu-1").labels["steer.io/score-gpu"] == "80"

@@ -54,13 +54,7 @@ def test_owned_keys_cover_every_label_the_scorer_writes(policy: Policy) -> None:
 
 def test_composite_weights_per_class(policy: Policy) -> None:
     gpu = policy.spec.pod_classes[0]
-    assert composite_weights(policy, gpu) == {
-        "gpu-util": 3,
-        "gpu-free": 2,
-        "gpu-frag": 1,
-        "power": 1,
-        "health": 2,
-    }
+    assert composite_weights(policy, gpu) == {"gpu-util": 3, "health": 2}
     # The default composite leaves the GPU dimensions out (spec.scoring.compositeDimensions).
     assert composite_weights(policy, None) == {"power": 1, "health": 2}
     # overcommit-pct is published raw and never enters a composite.

@@ -12,8 +12,9 @@ raw JSON to `SimCluster.update`; tests call `update` with dicts directly, no clu
 Every scrape evaluates the state at that moment:
 
 - **DCGM** (`DCGM_FI_DEV_GPU_UTIL` %, `DCGM_FI_DEV_FB_USED` / `DCGM_FI_DEV_FB_FREE` MiB; labels
-  `gpu`, `UUID`, `pci_bus_id`, `device`, `modelName`, `Hostname` = node name), one series per GPU
-  of each node with `nvidia.com/gpu` allocatable. A bound pod requesting N GPUs is given the N
+  `gpu`, `UUID`, `pci_bus_id`, `device`, `modelName`, `Hostname` = node name, and on a GPU a pod
+  holds `namespace`, `pod`, `container`, as dcgm-exporter's Kubernetes mode adds them), one
+  series per GPU of each node with `nvidia.com/gpu` allocatable. A bound pod requesting N GPUs is given the N
   lowest free GPU indices of its node (kept while the pod exists, in (creationTimestamp, name)
   order for pods first seen together, as a device plugin would), and those GPUs report
   `job_gpu_util` % and `job_fb_mib` MiB used. `external_gpu_util` marks nodes busy from outside
@@ -320,6 +321,15 @@ class SimCluster:
             for node in self._nodes.values():
                 for i, gpu in enumerate(self._gpus(node)):
                     labels = dcgm_labels(node.name, i)
+                    holder = self._pods.get(gpu.pod) if gpu.pod else None
+                    if holder is not None:
+                        # dcgm-exporter's Kubernetes mode (kubelet pod-resources): the pod
+                        # holding the GPU; GPUs no pod holds carry no such labels.
+                        labels.update(
+                            namespace=holder.namespace,
+                            pod=holder.name,
+                            container=holder.containers[0].name if holder.containers else "",
+                        )
                     add(
                         "DCGM_FI_DEV_GPU_UTIL",
                         "gauge",
