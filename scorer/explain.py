@@ -14,8 +14,10 @@ from typing import Any
 
 from scorer.model import NodeState, Taint, rfc3339
 from scorer.plan import CyclePlan, DimensionSummary, NodePlan, PoolState
+from steer.core.budget import BudgetSteering, pod_burst, pod_limits, tenant_budget
 from steer.core.encoding import PreferenceTerm, preference_weight
-from steer.core.policy import Policy
+from steer.core.policy import Policy, Tenant
+from steer.core.quantity import QuantityError
 from steer.core.steering import (
     Requirement,
     class_preferences,
@@ -206,6 +208,8 @@ def pool_detail(pool: PoolState) -> dict[str, Any]:
     out["room"] = pool.room
     out["outsideLimits"] = pool.outside_limits
     out["outsidePods"] = pool.outside_pods
+    out["taken"] = pool.taken  # requested by the pods in the pool
+    out["free"] = pool.free
     if pool.capacity is None:
         out["why"] = "unknown until the pod ledger is synced"
     else:
@@ -400,6 +404,56 @@ def _key_data(
     return data
 
 
+def _budget_exclusions(tenant: Tenant, steering: BudgetSteering, plan: NodePlan) -> list[Exclusion]:
+    """What the scheduler refuses for a tenant pod under `enforcement: scheduler`: a pool
+    request above what the node's pool has free, pods bursting at a higher budget (the pod's
+    anti-affinity), or pods whose anti-affinity keeps off the pod's own burst level. A pool not
+    known yet (pod ledger not synced) excludes nothing here."""
+    rule = f"budget:{tenant.name}"
+    out = []
+    pools = {p.resource: p for p in plan.pools}
+    for name, need in sorted(steering.requests.items()):
+        pool = pools.get(name)
+        free = None if pool is None else pool.free
+        if pool is None or free is None or need <= free:
+            continue
+        out.append(
+            Exclusion(
+                rule=rule,
+                reason=(
+                    f"{name}: the pod needs {need} {pool.unit}, {max(free, 0)} free "
+                    f"({pool.capacity} published - {pool.taken} taken by pods in the pool)"
+                ),
+                data={"needs": need, "pool": pool_detail(pool)},
+            )
+        )
+    if steering.anti_affinity is not None:
+        expr = steering.anti_affinity["labelSelector"]["matchExpressions"][0]
+        higher = {lv: n for lv, n in plan.bursting.items() if lv in expr["values"]}
+        if higher:
+            out.append(
+                Exclusion(
+                    rule=rule,
+                    reason="pods bursting at a higher budget run here ("
+                    + ", ".join(f"{n} at {lv} %" for lv, n in sorted(higher.items()))
+                    + "): the pod's anti-affinity keeps it off",
+                    data={"bursting": higher},
+                )
+            )
+    if steering.label is not None and steering.label[1] in plan.repelled:
+        out.append(
+            Exclusion(
+                rule=rule,
+                reason=(
+                    f"the pod bursts at {steering.label[1]} %, and pods of a lower budget here "
+                    "keep such pods off by their anti-affinity"
+                ),
+                data={"repelledLevels": sorted(plan.repelled)},
+            )
+        )
+    return out
+
+
 def explain_pod(
     policy: Policy,
     cycle: CyclePlan | None,
@@ -431,6 +485,13 @@ def explain_pod(
         or ()
     )
     user_prefs = list(affinity.get("preferredDuringSchedulingIgnoredDuringExecution") or ())
+    budget = tenant_budget(policy, tenant)
+    steering = None
+    if budget is not None and tenant is not None:
+        try:
+            steering = budget.steering(pod_limits(spec), pod_burst(spec))
+        except QuantityError:
+            steering = None  # the webhook refuses such a pod; nothing to explain here
 
     verdicts = []
     for node in nodes:
@@ -488,6 +549,8 @@ def explain_pod(
                 )
             else:
                 soft.append(str(taint))
+        if steering is not None and tenant is not None and plan is not None:
+            exclusions.extend(_budget_exclusions(tenant, steering, plan))
         if node.unschedulable:
             exclusions.append(
                 Exclusion(rule="node.spec.unschedulable", reason="the node is cordoned")

@@ -1,11 +1,11 @@
 """Which pods hold resources on which node: the input of the budget pools (steer/core/budget.py).
 
-A pool's capacity is a node's budget minus the burst of the pods on it that take nothing from
-the pool, so the scorer must know every pod bound to every node, the way the scheduler does:
+A pool's capacity is a node's room for limits minus the limits of the pods on it that take
+nothing from the pool, so the scorer must know every pod bound to every node, the way the scheduler does:
 a pod counts from its binding until it is deleted or reaches a terminal phase (the
 scheduler's own pod informer excludes Succeeded and Failed pods). The ledger keeps, per pod
-uid, its node and its containers' resources, nothing else (a pod is ~100 bytes here instead
-of kilobytes).
+uid, its node, its containers' resources, its required pod anti-affinity and its labels,
+nothing else (a pod is a few hundred bytes here instead of kilobytes).
 
 It is fed by the scorer's pod watch (`scorer.hot.PodBindingWatcher`): one list, then a watch
 from the list's resourceVersion. Until that list has been applied the ledger is not `synced`
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
@@ -30,10 +30,12 @@ TERMINAL_PHASES = ("Succeeded", "Failed")
 
 @dataclass(frozen=True)
 class BoundPod:
-    """A pod as the pools see it: its node and a pod spec reduced to containers' resources."""
+    """A pod as the pools see it: its node, a pod spec reduced to containers' resources and
+    required pod anti-affinity, and its labels."""
 
     node: str
     spec: Mapping[str, Any]
+    labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     @classmethod
     def of(cls, pod: Mapping[str, Any]) -> BoundPod | None:
@@ -48,7 +50,15 @@ class BoundPod:
             containers = spec.get(part)
             if containers:
                 reduced[part] = tuple(_container(c) for c in containers if isinstance(c, Mapping))
-        return cls(str(node), MappingProxyType(reduced))
+        anti = ((spec.get("affinity") or {}).get("podAntiAffinity") or {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        )
+        if anti:
+            reduced["affinity"] = {
+                "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": anti}
+            }
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        return cls(str(node), MappingProxyType(reduced), MappingProxyType(dict(labels)))
 
 
 def _container(container: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -141,6 +151,6 @@ class PodLedger:
             for uid, pod in self._pods.items():
                 share = self._shares.get(uid)
                 if share is None:
-                    share = self._shares[uid] = pod_share(policy, pod.spec)
+                    share = self._shares[uid] = pod_share(policy, pod.spec, pod.labels)
                 grouped.setdefault(pod.node, []).append(share)
         return {node: tuple(shares) for node, shares in grouped.items()}

@@ -181,6 +181,14 @@ class PoolState:
     room: int
     outside_limits: int | None
     outside_pods: int | None
+    taken: int | None = None  # limits of the pods in the pool (what they request from it)
+
+    @property
+    def free(self) -> int | None:
+        """What a new pod may still request from the pool (None: unknown)."""
+        if self.capacity is None or self.taken is None:
+            return None
+        return int(self.capacity) - self.taken
 
 
 @dataclass(frozen=True)
@@ -204,6 +212,10 @@ class NodePlan:
     # status.capacity and status.allocatable, and each pool's state.
     resource_changes: Mapping[str, str | None] = field(default_factory=dict)
     pools: tuple[PoolState, ...] = ()
+    # Bound pods by the budget level they burst at, and the levels the pods' anti-affinity
+    # keeps off the node (both from the pod ledger; empty without one).
+    bursting: Mapping[str, int] = field(default_factory=dict)
+    repelled: frozenset[str] = frozenset()
 
     @property
     def taints_changed(self) -> bool:
@@ -614,6 +626,8 @@ def _plan_node(
         retired_taint_keys=retired_taints,
         resource_changes=resource_changes,
         pools=pools,
+        bursting=_bursting(shares),
+        repelled=frozenset().union(*(s.repels for s in shares or ())),
     )
 
 
@@ -625,6 +639,14 @@ def _same_quantity(current: str | None, want: str) -> bool:
         return parse_quantity(current) == parse_quantity(want)
     except QuantityError:
         return False
+
+
+def _bursting(shares: Sequence[PodShare] | None) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for share in shares or ():
+        if share.burst_level is not None:
+            out[share.burst_level] = out.get(share.burst_level, 0) + 1
+    return out
 
 
 def _plan_pools(
@@ -655,6 +677,7 @@ def _plan_pools(
                     room=pool.room,
                     outside_limits=None if seen is None else seen.outside_limits,
                     outside_pods=None if seen is None else seen.outside_pods,
+                    taken=None if seen is None else seen.taken,
                 )
             )
         for name, want in (wanted or {}).items():

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from scorer.explain import node_detail
+from scorer.explain import explain_pod, node_detail
 from scorer.hot import BindingWindow, PodBindingWatcher
 from scorer.kubeapi import MERGE_PATCH, KubeJson, pod_path
 from scorer.ledger import BoundPod, PodLedger
@@ -573,3 +573,70 @@ def test_share_of_a_pool_pod_names_its_pools() -> None:
     share = pod_share(POLICY, tenant_spec())
     assert share == PodShare(share.limits, frozenset({CPU5, MEM5}))
     assert share.limits.units() == {"cpu": 1100, "memory": 1024}
+
+
+# ------------------------------------------------------------------------------ explain a pod
+
+
+def _pod(cpu: str, limit: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "p"},
+        "spec": {
+            "containers": [
+                {
+                    "name": "c",
+                    "resources": pod_spec(
+                        {"cpu": cpu, "memory": "1Gi"}, {"cpu": limit, "memory": "1Gi"}
+                    )["containers"][0]["resources"],
+                }
+            ]
+        },
+    }
+
+
+def test_explain_pod_names_the_pool_and_the_bursting_neighbours_that_exclude_a_node() -> None:
+    """n1: a foreign pod (limits 2 cores) and a dept-a pod bursting at 5 % (1.1 cores); n2: a
+    dept-b pod, whose anti-affinity keeps 5 % bursts off; n3: empty."""
+    dept_b = budget_steering(POLICY, next(t for t in POLICY.spec.tenants if t.name == "dept-b"), {})
+    b_spec = pod_spec({"cpu": "100m", "memory": "64Mi"}, {"cpu": "100m", "memory": "64Mi"})
+    b_spec["affinity"] = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [dept_b.anti_affinity]
+        }
+    }
+    shares = {
+        "n1": (
+            pod_share(POLICY, FOREIGN),
+            pod_share(POLICY, tenant_spec(), {"steer.io/burst": "5"}),
+        ),
+        "n2": (pod_share(POLICY, b_spec),),
+    }
+    nodes = [node_state("n1"), node_state("n2"), node_state("n3")]
+    cycle, _ = plan_cycle(POLICY, nodes, {}, ScorerMemory(), T0, pod_shares=shares)
+    assert cycle.node("n1").bursting == {"5": 1} and cycle.node("n2").repelled == {"5"}
+
+    # dept-a, 6 cores bursting to 6.3: n1's 5 % cpu pool has 6400 - 1100 = 5300 free.
+    a = explain_pod(POLICY, cycle, nodes, _pod("6", "6300m"), {"tenant": "dept-a"})
+    verdicts = {v.node: v for v in a.verdicts}
+    (pool,) = verdicts["n1"].exclusions
+    assert pool.rule == "budget:dept-a"
+    assert pool.reason == (
+        "steer.io/limits-5pct-cpu: the pod needs 6300 millicores, 5300 free "
+        "(6400 published - 1100 taken by pods in the pool)"
+    )
+    (repelled,) = verdicts["n2"].exclusions
+    assert "keep such pods off" in repelled.reason
+    assert verdicts["n3"].allowed
+    # A smaller dept-a pod fits n1's pool.
+    small = explain_pod(POLICY, cycle, nodes, _pod("1", "1050m"), {"tenant": "dept-a"})
+    assert {v.node for v in small.verdicts if v.allowed} == {"n1", "n3"}
+
+    # dept-b (budget 0, not bursting): n1 holds a 5 % burst, which its anti-affinity refuses.
+    b = explain_pod(POLICY, cycle, nodes, _pod("100m", "100m"), {"tenant": "dept-b"})
+    verdicts = {v.node: v for v in b.verdicts}
+    assert [e.reason for e in verdicts["n1"].exclusions] == [
+        "pods bursting at a higher budget run here (1 at 5 %): the pod's anti-affinity keeps it off"
+    ]
+    assert verdicts["n2"].allowed and verdicts["n3"].allowed
+    body = b.to_dict()
+    assert "budget:dept-b" in str(body)

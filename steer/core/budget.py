@@ -253,15 +253,34 @@ def budget_steering(
 
 @dataclass(frozen=True)
 class PodShare:
-    """A bound pod as the pools see it: its limits and the pool resources it requests."""
+    """A bound pod as the pools see it: its limits, the pool resources it requests, the budget
+    level it bursts at (its burst label) and the levels its anti-affinity keeps away."""
 
     limits: Amount
     pools: frozenset[str]
+    burst_level: str | None = None
+    repels: frozenset[str] = frozenset()
 
 
-def pod_share(policy: Policy, spec: Mapping[str, Any]) -> PodShare:
-    """Reduce a bound pod to its limits and the pools it takes from (malformed quantities count
-    as nothing: the apiserver accepted the pod, so this is not expected)."""
+def repelled_levels(policy: Policy, spec: Mapping[str, Any]) -> frozenset[str]:
+    """The burst levels a pod's required anti-affinity keeps off its node (per hostname)."""
+    anti = (spec.get("affinity") or {}).get("podAntiAffinity") or {}
+    key = burst_label_key(policy)
+    out: set[str] = set()
+    for term in anti.get("requiredDuringSchedulingIgnoredDuringExecution") or ():
+        if not isinstance(term, Mapping) or term.get("topologyKey") != HOSTNAME:
+            continue
+        for expr in (term.get("labelSelector") or {}).get("matchExpressions") or ():
+            if expr.get("key") == key and expr.get("operator") == "In":
+                out.update(str(v) for v in expr.get("values") or ())
+    return frozenset(out)
+
+
+def pod_share(
+    policy: Policy, spec: Mapping[str, Any], labels: Mapping[str, str] | None = None
+) -> PodShare:
+    """Reduce a bound pod to what the pools count (malformed quantities count as nothing: the
+    apiserver accepted the pod, so this is not expected)."""
     owned = owned_resources(policy)
     pools: set[str] = set()
     for container in spec.get("containers") or ():
@@ -271,7 +290,12 @@ def pod_share(policy: Policy, spec: Mapping[str, Any]) -> PodShare:
         limits = pod_limits(spec)
     except QuantityError:
         limits = Amount()
-    return PodShare(limits, frozenset(pools))
+    return PodShare(
+        limits,
+        frozenset(pools),
+        burst_level=(labels or {}).get(burst_label_key(policy)),
+        repels=repelled_levels(policy, spec),
+    )
 
 
 @dataclass(frozen=True)
@@ -284,6 +308,7 @@ class PoolCapacity:
     room: int  # floor((100 + level) % of allocatable), in pool units
     outside_limits: int  # limits of the node's pods taking nothing from this pool
     outside_pods: int
+    taken: int = 0  # limits of the node's pods in the pool (what they request from it)
 
     @property
     def unit(self) -> str:
@@ -292,6 +317,11 @@ class PoolCapacity:
     @property
     def capacity(self) -> int:
         return max(0, self.room - self.outside_limits)
+
+    @property
+    def free(self) -> int:
+        """What a new pod may still request from the pool on this node."""
+        return self.capacity - self.taken
 
 
 def node_pools(
@@ -314,6 +344,7 @@ def node_pools(
         for kind in BURST_RESOURCES:
             name = pool_resource(policy, lv, kind)
             outside = [s for s in shares if name not in s.pools]
+            inside = [s for s in shares if name in s.pools]
             out.append(
                 PoolCapacity(
                     resource=name,
@@ -322,6 +353,7 @@ def node_pools(
                     room=math.floor(base[kind] * (100 + Fraction(level_text(lv))) / 100),
                     outside_limits=sum(s.limits.units()[kind] for s in outside),
                     outside_pods=sum(1 for s in outside if s.limits.units()[kind] > 0),
+                    taken=sum(s.limits.units()[kind] for s in inside),
                 )
             )
     return tuple(out)
