@@ -3,7 +3,10 @@
 - `reserveNodes: prefer` keeps CPU pods off GPU nodes (the scorer's `reserved-gpu` label) even
   when the GPU nodes score best, yet places them there when nothing else fits;
 - the order chain's zone spread (`DoNotSchedule`) holds against a preference that pulls every
-  replica into one zone (a `ScheduleAnyway` constraint loses to it: measured for contrast).
+  replica into one zone (a `ScheduleAnyway` constraint loses to it: measured for contrast);
+- GPU jobs pack onto one GPU node, CPU overflow goes to the GPU node whose GPUs are busy from
+  outside (the scorer does not reserve a node the class avoids), and whole GPU nodes stay free
+  for whole-node jobs, which then bind.
 
 Pods carry what the webhook injects, built by the same core functions (steer/core/steering.py,
 webhook/mutate.py), and are confined to this test's nodes by a node-set label.
@@ -17,8 +20,10 @@ from typing import Any
 
 from kubernetes import client
 
+from scorer.model import NodeState
+from scorer.plan import ScorerMemory, plan_cycle
 from steer.core.policy import parse_policy
-from steer.core.steering import class_preferences, composite_key, reserved_key
+from steer.core.steering import class_preferences, composite_key, required_rules, reserved_key
 from steer.testing.cluster import ControlPlane
 from tests.e2e.test_scheduler import (
     SET_KEY,
@@ -26,6 +31,7 @@ from tests.e2e.test_scheduler import (
     pod_template,
     wait_bound,
 )
+from tests.scorer_support import readings_for
 from webhook.mutate import spread_constraint
 
 from .conftest import ROOT
@@ -122,3 +128,91 @@ def test_order_chain_zone_spread_holds_against_the_preference(
     assert max(hard.values()) - min(hard.get(z, 0) for z in ("zone-a", "zone-b", "zone-c")) <= 1
     soft = _chain_replicas(control_plane, make_node, make_namespace, "ScheduleAnyway")
     record_property("schedule_anyway_zones", dict(soft))
+
+
+def test_gpu_jobs_pack_and_leave_whole_nodes_for_whole_node_jobs(
+    control_plane: ControlPlane, make_node: Any, make_namespace: Any
+) -> None:
+    """Four GPU nodes; the free GPUs of the last are 95 % busy from outside. Labels and taints
+    are what two scorer cycles plan for them (so `gpu-hot` is on, and that node is not
+    reserved). Then, on the real scheduler: 6 one-GPU jobs share one node, 6 CPU pods that
+    fit nowhere else go to the hot node, and two 8-GPU jobs bind on the two nodes left whole."""
+    set_id = f"gpu-{uuid.uuid4().hex[:6]}"
+    names = [f"{set_id}-{i}" for i in range(4)]
+    hot_node = names[3]
+    states = [
+        NodeState(name=n, allocatable={"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": "8"})
+        for n in names
+    ]
+    values = {
+        "gpu-util": {n: 95.0 if n == hot_node else 0.0 for n in names},
+        "power": dict.fromkeys(names, 900.0),
+        "health": dict.fromkeys(names, 1.0),
+    }
+    memory = ScorerMemory()
+    for at in (1000.0, 1030.0):  # gpu-hot: setAfterCycles 2
+        plan, memory = plan_cycle(
+            POLICY, states, readings_for(POLICY, states, values, at), memory, at
+        )
+    for name in names:
+        node_plan = plan.node(name)
+        assert node_plan is not None
+        make_node(
+            name,
+            cpu="64",
+            memory="512Gi",
+            gpus=8,
+            labels={SET_KEY: set_id, **node_plan.labels},
+            taints=[t.to_k8s() for t in node_plan.taints],
+        )
+    assert RESERVED not in plan.node(hot_node).labels  # type: ignore[union-attr]
+    assert all(plan.node(n).labels[RESERVED] == "true" for n in names[:3])  # type: ignore[union-attr]
+
+    ns = make_namespace(prefix="gpu")
+    core = client.CoreV1Api(control_plane.api_client())
+    gpu_job = pod_template(
+        set_id,
+        POLICY.spec.scheduler_profiles.binpack,
+        labels={"app": "train"},
+        preferred=[t.to_k8s() for t in class_preferences(POLICY, GPU_CLASS)],
+        requests={"cpu": "4", "memory": "32Gi", "nvidia.com/gpu": "1"},
+    )
+    # The class's required rules (avoid gpu-hot), as the webhook injects them.
+    required = gpu_job["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"][0]["matchExpressions"]
+    for rule in required_rules(POLICY, None, GPU_CLASS):
+        (alternative,) = rule.alternatives
+        required.extend(dict(e) for e in alternative)
+    jobs = [f"job-{i}" for i in range(6)]
+    for name in jobs:
+        core.create_namespaced_pod(ns, bare_pod(name, gpu_job))
+    placed = wait_bound(control_plane, ns, jobs)
+    assert len(set(placed.values())) == 1 and hot_node not in placed.values(), placed
+    packed = next(iter(placed.values()))
+
+    cpu_pod = pod_template(
+        set_id,
+        POLICY.spec.scheduler_profiles.spread,
+        labels={"app": "svc"},
+        preferred=_cpu_pod_terms(),
+        requests={"cpu": "8", "memory": "16Gi"},
+    )
+    services = [f"svc-{i}" for i in range(6)]
+    for name in services:
+        core.create_namespaced_pod(ns, bare_pod(name, cpu_pod))
+    placed = wait_bound(control_plane, ns, services)
+    assert set(placed.values()) == {hot_node}, placed
+
+    whole = pod_template(
+        set_id,
+        POLICY.spec.scheduler_profiles.binpack,
+        labels={"app": "whole"},
+        preferred=[t.to_k8s() for t in class_preferences(POLICY, GPU_CLASS)],
+        requests={"cpu": "32", "memory": "256Gi", "nvidia.com/gpu": "8"},
+    )
+    whole["spec"]["affinity"]["nodeAffinity"] = gpu_job["spec"]["affinity"]["nodeAffinity"]
+    for name in ("whole-0", "whole-1"):
+        core.create_namespaced_pod(ns, bare_pod(name, whole))
+    placed = wait_bound(control_plane, ns, ["whole-0", "whole-1"])
+    assert set(placed.values()) == set(names[:3]) - {packed}, placed
