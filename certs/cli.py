@@ -145,6 +145,21 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "that does not exist is reported, not an error",
     )
     rot.add_argument(
+        "--dns",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="extra DNS name the certificate must carry (repeatable)",
+    )
+    rot.add_argument(
+        "--ip",
+        action="append",
+        default=[],
+        metavar="IP",
+        help="extra IP address the certificate must carry, e.g. for a url clientConfig "
+        "(repeatable)",
+    )
+    rot.add_argument(
         "--days",
         type=int,
         default=DEFAULT_DAYS,
@@ -212,7 +227,7 @@ def _rotate(args: argparse.Namespace) -> int:
         if not args.renew_before >= 0:
             raise CertError(f"--renew-before: must be 0 or more days, got {args.renew_before:g}")
         options = RotateOptions(
-            identity=WebhookIdentity(args.service, args.namespace),
+            identity=WebhookIdentity(args.service, args.namespace, tuple(args.dns), tuple(args.ip)),
             secret=args.secret,
             renew_before=timedelta(days=args.renew_before),
             configurations=tuple(args.webhook_config or DEFAULT_CONFIGURATIONS),
