@@ -114,8 +114,17 @@ class CaStore:
         problem = unsafe_key_location(self.directory, CA_KEY)
         if problem:
             raise CertError(f"--ca-dir: {problem}")
-        self.directory.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-        self.directory.chmod(DIR_MODE)
+        if self.directory.exists():
+            mode = stat.S_IMODE(self.directory.stat().st_mode)
+            if mode & 0o077:
+                # Never chmod a directory we did not make (think --ca-dir /tmp).
+                raise CertError(
+                    f"--ca-dir: {self.directory} has mode {mode:04o}, open to other users; "
+                    "give the CA a directory of its own (it is created 0700)"
+                )
+        else:
+            self.directory.mkdir(mode=DIR_MODE, parents=True)
+            self.directory.chmod(DIR_MODE)  # mkdir's mode is filtered by the umask
         ca = new_ca(days=days, key_type=key_type)
         # Key first: a ca.crt without its key would read as a broken CA.
         atomic_write(self.key_path, ca.key_pem, FILE_MODE)

@@ -314,6 +314,15 @@ def test_a_ca_readable_by_others_or_incomplete_is_refused(tmp_path: Path) -> Non
         store.load()
 
 
+def test_a_shared_directory_is_not_taken_for_the_ca(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    with pytest.raises(CertError, match=r"has mode 1777, open to other users"):
+        CaStore(shared).create()
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o1777 and not list(shared.iterdir())
+
+
 def test_a_ca_key_that_is_not_the_certificates_is_refused(tmp_path: Path) -> None:
     one, other = new_ca(), new_ca()
     with pytest.raises(CertError, match="does not belong to the CA certificate"):

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import json
 
+from kubernetes import client
+
+from scorer.cleanup import clean_nodes
+from scorer.kubeapi import KubeJson
 from scorer.model import NodeState, Taint
 from scorer.plan import ScorerMemory, plan_cycle
 from scorer.retire import (
@@ -12,6 +16,9 @@ from scorer.retire import (
     removal_plan,
     retire_old_prefixes,
 )
+from scorer.writer import NodeApi, NodeWriter, RateLimiter
+from steer.apistub import ApiStub
+from steer.apistub.synthetic import synthetic_node
 from tests.scorer_support import apply_node_plan, readings_for, small_policy
 
 POLICY = small_policy()
@@ -111,3 +118,46 @@ def test_a_prefix_change_retires_the_old_keys_in_the_same_cycle() -> None:
     # Nothing under another prefix: the plan is returned as it was.
     same, none = retire_old_prefixes(POLICY, cycle, [NodeState(name="n1")])
     assert same is cycle and not none
+
+
+# --- cleanup over HTTP, through the scorer's own writer ---------------------------------------
+
+
+def test_clean_nodes_writes_through_the_api_and_a_second_run_finds_nothing(
+    apistub: ApiStub, kube_client: client.ApiClient
+) -> None:
+    foreign_taints = [{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}]
+    node = synthetic_node("c", labels={"team.example.com/owner": "ml", "steer.io/not-ours": "1"})
+    node["spec"]["taints"] = foreign_taints
+    node["metadata"]["annotations"] = {"team.example.com/note": "hands off"}
+    apistub.add_node(node)
+    api = NodeApi(KubeJson(kube_client))
+    plain = api.get_node("c")
+    before = apistub.get("nodes", "c")
+    at = 1_800_000_000.0
+    hot = {"util": {"c": 95.0}, "power": {"c": 1.0}}
+    memory = ScorerMemory()
+    writer = NodeWriter(api, RateLimiter(1000, 1000), sleep=lambda _s: None)
+    for i in range(2):  # the taint rule needs two hot cycles
+        nodes = api.list_nodes()
+        cycle, memory = plan_cycle(
+            POLICY, nodes, readings_for(POLICY, nodes, hot, at + i), memory, at + i
+        )
+        writer.apply(POLICY, cycle, nodes)
+    scored = api.get_node("c")
+    assert "steer.io/gpu-hot" in {t.key for t in scored.taints}
+    assert "steer.io/managed" in scored.annotations
+
+    dry = clean_nodes(POLICY, api, dry_run=True)
+    assert [r.node for r in dry.removals] == ["c"] and dry.results == ()
+    assert api.get_node("c").labels == scored.labels
+
+    report = clean_nodes(POLICY, api)
+    assert not report.errors and [r.node for r in report.results] == ["c"]
+    after = apistub.get("nodes", "c")
+    assert after["metadata"]["labels"] == before["metadata"]["labels"]
+    assert after["metadata"]["annotations"] == {"team.example.com/note": "hands off"}
+    assert before["metadata"]["annotations"] == {"team.example.com/note": "hands off"}
+    assert after["spec"]["taints"] == foreign_taints
+    assert api.get_node("c").labels == plain.labels
+    assert clean_nodes(POLICY, api).removals == ()
