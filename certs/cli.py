@@ -224,8 +224,12 @@ def _generate(args: argparse.Namespace) -> int:
 
 def _rotate(args: argparse.Namespace) -> int:
     try:
-        if not args.renew_before >= 0:
-            raise CertError(f"--renew-before: must be 0 or more days, got {args.renew_before:g}")
+        if not 0 <= args.renew_before < args.days:
+            # A window as long as the validity would issue a new certificate on every run.
+            raise CertError(
+                f"--renew-before: must be 0 or more days and less than --days ({args.days}), "
+                f"got {args.renew_before:g}"
+            )
         options = RotateOptions(
             identity=WebhookIdentity(args.service, args.namespace, tuple(args.dns), tuple(args.ip)),
             secret=args.secret,

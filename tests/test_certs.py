@@ -444,3 +444,16 @@ def test_a_certificate_never_outlives_its_ca() -> None:
     assert cert.not_valid_after_utc == ca.certificate.not_valid_after_utc
     with pytest.raises(CertError, match="the CA expired on"):
         issue_serving_cert(ca, SERVICE, now=NOW + timedelta(days=11))
+
+
+def test_cli_rotate_refuses_a_window_as_long_as_the_validity(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = _parser().parse_args(
+        ["certs", "rotate", "--ca-dir", str(tmp_path / "ca"), "--renew-before", "400"]
+    )
+    assert args.func(args) == 2
+    assert "--renew-before: must be 0 or more days and less than --days (365)" in (
+        capsys.readouterr().err
+    )
+    assert not (tmp_path / "ca").exists()
