@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import quote
@@ -83,7 +83,7 @@ class RotateReport:
     bundles: tuple[BundleChange, ...] = ()
     missing: tuple[str, ...] = ()  # configuration names found as neither kind
     dry_run: bool = False
-    notes: tuple[str, ...] = field(default=())
+    notes: tuple[str, ...] = ()
 
     @property
     def changed(self) -> bool:
