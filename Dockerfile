@@ -5,7 +5,8 @@ COPY pyproject.toml README.md ./
 COPY steer ./steer
 COPY scorer ./scorer
 COPY webhook ./webhook
-COPY certs ./certs
+# Only the modules: a key or certificate left in certs/ must never reach an image layer.
+COPY certs/*.py ./certs/
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
 FROM python:3.11-slim

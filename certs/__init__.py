@@ -1,4 +1,5 @@
-"""TLS for the admission webhook: a one-shot CA, a serving certificate, atomic PEM files."""
+"""TLS for the admission webhook: a kept CA, serving certificates it signs, atomic PEM files,
+and `steer certs rotate` (certs.rotate) keeping the cluster's Secret and caBundle current."""
 
 from certs.files import (
     CertInfo,

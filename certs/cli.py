@@ -1,13 +1,16 @@
-"""`steer certs generate`: certificate files for the webhook Service, and its caBundle.
+"""`steer certs generate|rotate`: the webhook's serving certificate, signed by a kept CA.
 
-The caBundle alone goes to stdout, so `CA_BUNDLE=$(steer certs generate ...)` works; what was
-written goes to stderr.
+`generate` writes files for local runs and manual installs; the caBundle alone goes to
+stdout, so `CA_BUNDLE=$(steer certs generate ...)` works, and what was written goes to stderr.
+`rotate` keeps the certificate in the cluster valid (certs/rotate.py). Both sign with the CA
+in --ca-dir (default $XDG_CONFIG_HOME/kube-steer/ca), made there the first time.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +21,11 @@ from certs.pki import (
     MAX_DAYS,
     CertError,
     WebhookIdentity,
-    issue_webhook_certs,
+    issue_serving_cert,
 )
+from certs.rotate import DEFAULT_CONFIGURATIONS, RotateError, RotateOptions, RotateReport, rotate
+from certs.store import CaStore, default_ca_dir, unsafe_key_location
+from steer.adapters.kube import KubeConfigError, make_api_client
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -32,15 +38,17 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     actions = certs.add_subparsers(dest="certs_command", required=True, metavar="ACTION")
     gen = actions.add_parser(
         "generate",
-        help="write a fresh CA and a serving certificate; print the caBundle",
+        help="write a serving certificate signed by the kept CA; print the caBundle",
         description=(
             f"Write {CA_CERT_FILE}, {CERT_FILE} and {KEY_FILE} into --out, for the webhook "
             "Service SERVICE in NAMESPACE, and print the base64 caBundle for the "
             "MutatingWebhookConfiguration/ValidatingWebhookConfiguration. The certificate "
             "names SERVICE, SERVICE.NAMESPACE, SERVICE.NAMESPACE.svc and "
-            "SERVICE.NAMESPACE.svc.cluster.local, plus every --dns and --ip. A new CA is made "
-            "each time and its key is not kept, so after regenerating, update caBundle too. "
-            "Files are replaced atomically, so a running server never reads half a file."
+            "SERVICE.NAMESPACE.svc.cluster.local, plus every --dns and --ip. It is signed by the "
+            "CA in --ca-dir (made there the first time, and kept: regenerating leaves the "
+            "caBundle as it is). --out must not be a Python package folder or a directory git "
+            "would not ignore. Files are replaced atomically, so a running server never reads "
+            "half a file."
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
@@ -82,21 +90,120 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         type=int,
         default=DEFAULT_DAYS,
         metavar="N",
-        help=f"validity of the CA and the certificate, in days (1..{MAX_DAYS})",
+        help=f"validity of the certificate, in days (1..{MAX_DAYS}; never past the CA's)",
     )
-    gen.add_argument(
+    _key_type_arg(gen)
+    _ca_dir_arg(gen)
+    gen.set_defaults(func=_generate)
+
+    rot = actions.add_parser(
+        "rotate",
+        help="renew the webhook's certificate Secret when needed and patch caBundle",
+        description=(
+            "Keep the webhook's serving certificate valid, idempotently: issue it again (signed "
+            "by the CA in --ca-dir, made there the first time) when the Secret is missing, or "
+            "its certificate expires within --renew-before days, is not signed by the CA, "
+            "lacks one of the Service's DNS names, or its key does not match; write it as a "
+            "kubernetes.io/tls Secret (created, or replaced keeping its labels and "
+            "annotations); and set the CA as caBundle of every webhook in the named "
+            "Mutating/ValidatingWebhookConfigurations. A second run changes nothing and says "
+            "so. Run it on a schedule (or before --renew-before runs out)."
+        ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    rot.add_argument(
+        "--namespace", default="kube-steer", metavar="NS", help="the webhook's namespace"
+    )
+    rot.add_argument(
+        "--service", default="steer-webhook", metavar="NAME", help="the webhook's Service name"
+    )
+    rot.add_argument(
+        "--secret",
+        default="steer-webhook-tls",
+        metavar="NAME",
+        help="the kubernetes.io/tls Secret the webhook mounts",
+    )
+    rot.add_argument(
+        "--kubeconfig",
+        metavar="PATH",
+        help="kubeconfig (default: in-cluster, $KUBECONFIG, ~/.kube/config)",
+    )
+    _ca_dir_arg(rot)
+    rot.add_argument(
+        "--renew-before",
+        type=float,
+        default=30,
+        metavar="DAYS",
+        help="issue a new certificate when the current one expires within DAYS",
+    )
+    rot.add_argument(
+        "--webhook-config",
+        action="append",
+        metavar="NAME",
+        help="Mutating/ValidatingWebhookConfiguration whose caBundle to set (repeatable; "
+        f"default: {' and '.join(DEFAULT_CONFIGURATIONS)}, each kind that exists); a name "
+        "that does not exist is reported, not an error",
+    )
+    rot.add_argument(
+        "--dns",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="extra DNS name the certificate must carry (repeatable)",
+    )
+    rot.add_argument(
+        "--ip",
+        action="append",
+        default=[],
+        metavar="IP",
+        help="extra IP address the certificate must carry, e.g. for a url clientConfig "
+        "(repeatable)",
+    )
+    rot.add_argument(
+        "--days",
+        type=int,
+        default=DEFAULT_DAYS,
+        metavar="N",
+        help=f"validity of a new certificate, in days (1..{MAX_DAYS})",
+    )
+    _key_type_arg(rot)
+    rot.add_argument("--dry-run", action="store_true", help="say what would change, write nothing")
+    rot.set_defaults(func=_rotate)
+
+
+def _key_type_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
         "--key-type",
         choices=KEY_TYPES,
         default="ecdsa",
         help="ecdsa: P-256 (smaller, faster handshakes); rsa: 2048-bit, for old clients",
     )
-    gen.set_defaults(func=_generate)
+
+
+def _ca_dir_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--ca-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="where the CA is kept (ca.crt, ca.key: files 0600, directory 0700); default "
+        "$XDG_CONFIG_HOME/kube-steer/ca, else ~/.config/kube-steer/ca",
+    )
+
+
+def _store(args: argparse.Namespace) -> CaStore:
+    return CaStore(args.ca_dir if args.ca_dir is not None else default_ca_dir())
 
 
 def _generate(args: argparse.Namespace) -> int:
     try:
         identity = WebhookIdentity(args.service, args.namespace, tuple(args.dns), tuple(args.ip))
-        certs = issue_webhook_certs(identity, days=args.days, key_type=args.key_type)
+        problem = unsafe_key_location(args.out, KEY_FILE)
+        if problem:
+            raise CertError(f"--out: {problem}")
+        store = _store(args)
+        ca, created = store.load_or_create(key_type=args.key_type)
+        certs = issue_serving_cert(ca, identity, days=args.days, key_type=args.key_type)
         paths = write_webhook_certs(args.out, certs)
         info = load_cert_info(paths.cert)
     except (CertError, OSError) as exc:
@@ -104,6 +211,7 @@ def _generate(args: argparse.Namespace) -> int:
         return 2
     sans = ", ".join((*info.dns_names, *info.ip_addresses))
     print(
+        f"{'made a new CA in' if created else 'signed with the CA in'} {store.directory}\n"
         f"wrote {paths.ca_cert}, {paths.cert}, {paths.key}\n"
         f"  names: {sans}\n"
         f"  expires: {info.not_after.isoformat()}  sha256: {info.fingerprint_sha256}\n"
@@ -112,3 +220,59 @@ def _generate(args: argparse.Namespace) -> int:
     )
     print(certs.ca_bundle)
     return 0
+
+
+def _rotate(args: argparse.Namespace) -> int:
+    try:
+        if not 0 <= args.renew_before < args.days:
+            # A window as long as the validity would issue a new certificate on every run.
+            raise CertError(
+                f"--renew-before: must be 0 or more days and less than --days ({args.days}), "
+                f"got {args.renew_before:g}"
+            )
+        options = RotateOptions(
+            identity=WebhookIdentity(args.service, args.namespace, tuple(args.dns), tuple(args.ip)),
+            secret=args.secret,
+            renew_before=timedelta(days=args.renew_before),
+            configurations=tuple(args.webhook_config or DEFAULT_CONFIGURATIONS),
+            days=args.days,
+            key_type=args.key_type,
+            dry_run=args.dry_run,
+        )
+        store = _store(args)
+        report = rotate(make_api_client(args.kubeconfig), store, options)
+    except (CertError, RotateError, KubeConfigError, OSError) as exc:
+        print(f"steer certs rotate: {exc}", file=sys.stderr)
+        return 2
+    _print_rotation(args, store, report)
+    return 0
+
+
+def _print_rotation(args: argparse.Namespace, store: CaStore, report: RotateReport) -> None:
+    would = "would be " if report.dry_run else ""
+    secret = f"Secret {args.namespace}/{args.secret}"
+    if report.ca_created:
+        print(f"CA: {'would make' if report.dry_run else 'made'} a new CA in {store.directory}")
+    else:
+        print(f"CA: {store.directory} (expires {report.ca_expires:%Y-%m-%d})")
+    expires = f"{report.cert_expires:%Y-%m-%d %H:%M} UTC" if report.cert_expires else "-"
+    if report.reasons:
+        print(f"{secret}: {would}{report.secret_action}, certificate valid until {expires}")
+        for reason in report.reasons:
+            print(f"  because {reason}")
+    else:
+        print(f"{secret}: current, valid until {expires}")
+    for change in report.bundles:
+        where = f"{change.kind} {change.name}"
+        if change.patched:
+            print(f"{where}: caBundle {would}set in {change.patched} of {change.webhooks} webhooks")
+        else:
+            print(f"{where}: caBundle current in all {change.webhooks} webhooks")
+    for name in report.missing:
+        print(f"{name}: no MutatingWebhookConfiguration or ValidatingWebhookConfiguration; skipped")
+    for note in report.notes:
+        print(f"warning: {note}", file=sys.stderr)
+    if not report.changed:
+        print("nothing to do: certificate, Secret and caBundles are current")
+    elif report.dry_run:
+        print("dry run: nothing written")

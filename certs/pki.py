@@ -4,8 +4,9 @@ Pure cryptography, no files: `issue_webhook_certs` returns PEM bytes, `certs.fil
 
 The kube-apiserver calls a webhook Service at `https://SERVICE.NAMESPACE.svc:PORT` and verifies
 the certificate with Go's crypto/x509, which ignores the Common Name and matches only the
-subjectAltName, and requires the serverAuth extended key usage. The CA is one-shot: its key is
-never returned, so it can sign nothing else; rotating means a new CA and a new `caBundle`.
+subjectAltName, and requires the serverAuth extended key usage. The CA (`CertificateAuthority`,
+kept by `certs.store`) outlives its serving certificates: a renewal signs a new certificate
+with the same CA, so the `caBundle` the apiserver holds stays valid.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ KeyType = Literal["ecdsa", "rsa"]
 KEY_TYPES: tuple[str, ...] = get_args(KeyType)
 
 DEFAULT_DAYS = 365
+CA_DAYS = 3650
 MAX_DAYS = 3650
 RSA_KEY_BITS = 2048
 # Backdate notBefore so a node whose clock is a little behind still accepts a fresh certificate.
@@ -90,7 +92,7 @@ class WebhookIdentity:
 
 @dataclass(frozen=True)
 class WebhookCerts:
-    """PEM bytes for the three files a webhook deployment needs; the CA key is deliberately absent."""
+    """PEM bytes for the three files a webhook deployment needs; the CA key is not among them."""
 
     ca_cert_pem: bytes
     cert_pem: bytes
@@ -106,53 +108,112 @@ def ca_bundle_b64(ca_pem: bytes) -> str:
     return base64.b64encode(ca_pem).decode("ascii")
 
 
-def issue_webhook_certs(
+@dataclass(frozen=True)
+class CertificateAuthority:
+    """The CA the apiserver trusts the webhook by (its PEM is the `caBundle`). Kept, so a
+    renewed serving certificate verifies against the bundle already in place."""
+
+    cert_pem: bytes
+    key_pem: bytes = field(repr=False)
+
+    @property
+    def certificate(self) -> x509.Certificate:
+        return x509.load_pem_x509_certificate(self.cert_pem)
+
+    def private_key(self) -> PrivateKey:
+        key = serialization.load_pem_private_key(self.key_pem, password=None)
+        if not isinstance(key, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey):
+            raise CertError("the CA key is neither ECDSA nor RSA")
+        return key
+
+    @classmethod
+    def load(cls, cert_pem: bytes, key_pem: bytes) -> CertificateAuthority:
+        """Check that the two belong together and the certificate is a CA."""
+        ca = cls(cert_pem, key_pem)
+        try:
+            cert = ca.certificate
+            key = ca.private_key()
+        except ValueError as exc:
+            raise CertError(f"the CA files are not PEM ({exc})") from None
+        if cert.public_key() != key.public_key():
+            raise CertError("the CA key does not belong to the CA certificate")
+        try:
+            constraints = cert.extensions.get_extension_for_class(x509.BasicConstraints).value
+        except x509.ExtensionNotFound:
+            constraints = None
+        if constraints is None or not constraints.ca:
+            raise CertError("the CA certificate is not a CA (basicConstraints ca: false)")
+        return ca
+
+
+def new_ca(
+    *, days: int = CA_DAYS, key_type: KeyType = "ecdsa", now: datetime | None = None
+) -> CertificateAuthority:
+    """A self-signed CA that signs leaf certificates only (pathlen 0)."""
+    if not 1 <= days <= MAX_DAYS:
+        raise CertError(f"days: must be 1..{MAX_DAYS}, got {days}")
+    if key_type not in KEY_TYPES:
+        raise CertError(f"key_type: must be one of {', '.join(KEY_TYPES)}, got {key_type!r}")
+    start = (now or datetime.now(UTC)) - CLOCK_SKEW
+    key = _new_key(key_type)
+    name = x509.Name(
+        [
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "kube-steer"),
+            x509.NameAttribute(
+                NameOID.COMMON_NAME, f"kube-steer webhook CA {start:%Y-%m-%d %H:%M:%S}"
+            ),
+        ]
+    )
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start)
+        .not_valid_after(start + CLOCK_SKEW + timedelta(days=days))
+        # pathlen 0: this CA signs leaf certificates only.
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(_key_usage(cert_sign=True, key_encipherment=False), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    return CertificateAuthority(
+        cert_pem=cert.public_bytes(serialization.Encoding.PEM), key_pem=_key_pem(key)
+    )
+
+
+def issue_serving_cert(
+    ca: CertificateAuthority,
     identity: WebhookIdentity,
     *,
     days: int = DEFAULT_DAYS,
     key_type: KeyType = "ecdsa",
     now: datetime | None = None,
 ) -> WebhookCerts:
-    """Make a fresh CA and a serverAuth certificate for `identity`, both valid for `days`."""
+    """A serverAuth certificate for `identity` signed by `ca`, valid for `days` (never past
+    the CA's own expiry: a chain is only as valid as its shortest link)."""
     if not 1 <= days <= MAX_DAYS:
         raise CertError(f"days: must be 1..{MAX_DAYS}, got {days}")
     if key_type not in KEY_TYPES:
         raise CertError(f"key_type: must be one of {', '.join(KEY_TYPES)}, got {key_type!r}")
+    ca_cert = ca.certificate
+    ca_key = ca.private_key()
     start = (now or datetime.now(UTC)) - CLOCK_SKEW
-    end = start + CLOCK_SKEW + timedelta(days=days)
-
-    ca_key = _new_key(key_type)
-    ca_name = x509.Name(
-        [
-            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "kube-steer"),
-            x509.NameAttribute(
-                NameOID.COMMON_NAME, f"kube-steer webhook CA for {identity.service_host}"
-            ),
-        ]
-    )
+    end = min(start + CLOCK_SKEW + timedelta(days=days), ca_cert.not_valid_after_utc)
+    if end <= start + CLOCK_SKEW:
+        raise CertError(
+            f"the CA expired on {ca_cert.not_valid_after_utc:%Y-%m-%d}: move its directory "
+            "away to make a new one (then every caBundle changes)"
+        )
     ca_ski = x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key())
-    ca_cert = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(start)
-        .not_valid_after(end)
-        # pathlen 0: this CA signs leaf certificates only.
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(_key_usage(cert_sign=True, key_encipherment=False), critical=True)
-        .add_extension(ca_ski, critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-
     key = _new_key(key_type)
     sans: list[x509.GeneralName] = [x509.DNSName(n) for n in identity.dns_names()]
     sans += [x509.IPAddress(ip) for ip in identity.ip_addresses()]
     cert = (
         x509.CertificateBuilder()
         .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, identity.service_host)]))
-        .issuer_name(ca_name)
+        .issuer_name(ca_cert.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(start)
@@ -171,15 +232,31 @@ def issue_webhook_certs(
         )
         .sign(ca_key, hashes.SHA256())
     )
-
     return WebhookCerts(
-        ca_cert_pem=ca_cert.public_bytes(serialization.Encoding.PEM),
+        ca_cert_pem=ca.cert_pem,
         cert_pem=cert.public_bytes(serialization.Encoding.PEM),
-        key_pem=key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        ),
+        key_pem=_key_pem(key),
+    )
+
+
+def issue_webhook_certs(
+    identity: WebhookIdentity,
+    *,
+    days: int = DEFAULT_DAYS,
+    key_type: KeyType = "ecdsa",
+    now: datetime | None = None,
+) -> WebhookCerts:
+    """A throwaway CA and a serverAuth certificate for `identity`, both valid for `days`; the
+    CA key is dropped (tests and local runs; `steer certs` keeps its CA in a `CaStore`)."""
+    ca = new_ca(days=days, key_type=key_type, now=now)
+    return issue_serving_cert(ca, identity, days=days, key_type=key_type, now=now)
+
+
+def _key_pem(key: PrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
     )
 
 

@@ -1,4 +1,4 @@
-"""`steer scorer run|once` and `steer explain node|nodes|pod`; wired in by `steer.cli` via `register`."""
+"""`steer scorer run|once|cleanup` and `steer explain node|nodes|pod`; wired in by `steer.cli` via `register`."""
 
 from __future__ import annotations
 
@@ -18,14 +18,16 @@ import requests
 import yaml
 
 from scorer.app import HttpServer, create_app
+from scorer.cleanup import clean_nodes, live_leader
 from scorer.explain import node_row, plan_table
 from scorer.hot import BindingWindow, PodBindingWatcher
-from scorer.kubeapi import KubeJson
+from scorer.kubeapi import KubeApiError, KubeJson
 from scorer.leader import DEFAULT_LEASE_NAME, LeaseElector
 from scorer.ledger import PodLedger
 from scorer.loop import ScorerLoop
+from scorer.retire import Removal
 from scorer.service import CycleError, CycleResult, Scorer
-from scorer.writer import NodeApi
+from scorer.writer import NodeApi, WriteResult
 from steer.adapters.kube import KubeConfigError, make_api_client
 from steer.adapters.policy_file import PolicyWatcher, load_policy_file
 from steer.core.policy import Policy, PolicyError
@@ -103,6 +105,29 @@ def register(subparsers: Any) -> None:
         help="table: only nodes whose labels or taints change",
     )
     once.set_defaults(func=_cmd_once)
+
+    cleanup = sub.add_parser(
+        "cleanup",
+        help="remove every label, taint, annotation and resource the scorer wrote (uninstall)",
+        description="Remove from every node what the scorer wrote there, as its "
+        "<prefix>managed annotation records it (labels, taints, extended resources in the "
+        "node status) plus the keys the policy owns, then the <prefix>observed-at annotation "
+        "and the record itself. Records under an earlier labelPrefix are removed too. "
+        "Foreign labels, taints and annotations are never touched. Stop the scorer first "
+        "(scale it to 0): a running leader writes its labels again on its next cycle.",
+    )
+    cleanup.add_argument(
+        "--policy", required=True, metavar="FILE", help="the SteeringPolicy the scorer ran"
+    )
+    cleanup.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="kubeconfig (default: in-cluster, $KUBECONFIG, ~/.kube/config)",
+    )
+    cleanup.add_argument(
+        "--dry-run", action="store_true", help="print what would be removed, write nothing"
+    )
+    cleanup.set_defaults(func=_cmd_cleanup)
 
     explain = subparsers.add_parser(
         "explain",
@@ -261,6 +286,74 @@ def _print_once(args: argparse.Namespace, policy: Policy, result: CycleResult) -
         f"{result.queries} queries, list {result.list_s:.3f}s, queries {result.query_s:.3f}s, "
         f"compute {result.compute_s:.3f}s, writes {result.write_s:.3f}s; {done}"
     )
+
+
+# ------------------------------------------------------------------------------ cleanup
+
+
+def _cmd_cleanup(args: argparse.Namespace) -> int:
+    try:
+        policy = load_policy_file(args.policy)
+        api = _node_api(args.kubeconfig)
+    except PolicyError as exc:
+        print(f"invalid policy:\n{exc}", file=sys.stderr)
+        return 2
+    except KubeConfigError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    holder = live_leader(api, policy)
+    if holder is not None:
+        print(
+            f"warning: the scorer Lease {policy.spec.project_namespace}/{DEFAULT_LEASE_NAME} is "
+            f"held by {holder}: a running scorer writes its labels again; scale it to 0 first",
+            file=sys.stderr,
+        )
+    verb = "would remove" if args.dry_run else "removed"
+
+    def show(gone: Removal, result: WriteResult | None) -> None:
+        parts = [
+            f"{what} {', '.join(keys)}"
+            for what, keys in (
+                ("labels", gone.labels),
+                ("taints", gone.taints),
+                ("annotations", gone.annotations),
+                ("resources", gone.resources),
+            )
+            if keys
+        ]
+        if result is not None and not result.ok:
+            print(f"{gone.node}: FAILED ({result.error}); still carries {'; '.join(parts)}")
+        else:
+            print(f"{gone.node}: {verb} {'; '.join(parts)}")
+
+    try:
+        report = clean_nodes(policy, api, dry_run=args.dry_run, on_node=show)
+    except KubeApiError as exc:
+        print(f"steer scorer cleanup: {_api_problem(exc)}", file=sys.stderr)
+        return 2
+    untouched = report.nodes - len(report.removals)
+    if args.dry_run:
+        print(
+            f"dry run: {len(report.removals)} of {report.nodes} nodes carry keys of the scorer; "
+            "nothing written"
+        )
+        return 0
+    print(
+        f"{len(report.removals) - len(report.errors)} nodes cleaned, {untouched} carried "
+        f"nothing of the scorer, {len(report.errors)} failed"
+    )
+    return 1 if report.errors else 0
+
+
+def _api_problem(exc: KubeApiError) -> str:
+    if exc.status == 0:
+        return f"cannot reach the Kubernetes API: {exc.message} (check --kubeconfig)"
+    if exc.status in (401, 403):
+        return (
+            f"the Kubernetes API refused ({exc.status} {exc.reason}): {exc.message}; cleanup "
+            "needs list and patch on nodes and patch on nodes/status"
+        )
+    return str(exc)
 
 
 # ------------------------------------------------------------------------------ run

@@ -28,6 +28,7 @@ from scorer.metrics import ScorerMetrics
 from scorer.model import NodeState
 from scorer.observe import DimensionFailure, DimensionReading, NodeIndex, read_dimension
 from scorer.plan import CyclePlan, ScorerMemory, plan_cycle
+from scorer.retire import retire_old_prefixes
 from scorer.writer import NodeApi, NodeWriter, RateLimiter, WriteReport
 from steer.adapters.prometheus import (
     PrometheusAuthError,
@@ -370,6 +371,14 @@ class Scorer:
         queries: int,
         compute_cpu_s: float = 0.0,
     ) -> CycleResult:
+        # Records left under an earlier labelPrefix: their keys go in this cycle's writes.
+        plan, retired = retire_old_prefixes(policy, plan, nodes)
+        if retired:
+            log.info(
+                "retiring keys under old label prefixes %s on %d nodes",
+                sorted({p for r in retired.values() for p in r.prefixes}),
+                len(retired),
+            )
         leader = self.is_leader
         report = None
         write_s = 0.0

@@ -45,7 +45,10 @@ def _policy(enforcement: str = "scheduler", budgets: tuple[float, ...] = (5, 0))
         tenants.append(
             {
                 "name": f"t{i}",
-                "namespaceSelector": {"matchLabels": {"tenant": f"t{i}"}},
+                # Opted-in namespaces only: default-scheduler is not allowed.
+                "namespaceSelector": {
+                    "matchLabels": {"tenant": f"t{i}", "steer.io/enabled": "true"}
+                },
                 "overcommitPercent": budget,
                 "defaultSchedulerName": "steer-spread",
                 "allowedSchedulerNames": ["steer-spread", "steer-binpack"],

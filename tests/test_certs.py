@@ -26,12 +26,16 @@ from cryptography.x509.verification import PolicyBuilder, Store, VerificationErr
 from certs import (
     CertError,
     KeyType,
+    WebhookCerts,
     WebhookIdentity,
     issue_webhook_certs,
     load_cert_info,
     write_webhook_certs,
 )
 from certs.cli import register
+from certs.pki import CertificateAuthority, issue_serving_cert, new_ca
+from certs.renewal import ServingPems, renewal_reasons
+from certs.store import CaStore, default_ca_dir, unsafe_key_location
 
 IDENTITY = WebhookIdentity("steer-webhook", "kube-steer", ("localhost",), ("127.0.0.1",))
 IN_CLUSTER_NAMES = (
@@ -202,7 +206,7 @@ def test_cli_generate_writes_files_and_prints_ca_bundle(
     args = _parser().parse_args(
         ["certs", "generate", "--out", str(out), "--service", "steer-webhook",
          "--namespace", "kube-steer", "--dns", "localhost", "--ip", "127.0.0.1",
-         "--days", "7", "--key-type", "rsa"]
+         "--days", "7", "--key-type", "rsa", "--ca-dir", str(tmp_path / "ca")]
     )  # fmt: skip
     assert args.func(args) == 0
     captured = capsys.readouterr()
@@ -220,12 +224,12 @@ def test_cli_reports_bad_input_without_traceback(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     args = _parser().parse_args(
-        ["certs", "generate", "--out", str(tmp_path), "--service", "steer-webhook",
-         "--namespace", "kube-steer", "--ip", "localhost"]
+        ["certs", "generate", "--out", str(tmp_path / "out"), "--service", "steer-webhook",
+         "--namespace", "kube-steer", "--ip", "localhost", "--ca-dir", str(tmp_path / "ca")]
     )  # fmt: skip
     assert args.func(args) == 2
     assert "ip[0]: 'localhost' is not an IPv4 or IPv6 address" in capsys.readouterr().err
-    assert list(tmp_path.iterdir()) == []
+    assert list(tmp_path.iterdir()) == []  # no CA made, no files written
 
 
 def test_cli_help_explains_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
@@ -233,6 +237,223 @@ def test_cli_help_explains_every_flag(capsys: pytest.CaptureFixture[str]) -> Non
         _parser().parse_args(["certs", "generate", "--help"])
     assert exit_info.value.code == 0
     text = capsys.readouterr().out
-    for flag in ("--out", "--service", "--namespace", "--dns", "--ip", "--days", "--key-type"):
+    for flag in (
+        "--out",
+        "--service",
+        "--namespace",
+        "--dns",
+        "--ip",
+        "--days",
+        "--key-type",
+        "--ca-dir",
+    ):
         assert flag in text
     assert "caBundle" in text and "0600" in text
+
+
+def test_cli_rotate_help_states_the_contract(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["certs", "rotate", "--help"])
+    text = capsys.readouterr().out
+    for flag in ("--namespace", "--service", "--secret", "--kubeconfig", "--ca-dir",
+                 "--renew-before", "--webhook-config", "--dry-run"):  # fmt: skip
+        assert flag in text
+    args = _parser().parse_args(["certs", "rotate"])
+    assert (args.namespace, args.service, args.secret, args.renew_before) == (
+        "kube-steer",
+        "steer-webhook",
+        "steer-webhook-tls",
+        30,
+    )
+
+
+# --- the kept CA ------------------------------------------------------------------------------
+
+
+def test_ca_store_creates_private_files_and_reuses_them(tmp_path: Path) -> None:
+    store = CaStore(tmp_path / "ca")
+    ca, created = store.load_or_create()
+    assert created
+    assert stat.S_IMODE(store.directory.stat().st_mode) == 0o700
+    assert stat.S_IMODE(store.key_path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(store.cert_path.stat().st_mode) == 0o600
+    again, created_again = store.load_or_create()
+    assert not created_again and again == ca
+    # Certificates issued on two runs verify against the one CA (the caBundle stays).
+    first = issue_serving_cert(ca, IDENTITY)
+    second = issue_serving_cert(again, IDENTITY)
+    for certs in (first, second):
+        _verify(ca.cert_pem, certs.cert_pem, x509.DNSName("steer-webhook.kube-steer.svc"))
+
+
+def test_default_ca_dir_follows_xdg_config_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    assert default_ca_dir() == tmp_path / "kube-steer" / "ca"
+    monkeypatch.delenv("XDG_CONFIG_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert default_ca_dir() == tmp_path / "home" / ".config" / "kube-steer" / "ca"
+
+
+def test_a_ca_readable_by_others_or_incomplete_is_refused(tmp_path: Path) -> None:
+    store = CaStore(tmp_path / "ca")
+    store.create()
+    store.key_path.chmod(0o644)
+    with pytest.raises(
+        CertError, match=r"ca\.key: mode 0644 lets other users read the CA; run `chmod 600"
+    ):
+        store.load()
+    store.key_path.chmod(0o600)
+    store.directory.chmod(0o755)
+    with pytest.raises(CertError, match=r"mode 0755 .* run `chmod 700"):
+        store.load()
+    store.directory.chmod(0o700)
+    store.key_path.unlink()
+    with pytest.raises(CertError, match=r"ca\.key: missing; the CA .* is incomplete"):
+        store.load()
+
+
+def test_a_shared_directory_is_not_taken_for_the_ca(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    with pytest.raises(CertError, match=r"has mode 1777, open to other users"):
+        CaStore(shared).create()
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o1777 and not list(shared.iterdir())
+
+
+def test_a_ca_key_that_is_not_the_certificates_is_refused(tmp_path: Path) -> None:
+    one, other = new_ca(), new_ca()
+    with pytest.raises(CertError, match="does not belong to the CA certificate"):
+        CertificateAuthority.load(one.cert_pem, other.key_pem)
+
+
+def test_keys_are_not_written_into_a_package_folder_or_a_tracked_git_tree(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    assert "Python package folder" in (unsafe_key_location(package, "tls.key") or "")
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    problem = unsafe_key_location(repo / "out", "tls.key")
+    assert problem is not None and "git would not ignore tls.key" in problem
+    assert unsafe_key_location(tmp_path / "elsewhere", "tls.key") is None
+    # The repository's own certs/ package: refused by `steer certs generate`.
+    assert unsafe_key_location(Path(__file__).parents[1] / "certs", "tls.key") is not None
+
+
+def test_cli_generate_reuses_the_ca_and_refuses_the_package_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ca_dir = tmp_path / "ca"
+    bundles = []
+    for run in range(2):
+        out = tmp_path / f"out{run}"
+        args = _parser().parse_args(
+            ["certs", "generate", "--out", str(out), "--service", "steer-webhook",
+             "--namespace", "kube-steer", "--ca-dir", str(ca_dir)]
+        )  # fmt: skip
+        assert args.func(args) == 0
+        bundles.append(capsys.readouterr().out.strip())
+    assert bundles[0] == bundles[1]
+    assert base64.b64decode(bundles[0]) == (ca_dir / "ca.crt").read_bytes()
+
+    package = Path(__file__).parents[1] / "certs"
+    before = sorted(p.name for p in package.iterdir())
+    args = _parser().parse_args(
+        ["certs", "generate", "--out", str(package), "--service", "steer-webhook",
+         "--namespace", "kube-steer", "--ca-dir", str(ca_dir)]
+    )  # fmt: skip
+    assert args.func(args) == 2
+    assert "is a Python package folder" in capsys.readouterr().err
+    assert sorted(p.name for p in package.iterdir()) == before
+
+
+# --- when to renew ----------------------------------------------------------------------------
+
+NOW = datetime(2026, 6, 1, tzinfo=UTC)
+SERVICE = WebhookIdentity("steer-webhook", "kube-steer")
+
+
+def _held(certs: WebhookCerts) -> ServingPems:
+    return ServingPems(certs.cert_pem, certs.key_pem, certs.ca_cert_pem)
+
+
+def _reasons(
+    held: ServingPems | None, ca: CertificateAuthority, days: float = 30
+) -> tuple[str, ...]:
+    return renewal_reasons(held, ca, SERVICE, now=NOW, renew_before=timedelta(days=days))
+
+
+def test_a_valid_certificate_under_the_ca_is_kept() -> None:
+    ca = new_ca(now=NOW)
+    assert _reasons(_held(issue_serving_cert(ca, SERVICE, days=90, now=NOW)), ca) == ()
+
+
+def test_expiry_within_the_window_renews() -> None:
+    ca = new_ca(now=NOW)
+    held = _held(issue_serving_cert(ca, SERVICE, days=20, now=NOW))
+    (reason,) = _reasons(held, ca)
+    assert (
+        reason.startswith("tls.crt expires on 2026-06-21")
+        and "within --renew-before (30 days)" in reason
+    )
+    assert _reasons(held, ca, days=10) == ()
+    expired = _held(issue_serving_cert(ca, SERVICE, days=1, now=NOW - timedelta(days=3)))
+    assert _reasons(expired, ca)[0].startswith("tls.crt expired on 2026-05-30 00:00 UTC")
+
+
+def test_another_ca_or_a_foreign_key_renews() -> None:
+    ca, other = new_ca(now=NOW), new_ca(now=NOW)
+    held = _held(issue_serving_cert(other, SERVICE, days=90, now=NOW))
+    assert _reasons(held, ca) == (
+        f"tls.crt is not signed by the CA ({ca.certificate.subject.rfc4514_string()})",
+        "ca.crt is not the CA",
+    )
+    mine = issue_serving_cert(ca, SERVICE, days=90, now=NOW)
+    theirs = issue_serving_cert(ca, SERVICE, days=90, now=NOW)
+    assert _reasons(ServingPems(mine.cert_pem, theirs.key_pem, ca.cert_pem), ca) == (
+        "tls.key is missing or does not belong to tls.crt",
+    )
+
+
+def test_missing_service_names_renew() -> None:
+    ca = new_ca(now=NOW)
+    other_service = WebhookIdentity("other-webhook", "kube-steer")
+    held = _held(issue_serving_cert(ca, other_service, days=90, now=NOW))
+    (reason,) = _reasons(held, ca)
+    assert reason == (
+        "tls.crt does not name steer-webhook, steer-webhook.kube-steer, "
+        "steer-webhook.kube-steer.svc, steer-webhook.kube-steer.svc.cluster.local"
+    )
+
+
+def test_no_secret_or_no_certificate_renews() -> None:
+    ca = new_ca(now=NOW)
+    assert _reasons(None, ca) == ("the Secret does not exist",)
+    assert _reasons(ServingPems(None, None, None), ca) == ("the Secret has no tls.crt",)
+    assert _reasons(ServingPems(b"junk", None, None), ca) == ("tls.crt is not a PEM certificate",)
+
+
+def test_a_certificate_never_outlives_its_ca() -> None:
+    ca = new_ca(days=10, now=NOW)
+    cert = x509.load_pem_x509_certificate(
+        issue_serving_cert(ca, SERVICE, days=365, now=NOW).cert_pem
+    )
+    assert cert.not_valid_after_utc == ca.certificate.not_valid_after_utc
+    with pytest.raises(CertError, match="the CA expired on"):
+        issue_serving_cert(ca, SERVICE, now=NOW + timedelta(days=11))
+
+
+def test_cli_rotate_refuses_a_window_as_long_as_the_validity(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = _parser().parse_args(
+        ["certs", "rotate", "--ca-dir", str(tmp_path / "ca"), "--renew-before", "400"]
+    )
+    assert args.func(args) == 2
+    assert "--renew-before: must be 0 or more days and less than --days (365)" in (
+        capsys.readouterr().err
+    )
+    assert not (tmp_path / "ca").exists()

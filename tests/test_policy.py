@@ -239,3 +239,77 @@ def test_field_and_reference_errors_are_reported_together() -> None:
     assert "spec.podClasses[0].dimensions[1]: unknown dimension 'gpu-free'" in issues
     assert "spec.podClasses[0].dimensions[2]: unknown dimension 'gpu-frag'" in issues
     assert len(issues) == 7
+
+
+# --- tenants whose pods could never be created ------------------------------------------------
+
+
+def _tenant_issues(doc: dict[str, object]) -> list[str]:
+    return [i for i in _issues(doc) if "allowedSchedulerNames" in i]
+
+
+def test_example_dept_b_covers_opted_in_namespaces_only() -> None:
+    doc = _doc()
+    doc["spec"]["tenants"][1]["namespaceSelector"] = {"matchLabels": {"tenant": "dept-b"}}  # type: ignore[index]
+    (issue,) = _tenant_issues(doc)
+    assert issue.startswith("spec.tenants[1].allowedSchedulerNames: tenant 'dept-b': ")
+    assert "not opted in keep schedulerName 'default-scheduler'" in issue
+    assert "add 'default-scheduler' to allowedSchedulerNames" in issue
+    assert "require the opt-in label (steer.io/enabled=true)" in issue
+
+
+@pytest.mark.parametrize(
+    "selector",
+    [
+        {"matchLabels": {"tenant": "dept-b", "steer.io/enabled": "true"}},
+        {
+            "matchLabels": {"tenant": "dept-b"},
+            "matchExpressions": [{"key": "steer.io/enabled", "operator": "In", "values": ["true"]}],
+        },
+    ],
+)
+def test_a_selector_that_implies_the_opt_in_is_accepted(selector: dict[str, object]) -> None:
+    doc = _doc()
+    doc["spec"]["tenants"][1]["namespaceSelector"] = selector  # type: ignore[index]
+    parse_policy(yaml.safe_dump(doc))
+
+
+def test_a_selector_that_does_not_imply_the_opt_in_is_rejected() -> None:
+    doc = _doc()
+    doc["spec"]["tenants"][1]["namespaceSelector"] = {  # type: ignore[index]
+        "matchLabels": {"tenant": "dept-b"},
+        "matchExpressions": [
+            {"key": "steer.io/enabled", "operator": "In", "values": ["true", "false"]}
+        ],
+    }
+    assert len(_tenant_issues(doc)) == 1
+
+
+def test_profiles_not_installed_leave_default_scheduler_which_the_tenant_must_allow() -> None:
+    doc = _doc()
+    doc["spec"]["schedulerProfiles"]["installed"] = False  # type: ignore[index]
+    (issue,) = _tenant_issues(doc)
+    assert issue == (
+        "spec.tenants[1].allowedSchedulerNames: tenant 'dept-b': opted-in pods of no class and "
+        "pods of class 'gpu' keep schedulerName 'default-scheduler', which ['steer-spread', "
+        "'steer-binpack'] does not allow (it names 'steer-spread', 'steer-binpack', but "
+        "spec.schedulerProfiles.installed is false, so the webhook routes no pod to a profile), "
+        "so every such pod is denied; add 'default-scheduler' to allowedSchedulerNames, or "
+        "install the scheduler profiles and set spec.schedulerProfiles.installed: true"
+    )
+    doc["spec"]["tenants"][1]["allowedSchedulerNames"].append("default-scheduler")  # type: ignore[index]
+    parse_policy(yaml.safe_dump(doc))
+
+
+def test_a_route_to_a_scheduler_the_tenant_does_not_allow_is_rejected() -> None:
+    doc = _doc()
+    tenant = doc["spec"]["tenants"][1]  # type: ignore[index]
+    # No default: a gpu pod goes to steer-binpack (not allowed) and then keeps default-scheduler.
+    tenant["allowedSchedulerNames"] = ["steer-spread"]
+    del tenant["defaultSchedulerName"]
+    (issue,) = _tenant_issues(doc)
+    assert "tenant 'dept-b': opted-in pods of class 'gpu' are routed to schedulerName " in issue
+    assert "'default-scheduler', which ['steer-spread'] does not allow" in issue
+    # With a default it allows, the gpu pod falls back to it: valid.
+    tenant["defaultSchedulerName"] = "steer-spread"
+    parse_policy(yaml.safe_dump(doc))

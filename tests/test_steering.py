@@ -155,6 +155,8 @@ def test_scheduler_profiles_only_when_installed(policy: Policy) -> None:
     assert scheduler_for(policy, dept_b, gpu) == "steer-binpack"
     doc = yaml.safe_load(EXAMPLE_POLICY.read_text())
     doc["spec"]["schedulerProfiles"]["installed"] = False
+    # Without profiles dept-b's pods keep default-scheduler, so it must allow it.
+    doc["spec"]["tenants"][1]["allowedSchedulerNames"].insert(0, "default-scheduler")
     not_installed = parse_policy(yaml.safe_dump(doc))
     assert scheduler_for(not_installed, not_installed.tenant("dept-a"), gpu) is None
 

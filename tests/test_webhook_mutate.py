@@ -31,11 +31,16 @@ from webhook.patch import PatchBuilder, escape, pointer
 
 POLICY = parse_policy(EXAMPLE_POLICY.read_text())
 PLAN = MutationPlan.from_policy(POLICY)
-# Same policy, but never-scored nodes fail the hard rules and no profiles are installed.
+# Same policy, but never-scored nodes fail the hard rules and no profiles are installed (so
+# dept-b's pods keep default-scheduler, which it must then allow).
 STRICT = parse_policy(
     EXAMPLE_POLICY.read_text()
     .replace("unscoredNodes: allow", "unscoredNodes: deny")
     .replace("installed: true", "installed: false")
+    .replace(
+        "allowedSchedulerNames: [steer-spread, steer-binpack]",
+        "allowedSchedulerNames: [default-scheduler, steer-spread, steer-binpack]",
+    )
 )
 STRICT_PLAN = MutationPlan.from_policy(STRICT)
 DEPT_A = POLICY.tenant("dept-a")

@@ -36,6 +36,8 @@ DEFAULT_LABEL_PREFIX = "steer.io/"
 # node cannot promote itself to "best node".
 NODE_RESTRICTION_PREFIX = "node-restriction.kubernetes.io/"
 ALWAYS_EXCLUDED_NAMESPACES = ("kube-system",)
+# What the apiserver writes into a pod that names no scheduler.
+DEFAULT_SCHEDULER = "default-scheduler"
 # Label suffix of the nodes a pod class reserves (`<prefix>reserved-<class>`).
 RESERVED_PREFIX = "reserved-"
 # Resources every node offers: a class cannot reserve nodes by them.
@@ -401,6 +403,27 @@ class Policy:
         raise KeyError(name)
 
 
+def routed_scheduler(spec: Spec, tenant: Tenant | None, pod_class: PodClass | None) -> str | None:
+    """The schedulerName the webhook sets on an opted-in pod that left it unset, or None to
+    leave it alone (the pod keeps `default-scheduler`).
+
+    Profiles are used only when the policy says they are installed: a pod naming a profile
+    that no scheduler serves would stay Pending forever.
+    """
+    profiles = spec.scheduler_profiles
+    if not profiles.installed:
+        return None
+    if pod_class is not None and pod_class.scheduler_profile:
+        wanted = pod_class.scheduler_profile
+    elif tenant is not None and tenant.default_scheduler_name:
+        wanted = tenant.default_scheduler_name
+    else:
+        wanted = profiles.spread
+    if tenant is not None and wanted not in tenant.allowed_scheduler_names:
+        return tenant.default_scheduler_name
+    return wanted
+
+
 def parse_policy(text: str | bytes) -> Policy:
     """Parse and validate a policy document; raise `PolicyError` listing every problem."""
     try:
@@ -650,6 +673,7 @@ def _cross_field_issues(spec: Spec) -> Iterable[PolicyIssue]:
         yield from _selector_issues(
             f"spec.tenants[{i}].namespaceSelector", tenant.namespace_selector
         )
+        yield from _unschedulable_tenant_issues(spec, i, tenant)
 
     if spec.overcommit.enforcement == "scheduler":
         domain = spec.label_prefix.split("/", 1)[0]
@@ -710,3 +734,97 @@ def _label_prefix_issues(prefix: str) -> Iterable[PolicyIssue]:
             f"the kubernetes.io and k8s.io prefixes are reserved; use your own domain or "
             f"{NODE_RESTRICTION_PREFIX!r}, got {prefix!r}",
         )
+
+
+def _unschedulable_tenant_issues(spec: Spec, index: int, tenant: Tenant) -> Iterable[PolicyIssue]:
+    """A tenant whose pods would all be denied: the schedulerName a pod ends with (the
+    apiserver's `default-scheduler`, or what the webhook routes it to) must be one the
+    validating webhook allows for the tenant. It judges every namespace the tenant selects,
+    opted in or not, and leaves a pod in a namespace that is not opted in unmutated."""
+    allowed = tenant.allowed_scheduler_names
+    path = f"spec.tenants[{index}].allowedSchedulerNames"
+    who = f"tenant {tenant.name!r}"
+    opt_in = spec.opt_in.namespace_selector
+    if DEFAULT_SCHEDULER not in allowed and not _selector_implies(
+        tenant.namespace_selector, opt_in
+    ):
+        yield PolicyIssue(
+            path,
+            f"{who}: pods in a namespace it selects that is not opted in keep schedulerName "
+            f"{DEFAULT_SCHEDULER!r} (they are not mutated), which {list(allowed)} does not "
+            f"allow, so every such pod is denied; add {DEFAULT_SCHEDULER!r} to "
+            f"allowedSchedulerNames, or make namespaceSelector require the opt-in label "
+            f"({_describe_selector(opt_in)})",
+        )
+    if tenant.default_scheduler_name and tenant.default_scheduler_name not in allowed:
+        return  # reported on defaultSchedulerName; the routes below would repeat it
+    # Opted-in pods that name no scheduler, per pod class they may belong to.
+    ends: dict[str, list[str]] = {}
+    for pod_class in (None, *spec.pod_classes):
+        final = routed_scheduler(spec, tenant, pod_class) or DEFAULT_SCHEDULER
+        if final not in allowed:
+            ends.setdefault(final, []).append(
+                "pods of no class" if pod_class is None else f"pods of class {pod_class.name!r}"
+            )
+    profiles = spec.scheduler_profiles
+    for final, pods in ends.items():
+        if profiles.installed:
+            yield PolicyIssue(
+                path,
+                f"{who}: opted-in {' and '.join(pods)} are routed to schedulerName {final!r}, "
+                f"which {list(allowed)} does not allow, so every such pod is denied; add "
+                f"{final!r} to allowedSchedulerNames, or set defaultSchedulerName to one it allows",
+            )
+        else:
+            named = [n for n in allowed if n in (profiles.spread, profiles.binpack)]
+            because = (
+                (f" (it names {', '.join(repr(n) for n in named)}, but " if named else " (")
+                + "spec.schedulerProfiles.installed is false, so the webhook routes no pod to a profile)"
+            )
+            yield PolicyIssue(
+                path,
+                f"{who}: opted-in {' and '.join(pods)} keep schedulerName {final!r}, which "
+                f"{list(allowed)} does not allow{because}, so every such pod is denied; add "
+                f"{DEFAULT_SCHEDULER!r} to allowedSchedulerNames, or install the scheduler "
+                "profiles and set spec.schedulerProfiles.installed: true",
+            )
+
+
+def _selector_implies(selector: LabelSelector, required: LabelSelector) -> bool:
+    """Whether every label set `selector` matches is also matched by `required` (checked
+    requirement by requirement, so False may also mean "could not prove it")."""
+    labels = selector.match_labels
+    exprs = selector.match_expressions
+
+    def implied(req: SelectorRequirement) -> bool:
+        key, values = req.key, set(req.values)
+        same_key = [e for e in exprs if e.key == key]
+        if req.operator == "In":
+            return (key in labels and labels[key] in values) or any(
+                e.operator == "In" and set(e.values) <= values for e in same_key
+            )
+        if req.operator == "Exists":
+            return key in labels or any(e.operator in ("In", "Exists") for e in same_key)
+        if req.operator == "NotIn":
+            return (
+                (key in labels and labels[key] not in values)
+                or any(e.operator == "DoesNotExist" for e in same_key)
+                or any(e.operator == "NotIn" and set(e.values) >= values for e in same_key)
+                or any(e.operator == "In" and not set(e.values) & values for e in same_key)
+            )
+        return key not in labels and any(e.operator == "DoesNotExist" for e in same_key)
+
+    as_requirements = [
+        SelectorRequirement(key=k, operator="In", values=(v,))
+        for k, v in required.match_labels.items()
+    ]
+    return all(implied(r) for r in (*as_requirements, *required.match_expressions))
+
+
+def _describe_selector(selector: LabelSelector) -> str:
+    parts = [f"{k}={v}" for k, v in selector.match_labels.items()]
+    parts += [
+        f"{e.key} {e.operator}" + (f" {list(e.values)}" if e.values else "")
+        for e in selector.match_expressions
+    ]
+    return ", ".join(parts) or "every namespace"

@@ -12,7 +12,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from steer.core.encoding import SCORE_MAX, PreferenceTerm, preference_terms
-from steer.core.policy import RESERVED_PREFIX, Dimension, PodClass, Policy, TaintRule, Tenant
+from steer.core.policy import (
+    RESERVED_PREFIX,
+    Dimension,
+    PodClass,
+    Policy,
+    TaintRule,
+    Tenant,
+    routed_scheduler,
+)
 from steer.core.quantity import QuantityError, parse_quantity
 
 CONDITION_VALUE = "true"
@@ -233,20 +241,6 @@ def term_matches(term: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
 
 
 def scheduler_for(policy: Policy, tenant: Tenant | None, pod_class: PodClass | None) -> str | None:
-    """The schedulerName to set on a pod that left it unset, or None to leave it alone.
-
-    Profiles are used only when the policy says they are installed: a pod naming a profile
-    that no scheduler serves would stay Pending forever.
-    """
-    profiles = policy.spec.scheduler_profiles
-    if not profiles.installed:
-        return None
-    if pod_class is not None and pod_class.scheduler_profile:
-        wanted = pod_class.scheduler_profile
-    elif tenant is not None and tenant.default_scheduler_name:
-        wanted = tenant.default_scheduler_name
-    else:
-        wanted = profiles.spread
-    if tenant is not None and wanted not in tenant.allowed_scheduler_names:
-        return tenant.default_scheduler_name
-    return wanted
+    """The schedulerName to set on a pod that left it unset, or None to leave it alone
+    (`routed_scheduler`: the policy validator applies the same rule)."""
+    return routed_scheduler(policy.spec, tenant, pod_class)

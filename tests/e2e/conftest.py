@@ -10,6 +10,7 @@ are unique per test; their pods are deleted with grace period 0 at teardown.
 from __future__ import annotations
 
 import contextlib
+import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -22,6 +23,7 @@ from steer.testing.cluster import ControlPlane
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILES = ROOT / "manifests" / "scheduler" / "profiles.yaml"
+TTL_ANNOTATION = "node.alpha.kubernetes.io/ttl"
 
 
 @pytest.fixture(scope="session")
@@ -71,10 +73,19 @@ def make_node(control_plane: ControlPlane) -> Iterator[Callable[..., dict[str, A
     """make_node(name, cpu=, memory=, gpus=, zone=, labels=, taints=) -> the Node; deleted at
     teardown (with grace-0 deletion of any pod still bound to it)."""
     made: list[str] = []
+    core_api = client.CoreV1Api(control_plane.api_client())
 
     def make(name: str, **kwargs: Any) -> dict[str, Any]:
         node = control_plane.add_node(name, **kwargs)
         made.append(name)
+        # The controller manager's TTL controller annotates every new node a moment later;
+        # wait for it, so a test's "before" snapshot does not miss a foreign annotation.
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            annotations = core_api.read_node(name).metadata.annotations or {}
+            if TTL_ANNOTATION in annotations:
+                break
+            time.sleep(0.05)
         return node
 
     yield make

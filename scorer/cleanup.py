@@ -1,0 +1,78 @@
+"""`steer scorer cleanup`: take every label, taint, annotation and extended resource the
+scorer wrote off every node (scorer/retire.py decides what), with the scorer's own writer, so
+the writes are the same as in a cycle: resources through `/status` first, then one metadata
+patch whose taint list keeps every foreign taint and carries `resourceVersion` (retried on 409).
+
+Run it with the scorer stopped: a running leader would write its labels again next cycle.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from scorer.kubeapi import KubeApiError, lease_path
+from scorer.leader import DEFAULT_LEASE_NAME
+from scorer.model import parse_rfc3339
+from scorer.retire import Removal, cleanup_removal, removal_plan
+from scorer.writer import NodeApi, NodeWriter, RateLimiter, WriteResult
+from steer.core.policy import Policy
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CleanupReport:
+    nodes: int  # nodes read
+    removals: tuple[Removal, ...]  # nodes that carried something of ours
+    results: tuple[WriteResult, ...]  # empty on a dry run
+
+    @property
+    def errors(self) -> tuple[WriteResult, ...]:
+        return tuple(r for r in self.results if not r.ok)
+
+
+def clean_nodes(
+    policy: Policy,
+    api: NodeApi,
+    *,
+    dry_run: bool = False,
+    on_node: Callable[[Removal, WriteResult | None], None] = lambda _r, _w: None,
+) -> CleanupReport:
+    """Remove what the scorer wrote from every node; `KubeApiError` when the list fails."""
+    nodes = api.list_nodes()
+    limiter = RateLimiter(policy.spec.scoring.write_qps, policy.spec.scoring.write_burst)
+    writer = NodeWriter(api, limiter)
+    removals = []
+    results = []
+    for node in nodes:
+        gone = cleanup_removal(policy, node)
+        if gone.empty:
+            continue
+        removals.append(gone)
+        result = None if dry_run else writer.write_node(policy, removal_plan(node, gone), node)
+        if result is not None:
+            results.append(result)
+        on_node(gone, result)
+    return CleanupReport(len(nodes), tuple(removals), tuple(results))
+
+
+def live_leader(api: NodeApi, policy: Policy, now: datetime | None = None) -> str | None:
+    """The holder of the scorer's Lease when it renewed within its duration (a scorer is
+    running), else None; None too when the Lease cannot be read."""
+    try:
+        lease: dict[str, Any] = api.kube.request(
+            "GET", lease_path(policy.spec.project_namespace, DEFAULT_LEASE_NAME)
+        )
+    except KubeApiError:
+        return None
+    spec = lease.get("spec") or {}
+    holder = spec.get("holderIdentity")
+    renewed = parse_rfc3339(str(spec.get("renewTime") or ""))
+    if not holder or renewed is None:
+        return None
+    age = (now or datetime.now(UTC)).timestamp() - renewed
+    return str(holder) if age <= float(spec.get("leaseDurationSeconds") or 15) else None

@@ -1,0 +1,189 @@
+"""Taking back what the scorer wrote: for `steer scorer cleanup`, and after a labelPrefix change.
+
+Pure. A node says what the scorer wrote to it in the `<prefix>managed` annotation (label keys,
+taint keys, extended resources). That record is the only evidence used here, plus the keys
+the current policy itself owns, so nothing the scorer did not write is ever removed:
+
+- `steer scorer cleanup` removes, under every prefix that has a record on the node and under
+  the policy's own prefix, the recorded and owned labels, taints and resources, the
+  `<prefix>observed-at` annotation, and last the record itself (in the same request as the
+  labels and taints, after the resources: if a write fails, the record still lists them).
+- A scorer whose policy changed `labelPrefix` finds the record under the old prefix and
+  retires everything it lists, in the same cycle that writes the new labels.
+
+A record under another prefix is recognised only when it reads exactly as the scorer writes
+one (a JSON object of `labels`, `taints` and `resources` lists, every entry under that
+prefix), so an unrelated annotation ending in `managed` is left alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from scorer.model import NodeState
+from scorer.plan import (
+    MANAGED_SUFFIX,
+    OBSERVED_AT_SUFFIX,
+    CyclePlan,
+    ManagedRecord,
+    NodePlan,
+    managed_key,
+    observed_at_key,
+)
+from steer.core.budget import owned_resources
+from steer.core.policy import Policy
+from steer.core.steering import owned_label_keys, owned_taint_keys
+
+_RECORD_FIELDS = frozenset({"labels", "taints", "resources"})
+
+
+def recorded_prefixes(node: NodeState) -> tuple[str, ...]:
+    """The label prefixes under which the node carries a managed record, sorted."""
+    found = []
+    for key, text in node.annotations.items():
+        if not key.endswith(MANAGED_SUFFIX):
+            continue
+        prefix = key[: -len(MANAGED_SUFFIX)]
+        if _is_record(prefix, text):
+            found.append(prefix)
+    return tuple(sorted(found))
+
+
+def _is_record(prefix: str, text: str) -> bool:
+    if "/" not in prefix:
+        return False  # a label prefix always has a domain part
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return False
+    if not isinstance(data, dict) or not data or not set(data) <= _RECORD_FIELDS:
+        return False
+    for entries in data.values():
+        if not isinstance(entries, list):
+            return False
+        if not all(isinstance(e, str) and e.startswith(prefix) for e in entries):
+            return False
+    return True
+
+
+@dataclass(frozen=True)
+class Removal:
+    """What to take off one node; every entry is present on the node as read."""
+
+    node: str
+    prefixes: tuple[str, ...]
+    labels: tuple[str, ...] = ()
+    taints: tuple[str, ...] = ()  # taint keys (every effect of a key goes)
+    annotations: tuple[str, ...] = ()
+    resources: tuple[str, ...] = ()  # in status.capacity or status.allocatable
+
+    @property
+    def empty(self) -> bool:
+        return not (self.labels or self.taints or self.annotations or self.resources)
+
+
+def removal(
+    node: NodeState,
+    prefixes: Iterable[str],
+    *,
+    owned: Policy | None = None,
+    keep: frozenset[str] = frozenset(),
+) -> Removal:
+    """Everything the records under `prefixes` list, their observed-at and record annotations,
+    and (`owned`) every key that policy owns; never a key in `keep`."""
+    prefixes = tuple(sorted(set(prefixes)))
+    labels: set[str] = set()
+    taints: set[str] = set()
+    resources: set[str] = set()
+    annotations: set[str] = set()
+    for prefix in prefixes:
+        record = ManagedRecord.parse(node.annotations.get(prefix + MANAGED_SUFFIX))
+        labels |= record.labels
+        taints |= record.taints
+        resources |= record.resources
+        annotations |= {prefix + MANAGED_SUFFIX, prefix + OBSERVED_AT_SUFFIX}
+    if owned is not None:
+        labels |= owned_label_keys(owned)
+        taints |= owned_taint_keys(owned)
+        resources |= owned_resources(owned)
+        annotations |= {managed_key(owned), observed_at_key(owned)}
+    present_taints = {t.key for t in node.taints}
+    return Removal(
+        node=node.name,
+        prefixes=prefixes,
+        labels=tuple(sorted(k for k in labels - keep if k in node.labels)),
+        taints=tuple(sorted(k for k in taints - keep if k in present_taints)),
+        annotations=tuple(sorted(k for k in annotations - keep if k in node.annotations)),
+        resources=tuple(
+            sorted(r for r in resources - keep if r in node.capacity or r in node.allocatable)
+        ),
+    )
+
+
+def cleanup_removal(policy: Policy, node: NodeState) -> Removal:
+    """`steer scorer cleanup`: everything under every recorded prefix and the policy's own."""
+    prefixes = {*recorded_prefixes(node), policy.spec.label_prefix}
+    return removal(node, prefixes, owned=policy)
+
+
+def apply_removal(plan: NodePlan, node: NodeState, gone: Removal) -> NodePlan:
+    """`plan` with `gone` added to its changes (labels and annotations set to null, taints
+    retired, resources removed from the status), for `NodeWriter.write_node`."""
+    if gone.empty:
+        return plan
+    taint_keys = frozenset(gone.taints)
+    current = {*plan.current_taints, *(t for t in node.taints if t.key in taint_keys)}
+    return dataclasses.replace(
+        plan,
+        label_changes={**plan.label_changes, **dict.fromkeys(gone.labels)},
+        annotation_changes={**plan.annotation_changes, **dict.fromkeys(gone.annotations)},
+        retired_taint_keys=plan.retired_taint_keys | taint_keys,
+        current_taints=tuple(sorted(current)),
+        resource_changes={**plan.resource_changes, **dict.fromkeys(gone.resources)},
+    )
+
+
+def removal_plan(node: NodeState, gone: Removal) -> NodePlan:
+    """A plan that only removes (`steer scorer cleanup`)."""
+    empty = NodePlan(
+        node=node.name,
+        dimensions={},
+        composites=(),
+        conditions={},
+        labels={},
+        label_changes={},
+        taints=(),
+        current_taints=(),
+        annotation=None,
+        annotation_changed=False,
+        hot_pods=0,
+    )
+    return apply_removal(empty, node, gone)
+
+
+def retire_old_prefixes(
+    policy: Policy, cycle: CyclePlan, nodes: Iterable[NodeState]
+) -> tuple[CyclePlan, Mapping[str, Removal]]:
+    """After a labelPrefix change: each node's plan also removes what records under any other
+    prefix list (never a key the current plan writes). Returns the plan and the removals."""
+    current = policy.spec.label_prefix
+    by_name = {n.name: n for n in nodes}
+    removals: dict[str, Removal] = {}
+    plans = []
+    for plan in cycle.nodes:
+        node = by_name.get(plan.node)
+        old = [p for p in recorded_prefixes(node) if p != current] if node is not None else []
+        if node is None or not old:
+            plans.append(plan)
+            continue
+        keep = frozenset(plan.labels) | {t.key for t in plan.taints}
+        keep |= {managed_key(policy), observed_at_key(policy)}
+        gone = removal(node, old, keep=keep)
+        removals[node.name] = gone
+        plans.append(apply_removal(plan, node, gone))
+    if not removals:
+        return cycle, removals
+    return dataclasses.replace(cycle, nodes=tuple(plans)), removals

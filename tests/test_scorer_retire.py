@@ -1,0 +1,163 @@
+"""What cleanup and a labelPrefix change remove: the scorer's recorded keys, nothing foreign."""
+
+from __future__ import annotations
+
+import json
+
+from kubernetes import client
+
+from scorer.cleanup import clean_nodes
+from scorer.kubeapi import KubeJson
+from scorer.model import NodeState, Taint
+from scorer.plan import ScorerMemory, plan_cycle
+from scorer.retire import (
+    cleanup_removal,
+    recorded_prefixes,
+    removal_plan,
+    retire_old_prefixes,
+)
+from scorer.writer import NodeApi, NodeWriter, RateLimiter
+from steer.apistub import ApiStub
+from steer.apistub.synthetic import synthetic_node
+from tests.scorer_support import apply_node_plan, readings_for, small_policy
+
+POLICY = small_policy()
+FOREIGN_LABELS = {"team": "a", "example.com/managed-by": "me", "steer.io-like/x": "1"}
+FOREIGN_TAINT = Taint("dedicated", "gpu", "NoSchedule")
+
+
+def _record(labels: list[str], taints: list[str], resources: list[str] | None = None) -> str:
+    data: dict[str, list[str]] = {"labels": labels, "taints": taints}
+    if resources:
+        data["resources"] = resources
+    return json.dumps(data)
+
+
+def _node(prefix: str = "steer.io/", **extra_annotations: str) -> NodeState:
+    taints = (FOREIGN_TAINT, Taint(f"{prefix}gpu-hot", "true", "NoSchedule"))
+    return NodeState(
+        name="n1",
+        labels={
+            **FOREIGN_LABELS,
+            f"{prefix}util": "70",
+            f"{prefix}score": "60",
+            f"{prefix}gpu-hot": "true",
+        },
+        annotations={
+            "foreign/annotation": "keep",
+            # Not a record: an unrelated annotation whose key happens to end in "managed".
+            "example.com/managed": json.dumps({"labels": ["team"]}),
+            f"{prefix}observed-at": "{}",
+            f"{prefix}managed": _record(
+                [f"{prefix}util", f"{prefix}score", f"{prefix}gpu-hot"],
+                [f"{prefix}gpu-hot"],
+                [f"{prefix}burst-5pct-cpu"],
+            ),
+            **extra_annotations,
+        },
+        taints=taints,
+        raw_taints=tuple(t.to_k8s() for t in taints),
+        allocatable={"cpu": "8", f"{prefix}burst-5pct-cpu": "400"},
+        capacity={"cpu": "8", f"{prefix}burst-5pct-cpu": "400"},
+    )
+
+
+def test_only_records_written_the_scorers_way_are_recognised() -> None:
+    node = _node("old.example/steer-")
+    assert recorded_prefixes(node) == ("old.example/steer-",)
+    assert recorded_prefixes(_node(**{"x.io/managed": _record(["y.io/a"], [])})) == ("steer.io/",)
+    assert recorded_prefixes(_node(**{"x.io/managed": "not json"})) == ("steer.io/",)
+
+
+def test_cleanup_removes_every_recorded_key_and_nothing_foreign() -> None:
+    node = _node()
+    gone = cleanup_removal(POLICY, node)
+    assert gone.labels == ("steer.io/gpu-hot", "steer.io/score", "steer.io/util")
+    assert gone.taints == ("steer.io/gpu-hot",)
+    assert gone.annotations == ("steer.io/managed", "steer.io/observed-at")
+    assert gone.resources == ("steer.io/burst-5pct-cpu",)
+
+    after = apply_node_plan(POLICY, node, removal_plan(node, gone))
+    assert dict(after.labels) == FOREIGN_LABELS
+    assert after.taints == (FOREIGN_TAINT,)
+    assert set(after.annotations) == {"foreign/annotation", "example.com/managed"}
+    assert removal_plan(node, gone).resource_changes == {"steer.io/burst-5pct-cpu": None}
+
+
+def test_cleanup_also_takes_records_under_an_old_prefix() -> None:
+    old = _node("old.example/steer-")
+    gone = cleanup_removal(POLICY, old)
+    assert gone.prefixes == ("old.example/steer-", "steer.io/")
+    assert "old.example/steer-util" in gone.labels
+    assert gone.taints == ("old.example/steer-gpu-hot",)
+    after = apply_node_plan(POLICY, old, removal_plan(old, gone))
+    assert dict(after.labels) == FOREIGN_LABELS and after.taints == (FOREIGN_TAINT,)
+
+
+def test_a_node_without_anything_of_ours_is_left_alone() -> None:
+    node = NodeState(name="n2", labels=FOREIGN_LABELS, annotations={"a": "b"})
+    assert cleanup_removal(POLICY, node).empty
+
+
+def test_a_prefix_change_retires_the_old_keys_in_the_same_cycle() -> None:
+    node = _node("old.example/steer-")
+    at = 1_000_000.0
+    readings = readings_for(POLICY, [node], {"util": {"n1": 20.0}, "power": {"n1": 100.0}}, at)
+    cycle, _ = plan_cycle(POLICY, [node], readings, ScorerMemory(), at)
+    retired, removals = retire_old_prefixes(POLICY, cycle, [node])
+    assert set(removals) == {"n1"}
+    plan = retired.node("n1")
+    assert plan is not None
+    after = apply_node_plan(POLICY, node, plan)
+    assert not [k for k in after.labels if k.startswith("old.example/")]
+    assert not [k for k in after.annotations if k.startswith("old.example/")]
+    assert after.taints == (FOREIGN_TAINT,)
+    assert after.labels["steer.io/util"] == "80"  # the new prefix is written meanwhile
+    assert "steer.io/managed" in after.annotations
+    assert plan.resource_changes == {"old.example/steer-burst-5pct-cpu": None}
+    # Nothing under another prefix: the plan is returned as it was.
+    same, none = retire_old_prefixes(POLICY, cycle, [NodeState(name="n1")])
+    assert same is cycle and not none
+
+
+# --- cleanup over HTTP, through the scorer's own writer ---------------------------------------
+
+
+def test_clean_nodes_writes_through_the_api_and_a_second_run_finds_nothing(
+    apistub: ApiStub, kube_client: client.ApiClient
+) -> None:
+    foreign_taints = [{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}]
+    node = synthetic_node("c", labels={"team.example.com/owner": "ml", "steer.io/not-ours": "1"})
+    node["spec"]["taints"] = foreign_taints
+    node["metadata"]["annotations"] = {"team.example.com/note": "hands off"}
+    apistub.add_node(node)
+    api = NodeApi(KubeJson(kube_client))
+    plain = api.get_node("c")
+    before = apistub.get("nodes", "c")
+    at = 1_800_000_000.0
+    hot = {"util": {"c": 95.0}, "power": {"c": 1.0}}
+    memory = ScorerMemory()
+    writer = NodeWriter(api, RateLimiter(1000, 1000), sleep=lambda _s: None)
+    for i in range(2):  # the taint rule needs two hot cycles
+        nodes = api.list_nodes()
+        cycle, memory = plan_cycle(
+            POLICY, nodes, readings_for(POLICY, nodes, hot, at + i), memory, at + i
+        )
+        writer.apply(POLICY, cycle, nodes)
+    scored = api.get_node("c")
+    assert "steer.io/gpu-hot" in {t.key for t in scored.taints}
+    assert "steer.io/managed" in scored.annotations
+
+    dry = clean_nodes(POLICY, api, dry_run=True)
+    assert [r.node for r in dry.removals] == ["c"] and dry.results == ()
+    assert api.get_node("c").labels == scored.labels
+
+    report = clean_nodes(POLICY, api)
+    assert not report.errors and [r.node for r in report.results] == ["c"]
+    after = apistub.get("nodes", "c")
+    assert after["metadata"]["labels"] == before["metadata"]["labels"]
+    assert after["metadata"]["annotations"] == {"team.example.com/note": "hands off"}
+    assert before["metadata"]["annotations"] == {"team.example.com/note": "hands off"}
+    assert after["spec"]["taints"] == foreign_taints
+    assert api.get_node("c").labels == plain.labels
+    assert clean_nodes(POLICY, api).removals == ()
