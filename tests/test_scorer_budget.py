@@ -517,6 +517,7 @@ def test_scorer_publishes_pools_and_republishes_on_a_binding(
                     status_of(apistub, n)["allocatable"].get(CPU5) == "4200"
                     for n in ("node-1", "node-2")
                 ),
+                timeout_s=30,  # generous: the suite runs on shared 2-core machines
             )
             assert status_of(apistub, "node-1")["capacity"][MEM5] == "8601"
             requests = scorer.metrics.write_requests._value.get
@@ -526,9 +527,10 @@ def test_scorer_publishes_pools_and_republishes_on_a_binding(
             wait_for(
                 "pool shrunk",
                 lambda: status_of(apistub, "node-1")["allocatable"][CPU5] == "2200",
-                timeout_s=5,
+                timeout_s=30,
             )
-            assert time.monotonic() - started < 3  # the wake-up, not the 600 s refresh job
+            # The wake-up, not the 600 s refresh job (a liveness bound, not a benchmark).
+            assert time.monotonic() - started < 30
             assert status_of(apistub, "node-1")["allocatable"][CPU0] == "2000"
             assert status_of(apistub, "node-2")["allocatable"][CPU5] == "4200"
             wait_for("one status patch counted", lambda: requests() == 5)
