@@ -405,8 +405,8 @@ NEW_PREFIX = "lifecycle.example.com/"
 
 
 def lifecycle_policy(prefix: str | None = None) -> str:
-    """SMALL_POLICY scoring every second, budgets enforced by the scheduler (dept-b's guard
-    resource `<prefix>burst-0pct` goes into every node's status), optionally another prefix."""
+    """SMALL_POLICY scoring every second, budgets enforced by the scheduler (dept-b's
+    pools `<prefix>limits-0pct-cpu|memory` go into every node's status), optionally another prefix."""
     text = SMALL_POLICY.replace("intervalSeconds: 30", "intervalSeconds: 1")
     text += "  overcommit: {enforcement: scheduler}\n"
     if prefix:
@@ -463,12 +463,12 @@ def ours(node: Mapping[str, Any], prefix: str) -> dict[str, list[str]]:
 
 
 def written(admin: KubeJson, prefix: str) -> bool:
-    """Every node carries labels, the record, and the guard resource; node 3 the hot taint."""
+    """Every node carries labels, the record, and the 0 % cpu pool; node 3 the hot taint."""
     for name in NODES:
         mine = ours(admin.request("GET", node_path(name)), prefix)
         if not (mine["labels"] and f"{prefix}managed" in mine["annotations"]):
             return False
-        if f"{prefix}burst-0pct" not in mine["resources"]:
+        if f"{prefix}limits-0pct-cpu" not in mine["resources"]:
             return False
     return f"{prefix}gpu-hot" in ours(admin.request("GET", node_path(NODES[2])), prefix)["taints"]
 
@@ -515,7 +515,7 @@ def test_cleanup_after_real_cycles_leaves_foreign_keys_byte_identical_and_none_o
     assert done.returncode == 0, done.stderr + done.stdout
     assert f"{NODES[2]}: removed labels " in done.stdout
     assert "taints steer.io/gpu-hot" in done.stdout
-    assert "resources steer.io/burst-0pct" in done.stdout
+    assert "resources steer.io/limits-0pct-cpu" in done.stdout
     for name in NODES:
         node = admin.request("GET", node_path(name))
         assert ours(node, "steer.io/") == {
