@@ -4,6 +4,7 @@ benchmark share this.
 
     with running_webhook(plane, policy_file, workdir) as hook:
         register_admission(plane, hook)          # manifests/webhook/admission.yaml, by URL
+        apply_security_policy(plane, policy_file)  # the security rules, enforced by the apiserver
         ...
     with running_scorer(plane, policy_file, prom.url, workdir) as scorer:
         scorer.wait_ready()
@@ -30,6 +31,8 @@ import yaml
 from kubernetes import client
 
 from certs import WebhookIdentity, issue_webhook_certs, write_webhook_certs
+from steer.adapters.policy_file import load_policy_file
+from steer.core.admission_policy import DEFAULT_NAME, security_admission_policy
 from steer.testing.cluster import ROOT, ControlPlane, free_port
 
 ADMISSION_MANIFEST = ROOT / "manifests" / "webhook" / "admission.yaml"
@@ -184,13 +187,14 @@ def admission_configurations(
     base_url: str, ca_bundle: str, manifest: Path = ADMISSION_MANIFEST
 ) -> list[dict[str, Any]]:
     """The project's admission configurations with `clientConfig.url` = base_url + the
-    service's path, and the CA bundle filled in."""
-    text = manifest.read_text().replace("${CA_BUNDLE}", ca_bundle)
-    docs = [doc for doc in yaml.safe_load_all(text) if doc]
+    service's path, and the CA bundle filled in (the manifest has none: in a cluster
+    `steer certs rotate` or cert-manager writes it)."""
+    docs = [doc for doc in yaml.safe_load_all(manifest.read_text()) if doc]
     for doc in docs:
         for hook in doc.get("webhooks", []):
             service = hook["clientConfig"].pop("service")
             hook["clientConfig"]["url"] = base_url + service.get("path", "/")
+            hook["clientConfig"]["caBundle"] = ca_bundle
     return docs
 
 
@@ -239,6 +243,30 @@ def unregister_admission(plane: ControlPlane, manifest: Path = ADMISSION_MANIFES
         )
         with contextlib.suppress(client.ApiException):
             delete(doc["metadata"]["name"])
+
+
+# -- the security rules' ValidatingAdmissionPolicy ---------------------------------------------
+
+
+def security_policy_documents(policy_file: Path, name: str = DEFAULT_NAME) -> str:
+    """What `steer policy admission-policy -f POLICY` prints, as YAML."""
+    policy = load_policy_file(str(policy_file))
+    return yaml.safe_dump_all(security_admission_policy(policy, name), sort_keys=False)
+
+
+def apply_security_policy(plane: ControlPlane, policy_file: Path, name: str = DEFAULT_NAME) -> None:
+    """Apply the policy's ValidatingAdmissionPolicy and binding (the apiserver enforces them
+    a moment later: it loads them from a watch)."""
+    plane.kubectl("apply", "-f", "-", input=security_policy_documents(policy_file, name))
+
+
+def remove_security_policy(plane: ControlPlane, name: str = DEFAULT_NAME) -> None:
+    plane.kubectl(
+        "delete",
+        "--ignore-not-found",
+        f"validatingadmissionpolicybinding/{name}",
+        f"validatingadmissionpolicy/{name}",
+    )
 
 
 # -- scorer --------------------------------------------------------------------------------------
