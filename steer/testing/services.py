@@ -16,6 +16,7 @@ The webhook's admission configurations are the project's own manifests with each
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import os
 import subprocess
@@ -125,6 +126,15 @@ class RunningWebhook(Service):
         return session
 
 
+@dataclass(frozen=True)
+class ServingCertificate:
+    """Files of a serving certificate made elsewhere (e.g. read from the webhook's Secret)."""
+
+    cert: Path
+    key: Path
+    ca_cert: Path
+
+
 @contextlib.contextmanager
 def running_webhook(
     plane: ControlPlane,
@@ -134,13 +144,28 @@ def running_webhook(
     workers: int = 2,
     threads: int = 4,
     extra_args: Sequence[str] = (),
+    listen: str | None = None,
+    certificate: ServingCertificate | None = None,
+    kubeconfig: Path | None = None,
 ) -> Iterator[RunningWebhook]:
-    """`steer webhook serve` on a free loopback port, watching the control plane's namespaces
-    with the admin kubeconfig; yields once every worker answers /readyz."""
-    cert_dir = workdir / "webhook-certs"
-    issued = issue_webhook_certs(LOOPBACK_IDENTITY)
-    paths = write_webhook_certs(cert_dir, issued)
-    port, metrics_port = free_port(), free_port()
+    """`steer webhook serve` watching the control plane's namespaces; yields once every worker
+    answers /readyz.
+
+    By default it listens on a free loopback port with a fresh certificate for 127.0.0.1 and
+    uses the admin kubeconfig. `listen`, `certificate` and `kubeconfig` make it serve as it
+    would in the cluster instead: e.g. on its Service's ClusterIP, with the Secret's
+    certificate (named for the Service, so /readyz is polled without verifying the name), as
+    its ServiceAccount."""
+    if certificate is None:
+        issued = issue_webhook_certs(LOOPBACK_IDENTITY)
+        paths = write_webhook_certs(workdir / "webhook-certs", issued)
+        certificate = ServingCertificate(paths.cert, paths.key, paths.ca_cert)
+        ca_bundle, verify_name = issued.ca_bundle, True
+    else:
+        ca_bundle = base64.b64encode(certificate.ca_cert.read_bytes()).decode()
+        verify_name = False
+    address = listen or f"127.0.0.1:{free_port()}"
+    metrics_port = free_port()
     base = _spawn(
         "webhook",
         [
@@ -149,15 +174,15 @@ def running_webhook(
             "--policy",
             str(policy_file),
             "--cert",
-            str(paths.cert),
+            str(certificate.cert),
             "--key",
-            str(paths.key),
+            str(certificate.key),
             "--listen",
-            f"127.0.0.1:{port}",
+            address,
             "--metrics-listen",
             f"127.0.0.1:{metrics_port}",
             "--kubeconfig",
-            str(plane.kubeconfig),
+            str(kubeconfig or plane.kubeconfig),
             "--workers",
             str(workers),
             "--threads",
@@ -170,14 +195,15 @@ def running_webhook(
         base.name,
         base.process,
         base.log_file,
-        url=f"https://127.0.0.1:{port}",
+        url=f"https://{address}",
         metrics_url=f"http://127.0.0.1:{metrics_port}/metrics",
-        ca_file=paths.ca_cert,
-        ca_bundle=issued.ca_bundle,
+        ca_file=certificate.ca_cert,
+        ca_bundle=ca_bundle,
     )
     try:
+        verify: str | bool = str(hook.ca_file) if verify_name else False
         for _ in range(workers * 2):  # each new connection may land on another worker
-            _wait_http(hook, f"{hook.url}/readyz", 60, verify=str(hook.ca_file))
+            _wait_http(hook, f"{hook.url}/readyz", 60, verify=verify)
         yield hook
     finally:
         hook.stop()
@@ -297,10 +323,13 @@ def running_scorer(
     *,
     name: str = "scorer",
     extra_args: Sequence[str] = (),
+    listen: str | None = None,
+    kubeconfig: Path | None = None,
 ) -> Iterator[RunningScorer]:
     """`steer scorer run` against the control plane and a Prometheus; yields once it serves
-    /healthz (call `wait_ready()` for the first cycle)."""
-    port = free_port()
+    /healthz (call `wait_ready()` for the first cycle). `listen` (default a free loopback
+    port) and `kubeconfig` (default the admin's) as for `running_webhook`."""
+    address = listen or f"127.0.0.1:{free_port()}"
     base = _spawn(
         name,
         [
@@ -311,14 +340,14 @@ def running_scorer(
             "--prometheus",
             prometheus_url,
             "--kubeconfig",
-            str(plane.kubeconfig),
+            str(kubeconfig or plane.kubeconfig),
             "--listen",
-            f"127.0.0.1:{port}",
+            address,
             *extra_args,
         ],
         workdir / f"{name}.log",
     )
-    scorer = RunningScorer(base.name, base.process, base.log_file, url=f"http://127.0.0.1:{port}")
+    scorer = RunningScorer(base.name, base.process, base.log_file, url=f"http://{address}")
     try:
         _wait_http(scorer, f"{scorer.url}/healthz", 60)
         yield scorer
