@@ -22,6 +22,7 @@ import os
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,7 @@ from typing import Any
 import requests
 import yaml
 from kubernetes import client
+from urllib3.exceptions import InsecureRequestWarning
 
 from certs import WebhookIdentity, issue_webhook_certs, write_webhook_certs
 from steer.adapters.policy_file import load_policy_file
@@ -97,7 +99,10 @@ def _wait_http(service: Service, url: str, timeout: float, verify: str | bool = 
                     f"{service.name} exited with {service.process.returncode}:\n{service.log()}"
                 )
             try:
-                resp = session.get(url, timeout=2, verify=verify)
+                with warnings.catch_warnings():
+                    # verify=False: a certificate named for a Service, polled by address.
+                    warnings.simplefilter("ignore", InsecureRequestWarning)
+                    resp = session.get(url, timeout=2, verify=verify)
                 if resp.status_code == 200:
                     return
                 last = f"HTTP {resp.status_code}: {resp.text.strip()[:200]}"
