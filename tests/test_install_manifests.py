@@ -5,6 +5,7 @@ settings reach what they claim to. Rendering and applying happen on the real api
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -90,3 +91,47 @@ def test_the_opt_in_setting_targets_the_mutating_webhooks_opt_in_expression() ->
         "webhooks.0.namespaceSelector.matchExpressions.0.key",
         "webhooks.0.namespaceSelector.matchExpressions.0.values.0",
     }
+
+
+def exported_series() -> set[str]:
+    """Every series name the two services export (counters with _total, histograms with
+    _bucket/_count/_sum), from their metric classes, plus the namespace cache age the webhook
+    derives at scrape time."""
+    from prometheus_client import CollectorRegistry
+
+    from scorer.metrics import ScorerMetrics
+    from webhook.metrics import CACHE_AGE, WebhookMetrics
+
+    names = {CACHE_AGE}
+    registries = [ScorerMetrics().registry, CollectorRegistry()]
+    WebhookMetrics(registries[1])
+    for registry in registries:
+        for family in registry.collect():
+            suffixes = {
+                "counter": ("_total",),
+                "histogram": ("_bucket", "_count", "_sum"),
+            }.get(family.type, ("",))
+            names |= {family.name + s for s in suffixes}
+    return names
+
+
+def test_the_alerts_use_only_series_the_services_export() -> None:
+    rules = load(MANIFESTS / "components" / "prometheus-operator" / "rules.yaml")
+    exported = exported_series()
+    used: set[str] = set()
+    for group in rules["spec"]["groups"]:
+        for rule in group["rules"]:
+            used |= set(re.findall(r"\bsteer_[a-z_]+\b", rule["expr"]))
+    assert used, "no kube-steer series in the alerts"
+    assert used <= exported, sorted(used - exported)
+    jobs = {
+        m["metadata"]["name"]
+        for m in yaml.safe_load_all(
+            (MANIFESTS / "components" / "prometheus-operator" / "servicemonitors.yaml").read_text()
+        )
+    }
+    # `up{job=...}` alerts name the Services the ServiceMonitors scrape (job = Service name).
+    for group in rules["spec"]["groups"]:
+        for rule in group["rules"]:
+            for job in re.findall(r'job="([^"]+)"', rule["expr"]):
+                assert job in jobs, rule["alert"]
