@@ -427,8 +427,10 @@ def variant_policy() -> Policy:
     for rule in spec["taints"]:
         rule["security"] = True
     dept_a, dept_b = spec["tenants"]
+    # dept-b may not use default-scheduler, so it covers opted-in namespaces only.
     dept_b["namespaceSelector"] = {
-        "matchExpressions": [{"key": "tenant", "operator": "In", "values": ["dept-b", "dept-b2"]}]
+        "matchLabels": {"steer.io/enabled": "true"},
+        "matchExpressions": [{"key": "tenant", "operator": "In", "values": ["dept-b", "dept-b2"]}],
     }
     dept_b["allowedTolerations"] = ["unhealthy"]
     spec["tenants"] = [
@@ -448,11 +450,15 @@ def variant_policy() -> Policy:
     return parse_policy(yaml.safe_dump(doc))
 
 
+OPT_IN = {"steer.io/enabled": "true"}
 NAMESPACE_LABELS = [
     {},
+    OPT_IN,
     {"tenant": "dept-a"},
+    {"tenant": "dept-a", **OPT_IN},
     {"tenant": "dept-b"},
-    {"tenant": "dept-b2"},
+    {"tenant": "dept-b", **OPT_IN},
+    {"tenant": "dept-b2", **OPT_IN},
     {"tenant": "other"},
     {"tenant": "other", "team": "blocked"},
 ]
