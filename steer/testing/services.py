@@ -286,18 +286,42 @@ def security_policy_documents(policy_file: Path, name: str = DEFAULT_NAME) -> st
 
 
 def apply_security_policy(plane: ControlPlane, policy_file: Path, name: str = DEFAULT_NAME) -> None:
-    """Apply the policy's ValidatingAdmissionPolicy and binding (the apiserver enforces them
-    a moment later: it loads them from a watch)."""
-    plane.kubectl("apply", "-f", "-", input=security_policy_documents(policy_file, name))
+    """Create (or replace) the policy's ValidatingAdmissionPolicy and binding; the apiserver
+    enforces them a moment later (it loads them from a watch)."""
+    # Any: the client's models are typed, the generator's dicts are plain JSON.
+    admission: Any = client.AdmissionregistrationV1Api(plane.api_client())
+    vap, binding = security_admission_policy(load_policy_file(str(policy_file)), name)
+    for doc, create, replace, read in (
+        (
+            vap,
+            admission.create_validating_admission_policy,
+            admission.replace_validating_admission_policy,
+            admission.read_validating_admission_policy,
+        ),
+        (
+            binding,
+            admission.create_validating_admission_policy_binding,
+            admission.replace_validating_admission_policy_binding,
+            admission.read_validating_admission_policy_binding,
+        ),
+    ):
+        try:
+            create(doc)
+        except client.ApiException as exc:
+            if exc.status != 409:
+                raise
+            doc["metadata"]["resourceVersion"] = read(name).metadata.resource_version
+            replace(name, doc)
 
 
 def remove_security_policy(plane: ControlPlane, name: str = DEFAULT_NAME) -> None:
-    plane.kubectl(
-        "delete",
-        "--ignore-not-found",
-        f"validatingadmissionpolicybinding/{name}",
-        f"validatingadmissionpolicy/{name}",
-    )
+    admission = client.AdmissionregistrationV1Api(plane.api_client())
+    for delete in (
+        admission.delete_validating_admission_policy_binding,
+        admission.delete_validating_admission_policy,
+    ):
+        with contextlib.suppress(client.ApiException):
+            delete(name)
 
 
 # -- scorer --------------------------------------------------------------------------------------
