@@ -492,6 +492,15 @@ class Judged:
     message: str | None = field(default=None)
 
 
+def type_check(plane: ControlPlane, name: str) -> tuple[dict[str, Any]] | None:
+    """The status controller's type check of the current generation (None until it ran)."""
+    vap = json.loads(kubectl(plane, "get", "validatingadmissionpolicy", name, "-o=json"))
+    status = vap.get("status") or {}
+    if status.get("observedGeneration") != vap["metadata"]["generation"]:
+        return None
+    return (status["typeChecking"],) if "typeChecking" in status else None
+
+
 @pytest.mark.parametrize("variant", ["example", "variant"])
 def test_the_admission_policy_denies_exactly_what_the_webhook_security_rules_deny(
     plane: ControlPlane, api: client.ApiClient, tmp_path: Path, variant: str
@@ -508,6 +517,9 @@ def test_the_admission_policy_denies_exactly_what_the_webhook_security_rules_den
     kubectl(plane, "apply", "-f", "-", input=security_policy_documents(policy_file, name))
     try:
         wait_until(lambda: f"'{name}'" in (refusal(api, plain, wildcard) or ""), f"{name} in force")
+        # The controller manager type-checks every expression against the Pod schema.
+        (checked,) = wait_until(lambda: type_check(plane, name), f"{name} type-checked")
+        assert not checked.get("expressionWarnings"), checked
         judged = []
         for ns, labels in namespaces.items():
             tenant = tenant_for(plan.policy, labels)
