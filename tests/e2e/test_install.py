@@ -415,6 +415,21 @@ def test_with_the_webhook_down_pods_are_created_and_the_admission_policy_still_d
             plane.delete_pods(ns)
 
 
+def test_reapplying_the_manifests_keeps_the_ca_bundle(plane: ControlPlane) -> None:
+    """The manifests carry no caBundle; `steer certs rotate` (or cert-manager) patches it in.
+    An upgrade (`kubectl apply -k` again) must not wipe it."""
+    install_base(plane)
+    bundle = base64.b64encode(b"-----BEGIN CERTIFICATE-----\nnot checked here\n").decode()
+    kinds = ("mutatingwebhookconfiguration", "validatingwebhookconfiguration")
+    for kind in kinds:
+        patch = [{"op": "add", "path": "/webhooks/0/clientConfig/caBundle", "value": bundle}]
+        kubectl(plane, "patch", kind, "steer-webhook", "--type=json", f"-p={json.dumps(patch)}")
+    install_base(plane)
+    for kind in kinds:
+        config = json.loads(kubectl(plane, "get", kind, "steer-webhook", "-o=json"))
+        assert [h["clientConfig"].get("caBundle") for h in config["webhooks"]] == [bundle], kind
+
+
 # --- 3. the admission policy decides as the webhook does ---------------------------------------------
 
 
