@@ -29,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="serve /mutate, /validate, /healthz, /readyz over TLS; /metrics on plain HTTP",
         description=(
             "Serve the admission webhook over TLS with gunicorn (gthread workers). POST /mutate "
-            "and /validate (and /validate/security for the fail-closed configuration) take "
+            "and /validate (and /validate/security, the security taint rules alone) take "
             "admission.k8s.io/v1 AdmissionReviews for Pods. Namespace labels come from a watch "
             "kept in memory, the policy is hot-reloaded, and the certificate files are re-read "
             "when they change, so neither a policy edit nor a rotated Secret needs a restart."

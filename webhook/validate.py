@@ -3,8 +3,9 @@
 Pure. Three rules (DESIGN decisions 6 and 7):
 - `scheduler-name`: the namespace's tenant may use only its allowed schedulerNames;
 - `reserved-toleration`: a toleration that tolerates a taint the scorer owns needs the
-  tenant's permission (a pod outside every tenant has none); rules the policy marks
-  `security: true` are the ones the fail-closed configuration enforces;
+  tenant's permission (a pod outside every tenant has none); for rules the policy marks
+  `security: true` the apiserver enforces the same check itself, webhook up or down, as the
+  ValidatingAdmissionPolicy steer/core/admission_policy.py writes in CEL;
 - `overcommit`: for a tenant with budget b %, each container's limit/request ratio for cpu and
   memory is at most 1 + b/100 (b = 0: limits equal requests). A container without a limit is
   unbounded and denied. Init containers count, and pod-level resources when the pod sets them.

@@ -4,6 +4,7 @@ benchmark share this.
 
     with running_webhook(plane, policy_file, workdir) as hook:
         register_admission(plane, hook)          # manifests/webhook/admission.yaml, by URL
+        apply_security_policy(plane, policy_file)  # the security rules, enforced by the apiserver
         ...
     with running_scorer(plane, policy_file, prom.url, workdir) as scorer:
         scorer.wait_ready()
@@ -15,11 +16,13 @@ The webhook's admission configurations are the project's own manifests with each
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import os
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,8 +31,11 @@ from typing import Any
 import requests
 import yaml
 from kubernetes import client
+from urllib3.exceptions import InsecureRequestWarning
 
 from certs import WebhookIdentity, issue_webhook_certs, write_webhook_certs
+from steer.adapters.policy_file import load_policy_file
+from steer.core.admission_policy import DEFAULT_NAME, security_admission_policy
 from steer.testing.cluster import ROOT, ControlPlane, free_port
 
 ADMISSION_MANIFEST = ROOT / "manifests" / "webhook" / "admission.yaml"
@@ -93,7 +99,10 @@ def _wait_http(service: Service, url: str, timeout: float, verify: str | bool = 
                     f"{service.name} exited with {service.process.returncode}:\n{service.log()}"
                 )
             try:
-                resp = session.get(url, timeout=2, verify=verify)
+                with warnings.catch_warnings():
+                    # verify=False: a certificate named for a Service, polled by address.
+                    warnings.simplefilter("ignore", InsecureRequestWarning)
+                    resp = session.get(url, timeout=2, verify=verify)
                 if resp.status_code == 200:
                     return
                 last = f"HTTP {resp.status_code}: {resp.text.strip()[:200]}"
@@ -122,6 +131,15 @@ class RunningWebhook(Service):
         return session
 
 
+@dataclass(frozen=True)
+class ServingCertificate:
+    """Files of a serving certificate made elsewhere (e.g. read from the webhook's Secret)."""
+
+    cert: Path
+    key: Path
+    ca_cert: Path
+
+
 @contextlib.contextmanager
 def running_webhook(
     plane: ControlPlane,
@@ -131,13 +149,28 @@ def running_webhook(
     workers: int = 2,
     threads: int = 4,
     extra_args: Sequence[str] = (),
+    listen: str | None = None,
+    certificate: ServingCertificate | None = None,
+    kubeconfig: Path | None = None,
 ) -> Iterator[RunningWebhook]:
-    """`steer webhook serve` on a free loopback port, watching the control plane's namespaces
-    with the admin kubeconfig; yields once every worker answers /readyz."""
-    cert_dir = workdir / "webhook-certs"
-    issued = issue_webhook_certs(LOOPBACK_IDENTITY)
-    paths = write_webhook_certs(cert_dir, issued)
-    port, metrics_port = free_port(), free_port()
+    """`steer webhook serve` watching the control plane's namespaces; yields once every worker
+    answers /readyz.
+
+    By default it listens on a free loopback port with a fresh certificate for 127.0.0.1 and
+    uses the admin kubeconfig. `listen`, `certificate` and `kubeconfig` make it serve as it
+    would in the cluster instead: e.g. on its Service's ClusterIP, with the Secret's
+    certificate (named for the Service, so /readyz is polled without verifying the name), as
+    its ServiceAccount."""
+    if certificate is None:
+        issued = issue_webhook_certs(LOOPBACK_IDENTITY)
+        paths = write_webhook_certs(workdir / "webhook-certs", issued)
+        certificate = ServingCertificate(paths.cert, paths.key, paths.ca_cert)
+        ca_bundle, verify_name = issued.ca_bundle, True
+    else:
+        ca_bundle = base64.b64encode(certificate.ca_cert.read_bytes()).decode()
+        verify_name = False
+    address = listen or f"127.0.0.1:{free_port()}"
+    metrics_port = free_port()
     base = _spawn(
         "webhook",
         [
@@ -146,15 +179,15 @@ def running_webhook(
             "--policy",
             str(policy_file),
             "--cert",
-            str(paths.cert),
+            str(certificate.cert),
             "--key",
-            str(paths.key),
+            str(certificate.key),
             "--listen",
-            f"127.0.0.1:{port}",
+            address,
             "--metrics-listen",
             f"127.0.0.1:{metrics_port}",
             "--kubeconfig",
-            str(plane.kubeconfig),
+            str(kubeconfig or plane.kubeconfig),
             "--workers",
             str(workers),
             "--threads",
@@ -167,14 +200,15 @@ def running_webhook(
         base.name,
         base.process,
         base.log_file,
-        url=f"https://127.0.0.1:{port}",
+        url=f"https://{address}",
         metrics_url=f"http://127.0.0.1:{metrics_port}/metrics",
-        ca_file=paths.ca_cert,
-        ca_bundle=issued.ca_bundle,
+        ca_file=certificate.ca_cert,
+        ca_bundle=ca_bundle,
     )
     try:
+        verify: str | bool = str(hook.ca_file) if verify_name else False
         for _ in range(workers * 2):  # each new connection may land on another worker
-            _wait_http(hook, f"{hook.url}/readyz", 60, verify=str(hook.ca_file))
+            _wait_http(hook, f"{hook.url}/readyz", 60, verify=verify)
         yield hook
     finally:
         hook.stop()
@@ -184,13 +218,14 @@ def admission_configurations(
     base_url: str, ca_bundle: str, manifest: Path = ADMISSION_MANIFEST
 ) -> list[dict[str, Any]]:
     """The project's admission configurations with `clientConfig.url` = base_url + the
-    service's path, and the CA bundle filled in."""
-    text = manifest.read_text().replace("${CA_BUNDLE}", ca_bundle)
-    docs = [doc for doc in yaml.safe_load_all(text) if doc]
+    service's path, and the CA bundle filled in (the manifest has none: in a cluster
+    `steer certs rotate` or cert-manager writes it)."""
+    docs = [doc for doc in yaml.safe_load_all(manifest.read_text()) if doc]
     for doc in docs:
         for hook in doc.get("webhooks", []):
             service = hook["clientConfig"].pop("service")
             hook["clientConfig"]["url"] = base_url + service.get("path", "/")
+            hook["clientConfig"]["caBundle"] = ca_bundle
     return docs
 
 
@@ -241,6 +276,54 @@ def unregister_admission(plane: ControlPlane, manifest: Path = ADMISSION_MANIFES
             delete(doc["metadata"]["name"])
 
 
+# -- the security rules' ValidatingAdmissionPolicy ---------------------------------------------
+
+
+def security_policy_documents(policy_file: Path, name: str = DEFAULT_NAME) -> str:
+    """What `steer policy admission-policy -f POLICY` prints, as YAML."""
+    policy = load_policy_file(str(policy_file))
+    return yaml.safe_dump_all(security_admission_policy(policy, name), sort_keys=False)
+
+
+def apply_security_policy(plane: ControlPlane, policy_file: Path, name: str = DEFAULT_NAME) -> None:
+    """Create (or replace) the policy's ValidatingAdmissionPolicy and binding; the apiserver
+    enforces them a moment later (it loads them from a watch)."""
+    # Any: the client's models are typed, the generator's dicts are plain JSON.
+    admission: Any = client.AdmissionregistrationV1Api(plane.api_client())
+    vap, binding = security_admission_policy(load_policy_file(str(policy_file)), name)
+    for doc, create, replace, read in (
+        (
+            vap,
+            admission.create_validating_admission_policy,
+            admission.replace_validating_admission_policy,
+            admission.read_validating_admission_policy,
+        ),
+        (
+            binding,
+            admission.create_validating_admission_policy_binding,
+            admission.replace_validating_admission_policy_binding,
+            admission.read_validating_admission_policy_binding,
+        ),
+    ):
+        try:
+            create(doc)
+        except client.ApiException as exc:
+            if exc.status != 409:
+                raise
+            doc["metadata"]["resourceVersion"] = read(name).metadata.resource_version
+            replace(name, doc)
+
+
+def remove_security_policy(plane: ControlPlane, name: str = DEFAULT_NAME) -> None:
+    admission = client.AdmissionregistrationV1Api(plane.api_client())
+    for delete in (
+        admission.delete_validating_admission_policy_binding,
+        admission.delete_validating_admission_policy,
+    ):
+        with contextlib.suppress(client.ApiException):
+            delete(name)
+
+
 # -- scorer --------------------------------------------------------------------------------------
 
 
@@ -269,10 +352,13 @@ def running_scorer(
     *,
     name: str = "scorer",
     extra_args: Sequence[str] = (),
+    listen: str | None = None,
+    kubeconfig: Path | None = None,
 ) -> Iterator[RunningScorer]:
     """`steer scorer run` against the control plane and a Prometheus; yields once it serves
-    /healthz (call `wait_ready()` for the first cycle)."""
-    port = free_port()
+    /healthz (call `wait_ready()` for the first cycle). `listen` (default a free loopback
+    port) and `kubeconfig` (default the admin's) as for `running_webhook`."""
+    address = listen or f"127.0.0.1:{free_port()}"
     base = _spawn(
         name,
         [
@@ -283,14 +369,14 @@ def running_scorer(
             "--prometheus",
             prometheus_url,
             "--kubeconfig",
-            str(plane.kubeconfig),
+            str(kubeconfig or plane.kubeconfig),
             "--listen",
-            f"127.0.0.1:{port}",
+            address,
             *extra_args,
         ],
         workdir / f"{name}.log",
     )
-    scorer = RunningScorer(base.name, base.process, base.log_file, url=f"http://127.0.0.1:{port}")
+    scorer = RunningScorer(base.name, base.process, base.log_file, url=f"http://{address}")
     try:
         _wait_http(scorer, f"{scorer.url}/healthz", 60)
         yield scorer

@@ -1,7 +1,8 @@
 """Admission end to end: the real kube-apiserver calling `steer webhook serve` over TLS.
 
 One webhook process serves the module, registered with the project's own
-manifests/webhook/admission.yaml (clientConfig.url instead of the in-cluster service) and
+manifests/webhook/admission.yaml (clientConfig.url instead of the in-cluster service) together
+with the ValidatingAdmissionPolicy `steer policy admission-policy` makes from the policy, and
 unregistered when the module ends. Pods are created through the apiserver, so what is checked
 is what a user gets back: the stored pod after the whole admission chain, the apiserver's
 status code and message, and where the real scheduler binds the pod. The expected steering is
@@ -40,7 +41,9 @@ from steer.core.steering import (
 from steer.testing.cluster import ControlPlane
 from steer.testing.services import (
     RunningWebhook,
+    apply_security_policy,
     register_admission,
+    remove_security_policy,
     running_webhook,
     unregister_admission,
 )
@@ -65,7 +68,7 @@ assert POLICY.spec.overcommit.enforcement == "labels"
 OPT_IN = {"steer.io/enabled": "true"}
 TRACE_KEY = trace_annotation_key(POLICY)  # steer.io/trace
 SET_KEY = "e2e.steer.io/node-set"
-SECURITY_CONFIGURATION = "steer-webhook-security"
+SECURITY_POLICY = "steer-security"  # the ValidatingAdmissionPolicy and its binding
 GPU_SPEC = {"containers": [{"name": "c", "resources": {"limits": {GPU_RESOURCE: "1"}}}]}
 GPU_CLASS = classify_pod(POLICY, GPU_SPEC)
 assert GPU_CLASS is not None
@@ -177,6 +180,15 @@ def steered_by_webhook(api: client.ApiClient, namespace: str) -> bool:
         return False
 
 
+def refused_by_security_policy(api: client.ApiClient, namespace: str) -> bool:
+    probe = make_pod(f"probe-{uuid.uuid4().hex[:6]}", tolerations=[{"operator": "Exists"}])
+    try:
+        create(api, namespace, probe, dry_run=True)
+    except client.ApiException as exc:
+        return f"ValidatingAdmissionPolicy '{SECURITY_POLICY}'" in exc.body
+    return False
+
+
 def admitted(api: client.ApiClient, namespace: str) -> bool:
     probe = make_pod(f"probe-{uuid.uuid4().hex[:6]}")
     try:
@@ -192,9 +204,11 @@ def webhook(
 ) -> Iterator[RunningWebhook]:
     with running_webhook(control_plane, POLICY_FILE, tmp_path_factory.mktemp("webhook")) as hook:
         register_admission(control_plane, hook)
+        apply_security_policy(control_plane, POLICY_FILE)
         try:
             yield hook
         finally:
+            remove_security_policy(control_plane)
             unregister_admission(control_plane)
 
 
@@ -215,8 +229,12 @@ def namespace_for(
         if opted_in:
             wait_until(lambda: steered_by_webhook(api, ns), f"webhook steers pods in {ns}")
         else:
-            # The fail-closed configuration refuses pods while the namespace is unknown (503).
             wait_until(lambda: admitted(api, ns), f"pods admitted in {ns}")
+        # The security rules' admission policy is in force (the apiserver loads it from a
+        # watch): an ownerless wildcard toleration is refused in every namespace.
+        wait_until(
+            lambda: refused_by_security_policy(api, ns), "the security admission policy is used"
+        )
         return ns
 
     return make
@@ -627,12 +645,14 @@ def test_denial_reaches_the_client_with_the_rule(
     ns = namespace_for(tenant_name, opted_in=tenant_name is not None)
     status, message = rejection(api, ns, _pod_with("denied", overrides))
     assert status == 403, message
-    assert "denied the request" in message and f"rule {rule}:" in message, message
-    # Security rules are enforced by both configurations; the others by validate only.
-    hooks = ["validate.pods.steer.io"]
+    assert f"rule {rule}:" in message, message
+    # Security rules are the apiserver's own admission policy (it runs before the webhooks
+    # and words the denial as the webhook does); every other rule is the webhook's.
     if case in ("dept-a-tolerates-unhealthy", "wildcard-toleration-outside-tenants"):
-        hooks.append("security.validate.pods.steer.io")
-    assert any(f'admission webhook "{h}" denied' in message for h in hooks), message
+        denied_by = f"ValidatingAdmissionPolicy '{SECURITY_POLICY}' with binding '{SECURITY_POLICY}' denied request"
+    else:
+        denied_by = 'admission webhook "validate.pods.steer.io" denied the request'
+    assert denied_by in message, message
     for fragment in fragments:
         assert fragment in message, message
     assert core.list_namespaced_pod(ns).items == []
@@ -677,7 +697,28 @@ def test_pods_within_the_rules_are_admitted(
 # --- 5. webhook down ---------------------------------------------------------------------------------
 
 
-def test_webhook_down_mutation_fails_open_but_the_security_configuration_blocks_every_namespace(
+def apiserver_fail_open_count(control_plane: ControlPlane, webhook_name: str) -> float:
+    """`apiserver_admission_webhook_fail_open_count` for one webhook: calls that failed and
+    were ignored (failurePolicy Ignore), counted by the apiserver itself."""
+    pki = control_plane.pki_dir
+    with requests.Session() as session:
+        session.trust_env = False
+        text = session.get(
+            f"{control_plane.url}/metrics",
+            verify=str(control_plane.ca_file),
+            cert=(str(pki / "admin.crt"), str(pki / "admin.key")),
+            timeout=10,
+        ).text
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("apiserver_admission_webhook_fail_open_count{") and (
+            f'name="{webhook_name}"' in line
+        ):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_webhook_down_every_namespace_admits_pods_and_the_security_policy_still_holds(
     api: client.ApiClient,
     control_plane: ControlPlane,
     webhook: RunningWebhook,
@@ -685,44 +726,36 @@ def test_webhook_down_mutation_fails_open_but_the_security_configuration_blocks_
     make_node: Callable[..., dict[str, Any]],
     tmp_path: Path,
 ) -> None:
-    """A webhook of its own is registered, then stopped while all three configurations stay.
+    """A webhook of its own is registered, then stopped while both configurations and the
+    security admission policy stay.
 
-    Measured, and pinned here: mutation fails open (failurePolicy Ignore) and so does the
-    non-security validation, but `steer-webhook-security` (failurePolicy Fail) selects every
-    namespace except kube-system and kube-steer, so while the webhook is unreachable the
-    apiserver refuses *every* pod there, opted in or not, with HTTP 500 "failed calling
-    webhook" -- not only pods that tolerate a reserved taint. That is a known problem tracked
-    elsewhere; when it is fixed (e.g. the security configuration selecting opted-in namespaces
-    only, or a policy-driven selector) this test must be updated. Only with the security
-    configuration removed do pods keep flowing, unsteered.
+    Measured through the apiserver: both configurations fail open (failurePolicy Ignore), so
+    pods are created -- unsteered, unvalidated -- in namespaces that are not opted in and in
+    those that are, and bound by the scheduler; the apiserver counts each ignored call. The
+    security rule does not depend on the webhook: the ValidatingAdmissionPolicy still refuses
+    a pod tolerating the reserved `unhealthy` taint, in every namespace.
     """
     make_node(f"down-{uuid.uuid4().hex[:6]}", cpu="16", memory="64Gi")
     steered_ns = namespace_for("dept-a")
     budget_ns = namespace_for("dept-b")
     plain_ns = namespace_for(None, opted_in=False)
-    admission = client.AdmissionregistrationV1Api(api)
     try:
         with running_webhook(control_plane, POLICY_FILE, tmp_path) as doomed:
             register_admission(control_plane, doomed)
             # The apiserver picks configurations up from a watch: wait until it calls `doomed`.
             wait_until(lambda: steered_by_webhook(api, steered_ns), "the new registration is used")
-        # `doomed` is stopped now; wait until the apiserver's calls fail.
-        wait_until(lambda: not admitted(api, plain_ns), "pod creation fails with the webhook down")
-
-        for ns in (steered_ns, plain_ns):
-            status, message = rejection(api, ns, make_pod("while-down"))
-            assert status == 500, message
-            assert 'failed calling webhook "security.validate.pods.steer.io"' in message, message
-            assert "connection refused" in message, message
-        # kube-system is excluded by every configuration, so it is unaffected.
-        made = create(api, "kube-system", make_pod(f"ks-{uuid.uuid4().hex[:6]}"), dry_run=True)
-        assert made["spec"]["schedulerName"] == "default-scheduler"
-
-        # Without the fail-closed configuration: mutation and validation fail open.
-        admission.delete_validating_webhook_configuration(SECURITY_CONFIGURATION)
+        # `doomed` is stopped now; wait until the apiserver's calls fail (and are ignored).
         wait_until(
-            lambda: admitted(api, steered_ns), "pods admitted without the security configuration"
+            lambda: not steered_by_webhook(api, steered_ns), "mutation fails open, webhook down"
         )
+
+        failed_open = apiserver_fail_open_count(control_plane, "validate.pods.steer.io")
+        create(api, plain_ns, make_pod("plain"))
+        assert apiserver_fail_open_count(control_plane, "validate.pods.steer.io") > failed_open
+        pod = stored(api, plain_ns, "plain")
+        assert trace(pod) is None and pod["spec"]["schedulerName"] == "default-scheduler"
+        assert control_plane.wait_for_bindings(plain_ns, ["plain"], 30)["plain"]
+
         create(api, steered_ns, make_pod("unsteered"))
         pod = stored(api, steered_ns, "unsteered")
         assert trace(pod) is None
@@ -732,7 +765,26 @@ def test_webhook_down_mutation_fails_open_but_the_security_configuration_blocks_
         # dept-b's budget is not enforced while the webhook is down (failurePolicy Ignore).
         create(api, budget_ns, make_pod("bursty", cpu=("100m", "400m")))
         assert trace(stored(api, budget_ns, "bursty")) is None
+
+        # The security rule holds with no webhook: the apiserver evaluates it.
+        reserved = {
+            "key": condition_key(POLICY, UNHEALTHY),
+            "operator": "Exists",
+            "effect": UNHEALTHY.effect,
+        }
+        for ns in (plain_ns, steered_ns, budget_ns):
+            status, message = rejection(api, ns, make_pod("reserved", tolerations=[reserved]))
+            assert status == 403, message
+            assert f"ValidatingAdmissionPolicy '{SECURITY_POLICY}'" in message, message
+            assert 'reserved by taint rule "unhealthy"' in message, message
+        # kube-system is excluded by every configuration and by the admission policy.
+        made = create(
+            api,
+            "kube-system",
+            make_pod(f"ks-{uuid.uuid4().hex[:6]}", tolerations=[reserved]),
+            dry_run=True,
+        )
+        assert made["spec"]["schedulerName"] == "default-scheduler"
     finally:
         register_admission(control_plane, webhook)
         wait_until(lambda: steered_by_webhook(api, steered_ns), "the module's webhook is back")
-        wait_until(lambda: admitted(api, plain_ns), "plain namespaces admit pods again")

@@ -1,0 +1,137 @@
+"""The kustomize install (manifests/kustomization.yaml and components/) read as files: the
+starter policy is safe, the scheduler-profiles copy of it differs in one line only, and the
+settings reach what they claim to. Rendering and applying happen on the real apiserver
+(tests/e2e/test_install.py)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from steer.core.admission_policy import security_taints
+from steer.core.policy import parse_policy
+
+ROOT = Path(__file__).resolve().parent.parent
+MANIFESTS = ROOT / "manifests"
+STARTER = MANIFESTS / "policy" / "starter-policy.yaml"
+PROFILES_STARTER = MANIFESTS / "components" / "scheduler-profiles" / "starter-policy.yaml"
+COMPONENTS = ("scheduler-profiles", "cert-manager", "prometheus-operator", "network-policy")
+
+
+def load(path: Path) -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load(path.read_text())
+    return doc
+
+
+def test_the_starter_policy_cannot_strand_or_refuse_a_pod() -> None:
+    policy = parse_policy(STARTER.read_text())
+    spec = policy.spec
+    assert spec.scheduler_profiles.installed is False  # pods keep default-scheduler
+    assert spec.taints == () and security_taints(policy) == ()  # no taint, nothing fails closed
+    assert spec.tenants == ()  # no schedulerName, toleration or budget denials
+    assert spec.pod_classes == ()  # no required terms from avoid/reserve rules
+    assert spec.unscored_nodes == "allow"
+    # Opt-in is decided by the webhook configuration's namespaceSelector (one setting).
+    assert spec.opt_in.namespace_selector.matches({})
+
+
+def test_the_scheduler_profiles_component_changes_only_installed() -> None:
+    starter, profiles = STARTER.read_text(), PROFILES_STARTER.read_text()
+    changed = [
+        (a, b) for a, b in zip(starter.splitlines(), profiles.splitlines(), strict=True) if a != b
+    ]
+    assert changed == [("    installed: false", "    installed: true")]
+    assert parse_policy(profiles).spec.scheduler_profiles.installed is True
+
+
+def test_every_component_is_a_component_and_lists_files_that_exist() -> None:
+    for name in COMPONENTS:
+        folder = MANIFESTS / "components" / name
+        kustomization = load(folder / "kustomization.yaml")
+        assert kustomization["kind"] == "Component", name
+        for resource in kustomization.get("resources", []):
+            assert (folder / resource).exists(), f"{name}: {resource}"
+
+
+def test_the_image_setting_names_the_image_both_services_use() -> None:
+    kustomization = load(MANIFESTS / "kustomization.yaml")
+    (image,) = kustomization["images"]
+    used = set()
+    for path in (MANIFESTS / "scorer" / "scorer.yaml", MANIFESTS / "webhook" / "webhook.yaml"):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc and doc["kind"] == "Deployment":
+                for container in doc["spec"]["template"]["spec"]["containers"]:
+                    used.add(container["image"].partition(":")[0])
+    assert used == {image["name"]}
+
+
+def test_the_opt_in_setting_targets_the_mutating_webhooks_opt_in_expression() -> None:
+    kustomization = load(MANIFESTS / "kustomization.yaml")
+    (settings,) = [g for g in kustomization["configMapGenerator"] if g["name"] == "steer-settings"]
+    literals = dict(item.split("=", 1) for item in settings["literals"])
+    assert literals == {"optInLabel": "steer.io/enabled", "optInValue": "true"}
+    admission = {
+        d["kind"]: d
+        for d in yaml.safe_load_all((MANIFESTS / "webhook" / "admission.yaml").read_text())
+    }
+    hook = admission["MutatingWebhookConfiguration"]["webhooks"][0]
+    # The replacement writes matchExpressions[0]: it must be the opt-in expression.
+    first = hook["namespaceSelector"]["matchExpressions"][0]
+    assert first == {"key": "steer.io/enabled", "operator": "In", "values": ["true"]}
+    paths = {
+        path
+        for replacement in kustomization["replacements"]
+        for target in replacement["targets"]
+        for path in target["fieldPaths"]
+    }
+    assert paths == {
+        "webhooks.0.namespaceSelector.matchExpressions.0.key",
+        "webhooks.0.namespaceSelector.matchExpressions.0.values.0",
+    }
+
+
+def exported_series() -> set[str]:
+    """Every series name the two services export (counters with _total, histograms with
+    _bucket/_count/_sum), from their metric classes, plus the namespace cache age the webhook
+    derives at scrape time."""
+    from prometheus_client import CollectorRegistry
+
+    from scorer.metrics import ScorerMetrics
+    from webhook.metrics import CACHE_AGE, WebhookMetrics
+
+    names = {CACHE_AGE}
+    registries = [ScorerMetrics().registry, CollectorRegistry()]
+    WebhookMetrics(registries[1])
+    for registry in registries:
+        for family in registry.collect():
+            suffixes = {
+                "counter": ("_total",),
+                "histogram": ("_bucket", "_count", "_sum"),
+            }.get(family.type, ("",))
+            names |= {family.name + s for s in suffixes}
+    return names
+
+
+def test_the_alerts_use_only_series_the_services_export() -> None:
+    rules = load(MANIFESTS / "components" / "prometheus-operator" / "rules.yaml")
+    exported = exported_series()
+    used: set[str] = set()
+    for group in rules["spec"]["groups"]:
+        for rule in group["rules"]:
+            used |= set(re.findall(r"\bsteer_[a-z_]+\b", rule["expr"]))
+    assert used, "no kube-steer series in the alerts"
+    assert used <= exported, sorted(used - exported)
+    jobs = {
+        m["metadata"]["name"]
+        for m in yaml.safe_load_all(
+            (MANIFESTS / "components" / "prometheus-operator" / "servicemonitors.yaml").read_text()
+        )
+    }
+    # `up{job=...}` alerts name the Services the ServiceMonitors scrape (job = Service name).
+    for group in rules["spec"]["groups"]:
+        for rule in group["rules"]:
+            for job in re.findall(r'job="([^"]+)"', rule["expr"]):
+                assert job in jobs, rule["alert"]
