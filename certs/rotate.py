@@ -39,7 +39,7 @@ from certs.renewal import ServingPems, renewal_reasons
 from certs.store import CaStore
 from steer.adapters.kube import KubeRequestError, request_json
 
-DEFAULT_CONFIGURATIONS = ("steer-webhook", "steer-webhook-security")
+DEFAULT_CONFIGURATIONS = ("steer-webhook",)
 TLS_TYPE = "kubernetes.io/tls"
 JSON_PATCH = "application/json-patch+json"
 _ADMISSION = "/apis/admissionregistration.k8s.io/v1"

@@ -231,8 +231,9 @@ class TaintRule(_Model):
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
     set_after_cycles: Cycles = 2
     clear_after_cycles: Cycles = 3
-    # Security rules make the validating webhook deny tolerations of this taint even when the
-    # webhook itself is in doubt (failurePolicy Fail for that configuration).
+    # Security rules deny tolerations of this taint even when the webhook is down: the
+    # apiserver enforces them itself through the ValidatingAdmissionPolicy that
+    # `steer policy admission-policy` generates (steer/core/admission_policy.py).
     security: bool = False
 
 
