@@ -35,6 +35,7 @@ from scorer.service import CycleError, CycleResult, Scorer
 from scorer.writer import WriteResult
 from steer.adapters.kube import KubeConfigError
 from steer.adapters.policy_file import load_policy_file
+from steer.adapters.service_logs import add_log_flags, configure_logging
 from steer.core.policy import Policy, PolicyError
 
 DEFAULT_SCORER_URL = "http://127.0.0.1:8080"
@@ -84,7 +85,7 @@ def register(subparsers: Any) -> None:
     run.add_argument(
         "--dry-run", action="store_true", help="compute and serve /explain, never write"
     )
-    run.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    add_log_flags(run)
     run.set_defaults(func=_cmd_run)
 
     once = sub.add_parser(
@@ -199,6 +200,11 @@ def _sources(args: argparse.Namespace) -> Sources:
 
 
 def _cmd_once(args: argparse.Namespace) -> int:
+    if args.demo:
+        print(
+            "starting the demo: synthetic exporter, Prometheus, Kubernetes API stand-in ...",
+            file=sys.stderr,
+        )
     try:
         with open_sources(_sources(args)) as (policy_file, prometheus, kubeconfig):
             policy = load_policy_file(policy_file)
@@ -356,10 +362,8 @@ def _split_listen(listen: str) -> tuple[str, int]:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    if args.log_level != "DEBUG":  # one line per job run (every 2 s for the hot-node job) is noise
+    configure_logging(args.log_level, args.log_format)
+    if args.log_level != "debug":  # one line per job run (every 2 s for the hot-node job) is noise
         logging.getLogger("apscheduler").setLevel(logging.WARNING)
     host, port = _split_listen(args.listen)
     options = ScorerOptions(
