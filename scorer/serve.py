@@ -11,7 +11,6 @@ import contextlib
 import logging
 import os
 import signal
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from scorer.kubeapi import KubeJson
 from scorer.leader import DEFAULT_LEASE_NAME, LeaseElector
 from scorer.ledger import PodLedger
 from scorer.loop import ScorerLoop
+from scorer.metrics import ScorerMetrics
 from scorer.service import Scorer
 from scorer.writer import NodeApi
 from steer.adapters.kube import make_api_client
@@ -66,10 +66,7 @@ def open_sources(sources: Sources) -> Iterator[tuple[str, str | None, str | None
         return
     from scorer.demo import demo_environment  # needs the prometheus binary: import on demand
 
-    print(
-        "starting the demo: synthetic exporter, Prometheus, Kubernetes API stand-in ...",
-        file=sys.stderr,
-    )
+    log.info("starting the demo: synthetic exporter, Prometheus, Kubernetes API stand-in")
     with demo_environment() as env:
         yield str(env.policy_file), env.prometheus_url, str(env.kubeconfig)
 
@@ -81,13 +78,16 @@ def node_api(kubeconfig: str | None) -> NodeApi:
 def serve_scorer(options: ScorerOptions) -> None:
     """Score and serve until SIGTERM/SIGINT; `PolicyError`/`KubeConfigError` when it cannot start."""
     with open_sources(options.sources) as (policy_file, prometheus, kubeconfig):
+        metrics = ScorerMetrics()
         watcher = PolicyWatcher(policy_file)
-        _serve(options, watcher, prometheus, kubeconfig)
+        watcher.on_reload_error(lambda _message: metrics.policy_reload_errors.inc())
+        _serve(options, watcher, metrics, prometheus, kubeconfig)
 
 
 def _serve(
     options: ScorerOptions,
     watcher: PolicyWatcher,
+    metrics: ScorerMetrics,
     prometheus: str | None,
     kubeconfig: str | None,
 ) -> None:
@@ -114,6 +114,7 @@ def _serve(
         elector=elector,
         bindings=bindings,
         ledger=ledger,
+        metrics=metrics,
         dry_run=options.dry_run,
     )
     loop = ScorerLoop(scorer)
