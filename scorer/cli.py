@@ -142,7 +142,7 @@ def register(subparsers: Any) -> None:
     )
     esub = explain.add_subparsers(dest="explain_command", metavar="WHAT", required=True)
     node = esub.add_parser("node", help="raw values, scores, labels and taints of one node")
-    node.add_argument("name")
+    node.add_argument("name", help="the Node's name, as `kubectl get nodes` prints it")
     nodes = esub.add_parser("nodes", help="every node's values, scores, labels and taints")
     pod = esub.add_parser(
         "pod",
@@ -161,7 +161,12 @@ def register(subparsers: Any) -> None:
             default=os.environ.get("STEER_SCORER_URL", DEFAULT_SCORER_URL),
             help=f"scorer base URL (default: $STEER_SCORER_URL or {DEFAULT_SCORER_URL})",
         )
-        p.add_argument("--output", choices=("table", "json"), default="table")
+        p.add_argument(
+            "--output",
+            choices=("table", "json"),
+            default="table",
+            help="table for people, json: the scorer's answer as it is (default: table)",
+        )
     node.set_defaults(func=_cmd_explain_node)
     nodes.set_defaults(func=_cmd_explain_nodes)
     pod.set_defaults(func=_cmd_explain_pod)

@@ -18,7 +18,7 @@ from steer.adapters.policy_file import load_policy_file
 from steer.core.policy import PolicyError
 
 # Modules that add subcommands; each exposes `register(subparsers)`.
-SUBCOMMAND_MODULES = ("scorer.cli", "webhook.cli", "certs.cli", "steer.apistub.cli", "steer.demo")
+SUBCOMMAND_MODULES = ("scorer.cli", "webhook.cli", "certs.cli", "steer.apistub.cli")
 
 
 def _cmd_version(args: argparse.Namespace) -> int:
