@@ -36,8 +36,9 @@ pytest: venv
 e2e: venv
 	$(BIN)/pytest -q tests/e2e
 
+# The no-cluster demo: synthetic exporter, real Prometheus, API stand-in; prints the plan.
 demo: venv
-	$(BIN)/steer demo
+	$(BIN)/steer scorer once --demo --dry-run
 
 bench-scorer: venv
 	$(BIN)/python bench/scorer_bench.py

@@ -1,35 +1,41 @@
-"""`steer scorer run|once|cleanup` and `steer explain node|nodes|pod`; wired in by `steer.cli` via `register`."""
+"""`steer scorer run|once|cleanup` and `steer explain node|nodes|pod`; wired in by `steer.cli` via `register`.
+
+The commands parse their flags and hand over: `run` to `scorer.serve`, `once` to the
+`Scorer`, `cleanup` to `scorer.cleanup`; `explain` is a client of a running scorer.
+"""
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import logging
 import os
-import signal
 import sys
-import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import requests
 import yaml
 
-from scorer.app import HttpServer, create_app
 from scorer.cleanup import clean_nodes, live_leader
 from scorer.explain import node_row, plan_table
-from scorer.hot import BindingWindow, PodBindingWatcher
-from scorer.kubeapi import KubeApiError, KubeJson
-from scorer.leader import DEFAULT_LEASE_NAME, LeaseElector
-from scorer.ledger import PodLedger
-from scorer.loop import ScorerLoop
+from scorer.kubeapi import KubeApiError
+from scorer.leader import DEFAULT_LEASE_NAME
 from scorer.retire import Removal
+from scorer.serve import (
+    DEFAULT_LISTEN,
+    ScorerOptions,
+    Sources,
+    node_api,
+    open_sources,
+    serve_scorer,
+)
 from scorer.service import CycleError, CycleResult, Scorer
-from scorer.writer import NodeApi, WriteResult
-from steer.adapters.kube import KubeConfigError, make_api_client
-from steer.adapters.policy_file import PolicyWatcher, load_policy_file
+from scorer.writer import WriteResult
+from steer.adapters.kube import KubeConfigError
+from steer.adapters.policy_file import load_policy_file
+from steer.adapters.service_logs import add_log_flags, configure_logging
 from steer.core.policy import Policy, PolicyError
 
 DEFAULT_SCORER_URL = "http://127.0.0.1:8080"
@@ -54,9 +60,9 @@ def register(subparsers: Any) -> None:
     _source_args(run)
     run.add_argument(
         "--listen",
-        default="0.0.0.0:8080",
+        default=DEFAULT_LISTEN,
         metavar="HOST:PORT",
-        help="HTTP address (default: 0.0.0.0:8080)",
+        help=f"HTTP address (default: {DEFAULT_LISTEN})",
     )
     run.add_argument(
         "--lease-namespace",
@@ -79,7 +85,7 @@ def register(subparsers: Any) -> None:
     run.add_argument(
         "--dry-run", action="store_true", help="compute and serve /explain, never write"
     )
-    run.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    add_log_flags(run)
     run.set_defaults(func=_cmd_run)
 
     once = sub.add_parser(
@@ -136,7 +142,7 @@ def register(subparsers: Any) -> None:
     )
     esub = explain.add_subparsers(dest="explain_command", metavar="WHAT", required=True)
     node = esub.add_parser("node", help="raw values, scores, labels and taints of one node")
-    node.add_argument("name")
+    node.add_argument("name", help="the Node's name, as `kubectl get nodes` prints it")
     nodes = esub.add_parser("nodes", help="every node's values, scores, labels and taints")
     pod = esub.add_parser(
         "pod",
@@ -155,7 +161,12 @@ def register(subparsers: Any) -> None:
             default=os.environ.get("STEER_SCORER_URL", DEFAULT_SCORER_URL),
             help=f"scorer base URL (default: $STEER_SCORER_URL or {DEFAULT_SCORER_URL})",
         )
-        p.add_argument("--output", choices=("table", "json"), default="table")
+        p.add_argument(
+            "--output",
+            choices=("table", "json"),
+            default="table",
+            help="table for people, json: the scorer's answer as it is (default: table)",
+        )
     node.set_defaults(func=_cmd_explain_node)
     nodes.set_defaults(func=_cmd_explain_nodes)
     pod.set_defaults(func=_cmd_explain_pod)
@@ -184,38 +195,27 @@ def _source_args(parser: argparse.ArgumentParser) -> None:
 # ------------------------------------------------------------------------------ sources
 
 
-@contextlib.contextmanager
-def _sources(args: argparse.Namespace) -> Iterator[tuple[str, str | None, str | None]]:
-    """(policy file, prometheus URL override, kubeconfig) — from the flags or a demo environment."""
-    if not args.demo:
-        if not args.policy:
-            raise SystemExit("--policy FILE is required (or --demo)")
-        yield args.policy, args.prometheus, args.kubeconfig
-        return
-    from scorer.demo import demo_environment  # needs the prometheus binary: import on demand
-
-    print(
-        "starting the demo: synthetic exporter, Prometheus, Kubernetes API stand-in ...",
-        file=sys.stderr,
-    )
-    with demo_environment() as env:
-        yield str(env.policy_file), env.prometheus_url, str(env.kubeconfig)
-
-
-def _node_api(kubeconfig: str | None) -> NodeApi:
-    return NodeApi(KubeJson(make_api_client(kubeconfig)))
+def _sources(args: argparse.Namespace) -> Sources:
+    if not args.demo and not args.policy:
+        raise SystemExit("--policy FILE is required (or --demo)")
+    return Sources(args.policy, args.prometheus, args.kubeconfig, demo=args.demo)
 
 
 # ------------------------------------------------------------------------------ once
 
 
 def _cmd_once(args: argparse.Namespace) -> int:
+    if args.demo:
+        print(
+            "starting the demo: synthetic exporter, Prometheus, Kubernetes API stand-in ...",
+            file=sys.stderr,
+        )
     try:
-        with _sources(args) as (policy_file, prometheus, kubeconfig):
+        with open_sources(_sources(args)) as (policy_file, prometheus, kubeconfig):
             policy = load_policy_file(policy_file)
             scorer = Scorer(
                 lambda: policy,
-                _node_api(kubeconfig),
+                node_api(kubeconfig),
                 prometheus_url=prometheus,
                 dry_run=args.dry_run,
             )
@@ -294,7 +294,7 @@ def _print_once(args: argparse.Namespace, policy: Policy, result: CycleResult) -
 def _cmd_cleanup(args: argparse.Namespace) -> int:
     try:
         policy = load_policy_file(args.policy)
-        api = _node_api(args.kubeconfig)
+        api = node_api(args.kubeconfig)
     except PolicyError as exc:
         print(f"invalid policy:\n{exc}", file=sys.stderr)
         return 2
@@ -367,93 +367,28 @@ def _split_listen(listen: str) -> tuple[str, int]:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    if args.log_level != "DEBUG":  # one line per job run (every 2 s for the hot-node job) is noise
+    configure_logging(args.log_level, args.log_format)
+    if args.log_level != "debug":  # one line per job run (every 2 s for the hot-node job) is noise
         logging.getLogger("apscheduler").setLevel(logging.WARNING)
     host, port = _split_listen(args.listen)
+    options = ScorerOptions(
+        _sources(args),
+        host=host,
+        port=port,
+        lease_namespace=args.lease_namespace,
+        lease_name=args.lease_name,
+        identity=args.identity,
+        leader_election=not args.no_leader_election,
+        dry_run=args.dry_run,
+    )
     try:
-        with _sources(args) as (policy_file, prometheus, kubeconfig):
-            watcher = PolicyWatcher(policy_file)
-            return _serve(args, watcher, prometheus, kubeconfig, host, port)
+        serve_scorer(options)
     except PolicyError as exc:
         print(f"invalid policy:\n{exc}", file=sys.stderr)
         return 2
     except KubeConfigError as exc:
         print(str(exc), file=sys.stderr)
         return 2
-
-
-def _serve(
-    args: argparse.Namespace,
-    watcher: PolicyWatcher,
-    prometheus: str | None,
-    kubeconfig: str | None,
-    host: str,
-    port: int,
-) -> int:
-    current: Callable[[], Policy] = lambda: watcher.current  # noqa: E731
-    elector = None
-    if not args.no_leader_election:
-        namespace = (
-            args.lease_namespace
-            or os.environ.get("POD_NAMESPACE")
-            or ("default" if args.demo else watcher.current.spec.project_namespace)
-        )
-        elector = LeaseElector(
-            KubeJson(make_api_client(kubeconfig)),
-            namespace=namespace,
-            name=args.lease_name,
-            identity=args.identity,
-        )
-    bindings = BindingWindow()
-    ledger = PodLedger()
-    scorer = Scorer(
-        current,
-        _node_api(kubeconfig),
-        prometheus_url=prometheus,
-        elector=elector,
-        bindings=bindings,
-        ledger=ledger,
-        dry_run=args.dry_run,
-    )
-    loop = ScorerLoop(scorer)
-    pods = PodBindingWatcher(
-        make_api_client(kubeconfig),
-        bindings,
-        window_s=lambda: watcher.current.spec.scoring.hot_window_seconds,
-        ledger=ledger,
-        on_binding=loop.wake,
-    )
-    server = HttpServer(create_app(scorer, policy_status=watcher.status), host, port)
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        log.info("signal %d: shutting down", signum)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    watcher.start()
-    if elector is not None:
-        # One round before the first cycle, so a lone replica writes from its first cycle on.
-        elector.try_acquire_or_renew()
-        elector.start()
-    pods.start()
-    loop.start()
-    server.start()
-    log.info("scorer serving on %s (policy %s)", server.url, watcher.current.version)
-    try:
-        stop.wait()
-    finally:
-        loop.stop()
-        pods.stop()
-        if elector is not None:
-            elector.stop(release=True)
-        watcher.stop()
-        server.stop()
-        scorer.close()
     return 0
 
 

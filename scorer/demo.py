@@ -63,8 +63,8 @@ def demo_environment(
     nodes: int = DEMO_NODES, *, interval_seconds: float = 30
 ) -> Iterator[DemoEnvironment]:
     cluster = demo_cluster(nodes)
-    workdir = Path(tempfile.mkdtemp(prefix="steer-demo-"))
     with (
+        tempfile.TemporaryDirectory(prefix="steer-demo-") as tmp,
         scraped_cluster(cluster, scrape_interval_s=1.0) as (_exporter, prom),
         ApiStub.start() as stub,
     ):
@@ -85,7 +85,7 @@ def demo_environment(
             lambda r: len(r.samples) == nodes,
             timeout_s=30,
         )
-        policy_file = workdir / "policy.yaml"
+        policy_file = Path(tmp) / "policy.yaml"
         policy_file.write_text(demo_policy_text(prom.url, interval_seconds=interval_seconds))
-        kubeconfig = stub.kubeconfig(workdir / "kubeconfig")
+        kubeconfig = stub.kubeconfig(Path(tmp) / "kubeconfig")
         yield DemoEnvironment(cluster, prom.url, kubeconfig, policy_file, stub)

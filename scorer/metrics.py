@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from steer.adapters.build_info import BuildInfoCollector
+
 _CYCLE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120)
 _QUERY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
@@ -103,6 +105,12 @@ class ScorerMetrics:
             ["version"],
             registry=r,
         )
+        self.policy_reload_errors = Counter(
+            "steer_scorer_policy_reload_errors",
+            "Policy edits rejected since start (the last good policy keeps serving).",
+            registry=r,
+        )
+        r.register(BuildInfoCollector("steer_scorer"))
         self.last_success = Gauge(
             "steer_scorer_last_successful_cycle_timestamp_seconds",
             "Unix time of the last cycle that completed.",

@@ -21,7 +21,7 @@ from steer.core.admission_policy import DEFAULT_NAME, security_admission_policy,
 from steer.core.policy import PolicyError
 
 # Modules that add subcommands; each exposes `register(subparsers)`.
-SUBCOMMAND_MODULES = ("scorer.cli", "webhook.cli", "certs.cli", "steer.apistub.cli", "steer.demo")
+SUBCOMMAND_MODULES = ("scorer.cli", "webhook.cli", "certs.cli", "steer.apistub.cli")
 
 
 def _cmd_version(args: argparse.Namespace) -> int:

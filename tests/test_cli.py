@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import shlex
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import yaml
 
-from tests.conftest import EXAMPLE_POLICY
+from steer.cli import build_parser
+from tests.conftest import EXAMPLE_POLICY, ROOT
 
 
 def steer(*args: str) -> subprocess.CompletedProcess[str]:
@@ -69,3 +73,43 @@ def test_help_explains_commands() -> None:
     assert "policy" in result.stdout and "version" in result.stdout
     sub = steer("policy", "validate", "--help")
     assert "report format" in sub.stdout and "SteeringPolicy" in sub.stdout
+
+
+def _actions_without_help(parser: argparse.ArgumentParser, path: str) -> Iterator[str]:
+    for action in parser._actions:
+        if isinstance(action, argparse._HelpAction):
+            continue
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {choice.dest: choice.help for choice in action._choices_actions}
+            for name, sub in action.choices.items():
+                if not helps.get(name):
+                    yield f"{path} {name}"
+                yield from _actions_without_help(sub, f"{path} {name}")
+        elif not action.help or action.help == argparse.SUPPRESS:
+            yield f"{path} {'/'.join(action.option_strings) or action.dest}"
+
+
+def test_every_command_and_flag_has_help() -> None:
+    assert list(_actions_without_help(build_parser(), "steer")) == []
+
+
+def _make_recipe(target: str) -> list[str]:
+    """The command lines of one Makefile target."""
+    lines = (ROOT / "Makefile").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"{target}:"))
+    recipe = []
+    for line in lines[start + 1 :]:
+        if not line.startswith("\t"):
+            break
+        recipe.append(line.strip())
+    return recipe
+
+
+def test_make_demo_runs_a_command_that_exists() -> None:
+    (command,) = _make_recipe("demo")
+    program, *args = shlex.split(command)
+    assert program == "$(BIN)/steer"
+    build_parser().parse_args(args)  # exits 2 on an unknown command or flag
+    result = steer(*args, "--help")
+    assert result.returncode == 0, result.stderr
+    assert "--demo" in result.stdout

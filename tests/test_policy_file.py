@@ -77,6 +77,21 @@ def test_missing_file_is_counted_and_policy_kept(tmp_path: Path) -> None:
     assert "cannot read policy file" in (watcher.status().last_error or "")
 
 
+def test_reload_error_listeners_hear_each_rejected_content_once(tmp_path: Path) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_text(EXAMPLE_POLICY.read_text())
+    watcher = PolicyWatcher(str(path))
+    heard: list[str] = []
+    watcher.on_reload_error(heard.append)
+    watcher.on_reload_error(lambda _message: 1 / 0)  # a broken listener is logged, not raised
+    path.write_text("spec: {dimensions: []}\n")
+    assert watcher.check() is False and watcher.check() is False
+    assert len(heard) == 1 and heard[0] == watcher.status().last_error
+    path.write_text("spec: {tenants: 3}\n")
+    assert watcher.check() is False
+    assert len(heard) == 2 == watcher.status().reload_errors
+
+
 def test_listener_failure_does_not_block_others(tmp_path: Path) -> None:
     path = tmp_path / "policy.yaml"
     path.write_text(EXAMPLE_POLICY.read_text())

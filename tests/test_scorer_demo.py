@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -22,8 +24,12 @@ def test_demo_runs_the_example_policy() -> None:
     assert POWER_KEPLER_07.strip() in EXAMPLE_POLICY.read_text()
 
 
-def test_demo_once_runs_with_no_external_services(capsys: pytest.CaptureFixture[str]) -> None:
+def test_demo_once_runs_with_no_external_services(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the demo makes its folders
     assert main(["scorer", "once", "--demo", "--dry-run", "--output", "json"]) == 0
+    assert list(tmp_path.iterdir()) == []  # policy, kubeconfig, Prometheus data: all removed
     body = json.loads(capsys.readouterr().out)
     assert body["queries"] == 6 and body["dryRun"] is True
     assert all(d["ok"] and d["nodes"] == 6 for d in body["dimensions"])

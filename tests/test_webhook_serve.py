@@ -5,13 +5,28 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from certs import issue_webhook_certs, write_webhook_certs
 from certs.files import atomic_write
+from steer.cli import build_parser
 from tests.webhook_harness import IDENTITY
-from webhook.metrics import CACHE_AGE, SYNCED_AT, CacheAgeCollector
-from webhook.serve import CertReloader, ServeError, ServerSettings, split_host_port
+from webhook.metrics import (
+    CACHE_AGE,
+    RELOAD_ERRORS,
+    SYNCED_AT,
+    CacheAgeCollector,
+    LargestCountCollector,
+    WebhookMetrics,
+)
+from webhook.serve import (
+    CertReloader,
+    ServeError,
+    ServerSettings,
+    gunicorn_config,
+    metrics_address,
+    split_host_port,
+)
 
 
 def test_reloader_keeps_serving_through_a_half_written_rotation(tmp_path: Path) -> None:
@@ -48,6 +63,56 @@ def test_cache_age_is_derived_from_the_oldest_worker() -> None:
     collector = CacheAgeCollector(registry.collect, clock=lambda: 1010.0)
     ages = [m for m in collector.collect() if m.name == CACHE_AGE]
     assert [s.value for s in ages[0].samples] == [20.0]
+
+
+def test_reload_errors_count_once_per_edit_not_once_per_worker() -> None:
+    def worker(errors: int) -> CollectorRegistry:
+        registry = CollectorRegistry()
+        Counter(RELOAD_ERRORS, "t", registry=registry).inc(errors)
+        return registry
+
+    workers = [worker(2), worker(2), worker(1)]  # the third one restarted after an edit
+    summed = CollectorRegistry()
+    Counter(RELOAD_ERRORS, "t", registry=summed).inc(5)  # what the multiprocess sum says
+    collector = LargestCountCollector(
+        summed.collect, lambda: (w.collect() for w in workers), [RELOAD_ERRORS]
+    )
+    (family,) = [m for m in collector.collect() if m.name == RELOAD_ERRORS]
+    assert [s.value for s in family.samples if s.name.endswith("_total")] == [2.0]
+
+
+def test_single_process_metrics_are_counters_with_build_info(tmp_path: Path) -> None:
+    registry = CollectorRegistry()
+    metrics = WebhookMetrics(registry)
+    metrics.policy_reload_errors.inc()
+    metrics.namespace_relists.inc(2)
+    assert registry.get_sample_value("steer_webhook_policy_reload_errors_total") == 1
+    assert registry.get_sample_value("steer_webhook_namespace_cache_relists_total") == 2
+    build = next(m for m in registry.collect() if m.name == "steer_webhook_build_info")
+    assert set(build.samples[0].labels) == {"version", "python"}
+
+
+def test_metrics_bind_the_listen_host_unless_given_a_host() -> None:
+    args = build_parser().parse_args(
+        ["webhook", "serve", "--policy", "p", "--cert", "c", "--key", "k"]
+    )
+    assert metrics_address("127.0.0.1:8443", args.metrics_listen) == ("127.0.0.1", 9102)
+    assert metrics_address("[::1]:8443", "9200") == ("::1", 9200)
+    assert metrics_address("127.0.0.1:8443", "0.0.0.0:9102") == ("0.0.0.0", 9102)
+    assert metrics_address("0.0.0.0:8443", "9102") == ("0.0.0.0", 9102)
+    with pytest.raises(ServeError, match=r"--metrics-listen: port must be 0\.\.65535"):
+        metrics_address("127.0.0.1:8443", "70000")
+
+
+def test_json_logs_reach_gunicorn_through_its_logging_config(tmp_path: Path) -> None:
+    reloader = CertReloader("c", "k")
+    text = gunicorn_config(ServerSettings("127.0.0.1:1", "c", "k"), reloader)
+    assert "logconfig_dict" not in text  # gunicorn's own line format, as before
+    json_logs = gunicorn_config(
+        ServerSettings("127.0.0.1:1", "c", "k", log_level="warning", log_format="json"), reloader
+    )
+    assert json_logs["loglevel"] == "warning"
+    assert json_logs["logconfig_dict"]["root"]["level"] == "WARNING"
 
 
 @pytest.mark.parametrize(

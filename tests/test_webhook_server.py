@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import platform
 import socket
 import ssl
 import subprocess
@@ -21,11 +22,14 @@ import pytest
 import requests
 
 from certs import issue_webhook_certs, write_webhook_certs
+from steer import __version__
 from tests.webhook_harness import (
     IDENTITY,
     ROOT,
     Webhook,
     admission_fixture,
+    assert_json_lines,
+    metric_families,
     metric_value,
     peer_fingerprint,
     review_for,
@@ -428,10 +432,44 @@ def test_policy_hot_reload_changes_patches_and_metrics(tmp_path: Path) -> None:
         assert '"values": ["8"]' in json.dumps(
             patch_of(response_of(post(s, live, "/mutate", body)))
         )
-        eventually(lambda: metric_value(live.metrics(), "steer_webhook_policy_reload_errors") == 1)
+        eventually(
+            lambda: metric_value(live.metrics(), "steer_webhook_policy_reload_errors_total") == 1
+        )
         text = live.metrics()
         assert metric_value(text, "steer_webhook_policy_info", version=new_version) == 1
         assert metric_value(text, "steer_webhook_policy_info", version=old_version) == 0
+
+
+def test_metrics_on_the_listen_host_counters_build_info_and_json_logs(tmp_path: Path) -> None:
+    with running_webhook(
+        tmp_path, workers=2, metrics_on_listen_host=True, extra_args=("--log-format", "json")
+    ) as live:
+        port = int(live.metrics_url.split(":")[2].split("/")[0])
+        # --listen 127.0.0.1 and a bare metrics port: bound on loopback only, not 0.0.0.0.
+        assert requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).status_code == 200
+        with pytest.raises(requests.ConnectionError):
+            requests.get(f"http://127.0.0.2:{port}/metrics", timeout=5)
+
+        live.policy_file.write_text("spec: {dimensions: []}\n")  # rejected by both workers
+        eventually(
+            lambda: metric_value(live.metrics(), "steer_webhook_policy_reload_errors_total") == 1
+        )
+        time.sleep(2.5)  # one more status round: still counted once, not once per worker
+        families = metric_families(live.metrics())
+        reloads = families["steer_webhook_policy_reload_errors"]
+        assert reloads.type == "counter"
+        assert [s.value for s in reloads.samples if s.name.endswith("_total")] == [1]
+        relists = families["steer_webhook_namespace_cache_relists"]
+        assert relists.type == "counter"
+        assert [s.value for s in relists.samples if s.name.endswith("_total")] == [2]  # a list each
+        build = families["steer_webhook_build_info"]
+        assert [(s.labels["version"], s.value) for s in build.samples] == [(__version__, 1)]
+        assert build.samples[0].labels["python"] == platform.python_version()
+
+    entries = assert_json_lines(live.log())
+    loggers = {e["logger"] for e in entries}
+    assert "gunicorn.error" in loggers  # gunicorn's own lines are JSON too
+    assert any(e["level"] == "ERROR" and "policy not reloaded" in e["message"] for e in entries)
 
 
 def test_certificate_rotation_while_serving(tmp_path: Path) -> None:

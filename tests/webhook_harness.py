@@ -130,8 +130,13 @@ def metric_value(text: str, name: str, **labels: str) -> float:
 
 @contextmanager
 def running_webhook(
-    tmp: Path, *, workers: int = 2, extra_args: tuple[str, ...] = ()
+    tmp: Path,
+    *,
+    workers: int = 2,
+    extra_args: tuple[str, ...] = (),
+    metrics_on_listen_host: bool = False,
 ) -> Iterator[Webhook]:
+    """With `metrics_on_listen_host`, `--metrics-listen` is a bare port (the --listen host)."""
     cert_dir = tmp / "certs"
     ca_file = make_certs(cert_dir)
     policy_file = tmp / "policy.yaml"
@@ -158,7 +163,7 @@ def running_webhook(
         "--listen",
         f"127.0.0.1:{port}",
         "--metrics-listen",
-        f"127.0.0.1:{metrics_port}",
+        str(metrics_port) if metrics_on_listen_host else f"127.0.0.1:{metrics_port}",
         "--kubeconfig",
         str(kubeconfig),
         "--workers",
@@ -212,3 +217,23 @@ def _wait_ready(hook: Webhook, timeout: float = 30.0) -> None:
             pass
         time.sleep(0.1)
     raise RuntimeError(f"webhook not ready after {timeout}s:\n{hook.log()}")
+
+
+def metric_families(text: str) -> dict[str, Any]:
+    """Prometheus text format parsed by prometheus-client: family name → family (type, samples)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {family.name: family for family in text_string_to_metric_families(text)}
+
+
+def assert_json_lines(text: str) -> list[dict[str, Any]]:
+    """Every non-empty line is one JSON log object with time, level, logger and message."""
+    entries = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        entry = json.loads(line)  # fails the test on a line that is not JSON
+        assert {"time", "level", "logger", "message"} <= entry.keys(), line
+        entries.append(entry)
+    assert entries
+    return entries

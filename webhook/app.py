@@ -50,6 +50,8 @@ class PolicySource(Protocol):
 
     def subscribe(self, listener: Callable[[Policy], None], *, call_now: bool = True) -> None: ...
 
+    def on_reload_error(self, listener: Callable[[str], None]) -> None: ...
+
     def status(self) -> Any: ...
 
 
@@ -84,7 +86,9 @@ class AdmissionHandler:
         self.cert_status = cert_status
         self.policy = policy
         self._plans: Plans | None = None
+        self._relists_published = 0
         policy.subscribe(self._on_policy)
+        policy.on_reload_error(lambda _message: metrics.policy_reload_errors.inc())
 
     def _on_policy(self, policy: Policy) -> None:
         # Built off the request path, then published with one reference assignment.
@@ -256,8 +260,9 @@ class AdmissionHandler:
         if ns.current_at is not None:
             self.metrics.namespace_current_at.set(ns.current_at)
         self.metrics.namespaces.set(ns.namespaces)
-        self.metrics.namespace_relists.set(ns.relists)
-        self.metrics.policy_reload_errors.set(self.policy.status().reload_errors)
+        if ns.relists > self._relists_published:
+            self.metrics.namespace_relists.inc(ns.relists - self._relists_published)
+            self._relists_published = ns.relists
 
 
 def start_status_pump(handler: AdmissionHandler, interval: float = 2.0) -> threading.Event:

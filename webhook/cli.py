@@ -8,10 +8,10 @@ metric exists.
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from typing import Any
 
+from steer.adapters.service_logs import add_log_flags, configure_logging
 from webhook.review import DEFAULT_MAX_BODY_BYTES
 from webhook.serve import DEFAULT_LISTEN, DEFAULT_METRICS_LISTEN
 
@@ -43,8 +43,9 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     serve.add_argument(
         "--metrics-listen",
         default=DEFAULT_METRICS_LISTEN,
-        metavar="HOST:PORT",
-        help="plain-HTTP address of /metrics; 'off' disables it",
+        metavar="HOST:PORT|PORT",
+        help="plain-HTTP address of /metrics; a bare PORT binds the host of --listen; 'off' "
+        "disables it",
     )
     serve.add_argument(
         "--kubeconfig",
@@ -70,12 +71,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         metavar="SECONDS",
         help="how long a starting worker waits for the first namespace list",
     )
-    serve.add_argument(
-        "--log-level",
-        default="info",
-        choices=("debug", "info", "warning", "error"),
-        help="log level",
-    )
+    add_log_flags(serve)
     serve.set_defaults(func=_serve)
 
 
@@ -85,9 +81,7 @@ def _serve(args: argparse.Namespace) -> int:
     from steer.core.policy import PolicyError
     from webhook.serve import ServeError, ServerSettings, WebhookOptions, serve_webhook
 
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(args.log_level, args.log_format)
     options = WebhookOptions(
         policy_file=args.policy,
         server=ServerSettings(
@@ -97,6 +91,7 @@ def _serve(args: argparse.Namespace) -> int:
             workers=args.workers,
             threads=args.threads,
             log_level=args.log_level,
+            log_format=args.log_format,
         ),
         metrics_listen=None if args.metrics_listen == "off" else args.metrics_listen,
         kubeconfig=args.kubeconfig,

@@ -10,6 +10,8 @@ the workers as a timestamp and turned into an age by `CacheAgeCollector` where i
 
 from __future__ import annotations
 
+import glob
+import os
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -18,9 +20,12 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histo
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from steer.adapters.build_info import BuildInfoCollector
+
 PREFIX = "steer_webhook"
 SYNCED_AT = f"{PREFIX}_namespace_cache_current_timestamp_seconds"
 CACHE_AGE = f"{PREFIX}_namespace_cache_age_seconds"
+RELOAD_ERRORS = f"{PREFIX}_policy_reload_errors"
 # Admission must answer in a few milliseconds; the buckets resolve 0.25 ms .. 1 s.
 DURATION_BUCKETS = (0.00025, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 
@@ -75,10 +80,9 @@ class WebhookMetrics:
             multiprocess_mode="livemax",
             registry=reg,
         )
-        self.policy_reload_errors = Gauge(
-            f"{PREFIX}_policy_reload_errors",
+        self.policy_reload_errors = Counter(
+            RELOAD_ERRORS,
             "Policy edits rejected since start (the last good policy keeps serving).",
-            multiprocess_mode="livemax",
             registry=reg,
         )
         self.namespace_current_at = Gauge(
@@ -93,12 +97,13 @@ class WebhookMetrics:
             multiprocess_mode="livemax",
             registry=reg,
         )
-        self.namespace_relists = Gauge(
+        self.namespace_relists = Counter(
             f"{PREFIX}_namespace_cache_relists",
-            "Full namespace lists since start (1 + re-lists after 410 Gone or errors).",
-            multiprocess_mode="livemax",
+            "Full namespace lists since start (1 + re-lists after 410 Gone or errors), summed "
+            "over the worker processes (each keeps its own watch).",
             registry=reg,
         )
+        reg.register(BuildInfoCollector(PREFIX))
         self._version: str | None = None
         # labels() hashes and locks on every call; the request path reuses the children.
         self._children: dict[tuple[str, ...], Any] = {}
@@ -155,12 +160,62 @@ class CacheAgeCollector(Collector):
         yield age
 
 
+class LargestCountCollector(Collector):
+    """Re-exports `source`'s metrics with the counters in `names` taken as the largest count of
+    one process instead of the sum over processes.
+
+    Every worker reloads the same policy file, so each one rejects the same bad edit: the sum
+    would count it once per worker. The largest count is the number of edits rejected; a
+    restarted worker starts from 0, and the count of the one it replaced stays in its file.
+    """
+
+    def __init__(
+        self,
+        source: Callable[[], Iterable[Metric]],
+        per_process: Callable[[], Iterable[Iterable[Metric]]],
+        names: Iterable[str],
+    ) -> None:
+        self._source = source
+        self._per_process = per_process
+        self._names = frozenset(names)
+
+    def collect(self) -> Iterable[Metric]:
+        largest: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+        for metrics in self._per_process():
+            for metric in metrics:
+                if metric.name in self._names:
+                    for s in metric.samples:
+                        key = (s.name, tuple(sorted(s.labels.items())))
+                        largest[key] = max(largest.get(key, s.value), s.value)
+        for metric in self._source():
+            if metric.name in self._names:
+                metric.samples = [
+                    s._replace(
+                        value=largest.get((s.name, tuple(sorted(s.labels.items()))), s.value)
+                    )
+                    for s in metric.samples
+                ]
+            yield metric
+
+
 def multiprocess_registry() -> CollectorRegistry:
-    """The registry the metrics port serves under gunicorn: all workers, plus the cache age."""
+    """The registry the metrics port serves under gunicorn: all workers, the cache age, and
+    the build info of the server."""
     from prometheus_client import multiprocess
 
     untyped: Any = multiprocess  # the module is not annotated
     collector = untyped.MultiProcessCollector(None)
+    path = os.environ["PROMETHEUS_MULTIPROC_DIR"]  # the collector has checked it
+
+    def per_process() -> Iterable[Iterable[Metric]]:
+        for file in glob.glob(os.path.join(path, "counter_*.db")):
+            yield untyped.MultiProcessCollector.merge([file], accumulate=True)
+
     registry = CollectorRegistry()
-    registry.register(CacheAgeCollector(collector.collect))
+    registry.register(
+        CacheAgeCollector(
+            LargestCountCollector(collector.collect, per_process, [RELOAD_ERRORS]).collect
+        )
+    )
+    registry.register(BuildInfoCollector(PREFIX))
     return registry

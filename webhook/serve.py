@@ -31,12 +31,15 @@ from typing import Any
 
 from certs.files import load_cert_info
 from certs.pki import CertError
+from steer.adapters.service_logs import logging_dict_config
 
 log = logging.getLogger(__name__)
 
 WSGIApp = Callable[..., Any]
 DEFAULT_LISTEN = "0.0.0.0:8443"
-DEFAULT_METRICS_LISTEN = "0.0.0.0:9102"
+# A bare port: /metrics binds the host of --listen, so a webhook kept on loopback keeps its
+# unauthenticated metrics there too.
+DEFAULT_METRICS_LISTEN = "9102"
 
 
 class ServeError(RuntimeError):
@@ -48,6 +51,17 @@ def split_host_port(value: str, flag: str) -> tuple[str, int]:
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ServeError(f"{flag}: expected HOST:PORT (e.g. 0.0.0.0:8443), got {value!r}")
     return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def metrics_address(listen: str, metrics_listen: str) -> tuple[str, int]:
+    """Where /metrics binds: `--metrics-listen` HOST:PORT as given, or a bare PORT on the
+    host of `--listen`."""
+    if metrics_listen.isdigit():
+        host, _ = split_host_port(listen, "--listen")
+        if int(metrics_listen) > 65535:
+            raise ServeError(f"--metrics-listen: port must be 0..65535, got {metrics_listen}")
+        return host, int(metrics_listen)
+    return split_host_port(metrics_listen, "--metrics-listen")
 
 
 class CertReloader:
@@ -133,6 +147,7 @@ class ServerSettings:
     threads: int = 4
     keepalive_seconds: int = 30
     log_level: str = "info"
+    log_format: str = "text"
 
     def check(self) -> None:
         split_host_port(self.listen, "--listen")
@@ -149,7 +164,15 @@ def gunicorn_config(settings: ServerSettings, reloader: CertReloader) -> dict[st
     def ssl_context(conf: Any, default_factory: Any) -> ssl.SSLContext:
         return reloader.context()
 
+    # gunicorn formats its own lines unless given a logging config; JSON output needs every
+    # line to be an object, so then its loggers hand their records to the service's handler.
+    logs = (
+        {"logconfig_dict": logging_dict_config(settings.log_level, "json")}
+        if settings.log_format == "json"
+        else {}
+    )
     return {
+        **logs,
         "bind": [settings.listen],
         "workers": settings.workers,
         "worker_class": "webhook.gworker.TLSThreadWorker",
@@ -238,7 +261,7 @@ def serve_webhook(options: WebhookOptions) -> None:
     load_policy_file(options.policy_file)  # PolicyError names every problem
     make_api_client(options.kubeconfig)  # KubeConfigError says where credentials were sought
     metrics_addr = (
-        split_host_port(options.metrics_listen, "--metrics-listen")
+        metrics_address(options.server.listen, options.metrics_listen)
         if options.metrics_listen
         else None
     )

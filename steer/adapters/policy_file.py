@@ -20,6 +20,7 @@ from steer.core.policy import Policy, PolicyError, PolicyIssue, parse_policy
 log = logging.getLogger(__name__)
 
 Listener = Callable[[Policy], None]
+ErrorListener = Callable[[str], None]
 
 
 def load_policy_file(path: str) -> Policy:
@@ -51,6 +52,7 @@ class PolicyWatcher:
         self.interval_seconds = interval_seconds
         self._lock = threading.Lock()
         self._listeners: list[Listener] = []
+        self._error_listeners: list[ErrorListener] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.reload_errors = 0
@@ -72,6 +74,11 @@ class PolicyWatcher:
             self._listeners.append(listener)
         if call_now:
             listener(self._current)
+
+    def on_reload_error(self, listener: ErrorListener) -> None:
+        """Call `listener(message)` once for each rejected content (what `reload_errors` counts)."""
+        with self._lock:
+            self._error_listeners.append(listener)
 
     def check(self) -> bool:
         """Re-read the file once; True when a new policy was swapped in."""
@@ -104,12 +111,19 @@ class PolicyWatcher:
     def _failed(self, message: str, digest: str | None) -> bool:
         with self._lock:
             # Count each bad content (or unreadable state) once, not once per poll.
-            if message != self.last_error:
+            new = message != self.last_error
+            if new:
                 self.reload_errors += 1
                 log.error("policy not reloaded, keeping %s:\n%s", self._current.version, message)
             if digest is not None:
                 self._last_seen_digest = digest
             self.last_error = message
+            listeners = list(self._error_listeners) if new else []
+        for listener in listeners:
+            try:
+                listener(message)
+            except Exception:
+                log.exception("policy reload-error listener failed")
         return False
 
     def status(self) -> ReloadStatus:

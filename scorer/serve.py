@@ -1,0 +1,157 @@
+"""`steer scorer run`: the scoring loop, leader election, the pod watch and the HTTP surface.
+
+One process runs everything: the loop must score exactly once per replica, so the HTTP
+server is a threaded WSGI server beside the scheduler thread, not a gunicorn worker. The
+CLI (`scorer.cli`) only parses flags into `ScorerOptions` and calls `serve_scorer`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from scorer.app import HttpServer, create_app
+from scorer.hot import BindingWindow, PodBindingWatcher
+from scorer.kubeapi import KubeJson
+from scorer.leader import DEFAULT_LEASE_NAME, LeaseElector
+from scorer.ledger import PodLedger
+from scorer.loop import ScorerLoop
+from scorer.metrics import ScorerMetrics
+from scorer.service import Scorer
+from scorer.writer import NodeApi
+from steer.adapters.kube import make_api_client
+from steer.adapters.policy_file import PolicyWatcher
+from steer.core.policy import Policy
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LISTEN = "0.0.0.0:8080"
+
+
+@dataclass(frozen=True)
+class Sources:
+    """Where the scorer reads: the policy file, a Prometheus URL override, a kubeconfig."""
+
+    policy_file: str | None
+    prometheus_url: str | None = None
+    kubeconfig: str | None = None
+    demo: bool = False
+
+
+@dataclass(frozen=True)
+class ScorerOptions:
+    sources: Sources
+    host: str = "0.0.0.0"
+    port: int = 8080
+    lease_namespace: str | None = None
+    lease_name: str = DEFAULT_LEASE_NAME
+    identity: str | None = None
+    leader_election: bool = True
+    dry_run: bool = False
+
+
+@contextlib.contextmanager
+def open_sources(sources: Sources) -> Iterator[tuple[str, str | None, str | None]]:
+    """(policy file, prometheus URL override, kubeconfig) — as given, or from a demo environment."""
+    if not sources.demo:
+        if not sources.policy_file:
+            raise ValueError("a policy file is required unless the demo runs")
+        yield sources.policy_file, sources.prometheus_url, sources.kubeconfig
+        return
+    from scorer.demo import demo_environment  # needs the prometheus binary: import on demand
+
+    log.info("starting the demo: synthetic exporter, Prometheus, Kubernetes API stand-in")
+    with demo_environment() as env:
+        yield str(env.policy_file), env.prometheus_url, str(env.kubeconfig)
+
+
+def node_api(kubeconfig: str | None) -> NodeApi:
+    return NodeApi(KubeJson(make_api_client(kubeconfig)))
+
+
+def serve_scorer(options: ScorerOptions) -> None:
+    """Score and serve until SIGTERM/SIGINT; `PolicyError`/`KubeConfigError` when it cannot start."""
+    with open_sources(options.sources) as (policy_file, prometheus, kubeconfig):
+        metrics = ScorerMetrics()
+        watcher = PolicyWatcher(policy_file)
+        watcher.on_reload_error(lambda _message: metrics.policy_reload_errors.inc())
+        _serve(options, watcher, metrics, prometheus, kubeconfig)
+
+
+def _serve(
+    options: ScorerOptions,
+    watcher: PolicyWatcher,
+    metrics: ScorerMetrics,
+    prometheus: str | None,
+    kubeconfig: str | None,
+) -> None:
+    current: Callable[[], Policy] = lambda: watcher.current  # noqa: E731
+    elector = None
+    if options.leader_election:
+        namespace = (
+            options.lease_namespace
+            or os.environ.get("POD_NAMESPACE")
+            or ("default" if options.sources.demo else watcher.current.spec.project_namespace)
+        )
+        elector = LeaseElector(
+            KubeJson(make_api_client(kubeconfig)),
+            namespace=namespace,
+            name=options.lease_name,
+            identity=options.identity,
+        )
+    bindings = BindingWindow()
+    ledger = PodLedger()
+    scorer = Scorer(
+        current,
+        node_api(kubeconfig),
+        prometheus_url=prometheus,
+        elector=elector,
+        bindings=bindings,
+        ledger=ledger,
+        metrics=metrics,
+        dry_run=options.dry_run,
+    )
+    loop = ScorerLoop(scorer)
+    pods = PodBindingWatcher(
+        make_api_client(kubeconfig),
+        bindings,
+        window_s=lambda: watcher.current.spec.scoring.hot_window_seconds,
+        ledger=ledger,
+        on_binding=loop.wake,
+    )
+    server = HttpServer(
+        create_app(scorer, policy_status=watcher.status), options.host, options.port
+    )
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        log.info("signal %d: shutting down", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    watcher.start()
+    if elector is not None:
+        # One round before the first cycle, so a lone replica writes from its first cycle on.
+        elector.try_acquire_or_renew()
+        elector.start()
+    pods.start()
+    loop.start()
+    server.start()
+    log.info("scorer serving on %s (policy %s)", server.url, watcher.current.version)
+    try:
+        stop.wait()
+    finally:
+        loop.stop()
+        pods.stop()
+        if elector is not None:
+            elector.stop(release=True)
+        watcher.stop()
+        server.stop()
+        scorer.close()
