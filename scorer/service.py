@@ -437,8 +437,8 @@ class Scorer:
         if not policy.spec.cluster_scores.enabled:
             return
         ledger = self.ledger
-        requests = ledger.requested(requested_resources(policy)) if ledger else None
-        shares = ledger.shares(policy) if ledger else None
+        requests = None if ledger is None else ledger.requested(requested_resources(policy))
+        shares = None if ledger is None else ledger.shares(policy)
         values = cluster_scores(policy, plan, nodes, requests, shares)
         self.cluster_scores = values
         known = {v.name for v in values if v.value is not None}

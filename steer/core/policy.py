@@ -892,15 +892,13 @@ def _describe_selector(selector: LabelSelector) -> str:
 def _cluster_score_issues(spec: Spec) -> Iterable[PolicyIssue]:
     scores = spec.cluster_scores
     base = "spec.clusterScores"
-    if not scores.enabled:
-        return
-    if not scores.cluster_name:
+    if scores.enabled and not scores.cluster_name:
         yield PolicyIssue(
             f"{base}.clusterName",
             "required when enabled: this cluster's name on the hub (the namespace of the "
             "AddOnPlacementScore)",
         )
-    elif not is_dns1123_label(scores.cluster_name):
+    elif scores.cluster_name and not is_dns1123_label(scores.cluster_name):
         yield PolicyIssue(
             f"{base}.clusterName",
             f"must be a namespace name (lower-case RFC 1123 label), got {scores.cluster_name!r}",
@@ -911,13 +909,13 @@ def _cluster_score_issues(spec: Spec) -> Iterable[PolicyIssue]:
             f"must be an object name (lower-case RFC 1123 subdomain), got {scores.resource_name!r}",
         )
     interval = spec.scoring.interval_seconds
-    if scores.valid_for_seconds <= interval:
+    if scores.enabled and scores.valid_for_seconds <= interval:
         yield PolicyIssue(
             f"{base}.validForSeconds",
             f"must be greater than spec.scoring.intervalSeconds ({_fmt(interval)}), or the "
             f"scores expire between cycles; got {_fmt(scores.valid_for_seconds)}",
         )
-    if not scores.scores:
+    if scores.enabled and not scores.scores:
         yield PolicyIssue(f"{base}.scores", "must list at least one score when enabled")
     dups = _duplicates(s.name for s in scores.scores)
     dims = {d.name for d in spec.dimensions}
