@@ -890,6 +890,8 @@ def _describe_selector(selector: LabelSelector) -> str:
 
 
 def _cluster_score_issues(spec: Spec) -> Iterable[PolicyIssue]:
+    """Entries are checked even while disabled; the cluster name and references to tenants
+    and dimensions only when enabled (a disabled section may name what is not there yet)."""
     scores = spec.cluster_scores
     base = "spec.clusterScores"
     if scores.enabled and not scores.cluster_name:
@@ -955,12 +957,12 @@ def _cluster_score_issues(spec: Spec) -> Iterable[PolicyIssue]:
             tenant = tenants.get(score.tenant or "")
             if score.tenant is None:
                 yield PolicyIssue(f"{path}.tenant", "required for tenantHeadroom")
-            elif tenant is None:
+            elif tenant is None and scores.enabled:
                 yield PolicyIssue(
                     f"{path}.tenant",
                     f"unknown tenant {score.tenant!r}; known: {sorted(tenants)}",
                 )
-            elif tenant.overcommit_percent is None:
+            elif tenant is not None and tenant.overcommit_percent is None:
                 yield PolicyIssue(
                     f"{path}.tenant",
                     f"tenant {score.tenant!r} has no overcommitPercent: its headroom is "
@@ -973,7 +975,7 @@ def _cluster_score_issues(spec: Spec) -> Iterable[PolicyIssue]:
                 yield PolicyIssue(
                     f"{path}.dimension", "required for powerPerCore: the dimension of node watts"
                 )
-            elif score.dimension not in dims:
+            elif score.dimension not in dims and scores.enabled:
                 yield PolicyIssue(
                     f"{path}.dimension",
                     f"unknown dimension {score.dimension!r}; known: {sorted(dims)}",
