@@ -271,7 +271,12 @@ def write_reason(
 ) -> str | None:
     """Why the object must be written now, or None. Values are written when they change;
     unchanged ones once less than half of `validForSeconds` is left, so a live scorer never
-    lets them expire (the policy keeps validFor above the cycle interval) and a dead one does."""
+    lets them expire (the policy keeps validFor above the cycle interval) and a dead one does.
+    With no score known there is nothing to write."""
+    if not scores:
+        # Nothing known (e.g. the pod watch not synced yet after a restart): what was
+        # published stays until its validUntil, rather than being wiped by an empty list.
+        return None
     if last is None:
         return "first write"
     if (last.namespace, last.name) != (namespace, name):

@@ -238,6 +238,11 @@ def test_first_write_and_changes_write() -> None:
     assert write_reason(LAST, "cluster-a", "kube-steer", SCORES[:1], NOW, 120) == ("scores changed")
 
 
+def test_nothing_known_writes_nothing() -> None:
+    assert write_reason(None, "cluster-a", "kube-steer", (), NOW, 120) is None
+    assert write_reason(LAST, "cluster-a", "kube-steer", (), NOW + 100, 120) is None
+
+
 def test_unchanged_scores_are_rewritten_at_half_life_only() -> None:
     assert write_reason(LAST, "cluster-a", "kube-steer", SCORES, NOW + 59, 120) is None
     assert (
