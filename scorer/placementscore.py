@@ -76,6 +76,11 @@ class PlacementScorePublisher:
             self._hub_key = key
         return self._hub
 
+    def forget(self) -> None:
+        """Not writing (not the leader): another replica may write meanwhile, so what this
+        one wrote last says nothing about the object when it leads again."""
+        self.last = None
+
     def publish(
         self, policy: Policy, values: tuple[ClusterScoreValue, ...], now: float
     ) -> PublishResult:

@@ -449,6 +449,8 @@ class Scorer:
                 self.metrics.cluster_score.labels(name=v.name).set(v.value)
         self._cluster_score_names = known
         if not write:
+            if self.placement_scores is not None:
+                self.placement_scores.forget()
             return
         if self.placement_scores is None:
             api_client = self.node_api.kube.api_client
