@@ -297,3 +297,31 @@ def status_patch(scores: tuple[tuple[str, int], ...], until: float) -> dict[str,
             "validUntil": rfc3339(until),
         }
     }
+
+
+def cluster_detail(
+    values: Sequence[ClusterScoreValue], last: PublishedScores | None
+) -> dict[str, object]:
+    """`/explain/cluster`: each score's raw value and why, and what was last written."""
+    return {
+        "scores": [
+            {
+                "name": v.name,
+                "kind": v.kind,
+                "raw": v.raw,
+                "unit": v.unit,
+                "value": v.value,
+                "nodes": v.nodes,
+                "why": v.why,
+            }
+            for v in values
+        ],
+        "published": None
+        if last is None
+        else {
+            "namespace": last.namespace,
+            "name": last.name,
+            "scores": [{"name": n, "value": v} for n, v in last.scores],
+            "validUntil": rfc3339(last.valid_until),
+        },
+    }

@@ -3,6 +3,7 @@ answers like the apiserver for a CRD with a status subresource, and its hook in 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import time
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 
+from scorer.app import create_app
 from scorer.clusterscore import ClusterScoreValue
 from scorer.kubeapi import KubeApiError, KubeJson
 from scorer.ledger import PodLedger
@@ -19,6 +21,7 @@ from scorer.service import Scorer
 from scorer.writer import NodeApi
 from steer.adapters.kube import KubeConfigError
 from steer.apistub import ApiStub
+from steer.apistub.status import ApiError
 from steer.apistub.synthetic import synthetic_node
 from steer.core.policy import Policy, parse_policy
 from tests.apistub_fixtures import client_for
@@ -194,7 +197,8 @@ def make_scorer(
     stub: ApiStub, tmp_path: Path, policy: Policy, hub: FakeHub, ledger: PodLedger, **kwargs: Any
 ) -> Scorer:
     for name in ("gpu-1", "gpu-2"):
-        stub.add_node(synthetic_node(name, gpus=8))
+        with contextlib.suppress(ApiError):  # a second scorer on the same stand-in
+            stub.add_node(synthetic_node(name, gpus=8))
     kube = client_for(stub, tmp_path / f"kubeconfig-{time.monotonic_ns()}")
     return Scorer(
         lambda: policy,
@@ -262,3 +266,54 @@ def test_hub_errors_are_counted_not_fatal(apistub: ApiStub, tmp_path: Path) -> N
         assert scorer.last is not None
     finally:
         scorer.close()
+
+
+def test_a_replica_that_stops_leading_forgets_what_it_wrote(
+    apistub: ApiStub, tmp_path: Path
+) -> None:
+    hub = FakeHub()
+    ledger = PodLedger()
+    ledger.replace([])
+    scorer = make_scorer(apistub, tmp_path, POLICY, hub, ledger)
+    try:
+        scorer.run_cycle()
+        assert scorer.placement_scores is not None and scorer.placement_scores.last is not None
+        scorer.run_cycle(dry_run=True)  # as a replica that does not write
+        assert scorer.placement_scores.last is None
+        hub.calls.clear()
+        scorer.run_cycle()  # leading again: written at once, not only at half-life
+        assert [m for m, _ in hub.calls] == ["PATCH"]
+    finally:
+        scorer.close()
+
+
+def test_explain_cluster(apistub: ApiStub, tmp_path: Path) -> None:
+    hub = FakeHub()
+    ledger = PodLedger()
+    ledger.replace([gpu_pod("a", "gpu-1", 3)])
+    scorer = make_scorer(apistub, tmp_path, POLICY, hub, ledger)
+    app = create_app(scorer).test_client()
+    try:
+        assert app.get("/explain/cluster").status_code == 503
+        scorer.run_cycle()
+        body = app.get("/explain/cluster").get_json()
+        assert body["scores"] == [
+            {
+                "name": "free-gpus",
+                "kind": "freeResource",
+                "raw": 13.0,
+                "unit": "whole nvidia.com/gpu",
+                "value": 100,
+                "nodes": 2,
+                "why": "13 free nvidia.com/gpu in total on 2 nodes",
+            }
+        ]
+        assert body["published"]["namespace"] == "cluster-a"
+        assert body["published"]["scores"] == [{"name": "free-gpus", "value": 100}]
+    finally:
+        scorer.close()
+    off = make_scorer(apistub, tmp_path, parse_policy(SMALL_POLICY), hub, ledger)
+    try:
+        assert create_app(off).test_client().get("/explain/cluster").status_code == 404
+    finally:
+        off.close()
