@@ -4,6 +4,7 @@ the -100..100 mapping and when the publisher must write."""
 from __future__ import annotations
 
 from fractions import Fraction
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -19,6 +20,7 @@ from scorer.clusterscore import (
     valid_until,
     write_reason,
 )
+from scorer.ledger import PodLedger
 from scorer.model import NodeState, Taint
 from scorer.plan import ScorerMemory, plan_cycle
 from steer.core.budget import Amount, PodShare
@@ -259,4 +261,52 @@ def test_status_patch_and_valid_until() -> None:
             "scores": [{"name": "free-gpus", "value": 10}, {"name": "h", "value": -3}],
             "validUntil": "2027-01-15T08:02:00Z",
         }
+    }
+
+
+# -- the ledger's requests (the input of freeResource and powerPerCore) ------------------------
+
+
+def bound(
+    uid: str, node: str, requests: dict[str, str], *, phase: str = "Running"
+) -> dict[str, Any]:
+    return {
+        "metadata": {"uid": uid},
+        "spec": {
+            "nodeName": node,
+            "containers": [{"resources": {"requests": requests}}],
+            "initContainers": [
+                {"restartPolicy": "Always", "resources": {"requests": {"cpu": "500m"}}}
+            ],
+        },
+        "status": {"phase": phase},
+    }
+
+
+def test_ledger_sums_requests_per_node() -> None:
+    ledger = PodLedger()
+    assert ledger.requested(("nvidia.com/gpu", "cpu")) is None  # not synced
+    ledger.replace(
+        [
+            bound("a", "n1", {"nvidia.com/gpu": "2", "cpu": "1"}),
+            bound("b", "n1", {"nvidia.com/gpu": "1", "cpu": "bogus"}),
+            bound("c", "n2", {"cpu": "250m"}),
+            bound("d", "n2", {"nvidia.com/gpu": "8"}, phase="Succeeded"),
+        ]
+    )
+    got = ledger.requested(("nvidia.com/gpu", "cpu"))
+    # sidecars count beside the containers; a malformed quantity counts as nothing
+    assert got == {
+        "n1": {"nvidia.com/gpu": Fraction(3), "cpu": Fraction(3, 2)},
+        "n2": {"nvidia.com/gpu": Fraction(0), "cpu": Fraction(3, 4)},
+    }
+    ledger.apply("DELETED", bound("a", "n1", {}))
+    ledger.apply("MODIFIED", bound("c", "n2", {"cpu": "2"}))
+    assert ledger.requested(("nvidia.com/gpu", "cpu")) == {
+        "n1": {"nvidia.com/gpu": Fraction(1), "cpu": Fraction(0)},
+        "n2": {"nvidia.com/gpu": Fraction(0), "cpu": Fraction(5, 2)},
+    }
+    assert ledger.requested(("memory",)) == {
+        "n1": {"memory": Fraction(0)},
+        "n2": {"memory": Fraction(0)},
     }
