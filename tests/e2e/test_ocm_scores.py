@@ -261,6 +261,11 @@ def test_scores_are_written_updated_and_expire(
         assert metric(scorer, "steer_scorer_cluster_score_writes_total", result="ok") >= 3
         assert metric(scorer, "steer_scorer_cluster_score_writes_total", result="error") == 0
         assert metric(scorer, "steer_scorer_cluster_score", name="free-gpus") == -25
+        detail = {s["name"]: s for s in scorer.get("/explain/cluster")["scores"]}
+        assert detail["free-gpus"]["raw"] == 6
+        assert detail["dept-b-cpu"]["raw"] == 44
+        assert detail["watts-per-core"]["value"] is None
+        assert detail["watts-per-core"]["why"] == "no node has power data"
 
     # The scorer is gone: nothing pushes validUntil forward, so Placement soon reads the
     # scores as expired (and counts 0 for this cluster).
