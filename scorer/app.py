@@ -19,6 +19,7 @@ from flask import Flask, Response, request
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from werkzeug.serving import BaseWSGIServer, make_server
 
+from scorer.clusterscore import cluster_detail
 from scorer.explain import explain_pod, node_detail, nodes_table, pod_spec_of
 from scorer.kubeapi import KubeApiError
 from scorer.service import Scorer
@@ -68,6 +69,15 @@ def create_app(scorer: Scorer, *, policy_status: Callable[[], ReloadStatus] | No
         if last is None:
             return no_cycle()
         return _json({**cycle_info(), **nodes_table(last.plan)})
+
+    @app.get("/explain/cluster")
+    def explain_cluster() -> Response:
+        if not scorer.policy.spec.cluster_scores.enabled:
+            return _error(404, "spec.clusterScores is not enabled in the policy")
+        if scorer.last is None:
+            return no_cycle()
+        published = scorer.placement_scores.last if scorer.placement_scores else None
+        return _json({**cycle_info(), **cluster_detail(scorer.cluster_scores, published)})
 
     @app.get("/explain/node/<name>")
     def explain_node(name: str) -> Response:

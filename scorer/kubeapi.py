@@ -225,3 +225,13 @@ def namespace_path(name: str) -> str:
 def lease_path(namespace: str, name: str = "") -> str:
     base = f"/apis/coordination.k8s.io/v1/namespaces/{quote(namespace, safe='')}/leases"
     return f"{base}/{quote(name, safe='')}" if name else base
+
+
+PLACEMENT_SCORE_API = "/apis/cluster.open-cluster-management.io/v1alpha1"
+
+
+def placement_score_path(namespace: str, name: str = "") -> str:
+    """An Open Cluster Management AddOnPlacementScore (namespaced in the cluster's namespace
+    on the hub), or the collection of one namespace."""
+    base = f"{PLACEMENT_SCORE_API}/namespaces/{quote(namespace, safe='')}/addonplacementscores"
+    return f"{base}/{quote(name, safe='')}" if name else base

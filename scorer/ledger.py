@@ -17,13 +17,15 @@ to republish.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from types import MappingProxyType
 from typing import Any
 
-from steer.core.budget import PodShare, owned_resources, pod_share
+from steer.core.budget import PodShare, owned_resources, pod_request, pod_share
 from steer.core.policy import Policy
+from steer.core.quantity import QuantityError
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
@@ -80,6 +82,9 @@ class PodLedger:
         # pod_share() depends on the policy only through its owned resources: cache per uid.
         self._shares: dict[str, PodShare] = {}
         self._shares_for: frozenset[str] | None = None
+        # Requests per uid for cluster scores, for one tuple of resources at a time.
+        self._requests: dict[str, tuple[Fraction, ...]] = {}
+        self._requests_for: tuple[str, ...] = ()
 
     @property
     def synced(self) -> bool:
@@ -102,9 +107,12 @@ class PodLedger:
             changed.update(p.node for uid, p in fresh.items() if self._pods.get(uid) != p)
             for uid in set(self._shares) - fresh.keys():
                 del self._shares[uid]
+            for uid in set(self._requests) - fresh.keys():
+                del self._requests[uid]
             for uid, p in fresh.items():
                 if self._pods.get(uid) != p:
                     self._shares.pop(uid, None)
+                    self._requests.pop(uid, None)
             self._pods = fresh
             self.relists += 1
             if changed or not self._synced:
@@ -128,6 +136,7 @@ class PodLedger:
             else:
                 self._pods[uid] = entry
             self._shares.pop(uid, None)
+            self._requests.pop(uid, None)
             self.generation += 1
         return {p.node for p in (old, entry) if p is not None}
 
@@ -154,3 +163,33 @@ class PodLedger:
                     share = self._shares[uid] = pod_share(policy, pod.spec, pod.labels)
                 grouped.setdefault(pod.node, []).append(share)
         return {node: tuple(shares) for node, shares in grouped.items()}
+
+    def requested(self, resources: Sequence[str]) -> dict[str, dict[str, Fraction]] | None:
+        """Per node, the requests of `resources` summed over its bound pods, as the scheduler
+        counts them (cores for cpu, bytes for memory); None until the ledger is synced. A
+        malformed quantity counts as nothing (the apiserver accepted the pod)."""
+        wanted = tuple(resources)
+        with self._lock:
+            if not self._synced:
+                return None
+            if wanted != self._requests_for:
+                self._requests = {}
+                self._requests_for = wanted
+            out: dict[str, dict[str, Fraction]] = {}
+            for uid, pod in self._pods.items():
+                amounts = self._requests.get(uid)
+                if amounts is None:
+                    amounts = self._requests[uid] = tuple(
+                        _request(pod.spec, name) for name in wanted
+                    )
+                node = out.setdefault(pod.node, dict.fromkeys(wanted, Fraction(0)))
+                for name, amount in zip(wanted, amounts, strict=True):
+                    node[name] += amount
+        return out
+
+
+def _request(spec: Mapping[str, Any], resource: str) -> Fraction:
+    try:
+        return pod_request(spec, resource)
+    except QuantityError:
+        return Fraction(0)

@@ -116,6 +116,23 @@ class ScorerMetrics:
             "Unix time of the last cycle that completed.",
             registry=r,
         )
+        self.cluster_score_writes = Counter(
+            "steer_scorer_cluster_score_writes_total",
+            "AddOnPlacementScore writes to the hub (spec.clusterScores), by result (ok, error).",
+            ["result"],
+            registry=r,
+        )
+        self.cluster_score = Gauge(
+            "steer_scorer_cluster_score",
+            "Cluster scores as last computed (-100..100); a score without data has no series.",
+            ["name"],
+            registry=r,
+        )
+        self.cluster_score_valid_until = Gauge(
+            "steer_scorer_cluster_score_valid_until_timestamp_seconds",
+            "validUntil of the AddOnPlacementScore as last written.",
+            registry=r,
+        )
         self._policy_version: str | None = None
 
     def set_policy(self, version: str) -> None:

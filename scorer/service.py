@@ -20,13 +20,15 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from scorer.clusterscore import ClusterScoreValue, cluster_scores, requested_resources
 from scorer.hot import BindingWindow
-from scorer.kubeapi import KubeApiError
+from scorer.kubeapi import KubeApiError, KubeJson
 from scorer.leader import LeaseElector
 from scorer.ledger import PodLedger
 from scorer.metrics import ScorerMetrics
 from scorer.model import NodeState
 from scorer.observe import DimensionFailure, DimensionReading, NodeIndex, read_dimension
+from scorer.placementscore import PlacementScorePublisher, PublishError
 from scorer.plan import CyclePlan, ScorerMemory, plan_cycle
 from scorer.retire import retire_old_prefixes
 from scorer.writer import NodeApi, NodeWriter, RateLimiter, WriteReport
@@ -109,6 +111,7 @@ class Scorer:
         dry_run: bool = False,
         clock: Callable[[], float] = time.time,
         writer_sleep: Callable[[float], None] = time.sleep,
+        placement_scores: PlacementScorePublisher | None = None,
     ) -> None:
         self._policy = policy
         self.node_api = node_api
@@ -130,6 +133,10 @@ class Scorer:
         self._client: PrometheusClient | None = None
         self._client_key: tuple[object, ...] | None = None
         self.query_count = 0  # every PromQL query this scorer ever sent
+        # spec.clusterScores: the hub writer (made on first use) and the last scores computed.
+        self.placement_scores = placement_scores
+        self.cluster_scores: tuple[ClusterScoreValue, ...] = ()
+        self._cluster_score_names: set[str] = set()
         self.metrics.set_policy(first.version)
         if elector is not None:
             elector.on_change(lambda leading: self.metrics.leader.set(1 if leading else 0))
@@ -390,6 +397,7 @@ class Scorer:
             self.metrics.node_writes.labels(result="error").inc(len(report.errors))
             self.metrics.write_requests.inc(report.requests)
             self.metrics.write_conflicts.inc(report.conflicts)
+        self._cluster_scores(policy, plan, nodes, write=leader and not dry)
         result = CycleResult(
             plan=plan,
             nodes=nodes,
@@ -418,3 +426,47 @@ class Scorer:
                 m.dimension_age.labels(dimension=summary.dimension).set(summary.age_s)
         m.last_success.set(self._clock())
         return result
+
+    # ----------------------------------------------------------------- cluster scores
+
+    def _cluster_scores(
+        self, policy: Policy, plan: CyclePlan, nodes: tuple[NodeState, ...], *, write: bool
+    ) -> None:
+        """Compute spec.clusterScores from this plan and, when writing, publish them to the
+        hub (scorer/placementscore.py). A hub failure is logged and counted, never fatal."""
+        if not policy.spec.cluster_scores.enabled:
+            return
+        ledger = self.ledger
+        requests = None if ledger is None else ledger.requested(requested_resources(policy))
+        shares = None if ledger is None else ledger.shares(policy)
+        values = cluster_scores(policy, plan, nodes, requests, shares)
+        self.cluster_scores = values
+        known = {v.name for v in values if v.value is not None}
+        for name in self._cluster_score_names - known:
+            self.metrics.cluster_score.remove(name)
+        for v in values:
+            if v.value is not None:
+                self.metrics.cluster_score.labels(name=v.name).set(v.value)
+        self._cluster_score_names = known
+        if not write:
+            if self.placement_scores is not None:
+                self.placement_scores.forget()
+            return
+        if self.placement_scores is None:
+            api_client = self.node_api.kube.api_client
+            self.placement_scores = PlacementScorePublisher(lambda: KubeJson(api_client))
+        try:
+            result = self.placement_scores.publish(policy, values, self._clock())
+        except PublishError as exc:
+            self.metrics.cluster_score_writes.labels(result="error").inc()
+            log.warning("cluster scores not published: %s", exc)
+            return
+        if result.written:
+            self.metrics.cluster_score_writes.labels(result="ok").inc()
+            if result.valid_until is not None:
+                self.metrics.cluster_score_valid_until.set(result.valid_until)
+            log.info(
+                "cluster scores published (%s): %s",
+                result.reason,
+                ", ".join(f"{v.name}={v.value} ({v.why})" for v in values),
+            )

@@ -151,6 +151,12 @@ def pod_limits(spec: Mapping[str, Any]) -> Amount:
     )
 
 
+def pod_request(spec: Mapping[str, Any], resource: str) -> Fraction:
+    """The pod's request of one resource as the scheduler counts it (cores for cpu, bytes for
+    memory, units for an extended resource). Raises QuantityError for a malformed quantity."""
+    return _effective(spec, "requests", resource)
+
+
 def pod_burst(spec: Mapping[str, Any]) -> Amount:
     """limits - requests of cpu and memory, never below 0. Raises QuantityError for a
     malformed quantity."""

@@ -19,6 +19,7 @@ QUALIFIED_NAME_FMT = r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
 LABEL_VALUE_FMT = r"(" + QUALIFIED_NAME_FMT + r")?"
 
 _DNS1123_SUBDOMAIN_RE = re.compile(r"^" + DNS1123_SUBDOMAIN_FMT + r"$")
+_DNS1123_LABEL_RE = re.compile(r"^" + _DNS1123_LABEL + r"$")
 _QUALIFIED_NAME_RE = re.compile(r"^" + QUALIFIED_NAME_FMT + r"$")
 _LABEL_VALUE_RE = re.compile(r"^" + LABEL_VALUE_FMT + r"$")
 
@@ -82,3 +83,8 @@ def label_value_errors(value: str) -> list[str]:
 
 def is_dns1123_subdomain(value: str) -> bool:
     return len(value) <= DNS1123_SUBDOMAIN_MAX and bool(_DNS1123_SUBDOMAIN_RE.match(value))
+
+
+def is_dns1123_label(value: str) -> bool:
+    """A namespace name: one lower-case RFC 1123 label of at most 63 characters."""
+    return len(value) <= QUALIFIED_NAME_MAX and bool(_DNS1123_LABEL_RE.match(value))

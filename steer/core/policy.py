@@ -27,7 +27,12 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from steer.core.k8s_names import label_key_errors, label_value_errors
+from steer.core.k8s_names import (
+    is_dns1123_label,
+    is_dns1123_subdomain,
+    label_key_errors,
+    label_value_errors,
+)
 
 API_VERSION = "steer.io/v1alpha1"
 KIND = "SteeringPolicy"
@@ -303,6 +308,58 @@ class OptIn(_Model):
     excluded_namespaces: tuple[str, ...] = ()
 
 
+class ClusterScore(_Model):
+    """One cluster-level score in the AddOnPlacementScore (scorer/clusterscore.py computes it).
+
+    The raw value (`freeResource`: whole units; `tenantHeadroom`: cores or GiB;
+    `powerPerCore`: watts per requested core) maps linearly from `worst` (-100) to `best`
+    (100), clamped. Use the same bounds in every cluster: Placement compares the values.
+    """
+
+    # What a Placement names in `scoreCoordinate.addOn.scoreName`.
+    name: str
+    kind: Literal["freeResource", "tenantHeadroom", "powerPerCore"]
+    # freeResource: the extended resource counted (whole units); tenantHeadroom: cpu | memory.
+    resource: str | None = None
+    # freeResource: `sum` over eligible nodes, or `max`, the most free on one node (the
+    # largest job that still fits whole).
+    aggregate: Literal["sum", "max"] = "sum"
+    tenant: str | None = None  # tenantHeadroom: whose budget
+    dimension: str | None = None  # powerPerCore: the dimension holding node watts
+    worst: Annotated[float, AfterValidator(_finite)] | None = None
+    best: Annotated[float, AfterValidator(_finite)] | None = None
+
+    @property
+    def target(self) -> str:
+        """The resource the score counts, with the kind's default."""
+        if self.resource:
+            return self.resource
+        return "nvidia.com/gpu" if self.kind == "freeResource" else "cpu"
+
+    @property
+    def bounds(self) -> tuple[float, float]:
+        """(worst, best): the raw values that map to -100 and 100 (validated to differ)."""
+        return (0.0 if self.worst is None else self.worst, 0.0 if self.best is None else self.best)
+
+
+class ClusterScores(_Model):
+    """Cluster-level scores published for Open Cluster Management's Placement as an
+    AddOnPlacementScore (cluster.open-cluster-management.io/v1alpha1) on the hub, in the
+    managed cluster's namespace there. Every write sets `status.validUntil` to now +
+    `validForSeconds`, so a scorer that stops leaves scores that expire (Placement then
+    counts 0) instead of a stale best cluster."""
+
+    enabled: bool = False
+    # The hub's kubeconfig file; unset: the scorer's own credentials (the hub is this cluster).
+    hub_kubeconfig: str | None = None
+    # This cluster's name on the hub: the namespace of the object.
+    cluster_name: str = ""
+    # The object's name: what a Placement names in `scoreCoordinate.addOn.resourceName`.
+    resource_name: str = "kube-steer"
+    valid_for_seconds: PositiveSeconds = 300.0
+    scores: tuple[ClusterScore, ...] = ()
+
+
 class Spec(_Model):
     label_prefix: str = DEFAULT_LABEL_PREFIX
     prometheus: Prometheus = Field(default_factory=Prometheus)
@@ -319,6 +376,7 @@ class Spec(_Model):
     # new nodes schedulable (DESIGN decision 5); `deny` is for clusters that prefer safety.
     unscored_nodes: Literal["allow", "deny"] = "allow"
     project_namespace: str = "kube-steer"
+    cluster_scores: ClusterScores = Field(default_factory=ClusterScores)
 
 
 class Metadata(_Model):
@@ -700,6 +758,7 @@ def _cross_field_issues(spec: Spec) -> Iterable[PolicyIssue]:
             yield PolicyIssue(f"spec.spread[{i}].topologyKey", problem)
 
     yield from _selector_issues("spec.optIn.namespaceSelector", spec.opt_in.namespace_selector)
+    yield from _cluster_score_issues(spec)
 
 
 def _selector_issues(path: str, selector: LabelSelector) -> Iterable[PolicyIssue]:
@@ -829,3 +888,100 @@ def _describe_selector(selector: LabelSelector) -> str:
         for e in selector.match_expressions
     ]
     return ", ".join(parts) or "every namespace"
+
+
+def _cluster_score_issues(spec: Spec) -> Iterable[PolicyIssue]:
+    """Entries are checked even while disabled; the cluster name and references to tenants
+    and dimensions only when enabled (a disabled section may name what is not there yet)."""
+    scores = spec.cluster_scores
+    base = "spec.clusterScores"
+    if scores.enabled and not scores.cluster_name:
+        yield PolicyIssue(
+            f"{base}.clusterName",
+            "required when enabled: this cluster's name on the hub (the namespace of the "
+            "AddOnPlacementScore)",
+        )
+    elif scores.cluster_name and not is_dns1123_label(scores.cluster_name):
+        yield PolicyIssue(
+            f"{base}.clusterName",
+            f"must be a namespace name (lower-case RFC 1123 label), got {scores.cluster_name!r}",
+        )
+    if not is_dns1123_subdomain(scores.resource_name):
+        yield PolicyIssue(
+            f"{base}.resourceName",
+            f"must be an object name (lower-case RFC 1123 subdomain), got {scores.resource_name!r}",
+        )
+    interval = spec.scoring.interval_seconds
+    if scores.enabled and scores.valid_for_seconds <= interval:
+        yield PolicyIssue(
+            f"{base}.validForSeconds",
+            f"must be greater than spec.scoring.intervalSeconds ({_fmt(interval)}), or the "
+            f"scores expire between cycles; got {_fmt(scores.valid_for_seconds)}",
+        )
+    if scores.enabled and not scores.scores:
+        yield PolicyIssue(f"{base}.scores", "must list at least one score when enabled")
+    dups = _duplicates(s.name for s in scores.scores)
+    dims = {d.name for d in spec.dimensions}
+    tenants = {t.name: t for t in spec.tenants}
+    for i, score in enumerate(scores.scores):
+        path = f"{base}.scores[{i}]"
+        if not score.name.strip() or score.name != score.name.strip():
+            yield PolicyIssue(f"{path}.name", f"must be a non-blank name, got {score.name!r}")
+        if score.name in dups:
+            yield PolicyIssue(f"{path}.name", f"duplicate score name {score.name!r}")
+        if score.best is None:
+            yield PolicyIssue(
+                f"{path}.best",
+                "required: the raw value worth 100 (keep it the same in every cluster)",
+            )
+        if score.kind == "powerPerCore" and score.worst is None:
+            yield PolicyIssue(
+                f"{path}.worst", "required for powerPerCore: the watts per core worth -100"
+            )
+        if score.best is not None and score.bounds[0] == score.bounds[1]:
+            yield PolicyIssue(f"{path}.best", f"must differ from worst ({_fmt(score.bounds[0])})")
+        if score.kind == "freeResource":
+            if score.target in CORE_RESOURCES:
+                yield PolicyIssue(
+                    f"{path}.resource",
+                    f"counts whole units of an extended resource (e.g. nvidia.com/gpu), "
+                    f"got {score.target!r}",
+                )
+        elif score.resource is not None and score.kind == "tenantHeadroom":
+            if score.resource not in ("cpu", "memory"):
+                yield PolicyIssue(
+                    f"{path}.resource", f"must be cpu or memory, got {score.resource!r}"
+                )
+        elif score.resource is not None:
+            yield PolicyIssue(f"{path}.resource", f"not used by {score.kind}")
+        if score.kind == "tenantHeadroom":
+            tenant = tenants.get(score.tenant or "")
+            if score.tenant is None:
+                yield PolicyIssue(f"{path}.tenant", "required for tenantHeadroom")
+            elif tenant is None and scores.enabled:
+                yield PolicyIssue(
+                    f"{path}.tenant",
+                    f"unknown tenant {score.tenant!r}; known: {sorted(tenants)}",
+                )
+            elif tenant is not None and tenant.overcommit_percent is None:
+                yield PolicyIssue(
+                    f"{path}.tenant",
+                    f"tenant {score.tenant!r} has no overcommitPercent: its headroom is "
+                    "measured against its budget",
+                )
+        elif score.tenant is not None:
+            yield PolicyIssue(f"{path}.tenant", f"not used by {score.kind}")
+        if score.kind == "powerPerCore":
+            if score.dimension is None:
+                yield PolicyIssue(
+                    f"{path}.dimension", "required for powerPerCore: the dimension of node watts"
+                )
+            elif score.dimension not in dims and scores.enabled:
+                yield PolicyIssue(
+                    f"{path}.dimension",
+                    f"unknown dimension {score.dimension!r}; known: {sorted(dims)}",
+                )
+        elif score.dimension is not None:
+            yield PolicyIssue(f"{path}.dimension", f"not used by {score.kind}")
+        if score.kind != "freeResource" and "aggregate" in score.model_fields_set:
+            yield PolicyIssue(f"{path}.aggregate", f"not used by {score.kind}")
