@@ -282,8 +282,10 @@ class Scorer:
 
     def _generations(self) -> tuple[int, int]:
         return (
-            self.bindings.generation if self.bindings else 0,
-            self.ledger.generation if self.ledger else 0,
+            # `is not None`: an empty ledger is falsy (it has a length), yet its generation
+            # moves when it becomes synced, and that must trigger a republish.
+            self.bindings.generation if self.bindings is not None else 0,
+            self.ledger.generation if self.ledger is not None else 0,
         )
 
     def _pod_changes(self) -> bool:

@@ -642,3 +642,27 @@ def test_explain_pod_names_the_pool_and_the_bursting_neighbours_that_exclude_a_n
     assert verdicts["n2"].allowed and verdicts["n3"].allowed
     body = b.to_dict()
     assert "budget:dept-b" in str(body)
+
+
+def test_a_ledger_synced_with_no_pods_triggers_the_republish(
+    apistub: ApiStub, kube_client: client.ApiClient, stub_nodes: None
+) -> None:
+    """The pod list can come back empty (a new cluster): the ledger is then synced but has no
+    pods, and the next refresh must still publish the pools rather than wait a whole cycle."""
+    ledger = PodLedger()
+    scorer = Scorer(
+        lambda: POLICY,
+        NodeApi(KubeJson(kube_client)),
+        prometheus_url=NO_PROMETHEUS,
+        ledger=ledger,
+    )
+    try:
+        scorer.run_cycle()  # not synced yet: no pool
+        assert CPU5 not in status_of(apistub, "node-1")["allocatable"]
+        ledger.replace([])
+        assert len(ledger) == 0 and ledger.synced
+        result = scorer.refresh_hot()
+        assert result is not None
+        assert status_of(apistub, "node-1")["allocatable"][CPU5] == "4200"
+    finally:
+        scorer.close()
