@@ -983,5 +983,6 @@ def _cluster_score_issues(spec: Spec) -> Iterable[PolicyIssue]:
                 )
         elif score.dimension is not None:
             yield PolicyIssue(f"{path}.dimension", f"not used by {score.kind}")
-        if score.kind != "freeResource" and "aggregate" in score.model_fields_set:
+        # A default written out (a dumped policy read back) is not a mistake; `max` is.
+        if score.kind != "freeResource" and score.aggregate != "sum":
             yield PolicyIssue(f"{path}.aggregate", f"not used by {score.kind}")
