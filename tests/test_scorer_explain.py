@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from scorer.explain import explain_pod, node_detail, nodes_table, plan_table, tolerates
-from scorer.model import NodeState, Taint
+from scorer.explain import explain_pod, node_detail, nodes_table, plan_table
+from scorer.model import NodeState
 from scorer.plan import CyclePlan, ScorerMemory, plan_cycle
+from steer.core.scheduling import Taint
 from tests.scorer_support import apply_plan, readings_for, small_policy
 
 POLICY = small_policy()
@@ -121,19 +122,6 @@ def test_the_pods_own_selector_and_required_terms_are_applied() -> None:
     ]
     rules = {v.node: [e.rule for e in v.exclusions] for v in result.excluded}
     assert rules["d"] == ["pod.spec.affinity.nodeAffinity.required"]
-
-
-def test_toleration_matching_follows_the_scheduler() -> None:
-    taint = Taint("steer.io/gpu-hot", "true", "NoSchedule")
-    assert tolerates([{"operator": "Exists"}], taint)
-    assert tolerates(
-        [{"key": "steer.io/gpu-hot", "operator": "Exists", "effect": "NoSchedule"}], taint
-    )
-    assert tolerates([{"key": "steer.io/gpu-hot", "value": "true"}], taint)
-    assert not tolerates([{"key": "steer.io/gpu-hot", "value": "false"}], taint)
-    assert not tolerates(
-        [{"key": "steer.io/gpu-hot", "operator": "Exists", "effect": "NoExecute"}], taint
-    )
 
 
 def test_node_views_carry_values_queries_and_pending_changes() -> None:

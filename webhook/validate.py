@@ -22,14 +22,15 @@ from typing import Any, Literal
 
 from steer.core.policy import Policy, Tenant
 from steer.core.quantity import QuantityError, format_ratio, parse_quantity
-from steer.core.steering import CONDITION_VALUE, condition_key
-from webhook.mutate import (
-    DEFAULT_SCHEDULER,
+from steer.core.scheduling import (
+    Taint,
     UninterpretablePod,
-    excluded_namespaces,
     pod_object,
     pod_objects,
+    tolerates,
 )
+from steer.core.steering import CONDITION_VALUE, condition_key
+from webhook.mutate import DEFAULT_SCHEDULER, excluded_namespaces
 
 Scope = Literal["all", "security"]
 RULE_SCHEDULER = "scheduler-name"
@@ -49,10 +50,10 @@ class Denial:
 
 @dataclass(frozen=True)
 class ReservedTaint:
+    """A taint the scorer owns, and the taint rule (and its `security` flag) behind it."""
+
     rule: str
-    key: str
-    value: str
-    effect: str
+    taint: Taint
     security: bool
 
 
@@ -69,9 +70,7 @@ class ValidationPlan:
         reserved = tuple(
             ReservedTaint(
                 rule=rule.name,
-                key=condition_key(policy, rule),
-                value=CONDITION_VALUE,
-                effect=rule.effect,
+                taint=Taint(condition_key(policy, rule), CONDITION_VALUE, rule.effect),
                 security=rule.security,
             )
             for rule in policy.spec.taints
@@ -83,22 +82,6 @@ class ValidationPlan:
     @property
     def has_security_rules(self) -> bool:
         return any(t.security for t in self.reserved)
-
-
-def tolerates(toleration: Mapping[str, Any], taint: ReservedTaint) -> bool:
-    """The scheduler's ToleratesTaint: an empty key with Exists tolerates every taint."""
-    effect = toleration.get("effect") or ""
-    if effect and effect != taint.effect:
-        return False
-    key = toleration.get("key") or ""
-    if key and key != taint.key:
-        return False
-    operator = toleration.get("operator") or "Equal"
-    if operator == "Exists":
-        return True
-    if operator == "Equal":
-        return (toleration.get("value") or "") == taint.value
-    return False  # Lt/Gt compare integers; the reserved taints' value is not one
 
 
 def _describe_toleration(toleration: Mapping[str, Any]) -> str:
@@ -144,7 +127,8 @@ def check_tolerations(
     if not taints:
         return
     for i, toleration in enumerate(pod_objects(spec, "tolerations", "spec.tolerations")):
-        for taint in taints:
+        for reserved in taints:
+            taint = reserved.taint
             if not tolerates(toleration, taint):
                 continue
             wildcard = " (an empty key tolerates every taint)" if not toleration.get("key") else ""
@@ -153,11 +137,10 @@ def check_tolerations(
                 rule=RULE_TOLERATION,
                 message=(
                     f"rule {RULE_TOLERATION}: spec.tolerations[{i}] {_describe_toleration(toleration)}"
-                    f"{wildcard} tolerates the taint {taint.key}={taint.value}:{taint.effect} reserved "
-                    f'by taint rule "{taint.rule}"; {_tenant_name(tenant, namespace)} may tolerate '
-                    f"only: {may}"
+                    f"{wildcard} tolerates the taint {taint} reserved by taint rule "
+                    f'"{reserved.rule}"; {_tenant_name(tenant, namespace)} may tolerate only: {may}'
                 ),
-                subject=(RULE_TOLERATION, _describe_toleration(toleration), taint.rule),
+                subject=(RULE_TOLERATION, _describe_toleration(toleration), reserved.rule),
             )
 
 

@@ -7,7 +7,7 @@ these terms; `/explain` evaluates the same terms. Change a rule here and all thr
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +22,16 @@ from steer.core.policy import (
     routed_scheduler,
 )
 from steer.core.quantity import QuantityError, parse_quantity
+from steer.core.scheduling import (
+    Json,
+    expression_matches,
+    merge_required,
+    missing_tolerations,
+    node_selector_of,
+    requested_resources,
+    required_terms,
+    tolerations_of,
+)
 
 CONDITION_VALUE = "true"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -105,19 +115,9 @@ def owned_taint_keys(policy: Policy) -> frozenset[str]:
     return frozenset(condition_key(policy, r) for r in policy.spec.taints)
 
 
-def _requests(pod_spec: Mapping[str, Any]) -> set[str]:
-    names: set[str] = set()
-    for field in ("containers", "initContainers"):
-        for container in pod_spec.get(field) or ():
-            resources = container.get("resources") or {}
-            for part in ("requests", "limits"):
-                names.update((resources.get(part) or {}).keys())
-    return names
-
-
 def classify_pod(policy: Policy, pod_spec: Mapping[str, Any]) -> PodClass | None:
     """The first pod class whose resources the pod requests (or limits), or None."""
-    requested = _requests(pod_spec)
+    requested = requested_resources(pod_spec)
     for pod_class in policy.spec.pod_classes:
         if requested.intersection(pod_class.requests_any):
             return pod_class
@@ -204,43 +204,88 @@ def required_rules(
     return tuple(rules)
 
 
-def expression_matches(expr: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    """Evaluate one nodeSelectorRequirement as the scheduler does (In/NotIn/Exists/DoesNotExist/Gt/Lt)."""
-    key = expr["key"]
-    op = expr["operator"]
-    values = list(expr.get("values") or ())
-    present = key in labels
-    if op == "In":
-        return present and labels[key] in values
-    if op == "NotIn":
-        return not present or labels[key] not in values
-    if op == "Exists":
-        return present
-    if op == "DoesNotExist":
-        return not present
-    if op in ("Gt", "Lt"):
-        if not present or len(values) != 1:
-            return False
-        try:
-            node_value, bound = int(labels[key]), int(values[0])
-        except ValueError:
-            return False
-        return node_value > bound if op == "Gt" else node_value < bound
-    raise ValueError(f"unknown nodeSelector operator {op!r}")
-
-
-def term_matches(term: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    """A nodeSelectorTerm matches when all its matchExpressions do (matchFields are not labels).
-
-    A term with no requirements at all matches no node: that is the scheduler's rule, and an
-    affinity merge that filled such a term would widen the user's constraint.
-    """
-    if not term.get("matchExpressions") and not term.get("matchFields"):
-        return False
-    return all(expression_matches(e, labels) for e in term.get("matchExpressions") or ())
-
-
 def scheduler_for(policy: Policy, tenant: Tenant | None, pod_class: PodClass | None) -> str | None:
     """The schedulerName to set on a pod that left it unset, or None to leave it alone
     (`routed_scheduler`: the policy validator applies the same rule)."""
     return routed_scheduler(policy.spec, tenant, pod_class)
+
+
+def injected_toleration(policy: Policy, rule_name: str) -> Json:
+    """The toleration of a taint rule's taint, exactly as the scorer sets that taint."""
+    rule = policy.taint_rule(rule_name)
+    return {
+        "key": condition_key(policy, rule),
+        "operator": "Equal",
+        "value": CONDITION_VALUE,
+        "effect": rule.effect,
+    }
+
+
+def injected_tolerations(
+    policy: Policy, tenant: Tenant | None, pod_class: PodClass | None
+) -> tuple[tuple[str, Json], ...]:
+    """(taint rule, toleration) for each reserved taint the tenant may tolerate.
+
+    A class that must avoid a tainted node gets no toleration for that taint: the required
+    NotIn term would exclude the node anyway, and the toleration would only confuse readers.
+    """
+    avoided = set(pod_class.avoid) if pod_class is not None else set()
+    allowed = tenant.allowed_tolerations if tenant is not None else ()
+    return tuple(
+        (name, injected_toleration(policy, name)) for name in allowed if name not in avoided
+    )
+
+
+def merge_rules(
+    terms: list[Json] | None, rules: Iterable[Sequence[Sequence[Json]]]
+) -> tuple[list[Json] | None, tuple[bool, ...]]:
+    """AND each rule (its alternatives) into the pod's required nodeSelectorTerms, in order;
+    also whether each rule changed them (False: the terms already held it)."""
+    changed = []
+    for alternatives in rules:
+        merged = merge_required(terms, alternatives)
+        changed.append(merged != terms)
+        terms = merged
+    return terms, tuple(changed)
+
+
+def rule_alternatives(req: Requirement) -> tuple[tuple[Json, ...], ...]:
+    """A rule's alternatives as the plain matchExpressions the webhook writes."""
+    return tuple(tuple(_expression(e) for e in alt) for alt in req.alternatives)
+
+
+def _expression(expr: Mapping[str, Any]) -> Json:
+    out: Json = {"key": expr["key"], "operator": expr["operator"]}
+    if expr.get("values"):
+        out["values"] = list(expr["values"])
+    return out
+
+
+@dataclass(frozen=True)
+class NodeConstraints:
+    """What of a pod the scheduler's node filters read, once the webhook has steered it."""
+
+    node_selector: Mapping[str, Any]
+    required_terms: list[Json] | None  # None: no required node affinity
+    tolerations: tuple[Json, ...]
+    injected_tolerations: tuple[Json, ...]  # those of `tolerations` the webhook adds
+
+
+def steered_constraints(
+    policy: Policy, tenant: Tenant | None, pod_class: PodClass | None, spec: Mapping[str, Any]
+) -> NodeConstraints:
+    """The pod's nodeSelector, required terms and tolerations after mutation: the same merges
+    the webhook applies (`merge_rules`, `missing_tolerations`). Raises UninterpretablePod for a
+    malformed field."""
+    rules = required_rules(policy, tenant, pod_class)
+    terms, _ = merge_rules(required_terms(spec), (rule_alternatives(r) for r in rules))
+    own = tolerations_of(spec)
+    added = missing_tolerations(
+        own, (t for _, t in injected_tolerations(policy, tenant, pod_class))
+    )
+    return NodeConstraints(
+        node_selector=node_selector_of(spec),
+        required_terms=terms,
+        tolerations=(*own, *added),
+        injected_tolerations=tuple(added),
+    )
