@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from scorer.model import NodeState, rfc3339
@@ -17,7 +18,7 @@ from scorer.plan import CyclePlan, DimensionSummary, NodePlan, PoolState
 from steer.core.budget import BudgetSteering, pod_burst, pod_limits, tenant_budget
 from steer.core.encoding import PreferenceTerm, preference_weight
 from steer.core.policy import Policy, Tenant
-from steer.core.quantity import QuantityError
+from steer.core.quantity import QuantityError, parse_quantity
 from steer.core.scheduling import (
     UNSCHEDULABLE_TAINT,
     Taint,
@@ -510,6 +511,7 @@ def explain_pod(
                 Exclusion(rule=f"taint {taint}", reason="the pod does not tolerate it", data=data)
             )
         soft = [str(t) for t in taints if not t.blocks and not tolerated(steered.tolerations, t)]
+        exclusions += _fit_exclusions(node, plan, steered.requests)
         if steering is not None and tenant is not None and plan is not None:
             exclusions.extend(_budget_exclusions(tenant, steering, plan))
         user_weight = sum(
@@ -559,6 +561,40 @@ def explain_pod(
         injected_tolerations=steered.injected_tolerations,
         problems=problems,
     )
+
+
+def _fit_exclusions(
+    node: NodeState, plan: NodePlan | None, requests: Mapping[str, Fraction]
+) -> list[Exclusion]:
+    """NodeResourcesFit against the node's allocatable, before other pods take their share
+    (the scorer does not track cpu and memory in use). A pool this cycle publishes is judged
+    by `_budget_exclusions` instead, with what the pods in it take. A node whose allocatable
+    was not read (empty) is not judged."""
+    if not node.allocatable:
+        return []
+    planned = {p.resource for p in plan.pools if p.capacity is not None} if plan else set()
+    out = []
+    for name, need in requests.items():
+        if need <= 0 or name in planned:
+            continue
+        try:
+            offered = parse_quantity(node.allocatable.get(name, "0"))
+        except QuantityError:
+            offered = Fraction(0)
+        if need > offered:
+            out.append(
+                Exclusion(
+                    rule="resources",
+                    reason=f"{name}: the pod requests {_quantity_text(need)}, the node's "
+                    f"allocatable is {node.allocatable.get(name, '0')}",
+                    data={"resource": name, "allocatable": node.allocatable.get(name)},
+                )
+            )
+    return out
+
+
+def _quantity_text(value: Fraction) -> str:
+    return str(value.numerator) if value.denominator == 1 else f"{float(value):g}"
 
 
 def _affinity_exclusions(

@@ -19,7 +19,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
+
+from steer.core.quantity import parse_quantity
 
 Json = dict[str, Any]
 
@@ -322,6 +325,49 @@ def requested_resources(spec: Mapping[str, Any]) -> set[str]:
             for part in ("requests", "limits"):
                 names.update((resources.get(part) or {}).keys())
     return names
+
+
+def _amount(resources: Mapping[str, Any], part: str, name: str) -> Fraction | None:
+    values = resources.get(part)
+    if not isinstance(values, Mapping) or values.get(name) is None:
+        return None
+    return parse_quantity(values[name])
+
+
+def container_amount(container: Mapping[str, Any], part: str, name: str) -> Fraction:
+    """One container's request (defaulting to its limit, as the apiserver does) or limit
+    (defaulting to its request: an unbounded container is priced at what it asked for)."""
+    resources = container.get("resources") or {}
+    other = "limits" if part == "requests" else "requests"
+    value = _amount(resources, part, name)
+    if value is None:
+        value = _amount(resources, other, name)
+    return Fraction(0) if value is None else value
+
+
+def pod_amount(spec: Mapping[str, Any], part: str, name: str) -> Fraction:
+    """A pod's request (or limit) of one resource as the scheduler sums it: the containers and
+    the restartable init containers (sidecars) that run beside them, or an ordinary init
+    container with the sidecars started before it, whichever is larger. Raises QuantityError
+    for a malformed quantity."""
+    sidecars = Fraction(0)
+    init_peak = Fraction(0)
+    for container in spec.get("initContainers") or ():
+        value = container_amount(container, part, name)
+        if container.get("restartPolicy") == "Always":
+            sidecars += value
+            init_peak = max(init_peak, sidecars)
+        else:
+            init_peak = max(init_peak, sidecars + value)
+    total = sum(
+        (container_amount(c, part, name) for c in spec.get("containers") or ()), Fraction(0)
+    )
+    return max(total + sidecars, init_peak)
+
+
+def pod_requests(spec: Mapping[str, Any]) -> dict[str, Fraction]:
+    """Every resource the pod requests, as NodeResourcesFit sums it (in the resource's unit)."""
+    return {name: pod_amount(spec, "requests", name) for name in sorted(requested_resources(spec))}
 
 
 def node_affinity(spec: Mapping[str, Any]) -> Mapping[str, Any]:

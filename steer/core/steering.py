@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
+from steer.core.budget import budget_steering
 from steer.core.encoding import SCORE_MAX, PreferenceTerm, preference_terms
 from steer.core.policy import (
     RESERVED_PREFIX,
@@ -24,10 +26,13 @@ from steer.core.policy import (
 from steer.core.quantity import QuantityError, parse_quantity
 from steer.core.scheduling import (
     Json,
+    UninterpretablePod,
     expression_matches,
     merge_required,
     missing_tolerations,
     node_selector_of,
+    pod_objects,
+    pod_requests,
     requested_resources,
     required_terms,
     tolerations_of,
@@ -269,6 +274,7 @@ class NodeConstraints:
     required_terms: list[Json] | None  # None: no required node affinity
     tolerations: tuple[Json, ...]
     injected_tolerations: tuple[Json, ...]  # those of `tolerations` the webhook adds
+    requests: Mapping[str, Fraction]  # resources requested, the overcommit pools' included
 
 
 def steered_constraints(
@@ -276,7 +282,7 @@ def steered_constraints(
 ) -> NodeConstraints:
     """The pod's nodeSelector, required terms and tolerations after mutation: the same merges
     the webhook applies (`merge_rules`, `missing_tolerations`). Raises UninterpretablePod for a
-    malformed field."""
+    malformed field or quantity."""
     rules = required_rules(policy, tenant, pod_class)
     terms, _ = merge_rules(required_terms(spec), (rule_alternatives(r) for r in rules))
     own = tolerations_of(spec)
@@ -288,4 +294,24 @@ def steered_constraints(
         required_terms=terms,
         tolerations=(*own, *added),
         injected_tolerations=tuple(added),
+        requests=_steered_requests(policy, tenant, spec),
     )
+
+
+def _steered_requests(
+    policy: Policy, tenant: Tenant | None, spec: Mapping[str, Any]
+) -> dict[str, Fraction]:
+    """The pod's requests once the webhook has added its pool requests (to its first container,
+    replacing any it had there)."""
+    try:
+        requests = pod_requests(spec)
+        pools = budget_steering(policy, tenant, spec).requests
+    except QuantityError as exc:
+        raise UninterpretablePod("spec.containers", str(exc)) from None
+    if pools:
+        first = pod_requests(
+            {"containers": [pod_objects(spec, "containers", "spec.containers")[0]]}
+        )
+        for name, units in pools.items():
+            requests[name] = requests.get(name, Fraction(0)) - first.get(name, Fraction(0)) + units
+    return requests
