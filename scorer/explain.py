@@ -28,6 +28,7 @@ from steer.core.scheduling import (
     pod_spec_of,
     preferred_terms,
     required_terms,
+    selector_problems,
     term_matches,
     terms_match,
     tolerated,
@@ -459,10 +460,12 @@ def explain_pod(
     preferences = class_preferences(policy, pod_class)
     required = required_rules(policy, tenant, pod_class)
     steered = steered_constraints(policy, tenant, pod_class, spec)
-    problems = toleration_problems(steered.tolerations)
+    user_terms = required_terms(spec)
+    problems = toleration_problems(steered.tolerations) + selector_problems(
+        user_terms, "spec.affinity.nodeAffinity.required.nodeSelectorTerms"
+    )
     owned_labels = owned_label_keys(policy)
     owned_taints = owned_taint_keys(policy)
-    user_terms = required_terms(spec)
     user_prefs = preferred_terms(spec)
     budget = tenant_budget(policy, tenant)
     steering = None

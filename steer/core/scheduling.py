@@ -47,6 +47,8 @@ _INT = re.compile(r"[+-]?[0-9]+")
 # content.IsDecimalInteger, which Lt/Gt tolerations require of both values: no "+", no leading 0.
 _DECIMAL = re.compile(r"0|-?[1-9][0-9]*")
 _INT64 = (-(2**63), 2**63 - 1)
+# A label value, which every nodeSelectorRequirement value must be (so Gt/Lt take no sign).
+_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 
 
 @dataclass(frozen=True, order=True)
@@ -152,6 +154,44 @@ def toleration_problems(tolerations: Sequence[Mapping[str, Any]]) -> tuple[str, 
             out.append(f"{where}.effect: {effect!r} is not one of {', '.join(TAINT_EFFECTS)}")
         if tol.get("tolerationSeconds") is not None and effect != NO_EXECUTE:
             out.append(f"{where}.effect: must be NoExecute when tolerationSeconds is set")
+    return tuple(out)
+
+
+def selector_problems(terms: Sequence[Mapping[str, Any]] | None, field: str) -> tuple[str, ...]:
+    """Why the apiserver would refuse these required nodeSelectorTerms; empty when it accepts
+    them (Gt/Lt values that are not integers pass validation and match no node)."""
+    if terms is None:
+        return ()
+    if not terms:
+        return (f"{field}: must have at least one node selector term",)
+    out = []
+    for i, term in enumerate(terms):
+        for j, expr in enumerate(term.get("matchExpressions") or ()):
+            where = f"{field}[{i}].matchExpressions[{j}]"
+            op, values = expr.get("operator"), expr.get("values") or ()
+            if op not in SELECTOR_OPERATORS:
+                out.append(
+                    f"{where}.operator: {op!r} is not one of {', '.join(SELECTOR_OPERATORS)}"
+                )
+            elif op in ("In", "NotIn") and not values:
+                out.append(f"{where}.values: must be set when operator is {op}")
+            elif op in ("Exists", "DoesNotExist") and values:
+                out.append(f"{where}.values: must be empty when operator is {op}")
+            elif op in ("Gt", "Lt") and len(values) != 1:
+                out.append(f"{where}.values: must hold one value when operator is {op}")
+            out += [
+                f"{where}.values: {v!r} is not a valid label value"
+                for v in values
+                if not (isinstance(v, str) and len(v) <= 63 and _LABEL_VALUE.fullmatch(v))
+            ]
+        for j, expr in enumerate(term.get("matchFields") or ()):
+            where = f"{field}[{i}].matchFields[{j}]"
+            if expr.get("key") != NODE_NAME_FIELD:
+                out.append(f"{where}.key: only {NODE_NAME_FIELD} is supported")
+            if expr.get("operator") not in FIELD_OPERATORS:
+                out.append(f"{where}.operator: must be In or NotIn")
+            elif len(expr.get("values") or ()) != 1:
+                out.append(f"{where}.values: must hold exactly one node name")
     return tuple(out)
 
 
