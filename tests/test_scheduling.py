@@ -23,6 +23,7 @@ from steer.core.scheduling import (
     field_matches,
     merge_required,
     required_terms,
+    selector_problems,
     term_matches,
     terms_match,
     tolerates,
@@ -264,3 +265,74 @@ def test_explain_lets_a_wildcard_toleration_pass_a_cordon() -> None:
     assert [v.node for v in wild.allowed] == ["c"]
     plain = explain_pod(TOLERANT, None, [cordoned], _cpu_pod(), {})
     assert [e.rule for e in plain.excluded[0].exclusions] == ["node.spec.unschedulable"]
+
+
+def test_selector_problems_are_the_apiservers() -> None:
+    field = "terms"
+    assert selector_problems(None, field) == ()
+    assert selector_problems([], field) == ("terms: must have at least one node selector term",)
+    found = selector_problems(
+        [
+            {
+                "matchExpressions": [
+                    {"key": "a", "operator": "In"},
+                    {"key": "a", "operator": "Exists", "values": ["x"]},
+                    {"key": "a", "operator": "Gt", "values": ["1", "2"]},
+                    {"key": "a", "operator": "Lt", "values": ["-1"]},
+                    {"key": "a", "operator": "Like", "values": ["x"]},
+                ],
+                "matchFields": [{"key": "metadata.name", "operator": "In", "values": ["a", "b"]}],
+            }
+        ],
+        field,
+    )
+    assert [p.split(":")[0] for p in found] == [
+        "terms[0].matchExpressions[0].values",
+        "terms[0].matchExpressions[1].values",
+        "terms[0].matchExpressions[2].values",
+        "terms[0].matchExpressions[3].values",  # "-1" is no label value
+        "terms[0].matchExpressions[4].operator",
+        "terms[0].matchFields[0].values",
+    ]
+
+
+def test_explain_excludes_nodes_without_the_requested_resource() -> None:
+    gpu = {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+    pod = {"metadata": {"name": "p"}, "spec": {"containers": [gpu]}}
+    nodes = [
+        NodeState("cpu", allocatable={"cpu": "8", "memory": "32Gi"}),
+        NodeState("gpu", allocatable={"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "8"}),
+        NodeState("unread"),  # allocatable not read: not judged
+    ]
+    result = explain_pod(TOLERANT, None, nodes, pod, {})
+    assert sorted(v.node for v in result.allowed) == ["gpu", "unread"]
+    (cpu,) = result.excluded
+    assert [e.rule for e in cpu.exclusions] == ["resources"]
+    assert "nvidia.com/gpu: the pod requests 1" in cpu.exclusions[0].reason
+
+
+def test_steered_requests_carry_the_pools_the_webhook_adds() -> None:
+    tenant = POLICY.spec.tenants[1]  # dept-b, budget 0 %
+    container = {
+        "name": "c",
+        "image": "x",
+        "resources": {
+            "requests": {"cpu": "500m", "memory": "1Gi"},
+            "limits": {"cpu": "500m", "memory": "1Gi"},
+        },
+    }
+    spec = {"containers": [container]}
+    steered = steered_constraints(POLICY, tenant, None, spec)
+    pools = {k: v for k, v in steered.requests.items() if "limits-" in k}
+    assert pools == {
+        "steer.io/limits-0pct-cpu": 500,
+        "steer.io/limits-0pct-memory": 1024,
+        "steer.io/limits-5pct-cpu": 500,
+        "steer.io/limits-5pct-memory": 1024,
+    }
+    mutated = jsonpatch.apply_patch(
+        {"metadata": {"name": "p"}, "spec": spec},
+        list(mutate_pod(PLAN, {"metadata": {"name": "p"}, "spec": spec}, tenant).ops),
+    )
+    first = mutated["spec"]["containers"][0]["resources"]["requests"]
+    assert {k: int(v) for k, v in first.items() if "limits-" in k} == pools
