@@ -135,6 +135,10 @@ def test_explain_a_posted_and_an_existing_pod(
         existing = http.get(f"{server.url}/explain/pod/team-b/train").json()
         absent = http.get(f"{server.url}/explain/pod/team-b/nope")
         bad = http.post(f"{server.url}/explain/pod", data=b"[1, 2")
+        malformed = http.post(
+            f"{server.url}/explain/pod",
+            json={**GPU_POD, "spec": {**GPU_POD["spec"], "tolerations": "all"}},
+        )
     for body in (posted, existing):
         assert body["tenant"] == "dept-b" and body["podClass"] == "gpu"
         # node-2 has no limits in this cluster, so no overcommit label: allowed as unscored;
@@ -153,6 +157,7 @@ def test_explain_a_posted_and_an_existing_pod(
         }
     assert absent.status_code == 404
     assert bad.status_code == 400 and "body" in bad.json()["error"]
+    assert malformed.status_code == 400 and "spec.tolerations" in malformed.json()["error"]
 
 
 def test_a_replica_that_is_not_leader_serves_explain_but_never_writes(
