@@ -1,8 +1,11 @@
-"""What a policy means for nodes and pods: label keys, pod classes, preference and required terms.
+"""What a policy means for nodes and pods: label keys, pod classes, preference and required
+terms, tolerations.
 
-This is the one place where label and taint keys, preferred-term weights and hard rules are
-derived from the policy. The scorer writes exactly these keys; the webhook injects exactly
-these terms; `/explain` evaluates the same terms. Change a rule here and all three follow.
+This is the one place where label and taint keys, preferred-term weights, hard rules and the
+tolerations a tenant gets are derived from the policy. The scorer writes exactly these keys;
+the webhook injects exactly these terms and tolerations, merged by `merge_rules` and
+`missing_tolerations`; `/explain` evaluates the pod those merges make (`steered_constraints`)
+under Kubernetes' rules (steer/core/scheduling.py). Change a rule here and all three follow.
 """
 
 from __future__ import annotations
