@@ -96,7 +96,11 @@ def test_a_pod_outside_any_tenant_ranks_every_tolerable_node() -> None:
 
 def test_the_pods_own_selector_and_required_terms_are_applied() -> None:
     plan, cluster = scored_cluster()
-    terms = [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["a", "b"]}]}]
+    # One node name per matchFields requirement: the apiserver refuses more.
+    terms = [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [name]}]}
+        for name in ("a", "b")
+    ]
     pod = {
         "containers": [{"name": "web"}],
         "affinity": {
