@@ -101,7 +101,7 @@ def create_app(scorer: Scorer, *, policy_status: Callable[[], ReloadStatus] | No
                     "no namespace given (metadata.namespace or ?namespace=): no tenant applied"
                 )
         try:
-            result = explain_pod(scorer.policy, last.plan, last.nodes, pod, labels)
+            result = explain_pod(scorer.policy, last.plan, last.nodes, pod, labels, namespace)
         except UninterpretablePod as exc:
             return _error(400, f"body: {exc}")
         return _json({**cycle_info(), "namespace": namespace, "notes": notes, **result.to_dict()})

@@ -40,8 +40,10 @@ from steer.core.steering import (
     classify_pod,
     condition_key,
     dimension_key,
+    opted_in,
     owned_label_keys,
     owned_taint_keys,
+    pod_constraints,
     required_rules,
     steered_constraints,
     tenant_for,
@@ -308,6 +310,7 @@ class PodExplanation:
     injected_tolerations: tuple[Mapping[str, Any], ...] = ()
     # Why the apiserver would refuse the pod as posted (then it is scheduled nowhere).
     problems: tuple[str, ...] = ()
+    steered: bool = True  # False: the namespace is not opted in, the webhook leaves the pod
 
     @property
     def allowed(self) -> tuple[NodeVerdict, ...]:
@@ -322,6 +325,7 @@ class PodExplanation:
             "policyVersion": self.policy_version,
             "podClass": self.pod_class,
             "tenant": self.tenant,
+            "steered": self.steered,
             "preferences": [t.to_k8s() for t in self.preferences],
             "required": [
                 {"rule": r.rule, "alternatives": [list(alt) for alt in r.alternatives]}
@@ -441,6 +445,7 @@ def explain_pod(
     nodes: Sequence[NodeState],
     pod: Mapping[str, Any],
     namespace_labels: Mapping[str, str],
+    namespace: str | None = None,
 ) -> PodExplanation:
     """Which nodes the scheduler's filters leave for the pod once the webhook has steered it,
     their rank, and why the others are excluded.
@@ -452,14 +457,19 @@ def explain_pod(
     or the pod's own field that fails), NoSchedule/NoExecute taints and cordons the pod does not
     tolerate, and the overcommit pools. Rank is by the weight the NodeAffinity plugin would add
     up: the injected preference terms plus the pod's own preferred terms (ties share a rank).
+    A pod of a namespace that is not opted in is evaluated as it is: the webhook leaves it alone.
     Raises UninterpretablePod for a malformed field.
     """
     spec = pod_spec_of(pod)
     pod_class = classify_pod(policy, spec)
     tenant = tenant_for(policy, namespace_labels)
-    preferences = class_preferences(policy, pod_class)
-    required = required_rules(policy, tenant, pod_class)
-    steered = steered_constraints(policy, tenant, pod_class, spec)
+    steers = opted_in(policy, namespace, namespace_labels)
+    if steers:
+        preferences = class_preferences(policy, pod_class)
+        required = required_rules(policy, tenant, pod_class)
+        steered = steered_constraints(policy, tenant, pod_class, spec)
+    else:
+        preferences, required, steered = (), (), pod_constraints(spec)
     user_terms = required_terms(spec)
     problems = toleration_problems(steered.tolerations) + selector_problems(
         user_terms, "spec.affinity.nodeAffinity.required.nodeSelectorTerms"
@@ -467,7 +477,7 @@ def explain_pod(
     owned_labels = owned_label_keys(policy)
     owned_taints = owned_taint_keys(policy)
     user_prefs = preferred_terms(spec)
-    budget = tenant_budget(policy, tenant)
+    budget = tenant_budget(policy, tenant) if steers else None
     steering = None
     if budget is not None and tenant is not None:
         try:
@@ -563,6 +573,7 @@ def explain_pod(
         verdicts=tuple(ranked + excluded),
         injected_tolerations=steered.injected_tolerations,
         problems=problems,
+        steered=steers,
     )
 
 

@@ -35,6 +35,7 @@ from tests.conftest import EXAMPLE_POLICY
 from tests.scorer_support import SMALL_POLICY
 from webhook.mutate import MutationPlan, mutate_pod
 
+OPTED_IN = {"steer.io/enabled": "true"}  # the default opt-in selector
 HOT = Taint("steer.io/gpu-hot", "true", "NoSchedule")
 
 
@@ -236,13 +237,13 @@ def _cpu_pod(**spec: Any) -> dict[str, Any]:
 
 
 def test_explain_counts_the_toleration_the_webhook_injects() -> None:
-    tenant = {"tenant": "dept-b"}
+    tenant = {"tenant": "dept-b", **OPTED_IN}
     result = explain_pod(TOLERANT, None, [_hot_node()], _cpu_pod(), tenant)
     assert [v.node for v in result.allowed] == ["hot"]
     assert result.to_dict()["injectedTolerations"] == [
         {"key": "steer.io/gpu-hot", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
     ]
-    outside = explain_pod(TOLERANT, None, [_hot_node()], _cpu_pod(), {})
+    outside = explain_pod(TOLERANT, None, [_hot_node()], _cpu_pod(), OPTED_IN)
     assert [e.rule for e in outside.excluded[0].exclusions] == [
         "taint steer.io/gpu-hot=true:NoSchedule"
     ]
@@ -250,7 +251,7 @@ def test_explain_counts_the_toleration_the_webhook_injects() -> None:
 
 def test_explain_refuses_a_gt_toleration_as_the_apiserver_does() -> None:
     gt = {"key": "steer.io/gpu-hot", "operator": "Gt", "value": "true"}
-    result = explain_pod(TOLERANT, None, [_hot_node()], _cpu_pod(tolerations=[gt]), {})
+    result = explain_pod(TOLERANT, None, [_hot_node()], _cpu_pod(tolerations=[gt]), OPTED_IN)
     assert not result.allowed
     rules = [e.rule for e in result.excluded[0].exclusions]
     assert rules == ["apiserver validation", "taint steer.io/gpu-hot=true:NoSchedule"]
@@ -263,7 +264,7 @@ def test_explain_lets_a_wildcard_toleration_pass_a_cordon() -> None:
         TOLERANT, None, [cordoned], _cpu_pod(tolerations=[{"operator": "Exists"}]), {}
     )
     assert [v.node for v in wild.allowed] == ["c"]
-    plain = explain_pod(TOLERANT, None, [cordoned], _cpu_pod(), {})
+    plain = explain_pod(TOLERANT, None, [cordoned], _cpu_pod(), OPTED_IN)
     assert [e.rule for e in plain.excluded[0].exclusions] == ["node.spec.unschedulable"]
 
 
@@ -304,7 +305,7 @@ def test_explain_excludes_nodes_without_the_requested_resource() -> None:
         NodeState("gpu", allocatable={"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "8"}),
         NodeState("unread"),  # allocatable not read: not judged
     ]
-    result = explain_pod(TOLERANT, None, nodes, pod, {})
+    result = explain_pod(TOLERANT, None, nodes, pod, OPTED_IN)
     assert sorted(v.node for v in result.allowed) == ["gpu", "unread"]
     (cpu,) = result.excluded
     assert [e.rule for e in cpu.exclusions] == ["resources"]
@@ -336,3 +337,18 @@ def test_steered_requests_carry_the_pools_the_webhook_adds() -> None:
     )
     first = mutated["spec"]["containers"][0]["resources"]["requests"]
     assert {k: int(v) for k, v in first.items() if "limits-" in k} == pools
+
+
+def test_explain_leaves_a_pod_alone_where_the_webhook_does() -> None:
+    tenant = {"tenant": "dept-b"}  # in the tenant, but not opted in
+    result = explain_pod(TOLERANT, None, [_hot_node()], _cpu_pod(), tenant, "team-b")
+    assert not result.steered and not result.required and not result.injected_tolerations
+    assert not result.allowed  # no injected toleration for the hot node
+    system = explain_pod(
+        TOLERANT, None, [_hot_node()], _cpu_pod(), {**tenant, **OPTED_IN}, "kube-system"
+    )
+    assert not system.steered
+    steered = explain_pod(
+        TOLERANT, None, [_hot_node()], _cpu_pod(), {**tenant, **OPTED_IN}, "team-b"
+    )
+    assert steered.steered and [v.node for v in steered.allowed] == ["hot"]

@@ -53,7 +53,7 @@ def prom() -> Iterator[PrometheusServer]:
 @pytest.fixture
 def cluster_api(apistub: ApiStub) -> ApiStub:
     stub_nodes(apistub, NODES)
-    apistub.add_namespace("team-b", {"tenant": "dept-b"})
+    apistub.add_namespace("team-b", {"tenant": "dept-b", "steer.io/enabled": "true"})
     return apistub
 
 

@@ -11,6 +11,7 @@ from steer.core.scheduling import Taint
 from tests.scorer_support import apply_plan, readings_for, small_policy
 
 POLICY = small_policy()
+OPTED_IN = {"steer.io/enabled": "true"}  # the default opt-in selector
 T0 = 1_800_000_000.0
 VALUES = {
     "util": {"a": 20.0, "b": 50.0, "c": 95.0, "e": 20.0},
@@ -58,7 +59,7 @@ def gpu_pod(**spec: Any) -> dict[str, Any]:
 
 def test_tenant_budget_and_avoided_taint_exclude_nodes_with_their_data() -> None:
     plan, cluster = scored_cluster()
-    result = explain_pod(POLICY, plan, cluster, gpu_pod(), {"tenant": "dept-b"})
+    result = explain_pod(POLICY, plan, cluster, gpu_pod(), {"tenant": "dept-b", **OPTED_IN})
     assert result.pod_class == "gpu"
     assert result.tenant == "dept-b"
     assert [(v.node, v.rank) for v in result.allowed] == [("b", 1), ("d", 2)]
@@ -86,7 +87,7 @@ def test_a_pod_outside_any_tenant_ranks_every_tolerable_node() -> None:
         "containers": [{"name": "web"}],
         "tolerations": [{"key": "dedicated", "operator": "Exists"}],
     }
-    result = explain_pod(POLICY, plan, cluster, pod, {})
+    result = explain_pod(POLICY, plan, cluster, pod, OPTED_IN)
     assert result.pod_class is None and result.tenant is None
     ranked = [(v.node, v.rank, v.steering_weight) for v in result.allowed]
     # default composite = util only (power has no data): a/e 80, b 50, d unscored
@@ -119,7 +120,7 @@ def test_the_pods_own_selector_and_required_terms_are_applied() -> None:
             }
         },
     }
-    result = explain_pod(POLICY, plan, cluster, pod, {})
+    result = explain_pod(POLICY, plan, cluster, pod, OPTED_IN)
     assert [(v.node, v.steering_weight + v.user_weight) for v in result.allowed] == [
         ("b", 150),
         ("a", 80),

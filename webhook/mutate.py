@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 
 from steer.core.budget import TenantBudget, pod_burst, pod_limits, tenant_budget
-from steer.core.policy import ALWAYS_EXCLUDED_NAMESPACES, PodClass, Policy, SpreadRule, Tenant
+from steer.core.policy import PodClass, Policy, SpreadRule, Tenant
 from steer.core.quantity import QuantityError
 from steer.core.scheduling import (
     Json,
@@ -43,8 +43,10 @@ from steer.core.steering import (
     Requirement,
     class_preferences,
     classify_pod,
+    excluded_namespaces,
     injected_tolerations,
     merge_rules,
+    opted_in,
     required_rules,
     rule_alternatives,
     scheduler_for,
@@ -161,20 +163,10 @@ class MutationPlan:
         return self.policy.version
 
     def opted_in(self, namespace: str, labels: Mapping[str, str]) -> bool:
-        if namespace in self.excluded_namespaces:
-            return False
-        return self.policy.spec.opt_in.namespace_selector.matches(labels)
+        return opted_in(self.policy, namespace, labels, self.excluded_namespaces)
 
     def tenant(self, labels: Mapping[str, str]) -> Tenant | None:
         return tenant_for(self.policy, labels)
-
-
-def excluded_namespaces(policy: Policy) -> frozenset[str]:
-    """Namespaces never mutated or validated, whatever their labels (DESIGN decision 6)."""
-    spec = policy.spec
-    return frozenset(
-        (*ALWAYS_EXCLUDED_NAMESPACES, spec.project_namespace, *spec.opt_in.excluded_namespaces)
-    )
 
 
 # --- merge functions: pure, each idempotent on its own output -----------------------------

@@ -29,8 +29,8 @@ from steer.core.scheduling import (
     pod_objects,
     tolerates,
 )
-from steer.core.steering import CONDITION_VALUE, condition_key
-from webhook.mutate import DEFAULT_SCHEDULER, excluded_namespaces
+from steer.core.steering import CONDITION_VALUE, condition_key, excluded_namespaces
+from webhook.mutate import DEFAULT_SCHEDULER
 
 Scope = Literal["all", "security"]
 RULE_SCHEDULER = "scheduler-name"

@@ -18,6 +18,7 @@ from typing import Any
 from steer.core.budget import budget_steering
 from steer.core.encoding import SCORE_MAX, PreferenceTerm, preference_terms
 from steer.core.policy import (
+    ALWAYS_EXCLUDED_NAMESPACES,
     RESERVED_PREFIX,
     Dimension,
     PodClass,
@@ -212,6 +213,29 @@ def required_rules(
     return tuple(rules)
 
 
+def excluded_namespaces(policy: Policy) -> frozenset[str]:
+    """Namespaces never mutated or validated, whatever their labels (DESIGN decision 6)."""
+    spec = policy.spec
+    return frozenset(
+        (*ALWAYS_EXCLUDED_NAMESPACES, spec.project_namespace, *spec.opt_in.excluded_namespaces)
+    )
+
+
+def opted_in(
+    policy: Policy,
+    namespace: str | None,
+    labels: Mapping[str, str],
+    excluded: frozenset[str] | None = None,
+) -> bool:
+    """Whether the webhook steers pods of this namespace (None: its name is not known, so only
+    its labels decide). `excluded` is `excluded_namespaces(policy)`, when precomputed."""
+    if namespace is not None and namespace in (
+        excluded if excluded is not None else excluded_namespaces(policy)
+    ):
+        return False
+    return policy.spec.opt_in.namespace_selector.matches(labels)
+
+
 def scheduler_for(policy: Policy, tenant: Tenant | None, pod_class: PodClass | None) -> str | None:
     """The schedulerName to set on a pod that left it unset, or None to leave it alone
     (`routed_scheduler`: the policy validator applies the same rule)."""
@@ -298,6 +322,21 @@ def steered_constraints(
         tolerations=(*own, *added),
         injected_tolerations=tuple(added),
         requests=_steered_requests(policy, tenant, spec),
+    )
+
+
+def pod_constraints(spec: Mapping[str, Any]) -> NodeConstraints:
+    """The same view of a pod the webhook leaves alone (its namespace is not opted in)."""
+    try:
+        requests = pod_requests(spec)
+    except QuantityError as exc:
+        raise UninterpretablePod("spec.containers", str(exc)) from None
+    return NodeConstraints(
+        node_selector=node_selector_of(spec),
+        required_terms=required_terms(spec),
+        tolerations=tuple(tolerations_of(spec)),
+        injected_tolerations=(),
+        requests=requests,
     )
 
 

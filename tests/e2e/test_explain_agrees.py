@@ -6,7 +6,7 @@ Nodes carry what two scorer cycles plan for random observations (scores, `reserv
 foreign labels and taints of every effect, and some are cordoned. Pods have tolerations that are
 easy to get wrong (wildcards, effect-less, case, the cordon's own taint, an Lt/Gt toleration the
 apiserver refuses), nodeSelectors, required terms with Gt/Lt on odd label values, matchFields and
-empty terms, GPU or not, in a namespace of each tenant or none.
+empty terms, GPU or not, in a namespace of each tenant, of none, and one not opted in.
 
 Each pod is mutated by the webhook's own `mutate_pod` and explained by `explain_pod` over the
 nodes as read back from the API. Where it may go is measured by one probe per node: the mutated
@@ -18,6 +18,7 @@ anti-affinity, and pools are either empty or far larger than every probe togethe
 from __future__ import annotations
 
 import copy
+import os
 import random
 import time
 import uuid
@@ -49,7 +50,8 @@ POLICY = parse_policy(
     POLICY_TEXT.replace(HOT_EFFECT, HOT_EFFECT.replace("PreferNoSchedule", "NoSchedule"))
 )
 PLAN = MutationPlan.from_policy(POLICY)
-SEED = 20261201
+# Another seed explores other cases: STEER_AGREE_SEED=7 make e2e.
+SEED = int(os.environ.get("STEER_AGREE_SEED", "20261201"))
 NODES = 12
 PODS = 32
 HOSTNAME = "kubernetes.io/hostname"
@@ -296,6 +298,10 @@ def test_explain_allows_exactly_the_nodes_the_scheduler_binds_the_mutated_pod_to
     for tenant in POLICY.spec.tenants:
         labels = dict(tenant.namespace_selector.match_labels)
         tenants.append((tenant, {**labels, "steer.io/enabled": "true"}))
+    # dept-a's labels without opting in: the webhook leaves its pods alone.
+    tenants.append(
+        (POLICY.spec.tenants[0], dict(POLICY.spec.tenants[0].namespace_selector.match_labels))
+    )
     namespaces = [(t, labels, make_namespace(labels, prefix="agree")) for t, labels in tenants]
 
     cases = []
@@ -304,8 +310,10 @@ def test_explain_allows_exactly_the_nodes_the_scheduler_binds_the_mutated_pod_to
     for i in range(PODS):
         tenant, ns_labels, ns = namespaces[i % len(namespaces)]
         pod = random_pod(rng, names)
-        explanation = explain_pod(POLICY, plan, nodes, pod, ns_labels)
-        mutated = jsonpatch.apply_patch(pod, list(mutate_pod(PLAN, pod, tenant).ops))
+        explanation = explain_pod(POLICY, plan, nodes, pod, ns_labels, ns)
+        mutated = pod
+        if PLAN.opted_in(ns, ns_labels):
+            mutated = jsonpatch.apply_patch(pod, list(mutate_pod(PLAN, pod, tenant).ops))
         try:
             for j, node in enumerate(names):
                 probe = _probe(mutated, f"p{i}-{j}", node)
