@@ -15,6 +15,7 @@ from typing import Any
 
 from scorer.model import NodeState, rfc3339
 from scorer.plan import CyclePlan, DimensionSummary, NodePlan, PoolState
+from steer.core.admission import ValidationPlan, validate_pod
 from steer.core.budget import BudgetSteering, pod_burst, pod_limits, tenant_budget
 from steer.core.encoding import PreferenceTerm, preference_weight
 from steer.core.policy import Policy, Tenant
@@ -35,11 +36,13 @@ from steer.core.scheduling import (
     toleration_problems,
 )
 from steer.core.steering import (
+    NodeConstraints,
     Requirement,
     class_preferences,
     classify_pod,
     condition_key,
     dimension_key,
+    excluded_namespaces,
     opted_in,
     owned_label_keys,
     owned_taint_keys,
@@ -308,7 +311,7 @@ class PodExplanation:
     required: tuple[Requirement, ...]
     verdicts: tuple[NodeVerdict, ...]  # allowed nodes by rank, then excluded nodes by name
     injected_tolerations: tuple[Mapping[str, Any], ...] = ()
-    # Why the apiserver would refuse the pod as posted (then it is scheduled nowhere).
+    # Why the apiserver or the webhook's validation refuses the pod (then it goes nowhere).
     problems: tuple[str, ...] = ()
     steered: bool = True  # False: the namespace is not opted in, the webhook leaves the pod
 
@@ -471,8 +474,10 @@ def explain_pod(
     else:
         preferences, required, steered = (), (), pod_constraints(spec)
     user_terms = required_terms(spec)
-    problems = toleration_problems(steered.tolerations) + selector_problems(
-        user_terms, "spec.affinity.nodeAffinity.required.nodeSelectorTerms"
+    problems = (
+        toleration_problems(steered.tolerations)
+        + selector_problems(user_terms, "spec.affinity.nodeAffinity.required.nodeSelectorTerms")
+        + _denials(policy, spec, steered, tenant, namespace)
     )
     owned_labels = owned_label_keys(policy)
     owned_taints = owned_taint_keys(policy)
@@ -494,8 +499,7 @@ def explain_pod(
         if problems:
             exclusions.append(
                 Exclusion(
-                    rule="apiserver validation",
-                    reason="the apiserver refuses the pod: " + "; ".join(problems),
+                    rule="admission", reason="the pod is not admitted: " + "; ".join(problems)
                 )
             )
         exclusions += _affinity_exclusions(
@@ -575,6 +579,26 @@ def explain_pod(
         problems=problems,
         steered=steers,
     )
+
+
+def _denials(
+    policy: Policy,
+    spec: Mapping[str, Any],
+    steered: NodeConstraints,
+    tenant: Tenant | None,
+    namespace: str | None,
+) -> tuple[str, ...]:
+    """What the webhook's validation denies in the pod as mutated (validation runs after every
+    mutation): its tolerations and schedulerName are the steered ones."""
+    if namespace is not None and namespace in excluded_namespaces(policy):
+        return ()
+    admitted = {**spec, "tolerations": list(steered.tolerations)}
+    if steered.scheduler_name:
+        admitted["schedulerName"] = steered.scheduler_name
+    denials = validate_pod(
+        ValidationPlan.from_policy(policy), {"spec": admitted}, tenant, namespace or "?"
+    )
+    return tuple(f"the webhook denies it: {d.message}" for d in denials)
 
 
 def _fit_exclusions(

@@ -232,7 +232,8 @@ def _hot_node() -> NodeState:
 
 
 def _cpu_pod(**spec: Any) -> dict[str, Any]:
-    container = {"name": "c", "image": "x", "resources": {"limits": {"cpu": "1"}}}
+    # Limits on cpu and memory: the webhook denies an unbounded container of a budgeted tenant.
+    container = {"name": "c", "image": "x", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}
     return {"metadata": {"name": "p"}, "spec": {"containers": [container], **spec}}
 
 
@@ -254,14 +255,15 @@ def test_explain_refuses_a_gt_toleration_as_the_apiserver_does() -> None:
     result = explain_pod(TOLERANT, None, [_hot_node()], _cpu_pod(tolerations=[gt]), OPTED_IN)
     assert not result.allowed
     rules = [e.rule for e in result.excluded[0].exclusions]
-    assert rules == ["apiserver validation", "taint steer.io/gpu-hot=true:NoSchedule"]
+    assert rules == ["admission", "taint steer.io/gpu-hot=true:NoSchedule"]
     assert "TaintTolerationComparisonOperators" in result.problems[0]
 
 
 def test_explain_lets_a_wildcard_toleration_pass_a_cordon() -> None:
     cordoned = NodeState("c", unschedulable=True)
+    dept_b = {"tenant": "dept-b", **OPTED_IN}  # may tolerate gpu-hot: a wildcard is admitted
     wild = explain_pod(
-        TOLERANT, None, [cordoned], _cpu_pod(tolerations=[{"operator": "Exists"}]), {}
+        TOLERANT, None, [cordoned], _cpu_pod(tolerations=[{"operator": "Exists"}]), dept_b
     )
     assert [v.node for v in wild.allowed] == ["c"]
     plain = explain_pod(TOLERANT, None, [cordoned], _cpu_pod(), OPTED_IN)
@@ -352,3 +354,17 @@ def test_explain_leaves_a_pod_alone_where_the_webhook_does() -> None:
         TOLERANT, None, [_hot_node()], _cpu_pod(), {**tenant, **OPTED_IN}, "team-b"
     )
     assert steered.steered and [v.node for v in steered.allowed] == ["hot"]
+
+
+def test_explain_reports_what_the_webhooks_validation_denies() -> None:
+    hot = {"key": "steer.io/gpu-hot", "operator": "Exists"}
+    outside = explain_pod(TOLERANT, None, [_hot_node()], _cpu_pod(tolerations=[hot]), OPTED_IN, "x")
+    assert not outside.allowed
+    assert "the webhook denies it: rule reserved-toleration" in outside.problems[0]
+    unbounded = _cpu_pod()
+    del unbounded["spec"]["containers"][0]["resources"]["limits"]["memory"]
+    dept_b = {"tenant": "dept-b", **OPTED_IN}
+    denied = explain_pod(TOLERANT, None, [_hot_node()], unbounded, dept_b, "team-b")
+    assert not denied.allowed and "rule overcommit" in denied.problems[0]
+    # The routed schedulerName is what validation sees, not the unset one.
+    assert explain_pod(TOLERANT, None, [_hot_node()], _cpu_pod(), dept_b, "team-b").allowed

@@ -35,7 +35,11 @@ GPU_POD = {
     "metadata": {"name": "train", "namespace": "team-b"},
     "spec": {
         "containers": [
-            {"name": "main", "image": "trainer", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+            {
+                "name": "main",
+                "image": "trainer",
+                "resources": {"limits": {"nvidia.com/gpu": "1", "cpu": "1", "memory": "1Gi"}},
+            }
         ]
     },
 }

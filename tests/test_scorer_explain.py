@@ -50,7 +50,11 @@ def gpu_pod(**spec: Any) -> dict[str, Any]:
         "metadata": {"name": "train", "namespace": "team-b"},
         "spec": {
             "containers": [
-                {"name": "main", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+                {
+                    "name": "main",
+                    "image": "x",
+                    "resources": {"limits": {"nvidia.com/gpu": "1", "cpu": "1", "memory": "1Gi"}},
+                }
             ],
             **spec,
         },

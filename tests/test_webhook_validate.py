@@ -7,16 +7,16 @@ from typing import Any
 
 import pytest
 
-from steer.core.policy import parse_policy
-from steer.core.scheduling import UninterpretablePod
-from tests.conftest import EXAMPLE_POLICY
-from tests.webhook_harness import admission_fixture
-from webhook.validate import (
+from steer.core.admission import (
     ValidationPlan,
     denial_message,
     introduced_denials,
     validate_pod,
 )
+from steer.core.policy import parse_policy
+from steer.core.scheduling import UninterpretablePod
+from tests.conftest import EXAMPLE_POLICY
+from tests.webhook_harness import admission_fixture
 
 POLICY = parse_policy(EXAMPLE_POLICY.read_text())
 PLAN = ValidationPlan.from_policy(POLICY)

@@ -49,6 +49,7 @@ from steer.core.steering import (
     opted_in,
     required_rules,
     rule_alternatives,
+    scheduler_after,
     scheduler_for,
     tenant_for,
     trace_annotation_key,
@@ -68,7 +69,6 @@ POD_ANTI_AFFINITY = (
     "podAntiAffinity",
     "requiredDuringSchedulingIgnoredDuringExecution",
 )
-DEFAULT_SCHEDULER = "default-scheduler"
 
 
 @dataclass(frozen=True)
@@ -281,13 +281,9 @@ def mutate_pod(plan: MutationPlan, pod: Mapping[str, Any], tenant: Tenant | None
         # schedulerName, only when the pod left it unset.
         if pieces.scheduler is not None:
             current = spec.get("schedulerName")
-            unset = not current or (
-                current == DEFAULT_SCHEDULER
-                and plan.policy.spec.scheduler_profiles.default_scheduler_is_unset
-            )
             if current == pieces.scheduler:
                 note(f"scheduler:{pieces.scheduler}", False)
-            elif unset:
+            elif scheduler_after(plan.policy, pieces.scheduler, current) != current:
                 builder.set(("spec", "schedulerName"), pieces.scheduler)
                 note(f"scheduler:{pieces.scheduler}", True)
 

@@ -19,6 +19,7 @@ from steer.core.budget import budget_steering
 from steer.core.encoding import SCORE_MAX, PreferenceTerm, preference_terms
 from steer.core.policy import (
     ALWAYS_EXCLUDED_NAMESPACES,
+    DEFAULT_SCHEDULER,
     RESERVED_PREFIX,
     Dimension,
     PodClass,
@@ -242,6 +243,17 @@ def scheduler_for(policy: Policy, tenant: Tenant | None, pod_class: PodClass | N
     return routed_scheduler(policy.spec, tenant, pod_class)
 
 
+def scheduler_after(policy: Policy, routed: str | None, current: str | None) -> str | None:
+    """The schedulerName a pod has after the webhook: the routed one when it left the field
+    unset (or, with `defaultSchedulerIsUnset`, at default-scheduler), its own otherwise."""
+    if routed is None:
+        return current
+    unset = not current or (
+        current == DEFAULT_SCHEDULER and policy.spec.scheduler_profiles.default_scheduler_is_unset
+    )
+    return routed if unset else current
+
+
 def injected_toleration(policy: Policy, rule_name: str) -> Json:
     """The toleration of a taint rule's taint, exactly as the scorer sets that taint."""
     rule = policy.taint_rule(rule_name)
@@ -302,6 +314,7 @@ class NodeConstraints:
     tolerations: tuple[Json, ...]
     injected_tolerations: tuple[Json, ...]  # those of `tolerations` the webhook adds
     requests: Mapping[str, Fraction]  # resources requested, the overcommit pools' included
+    scheduler_name: str | None = None
 
 
 def steered_constraints(
@@ -322,6 +335,9 @@ def steered_constraints(
         tolerations=(*own, *added),
         injected_tolerations=tuple(added),
         requests=_steered_requests(policy, tenant, spec),
+        scheduler_name=scheduler_after(
+            policy, scheduler_for(policy, tenant, pod_class), spec.get("schedulerName")
+        ),
     )
 
 
@@ -337,6 +353,7 @@ def pod_constraints(spec: Mapping[str, Any]) -> NodeConstraints:
         tolerations=tuple(tolerations_of(spec)),
         injected_tolerations=(),
         requests=requests,
+        scheduler_name=spec.get("schedulerName"),
     )
 
 

@@ -9,7 +9,8 @@ apiserver refuses), nodeSelectors, required terms with Gt/Lt on odd label values
 empty terms, GPU or not, in a namespace of each tenant, of none, and one not opted in.
 
 Each pod is mutated by the webhook's own `mutate_pod` and explained by `explain_pod` over the
-nodes as read back from the API. Where it may go is measured by one probe per node: the mutated
+nodes as read back from the API; a pod the webhook's validation or the apiserver refuses must be
+allowed nowhere. Where it may go is measured by one probe per node: the mutated
 pod with `kubernetes.io/hostname In [node]` ANDed into its required terms, bound or Unschedulable.
 Tenant pods never burst (limits = requests), so a bound probe cannot repel another by the burst
 anti-affinity, and pools are either empty or far larger than every probe together.
@@ -31,6 +32,7 @@ from kubernetes import client
 from scorer.explain import explain_pod
 from scorer.model import NodeState
 from scorer.plan import CyclePlan, ScorerMemory, plan_cycle
+from steer.core.admission import ValidationPlan, validate_pod
 from steer.core.budget import Amount, PodShare
 from steer.core.policy import parse_policy
 from steer.core.steering import condition_key
@@ -50,10 +52,11 @@ POLICY = parse_policy(
     POLICY_TEXT.replace(HOT_EFFECT, HOT_EFFECT.replace("PreferNoSchedule", "NoSchedule"))
 )
 PLAN = MutationPlan.from_policy(POLICY)
+VALIDATION = ValidationPlan.from_policy(POLICY)
 # Another seed explores other cases: STEER_AGREE_SEED=7 make e2e.
 SEED = int(os.environ.get("STEER_AGREE_SEED", "20261201"))
 NODES = 12
-PODS = 32
+PODS = 48
 HOSTNAME = "kubernetes.io/hostname"
 PROBE_KEY = "e2e.steer.io/probe"
 HOT = condition_key(POLICY, POLICY.taint_rule("gpu-hot"))
@@ -307,6 +310,7 @@ def test_explain_allows_exactly_the_nodes_the_scheduler_binds_the_mutated_pod_to
     cases = []
     probes: set[str] = set()
     refused = []
+    denied = []
     for i in range(PODS):
         tenant, ns_labels, ns = namespaces[i % len(namespaces)]
         pod = random_pod(rng, names)
@@ -314,6 +318,11 @@ def test_explain_allows_exactly_the_nodes_the_scheduler_binds_the_mutated_pod_to
         mutated = pod
         if PLAN.opted_in(ns, ns_labels):
             mutated = jsonpatch.apply_patch(pod, list(mutate_pod(PLAN, pod, tenant).ops))
+        if validate_pod(VALIDATION, mutated, tenant, ns):
+            # The webhook's validation denies the pod: it goes nowhere, and explain says so.
+            denied.append(i)
+            assert explanation.problems and not explanation.allowed, (i, pod)
+            continue
         try:
             for j, node in enumerate(names):
                 probe = _probe(mutated, f"p{i}-{j}", node)
@@ -350,6 +359,7 @@ def test_explain_allows_exactly_the_nodes_the_scheduler_binds_the_mutated_pod_to
     record_property("pod_node_pairs", len(cases) * NODES)
     record_property("feasible_pairs", feasible)
     record_property("refused_pods", len(refused))
+    record_property("denied_pods", len(denied))
     assert not disagreements, disagreements
     # The random cases must exercise both answers, and pods the apiserver refuses.
     assert 0 < feasible < len(cases) * NODES and refused

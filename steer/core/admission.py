@@ -1,6 +1,7 @@
 """Pod validation: the policy's denial rules, each denial naming the rule, the field and values.
 
-Pure. Three rules (DESIGN decisions 6 and 7):
+Pure, in the core: the webhook's `/validate` serves it, and `/explain` reports what it denies in
+the mutated pod. Three rules (DESIGN decisions 6 and 7):
 - `scheduler-name`: the namespace's tenant may use only its allowed schedulerNames;
 - `reserved-toleration`: a toleration that tolerates a taint the scorer owns needs the
   tenant's permission (a pod outside every tenant has none); rules the policy marks
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Literal
 
-from steer.core.policy import Policy, Tenant
+from steer.core.policy import DEFAULT_SCHEDULER, Policy, Tenant
 from steer.core.quantity import QuantityError, format_ratio, parse_quantity
 from steer.core.scheduling import (
     Taint,
@@ -30,7 +31,6 @@ from steer.core.scheduling import (
     tolerates,
 )
 from steer.core.steering import CONDITION_VALUE, condition_key, excluded_namespaces
-from webhook.mutate import DEFAULT_SCHEDULER
 
 Scope = Literal["all", "security"]
 RULE_SCHEDULER = "scheduler-name"
