@@ -20,10 +20,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from werkzeug.serving import BaseWSGIServer, make_server
 
 from scorer.clusterscore import cluster_detail
-from scorer.explain import explain_pod, node_detail, nodes_table, pod_spec_of
+from scorer.explain import explain_pod, node_detail, nodes_table
 from scorer.kubeapi import KubeApiError
 from scorer.service import Scorer
 from steer.adapters.policy_file import ReloadStatus
+from steer.core.scheduling import UninterpretablePod, pod_spec_of
 
 
 def _json(body: Any, status: int = 200) -> Response:
@@ -109,7 +110,10 @@ def create_app(scorer: Scorer, *, policy_status: Callable[[], ReloadStatus] | No
                 notes.append(
                     "no namespace given (metadata.namespace or ?namespace=): no tenant applied"
                 )
-        result = explain_pod(scorer.policy, last.plan, last.nodes, pod, labels)
+        try:
+            result = explain_pod(scorer.policy, last.plan, last.nodes, pod, labels, namespace)
+        except UninterpretablePod as exc:
+            return _error(400, f"body: {exc}")
         return _json({**cycle_info(), "namespace": namespace, "notes": notes, **result.to_dict()})
 
     @app.post("/explain/pod")

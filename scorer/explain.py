@@ -10,29 +10,47 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
-from scorer.model import NodeState, Taint, rfc3339
+from scorer.model import NodeState, rfc3339
 from scorer.plan import CyclePlan, DimensionSummary, NodePlan, PoolState
+from steer.core.admission import ValidationPlan, validate_pod
 from steer.core.budget import BudgetSteering, pod_burst, pod_limits, tenant_budget
 from steer.core.encoding import PreferenceTerm, preference_weight
 from steer.core.policy import Policy, Tenant
-from steer.core.quantity import QuantityError
+from steer.core.quantity import QuantityError, parse_quantity
+from steer.core.scheduling import (
+    UNSCHEDULABLE_TAINT,
+    Taint,
+    blocking_taints,
+    expression_matches,
+    node_selector_matches,
+    pod_spec_of,
+    preferred_terms,
+    required_terms,
+    selector_problems,
+    term_matches,
+    terms_match,
+    tolerated,
+    toleration_problems,
+)
 from steer.core.steering import (
+    NodeConstraints,
     Requirement,
     class_preferences,
     classify_pod,
     condition_key,
     dimension_key,
-    expression_matches,
+    excluded_namespaces,
+    opted_in,
     owned_label_keys,
     owned_taint_keys,
+    pod_constraints,
     required_rules,
+    steered_constraints,
     tenant_for,
-    term_matches,
 )
-
-_BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
 
 
 def _round(value: float | None, digits: int = 3) -> float | None:
@@ -292,6 +310,10 @@ class PodExplanation:
     preferences: tuple[PreferenceTerm, ...]
     required: tuple[Requirement, ...]
     verdicts: tuple[NodeVerdict, ...]  # allowed nodes by rank, then excluded nodes by name
+    injected_tolerations: tuple[Mapping[str, Any], ...] = ()
+    # Why the apiserver or the webhook's validation refuses the pod (then it goes nowhere).
+    problems: tuple[str, ...] = ()
+    steered: bool = True  # False: the namespace is not opted in, the webhook leaves the pod
 
     @property
     def allowed(self) -> tuple[NodeVerdict, ...]:
@@ -306,11 +328,14 @@ class PodExplanation:
             "policyVersion": self.policy_version,
             "podClass": self.pod_class,
             "tenant": self.tenant,
+            "steered": self.steered,
             "preferences": [t.to_k8s() for t in self.preferences],
             "required": [
                 {"rule": r.rule, "alternatives": [list(alt) for alt in r.alternatives]}
                 for r in self.required
             ],
+            "injectedTolerations": [dict(t) for t in self.injected_tolerations],
+            "problems": list(self.problems),
             "allowed": [
                 {
                     "node": v.node,
@@ -332,43 +357,6 @@ class PodExplanation:
                 for v in self.excluded
             ],
         }
-
-
-def pod_spec_of(pod: Mapping[str, Any]) -> Mapping[str, Any]:
-    """Accept a Pod object (`{metadata, spec}`) or a bare PodSpec."""
-    spec = pod.get("spec")
-    if isinstance(spec, Mapping) and ("containers" in spec or "metadata" in pod or "kind" in pod):
-        return spec
-    return pod
-
-
-def tolerates(tolerations: Sequence[Mapping[str, Any]], taint: Taint) -> bool:
-    """The scheduler's TaintToleration rule: key (empty = any, with Exists), value, effect."""
-    for tol in tolerations:
-        effect = tol.get("effect") or ""
-        if effect and effect != taint.effect:
-            continue
-        key = tol.get("key") or ""
-        operator = tol.get("operator") or "Equal"
-        if operator == "Exists":
-            if not key or key == taint.key:
-                return True
-            continue
-        if key == taint.key and (tol.get("value") or "") == taint.value:
-            return True
-    return False
-
-
-def _fields_match(term: Mapping[str, Any], node: str) -> bool:
-    for expr in term.get("matchFields") or ():
-        if expr.get("key") != "metadata.name":
-            return False
-        values = list(expr.get("values") or ())
-        if expr.get("operator") == "In" and node not in values:
-            return False
-        if expr.get("operator") == "NotIn" and node in values:
-            return False
-    return True
 
 
 def _expression_text(expr: Mapping[str, Any]) -> str:
@@ -460,32 +448,41 @@ def explain_pod(
     nodes: Sequence[NodeState],
     pod: Mapping[str, Any],
     namespace_labels: Mapping[str, str],
+    namespace: str | None = None,
 ) -> PodExplanation:
-    """Which nodes the pod's steering terms allow, their rank, and why the others are excluded.
+    """Which nodes the scheduler's filters leave for the pod once the webhook has steered it,
+    their rank, and why the others are excluded.
 
-    Exclusions come from the policy's required rules for the pod's tenant and class, the pod's
-    own nodeSelector and required nodeAffinity, NoSchedule/NoExecute taints it does not
-    tolerate, and cordoned nodes. Rank is by the weight the NodeAffinity plugin would add up:
-    the injected preference terms plus the pod's own preferred terms (ties share a rank).
+    The pod is evaluated as mutated: its required terms with the policy's rules merged in and
+    its tolerations with the injected ones appended, by the functions the webhook applies
+    (`steered_constraints`), under Kubernetes' rules (`steer.core.scheduling`). A node is
+    excluded by NodeAffinity (nodeSelector and required terms; the reasons name the policy rule
+    or the pod's own field that fails), NoSchedule/NoExecute taints and cordons the pod does not
+    tolerate, and the overcommit pools. Rank is by the weight the NodeAffinity plugin would add
+    up: the injected preference terms plus the pod's own preferred terms (ties share a rank).
+    A pod of a namespace that is not opted in is evaluated as it is: the webhook leaves it alone.
+    Raises UninterpretablePod for a malformed field.
     """
     spec = pod_spec_of(pod)
     pod_class = classify_pod(policy, spec)
     tenant = tenant_for(policy, namespace_labels)
-    preferences = class_preferences(policy, pod_class)
-    required = required_rules(policy, tenant, pod_class)
+    steers = opted_in(policy, namespace, namespace_labels)
+    if steers:
+        preferences = class_preferences(policy, pod_class)
+        required = required_rules(policy, tenant, pod_class)
+        steered = steered_constraints(policy, tenant, pod_class, spec)
+    else:
+        preferences, required, steered = (), (), pod_constraints(spec)
+    user_terms = required_terms(spec)
+    problems = (
+        toleration_problems(steered.tolerations)
+        + selector_problems(user_terms, "spec.affinity.nodeAffinity.required.nodeSelectorTerms")
+        + _denials(policy, spec, steered, tenant, namespace)
+    )
     owned_labels = owned_label_keys(policy)
     owned_taints = owned_taint_keys(policy)
-    tolerations = list(spec.get("tolerations") or ())
-    node_selector = dict(spec.get("nodeSelector") or {})
-    affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
-    user_terms = list(
-        (affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get(
-            "nodeSelectorTerms"
-        )
-        or ()
-    )
-    user_prefs = list(affinity.get("preferredDuringSchedulingIgnoredDuringExecution") or ())
-    budget = tenant_budget(policy, tenant)
+    user_prefs = preferred_terms(spec)
+    budget = tenant_budget(policy, tenant) if steers else None
     steering = None
     if budget is not None and tenant is not None:
         try:
@@ -499,66 +496,45 @@ def explain_pod(
         labels = effective_labels(node, plan, owned_labels)
         taints = effective_taints(node, plan, owned_taints)
         exclusions: list[Exclusion] = []
-        for req in required:
-            if not req.matches(labels):
-                keys = sorted({e["key"] for alt in req.alternatives for e in alt})
-                failed = [
-                    _expression_text(e)
-                    for alt in req.alternatives
-                    for e in alt
-                    if not expression_matches(e, labels)
-                ]
+        if problems:
+            exclusions.append(
+                Exclusion(
+                    rule="admission", reason="the pod is not admitted: " + "; ".join(problems)
+                )
+            )
+        exclusions += _affinity_exclusions(
+            policy,
+            plan,
+            node.name,
+            labels,
+            required,
+            steered.node_selector,
+            user_terms,
+            steered.required_terms,
+        )
+        for taint in blocking_taints(steered.tolerations, taints, unschedulable=node.unschedulable):
+            if taint == UNSCHEDULABLE_TAINT and node.unschedulable:
                 exclusions.append(
                     Exclusion(
-                        rule=req.rule,
-                        reason="node fails " + " and ".join(failed),
-                        data={"labels": [_key_data(policy, plan, k, labels) for k in keys]},
+                        rule="node.spec.unschedulable",
+                        reason=f"the node is cordoned and the pod does not tolerate {taint}",
                     )
                 )
-        mismatched = {k: v for k, v in node_selector.items() if labels.get(k) != v}
-        if mismatched:
-            exclusions.append(
-                Exclusion(
-                    rule="pod.spec.nodeSelector",
-                    reason="node labels do not match the pod's nodeSelector",
-                    data={"wanted": mismatched, "node": {k: labels.get(k) for k in mismatched}},
-                )
-            )
-        if user_terms and not any(
-            term_matches(t, labels) and _fields_match(t, node.name) for t in user_terms
-        ):
-            exclusions.append(
-                Exclusion(
-                    rule="pod.spec.affinity.nodeAffinity.required",
-                    reason="no nodeSelectorTerm of the pod matches the node",
-                    data={"terms": user_terms},
-                )
-            )
-        soft = []
-        for taint in taints:
-            if tolerates(tolerations, taint):
                 continue
-            if taint.effect in _BLOCKING_EFFECTS:
-                data: dict[str, Any] = {"taint": taint.to_k8s()}
-                if taint.key in owned_taints:
-                    data.update(_key_data(policy, plan, taint.key, labels))
-                exclusions.append(
-                    Exclusion(
-                        rule=f"taint {taint}", reason="the pod does not tolerate it", data=data
-                    )
-                )
-            else:
-                soft.append(str(taint))
+            data: dict[str, Any] = {"taint": taint.to_k8s()}
+            if taint.key in owned_taints:
+                data.update(_key_data(policy, plan, taint.key, labels))
+            exclusions.append(
+                Exclusion(rule=f"taint {taint}", reason="the pod does not tolerate it", data=data)
+            )
+        soft = [str(t) for t in taints if not t.blocks and not tolerated(steered.tolerations, t)]
+        exclusions += _fit_exclusions(node, plan, steered.requests)
         if steering is not None and tenant is not None and plan is not None:
             exclusions.extend(_budget_exclusions(tenant, steering, plan))
-        if node.unschedulable:
-            exclusions.append(
-                Exclusion(rule="node.spec.unschedulable", reason="the node is cordoned")
-            )
         user_weight = sum(
             int(p.get("weight", 0))
             for p in user_prefs
-            if term_matches(p.get("preference") or {}, labels)
+            if term_matches(p.get("preference") or {}, labels, node.name)
         )
         verdicts.append(
             NodeVerdict(
@@ -599,4 +575,113 @@ def explain_pod(
         preferences=preferences,
         required=required,
         verdicts=tuple(ranked + excluded),
+        injected_tolerations=steered.injected_tolerations,
+        problems=problems,
+        steered=steers,
     )
+
+
+def _denials(
+    policy: Policy,
+    spec: Mapping[str, Any],
+    steered: NodeConstraints,
+    tenant: Tenant | None,
+    namespace: str | None,
+) -> tuple[str, ...]:
+    """What the webhook's validation denies in the pod as mutated (validation runs after every
+    mutation): its tolerations and schedulerName are the steered ones."""
+    if namespace is not None and namespace in excluded_namespaces(policy):
+        return ()
+    admitted = {**spec, "tolerations": list(steered.tolerations)}
+    if steered.scheduler_name:
+        admitted["schedulerName"] = steered.scheduler_name
+    denials = validate_pod(
+        ValidationPlan.from_policy(policy), {"spec": admitted}, tenant, namespace or "?"
+    )
+    return tuple(f"the webhook denies it: {d.message}" for d in denials)
+
+
+def _fit_exclusions(
+    node: NodeState, plan: NodePlan | None, requests: Mapping[str, Fraction]
+) -> list[Exclusion]:
+    """NodeResourcesFit against the node's allocatable, before other pods take their share
+    (the scorer does not track cpu and memory in use). A pool this cycle publishes is judged
+    by `_budget_exclusions` instead, with what the pods in it take. A node whose allocatable
+    was not read (empty) is not judged."""
+    if not node.allocatable:
+        return []
+    planned = {p.resource for p in plan.pools if p.capacity is not None} if plan else set()
+    out = []
+    for name, need in requests.items():
+        if need <= 0 or name in planned:
+            continue
+        try:
+            offered = parse_quantity(node.allocatable.get(name, "0"))
+        except QuantityError:
+            offered = Fraction(0)
+        if need > offered:
+            out.append(
+                Exclusion(
+                    rule="resources",
+                    reason=f"{name}: the pod requests {_quantity_text(need)}, the node's "
+                    f"allocatable is {node.allocatable.get(name, '0')}",
+                    data={"resource": name, "allocatable": node.allocatable.get(name)},
+                )
+            )
+    return out
+
+
+def _quantity_text(value: Fraction) -> str:
+    return str(value.numerator) if value.denominator == 1 else f"{float(value):g}"
+
+
+def _affinity_exclusions(
+    policy: Policy,
+    plan: NodePlan | None,
+    node: str,
+    labels: Mapping[str, str],
+    required: Sequence[Requirement],
+    node_selector: Mapping[str, Any],
+    user_terms: Sequence[Mapping[str, Any]] | None,
+    steered_terms: Sequence[Mapping[str, Any]] | None,
+) -> list[Exclusion]:
+    """NodeAffinity's verdict on the mutated pod, with the policy rules and the pod's own
+    fields that fail as reasons (the merged terms fail exactly when one of those does)."""
+    out = []
+    if not node_selector_matches(node_selector, labels):
+        mismatched = {k: v for k, v in node_selector.items() if labels.get(k) != str(v)}
+        out.append(
+            Exclusion(
+                rule="pod.spec.nodeSelector",
+                reason="node labels do not match the pod's nodeSelector",
+                data={"wanted": mismatched, "node": {k: labels.get(k) for k in mismatched}},
+            )
+        )
+    if terms_match(steered_terms, labels, node):
+        return out
+    for req in required:
+        if req.matches(labels):
+            continue
+        keys = sorted({e["key"] for alt in req.alternatives for e in alt})
+        failed = [
+            _expression_text(e)
+            for alt in req.alternatives
+            for e in alt
+            if not expression_matches(e, labels)
+        ]
+        out.append(
+            Exclusion(
+                rule=req.rule,
+                reason="node fails " + " and ".join(failed),
+                data={"labels": [_key_data(policy, plan, k, labels) for k in keys]},
+            )
+        )
+    if not terms_match(user_terms, labels, node) or len(out) == 0:
+        out.append(
+            Exclusion(
+                rule="pod.spec.affinity.nodeAffinity.required",
+                reason="no nodeSelectorTerm of the pod matches the node",
+                data={"terms": list(user_terms or ())},
+            )
+        )
+    return out

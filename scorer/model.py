@@ -12,27 +12,7 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
 
-
-@dataclass(frozen=True, order=True)
-class Taint:
-    key: str
-    value: str
-    effect: str
-
-    @classmethod
-    def from_k8s(cls, obj: Mapping[str, Any]) -> Taint:
-        return cls(str(obj.get("key", "")), str(obj.get("value") or ""), str(obj.get("effect", "")))
-
-    def to_k8s(self) -> dict[str, str]:
-        out = {"key": self.key, "effect": self.effect}
-        if self.value:
-            out["value"] = self.value
-        return out
-
-    def __str__(self) -> str:
-        return (
-            f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
-        )
+from steer.core.scheduling import Taint
 
 
 @dataclass(frozen=True)

@@ -33,12 +33,13 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
-from scorer.model import NodeState, Taint, parse_rfc3339, rfc3339
+from scorer.model import NodeState, parse_rfc3339, rfc3339
 from scorer.observe import DimensionFailure, DimensionReading
 from steer.core.budget import PodShare, node_pools, owned_resources
 from steer.core.encoding import composite, normalise, quantise, quantise_raw
 from steer.core.policy import Dimension, Direction, PodClass, Policy, TaintRule
 from steer.core.quantity import QuantityError, parse_quantity
+from steer.core.scheduling import Taint
 from steer.core.steering import (
     CONDITION_VALUE,
     composite_weights,

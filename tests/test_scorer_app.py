@@ -35,7 +35,11 @@ GPU_POD = {
     "metadata": {"name": "train", "namespace": "team-b"},
     "spec": {
         "containers": [
-            {"name": "main", "image": "trainer", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+            {
+                "name": "main",
+                "image": "trainer",
+                "resources": {"limits": {"nvidia.com/gpu": "1", "cpu": "1", "memory": "1Gi"}},
+            }
         ]
     },
 }
@@ -53,7 +57,7 @@ def prom() -> Iterator[PrometheusServer]:
 @pytest.fixture
 def cluster_api(apistub: ApiStub) -> ApiStub:
     stub_nodes(apistub, NODES)
-    apistub.add_namespace("team-b", {"tenant": "dept-b"})
+    apistub.add_namespace("team-b", {"tenant": "dept-b", "steer.io/enabled": "true"})
     return apistub
 
 
@@ -135,6 +139,10 @@ def test_explain_a_posted_and_an_existing_pod(
         existing = http.get(f"{server.url}/explain/pod/team-b/train").json()
         absent = http.get(f"{server.url}/explain/pod/team-b/nope")
         bad = http.post(f"{server.url}/explain/pod", data=b"[1, 2")
+        malformed = http.post(
+            f"{server.url}/explain/pod",
+            json={**GPU_POD, "spec": {**GPU_POD["spec"], "tolerations": "all"}},
+        )
     for body in (posted, existing):
         assert body["tenant"] == "dept-b" and body["podClass"] == "gpu"
         # node-2 has no limits in this cluster, so no overcommit label: allowed as unscored;
@@ -153,6 +161,7 @@ def test_explain_a_posted_and_an_existing_pod(
         }
     assert absent.status_code == 404
     assert bad.status_code == 400 and "body" in bad.json()["error"]
+    assert malformed.status_code == 400 and "spec.tolerations" in malformed.json()["error"]
 
 
 def test_a_replica_that_is_not_leader_serves_explain_but_never_writes(

@@ -618,7 +618,9 @@ def test_explain_pod_names_the_pool_and_the_bursting_neighbours_that_exclude_a_n
     assert cycle.node("n1").bursting == {"5": 1} and cycle.node("n2").repelled == {"5"}
 
     # dept-a, 6 cores bursting to 6.3: n1's 5 % cpu pool has 6400 - 1100 = 5300 free.
-    a = explain_pod(POLICY, cycle, nodes, _pod("6", "6300m"), {"tenant": "dept-a"})
+    a = explain_pod(
+        POLICY, cycle, nodes, _pod("6", "6300m"), {"tenant": "dept-a", "steer.io/enabled": "true"}
+    )
     verdicts = {v.node: v for v in a.verdicts}
     (pool,) = verdicts["n1"].exclusions
     assert pool.rule == "budget:dept-a"
@@ -630,11 +632,15 @@ def test_explain_pod_names_the_pool_and_the_bursting_neighbours_that_exclude_a_n
     assert "keep such pods off" in repelled.reason
     assert verdicts["n3"].allowed
     # A smaller dept-a pod fits n1's pool.
-    small = explain_pod(POLICY, cycle, nodes, _pod("1", "1050m"), {"tenant": "dept-a"})
+    small = explain_pod(
+        POLICY, cycle, nodes, _pod("1", "1050m"), {"tenant": "dept-a", "steer.io/enabled": "true"}
+    )
     assert {v.node for v in small.verdicts if v.allowed} == {"n1", "n3"}
 
     # dept-b (budget 0, not bursting): n1 holds a 5 % burst, which its anti-affinity refuses.
-    b = explain_pod(POLICY, cycle, nodes, _pod("100m", "100m"), {"tenant": "dept-b"})
+    b = explain_pod(
+        POLICY, cycle, nodes, _pod("100m", "100m"), {"tenant": "dept-b", "steer.io/enabled": "true"}
+    )
     verdicts = {v.node: v for v in b.verdicts}
     assert [e.reason for e in verdicts["n1"].exclusions] == [
         "pods bursting at a higher budget run here (1 at 5 %): the pod's anti-affinity keeps it off"

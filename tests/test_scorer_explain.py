@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from scorer.explain import explain_pod, node_detail, nodes_table, plan_table, tolerates
-from scorer.model import NodeState, Taint
+from scorer.explain import explain_pod, node_detail, nodes_table, plan_table
+from scorer.model import NodeState
 from scorer.plan import CyclePlan, ScorerMemory, plan_cycle
+from steer.core.scheduling import Taint
 from tests.scorer_support import apply_plan, readings_for, small_policy
 
 POLICY = small_policy()
+OPTED_IN = {"steer.io/enabled": "true"}  # the default opt-in selector
 T0 = 1_800_000_000.0
 VALUES = {
     "util": {"a": 20.0, "b": 50.0, "c": 95.0, "e": 20.0},
@@ -48,7 +50,11 @@ def gpu_pod(**spec: Any) -> dict[str, Any]:
         "metadata": {"name": "train", "namespace": "team-b"},
         "spec": {
             "containers": [
-                {"name": "main", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+                {
+                    "name": "main",
+                    "image": "x",
+                    "resources": {"limits": {"nvidia.com/gpu": "1", "cpu": "1", "memory": "1Gi"}},
+                }
             ],
             **spec,
         },
@@ -57,7 +63,7 @@ def gpu_pod(**spec: Any) -> dict[str, Any]:
 
 def test_tenant_budget_and_avoided_taint_exclude_nodes_with_their_data() -> None:
     plan, cluster = scored_cluster()
-    result = explain_pod(POLICY, plan, cluster, gpu_pod(), {"tenant": "dept-b"})
+    result = explain_pod(POLICY, plan, cluster, gpu_pod(), {"tenant": "dept-b", **OPTED_IN})
     assert result.pod_class == "gpu"
     assert result.tenant == "dept-b"
     assert [(v.node, v.rank) for v in result.allowed] == [("b", 1), ("d", 2)]
@@ -85,7 +91,7 @@ def test_a_pod_outside_any_tenant_ranks_every_tolerable_node() -> None:
         "containers": [{"name": "web"}],
         "tolerations": [{"key": "dedicated", "operator": "Exists"}],
     }
-    result = explain_pod(POLICY, plan, cluster, pod, {})
+    result = explain_pod(POLICY, plan, cluster, pod, OPTED_IN)
     assert result.pod_class is None and result.tenant is None
     ranked = [(v.node, v.rank, v.steering_weight) for v in result.allowed]
     # default composite = util only (power has no data): a/e 80, b 50, d unscored
@@ -95,7 +101,11 @@ def test_a_pod_outside_any_tenant_ranks_every_tolerable_node() -> None:
 
 def test_the_pods_own_selector_and_required_terms_are_applied() -> None:
     plan, cluster = scored_cluster()
-    terms = [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["a", "b"]}]}]
+    # One node name per matchFields requirement: the apiserver refuses more.
+    terms = [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [name]}]}
+        for name in ("a", "b")
+    ]
     pod = {
         "containers": [{"name": "web"}],
         "affinity": {
@@ -114,26 +124,13 @@ def test_the_pods_own_selector_and_required_terms_are_applied() -> None:
             }
         },
     }
-    result = explain_pod(POLICY, plan, cluster, pod, {})
+    result = explain_pod(POLICY, plan, cluster, pod, OPTED_IN)
     assert [(v.node, v.steering_weight + v.user_weight) for v in result.allowed] == [
         ("b", 150),
         ("a", 80),
     ]
     rules = {v.node: [e.rule for e in v.exclusions] for v in result.excluded}
     assert rules["d"] == ["pod.spec.affinity.nodeAffinity.required"]
-
-
-def test_toleration_matching_follows_the_scheduler() -> None:
-    taint = Taint("steer.io/gpu-hot", "true", "NoSchedule")
-    assert tolerates([{"operator": "Exists"}], taint)
-    assert tolerates(
-        [{"key": "steer.io/gpu-hot", "operator": "Exists", "effect": "NoSchedule"}], taint
-    )
-    assert tolerates([{"key": "steer.io/gpu-hot", "value": "true"}], taint)
-    assert not tolerates([{"key": "steer.io/gpu-hot", "value": "false"}], taint)
-    assert not tolerates(
-        [{"key": "steer.io/gpu-hot", "operator": "Exists", "effect": "NoExecute"}], taint
-    )
 
 
 def test_node_views_carry_values_queries_and_pending_changes() -> None:

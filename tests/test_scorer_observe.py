@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 
-from scorer.model import NodeState, Taint, parse_rfc3339, rfc3339
+from scorer.model import NodeState, parse_rfc3339, rfc3339
 from scorer.observe import NodeIndex, read_dimension
+from steer.core.scheduling import Taint
 from tests.apistub_fixtures import load_api_fixture
 from tests.scorer_support import FakeSample, small_policy
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scorer.model import NodeState, Taint
+from scorer.model import NodeState
 from scorer.plan import DataStatus, ScorerMemory, plan_cycle
 from steer.core.policy import parse_policy
+from steer.core.scheduling import Taint
 from steer.core.steering import owned_label_keys, owned_taint_keys
 from tests.scorer_support import (
     SMALL_POLICY,

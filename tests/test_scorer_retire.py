@@ -8,7 +8,7 @@ from kubernetes import client
 
 from scorer.cleanup import clean_nodes
 from scorer.kubeapi import KubeJson
-from scorer.model import NodeState, Taint
+from scorer.model import NodeState
 from scorer.plan import ScorerMemory, plan_cycle
 from scorer.retire import (
     cleanup_removal,
@@ -19,6 +19,7 @@ from scorer.retire import (
 from scorer.writer import NodeApi, NodeWriter, RateLimiter
 from steer.apistub import ApiStub
 from steer.apistub.synthetic import synthetic_node
+from steer.core.scheduling import Taint
 from tests.scorer_support import apply_node_plan, readings_for, small_policy
 
 POLICY = small_policy()

@@ -7,19 +7,18 @@ import yaml
 
 from steer.core.encoding import preference_weight
 from steer.core.policy import Policy, parse_policy
+from steer.core.scheduling import expression_matches, term_matches
 from steer.core.steering import (
     class_preferences,
     classify_pod,
     composite_key,
     composite_weights,
     composites,
-    expression_matches,
     owned_label_keys,
     owned_taint_keys,
     required_rules,
     scheduler_for,
     tenant_for,
-    term_matches,
 )
 from tests.conftest import EXAMPLE_POLICY, load_fixture
 

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 import yaml
 
+from steer.core.admission import ValidationPlan
 from steer.core.policy import parse_policy
 from tests.conftest import EXAMPLE_POLICY
-from webhook.validate import ValidationPlan
 
 ROOT = Path(__file__).resolve().parent.parent
 WEBHOOK = ROOT / "manifests" / "webhook" / "webhook.yaml"

@@ -13,18 +13,17 @@ from hypothesis import strategies as st
 
 from steer.core.encoding import bucket_values
 from steer.core.policy import Policy, parse_policy
+from steer.core.scheduling import merge_required, term_matches
 from steer.core.steering import (
     classify_pod,
     composite_key,
     required_rules,
-    term_matches,
 )
 from tests.conftest import EXAMPLE_POLICY
 from tests.webhook_harness import admission_fixture
 from webhook.mutate import (
     MutationPlan,
     UninterpretablePod,
-    merge_required,
     mutate_pod,
 )
 from webhook.patch import PatchBuilder, escape, pointer

@@ -7,18 +7,16 @@ from typing import Any
 
 import pytest
 
-from steer.core.policy import parse_policy
-from tests.conftest import EXAMPLE_POLICY
-from tests.webhook_harness import admission_fixture
-from webhook.mutate import UninterpretablePod
-from webhook.validate import (
-    ReservedTaint,
+from steer.core.admission import (
     ValidationPlan,
     denial_message,
     introduced_denials,
-    tolerates,
     validate_pod,
 )
+from steer.core.policy import parse_policy
+from steer.core.scheduling import UninterpretablePod
+from tests.conftest import EXAMPLE_POLICY
+from tests.webhook_harness import admission_fixture
 
 POLICY = parse_policy(EXAMPLE_POLICY.read_text())
 PLAN = ValidationPlan.from_policy(POLICY)
@@ -131,24 +129,6 @@ def test_wildcard_toleration_tolerates_every_reserved_taint() -> None:
     # dept-a may tolerate gpu-hot, not unhealthy: one denial, which explains the empty key.
     assert len(found) == 1
     assert "(an empty key tolerates every taint)" in found[0] and '"unhealthy"' in found[0]
-
-
-@pytest.mark.parametrize(
-    ("toleration", "expected"),
-    [
-        ({"key": "steer.io/unhealthy", "operator": "Exists"}, True),
-        ({"key": "steer.io/unhealthy", "operator": "Equal", "value": "true"}, True),
-        ({"key": "steer.io/unhealthy", "value": "true"}, True),  # operator defaults to Equal
-        ({"key": "steer.io/unhealthy", "operator": "Equal", "value": "false"}, False),
-        ({"key": "steer.io/unhealthy", "operator": "Exists", "effect": "NoExecute"}, False),
-        ({"key": "other", "operator": "Exists"}, False),
-        ({"operator": "Exists", "effect": "NoSchedule"}, True),
-        ({"key": "steer.io/unhealthy", "operator": "Gt", "value": "1"}, False),
-    ],
-)
-def test_tolerates_follows_the_scheduler(toleration: dict[str, Any], expected: bool) -> None:
-    taint = ReservedTaint("unhealthy", "steer.io/unhealthy", "true", "NoSchedule", True)
-    assert tolerates(toleration, taint) is expected
 
 
 def test_security_scope_checks_only_security_rules() -> None:

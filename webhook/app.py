@@ -22,18 +22,19 @@ import orjson
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
-from steer.core.policy import Policy
-from webhook import review as rv
-from webhook.metrics import WebhookMetrics
-from webhook.mutate import MutationPlan, UninterpretablePod, mutate_pod
-from webhook.namespaces import NamespaceSource
-from webhook.validate import (
+from steer.core.admission import (
     Scope,
     ValidationPlan,
     denial_message,
     introduced_denials,
     validate_pod,
 )
+from steer.core.policy import Policy
+from steer.core.scheduling import UninterpretablePod
+from webhook import review as rv
+from webhook.metrics import WebhookMetrics
+from webhook.mutate import MutationPlan, mutate_pod
+from webhook.namespaces import NamespaceSource
 
 log = logging.getLogger(__name__)
 

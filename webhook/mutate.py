@@ -21,22 +21,35 @@ reinvocation (reinvocationPolicy: IfNeeded) computes the same pod and an empty p
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from steer.core.budget import TenantBudget, pod_burst, pod_limits, tenant_budget
-from steer.core.policy import ALWAYS_EXCLUDED_NAMESPACES, PodClass, Policy, SpreadRule, Tenant
+from steer.core.policy import PodClass, Policy, SpreadRule, Tenant
 from steer.core.quantity import QuantityError
+from steer.core.scheduling import (
+    Json,
+    UninterpretablePod,
+    missing_tolerations,
+    pod_object,
+    pod_objects,
+    required_terms,
+    tolerations_of,
+)
 from steer.core.steering import (
-    CONDITION_VALUE,
     Requirement,
     class_preferences,
     classify_pod,
-    condition_key,
+    excluded_namespaces,
+    injected_tolerations,
+    merge_rules,
+    opted_in,
     required_rules,
+    rule_alternatives,
+    scheduler_after,
     scheduler_for,
     tenant_for,
     trace_annotation_key,
@@ -56,17 +69,6 @@ POD_ANTI_AFFINITY = (
     "podAntiAffinity",
     "requiredDuringSchedulingIgnoredDuringExecution",
 )
-DEFAULT_SCHEDULER = "default-scheduler"
-
-Json = dict[str, Any]
-
-
-class UninterpretablePod(ValueError):
-    """The object is not a pod the webhook can merge into; `field` names the part at fault."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
 
 
 @dataclass(frozen=True)
@@ -100,38 +102,17 @@ class Mutation:
         return orjson.dumps(list(self.ops)) if self.ops else None
 
 
-def _expression(expr: Mapping[str, Any]) -> Json:
-    out: Json = {"key": expr["key"], "operator": expr["operator"]}
-    if expr.get("values"):
-        out["values"] = list(expr["values"])
-    return out
-
-
 def _requirement_note(req: Requirement) -> str:
     def one(expr: Json) -> str:
         values = ",".join(expr.get("values") or ())
         return f"{expr['key']} {expr['operator']}{' ' + values if values else ''}"
 
-    return " | ".join(" & ".join(one(_expression(e)) for e in alt) for alt in req.alternatives)
-
-
-def _toleration(policy: Policy, rule_name: str) -> Json:
-    rule = policy.taint_rule(rule_name)
-    return {
-        "key": condition_key(policy, rule),
-        "operator": "Equal",
-        "value": CONDITION_VALUE,
-        "effect": rule.effect,
-    }
+    return " | ".join(" & ".join(one(e) for e in alt) for alt in rule_alternatives(req))
 
 
 def build_pieces(policy: Policy, tenant: Tenant | None, pod_class: PodClass | None) -> Pieces:
     preferred = class_preferences(policy, pod_class)
     requirements = required_rules(policy, tenant, pod_class)
-    avoided = set(pod_class.avoid) if pod_class is not None else set()
-    # A class that must avoid a tainted node gets no toleration for that taint: the required
-    # NotIn term would exclude the node anyway, and the toleration would only confuse readers.
-    tolerated = [r for r in (tenant.allowed_tolerations if tenant else ()) if r not in avoided]
     bits = [t for t in preferred if t.operator == "In"]
     notes = [f"{bits[0].key} In-bits {'/'.join(str(t.weight) for t in bits)}"] if bits else []
     notes += [f"{t.key} {t.operator} w{t.weight}" for t in preferred if t.operator != "In"]
@@ -141,11 +122,8 @@ def build_pieces(policy: Policy, tenant: Tenant | None, pod_class: PodClass | No
         pod_class=pod_class.name if pod_class else None,
         preferred=tuple(t.to_k8s() for t in preferred),
         preferred_rule=f"prefer:{preferred[0].key}" if preferred else "prefer",
-        required=tuple(
-            (r.rule, tuple(tuple(_expression(e) for e in alt) for alt in r.alternatives))
-            for r in requirements
-        ),
-        tolerations=tuple((name, _toleration(policy, name)) for name in tolerated),
+        required=tuple((r.rule, rule_alternatives(r)) for r in requirements),
+        tolerations=injected_tolerations(policy, tenant, pod_class),
         scheduler=scheduler_for(policy, tenant, pod_class),
         term_notes=tuple(notes),
         budget=tenant_budget(policy, tenant),
@@ -185,58 +163,13 @@ class MutationPlan:
         return self.policy.version
 
     def opted_in(self, namespace: str, labels: Mapping[str, str]) -> bool:
-        if namespace in self.excluded_namespaces:
-            return False
-        return self.policy.spec.opt_in.namespace_selector.matches(labels)
+        return opted_in(self.policy, namespace, labels, self.excluded_namespaces)
 
     def tenant(self, labels: Mapping[str, str]) -> Tenant | None:
         return tenant_for(self.policy, labels)
 
 
-def excluded_namespaces(policy: Policy) -> frozenset[str]:
-    """Namespaces never mutated or validated, whatever their labels (DESIGN decision 6)."""
-    spec = policy.spec
-    return frozenset(
-        (*ALWAYS_EXCLUDED_NAMESPACES, spec.project_namespace, *spec.opt_in.excluded_namespaces)
-    )
-
-
 # --- merge functions: pure, each idempotent on its own output -----------------------------
-
-
-def _expr_id(expr: Mapping[str, Any]) -> tuple[Any, Any, tuple[str, ...]]:
-    return (expr.get("key"), expr.get("operator"), tuple(expr.get("values") or ()))
-
-
-def merge_required(
-    terms: Sequence[Json] | None, alternatives: Sequence[Sequence[Json]]
-) -> list[Json] | None:
-    """AND one rule (alternatives ORed) into ORed nodeSelectorTerms; None means no constraint."""
-    if terms is None:
-        return [{"matchExpressions": list(alt)} for alt in alternatives]
-    wanted = [frozenset(_expr_id(e) for e in alt) for alt in alternatives]
-    out: list[Json] = []
-    for term in terms:
-        exprs = term.get("matchExpressions") or []
-        if not exprs and not term.get("matchFields"):
-            out.append(term)  # matches no node; filling it would widen the user's constraint
-            continue
-        have = {_expr_id(e) for e in exprs}
-        if any(alt <= have for alt in wanted):
-            out.append(term)  # already holds one alternative: ANDing it again changes nothing
-        else:
-            out.extend({**term, "matchExpressions": [*exprs, *alt]} for alt in alternatives)
-    return out
-
-
-def _tol_id(tol: Mapping[str, Any]) -> tuple[Any, ...]:
-    return (
-        tol.get("key") or "",
-        tol.get("operator") or "Equal",
-        tol.get("value") or "",
-        tol.get("effect") or "",
-        tol.get("tolerationSeconds"),
-    )
 
 
 def spread_constraint(rule: SpreadRule, labels: Mapping[str, str]) -> Json | None:
@@ -263,26 +196,6 @@ def _same_constraint(ours: Json, theirs: Mapping[str, Any]) -> bool:
 
 
 # --- the request path -----------------------------------------------------------------------
-
-
-def pod_object(parent: Mapping[str, Any], key: str, field: str) -> Mapping[str, Any]:
-    """`parent[key]` as an object ({} when absent); `UninterpretablePod` naming `field` otherwise."""
-    value = parent.get(key)
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise UninterpretablePod(field, f"expected an object, got {type(value).__name__}")
-    return value
-
-
-def pod_objects(parent: Mapping[str, Any], key: str, field: str) -> list[Any]:
-    """`parent[key]` as a list of objects ([] when absent); `UninterpretablePod` otherwise."""
-    value = parent.get(key)
-    if value is None:
-        return []
-    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
-        raise UninterpretablePod(field, "expected a list of objects")
-    return value
 
 
 def _check_containers(spec: Mapping[str, Any]) -> None:
@@ -329,20 +242,10 @@ def mutate_pod(plan: MutationPlan, pod: Mapping[str, Any], tenant: Tenant | None
 
         # Required rules, ANDed into every term.
         if pieces.required:
-            required = pod_object(
-                node_affinity, REQUIRED_TERMS[-2], "spec.affinity.nodeAffinity.required"
-            )
-            field = "spec.affinity.nodeAffinity.required.nodeSelectorTerms"
-            original = required.get("nodeSelectorTerms")
-            if original is not None:
-                original = pod_objects(required, "nodeSelectorTerms", field)
-                for i, term in enumerate(original):
-                    pod_objects(term, "matchExpressions", f"{field}[{i}].matchExpressions")
-            terms: list[Json] | None = original
-            for rule, alternatives in pieces.required:
-                merged = merge_required(terms, alternatives)
-                note(f"require:{rule}", merged != terms)
-                terms = merged
+            original = required_terms(spec)
+            terms, changed = merge_rules(original, (alts for _, alts in pieces.required))
+            for (rule, _), did_add in zip(pieces.required, changed, strict=True):
+                note(f"require:{rule}", did_add)
             if terms != original:
                 builder.set(REQUIRED_TERMS, terms)
 
@@ -351,14 +254,10 @@ def mutate_pod(plan: MutationPlan, pod: Mapping[str, Any], tenant: Tenant | None
             _merge_budget(pieces.budget, builder, spec, labels, affinity, note)
 
         # Tolerations of the reserved taints this tenant may tolerate.
-        tolerations = pod_objects(spec, "tolerations", "spec.tolerations")
-        have = {_tol_id(t) for t in tolerations}
-        new_tolerations = []
+        tolerations = tolerations_of(spec)
+        new_tolerations = missing_tolerations(tolerations, (t for _, t in pieces.tolerations))
         for rule, toleration in pieces.tolerations:
-            missing_tol = _tol_id(toleration) not in have
-            if missing_tol:
-                new_tolerations.append(toleration)
-            note(f"tolerate:{rule}", missing_tol)
+            note(f"tolerate:{rule}", any(t is toleration for t in new_tolerations))
         builder.append(("spec", "tolerations"), new_tolerations)
 
         # Spread constraints; the user's constraint on the same topologyKey wins.
@@ -382,13 +281,9 @@ def mutate_pod(plan: MutationPlan, pod: Mapping[str, Any], tenant: Tenant | None
         # schedulerName, only when the pod left it unset.
         if pieces.scheduler is not None:
             current = spec.get("schedulerName")
-            unset = not current or (
-                current == DEFAULT_SCHEDULER
-                and plan.policy.spec.scheduler_profiles.default_scheduler_is_unset
-            )
             if current == pieces.scheduler:
                 note(f"scheduler:{pieces.scheduler}", False)
-            elif unset:
+            elif scheduler_after(plan.policy, pieces.scheduler, current) != current:
                 builder.set(("spec", "schedulerName"), pieces.scheduler)
                 note(f"scheduler:{pieces.scheduler}", True)
 

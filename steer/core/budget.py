@@ -39,6 +39,7 @@ from typing import Any
 
 from steer.core.policy import Policy, Tenant
 from steer.core.quantity import QuantityError, parse_quantity
+from steer.core.scheduling import pod_amount
 
 MIB = 1024 * 1024
 HOSTNAME = "kubernetes.io/hostname"
@@ -106,55 +107,18 @@ class Amount:
         return Amount(self.cpu_m + other.cpu_m, self.memory + other.memory)
 
 
-def _amount(resources: Mapping[str, Any], part: str, name: str) -> Fraction | None:
-    values = resources.get(part)
-    if not isinstance(values, Mapping) or values.get(name) is None:
-        return None
-    return parse_quantity(values[name])
-
-
-def _container_amount(container: Mapping[str, Any], part: str, name: str) -> Fraction:
-    """One container's request (defaulting to its limit, as the apiserver does) or limit
-    (defaulting to its request: an unbounded container is priced at what it asked for)."""
-    resources = container.get("resources") or {}
-    other = "limits" if part == "requests" else "requests"
-    value = _amount(resources, part, name)
-    if value is None:
-        value = _amount(resources, other, name)
-    return Fraction(0) if value is None else value
-
-
-def _effective(spec: Mapping[str, Any], part: str, name: str) -> Fraction:
-    """A pod's request (or limit) of one resource as the scheduler sums it: the containers and
-    the restartable init containers (sidecars) that run beside them, or an ordinary init
-    container with the sidecars started before it, whichever is larger."""
-    sidecars = Fraction(0)
-    init_peak = Fraction(0)
-    for container in spec.get("initContainers") or ():
-        value = _container_amount(container, part, name)
-        if container.get("restartPolicy") == "Always":
-            sidecars += value
-            init_peak = max(init_peak, sidecars)
-        else:
-            init_peak = max(init_peak, sidecars + value)
-    total = sum(
-        (_container_amount(c, part, name) for c in spec.get("containers") or ()), Fraction(0)
-    )
-    return max(total + sidecars, init_peak)
-
-
 def pod_limits(spec: Mapping[str, Any]) -> Amount:
     """The pod's limits of cpu and memory (a container without one counts its request).
     Raises QuantityError for a malformed quantity."""
     return Amount(
-        cpu_m=_effective(spec, "limits", "cpu") * 1000, memory=_effective(spec, "limits", "memory")
+        cpu_m=pod_amount(spec, "limits", "cpu") * 1000, memory=pod_amount(spec, "limits", "memory")
     )
 
 
 def pod_request(spec: Mapping[str, Any], resource: str) -> Fraction:
     """The pod's request of one resource as the scheduler counts it (cores for cpu, bytes for
     memory, units for an extended resource). Raises QuantityError for a malformed quantity."""
-    return _effective(spec, "requests", resource)
+    return pod_amount(spec, "requests", resource)
 
 
 def pod_burst(spec: Mapping[str, Any]) -> Amount:
@@ -162,8 +126,8 @@ def pod_burst(spec: Mapping[str, Any]) -> Amount:
     malformed quantity."""
     limits = pod_limits(spec)
     requests = Amount(
-        cpu_m=_effective(spec, "requests", "cpu") * 1000,
-        memory=_effective(spec, "requests", "memory"),
+        cpu_m=pod_amount(spec, "requests", "cpu") * 1000,
+        memory=pod_amount(spec, "requests", "memory"),
     )
     return Amount(
         cpu_m=max(Fraction(0), limits.cpu_m - requests.cpu_m),

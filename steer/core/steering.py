@@ -1,18 +1,25 @@
-"""What a policy means for nodes and pods: label keys, pod classes, preference and required terms.
+"""What a policy means for nodes and pods: label keys, pod classes, preference and required
+terms, tolerations.
 
-This is the one place where label and taint keys, preferred-term weights and hard rules are
-derived from the policy. The scorer writes exactly these keys; the webhook injects exactly
-these terms; `/explain` evaluates the same terms. Change a rule here and all three follow.
+This is the one place where label and taint keys, preferred-term weights, hard rules and the
+tolerations a tenant gets are derived from the policy. The scorer writes exactly these keys;
+the webhook injects exactly these terms and tolerations, merged by `merge_rules` and
+`missing_tolerations`; `/explain` evaluates the pod those merges make (`steered_constraints`)
+under Kubernetes' rules (steer/core/scheduling.py). Change a rule here and all three follow.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
+from steer.core.budget import budget_steering
 from steer.core.encoding import SCORE_MAX, PreferenceTerm, preference_terms
 from steer.core.policy import (
+    ALWAYS_EXCLUDED_NAMESPACES,
+    DEFAULT_SCHEDULER,
     RESERVED_PREFIX,
     Dimension,
     PodClass,
@@ -22,6 +29,19 @@ from steer.core.policy import (
     routed_scheduler,
 )
 from steer.core.quantity import QuantityError, parse_quantity
+from steer.core.scheduling import (
+    Json,
+    UninterpretablePod,
+    expression_matches,
+    merge_required,
+    missing_tolerations,
+    node_selector_of,
+    pod_objects,
+    pod_requests,
+    requested_resources,
+    required_terms,
+    tolerations_of,
+)
 
 CONDITION_VALUE = "true"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -105,19 +125,9 @@ def owned_taint_keys(policy: Policy) -> frozenset[str]:
     return frozenset(condition_key(policy, r) for r in policy.spec.taints)
 
 
-def _requests(pod_spec: Mapping[str, Any]) -> set[str]:
-    names: set[str] = set()
-    for field in ("containers", "initContainers"):
-        for container in pod_spec.get(field) or ():
-            resources = container.get("resources") or {}
-            for part in ("requests", "limits"):
-                names.update((resources.get(part) or {}).keys())
-    return names
-
-
 def classify_pod(policy: Policy, pod_spec: Mapping[str, Any]) -> PodClass | None:
     """The first pod class whose resources the pod requests (or limits), or None."""
-    requested = _requests(pod_spec)
+    requested = requested_resources(pod_spec)
     for pod_class in policy.spec.pod_classes:
         if requested.intersection(pod_class.requests_any):
             return pod_class
@@ -204,43 +214,163 @@ def required_rules(
     return tuple(rules)
 
 
-def expression_matches(expr: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    """Evaluate one nodeSelectorRequirement as the scheduler does (In/NotIn/Exists/DoesNotExist/Gt/Lt)."""
-    key = expr["key"]
-    op = expr["operator"]
-    values = list(expr.get("values") or ())
-    present = key in labels
-    if op == "In":
-        return present and labels[key] in values
-    if op == "NotIn":
-        return not present or labels[key] not in values
-    if op == "Exists":
-        return present
-    if op == "DoesNotExist":
-        return not present
-    if op in ("Gt", "Lt"):
-        if not present or len(values) != 1:
-            return False
-        try:
-            node_value, bound = int(labels[key]), int(values[0])
-        except ValueError:
-            return False
-        return node_value > bound if op == "Gt" else node_value < bound
-    raise ValueError(f"unknown nodeSelector operator {op!r}")
+def excluded_namespaces(policy: Policy) -> frozenset[str]:
+    """Namespaces never mutated or validated, whatever their labels (DESIGN decision 6)."""
+    spec = policy.spec
+    return frozenset(
+        (*ALWAYS_EXCLUDED_NAMESPACES, spec.project_namespace, *spec.opt_in.excluded_namespaces)
+    )
 
 
-def term_matches(term: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    """A nodeSelectorTerm matches when all its matchExpressions do (matchFields are not labels).
-
-    A term with no requirements at all matches no node: that is the scheduler's rule, and an
-    affinity merge that filled such a term would widen the user's constraint.
-    """
-    if not term.get("matchExpressions") and not term.get("matchFields"):
+def opted_in(
+    policy: Policy,
+    namespace: str | None,
+    labels: Mapping[str, str],
+    excluded: frozenset[str] | None = None,
+) -> bool:
+    """Whether the webhook steers pods of this namespace (None: its name is not known, so only
+    its labels decide). `excluded` is `excluded_namespaces(policy)`, when precomputed."""
+    if namespace is not None and namespace in (
+        excluded if excluded is not None else excluded_namespaces(policy)
+    ):
         return False
-    return all(expression_matches(e, labels) for e in term.get("matchExpressions") or ())
+    return policy.spec.opt_in.namespace_selector.matches(labels)
 
 
 def scheduler_for(policy: Policy, tenant: Tenant | None, pod_class: PodClass | None) -> str | None:
     """The schedulerName to set on a pod that left it unset, or None to leave it alone
     (`routed_scheduler`: the policy validator applies the same rule)."""
     return routed_scheduler(policy.spec, tenant, pod_class)
+
+
+def scheduler_after(policy: Policy, routed: str | None, current: str | None) -> str | None:
+    """The schedulerName a pod has after the webhook: the routed one when it left the field
+    unset (or, with `defaultSchedulerIsUnset`, at default-scheduler), its own otherwise."""
+    if routed is None:
+        return current
+    unset = not current or (
+        current == DEFAULT_SCHEDULER and policy.spec.scheduler_profiles.default_scheduler_is_unset
+    )
+    return routed if unset else current
+
+
+def injected_toleration(policy: Policy, rule_name: str) -> Json:
+    """The toleration of a taint rule's taint, exactly as the scorer sets that taint."""
+    rule = policy.taint_rule(rule_name)
+    return {
+        "key": condition_key(policy, rule),
+        "operator": "Equal",
+        "value": CONDITION_VALUE,
+        "effect": rule.effect,
+    }
+
+
+def injected_tolerations(
+    policy: Policy, tenant: Tenant | None, pod_class: PodClass | None
+) -> tuple[tuple[str, Json], ...]:
+    """(taint rule, toleration) for each reserved taint the tenant may tolerate.
+
+    A class that must avoid a tainted node gets no toleration for that taint: the required
+    NotIn term would exclude the node anyway, and the toleration would only confuse readers.
+    """
+    avoided = set(pod_class.avoid) if pod_class is not None else set()
+    allowed = tenant.allowed_tolerations if tenant is not None else ()
+    return tuple(
+        (name, injected_toleration(policy, name)) for name in allowed if name not in avoided
+    )
+
+
+def merge_rules(
+    terms: list[Json] | None, rules: Iterable[Sequence[Sequence[Json]]]
+) -> tuple[list[Json] | None, tuple[bool, ...]]:
+    """AND each rule (its alternatives) into the pod's required nodeSelectorTerms, in order;
+    also whether each rule changed them (False: the terms already held it)."""
+    changed = []
+    for alternatives in rules:
+        merged = merge_required(terms, alternatives)
+        changed.append(merged != terms)
+        terms = merged
+    return terms, tuple(changed)
+
+
+def rule_alternatives(req: Requirement) -> tuple[tuple[Json, ...], ...]:
+    """A rule's alternatives as the plain matchExpressions the webhook writes."""
+    return tuple(tuple(_expression(e) for e in alt) for alt in req.alternatives)
+
+
+def _expression(expr: Mapping[str, Any]) -> Json:
+    out: Json = {"key": expr["key"], "operator": expr["operator"]}
+    if expr.get("values"):
+        out["values"] = list(expr["values"])
+    return out
+
+
+@dataclass(frozen=True)
+class NodeConstraints:
+    """What of a pod the scheduler's node filters read, once the webhook has steered it."""
+
+    node_selector: Mapping[str, Any]
+    required_terms: list[Json] | None  # None: no required node affinity
+    tolerations: tuple[Json, ...]
+    injected_tolerations: tuple[Json, ...]  # those of `tolerations` the webhook adds
+    requests: Mapping[str, Fraction]  # resources requested, the overcommit pools' included
+    scheduler_name: str | None = None
+
+
+def steered_constraints(
+    policy: Policy, tenant: Tenant | None, pod_class: PodClass | None, spec: Mapping[str, Any]
+) -> NodeConstraints:
+    """The pod's nodeSelector, required terms and tolerations after mutation: the same merges
+    the webhook applies (`merge_rules`, `missing_tolerations`). Raises UninterpretablePod for a
+    malformed field or quantity."""
+    rules = required_rules(policy, tenant, pod_class)
+    terms, _ = merge_rules(required_terms(spec), (rule_alternatives(r) for r in rules))
+    own = tolerations_of(spec)
+    added = missing_tolerations(
+        own, (t for _, t in injected_tolerations(policy, tenant, pod_class))
+    )
+    return NodeConstraints(
+        node_selector=node_selector_of(spec),
+        required_terms=terms,
+        tolerations=(*own, *added),
+        injected_tolerations=tuple(added),
+        requests=_steered_requests(policy, tenant, spec),
+        scheduler_name=scheduler_after(
+            policy, scheduler_for(policy, tenant, pod_class), spec.get("schedulerName")
+        ),
+    )
+
+
+def pod_constraints(spec: Mapping[str, Any]) -> NodeConstraints:
+    """The same view of a pod the webhook leaves alone (its namespace is not opted in)."""
+    try:
+        requests = pod_requests(spec)
+    except QuantityError as exc:
+        raise UninterpretablePod("spec.containers", str(exc)) from None
+    return NodeConstraints(
+        node_selector=node_selector_of(spec),
+        required_terms=required_terms(spec),
+        tolerations=tuple(tolerations_of(spec)),
+        injected_tolerations=(),
+        requests=requests,
+        scheduler_name=spec.get("schedulerName"),
+    )
+
+
+def _steered_requests(
+    policy: Policy, tenant: Tenant | None, spec: Mapping[str, Any]
+) -> dict[str, Fraction]:
+    """The pod's requests once the webhook has added its pool requests (to its first container,
+    replacing any it had there)."""
+    try:
+        requests = pod_requests(spec)
+        pools = budget_steering(policy, tenant, spec).requests
+    except QuantityError as exc:
+        raise UninterpretablePod("spec.containers", str(exc)) from None
+    if pools:
+        first = pod_requests(
+            {"containers": [pod_objects(spec, "containers", "spec.containers")[0]]}
+        )
+        for name, units in pools.items():
+            requests[name] = requests.get(name, Fraction(0)) - first.get(name, Fraction(0)) + units
+    return requests

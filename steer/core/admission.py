@@ -1,6 +1,7 @@
 """Pod validation: the policy's denial rules, each denial naming the rule, the field and values.
 
-Pure. Three rules (DESIGN decisions 6 and 7):
+Pure, in the core: the webhook's `/validate` serves it, and `/explain` reports what it denies in
+the mutated pod. Three rules (DESIGN decisions 6 and 7):
 - `scheduler-name`: the namespace's tenant may use only its allowed schedulerNames;
 - `reserved-toleration`: a toleration that tolerates a taint the scorer owns needs the
   tenant's permission (a pod outside every tenant has none); for rules the policy marks
@@ -21,16 +22,16 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Literal
 
-from steer.core.policy import Policy, Tenant
+from steer.core.policy import DEFAULT_SCHEDULER, Policy, Tenant
 from steer.core.quantity import QuantityError, format_ratio, parse_quantity
-from steer.core.steering import CONDITION_VALUE, condition_key
-from webhook.mutate import (
-    DEFAULT_SCHEDULER,
+from steer.core.scheduling import (
+    Taint,
     UninterpretablePod,
-    excluded_namespaces,
     pod_object,
     pod_objects,
+    tolerates,
 )
+from steer.core.steering import CONDITION_VALUE, condition_key, excluded_namespaces
 
 Scope = Literal["all", "security"]
 RULE_SCHEDULER = "scheduler-name"
@@ -50,10 +51,10 @@ class Denial:
 
 @dataclass(frozen=True)
 class ReservedTaint:
+    """A taint the scorer owns, and the taint rule (and its `security` flag) behind it."""
+
     rule: str
-    key: str
-    value: str
-    effect: str
+    taint: Taint
     security: bool
 
 
@@ -70,9 +71,7 @@ class ValidationPlan:
         reserved = tuple(
             ReservedTaint(
                 rule=rule.name,
-                key=condition_key(policy, rule),
-                value=CONDITION_VALUE,
-                effect=rule.effect,
+                taint=Taint(condition_key(policy, rule), CONDITION_VALUE, rule.effect),
                 security=rule.security,
             )
             for rule in policy.spec.taints
@@ -84,22 +83,6 @@ class ValidationPlan:
     @property
     def has_security_rules(self) -> bool:
         return any(t.security for t in self.reserved)
-
-
-def tolerates(toleration: Mapping[str, Any], taint: ReservedTaint) -> bool:
-    """The scheduler's ToleratesTaint: an empty key with Exists tolerates every taint."""
-    effect = toleration.get("effect") or ""
-    if effect and effect != taint.effect:
-        return False
-    key = toleration.get("key") or ""
-    if key and key != taint.key:
-        return False
-    operator = toleration.get("operator") or "Equal"
-    if operator == "Exists":
-        return True
-    if operator == "Equal":
-        return (toleration.get("value") or "") == taint.value
-    return False  # Lt/Gt compare integers; the reserved taints' value is not one
 
 
 def _describe_toleration(toleration: Mapping[str, Any]) -> str:
@@ -145,7 +128,8 @@ def check_tolerations(
     if not taints:
         return
     for i, toleration in enumerate(pod_objects(spec, "tolerations", "spec.tolerations")):
-        for taint in taints:
+        for reserved in taints:
+            taint = reserved.taint
             if not tolerates(toleration, taint):
                 continue
             wildcard = " (an empty key tolerates every taint)" if not toleration.get("key") else ""
@@ -154,11 +138,10 @@ def check_tolerations(
                 rule=RULE_TOLERATION,
                 message=(
                     f"rule {RULE_TOLERATION}: spec.tolerations[{i}] {_describe_toleration(toleration)}"
-                    f"{wildcard} tolerates the taint {taint.key}={taint.value}:{taint.effect} reserved "
-                    f'by taint rule "{taint.rule}"; {_tenant_name(tenant, namespace)} may tolerate '
-                    f"only: {may}"
+                    f"{wildcard} tolerates the taint {taint} reserved by taint rule "
+                    f'"{reserved.rule}"; {_tenant_name(tenant, namespace)} may tolerate only: {may}'
                 ),
-                subject=(RULE_TOLERATION, _describe_toleration(toleration), taint.rule),
+                subject=(RULE_TOLERATION, _describe_toleration(toleration), reserved.rule),
             )
 
 

@@ -1,0 +1,370 @@
+"""Kubernetes' scheduling rules in steer/core/scheduling.py, and that the webhook and `/explain`
+apply the same ones: the pod `/explain` evaluates is the pod the webhook's patch produces."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import jsonpatch
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from scorer.explain import explain_pod
+from scorer.model import NodeState
+from steer.core.policy import parse_policy
+from steer.core.scheduling import (
+    UNSCHEDULABLE_TAINT,
+    Taint,
+    UninterpretablePod,
+    blocking_taints,
+    expression_matches,
+    field_matches,
+    merge_required,
+    required_terms,
+    selector_problems,
+    term_matches,
+    terms_match,
+    tolerates,
+    toleration_problems,
+    tolerations_of,
+)
+from steer.core.steering import classify_pod, steered_constraints
+from tests.conftest import EXAMPLE_POLICY
+from tests.scorer_support import SMALL_POLICY
+from webhook.mutate import MutationPlan, mutate_pod
+
+OPTED_IN = {"steer.io/enabled": "true"}  # the default opt-in selector
+HOT = Taint("steer.io/gpu-hot", "true", "NoSchedule")
+
+
+@pytest.mark.parametrize(
+    ("toleration", "expected"),
+    [
+        ({"operator": "Exists"}, True),  # empty key + Exists: every taint
+        ({"key": "steer.io/gpu-hot", "operator": "Exists"}, True),
+        ({"key": "steer.io/gpu-hot", "operator": "Equal", "value": "true"}, True),
+        ({"key": "steer.io/gpu-hot", "value": "true"}, True),  # operator defaults to Equal
+        ({"key": "steer.io/gpu-hot", "value": "false"}, False),
+        ({"key": "steer.io/gpu-hot", "operator": "Exists", "effect": "NoExecute"}, False),
+        ({"key": "steer.io/gpu-hot", "value": "true", "effect": "NoSchedule"}, True),
+        ({"operator": "Exists", "effect": "NoSchedule"}, True),
+        ({"key": "other", "operator": "Exists"}, False),
+        # Lt/Gt need an alpha feature gate: without it they tolerate nothing, whatever the value.
+        ({"key": "steer.io/gpu-hot", "operator": "Gt", "value": "true"}, False),
+        ({"key": "steer.io/gpu-hot", "operator": "Lt", "value": "1"}, False),
+        ({"key": "steer.io/gpu-hot", "operator": "exists"}, False),  # operators are case-sensitive
+    ],
+)
+def test_tolerates_follows_toleration_tolerates_taint(
+    toleration: dict[str, Any], expected: bool
+) -> None:
+    assert tolerates(toleration, HOT) is expected
+
+
+def test_comparison_tolerations_compare_int64_when_the_gate_is_on() -> None:
+    taint = Taint("gpu-mem", "40", "NoSchedule")
+    gt = {"key": "gpu-mem", "operator": "Gt", "value": "32"}
+    lt = {"key": "gpu-mem", "operator": "Lt", "value": "32"}
+    assert tolerates(gt, taint, comparison_operators=True)  # taint 40 > 32
+    assert not tolerates(lt, taint, comparison_operators=True)
+    assert not tolerates({**gt, "value": "032"}, taint, comparison_operators=True)
+    assert not tolerates(gt, Taint("gpu-mem", "+41", "NoSchedule"), comparison_operators=True)
+
+
+def test_only_noschedule_and_noexecute_block_and_a_cordon_is_a_taint() -> None:
+    soft = Taint("a", "", "PreferNoSchedule")
+    hard = Taint("b", "x", "NoExecute")
+    assert blocking_taints([], [soft, hard], unschedulable=False) == (hard,)
+    assert blocking_taints([], [], unschedulable=True) == (UNSCHEDULABLE_TAINT,)
+    assert blocking_taints([{"operator": "Exists"}], [soft, hard], unschedulable=True) == ()
+    tol = {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"}
+    assert blocking_taints([tol], [hard], unschedulable=True) == (hard,)
+
+
+def test_toleration_problems_are_the_apiservers() -> None:
+    assert toleration_problems([{"operator": "Exists"}, {"key": "k", "value": "v"}]) == ()
+    found = toleration_problems(
+        [
+            {"key": "k", "operator": "Gt", "value": "1"},
+            {"value": "v"},
+            {"key": "k", "operator": "Exists", "value": "v"},
+            {"key": "k", "operator": "Exists", "effect": "NoSchedule", "tolerationSeconds": 5},
+        ]
+    )
+    assert [p.split(":")[0] for p in found] == [
+        "spec.tolerations[0].operator",
+        "spec.tolerations[1].operator",
+        "spec.tolerations[2].value",
+        "spec.tolerations[3].effect",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("expr", "labels", "expected"),
+    [
+        ({"key": "n", "operator": "Gt", "values": ["5"]}, {"n": "6"}, True),
+        ({"key": "n", "operator": "Gt", "values": ["5"]}, {"n": "+6"}, True),  # ParseInt: sign
+        ({"key": "n", "operator": "Gt", "values": ["5"]}, {"n": "007"}, True),  # leading zeros
+        ({"key": "n", "operator": "Gt", "values": ["5"]}, {"n": "1_0"}, False),  # not for Go
+        ({"key": "n", "operator": "Lt", "values": ["5"]}, {"n": "9" * 20}, False),  # > int64
+        ({"key": "n", "operator": "Lt", "values": ["5", "6"]}, {"n": "1"}, False),
+        ({"key": "n", "operator": "Lt", "values": ["5"]}, {}, False),
+        ({"key": "n", "operator": "NotIn", "values": ["5"]}, {}, True),
+        ({"key": "n", "operator": "DoesNotExist"}, {"n": ""}, False),
+        ({"key": "n", "operator": "Exists"}, {"n": ""}, True),
+        ({"key": "n", "operator": "Like", "values": ["5"]}, {"n": "5"}, False),
+    ],
+)
+def test_expression_matches_like_the_scheduler(
+    expr: dict[str, Any], labels: dict[str, str], expected: bool
+) -> None:
+    assert expression_matches(expr, labels) is expected
+
+
+def test_terms_fields_and_empty_terms() -> None:
+    by_name = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}
+    assert term_matches(by_name, {}, "n1") and not term_matches(by_name, {}, "n2")
+    assert not field_matches({"key": "metadata.uid", "operator": "In", "values": ["n1"]}, "n1")
+    assert not term_matches({}, {"a": "1"}, "n1")  # a term without requirements matches nothing
+    assert not terms_match([], {}, "n1") and terms_match(None, {}, "n1")
+    mixed = {**by_name, "matchExpressions": [{"key": "a", "operator": "Exists"}]}
+    assert term_matches(mixed, {"a": "1"}, "n1") and not term_matches(mixed, {}, "n1")
+
+
+def test_malformed_pod_fields_name_the_field() -> None:
+    with pytest.raises(UninterpretablePod) as info:
+        required_terms(
+            {
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [{"matchFields": "x"}]
+                        }
+                    }
+                }
+            }
+        )
+    assert info.value.field.endswith("nodeSelectorTerms[0].matchFields")
+
+
+# -- the webhook's patch and explain's evaluation are the same pod -------------------------------
+
+POLICY = parse_policy(EXAMPLE_POLICY.read_text())
+PLAN = MutationPlan.from_policy(POLICY)
+KEYS = ("steer.io/gpu-hot", "steer.io/unhealthy", "dedicated", "")
+expressions = st.fixed_dictionaries(
+    {
+        "key": st.sampled_from(("steer.io/overcommit-pct", "zone", "steer.io/reserved-gpu")),
+        "operator": st.sampled_from(("In", "NotIn", "Exists", "DoesNotExist", "Lt")),
+    },
+    optional={"values": st.lists(st.sampled_from(("1", "6", "a")), min_size=1, max_size=2)},
+)
+terms = st.fixed_dictionaries({}, optional={"matchExpressions": st.lists(expressions, max_size=3)})
+tolerations = st.fixed_dictionaries(
+    {},
+    optional={
+        "key": st.sampled_from(KEYS),
+        "operator": st.sampled_from(("Equal", "Exists")),
+        "value": st.sampled_from(("true", "")),
+        "effect": st.sampled_from(("NoSchedule", "PreferNoSchedule", "")),
+    },
+)
+pods = st.fixed_dictionaries(
+    {"gpu": st.booleans()},
+    optional={
+        "terms": st.lists(terms, max_size=3),
+        "tolerations": st.lists(tolerations, max_size=3),
+    },
+)
+
+
+def _pod(drawn: dict[str, Any]) -> dict[str, Any]:
+    resources = {"limits": {"cpu": "1", "memory": "1Gi"}}
+    if drawn["gpu"]:
+        resources["limits"]["nvidia.com/gpu"] = "1"
+    spec: dict[str, Any] = {"containers": [{"name": "c", "image": "x", "resources": resources}]}
+    if "terms" in drawn:
+        spec["affinity"] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": drawn["terms"]
+                }
+            }
+        }
+    if "tolerations" in drawn:
+        spec["tolerations"] = drawn["tolerations"]
+    return {"metadata": {"name": "p", "namespace": "ns"}, "spec": spec}
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(drawn=pods, tenant=st.sampled_from((None, *POLICY.spec.tenants)))
+def test_explain_reads_the_pod_the_webhook_patch_makes(drawn: dict[str, Any], tenant: Any) -> None:
+    pod = _pod(drawn)
+    mutation = mutate_pod(PLAN, copy.deepcopy(pod), tenant)
+    mutated = jsonpatch.apply_patch(pod, list(mutation.ops)) if mutation.ops else pod
+    steered = steered_constraints(POLICY, tenant, classify_pod(POLICY, pod["spec"]), pod["spec"])
+    assert steered.required_terms == required_terms(mutated["spec"])
+    assert list(steered.tolerations) == tolerations_of(mutated["spec"])
+
+
+def test_merge_keeps_empty_terms_empty() -> None:
+    rule = [[{"key": "k", "operator": "Exists"}]]
+    assert merge_required([{}], rule) == [{}]
+    assert merge_required(None, rule) == [
+        {"matchExpressions": [{"key": "k", "operator": "Exists"}]}
+    ]
+
+
+# -- the two disagreements between /explain and the webhook, fixed -------------------------------
+
+TOLERANT = parse_policy(
+    SMALL_POLICY.replace(
+        "      overcommitPercent: 0\n",
+        "      overcommitPercent: 0\n      allowedTolerations: [gpu-hot]\n",
+    )
+)
+
+
+def _hot_node() -> NodeState:
+    return NodeState("hot", taints=(Taint("steer.io/gpu-hot", "true", "NoSchedule"),))
+
+
+def _cpu_pod(**spec: Any) -> dict[str, Any]:
+    # Limits on cpu and memory: the webhook denies an unbounded container of a budgeted tenant.
+    container = {"name": "c", "image": "x", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}
+    return {"metadata": {"name": "p"}, "spec": {"containers": [container], **spec}}
+
+
+def test_explain_counts_the_toleration_the_webhook_injects() -> None:
+    tenant = {"tenant": "dept-b", **OPTED_IN}
+    result = explain_pod(TOLERANT, None, [_hot_node()], _cpu_pod(), tenant)
+    assert [v.node for v in result.allowed] == ["hot"]
+    assert result.to_dict()["injectedTolerations"] == [
+        {"key": "steer.io/gpu-hot", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
+    ]
+    outside = explain_pod(TOLERANT, None, [_hot_node()], _cpu_pod(), OPTED_IN)
+    assert [e.rule for e in outside.excluded[0].exclusions] == [
+        "taint steer.io/gpu-hot=true:NoSchedule"
+    ]
+
+
+def test_explain_refuses_a_gt_toleration_as_the_apiserver_does() -> None:
+    gt = {"key": "steer.io/gpu-hot", "operator": "Gt", "value": "true"}
+    result = explain_pod(TOLERANT, None, [_hot_node()], _cpu_pod(tolerations=[gt]), OPTED_IN)
+    assert not result.allowed
+    rules = [e.rule for e in result.excluded[0].exclusions]
+    assert rules == ["admission", "taint steer.io/gpu-hot=true:NoSchedule"]
+    assert "TaintTolerationComparisonOperators" in result.problems[0]
+
+
+def test_explain_lets_a_wildcard_toleration_pass_a_cordon() -> None:
+    cordoned = NodeState("c", unschedulable=True)
+    dept_b = {"tenant": "dept-b", **OPTED_IN}  # may tolerate gpu-hot: a wildcard is admitted
+    wild = explain_pod(
+        TOLERANT, None, [cordoned], _cpu_pod(tolerations=[{"operator": "Exists"}]), dept_b
+    )
+    assert [v.node for v in wild.allowed] == ["c"]
+    plain = explain_pod(TOLERANT, None, [cordoned], _cpu_pod(), OPTED_IN)
+    assert [e.rule for e in plain.excluded[0].exclusions] == ["node.spec.unschedulable"]
+
+
+def test_selector_problems_are_the_apiservers() -> None:
+    field = "terms"
+    assert selector_problems(None, field) == ()
+    assert selector_problems([], field) == ("terms: must have at least one node selector term",)
+    found = selector_problems(
+        [
+            {
+                "matchExpressions": [
+                    {"key": "a", "operator": "In"},
+                    {"key": "a", "operator": "Exists", "values": ["x"]},
+                    {"key": "a", "operator": "Gt", "values": ["1", "2"]},
+                    {"key": "a", "operator": "Lt", "values": ["-1"]},
+                    {"key": "a", "operator": "Like", "values": ["x"]},
+                ],
+                "matchFields": [{"key": "metadata.name", "operator": "In", "values": ["a", "b"]}],
+            }
+        ],
+        field,
+    )
+    assert [p.split(":")[0] for p in found] == [
+        "terms[0].matchExpressions[0].values",
+        "terms[0].matchExpressions[1].values",
+        "terms[0].matchExpressions[2].values",
+        "terms[0].matchExpressions[3].values",  # "-1" is no label value
+        "terms[0].matchExpressions[4].operator",
+        "terms[0].matchFields[0].values",
+    ]
+
+
+def test_explain_excludes_nodes_without_the_requested_resource() -> None:
+    gpu = {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+    pod = {"metadata": {"name": "p"}, "spec": {"containers": [gpu]}}
+    nodes = [
+        NodeState("cpu", allocatable={"cpu": "8", "memory": "32Gi"}),
+        NodeState("gpu", allocatable={"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "8"}),
+        NodeState("unread"),  # allocatable not read: not judged
+    ]
+    result = explain_pod(TOLERANT, None, nodes, pod, OPTED_IN)
+    assert sorted(v.node for v in result.allowed) == ["gpu", "unread"]
+    (cpu,) = result.excluded
+    assert [e.rule for e in cpu.exclusions] == ["resources"]
+    assert "nvidia.com/gpu: the pod requests 1" in cpu.exclusions[0].reason
+
+
+def test_steered_requests_carry_the_pools_the_webhook_adds() -> None:
+    tenant = POLICY.spec.tenants[1]  # dept-b, budget 0 %
+    container = {
+        "name": "c",
+        "image": "x",
+        "resources": {
+            "requests": {"cpu": "500m", "memory": "1Gi"},
+            "limits": {"cpu": "500m", "memory": "1Gi"},
+        },
+    }
+    spec = {"containers": [container]}
+    steered = steered_constraints(POLICY, tenant, None, spec)
+    pools = {k: v for k, v in steered.requests.items() if "limits-" in k}
+    assert pools == {
+        "steer.io/limits-0pct-cpu": 500,
+        "steer.io/limits-0pct-memory": 1024,
+        "steer.io/limits-5pct-cpu": 500,
+        "steer.io/limits-5pct-memory": 1024,
+    }
+    mutated = jsonpatch.apply_patch(
+        {"metadata": {"name": "p"}, "spec": spec},
+        list(mutate_pod(PLAN, {"metadata": {"name": "p"}, "spec": spec}, tenant).ops),
+    )
+    first = mutated["spec"]["containers"][0]["resources"]["requests"]
+    assert {k: int(v) for k, v in first.items() if "limits-" in k} == pools
+
+
+def test_explain_leaves_a_pod_alone_where_the_webhook_does() -> None:
+    tenant = {"tenant": "dept-b"}  # in the tenant, but not opted in
+    result = explain_pod(TOLERANT, None, [_hot_node()], _cpu_pod(), tenant, "team-b")
+    assert not result.steered and not result.required and not result.injected_tolerations
+    assert not result.allowed  # no injected toleration for the hot node
+    system = explain_pod(
+        TOLERANT, None, [_hot_node()], _cpu_pod(), {**tenant, **OPTED_IN}, "kube-system"
+    )
+    assert not system.steered
+    steered = explain_pod(
+        TOLERANT, None, [_hot_node()], _cpu_pod(), {**tenant, **OPTED_IN}, "team-b"
+    )
+    assert steered.steered and [v.node for v in steered.allowed] == ["hot"]
+
+
+def test_explain_reports_what_the_webhooks_validation_denies() -> None:
+    hot = {"key": "steer.io/gpu-hot", "operator": "Exists"}
+    outside = explain_pod(TOLERANT, None, [_hot_node()], _cpu_pod(tolerations=[hot]), OPTED_IN, "x")
+    assert not outside.allowed
+    assert "the webhook denies it: rule reserved-toleration" in outside.problems[0]
+    unbounded = _cpu_pod()
+    del unbounded["spec"]["containers"][0]["resources"]["limits"]["memory"]
+    dept_b = {"tenant": "dept-b", **OPTED_IN}
+    denied = explain_pod(TOLERANT, None, [_hot_node()], unbounded, dept_b, "team-b")
+    assert not denied.allowed and "rule overcommit" in denied.problems[0]
+    # The routed schedulerName is what validation sees, not the unset one.
+    assert explain_pod(TOLERANT, None, [_hot_node()], _cpu_pod(), dept_b, "team-b").allowed
