@@ -8,7 +8,7 @@ in CEL (admissionregistration.k8s.io/v1, GA since Kubernetes 1.30) is evaluated 
 apiserver and holds with no kube-steer pod running; the webhooks can then all fail open.
 
 Pure: policy in, two Kubernetes objects (as JSON-ready dicts) out. The CEL mirrors the
-webhook's `reserved-toleration` rule (webhook/validate.py) exactly, and the end-to-end suite
+webhook's `reserved-toleration` rule (steer/core/admission.py) exactly, and the end-to-end suite
 compares the two verdicts on the real apiserver:
 - the namespace's tenant is the first tenant whose namespaceSelector matches its labels
   (`steer.core.steering.tenant_for`), read from `namespaceObject.metadata.labels`;

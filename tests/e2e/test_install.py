@@ -46,6 +46,7 @@ from cryptography import x509
 from kubernetes import client
 
 from steer.cli import build_parser
+from steer.core.admission import ValidationPlan, validate_pod
 from steer.core.policy import Policy, parse_policy
 from steer.core.steering import condition_key, tenant_for, trace_annotation_key
 from steer.testing.cluster import ControlPlane
@@ -59,7 +60,6 @@ from steer.testing.services import (
     running_webhook,
     security_policy_documents,
 )
-from webhook.validate import ValidationPlan, validate_pod
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "manifests"
