@@ -143,7 +143,7 @@ def node_detail(policy: Policy, cycle: CyclePlan, name: str) -> dict[str, Any] |
         dims.append(
             {
                 "dimension": dim.name,
-                "query": dim.query,
+                "query": dim.what,
                 "nodeLabel": dim.node_label,
                 "direction": str(dim.direction),
                 "normalization": dim.normalization.model_dump(by_alias=True, exclude_none=True),

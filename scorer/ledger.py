@@ -23,7 +23,7 @@ from fractions import Fraction
 from types import MappingProxyType
 from typing import Any
 
-from steer.core.budget import PodShare, owned_resources, pod_request, pod_share
+from steer.core.budget import Amount, PodShare, owned_resources, pod_limits, pod_request, pod_share
 from steer.core.policy import Policy
 from steer.core.quantity import QuantityError
 
@@ -164,6 +164,19 @@ class PodLedger:
                 grouped.setdefault(pod.node, []).append(share)
         return {node: tuple(shares) for node, shares in grouped.items()}
 
+    def limits(self) -> dict[str, Amount] | None:
+        """Per node, the cpu and memory limits of its bound pods (a container without a limit
+        counts its request); None until the ledger is synced. A malformed quantity counts as
+        nothing (the apiserver accepted the pod)."""
+        with self._lock:
+            if not self._synced:
+                return None
+            pods = list(self._pods.values())
+        out: dict[str, Amount] = {}
+        for pod in pods:
+            out[pod.node] = out.get(pod.node, Amount()) + _limits(pod.spec)
+        return out
+
     def requested(self, resources: Sequence[str]) -> dict[str, dict[str, Fraction]] | None:
         """Per node, the requests of `resources` summed over its bound pods, as the scheduler
         counts them (cores for cpu, bytes for memory); None until the ledger is synced. A
@@ -186,6 +199,13 @@ class PodLedger:
                 for name, amount in zip(wanted, amounts, strict=True):
                     node[name] += amount
         return out
+
+
+def _limits(spec: Mapping[str, Any]) -> Amount:
+    try:
+        return pod_limits(spec)
+    except QuantityError:
+        return Amount()
 
 
 def _request(spec: Mapping[str, Any], resource: str) -> Fraction:

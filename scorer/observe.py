@@ -142,7 +142,7 @@ def read_dimension(
         values[node] = value
     return DimensionReading(
         dimension=dim.name,
-        query=dim.query,
+        query=dim.what,
         observed_at=observed_at,
         values=values,
         samples=count,

@@ -464,7 +464,7 @@ def plan_cycle(
             DimensionSummary(
                 dimension=d.name,
                 label_key=d.key,
-                query=d.dim.query,
+                query=d.dim.what,
                 ok=reading is not None,
                 stale=age is None or age > d.ttl,
                 last_success=success,

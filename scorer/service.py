@@ -16,8 +16,7 @@ import gc
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from scorer.clusterscore import ClusterScoreValue, cluster_scores, requested_resources
@@ -27,19 +26,12 @@ from scorer.leader import LeaseElector
 from scorer.ledger import PodLedger
 from scorer.metrics import ScorerMetrics
 from scorer.model import NodeState
-from scorer.observe import DimensionFailure, DimensionReading, NodeIndex, read_dimension
+from scorer.observe import DimensionFailure, DimensionReading, NodeIndex
 from scorer.placementscore import PlacementScorePublisher, PublishError
 from scorer.plan import CyclePlan, ScorerMemory, plan_cycle
 from scorer.retire import retire_old_prefixes
+from scorer.sources import SOURCES, Readings, Source, SourceContext
 from scorer.writer import NodeApi, NodeWriter, RateLimiter, WriteReport
-from steer.adapters.prometheus import (
-    PrometheusAuthError,
-    PrometheusClient,
-    PrometheusError,
-    PrometheusQueryError,
-    PrometheusUnavailable,
-    QueryResult,
-)
 from steer.core.budget import PodShare, enforced
 from steer.core.policy import Dimension, Policy
 
@@ -85,16 +77,6 @@ class CycleResult:
         return self.list_s + self.query_s + self.compute_s + self.write_s
 
 
-def _failure_kind(exc: PrometheusError) -> str:
-    if isinstance(exc, PrometheusUnavailable):
-        return "unavailable"
-    if isinstance(exc, PrometheusQueryError):
-        return "query"
-    if isinstance(exc, PrometheusAuthError):
-        return "auth"
-    return "response"
-
-
 class Scorer:
     """`prometheus_url` overrides the policy's `spec.prometheus.url` (the `--prometheus` flag)."""
 
@@ -130,9 +112,8 @@ class Scorer:
         self._last: CycleResult | None = None
         self._last_bindings_generation = 0
         self._last_ledger_generation = 0
-        self._client: PrometheusClient | None = None
-        self._client_key: tuple[object, ...] | None = None
-        self.query_count = 0  # every PromQL query this scorer ever sent
+        self._sources: dict[str, Source] = {}
+        self.query_count = 0  # every request this scorer ever sent to a data source
         # spec.clusterScores: the hub writer (made on first use) and the last scores computed.
         self.placement_scores = placement_scores
         self.cluster_scores: tuple[ClusterScoreValue, ...] = ()
@@ -159,65 +140,54 @@ class Scorer:
     def is_leader(self) -> bool:
         return self.elector is None or self.elector.is_leader
 
-    def prometheus(self, policy: Policy) -> PrometheusClient:
-        """A client for the policy's Prometheus settings, rebuilt when a reload changes them."""
-        prom = policy.spec.prometheus
-        url = self.prometheus_url or prom.url
-        key = (url, prom.timeout_seconds, prom.bearer_token_file, prom.ca_file)
-        if self._client is None or key != self._client_key:
-            if self._client is not None:
-                self._client.close()
-            self._client = PrometheusClient(
-                url,
-                timeout_s=prom.timeout_seconds,
-                bearer_token_file=prom.bearer_token_file,
-                ca_file=prom.ca_file,
-                pool_size=max(4, len(policy.spec.dimensions)),
+    def source(self, name: str) -> Source:
+        """The data source of that name (spec.dimensions[].source), made on first use."""
+        source = self._sources.get(name)
+        if source is None:
+            context = SourceContext(
+                prometheus_url=self.prometheus_url,
+                ledger=self.ledger,
+                kube=lambda: self.node_api.kube,
             )
-            self._client_key = key
-        return self._client
+            source = self._sources[name] = SOURCES[name](context)
+        return source
 
     def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        for source in self._sources.values():
+            source.close()
+        self._sources.clear()
 
     # ----------------------------------------------------------------- cycles
 
-    def query_all(
-        self, policy: Policy, at: float | None = None
-    ) -> tuple[dict[Dimension, QueryResult], dict[str, DimensionFailure], float]:
-        """One instant query per dimension for the whole cluster, sent concurrently; evaluated
-        at `at` (unix seconds) when given, else at Prometheus' now."""
-        client = self.prometheus(policy)
-        dims = policy.spec.dimensions
+    def read_all(
+        self, policy: Policy, nodes: tuple[NodeState, ...], at: float | None = None
+    ) -> tuple[dict[str, DimensionReading], dict[str, DimensionFailure], float]:
+        """Every dimension read from its source, mapped onto `nodes`; PromQL evaluated at `at`
+        (unix seconds) when given, else at Prometheus' now."""
         started = time.perf_counter()
-
-        def ask(dim: Dimension) -> QueryResult | DimensionFailure:
-            t0 = time.perf_counter()
-            try:
-                return client.query(dim.query, time=at)
-            except PrometheusError as exc:
-                return DimensionFailure(
-                    dim.name, dim.query, _failure_kind(exc), str(exc), time.perf_counter() - t0
-                )
-
-        with ThreadPoolExecutor(max_workers=min(8, len(dims)), thread_name_prefix="promql") as pool:
-            answers = list(pool.map(ask, dims))
-        self.query_count += len(dims)
-        results: dict[Dimension, QueryResult] = {}
-        failures: dict[str, DimensionFailure] = {}
-        for dim, answer in zip(dims, answers, strict=True):
+        index = NodeIndex(nodes)
+        by_source: dict[str, list[Dimension]] = {}
+        for dim in policy.spec.dimensions:
+            by_source.setdefault(dim.source, []).append(dim)
+        answer = Readings()
+        for name, dims in by_source.items():
+            part = self.source(name).read(policy, dims, nodes, index, at)
+            answer.readings.update(part.readings)
+            answer.failures.update(part.failures)
+            answer.requests += part.requests
+        self.query_count += answer.requests
+        for dim in policy.spec.dimensions:
             self.metrics.queries.labels(dimension=dim.name).inc()
-            if isinstance(answer, DimensionFailure):
-                failures[dim.name] = answer
-                self.metrics.query_errors.labels(dimension=dim.name, kind=answer.kind).inc()
-                self.metrics.query_duration.labels(dimension=dim.name).observe(answer.duration_s)
-                log.warning("dimension %s: %s", dim.name, answer.message)
-            else:
-                results[dim] = answer
-                self.metrics.query_duration.labels(dimension=dim.name).observe(answer.duration_s)
-        return results, failures, time.perf_counter() - started
+            failure = answer.failures.get(dim.name)
+            if failure is not None:
+                self.metrics.query_errors.labels(dimension=dim.name, kind=failure.kind).inc()
+                self.metrics.query_duration.labels(dimension=dim.name).observe(failure.duration_s)
+                log.warning("dimension %s: %s", dim.name, failure.message)
+                continue
+            reading = answer.readings[dim.name]
+            self.metrics.query_duration.labels(dimension=dim.name).observe(reading.duration_s)
+            self.metrics.unknown_nodes.labels(dimension=dim.name).set(reading.unknown)
+        return answer.readings, answer.failures, time.perf_counter() - started
 
     def run_cycle(self, *, dry_run: bool | None = None, at: float | None = None) -> CycleResult:
         """List nodes, query, plan and (if leader and not a dry run) write. Raises `CycleError`
@@ -246,14 +216,13 @@ class Scorer:
         except KubeApiError as exc:
             raise CycleError(f"cannot list nodes: {exc}") from exc
         list_s = time.perf_counter() - t0
-        results, failures, query_s = self.query_all(policy, at)
+        readings, failures, query_s = self.read_all(policy, nodes, at)
         generation = self._generations()
         hot = self._hot_counts(policy)
         t1, c1 = time.perf_counter(), time.thread_time()
         now = self._clock() if at is None else at
         with _gc_paused():
             shares = self._pod_shares(policy)
-            readings = self._readings(policy, nodes, results)
             plan, memory = plan_cycle(
                 policy,
                 nodes,
@@ -349,23 +318,6 @@ class Scorer:
         ):
             return {}
         return self.bindings.counts(scoring.hot_window_seconds, self._clock())
-
-    def _readings(
-        self, policy: Policy, nodes: Sequence[NodeState], results: dict[Dimension, QueryResult]
-    ) -> dict[str, DimensionReading]:
-        index = NodeIndex(nodes)
-        readings = {}
-        for dim, result in results.items():
-            readings[dim.name] = read_dimension(
-                dim,
-                result.samples,
-                observed_at=result.evaluated_at,
-                index=index,
-                duration_s=result.duration_s,
-                warnings=result.warnings,
-            )
-            self.metrics.unknown_nodes.labels(dimension=dim.name).set(readings[dim.name].unknown)
-        return readings
 
     def _finish(
         self,

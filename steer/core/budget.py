@@ -115,6 +115,23 @@ def pod_limits(spec: Mapping[str, Any]) -> Amount:
     )
 
 
+def limit_overcommit_pct(allocatable: Mapping[str, str], limits: Amount) -> float | None:
+    """The node's overcommit by limits, in %: max over cpu and memory of the pods' limits /
+    allocatable - 1 (a node without pods reads -100). A resource whose allocatable is missing,
+    zero or malformed is left out; None when both are."""
+    ratios = []
+    for name, amount in (("cpu", limits.cpu_m / 1000), ("memory", limits.memory)):
+        try:
+            offered = parse_quantity(allocatable.get(name, "0"))
+        except QuantityError:
+            continue
+        if offered > 0:
+            ratios.append(amount / offered)
+    if not ratios:
+        return None
+    return float(max(ratios) * 100 - 100)
+
+
 def pod_request(spec: Mapping[str, Any], resource: str) -> Fraction:
     """The pod's request of one resource as the scheduler counts it (cores for cpu, bytes for
     memory, units for an extended resource). Raises QuantityError for a malformed quantity."""

@@ -181,9 +181,44 @@ class Scoring(_Model):
     hot_window_seconds: Annotated[float, _between(0, 3600)] = 60.0
 
 
+class KubernetesSource(_Model):
+    """A value computed from the Kubernetes API (scorer/sources/kubernetes.py).
+
+    `limitOvercommit`: max over cpu and memory of the node's pods' limits / allocatable - 1, in
+    % (a node without pods reads -100). `endpointReadiness`: % of the endpoints of Service
+    `namespace/service` on the node that are ready (no value where it has none).
+    """
+
+    kind: Literal["limitOvercommit", "endpointReadiness"]
+    namespace: str | None = None
+    service: str | None = None
+
+
+class HttpSource(_Model):
+    """A JSON document fetched over HTTP (a service registry's REST API), mapped to nodes.
+
+    `items` is the dotted path to the list of entries (empty: the document itself); each entry
+    names its node in `nodeField` (a name or an address) and its value in `valueField`, read as
+    a number, or looked up in `statusValues` (e.g. Consul's `passing: 100`). Several entries on
+    one node combine by `aggregate`.
+    """
+
+    url: str
+    items: str = ""
+    node_field: str
+    value_field: str
+    status_values: dict[str, float] | None = None
+    aggregate: Literal["min", "max", "mean"] = "min"
+    timeout_seconds: PositiveSeconds = 10.0
+
+
 class Dimension(_Model):
     name: str
-    query: str
+    # Where the raw values come from; `query` is the PromQL of a `prometheus` dimension.
+    source: Literal["prometheus", "kubernetes", "http"] = "prometheus"
+    query: str = ""
+    kubernetes: KubernetesSource | None = None
+    http: HttpSource | None = None
     node_label: str = "node"
     direction: Direction = Direction.HIGHER_IS_BETTER
     normalization: Normalization = Field(default_factory=Normalization)
@@ -201,6 +236,17 @@ class Dimension(_Model):
         if not value.strip():
             raise ValueError("must be a PromQL expression, got an empty string")
         return value
+
+    @property
+    def what(self) -> str:
+        """What the values are read from, for traces and /explain: the PromQL, or the source."""
+        if self.source == "kubernetes" and self.kubernetes is not None:
+            k = self.kubernetes
+            target = f" {k.namespace}/{k.service}" if k.kind == "endpointReadiness" else ""
+            return f"kubernetes: {k.kind}{target}"
+        if self.source == "http" and self.http is not None:
+            return f"http: GET {self.http.url}"
+        return self.query
 
 
 class Condition(_Model):
@@ -615,6 +661,9 @@ def _reference_issues(spec: Mapping[str, Any]) -> Iterable[PolicyIssue]:
                 yield PolicyIssue(
                     f"spec.podClasses[{i}].avoid[{j}]", f"unknown taint rule {name!r}"
                 )
+    for i, dim, _ in _named(spec, "dimensions"):
+        if dim.get("source", "prometheus") == "prometheus" and "query" not in dim:
+            yield PolicyIssue(f"spec.dimensions[{i}].query", "required field is missing")
     for i, tenant, _ in _named(spec, "tenants"):
         for j, name in _strings(tenant.get("allowedTolerations")):
             if name not in rule_names:
@@ -678,6 +727,7 @@ def _cross_field_issues(spec: Spec) -> Iterable[PolicyIssue]:
                 )
         elif norm.min is not None or norm.max is not None:
             yield PolicyIssue(base, "min/max are only used with method: fixed")
+        yield from _source_issues(f"spec.dimensions[{i}]", dim)
         if not _PROM_LABEL_RE.match(dim.node_label):
             yield PolicyIssue(
                 f"spec.dimensions[{i}].nodeLabel",
@@ -759,6 +809,40 @@ def _cross_field_issues(spec: Spec) -> Iterable[PolicyIssue]:
 
     yield from _selector_issues("spec.optIn.namespaceSelector", spec.opt_in.namespace_selector)
     yield from _cluster_score_issues(spec)
+
+
+def _source_issues(path: str, dim: Dimension) -> Iterable[PolicyIssue]:
+    """Each source's settings are present, and only its own."""
+    settings = {"kubernetes": dim.kubernetes, "http": dim.http}
+    for source, value in settings.items():
+        if dim.source == source and value is None:
+            yield PolicyIssue(f"{path}.{source}", f"required for source: {source}")
+        elif dim.source != source and value is not None:
+            yield PolicyIssue(f"{path}.{source}", f"not used by source: {dim.source}")
+    if dim.source != "prometheus" and dim.query:
+        yield PolicyIssue(f"{path}.query", f"not used by source: {dim.source}")
+    k = dim.kubernetes
+    if dim.source == "kubernetes" and k is not None:
+        if k.kind == "endpointReadiness":
+            for name in ("namespace", "service"):
+                value = getattr(k, name)
+                if not value or not is_dns1123_label(value):
+                    yield PolicyIssue(
+                        f"{path}.kubernetes.{name}",
+                        f"required for endpointReadiness: the Service's {name} "
+                        f"(lower-case RFC 1123 label), got {value!r}",
+                    )
+        else:
+            for name in ("namespace", "service"):
+                if getattr(k, name) is not None:
+                    yield PolicyIssue(f"{path}.kubernetes.{name}", f"not used by {k.kind}")
+    h = dim.http
+    if dim.source == "http" and h is not None:
+        if not h.url.startswith(("http://", "https://")):
+            yield PolicyIssue(f"{path}.http.url", f"must be an http(s) URL, got {h.url!r}")
+        for name in ("node_field", "value_field"):
+            if not getattr(h, name).strip():
+                yield PolicyIssue(f"{path}.http.{to_camel(name)}", "must name a field")
 
 
 def _selector_issues(path: str, selector: LabelSelector) -> Iterable[PolicyIssue]:

@@ -1,0 +1,64 @@
+"""What every data source gives the scorer: one reading or one failure per dimension.
+
+A source reads the dimensions of the policy that name it, for the nodes listed this cycle,
+and maps its answer onto them (`NodeIndex`, scorer/observe.py). The scorer counts, times and
+plans the same way whatever the source; a new source is one module under `scorer/sources/`,
+a settings model on `Dimension`, and its line in the registry (`scorer/sources/__init__.py`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from scorer.kubeapi import KubeJson
+from scorer.ledger import PodLedger
+from scorer.model import NodeState
+from scorer.observe import DimensionFailure, DimensionReading, NodeIndex
+from steer.core.policy import Dimension, Policy
+
+
+@dataclass
+class Readings:
+    """`requests` counts what was sent to the source's backend (PromQL queries, HTTP GETs)."""
+
+    readings: dict[str, DimensionReading] = field(default_factory=dict)
+    failures: dict[str, DimensionFailure] = field(default_factory=dict)
+    requests: int = 0
+
+
+@dataclass(frozen=True)
+class SourceContext:
+    """What the scorer offers the sources: the `--prometheus` override, the pod ledger its
+    watch keeps (None when nothing watches pods, e.g. `steer scorer once`), and a client for
+    the cluster's API."""
+
+    prometheus_url: str | None = None
+    ledger: PodLedger | None = None
+    kube: Callable[[], KubeJson] | None = None
+
+
+class Source(Protocol):
+    def read(
+        self,
+        policy: Policy,
+        dimensions: Sequence[Dimension],
+        nodes: Sequence[NodeState],
+        index: NodeIndex,
+        at: float | None,
+    ) -> Readings:
+        """One reading or one failure per dimension; `at` (unix seconds) asks for the values
+        at a past moment where the source can (Prometheus), else it is the observation time."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class SourceFailed(Exception):
+    """One dimension could not be read; `kind` is `unavailable`, `query`, `auth` or
+    `response`, as for a PromQL query."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind

@@ -1,0 +1,128 @@
+"""Values the Kubernetes API gives exactly, with no exporter in between.
+
+- `limitOvercommit`: from the pod ledger the scorer's pod watch keeps (scorer/ledger.py) and
+  the nodes' allocatable. Unlike kube-state-metrics, a node without pods has a value (-100),
+  and the sum counts containers the way the scheduler does (sidecars, init containers).
+- `endpointReadiness`: the EndpointSlices of a named Service, listed each cycle; per node, the
+  % of its endpoints that are ready: a service registry's health signal where the registry is
+  the cluster itself. Nodes without an endpoint of the Service get no value.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from scorer.kubeapi import KubeApiError
+from scorer.model import NodeState
+from scorer.observe import DimensionFailure, NodeIndex, read_dimension
+from scorer.sources.base import Readings, SourceContext, SourceFailed
+from steer.core.budget import Amount, limit_overcommit_pct
+from steer.core.policy import Dimension, Policy
+
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+_ZERO = Amount()
+
+
+class NodeValue:
+    """A value already keyed by node name (what `read_dimension` takes as a sample)."""
+
+    __slots__ = ("labels", "value")
+
+    def __init__(self, label: str, node: str, value: float) -> None:
+        self.labels = {label: node}
+        self.value = value
+
+
+class KubernetesSource:
+    def __init__(self, context: SourceContext) -> None:
+        self.context = context
+
+    def close(self) -> None:
+        pass
+
+    def read(
+        self,
+        policy: Policy,
+        dimensions: Sequence[Dimension],
+        nodes: Sequence[NodeState],
+        index: NodeIndex,
+        at: float | None,
+    ) -> Readings:
+        out = Readings()
+        for dim in dimensions:
+            t0 = time.perf_counter()
+            observed_at = time.time() if at is None else at
+            try:
+                values = self._values(dim, nodes)
+            except SourceFailed as exc:
+                out.failures[dim.name] = DimensionFailure(
+                    dim.name, dim.what, exc.kind, str(exc), time.perf_counter() - t0
+                )
+                continue
+            samples = [NodeValue(dim.node_label, node, value) for node, value in values.items()]
+            out.readings[dim.name] = read_dimension(
+                dim,
+                samples,
+                observed_at=observed_at,
+                index=index,
+                duration_s=time.perf_counter() - t0,
+            )
+        return out
+
+    def _values(self, dim: Dimension, nodes: Sequence[NodeState]) -> dict[str, float]:
+        settings = dim.kubernetes
+        assert settings is not None  # validated with the policy
+        if settings.kind == "limitOvercommit":
+            return self._limit_overcommit(nodes)
+        return self._endpoint_readiness(settings.namespace or "", settings.service or "")
+
+    def _limit_overcommit(self, nodes: Sequence[NodeState]) -> dict[str, float]:
+        ledger = self.context.ledger
+        limits = None if ledger is None else ledger.limits()
+        if limits is None:
+            raise SourceFailed(
+                "unavailable",
+                "the pod list is not synced yet (limitOvercommit needs the scorer's pod watch)",
+            )
+        out = {}
+        for node in nodes:
+            value = limit_overcommit_pct(node.allocatable, limits.get(node.name, _ZERO))
+            out[node.name] = float("nan") if value is None else value
+        return out
+
+    def _endpoint_readiness(self, namespace: str, service: str) -> dict[str, float]:
+        if self.context.kube is None:
+            raise SourceFailed("unavailable", "no Kubernetes API client")
+        path = f"/apis/discovery.k8s.io/v1/namespaces/{namespace}/endpointslices"
+        try:
+            slices = self.context.kube().list_all(
+                path, query={"labelSelector": f"{SERVICE_NAME_LABEL}={service}"}
+            )
+        except KubeApiError as exc:
+            kind = "auth" if exc.status in (401, 403) else "unavailable"
+            raise SourceFailed(kind, str(exc)) from exc
+        return endpoint_readiness(slices)
+
+
+def endpoint_readiness(slices: Iterable[Mapping[str, Any]]) -> dict[str, float]:
+    """Per node, 100 * ready endpoints / endpoints, over every slice of the Service. An
+    endpoint without a `ready` condition counts as ready, as the EndpointSlice API says."""
+    total: dict[str, int] = {}
+    ready: dict[str, int] = {}
+    seen: set[tuple[str, tuple[str, ...]]] = set()
+    for piece in slices:
+        for endpoint in piece.get("endpoints") or ():
+            node = endpoint.get("nodeName")
+            if not node:
+                continue
+            # The same address may appear in two slices while the controller moves it.
+            ident = (str(node), tuple(endpoint.get("addresses") or ()))
+            if ident in seen:
+                continue
+            seen.add(ident)
+            total[node] = total.get(node, 0) + 1
+            if (endpoint.get("conditions") or {}).get("ready", True) is not False:
+                ready[node] = ready.get(node, 0) + 1
+    return {node: 100.0 * ready.get(node, 0) / count for node, count in total.items()}
