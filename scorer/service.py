@@ -171,7 +171,18 @@ class Scorer:
             by_source.setdefault(dim.source, []).append(dim)
         answer = Readings()
         for name, dims in by_source.items():
-            part = self.source(name).read(policy, dims, nodes, index, at)
+            t0 = time.perf_counter()
+            try:
+                part = self.source(name).read(policy, dims, nodes, index, at)
+            except Exception as exc:  # a source's bug must not stop the other dimensions
+                log.exception("source %s failed", name)
+                elapsed = time.perf_counter() - t0
+                part = Readings(
+                    failures={
+                        d.name: DimensionFailure(d.name, d.what, "response", repr(exc), elapsed)
+                        for d in dims
+                    }
+                )
             answer.readings.update(part.readings)
             answer.failures.update(part.failures)
             answer.requests += part.requests

@@ -457,3 +457,38 @@ def test_a_cycle_scores_nodes_from_kubernetes_and_http(
     assert labels["node-1"]["steer.io/registry-health"] == "50"
     assert labels["node-2"]["steer.io/registry-health"] == "0"
     assert result.queries == 2 and scorer.query_count == 1  # one HTTP GET; the ledger is local
+
+
+def test_without_a_pod_watch_the_pods_are_listed_once_per_read() -> None:
+    policy = parse_policy(POLICY.replace("URL", "http://x"))
+    nodes = [node("node-1"), node("node-2")]
+    kube = FakeKube([pod("a", "node-1", {"cpu": "2", "memory": "12Gi"})])
+    source = KubernetesSource(SourceContext(kube=lambda: kube))  # type: ignore[arg-type,return-value]
+    reading = source.read(policy, policy.spec.dimensions[:1], nodes, NodeIndex(nodes), 1.0)
+    assert dict(reading.readings["overcommit-pct"].values) == {"node-1": 50.0, "node-2": -100.0}
+    assert kube.asked == [("/api/v1/pods", None)]
+
+
+def test_a_broken_source_fails_only_its_dimensions(apistub: ApiStub, tmp_path: Path) -> None:
+    policy = parse_policy(POLICY.replace("URL", "http://127.0.0.1:9/x"))
+    apistub.add_node(synthetic_node("node-1"))
+    ledger = PodLedger()
+    ledger.replace([])
+    scorer = Scorer(
+        lambda: policy, NodeApi(KubeJson(client_for(apistub, tmp_path / "kc"))), ledger=ledger
+    )
+
+    class Broken:
+        def read(self, *args: Any) -> Any:
+            raise RuntimeError("boom")
+
+        def close(self) -> None:
+            pass
+
+    scorer._sources["http"] = Broken()  # type: ignore[assignment]
+    try:
+        readings, failures, _ = scorer.read_all(policy, tuple(scorer.node_api.list_nodes()))
+    finally:
+        scorer.close()
+    assert failures["registry-health"].kind == "response"
+    assert readings["overcommit-pct"].values == {"node-1": -100.0}

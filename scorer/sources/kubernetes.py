@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from scorer.kubeapi import KubeApiError
+from scorer.ledger import PodLedger
 from scorer.model import NodeState
 from scorer.observe import DimensionFailure, NodeIndex, read_dimension
 from scorer.sources.base import Readings, SourceContext, SourceFailed
@@ -80,17 +81,28 @@ class KubernetesSource:
 
     def _limit_overcommit(self, nodes: Sequence[NodeState]) -> dict[str, float]:
         ledger = self.context.ledger
-        limits = None if ledger is None else ledger.limits()
+        if ledger is None:
+            ledger = self._listed_pods()
+        limits = ledger.limits()
         if limits is None:
-            raise SourceFailed(
-                "unavailable",
-                "the pod list is not synced yet (limitOvercommit needs the scorer's pod watch)",
-            )
+            raise SourceFailed("unavailable", "the pod watch has not listed the pods yet")
         out = {}
         for node in nodes:
             value = limit_overcommit_pct(node.allocatable, limits.get(node.name, _ZERO))
             out[node.name] = float("nan") if value is None else value
         return out
+
+    def _listed_pods(self) -> PodLedger:
+        """Without the scorer's pod watch (`steer scorer once`): one list of every pod."""
+        if self.context.kube is None:
+            raise SourceFailed("unavailable", "no pod ledger and no Kubernetes API client")
+        ledger = PodLedger()
+        try:
+            ledger.replace(self.context.kube().list_all("/api/v1/pods"))
+        except KubeApiError as exc:
+            kind = "auth" if exc.status in (401, 403) else "unavailable"
+            raise SourceFailed(kind, str(exc)) from exc
+        return ledger
 
     def _endpoint_readiness(self, namespace: str, service: str) -> dict[str, float]:
         if self.context.kube is None:
