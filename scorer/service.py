@@ -1,4 +1,5 @@
-"""One scoring cycle end to end: list nodes, one query per dimension, plan, write if leader.
+"""One scoring cycle end to end: list nodes, read each dimension from its source (one PromQL
+query per Prometheus dimension, scorer/sources/), plan, write if leader.
 
 `Scorer` holds what outlives a cycle (the planner's memory, the last result for `/explain`,
 metrics) and is driven either directly (`steer scorer once`, tests) or by `scorer.loop`.

@@ -151,6 +151,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         status, body = self.routes.get(self.path, (404, b"{}"))
+        self.routes["seen-authorization"] = (0, str(self.headers.get("Authorization")).encode())
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
@@ -492,3 +493,28 @@ def test_a_broken_source_fails_only_its_dimensions(apistub: ApiStub, tmp_path: P
         scorer.close()
     assert failures["registry-health"].kind == "response"
     assert readings["overcommit-pct"].values == {"node-1": -100.0}
+
+
+def test_a_bearer_token_is_sent_from_its_file(registry: Any, tmp_path: Path) -> None:
+    url, routes = registry
+    routes["/v1/health/state/any"] = (200, json.dumps(CONSUL_STATE_ANY).encode())
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    policy = http_dim(
+        f"{url}/v1/health/state/any",
+        nodeField="Node",
+        valueField="Status",
+        statusValues={"passing": 1},
+        bearerTokenFile=str(token),
+    )
+    nodes = [node("node-1")]
+    source = HttpJsonSource(SourceContext())
+    try:
+        answer = source.read(policy, policy.spec.dimensions, nodes, NodeIndex(nodes), None)
+        assert routes["seen-authorization"] == (0, b"Bearer s3cret")
+        assert answer.readings["health"].values == {"node-1": 1.0}
+        token.unlink()
+        failed = source.read(policy, policy.spec.dimensions, nodes, NodeIndex(nodes), None)
+        assert failed.failures["health"].kind == "auth"
+    finally:
+        source.close()

@@ -55,6 +55,16 @@ class Source(Protocol):
     def close(self) -> None: ...
 
 
+class NodeValue:
+    """A value already keyed by node name (what `read_dimension` takes as a sample)."""
+
+    __slots__ = ("labels", "value")
+
+    def __init__(self, label: str, node: str, value: float) -> None:
+        self.labels = {label: node}
+        self.value = value
+
+
 class SourceFailed(Exception):
     """One dimension could not be read; `kind` is `unavailable`, `query`, `auth` or
     `response`, as for a PromQL query."""

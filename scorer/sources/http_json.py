@@ -20,8 +20,7 @@ import requests
 
 from scorer.model import NodeState
 from scorer.observe import DimensionFailure, NodeIndex, read_dimension
-from scorer.sources.base import Readings, SourceContext, SourceFailed
-from scorer.sources.kubernetes import NodeValue
+from scorer.sources.base import NodeValue, Readings, SourceContext, SourceFailed
 from steer.core.policy import Dimension, HttpSource, Policy
 
 _MISSING = object()
@@ -71,11 +70,20 @@ class HttpJsonSource:
         return out
 
     def _get(self, settings: HttpSource) -> Any:
+        headers = {"Accept": "application/json"}
+        if settings.bearer_token_file:
+            # Read on every request: a mounted token is rotated in place.
+            try:
+                with open(settings.bearer_token_file, encoding="utf-8") as fh:
+                    headers["Authorization"] = f"Bearer {fh.read().strip()}"
+            except OSError as exc:
+                raise SourceFailed("auth", f"bearerTokenFile: {exc}") from exc
         try:
             resp = self.session.get(
                 settings.url,
                 timeout=settings.timeout_seconds,
-                headers={"Accept": "application/json"},
+                headers=headers,
+                verify=settings.ca_file or True,
             )
         except requests.RequestException as exc:
             raise SourceFailed("unavailable", f"GET {settings.url}: {exc}") from exc

@@ -18,22 +18,12 @@ from scorer.kubeapi import KubeApiError
 from scorer.ledger import PodLedger
 from scorer.model import NodeState
 from scorer.observe import DimensionFailure, NodeIndex, read_dimension
-from scorer.sources.base import Readings, SourceContext, SourceFailed
+from scorer.sources.base import NodeValue, Readings, SourceContext, SourceFailed
 from steer.core.budget import Amount, limit_overcommit_pct
 from steer.core.policy import Dimension, Policy
 
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 _ZERO = Amount()
-
-
-class NodeValue:
-    """A value already keyed by node name (what `read_dimension` takes as a sample)."""
-
-    __slots__ = ("labels", "value")
-
-    def __init__(self, label: str, node: str, value: float) -> None:
-        self.labels = {label: node}
-        self.value = value
 
 
 class KubernetesSource:

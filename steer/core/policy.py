@@ -210,6 +210,9 @@ class HttpSource(_Model):
     status_values: dict[str, float] | None = None
     aggregate: Literal["min", "max", "mean"] = "min"
     timeout_seconds: PositiveSeconds = 10.0
+    # Sent as `Authorization: Bearer <token>` (Consul accepts an ACL token so).
+    bearer_token_file: str | None = None
+    ca_file: str | None = None
 
 
 class Dimension(_Model):
