@@ -518,3 +518,19 @@ def test_a_bearer_token_is_sent_from_its_file(registry: Any, tmp_path: Path) -> 
         assert failed.failures["health"].kind == "auth"
     finally:
         source.close()
+
+
+def test_without_a_ledger_a_cycle_lists_the_pods(apistub: ApiStub, tmp_path: Path) -> None:
+    """`steer scorer once` has no pod watch: limitOvercommit lists the pods itself."""
+    policy = parse_policy(POLICY.replace("URL", "http://127.0.0.1:9/x"))
+    apistub.add_node(synthetic_node("node-1"))
+    apistub.add_namespace("team-a")
+    apistub.create("pods", pod("a", "node-1", {"cpu": "5", "memory": "1Gi"}), namespace="team-a")
+    scorer = Scorer(lambda: policy, NodeApi(KubeJson(client_for(apistub, tmp_path / "kc"))))
+    try:
+        result = scorer.run_cycle(dry_run=True)
+    finally:
+        scorer.close()
+    status = {d.dimension: d.ok for d in result.plan.dimensions}
+    assert status == {"overcommit-pct": True, "registry-health": False}
+    assert result.plan.node("node-1").label_changes["steer.io/overcommit-pct"] == "25"  # type: ignore[union-attr]
