@@ -229,8 +229,15 @@ def _cmd_once(args: argparse.Namespace) -> int:
             assert result is not None
             _print_once(args, policy, result)
             if all(not d.ok for d in result.plan.dimensions):
+                sources = sorted({d.source for d in policy.spec.dimensions})
+                hint = {
+                    "prometheus": "--prometheus / spec.prometheus.url",
+                    "kubernetes": "--kubeconfig and the scorer's RBAC",
+                    "http": "each http dimension's url",
+                }
                 print(
-                    "every query failed: check --prometheus / spec.prometheus.url", file=sys.stderr
+                    "every dimension failed: check " + "; ".join(hint[s] for s in sources),
+                    file=sys.stderr,
                 )
                 return 1
             return 1 if result.report is not None and result.report.errors else 0

@@ -241,6 +241,22 @@ def test_cli_once_dry_run_prints_the_plan_and_writes_nothing(
     assert cluster_api.get("nodes", "node-2")["metadata"]["labels"]["steer.io/util"] == "50"
 
 
+def test_cli_once_names_what_to_check_when_every_dimension_fails(
+    cluster_api: ApiStub, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text(SMALL_POLICY)
+    kubeconfig = cluster_api.kubeconfig(tmp_path / "kubeconfig")
+    args = ["scorer", "once", "--policy", str(policy_file), "--kubeconfig", str(kubeconfig)]
+    # Nothing listens on port 9: every Prometheus query fails.
+    assert main([*args, "--prometheus", "http://127.0.0.1:9", "--dry-run"]) == 1
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith("every dimension failed: check --prometheus / spec.prometheus.url")
+    )
+
+
 def test_cli_explain_queries_a_running_scorer(
     cluster_api: ApiStub, tmp_path: Path, prom: PrometheusServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
