@@ -16,7 +16,7 @@ from typing import Any
 from scorer.model import NodeState, rfc3339
 from scorer.plan import CyclePlan, DimensionSummary, NodePlan, PoolState
 from steer.core.admission import ValidationPlan, validate_pod
-from steer.core.budget import BudgetSteering, pod_burst, pod_limits, tenant_budget
+from steer.core.budget import BudgetSteering, tenant_budget
 from steer.core.encoding import PreferenceTerm, preference_weight
 from steer.core.policy import Policy, Tenant
 from steer.core.quantity import QuantityError, parse_quantity
@@ -486,7 +486,7 @@ def explain_pod(
     steering = None
     if budget is not None and tenant is not None:
         try:
-            steering = budget.steering(pod_limits(spec), pod_burst(spec))
+            steering = budget.steering_for(spec)
         except QuantityError:
             steering = None  # the webhook refuses such a pod; nothing to explain here
 

@@ -17,7 +17,7 @@ to republish.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from types import MappingProxyType
@@ -79,12 +79,9 @@ class PodLedger:
         self._synced = False
         self.generation = 0  # bumps on every change that can move a pool
         self.relists = 0
-        # pod_share() depends on the policy only through its owned resources: cache per uid.
-        self._shares: dict[str, PodShare] = {}
-        self._shares_for: frozenset[str] | None = None
-        # Requests per uid for cluster scores, for one tuple of resources at a time.
-        self._requests: dict[str, tuple[Fraction, ...]] = {}
-        self._requests_for: tuple[str, ...] = ()
+        # What each pod reduces to (its pool share, limits, requests), computed once per pod
+        # version: uid -> key -> value, dropped when the pod changes or goes.
+        self._derived: dict[str, dict[Hashable, Any]] = {}
 
     @property
     def synced(self) -> bool:
@@ -105,14 +102,11 @@ class PodLedger:
         with self._lock:
             changed = {p.node for uid, p in self._pods.items() if fresh.get(uid) != p}
             changed.update(p.node for uid, p in fresh.items() if self._pods.get(uid) != p)
-            for uid in set(self._shares) - fresh.keys():
-                del self._shares[uid]
-            for uid in set(self._requests) - fresh.keys():
-                del self._requests[uid]
-            for uid, p in fresh.items():
-                if self._pods.get(uid) != p:
-                    self._shares.pop(uid, None)
-                    self._requests.pop(uid, None)
+            self._derived = {
+                uid: derived
+                for uid, derived in self._derived.items()
+                if uid in fresh and self._pods.get(uid) == fresh[uid]
+            }
             self._pods = fresh
             self.relists += 1
             if changed or not self._synced:
@@ -135,8 +129,7 @@ class PodLedger:
                 del self._pods[uid]
             else:
                 self._pods[uid] = entry
-            self._shares.pop(uid, None)
-            self._requests.pop(uid, None)
+            self._derived.pop(uid, None)
             self.generation += 1
         return {p.node for p in (old, entry) if p is not None}
 
@@ -149,32 +142,35 @@ class PodLedger:
 
     def shares(self, policy: Policy) -> dict[str, tuple[PodShare, ...]] | None:
         """Each node's pods as the pools count them; None until the ledger is synced."""
-        owned = owned_resources(policy)
+        # pod_share() depends on the policy only through its owned resources.
+        key = ("share", owned_resources(policy))
         with self._lock:
             if not self._synced:
                 return None
-            if owned != self._shares_for:
-                self._shares = {}
-                self._shares_for = owned
             grouped: dict[str, list[PodShare]] = {}
             for uid, pod in self._pods.items():
-                share = self._shares.get(uid)
-                if share is None:
-                    share = self._shares[uid] = pod_share(policy, pod.spec, pod.labels)
+                share = self._derive(uid, key, lambda p: pod_share(policy, p.spec, p.labels))
                 grouped.setdefault(pod.node, []).append(share)
         return {node: tuple(shares) for node, shares in grouped.items()}
+
+    def _derive(self, uid: str, key: Hashable, compute: Callable[[BoundPod], Any]) -> Any:
+        """`compute(pod)` for pod `uid`, cached until the pod changes (call with the lock)."""
+        derived = self._derived.setdefault(uid, {})
+        if key not in derived:
+            derived[key] = compute(self._pods[uid])
+        return derived[key]
 
     def limits(self) -> dict[str, Amount] | None:
         """Per node, the cpu and memory limits of its bound pods (a container without a limit
         counts its request); None until the ledger is synced. A malformed quantity counts as
         nothing (the apiserver accepted the pod)."""
+        out: dict[str, Amount] = {}
         with self._lock:
             if not self._synced:
                 return None
-            pods = list(self._pods.values())
-        out: dict[str, Amount] = {}
-        for pod in pods:
-            out[pod.node] = out.get(pod.node, Amount()) + _limits(pod.spec)
+            for uid, pod in self._pods.items():
+                limits = self._derive(uid, "limits", lambda p: _limits(p.spec))
+                out[pod.node] = out.get(pod.node, Amount()) + limits
         return out
 
     def requested(self, resources: Sequence[str]) -> dict[str, dict[str, Fraction]] | None:
@@ -182,19 +178,15 @@ class PodLedger:
         counts them (cores for cpu, bytes for memory); None until the ledger is synced. A
         malformed quantity counts as nothing (the apiserver accepted the pod)."""
         wanted = tuple(resources)
+        key = ("requests", wanted)
         with self._lock:
             if not self._synced:
                 return None
-            if wanted != self._requests_for:
-                self._requests = {}
-                self._requests_for = wanted
             out: dict[str, dict[str, Fraction]] = {}
             for uid, pod in self._pods.items():
-                amounts = self._requests.get(uid)
-                if amounts is None:
-                    amounts = self._requests[uid] = tuple(
-                        _request(pod.spec, name) for name in wanted
-                    )
+                amounts = self._derive(
+                    uid, key, lambda p: tuple(_request(p.spec, name) for name in wanted)
+                )
                 node = out.setdefault(pod.node, dict.fromkeys(wanted, Fraction(0)))
                 for name, amount in zip(wanted, amounts, strict=True):
                     node[name] += amount

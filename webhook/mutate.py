@@ -27,7 +27,7 @@ from typing import Any
 
 import orjson
 
-from steer.core.budget import TenantBudget, pod_burst, pod_limits, tenant_budget
+from steer.core.budget import TenantBudget, tenant_budget
 from steer.core.policy import PodClass, Policy, SpreadRule, Tenant
 from steer.core.quantity import QuantityError
 from steer.core.scheduling import (
@@ -314,7 +314,7 @@ def _merge_budget(
     """Add what steer/core/budget.py asks of a tenant pod. Limits and burst are computed from
     cpu and memory only, so a reinvocation computes the same requests and adds nothing."""
     try:
-        steering = budget.steering(pod_limits(spec), pod_burst(spec))
+        steering = budget.steering_for(spec)
     except QuantityError as exc:
         raise UninterpretablePod("spec.containers", str(exc)) from None
     if steering.requests:

@@ -138,10 +138,11 @@ def pod_request(spec: Mapping[str, Any], resource: str) -> Fraction:
     return pod_amount(spec, "requests", resource)
 
 
-def pod_burst(spec: Mapping[str, Any]) -> Amount:
-    """limits - requests of cpu and memory, never below 0. Raises QuantityError for a
-    malformed quantity."""
-    limits = pod_limits(spec)
+def pod_burst(spec: Mapping[str, Any], limits: Amount | None = None) -> Amount:
+    """limits - requests of cpu and memory, never below 0 (`limits`: the pod's, when already
+    computed). Raises QuantityError for a malformed quantity."""
+    if limits is None:
+        limits = pod_limits(spec)
     requests = Amount(
         cpu_m=pod_amount(spec, "requests", "cpu") * 1000,
         memory=pod_amount(spec, "requests", "memory"),
@@ -200,6 +201,12 @@ class TenantBudget:
         label = self.label if burst.any else None
         return BudgetSteering(requests, label, self.anti_affinity)
 
+    def steering_for(self, spec: Mapping[str, Any]) -> BudgetSteering:
+        """`steering` for a pod spec, its limits summed once. Raises QuantityError for a
+        malformed quantity."""
+        limits = pod_limits(spec)
+        return self.steering(limits, pod_burst(spec, limits))
+
 
 def tenant_budget(policy: Policy, tenant: Tenant | None) -> TenantBudget | None:
     """The tenant's pool names, burst label and anti-affinity; None when the policy does not
@@ -230,9 +237,7 @@ def budget_steering(
     """The pool requests, label and anti-affinity for a pod `spec` of `tenant`. Raises
     QuantityError for a malformed quantity."""
     budget = tenant_budget(policy, tenant)
-    if budget is None:
-        return BudgetSteering()
-    return budget.steering(pod_limits(spec), pod_burst(spec))
+    return BudgetSteering() if budget is None else budget.steering_for(spec)
 
 
 # -- nodes -----------------------------------------------------------------------------------
@@ -325,22 +330,22 @@ def node_pools(
         }
     except QuantityError:
         return ()
-    shares = tuple(pods)
+    # Each pod's limits in pool units, rounded once (not once per pool).
+    shares = tuple((s.pools, s.limits.units()) for s in pods)
     out = []
     for lv in levels(policy):
         for kind in BURST_RESOURCES:
             name = pool_resource(policy, lv, kind)
-            outside = [s for s in shares if name not in s.pools]
-            inside = [s for s in shares if name in s.pools]
+            outside = [units[kind] for pools, units in shares if name not in pools]
             out.append(
                 PoolCapacity(
                     resource=name,
                     level=lv,
                     kind=kind,
                     room=math.floor(base[kind] * (100 + Fraction(level_text(lv))) / 100),
-                    outside_limits=sum(s.limits.units()[kind] for s in outside),
-                    outside_pods=sum(1 for s in outside if s.limits.units()[kind] > 0),
-                    taken=sum(s.limits.units()[kind] for s in inside),
+                    outside_limits=sum(outside),
+                    outside_pods=sum(1 for units in outside if units > 0),
+                    taken=sum(units[kind] for pools, units in shares if name in pools),
                 )
             )
     return tuple(out)
