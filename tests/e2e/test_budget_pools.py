@@ -18,16 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import requests
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 
 from scorer.kubeapi import KubeApiError, KubeJson, node_path, pod_path
 from steer.adapters.kube import make_api_client
 from steer.core.budget import budget_steering
 from steer.core.policy import Policy, Tenant, parse_policy
 from steer.testing.cluster import ROOT, ControlPlane
-from steer.testing.services import RunningScorer, running_scorer
+from steer.testing.services import running_scorer
+from tests.e2e.waiting import metric, wait_until
 from tests.scorer_support import SMALL_POLICY
 
 SCORER_MANIFEST = ROOT / "manifests" / "scorer" / "scorer.yaml"
@@ -51,35 +50,6 @@ POLICY_TEXT = (
 POLICY: Policy = parse_policy(POLICY_TEXT)
 DEPT_A = next(t for t in POLICY.spec.tenants if t.name == "dept-a")
 DEPT_B = next(t for t in POLICY.spec.tenants if t.name == "dept-b")
-
-
-def wait_until(
-    what: str, check: Callable[[], Any], timeout_s: float = 20.0, interval_s: float = 0.05
-) -> Any:
-    deadline = time.monotonic() + timeout_s
-    last: Any = None
-    while True:
-        try:
-            last = check()
-        except (KubeApiError, requests.RequestException, KeyError) as exc:
-            last = exc
-        else:
-            if last:
-                return last
-        if time.monotonic() >= deadline:
-            raise TimeoutError(f"{what}: not within {timeout_s}s (last: {last!r})")
-        time.sleep(interval_s)
-
-
-def metric(scorer: RunningScorer, name: str) -> float:
-    with requests.Session() as session:
-        session.trust_env = False
-        text = session.get(f"{scorer.url}/metrics", timeout=10).text
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name and not sample.labels:
-                return float(sample.value)
-    return 0.0
 
 
 def pod_body(

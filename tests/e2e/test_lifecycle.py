@@ -19,7 +19,6 @@ import contextlib
 import json
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
@@ -39,6 +38,7 @@ from steer.testing.cluster import ROOT, ControlPlane, free_port
 from steer.testing.exporter import SyntheticCluster
 from steer.testing.prom import PrometheusServer, scraped_cluster
 from steer.testing.services import _spawn, _wait_http, running_scorer
+from tests.e2e.waiting import wait_until
 from tests.scorer_support import SMALL_POLICY
 
 EXAMPLE_POLICY = ROOT / "examples" / "policy.yaml"
@@ -54,17 +54,6 @@ def steer(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         timeout=timeout,
         check=False,
     )
-
-
-def wait_until(what: str, check: Callable[[], Any], timeout_s: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.2)
-    raise TimeoutError(f"{what}: not within {timeout_s}s (last: {last!r})")
 
 
 @pytest.fixture

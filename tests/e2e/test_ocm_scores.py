@@ -21,15 +21,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import requests
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 
 from scorer.kubeapi import MERGE_PATCH, KubeApiError, KubeJson, placement_score_path, pod_path
 from scorer.model import parse_rfc3339
 from steer.adapters.kube import make_api_client
 from steer.testing.cluster import ROOT, ControlPlane
-from steer.testing.services import RunningScorer, running_scorer
+from steer.testing.services import running_scorer
+from tests.e2e.waiting import metric, wait_until
 from tests.scorer_support import SMALL_POLICY
 
 CRD_FILE = ROOT / "manifests" / "ocm" / "addonplacementscore-crd.yaml"
@@ -57,35 +56,6 @@ def policy_text(cluster: str) -> str:
       - {{name: watts-per-core, kind: powerPerCore, dimension: power, worst: 40, best: 5}}
 """
     )
-
-
-def wait_until(
-    what: str, check: Callable[[], Any], timeout_s: float = 20.0, interval_s: float = 0.1
-) -> Any:
-    deadline = time.monotonic() + timeout_s
-    last: Any = None
-    while True:
-        try:
-            last = check()
-        except (KubeApiError, requests.RequestException, KeyError) as exc:
-            last = exc
-        else:
-            if last:
-                return last
-        if time.monotonic() >= deadline:
-            raise TimeoutError(f"{what}: not within {timeout_s}s (last: {last!r})")
-        time.sleep(interval_s)
-
-
-def metric(scorer: RunningScorer, series: str, **labels: str) -> float:
-    with requests.Session() as session:
-        session.trust_env = False
-        text = session.get(f"{scorer.url}/metrics", timeout=10).text
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == series and sample.labels == labels:
-                return float(sample.value)
-    return 0.0
 
 
 @pytest.fixture
@@ -261,11 +231,13 @@ def test_scores_are_written_updated_and_expire(
         # The counter moves just after the write that the object already shows.
         wait_until(
             "three writes counted",
-            lambda: metric(scorer, "steer_scorer_cluster_score_writes_total", result="ok") >= 3,
+            lambda: (
+                metric(scorer, "steer_scorer_cluster_score_writes_total", {"result": "ok"}) >= 3
+            ),
             timeout_s=10,
         )
-        assert metric(scorer, "steer_scorer_cluster_score_writes_total", result="error") == 0
-        assert metric(scorer, "steer_scorer_cluster_score", name="free-gpus") == -25
+        assert metric(scorer, "steer_scorer_cluster_score_writes_total", {"result": "error"}) == 0
+        assert metric(scorer, "steer_scorer_cluster_score", {"name": "free-gpus"}) == -25
         detail = {s["name"]: s for s in scorer.get("/explain/cluster")["scores"]}
         assert detail["free-gpus"]["raw"] == 6
         assert detail["dept-b-cpu"]["raw"] == 44

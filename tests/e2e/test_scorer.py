@@ -22,10 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import requests
 import yaml
 from kubernetes import client
-from prometheus_client.parser import text_string_to_metric_families
 
 from scorer.kubeapi import MERGE_PATCH, KubeApiError, KubeJson, lease_path, node_path
 from scorer.leader import DEFAULT_LEASE_NAME
@@ -39,6 +37,7 @@ from steer.testing.cluster import ROOT, ControlPlane
 from steer.testing.exporter import GIB, SyntheticCluster
 from steer.testing.prom import PrometheusServer, scraped_cluster
 from steer.testing.services import RunningScorer, running_scorer
+from tests.e2e.waiting import metric, wait_until
 from tests.scorer_support import SMALL_POLICY
 
 NODES = ("scorer-e2e-1", "scorer-e2e-2", "scorer-e2e-3")
@@ -215,36 +214,6 @@ def assert_foreign_untouched(
 
 def get_nodes(admin: KubeJson) -> dict[str, dict[str, Any]]:
     return {name: admin.request("GET", node_path(name)) for name in NODES}
-
-
-def wait_until(
-    what: str, check: Callable[[], Any], timeout_s: float = 15.0, interval_s: float = 0.2
-) -> Any:
-    deadline = time.monotonic() + timeout_s
-    last: Any = None
-    while True:
-        try:
-            last = check()
-        except (KubeApiError, requests.RequestException, KeyError) as exc:
-            last = exc
-        else:
-            if last:
-                return last
-        if time.monotonic() >= deadline:
-            raise TimeoutError(f"{what}: not within {timeout_s}s (last: {last!r})")
-        time.sleep(interval_s)
-
-
-def metric(scorer: RunningScorer, name: str, labels: Mapping[str, str] | None = None) -> float:
-    """A sample of the running scorer's /metrics (0 when the series is not there)."""
-    with requests.Session() as session:
-        session.trust_env = False
-        text = session.get(f"{scorer.url}/metrics", timeout=10).text
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name and dict(sample.labels) == dict(labels or {}):
-                return float(sample.value)
-    return 0.0
 
 
 def read_lease(admin: KubeJson, namespace: str) -> dict[str, Any]:

@@ -16,7 +16,8 @@ import pytest
 from scorer.kubeapi import KubeJson, node_path
 from steer.testing.cluster import ControlPlane
 from steer.testing.services import running_scorer
-from tests.e2e.test_budget_pools import NO_PROMETHEUS, admin, scorer_user, wait_until
+from tests.e2e.test_budget_pools import NO_PROMETHEUS, admin, scorer_user
+from tests.e2e.waiting import wait_until
 
 __all__ = ["admin", "scorer_user"]  # fixtures used below
 
