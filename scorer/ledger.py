@@ -23,9 +23,10 @@ from fractions import Fraction
 from types import MappingProxyType
 from typing import Any
 
-from steer.core.budget import Amount, PodShare, owned_resources, pod_limits, pod_request, pod_share
+from steer.core.budget import Amount, PodShare, owned_resources, pod_limits, pod_share
 from steer.core.policy import Policy
 from steer.core.quantity import QuantityError
+from steer.core.scheduling import pod_amount
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
@@ -202,6 +203,6 @@ def _limits(spec: Mapping[str, Any]) -> Amount:
 
 def _request(spec: Mapping[str, Any], resource: str) -> Fraction:
     try:
-        return pod_request(spec, resource)
+        return pod_amount(spec, "requests", resource)
     except QuantityError:
         return Fraction(0)

@@ -132,12 +132,6 @@ def limit_overcommit_pct(allocatable: Mapping[str, str], limits: Amount) -> floa
     return float(max(ratios) * 100 - 100)
 
 
-def pod_request(spec: Mapping[str, Any], resource: str) -> Fraction:
-    """The pod's request of one resource as the scheduler counts it (cores for cpu, bytes for
-    memory, units for an extended resource). Raises QuantityError for a malformed quantity."""
-    return pod_amount(spec, "requests", resource)
-
-
 def pod_burst(spec: Mapping[str, Any], limits: Amount | None = None) -> Amount:
     """limits - requests of cpu and memory, never below 0 (`limits`: the pod's, when already
     computed). Raises QuantityError for a malformed quantity."""
