@@ -29,12 +29,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from steer.core.policy import (
-    ALWAYS_EXCLUDED_NAMESPACES,
     LabelSelector,
     Policy,
     SelectorRequirement,
 )
 from steer.core.steering import CONDITION_VALUE, condition_key
+from steer.core.steering import excluded_namespace_list as excluded_namespaces
 
 DEFAULT_NAME = "steer-security"
 API_VERSION = "admissionregistration.k8s.io/v1"
@@ -53,13 +53,6 @@ class SecurityTaint:
     value: str
     effect: str
     allowed_tenants: tuple[str, ...]
-
-
-def excluded_namespaces(policy: Policy) -> tuple[str, ...]:
-    """Namespaces never validated, whatever their labels (the webhook's own list, in order)."""
-    spec = policy.spec
-    names = (*ALWAYS_EXCLUDED_NAMESPACES, spec.project_namespace, *spec.opt_in.excluded_namespaces)
-    return tuple(dict.fromkeys(names))
 
 
 def security_taints(policy: Policy) -> tuple[SecurityTaint, ...]:

@@ -214,12 +214,17 @@ def required_rules(
     return tuple(rules)
 
 
-def excluded_namespaces(policy: Policy) -> frozenset[str]:
-    """Namespaces never mutated or validated, whatever their labels (DESIGN decision 6)."""
+def excluded_namespace_list(policy: Policy) -> tuple[str, ...]:
+    """Namespaces never mutated or validated, whatever their labels (DESIGN decision 6), in
+    order and without repeats (for objects written out, e.g. the admission policy)."""
     spec = policy.spec
-    return frozenset(
-        (*ALWAYS_EXCLUDED_NAMESPACES, spec.project_namespace, *spec.opt_in.excluded_namespaces)
-    )
+    names = (*ALWAYS_EXCLUDED_NAMESPACES, spec.project_namespace, *spec.opt_in.excluded_namespaces)
+    return tuple(dict.fromkeys(names))
+
+
+def excluded_namespaces(policy: Policy) -> frozenset[str]:
+    """The same namespaces as a set, for lookups on the request path."""
+    return frozenset(excluded_namespace_list(policy))
 
 
 def opted_in(
