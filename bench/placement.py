@@ -40,7 +40,7 @@ same state, rebuilt from scratch:
 - **The trace** (seeded; the same for both modes): arrivals at `--rate` per second (exponential
   gaps, default 4/s), ~85 arrivals = 96 pods in ~21 s, i.e. well inside one 30 s scoring
   interval. Every pod sets cpu and memory requests and limits.
-  * 38 CPU services in `team-a` (labels `tenant=dept-a, steer.io/enabled=true`, budget 5 %),
+  * 38 CPU services in `team-a` (labels `tenant=dept-a, kube-steer.github.io/enabled=true`, budget 5 %),
     burstable: limit = floor(1.05 x request), the most the validating webhook admits;
   * 36 CPU services in `team-b` (`tenant=dept-b`, budget 0 %), Guaranteed (limit = request).
     Service sizes are drawn per pod: 0.5/1/2/4/8 cores with 2 GiB per core, weights
@@ -164,14 +164,14 @@ EXAMPLE_POLICY = ROOT / "examples" / "policy.yaml"
 RESULTS = ROOT / "bench" / "results"
 MODES = ("stock", "steered")
 ZONES = ("zone-a", "zone-b", "zone-c")
-PREFIX = "steer.io/"
+PREFIX = "kube-steer.github.io/"
 GPU = "nvidia.com/gpu"
-TRACE_LABEL = "bench.steer.io/trace"
-KIND_LABEL = "bench.steer.io/kind"
+TRACE_LABEL = "bench.kube-steer.github.io/trace"
+KIND_LABEL = "bench.kube-steer.github.io/kind"
 NS_A, NS_B, NS_LEGACY = "team-a", "team-b", "legacy"
 NAMESPACES = {
-    NS_A: {"tenant": "dept-a", "steer.io/enabled": "true"},
-    NS_B: {"tenant": "dept-b", "steer.io/enabled": "true"},
+    NS_A: {"tenant": "dept-a", "kube-steer.github.io/enabled": "true"},
+    NS_B: {"tenant": "dept-b", "kube-steer.github.io/enabled": "true"},
     NS_LEGACY: {},
 }
 BUDGET = {NS_A: 5.0, NS_B: 0.0}
@@ -659,7 +659,7 @@ class Bench:
                 memory=f"{s.memory_gi}Gi",
                 gpus=s.gpus,
                 zone=s.zone,
-                labels={"bench.steer.io/pool": "gpu" if s.gpus else "cpu"},
+                labels={"bench.kube-steer.github.io/pool": "gpu" if s.gpus else "cpu"},
             )
         for i, (node, cpu, cpu_limit, mem, mem_limit) in enumerate(PREEXISTING, start=1):
             self.core.create_namespaced_pod(

@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 LUA = ROOT / "bench" / "webhook_post.lua"
 FIXTURE = ROOT / "tests" / "fixtures" / "admission" / "pod-create-with-affinity-gpu.json"
-NAMESPACES = {"team-a": {"tenant": "dept-a", "steer.io/enabled": "true"}}
+NAMESPACES = {"team-a": {"tenant": "dept-a", "kube-steer.github.io/enabled": "true"}}
 
 
 # --- the bare app (run in its own process by `serve-bare`) ------------------------------------

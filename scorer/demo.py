@@ -78,7 +78,7 @@ def demo_environment(
                 ]
             stub.add_node(node)
         for tenant in ("dept-a", "dept-b"):
-            stub.add_namespace(tenant, {"tenant": tenant, "steer.io/enabled": "true"})
+            stub.add_namespace(tenant, {"tenant": tenant, "kube-steer.github.io/enabled": "true"})
         # rate() over the energy counters needs two scrapes of every node
         prom.wait_for(
             "sum by (instance) (rate(kepler_node_platform_joules_total[5m]))",

@@ -18,7 +18,14 @@ from scorer.plan import CyclePlan, DimensionSummary, NodePlan, PoolState
 from steer.core.admission import ValidationPlan, validate_pod
 from steer.core.budget import BudgetSteering, tenant_budget
 from steer.core.encoding import PreferenceTerm, preference_weight
-from steer.core.policy import Policy, Tenant
+from steer.core.policy import (
+    RESERVED_PREFIX,
+    SCORE_PREFIX,
+    Dimension,
+    Policy,
+    Tenant,
+    composite_suffix,
+)
 from steer.core.quantity import QuantityError, parse_quantity
 from steer.core.scheduling import (
     UNSCHEDULABLE_TAINT,
@@ -116,6 +123,7 @@ def dimension_summary(summary: DimensionSummary) -> dict[str, Any]:
         "dimension": summary.dimension,
         "labelKey": summary.label_key,
         "query": summary.query,
+        "unit": summary.unit,
         "ok": summary.ok,
         "stale": summary.stale,
         "lastSuccess": _time(summary.last_success),
@@ -155,6 +163,7 @@ def node_detail(policy: Policy, cycle: CyclePlan, name: str) -> dict[str, Any] |
                 "labelKey": dimension_key(policy, dim),
                 "status": str(entry.status),
                 "raw": entry.raw,
+                "unit": dim.raw_unit,
                 "score": _round(entry.score, 3),
                 "label": entry.label,
                 "observedAt": _time(entry.observed_at),
@@ -244,30 +253,31 @@ def _condition_text(policy: Policy, rule_name: str) -> str:
     return f"{cond.dimension} ({cond.source}) {cond.operator} {cond.value:g}"
 
 
-def plan_table(cycle: CyclePlan, *, changes_only: bool = False) -> str:
-    """Fixed-width text of the label/taint plan, one line per node (for `steer scorer once`)."""
+def plan_table(cycle: CyclePlan, policy: Policy, *, changes_only: bool = False) -> str:
+    """Fixed-width text for `steer scorer once`: the raw readings with their units, a legend of
+    the label contract, then the labels and taints planned per node and what changes."""
+    plans = [p for p in cycle.nodes if p.changed or not changes_only]
+    prefix = policy.spec.label_prefix
+    readings = [("NODE", *(_reading_header(d) for d in policy.spec.dimensions))]
+    for plan in plans:
+        cells = [plan.node]
+        for dim in policy.spec.dimensions:
+            entry = plan.dimensions.get(dim.name)
+            cells.append("-" if entry is None or entry.raw is None else f"{_round(entry.raw):g}")
+        readings.append(tuple(cells))
     rows = [("NODE", "LABELS", "TAINTS", "CHANGES")]
-    for plan in cycle.nodes:
-        if changes_only and not plan.changed:
-            continue
-        labels = (
-            ",".join(f"{k.rsplit('/', 1)[-1]}={v}" for k, v in sorted(plan.labels.items())) or "-"
-        )
-        taints = ",".join(f"{t.key.rsplit('/', 1)[-1]}:{t.effect}" for t in plan.taints) or "-"
+    for plan in plans:
+        labels = ",".join(f"{_short(k, prefix)}={v}" for k, v in sorted(plan.labels.items()))
+        taints = ",".join(f"{_short(t.key, prefix)}:{t.effect}" for t in plan.taints)
         changes = []
         for key, value in plan.label_changes.items():
-            short = key.rsplit("/", 1)[-1]
+            short = _short(key, prefix)
             changes.append(f"-{short}" if value is None else f"{short}={value}")
         if plan.taints_changed:
             changes.append("taints")
         if plan.annotation_changed and not plan.label_changes:
             changes.append("observed-at")
-        rows.append((plan.node, labels, taints, " ".join(changes) or "(none)"))
-    widths = [max(len(r[i]) for r in rows) for i in range(3)]
-    lines = [
-        "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:3])) + "  " + row[3]
-        for row in rows
-    ]
+        rows.append((plan.node, labels or "-", taints or "-", " ".join(changes) or "(none)"))
     stale = cycle.stale_dimensions
     failed = [d for d in cycle.dimensions if not d.ok]
     footer = [
@@ -275,7 +285,55 @@ def plan_table(cycle: CyclePlan, *, changes_only: bool = False) -> str:
         + (f"; stale dimensions: {', '.join(stale)}" if stale else "")
     ]
     footer += [f"query failed for {d.dimension}: {d.error}" for d in failed if d.error]
-    return "\n".join(line.rstrip() for line in lines + footer)
+    lines = [
+        "raw readings (unit in brackets; `steer explain node NAME` shows each query and time):",
+        *_columns(readings),
+        "",
+        *_label_legend(policy),
+        *_columns(rows),
+        *footer,
+    ]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _reading_header(dim: Dimension) -> str:
+    unit = dim.raw_unit
+    return f"{dim.name} [{unit}]" if unit else dim.name
+
+
+def _short(key: str, prefix: str) -> str:
+    return key.removeprefix(prefix)
+
+
+def _columns(rows: Sequence[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)) for row in rows]
+
+
+def _label_legend(policy: Policy) -> list[str]:
+    """What the labels mean, in the words of the label contract."""
+    spec = policy.spec
+    raw = [d.name for d in spec.dimensions if d.publish == "raw"]
+    lines = [
+        f"labels under {spec.label_prefix} (shown without it):",
+        f"  {SCORE_PREFIX}<dimension>, {composite_suffix(spec.scoring, None)}, "
+        f"{composite_suffix(spec.scoring, '<class>')}: 0..100, higher is better for placement",
+    ]
+    if raw:
+        lines.append(
+            f"  {', '.join(raw)}: the raw value, its unit ending the name (rounded up, never below 0)"
+        )
+    if spec.taints:
+        lines.append(
+            f"  {', '.join(r.name for r in spec.taints)}: true while the rule's condition holds "
+            "(the node carries the taint of that name)"
+        )
+    reserving = [c.name for c in spec.pod_classes if c.reserve_nodes != "none"]
+    if reserving:
+        lines.append(
+            f"  {', '.join(RESERVED_PREFIX + c for c in reserving)}: kept for pods of that class"
+        )
+    return lines
 
 
 # ----------------------------------------------------------------------------------- pods

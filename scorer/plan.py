@@ -237,6 +237,7 @@ class DimensionSummary:
     dimension: str
     label_key: str
     query: str
+    unit: str | None  # of the raw value
     ok: bool  # this cycle's query succeeded
     stale: bool  # never succeeded, or the last success is older than the TTL
     last_success: float | None
@@ -465,6 +466,7 @@ def plan_cycle(
                 dimension=d.name,
                 label_key=d.key,
                 query=d.dim.what,
+                unit=d.dim.raw_unit,
                 ok=reading is not None,
                 stale=age is None or age > d.ttl,
                 last_success=success,

@@ -20,7 +20,7 @@ from steer.testing.exporter import SyntheticCluster
 from steer.testing.prom import PrometheusServer
 
 SMALL_POLICY = """\
-apiVersion: steer.io/v1alpha1
+apiVersion: kube-steer.github.io/v1alpha1
 kind: SteeringPolicy
 metadata: {name: small}
 spec:
@@ -162,7 +162,7 @@ def stub_nodes(stub: ApiStub, names: Iterable[str], *, gpus: int = 2) -> None:
         stub.add_node(node)
 
 
-FOREIGN_LABELS = {"team.example.com/owner": "ml", "steer.io/not-ours": "1"}
+FOREIGN_LABELS = {"team.example.com/owner": "ml", "kube-steer.github.io/not-ours": "1"}
 FOREIGN_TAINTS = (
     {
         "key": "node.kubernetes.io/unreachable",
@@ -177,5 +177,5 @@ def owned_labels(node: Mapping[str, Any]) -> dict[str, str]:
     return {
         k: v
         for k, v in node["metadata"]["labels"].items()
-        if k.startswith("steer.io/") and k not in FOREIGN_LABELS
+        if k.startswith("kube-steer.github.io/") and k not in FOREIGN_LABELS
     }

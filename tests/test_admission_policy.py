@@ -62,7 +62,7 @@ def test_a_policy_and_its_binding_deny_on_every_pod_create_and_update(policy: Po
         "scope": "Namespaced",
     }
     # The policy version travels with the objects, so `kubectl get` shows which one is live.
-    key = "steer.io/policy-version"
+    key = "kube-steer.github.io/policy-version"
     assert vap["metadata"]["annotations"][key] == binding["metadata"]["annotations"][key]
     assert vap["metadata"]["annotations"][key] == policy.version
 
@@ -88,7 +88,7 @@ def test_one_validation_per_security_rule_naming_its_taint_and_allowed_tenants(
     (unhealthy,) = security_taints(policy)  # gpu-hot is not a security rule
     assert (unhealthy.rule, unhealthy.key, unhealthy.value, unhealthy.effect) == (
         "unhealthy",
-        "steer.io/unhealthy",
+        "kube-steer.github.io/unhealthy",
         "true",
         "NoSchedule",
     )
@@ -97,7 +97,7 @@ def test_one_validation_per_security_rule_naming_its_taint_and_allowed_tenants(
     (validation,) = vap["spec"]["validations"]
     assert validation["reason"] == "Forbidden"
     assert validation["expression"].startswith("!variables.tolerations.exists(t, ")
-    assert "'steer.io/unhealthy'" in validation["expression"]
+    assert "'kube-steer.github.io/unhealthy'" in validation["expression"]
     assert "'NoSchedule'" in validation["expression"]
     assert "rule reserved-toleration:" in validation["message"]
     assert "'rule reserved-toleration: spec.tolerations '" in validation["messageExpression"]
@@ -185,7 +185,7 @@ def test_the_cli_prints_both_objects_as_yaml(
 
 def test_the_cli_refuses_an_invalid_policy(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
-    bad.write_text("apiVersion: steer.io/v1alpha1\nkind: SteeringPolicy\nspec: {}\n")
+    bad.write_text("apiVersion: kube-steer.github.io/v1alpha1\nkind: SteeringPolicy\nspec: {}\n")
     done = subprocess.run(
         [sys.executable, "-m", "steer.cli", "policy", "admission-policy", "-f", str(bad)],
         capture_output=True,

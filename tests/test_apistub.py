@@ -70,12 +70,12 @@ def test_list_pages_through_every_node_with_limit_and_continue(core: client.Core
 def test_label_selector_supports_equality_and_existence(
     apistub: ApiStub, core: client.CoreV1Api
 ) -> None:
-    apistub.modify("nodes", "worker-2", _with_label("steer.io/score", "90"))
+    apistub.modify("nodes", "worker-2", _with_label("kube-steer.github.io/score", "90"))
     zone_a = core.list_node(label_selector="topology.kubernetes.io/zone=zone-a")
     assert [n.metadata.name for n in zone_a.items] == ["worker-1", "worker-4", "worker-7"]
-    scored = core.list_node(label_selector="steer.io/score,kubernetes.io/os==linux")
+    scored = core.list_node(label_selector="kube-steer.github.io/score,kubernetes.io/os==linux")
     assert [n.metadata.name for n in scored.items] == ["worker-2"]
-    unscored = core.list_node(label_selector="!steer.io/score,topology.kubernetes.io/zone!=zone-a")
+    unscored = core.list_node(label_selector="!kube-steer.github.io/score,topology.kubernetes.io/zone!=zone-a")
     assert [n.metadata.name for n in unscored.items] == ["worker-3", "worker-5", "worker-6"]
 
 
@@ -94,8 +94,8 @@ def test_client_patches_a_dict_body_as_strategic_merge(
     apistub: ApiStub, core: client.CoreV1Api
 ) -> None:
     apistub.clear_requests()
-    node = core.patch_node("worker-1", {"metadata": {"labels": {"steer.io/score": "80"}}})
-    assert node.metadata.labels["steer.io/score"] == "80"
+    node = core.patch_node("worker-1", {"metadata": {"labels": {"kube-steer.github.io/score": "80"}}})
+    assert node.metadata.labels["kube-steer.github.io/score"] == "80"
     assert node.metadata.labels["kubernetes.io/hostname"] == "worker-1"  # merged, not replaced
     [request] = apistub.requests
     assert (request.method, request.path) == ("PATCH", "/api/v1/nodes/worker-1")
@@ -107,17 +107,17 @@ def test_invalid_label_value_is_a_422_naming_the_value(
     apistub: ApiStub, core: client.CoreV1Api
 ) -> None:
     with pytest.raises(ApiException) as caught:
-        core.patch_node("worker-1", {"metadata": {"labels": {"steer.io/score": "8 0"}}})
+        core.patch_node("worker-1", {"metadata": {"labels": {"kube-steer.github.io/score": "8 0"}}})
     assert caught.value.status == 422
     body = _error_body(caught.value)
     assert body["message"].startswith(
         'Node "worker-1" is invalid: metadata.labels: Invalid value: "8 0": a valid label'
     )
-    assert "steer.io/score" not in _labels(apistub, "worker-1")
+    assert "kube-steer.github.io/score" not in _labels(apistub, "worker-1")
 
 
 def test_bad_taint_effect_is_a_422(core: client.CoreV1Api) -> None:
-    taint = {"key": "steer.io/hot", "value": "true", "effect": "Sometimes"}
+    taint = {"key": "kube-steer.github.io/hot", "value": "true", "effect": "Sometimes"}
     with pytest.raises(ApiException) as caught:
         core.patch_node("worker-1", {"spec": {"taints": [taint]}})
     assert caught.value.status == 422
@@ -130,21 +130,21 @@ def test_bad_taint_effect_is_a_422(core: client.CoreV1Api) -> None:
 def test_stale_put_is_a_409_and_changes_nothing(apistub: ApiStub, core: client.CoreV1Api) -> None:
     mine = core.read_node("worker-1")
     apistub.modify("nodes", "worker-1", _with_label("example.com/owner", "someone-else"))
-    mine.metadata.labels["steer.io/score"] = "70"
+    mine.metadata.labels["kube-steer.github.io/score"] = "70"
     with pytest.raises(ApiException) as caught:
         core.replace_node("worker-1", mine)
     assert caught.value.status == 409
     assert _error_body(caught.value)["reason"] == "Conflict"
-    assert "steer.io/score" not in _labels(apistub, "worker-1")
+    assert "kube-steer.github.io/score" not in _labels(apistub, "worker-1")
     fresh = core.read_node("worker-1")
-    fresh.metadata.labels["steer.io/score"] = "70"
+    fresh.metadata.labels["kube-steer.github.io/score"] = "70"
     updated = core.replace_node("worker-1", fresh)
     assert updated.metadata.labels["example.com/owner"] == "someone-else"
     assert int(updated.metadata.resource_version) > int(fresh.metadata.resource_version)
 
 
 def test_no_op_patch_keeps_the_resource_version(apistub: ApiStub, core: client.CoreV1Api) -> None:
-    body = {"metadata": {"labels": {"steer.io/score": "80"}}}
+    body = {"metadata": {"labels": {"kube-steer.github.io/score": "80"}}}
     first = core.patch_node("worker-1", body)
     cluster_rv = apistub.resource_version
     again = core.patch_node("worker-1", body)
@@ -154,13 +154,13 @@ def test_no_op_patch_keeps_the_resource_version(apistub: ApiStub, core: client.C
 
 def test_json_patch_guarded_by_resource_version(core: client.CoreV1Api) -> None:
     rv = core.read_node("worker-1").metadata.resource_version
-    taint = {"key": "steer.io/energy-emergency", "value": "true", "effect": "PreferNoSchedule"}
+    taint = {"key": "kube-steer.github.io/energy-emergency", "value": "true", "effect": "PreferNoSchedule"}
     ops = [
         {"op": "test", "path": "/metadata/resourceVersion", "value": rv},
         {"op": "add", "path": "/spec/taints", "value": [taint]},
     ]
     node = core.patch_node("worker-1", ops)  # a list body goes out as a JSON Patch
-    assert [t.key for t in node.spec.taints] == ["steer.io/energy-emergency"]
+    assert [t.key for t in node.spec.taints] == ["kube-steer.github.io/energy-emergency"]
     with pytest.raises(ApiException) as caught:
         core.patch_node("worker-1", ops)
     assert caught.value.status == 422
@@ -171,13 +171,13 @@ def test_json_patch_guarded_by_resource_version(core: client.CoreV1Api) -> None:
 
 
 def test_merge_patch_null_deletes_a_label(apistub: ApiStub, core: client.CoreV1Api) -> None:
-    core.patch_node("worker-1", {"metadata": {"labels": {"steer.io/score": "80"}}})
+    core.patch_node("worker-1", {"metadata": {"labels": {"kube-steer.github.io/score": "80"}}})
     core.patch_node(
         "worker-1",
-        {"metadata": {"labels": {"steer.io/score": None}}},
+        {"metadata": {"labels": {"kube-steer.github.io/score": None}}},
         _content_type="application/merge-patch+json",
     )
-    assert "steer.io/score" not in _labels(apistub, "worker-1")
+    assert "kube-steer.github.io/score" not in _labels(apistub, "worker-1")
 
 
 def test_server_side_apply_owns_the_labels_it_applied(
@@ -197,15 +197,15 @@ def test_server_side_apply_owns_the_labels_it_applied(
             _content_type="application/apply-patch+yaml",
         )
 
-    apply({"steer.io/score": "40", "steer.io/score-gpu": "20"})
+    apply({"kube-steer.github.io/score": "40", "kube-steer.github.io/score-gpu": "20"})
     assert apistub.requests[-1].content_type == "application/apply-patch+yaml"
-    applied = apply({"steer.io/score": "50"})
-    assert apply({"steer.io/score": "50"}).metadata.resource_version == (
+    applied = apply({"kube-steer.github.io/score": "50"})
+    assert apply({"kube-steer.github.io/score": "50"}).metadata.resource_version == (
         applied.metadata.resource_version
     )  # the same apply again is no write
     labels = _labels(apistub, "worker-1")
-    assert labels["steer.io/score"] == "50"
-    assert "steer.io/score-gpu" not in labels  # applied before, left out now: removed
+    assert labels["kube-steer.github.io/score"] == "50"
+    assert "kube-steer.github.io/score-gpu" not in labels  # applied before, left out now: removed
     assert labels["kubernetes.io/hostname"] == "worker-1"  # not ours: untouched
 
 
@@ -247,7 +247,7 @@ def test_watch_replays_added_and_modified_from_a_resource_version(
     apistub: ApiStub, core: client.CoreV1Api
 ) -> None:
     start = core.list_node().metadata.resource_version
-    core.patch_node("worker-3", {"metadata": {"labels": {"steer.io/score": "60"}}})
+    core.patch_node("worker-3", {"metadata": {"labels": {"kube-steer.github.io/score": "60"}}})
     core.create_node(synthetic_node("worker-8"))
     core.delete_node("worker-8")
     seen = []
@@ -279,7 +279,7 @@ def test_watch_from_an_expired_resource_version_gets_410(
     apistub: ApiStub, core: client.CoreV1Api
 ) -> None:
     old = core.list_node().metadata.resource_version
-    core.patch_node("worker-1", {"metadata": {"labels": {"steer.io/score": "10"}}})
+    core.patch_node("worker-1", {"metadata": {"labels": {"kube-steer.github.io/score": "10"}}})
     apistub.expire_watch_history()
     with pytest.raises(ApiException) as caught:
         list(watch.Watch().stream(core.list_node, resource_version=old, timeout_seconds=10))
@@ -287,10 +287,10 @@ def test_watch_from_an_expired_resource_version_gets_410(
     assert "Expired" in caught.value.reason
     # The recovery the client must perform: re-list, then watch from the list's version.
     fresh = core.list_node().metadata.resource_version
-    core.patch_node("worker-1", {"metadata": {"labels": {"steer.io/score": "20"}}})
+    core.patch_node("worker-1", {"metadata": {"labels": {"kube-steer.github.io/score": "20"}}})
     w = watch.Watch()
     for event in w.stream(core.list_node, resource_version=fresh, timeout_seconds=10):
-        assert (event["type"], event["object"].metadata.labels["steer.io/score"]) == (
+        assert (event["type"], event["object"].metadata.labels["kube-steer.github.io/score"]) == (
             "MODIFIED",
             "20",
         )
@@ -302,7 +302,7 @@ def test_event_window_is_bounded(tmp_path: Path) -> None:
         seed_nodes(stub, 1)
         start = str(stub.resource_version)
         for score in ("1", "2", "3", "4"):
-            stub.modify("nodes", "worker-1", _with_label("steer.io/score", score))
+            stub.modify("nodes", "worker-1", _with_label("kube-steer.github.io/score", score))
         api_client = client_for(stub, tmp_path / "kubeconfig")
         core = client.CoreV1Api(api_client)
         with pytest.raises(ApiException) as caught:
@@ -344,7 +344,7 @@ def _wait_for(condition: Any) -> None:
 def test_injected_write_failures_then_recovery(apistub: ApiStub, core: client.CoreV1Api) -> None:
     apistub.fail_next_writes(1, status=409, path_contains="/nodes/worker-1")
     apistub.fail_next_writes(1, status=500)
-    body = {"metadata": {"labels": {"steer.io/score": "30"}}}
+    body = {"metadata": {"labels": {"kube-steer.github.io/score": "30"}}}
     with pytest.raises(ApiException) as conflict:
         core.patch_node("worker-1", body)
     with pytest.raises(ApiException) as internal:
@@ -353,10 +353,10 @@ def test_injected_write_failures_then_recovery(apistub: ApiStub, core: client.Co
     assert _error_body(conflict.value)["message"].startswith(
         'Operation cannot be fulfilled on nodes "worker-1"'
     )
-    assert "steer.io/score" not in _labels(apistub, "worker-1")
+    assert "kube-steer.github.io/score" not in _labels(apistub, "worker-1")
     core.read_node("worker-1")  # reads are never failed
     core.patch_node("worker-1", body)
-    assert _labels(apistub, "worker-1")["steer.io/score"] == "30"
+    assert _labels(apistub, "worker-1")["kube-steer.github.io/score"] == "30"
     assert [r.status for r in apistub.requests if r.method == "PATCH"] == [409, 500, 200]
 
 
@@ -406,12 +406,12 @@ def test_namespaces_carry_their_name_label_and_take_label_patches(
 ) -> None:
     core = client.CoreV1Api(kube_client)
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="team-a")))
-    core.patch_namespace("team-a", {"metadata": {"labels": {"steer.io/tenant": "dept-a"}}})
-    opted_in = core.list_namespace(label_selector="steer.io/tenant=dept-a")
+    core.patch_namespace("team-a", {"metadata": {"labels": {"kube-steer.github.io/tenant": "dept-a"}}})
+    opted_in = core.list_namespace(label_selector="kube-steer.github.io/tenant=dept-a")
     [ns] = opted_in.items
     assert ns.metadata.labels == {
         "kubernetes.io/metadata.name": "team-a",
-        "steer.io/tenant": "dept-a",
+        "kube-steer.github.io/tenant": "dept-a",
     }
     assert ns.status.phase == "Active"
 

@@ -197,8 +197,8 @@ def _jsonpatch_stale_rv(c: Cluster, fx: Any) -> None:
 
 def _put_stale(c: Cluster, fx: Any) -> None:
     stale = c.stub.get("nodes", "worker-1")
-    c.patch(NODE_1, {"metadata": {"labels": {"steer.io/score": "80"}}})
-    stale["metadata"]["labels"]["steer.io/score"] = "10"
+    c.patch(NODE_1, {"metadata": {"labels": {"kube-steer.github.io/score": "80"}}})
+    stale["metadata"]["labels"]["kube-steer.github.io/score"] = "10"
     code, body = c.call("PUT", NODE_1, stale)
     assert code == fx["status_code"] == 409
     assert body == fx["body"]

@@ -47,7 +47,7 @@ def _policy(enforcement: str = "scheduler", budgets: tuple[float, ...] = (5, 0))
                 "name": f"t{i}",
                 # Opted-in namespaces only: default-scheduler is not allowed.
                 "namespaceSelector": {
-                    "matchLabels": {"tenant": f"t{i}", "steer.io/enabled": "true"}
+                    "matchLabels": {"tenant": f"t{i}", "kube-steer.github.io/enabled": "true"}
                 },
                 "overcommitPercent": budget,
                 "defaultSchedulerName": "steer-spread",
@@ -125,7 +125,7 @@ def test_owned_resources_and_levels() -> None:
     policy = _policy(budgets=(5, 0, 10, 5))
     assert levels(policy) == (0.0, 5.0, 10.0)
     assert owned_resources(policy) == {
-        f"steer.io/limits-{level}pct-{resource}"
+        f"kube-steer.github.io/limits-{level}pct-{resource}"
         for level in (0, 5, 10)
         for resource in ("cpu", "memory")
     }
@@ -139,26 +139,26 @@ def test_steering_by_level() -> None:
     s5 = budget_steering(policy, t5, bursting)
     # Its own pool and every higher one, its limits in each.
     assert s5.requests == {
-        "steer.io/limits-5pct-cpu": 1050,
-        "steer.io/limits-5pct-memory": 1024,
-        "steer.io/limits-10pct-cpu": 1050,
-        "steer.io/limits-10pct-memory": 1024,
+        "kube-steer.github.io/limits-5pct-cpu": 1050,
+        "kube-steer.github.io/limits-5pct-memory": 1024,
+        "kube-steer.github.io/limits-10pct-cpu": 1050,
+        "kube-steer.github.io/limits-10pct-memory": 1024,
     }
-    assert s5.label == ("steer.io/burst", "5")
+    assert s5.label == ("kube-steer.github.io/burst", "5")
     assert s5.anti_affinity == anti_affinity_term(policy, t5)
     assert s5.anti_affinity["labelSelector"]["matchExpressions"][0]["values"] == ["10"]
     # Not bursting: every pool, lower ones too, and no burst label.
     guaranteed = _pod(("2", "2"), ("1Gi", "1Gi"))["spec"]
     s5g = budget_steering(policy, t5, guaranteed)
     assert set(s5g.requests) == owned_resources(policy) and s5g.label is None
-    assert s5g.requests["steer.io/limits-0pct-cpu"] == 2000
+    assert s5g.requests["kube-steer.github.io/limits-0pct-cpu"] == 2000
     s0 = budget_steering(policy, t0, guaranteed)
     assert set(s0.requests) == owned_resources(policy) and s0.label is None
     assert s0.anti_affinity["labelSelector"]["matchExpressions"][0]["values"] == ["5", "10"]
     s10 = budget_steering(policy, t10, bursting)
     assert s10.anti_affinity is None and set(s10.requests) == {
-        "steer.io/limits-10pct-cpu",
-        "steer.io/limits-10pct-memory",
+        "kube-steer.github.io/limits-10pct-cpu",
+        "kube-steer.github.io/limits-10pct-memory",
     }
     assert budget_steering(_policy("labels"), t5, bursting).empty
     assert budget_steering(policy, None, bursting).empty
@@ -186,7 +186,7 @@ def test_pod_share_reads_pool_requests_of_the_mutated_pod() -> None:
     pod = _pod(("1", "1050m"), ("1Gi", "1Gi"))
     mutated = jsonpatch.apply_patch(pod, list(mutate_pod(plan, pod, policy.spec.tenants[0]).ops))
     share = pod_share(policy, mutated["spec"])
-    assert share.pools == {"steer.io/limits-5pct-cpu", "steer.io/limits-5pct-memory"}
+    assert share.pools == {"kube-steer.github.io/limits-5pct-cpu", "kube-steer.github.io/limits-5pct-memory"}
     assert share.limits.units() == {"cpu": 1050, "memory": 1024}
 
 
@@ -198,10 +198,10 @@ def test_mutation_adds_pools_label_and_anti_affinity_once() -> None:
     mutation = mutate_pod(plan, pod, t5)
     out = jsonpatch.apply_patch(pod, list(mutation.ops))
     resources = out["spec"]["containers"][0]["resources"]
-    assert resources["requests"]["steer.io/limits-5pct-cpu"] == "1050"
-    assert resources["limits"]["steer.io/limits-5pct-cpu"] == "1050"  # extended: limit == request
+    assert resources["requests"]["kube-steer.github.io/limits-5pct-cpu"] == "1050"
+    assert resources["limits"]["kube-steer.github.io/limits-5pct-cpu"] == "1050"  # extended: limit == request
     assert resources["requests"]["cpu"] == "1"  # the pod's own resources are untouched
-    assert out["metadata"]["labels"] == {"steer.io/burst": "5"}
+    assert out["metadata"]["labels"] == {"kube-steer.github.io/burst": "5"}
     assert {"budget:pool", "budget:burst-label"} <= set(mutation.added)
     assert mutate_pod(plan, out, t5).ops == ()  # reinvocation adds nothing
 
@@ -228,7 +228,7 @@ def test_labels_enforcement_leaves_pods_alone() -> None:
     plan = MutationPlan.from_policy(policy)
     pod = _pod(("1", "1050m"), ("1Gi", "1Gi"))
     out = jsonpatch.apply_patch(pod, list(mutate_pod(plan, pod, policy.spec.tenants[0]).ops))
-    assert "steer.io/limits-5pct-cpu" not in out["spec"]["containers"][0]["resources"]["requests"]
+    assert "kube-steer.github.io/limits-5pct-cpu" not in out["spec"]["containers"][0]["resources"]["requests"]
     assert "labels" not in out["metadata"]
 
 

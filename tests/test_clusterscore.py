@@ -29,7 +29,7 @@ from tests.scorer_support import SMALL_POLICY, readings_for
 
 GIB = 1024**3
 NOW = 1_800_000_000.0
-HOT = Taint("steer.io/gpu-hot", "true", "NoSchedule")
+HOT = Taint("kube-steer.github.io/gpu-hot", "true", "NoSchedule")
 
 POLICY = parse_policy(
     SMALL_POLICY
@@ -62,7 +62,7 @@ def node(
         allocatable["nvidia.com/gpu"] = str(gpus)
     return NodeState(
         name=name,
-        labels={"steer.io/gpu-hot": "true"} if hot else {},
+        labels={"kube-steer.github.io/gpu-hot": "true"} if hot else {},
         taints=(HOT,) if hot else (),
         addresses=(name,),
         unschedulable=unschedulable,

@@ -133,7 +133,7 @@ def test_composite_weighted_mean_over_present_dimensions() -> None:
 
 
 def test_preference_terms_for_step_10_are_the_measured_10_20_40_80() -> None:
-    terms = preference_terms("steer.io/score", 10)
+    terms = preference_terms("kube-steer.github.io/score", 10)
     assert [t.weight for t in terms] == [10, 20, 40, 80]
     assert terms[0].values == ("10", "30", "50", "70", "90")
     assert terms[3].values == ("80", "90", "100")
@@ -142,7 +142,7 @@ def test_preference_terms_for_step_10_are_the_measured_10_20_40_80() -> None:
         "preference": {
             "matchExpressions": [
                 {
-                    "key": "steer.io/score",
+                    "key": "kube-steer.github.io/score",
                     "operator": "In",
                     "values": ["10", "30", "50", "70", "90"],
                 }
@@ -165,7 +165,7 @@ def test_term_weights_sum_to_the_bucket_and_stay_within_api_limits(step: int) ->
 def test_terms_rank_nodes_exactly_as_the_quantised_score(step: int, data: st.DataObject) -> None:
     a, b = data.draw(SCORES), data.draw(SCORES)
     qa, qb = quantise(a, step), quantise(b, step)
-    terms = preference_terms("steer.io/score", step)
-    wa = preference_weight({"steer.io/score": str(qa)}, terms)
-    wb = preference_weight({"steer.io/score": str(qb)}, terms)
+    terms = preference_terms("kube-steer.github.io/score", step)
+    wa = preference_weight({"kube-steer.github.io/score": str(qa)}, terms)
+    wb = preference_weight({"kube-steer.github.io/score": str(qb)}, terms)
     assert (wa > wb) == (qa > qb) and (wa == wb) == (qa == qb)

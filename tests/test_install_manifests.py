@@ -72,7 +72,7 @@ def test_the_opt_in_setting_targets_the_mutating_webhooks_opt_in_expression() ->
     kustomization = load(MANIFESTS / "kustomization.yaml")
     (settings,) = [g for g in kustomization["configMapGenerator"] if g["name"] == "steer-settings"]
     literals = dict(item.split("=", 1) for item in settings["literals"])
-    assert literals == {"optInLabel": "steer.io/enabled", "optInValue": "true"}
+    assert literals == {"optInLabel": "kube-steer.github.io/enabled", "optInValue": "true"}
     admission = {
         d["kind"]: d
         for d in yaml.safe_load_all((MANIFESTS / "webhook" / "admission.yaml").read_text())
@@ -80,7 +80,7 @@ def test_the_opt_in_setting_targets_the_mutating_webhooks_opt_in_expression() ->
     hook = admission["MutatingWebhookConfiguration"]["webhooks"][0]
     # The replacement writes matchExpressions[0]: it must be the opt-in expression.
     first = hook["namespaceSelector"]["matchExpressions"][0]
-    assert first == {"key": "steer.io/enabled", "operator": "In", "values": ["true"]}
+    assert first == {"key": "kube-steer.github.io/enabled", "operator": "In", "values": ["true"]}
     paths = {
         path
         for replacement in kustomization["replacements"]

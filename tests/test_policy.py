@@ -35,15 +35,15 @@ def test_example_policy_is_valid_and_versioned(example_policy_text: str) -> None
 
 def test_minimal_policy_gets_sane_defaults() -> None:
     policy = parse_policy(
-        "apiVersion: steer.io/v1alpha1\nkind: SteeringPolicy\n"
+        "apiVersion: kube-steer.github.io/v1alpha1\nkind: SteeringPolicy\n"
         "spec:\n  dimensions:\n  - name: load\n    query: node_load1\n"
     )
     spec = policy.spec
-    assert spec.label_prefix == "steer.io/"
+    assert spec.label_prefix == "kube-steer.github.io/"
     assert spec.scoring.step == 10 and spec.scoring.hysteresis == 3
     assert spec.scheduler_profiles.installed is False
     assert spec.unscored_nodes == "allow"
-    assert policy.label_key("score") == "steer.io/score"
+    assert policy.label_key("score") == "kube-steer.github.io/score"
 
 
 def test_field_errors_are_all_reported_with_paths() -> None:
@@ -115,7 +115,7 @@ def test_weights_must_sum_above_zero() -> None:
 @pytest.mark.parametrize(
     ("prefix", "fragment"),
     [
-        ("steer.io", "must contain a DNS-subdomain and '/'"),
+        ("kube-steer.github.io", "must contain a DNS-subdomain and '/'"),
         ("Steer.IO/", "prefix part a lowercase RFC 1123 subdomain"),
         ("kubernetes.io/", "prefixes are reserved"),
     ],
@@ -139,7 +139,7 @@ def test_long_dimension_name_breaks_the_63_byte_label_rule() -> None:
     doc["spec"]["scoring"]["compositeDimensions"].remove("power")
     issues = _issues(doc)
     assert issues == [
-        f"spec.dimensions[3].name: label key 'steer.io/{'x' * 70}' is invalid: name part must be no more than 63 bytes"
+        f"spec.dimensions[3].name: label key 'kube-steer.github.io/{'x' * 70}' is invalid: name part must be no more than 63 bytes"
     ]
 
 
@@ -179,11 +179,11 @@ def test_not_a_policy_document(text: str, expected: str) -> None:
 
 def test_wrong_api_version_and_kind() -> None:
     doc = _doc()
-    doc["apiVersion"] = "steer.io/v1"
+    doc["apiVersion"] = "kube-steer.github.io/v1"
     doc["kind"] = "Policy"
     issues = _issues(doc)
     assert issues == [
-        "apiVersion: input should be 'steer.io/v1alpha1', got 'steer.io/v1'",
+        "apiVersion: input should be 'kube-steer.github.io/v1alpha1', got 'kube-steer.github.io/v1'",
         "kind: input should be 'SteeringPolicy', got 'Policy'",
     ]
 
@@ -255,16 +255,16 @@ def test_example_dept_b_covers_opted_in_namespaces_only() -> None:
     assert issue.startswith("spec.tenants[1].allowedSchedulerNames: tenant 'dept-b': ")
     assert "not opted in keep schedulerName 'default-scheduler'" in issue
     assert "add 'default-scheduler' to allowedSchedulerNames" in issue
-    assert "require the opt-in label (steer.io/enabled=true)" in issue
+    assert "require the opt-in label (kube-steer.github.io/enabled=true)" in issue
 
 
 @pytest.mark.parametrize(
     "selector",
     [
-        {"matchLabels": {"tenant": "dept-b", "steer.io/enabled": "true"}},
+        {"matchLabels": {"tenant": "dept-b", "kube-steer.github.io/enabled": "true"}},
         {
             "matchLabels": {"tenant": "dept-b"},
-            "matchExpressions": [{"key": "steer.io/enabled", "operator": "In", "values": ["true"]}],
+            "matchExpressions": [{"key": "kube-steer.github.io/enabled", "operator": "In", "values": ["true"]}],
         },
     ],
 )
@@ -279,7 +279,7 @@ def test_a_selector_that_does_not_imply_the_opt_in_is_rejected() -> None:
     doc["spec"]["tenants"][1]["namespaceSelector"] = {  # type: ignore[index]
         "matchLabels": {"tenant": "dept-b"},
         "matchExpressions": [
-            {"key": "steer.io/enabled", "operator": "In", "values": ["true", "false"]}
+            {"key": "kube-steer.github.io/enabled", "operator": "In", "values": ["true", "false"]}
         ],
     }
     assert len(_tenant_issues(doc)) == 1

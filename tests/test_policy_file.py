@@ -127,7 +127,7 @@ def test_background_polling_picks_up_a_change(tmp_path: Path) -> None:
 
 def test_invalid_initial_policy_refuses_to_start(tmp_path: Path) -> None:
     path = tmp_path / "policy.yaml"
-    path.write_text("apiVersion: steer.io/v1alpha1\nkind: SteeringPolicy\nspec: {}\n")
+    path.write_text("apiVersion: kube-steer.github.io/v1alpha1\nkind: SteeringPolicy\nspec: {}\n")
     with pytest.raises(PolicyError, match=r"spec.dimensions: required field is missing"):
         PolicyWatcher(str(path))
     with pytest.raises(PolicyError, match="cannot read policy file"):

@@ -35,26 +35,26 @@ from tests.conftest import EXAMPLE_POLICY
 from tests.scorer_support import SMALL_POLICY
 from webhook.mutate import MutationPlan, mutate_pod
 
-OPTED_IN = {"steer.io/enabled": "true"}  # the default opt-in selector
-HOT = Taint("steer.io/gpu-hot", "true", "NoSchedule")
+OPTED_IN = {"kube-steer.github.io/enabled": "true"}  # the default opt-in selector
+HOT = Taint("kube-steer.github.io/gpu-hot", "true", "NoSchedule")
 
 
 @pytest.mark.parametrize(
     ("toleration", "expected"),
     [
         ({"operator": "Exists"}, True),  # empty key + Exists: every taint
-        ({"key": "steer.io/gpu-hot", "operator": "Exists"}, True),
-        ({"key": "steer.io/gpu-hot", "operator": "Equal", "value": "true"}, True),
-        ({"key": "steer.io/gpu-hot", "value": "true"}, True),  # operator defaults to Equal
-        ({"key": "steer.io/gpu-hot", "value": "false"}, False),
-        ({"key": "steer.io/gpu-hot", "operator": "Exists", "effect": "NoExecute"}, False),
-        ({"key": "steer.io/gpu-hot", "value": "true", "effect": "NoSchedule"}, True),
+        ({"key": "kube-steer.github.io/gpu-hot", "operator": "Exists"}, True),
+        ({"key": "kube-steer.github.io/gpu-hot", "operator": "Equal", "value": "true"}, True),
+        ({"key": "kube-steer.github.io/gpu-hot", "value": "true"}, True),  # operator defaults to Equal
+        ({"key": "kube-steer.github.io/gpu-hot", "value": "false"}, False),
+        ({"key": "kube-steer.github.io/gpu-hot", "operator": "Exists", "effect": "NoExecute"}, False),
+        ({"key": "kube-steer.github.io/gpu-hot", "value": "true", "effect": "NoSchedule"}, True),
         ({"operator": "Exists", "effect": "NoSchedule"}, True),
         ({"key": "other", "operator": "Exists"}, False),
         # Lt/Gt need an alpha feature gate: without it they tolerate nothing, whatever the value.
-        ({"key": "steer.io/gpu-hot", "operator": "Gt", "value": "true"}, False),
-        ({"key": "steer.io/gpu-hot", "operator": "Lt", "value": "1"}, False),
-        ({"key": "steer.io/gpu-hot", "operator": "exists"}, False),  # operators are case-sensitive
+        ({"key": "kube-steer.github.io/gpu-hot", "operator": "Gt", "value": "true"}, False),
+        ({"key": "kube-steer.github.io/gpu-hot", "operator": "Lt", "value": "1"}, False),
+        ({"key": "kube-steer.github.io/gpu-hot", "operator": "exists"}, False),  # operators are case-sensitive
     ],
 )
 def test_tolerates_follows_toleration_tolerates_taint(
@@ -153,10 +153,10 @@ def test_malformed_pod_fields_name_the_field() -> None:
 
 POLICY = parse_policy(EXAMPLE_POLICY.read_text())
 PLAN = MutationPlan.from_policy(POLICY)
-KEYS = ("steer.io/gpu-hot", "steer.io/unhealthy", "dedicated", "")
+KEYS = ("kube-steer.github.io/gpu-hot", "kube-steer.github.io/unhealthy", "dedicated", "")
 expressions = st.fixed_dictionaries(
     {
-        "key": st.sampled_from(("steer.io/overcommit-pct", "zone", "steer.io/reserved-gpu")),
+        "key": st.sampled_from(("kube-steer.github.io/overcommit-pct", "zone", "kube-steer.github.io/reserved-gpu")),
         "operator": st.sampled_from(("In", "NotIn", "Exists", "DoesNotExist", "Lt")),
     },
     optional={"values": st.lists(st.sampled_from(("1", "6", "a")), min_size=1, max_size=2)},
@@ -228,7 +228,7 @@ TOLERANT = parse_policy(
 
 
 def _hot_node() -> NodeState:
-    return NodeState("hot", taints=(Taint("steer.io/gpu-hot", "true", "NoSchedule"),))
+    return NodeState("hot", taints=(Taint("kube-steer.github.io/gpu-hot", "true", "NoSchedule"),))
 
 
 def _cpu_pod(**spec: Any) -> dict[str, Any]:
@@ -242,20 +242,20 @@ def test_explain_counts_the_toleration_the_webhook_injects() -> None:
     result = explain_pod(TOLERANT, None, [_hot_node()], _cpu_pod(), tenant)
     assert [v.node for v in result.allowed] == ["hot"]
     assert result.to_dict()["injectedTolerations"] == [
-        {"key": "steer.io/gpu-hot", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
+        {"key": "kube-steer.github.io/gpu-hot", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
     ]
     outside = explain_pod(TOLERANT, None, [_hot_node()], _cpu_pod(), OPTED_IN)
     assert [e.rule for e in outside.excluded[0].exclusions] == [
-        "taint steer.io/gpu-hot=true:NoSchedule"
+        "taint kube-steer.github.io/gpu-hot=true:NoSchedule"
     ]
 
 
 def test_explain_refuses_a_gt_toleration_as_the_apiserver_does() -> None:
-    gt = {"key": "steer.io/gpu-hot", "operator": "Gt", "value": "true"}
+    gt = {"key": "kube-steer.github.io/gpu-hot", "operator": "Gt", "value": "true"}
     result = explain_pod(TOLERANT, None, [_hot_node()], _cpu_pod(tolerations=[gt]), OPTED_IN)
     assert not result.allowed
     rules = [e.rule for e in result.excluded[0].exclusions]
-    assert rules == ["admission", "taint steer.io/gpu-hot=true:NoSchedule"]
+    assert rules == ["admission", "taint kube-steer.github.io/gpu-hot=true:NoSchedule"]
     assert "TaintTolerationComparisonOperators" in result.problems[0]
 
 
@@ -328,10 +328,10 @@ def test_steered_requests_carry_the_pools_the_webhook_adds() -> None:
     steered = steered_constraints(POLICY, tenant, None, spec)
     pools = {k: v for k, v in steered.requests.items() if "limits-" in k}
     assert pools == {
-        "steer.io/limits-0pct-cpu": 500,
-        "steer.io/limits-0pct-memory": 1024,
-        "steer.io/limits-5pct-cpu": 500,
-        "steer.io/limits-5pct-memory": 1024,
+        "kube-steer.github.io/limits-0pct-cpu": 500,
+        "kube-steer.github.io/limits-0pct-memory": 1024,
+        "kube-steer.github.io/limits-5pct-cpu": 500,
+        "kube-steer.github.io/limits-5pct-memory": 1024,
     }
     mutated = jsonpatch.apply_patch(
         {"metadata": {"name": "p"}, "spec": spec},
@@ -357,7 +357,7 @@ def test_explain_leaves_a_pod_alone_where_the_webhook_does() -> None:
 
 
 def test_explain_reports_what_the_webhooks_validation_denies() -> None:
-    hot = {"key": "steer.io/gpu-hot", "operator": "Exists"}
+    hot = {"key": "kube-steer.github.io/gpu-hot", "operator": "Exists"}
     outside = explain_pod(TOLERANT, None, [_hot_node()], _cpu_pod(tolerations=[hot]), OPTED_IN, "x")
     assert not outside.allowed
     assert "the webhook denies it: rule reserved-toleration" in outside.problems[0]

@@ -57,7 +57,7 @@ def prom() -> Iterator[PrometheusServer]:
 @pytest.fixture
 def cluster_api(apistub: ApiStub) -> ApiStub:
     stub_nodes(apistub, NODES)
-    apistub.add_namespace("team-b", {"tenant": "dept-b", "steer.io/enabled": "true"})
+    apistub.add_namespace("team-b", {"tenant": "dept-b", "kube-steer.github.io/enabled": "true"})
     return apistub
 
 
@@ -108,7 +108,7 @@ def test_explain_nodes_and_one_node(
         detail = http.get(f"{server.url}/explain/node/node-3").json()
         missing = http.get(f"{server.url}/explain/node/nope")
     assert [n["node"] for n in table["nodes"]] == list(NODES)
-    assert table["nodes"][0]["labels"]["steer.io/util"] == "80"
+    assert table["nodes"][0]["labels"]["kube-steer.github.io/util"] == "80"
     assert table["nodes"][0]["raw"]["util"] == 20.0
     assert table["leader"] is True
     assert [d["dimension"] for d in table["dimensions"]] == ["util", "power", "overcommit-pct"]
@@ -116,7 +116,7 @@ def test_explain_nodes_and_one_node(
     assert detail["dimensions"][0]["query"] == "avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL)"
     assert detail["dimensions"][0]["raw"] == 95.0
     assert detail["taints"] == [
-        {"key": "steer.io/gpu-hot", "value": "true", "effect": "NoSchedule"}
+        {"key": "kube-steer.github.io/gpu-hot", "value": "true", "effect": "NoSchedule"}
     ]
     assert detail["conditions"][0]["active"] is True
     assert missing.status_code == 404 and "nope" in missing.json()["error"]
@@ -157,7 +157,7 @@ def test_explain_a_posted_and_an_existing_pod(
                 "taint node.kubernetes.io/unreachable:NoExecute",
                 "taint dedicated=ml:NoSchedule",
             },
-            "node-3": {"avoid:gpu-hot", "taint steer.io/gpu-hot=true:NoSchedule"},
+            "node-3": {"avoid:gpu-hot", "taint kube-steer.github.io/gpu-hot=true:NoSchedule"},
         }
     assert absent.status_code == 404
     assert bad.status_code == 400 and "body" in bad.json()["error"]
@@ -183,7 +183,7 @@ def test_a_replica_that_is_not_leader_serves_explain_but_never_writes(
     with HttpServer(create_app(scorer)) as server:
         body = session().get(f"{server.url}/explain/nodes").json()
     assert body["leader"] is False and body["leaseHolder"] == "other"
-    assert body["nodes"][0]["pendingLabelChanges"]["steer.io/util"] == "80"
+    assert body["nodes"][0]["pendingLabelChanges"]["kube-steer.github.io/util"] == "80"
     assert cluster_api.count("PATCH") == 0
 
 
@@ -204,7 +204,7 @@ def test_the_scheduler_loop_runs_cycles_and_stops(
     finally:
         loop.stop()
     assert loop.cycles >= 3 and loop.failures == 0
-    assert cluster_api.get("nodes", "node-3")["metadata"]["labels"]["steer.io/gpu-hot"] == "true"
+    assert cluster_api.get("nodes", "node-3")["metadata"]["labels"]["kube-steer.github.io/gpu-hot"] == "true"
 
 
 def test_cli_once_dry_run_prints_the_plan_and_writes_nothing(
@@ -229,7 +229,7 @@ def test_cli_once_dry_run_prints_the_plan_and_writes_nothing(
     body = json.loads(capsys.readouterr().out)
     assert body["dryRun"] is True and body["queries"] == 3 and body["nodesWritten"] == 0
     assert body["nodesToWrite"] == 3
-    assert body["nodes"][1]["pendingLabelChanges"]["steer.io/util"] == "50"
+    assert body["nodes"][1]["pendingLabelChanges"]["kube-steer.github.io/util"] == "50"
     assert main(args) == 0
     table = capsys.readouterr().out
     assert table.splitlines()[0].split() == ["NODE", "LABELS", "TAINTS", "CHANGES"]
@@ -238,7 +238,7 @@ def test_cli_once_dry_run_prints_the_plan_and_writes_nothing(
     # without --dry-run it writes
     assert main([*args[:-1], "--output", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["nodesWritten"] == 3
-    assert cluster_api.get("nodes", "node-2")["metadata"]["labels"]["steer.io/util"] == "50"
+    assert cluster_api.get("nodes", "node-2")["metadata"]["labels"]["kube-steer.github.io/util"] == "50"
 
 
 def test_cli_once_names_what_to_check_when_every_dimension_fails(

@@ -29,12 +29,12 @@ from steer.core.policy import Policy, parse_policy
 from tests.scorer_support import SMALL_POLICY
 
 T0 = 1_800_000_000.0
-CPU5 = "steer.io/limits-5pct-cpu"
-MEM5 = "steer.io/limits-5pct-memory"
-CPU0 = "steer.io/limits-0pct-cpu"
-MEM0 = "steer.io/limits-0pct-memory"
+CPU5 = "kube-steer.github.io/limits-5pct-cpu"
+MEM5 = "kube-steer.github.io/limits-5pct-memory"
+CPU0 = "kube-steer.github.io/limits-0pct-cpu"
+MEM0 = "kube-steer.github.io/limits-0pct-memory"
 ALL_POOLS = {CPU0, MEM0, CPU5, MEM5}
-MANAGED = "steer.io/managed"
+MANAGED = "kube-steer.github.io/managed"
 GPU = "nvidia.com/gpu"
 
 
@@ -169,12 +169,12 @@ def test_without_a_synced_ledger_no_pool_is_set() -> None:
 
 
 def test_only_pools_we_published_are_removed() -> None:
-    old10 = "steer.io/limits-10pct-cpu"
+    old10 = "kube-steer.github.io/limits-10pct-cpu"
     record = ManagedRecord(labels=frozenset(), resources=frozenset({old10, CPU5}))
     node = node_state(
         allocatable={
             old10: "800",  # ours (recorded), its level left the policy: removed
-            "steer.io/limits-7pct-cpu": "560",  # our prefix, never recorded: not ours to touch
+            "kube-steer.github.io/limits-7pct-cpu": "560",  # our prefix, never recorded: not ours to touch
             "example.com/dongle": "4",  # a foreign extended resource
             CPU5: "8400",
         },
@@ -192,7 +192,7 @@ def test_only_pools_we_published_are_removed() -> None:
 def test_turning_enforcement_off_withdraws_our_pools_only() -> None:
     node = node_state(
         allocatable={**EMPTY, "example.com/dongle": "4"},
-        record=ManagedRecord(labels=frozenset({"steer.io/util"}), resources=frozenset(EMPTY)),
+        record=ManagedRecord(labels=frozenset({"kube-steer.github.io/util"}), resources=frozenset(EMPTY)),
     )
     plan = plan_one(node, {}, budget_policy("labels"))
     assert plan.resource_changes == dict.fromkeys(EMPTY)
@@ -208,13 +208,13 @@ def test_foreign_resources_never_appear_in_a_plan() -> None:
 
 
 def test_managed_record_stays_backward_compatible() -> None:
-    old = '{"labels":["steer.io/util"],"taints":["steer.io/gpu-hot"]}'
+    old = '{"labels":["kube-steer.github.io/util"],"taints":["kube-steer.github.io/gpu-hot"]}'
     record = ManagedRecord.parse(old)
     assert record.resources == frozenset()
     assert record.text() == old  # a node without pools keeps the exact same annotation
-    new = ManagedRecord(labels=frozenset({"steer.io/util"}), resources=frozenset({CPU5}))
+    new = ManagedRecord(labels=frozenset({"kube-steer.github.io/util"}), resources=frozenset({CPU5}))
     assert json.loads(new.text() or "") == {
-        "labels": ["steer.io/util"],
+        "labels": ["kube-steer.github.io/util"],
         "taints": [],
         "resources": [CPU5],
     }
@@ -609,7 +609,7 @@ def test_explain_pod_names_the_pool_and_the_bursting_neighbours_that_exclude_a_n
     shares = {
         "n1": (
             pod_share(POLICY, FOREIGN),
-            pod_share(POLICY, tenant_spec(), {"steer.io/burst": "5"}),
+            pod_share(POLICY, tenant_spec(), {"kube-steer.github.io/burst": "5"}),
         ),
         "n2": (pod_share(POLICY, b_spec),),
     }
@@ -619,13 +619,13 @@ def test_explain_pod_names_the_pool_and_the_bursting_neighbours_that_exclude_a_n
 
     # dept-a, 6 cores bursting to 6.3: n1's 5 % cpu pool has 6400 - 1100 = 5300 free.
     a = explain_pod(
-        POLICY, cycle, nodes, _pod("6", "6300m"), {"tenant": "dept-a", "steer.io/enabled": "true"}
+        POLICY, cycle, nodes, _pod("6", "6300m"), {"tenant": "dept-a", "kube-steer.github.io/enabled": "true"}
     )
     verdicts = {v.node: v for v in a.verdicts}
     (pool,) = verdicts["n1"].exclusions
     assert pool.rule == "budget:dept-a"
     assert pool.reason == (
-        "steer.io/limits-5pct-cpu: the pod needs 6300 millicores, 5300 free "
+        "kube-steer.github.io/limits-5pct-cpu: the pod needs 6300 millicores, 5300 free "
         "(6400 published - 1100 taken by pods in the pool)"
     )
     (repelled,) = verdicts["n2"].exclusions
@@ -633,13 +633,13 @@ def test_explain_pod_names_the_pool_and_the_bursting_neighbours_that_exclude_a_n
     assert verdicts["n3"].allowed
     # A smaller dept-a pod fits n1's pool.
     small = explain_pod(
-        POLICY, cycle, nodes, _pod("1", "1050m"), {"tenant": "dept-a", "steer.io/enabled": "true"}
+        POLICY, cycle, nodes, _pod("1", "1050m"), {"tenant": "dept-a", "kube-steer.github.io/enabled": "true"}
     )
     assert {v.node for v in small.verdicts if v.allowed} == {"n1", "n3"}
 
     # dept-b (budget 0, not bursting): n1 holds a 5 % burst, which its anti-affinity refuses.
     b = explain_pod(
-        POLICY, cycle, nodes, _pod("100m", "100m"), {"tenant": "dept-b", "steer.io/enabled": "true"}
+        POLICY, cycle, nodes, _pod("100m", "100m"), {"tenant": "dept-b", "kube-steer.github.io/enabled": "true"}
     )
     verdicts = {v.node: v for v in b.verdicts}
     assert [e.reason for e in verdicts["n1"].exclusions] == [

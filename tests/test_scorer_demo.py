@@ -34,7 +34,7 @@ def test_demo_once_runs_with_no_external_services(
     assert body["queries"] == 6 and body["dryRun"] is True
     assert all(d["ok"] and d["nodes"] == 6 for d in body["dimensions"])
     rows = {n["node"]: n for n in body["nodes"]}
-    assert rows["node-3"]["taints"] == ["steer.io/gpu-hot=true:PreferNoSchedule"]  # 95 % busy
-    assert rows["node-6"]["taints"] == ["steer.io/unhealthy=true:NoSchedule"]  # failing probe
-    assert rows["node-4"]["labels"]["steer.io/overcommit-pct"] == "10"  # 70 of 64 cores
-    assert rows["node-5"]["labels"]["steer.io/score"] == "100"
+    assert rows["node-3"]["taints"] == ["kube-steer.github.io/gpu-hot=true:PreferNoSchedule"]  # 95 % busy
+    assert rows["node-6"]["taints"] == ["kube-steer.github.io/unhealthy=true:NoSchedule"]  # failing probe
+    assert rows["node-4"]["labels"]["kube-steer.github.io/overcommit-pct"] == "10"  # 70 of 64 cores
+    assert rows["node-5"]["labels"]["kube-steer.github.io/score"] == "100"

@@ -11,7 +11,7 @@ from steer.core.scheduling import Taint
 from tests.scorer_support import apply_plan, readings_for, small_policy
 
 POLICY = small_policy()
-OPTED_IN = {"steer.io/enabled": "true"}  # the default opt-in selector
+OPTED_IN = {"kube-steer.github.io/enabled": "true"}  # the default opt-in selector
 T0 = 1_800_000_000.0
 VALUES = {
     "util": {"a": 20.0, "b": 50.0, "c": 95.0, "e": 20.0},
@@ -74,11 +74,11 @@ def test_tenant_budget_and_avoided_taint_exclude_nodes_with_their_data() -> None
     over = excluded["a"]["overcommit:dept-b"]
     assert over.data["labels"][0]["label"] == "4"
     assert over.data["labels"][0]["raw"] == 3.2
-    assert "steer.io/overcommit-pct Lt 1" in over.reason
+    assert "kube-steer.github.io/overcommit-pct Lt 1" in over.reason
     assert set(excluded["c"]) == {
         "overcommit:dept-b",
         "avoid:gpu-hot",
-        "taint steer.io/gpu-hot=true:NoSchedule",
+        "taint kube-steer.github.io/gpu-hot=true:NoSchedule",
     }
     hot = excluded["c"]["avoid:gpu-hot"].data["labels"][0]
     assert hot["observed"] == 95.0 and hot["condition"] == "util (raw) Gt 90"
@@ -116,7 +116,7 @@ def test_the_pods_own_selector_and_required_terms_are_applied() -> None:
                         "weight": 100,
                         "preference": {
                             "matchExpressions": [
-                                {"key": "steer.io/util", "operator": "In", "values": ["50"]}
+                                {"key": "kube-steer.github.io/util", "operator": "In", "values": ["50"]}
                             ]
                         },
                     }
@@ -139,7 +139,7 @@ def test_node_views_carry_values_queries_and_pending_changes() -> None:
     assert [row["node"] for row in table["nodes"]] == ["a", "b", "c", "d", "e"]
     c_row = table["nodes"][2]
     assert c_row["raw"]["util"] == 95.0
-    assert c_row["taints"] == ["steer.io/gpu-hot=true:NoSchedule"]
+    assert c_row["taints"] == ["kube-steer.github.io/gpu-hot=true:NoSchedule"]
     detail = node_detail(POLICY, plan, "c")
     assert detail is not None
     util = detail["dimensions"][0]
@@ -148,6 +148,6 @@ def test_node_views_carry_values_queries_and_pending_changes() -> None:
     assert detail["conditions"][0]["active"] is True
     assert detail["policyVersion"] == POLICY.version
     assert node_detail(POLICY, plan, "nope") is None
-    text = plan_table(plan)
+    text = plan_table(plan, POLICY)
     assert text.splitlines()[0].split() == ["NODE", "LABELS", "TAINTS", "CHANGES"]
     assert "gpu-hot:NoSchedule" in text

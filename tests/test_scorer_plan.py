@@ -20,7 +20,7 @@ from tests.scorer_support import (
 
 POLICY = small_policy()
 T0 = 1_800_000_000.0
-FOREIGN = {"kubernetes.io/hostname": "x", "steer.io/not-ours": "7", "team/owner": "ml"}
+FOREIGN = {"kubernetes.io/hostname": "x", "kube-steer.github.io/not-ours": "7", "team/owner": "ml"}
 
 
 def nodes(*names: str, labels: dict[str, str] | None = None) -> list[NodeState]:
@@ -45,24 +45,24 @@ def test_labels_match_hand_computed_values() -> None:
     # a = (240+100)/4 = 85 → 90, b = 50 → 50, c = (15+0)/4 = 3.75 → 0.
     # overcommit-pct: raw, rounded up to step 1, floored at 0 → 4 / 0 / 12.
     assert labels["a"] == {
-        "steer.io/util": "80",
-        "steer.io/power": "100",
-        "steer.io/overcommit-pct": "4",
-        "steer.io/score": "90",
-        "steer.io/score-gpu": "80",
+        "kube-steer.github.io/util": "80",
+        "kube-steer.github.io/power": "100",
+        "kube-steer.github.io/overcommit-pct": "4",
+        "kube-steer.github.io/score": "90",
+        "kube-steer.github.io/score-gpu": "80",
     }
     assert labels["b"] == {
-        "steer.io/util": "50",
-        "steer.io/power": "50",
-        "steer.io/overcommit-pct": "0",
-        "steer.io/score": "50",
-        "steer.io/score-gpu": "50",
+        "kube-steer.github.io/util": "50",
+        "kube-steer.github.io/power": "50",
+        "kube-steer.github.io/overcommit-pct": "0",
+        "kube-steer.github.io/score": "50",
+        "kube-steer.github.io/score-gpu": "50",
     }
-    assert labels["c"]["steer.io/util"] == "10"
-    assert labels["c"]["steer.io/score"] == "0"
-    assert labels["c"]["steer.io/overcommit-pct"] == "12"
+    assert labels["c"]["kube-steer.github.io/util"] == "10"
+    assert labels["c"]["kube-steer.github.io/score"] == "0"
+    assert labels["c"]["kube-steer.github.io/overcommit-pct"] == "12"
     # the condition needs two cycles before the taint is set
-    assert "steer.io/gpu-hot" not in labels["c"]
+    assert "kube-steer.github.io/gpu-hot" not in labels["c"]
     assert plan.node("c").taints == ()  # type: ignore[union-attr]
 
 
@@ -78,9 +78,9 @@ def test_taint_is_debounced_then_set_and_cleared() -> None:
             POLICY, cluster, readings_for(POLICY, cluster, values, T0 + i), memory, T0 + i
         )
         cluster = apply_plan(POLICY, cluster, plan)
-        history.append(any(t.key == "steer.io/gpu-hot" for t in cluster[1].taints))
+        history.append(any(t.key == "kube-steer.github.io/gpu-hot" for t in cluster[1].taints))
     assert history == [False, True, True, True, False]  # clearAfterCycles: 2
-    assert cluster[1].labels.get("steer.io/gpu-hot") is None
+    assert cluster[1].labels.get("kube-steer.github.io/gpu-hot") is None
     assert cluster[1].taints == ()
 
 
@@ -126,8 +126,8 @@ def test_node_without_a_sample_gets_no_label_not_zero() -> None:
     )
     b = plan.node("b")
     assert b is not None
-    assert "steer.io/util" not in b.labels
-    assert "steer.io/score" not in b.labels
+    assert "kube-steer.github.io/util" not in b.labels
+    assert "kube-steer.github.io/score" not in b.labels
     assert b.dimensions["util"].status is DataStatus.MISSING
     assert b.label_changes == {}
 
@@ -139,7 +139,7 @@ def test_composite_is_recomputed_without_a_withdrawn_dimension() -> None:
         POLICY, cluster, readings_for(POLICY, cluster, values, T0), ScorerMemory(), T0
     )
     cluster = apply_plan(POLICY, cluster, plan)
-    assert cluster[1].labels["steer.io/score"] == "30"  # (3*40 + 0)/4
+    assert cluster[1].labels["kube-steer.github.io/score"] == "30"  # (3*40 + 0)/4
     # util keeps answering, power's query fails from now on: after the TTL only util counts
     later = T0 + 61
     plan, _ = plan_cycle(
@@ -152,8 +152,8 @@ def test_composite_is_recomputed_without_a_withdrawn_dimension() -> None:
     b = plan.node("b")
     assert b is not None
     assert b.dimensions["power"].status is DataStatus.STALE
-    assert b.label_changes["steer.io/power"] is None
-    assert b.labels["steer.io/score"] == "40"  # util alone
+    assert b.label_changes["kube-steer.github.io/power"] is None
+    assert b.labels["kube-steer.github.io/score"] == "40"  # util alone
     assert [d.dimension for d in plan.dimensions if d.stale] == ["power", "overcommit-pct"]
 
 
@@ -166,14 +166,14 @@ def test_prometheus_down_keeps_labels_until_the_ttl_then_withdraws_them() -> Non
             POLICY, cluster, readings_for(POLICY, cluster, VALUES, at), memory, at
         )
         cluster = apply_plan(POLICY, cluster, plan)
-    assert cluster[0].taints == (Taint("steer.io/gpu-hot", "true", "NoSchedule"),)
+    assert cluster[0].taints == (Taint("kube-steer.github.io/gpu-hot", "true", "NoSchedule"),)
     # No readings at all: Prometheus is down. The last observation is from T0+1, TTL 60 s.
     plan, memory = plan_cycle(POLICY, cluster, {}, memory, T0 + 61)
     assert not plan.changes
     plan, memory = plan_cycle(POLICY, cluster, {}, memory, T0 + 62)
     cluster = apply_plan(POLICY, cluster, plan)
     node = cluster[0]
-    assert {k for k in node.labels if k.startswith("steer.io/")} == {"steer.io/not-ours"}
+    assert {k for k in node.labels if k.startswith("kube-steer.github.io/")} == {"kube-steer.github.io/not-ours"}
     assert node.taints == ()
     assert observed_times(POLICY, node) == {}
     assert dict(node.labels).items() >= FOREIGN.items()
@@ -193,11 +193,11 @@ def test_restart_carries_labels_by_their_annotation_until_the_ttl() -> None:
     plan, _ = plan_cycle(POLICY, cluster, {}, ScorerMemory(), T0 + 61)
     changes = plan.node("a").label_changes  # type: ignore[union-attr]
     assert set(changes) == {
-        "steer.io/util",
-        "steer.io/power",
-        "steer.io/overcommit-pct",
-        "steer.io/score",
-        "steer.io/score-gpu",
+        "kube-steer.github.io/util",
+        "kube-steer.github.io/power",
+        "kube-steer.github.io/overcommit-pct",
+        "kube-steer.github.io/score",
+        "kube-steer.github.io/score-gpu",
     }
     assert set(changes.values()) == {None}
 
@@ -229,13 +229,13 @@ def test_hot_nodes_lose_composite_points_per_recent_pod() -> None:
     hot, _ = plan_cycle(
         POLICY, cluster, readings_for(POLICY, cluster, values, T0), ScorerMemory(), T0, hot={"a": 4}
     )
-    assert plain.node("a").labels["steer.io/score"] == "90"  # type: ignore[union-attr]
+    assert plain.node("a").labels["kube-steer.github.io/score"] == "90"  # type: ignore[union-attr]
     a = hot.node("a")
     assert a is not None
     assert a.composites[0].penalty == 20
-    assert a.labels["steer.io/score"] == "70"  # 90 - 4 * 5
-    assert a.labels["steer.io/util"] == "90"  # dimension labels are not penalised
-    assert hot.node("b").labels["steer.io/score"] == "90"  # type: ignore[union-attr]
+    assert a.labels["kube-steer.github.io/score"] == "70"  # 90 - 4 * 5
+    assert a.labels["kube-steer.github.io/util"] == "90"  # dimension labels are not penalised
+    assert hot.node("b").labels["kube-steer.github.io/score"] == "90"  # type: ignore[union-attr]
 
 
 def test_taint_write_keeps_foreign_taints_in_the_plan_view() -> None:
@@ -248,7 +248,7 @@ def test_taint_write_keeps_foreign_taints_in_the_plan_view() -> None:
         )
         cluster = apply_plan(POLICY, cluster, plan)
     assert plan.node("c").current_taints == ()  # type: ignore[union-attr]
-    assert plan.node("c").taints == (Taint("steer.io/gpu-hot", "true", "NoSchedule"),)  # type: ignore[union-attr]
+    assert plan.node("c").taints == (Taint("kube-steer.github.io/gpu-hot", "true", "NoSchedule"),)  # type: ignore[union-attr]
     assert foreign in cluster[0].taints
 
 
@@ -256,8 +256,8 @@ def test_a_new_leader_keeps_an_existing_taint_while_the_condition_holds() -> Non
     cluster = [
         NodeState(
             "c",
-            labels={"steer.io/gpu-hot": "true"},
-            taints=(Taint("steer.io/gpu-hot", "true", "NoSchedule"),),
+            labels={"kube-steer.github.io/gpu-hot": "true"},
+            taints=(Taint("kube-steer.github.io/gpu-hot", "true", "NoSchedule"),),
         )
     ]
     plan, _ = plan_cycle(
@@ -308,14 +308,14 @@ def test_noise_within_the_hysteresis_margin_writes_nothing(
 @given(
     foreign=st.dictionaries(
         st.sampled_from(
-            ["app", "steer.io/other", "steer.io/score-old", "kubernetes.io/os", "zone"]
+            ["app", "kube-steer.github.io/other", "kube-steer.github.io/score-old", "kubernetes.io/os", "zone"]
         ),
         st.sampled_from(["1", "x", "true", "90"]),
     ),
     foreign_taints=st.lists(
         st.builds(
             Taint,
-            st.sampled_from(["dedicated", "steer.io/maintenance", "node.kubernetes.io/not-ready"]),
+            st.sampled_from(["dedicated", "kube-steer.github.io/maintenance", "node.kubernetes.io/not-ready"]),
             st.sampled_from(["", "true"]),
             st.sampled_from(["NoSchedule", "NoExecute", "PreferNoSchedule"]),
         ),
@@ -360,5 +360,5 @@ def test_every_label_is_a_valid_bucket(power: dict[str, float]) -> None:
         POLICY, cluster, readings_for(POLICY, cluster, {"power": power}, T0), ScorerMemory(), T0
     )
     for node_plan in plan.nodes:
-        assert int(node_plan.labels["steer.io/power"]) in range(0, 101, 10)
-        assert int(node_plan.labels["steer.io/score"]) in range(0, 101, 10)
+        assert int(node_plan.labels["kube-steer.github.io/power"]) in range(0, 101, 10)
+        assert int(node_plan.labels["kube-steer.github.io/score"]) in range(0, 101, 10)

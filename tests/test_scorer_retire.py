@@ -23,7 +23,7 @@ from steer.core.scheduling import Taint
 from tests.scorer_support import apply_node_plan, readings_for, small_policy
 
 POLICY = small_policy()
-FOREIGN_LABELS = {"team": "a", "example.com/managed-by": "me", "steer.io-like/x": "1"}
+FOREIGN_LABELS = {"team": "a", "example.com/managed-by": "me", "kube-steer.github.io-like/x": "1"}
 FOREIGN_TAINT = Taint("dedicated", "gpu", "NoSchedule")
 
 
@@ -34,7 +34,7 @@ def _record(labels: list[str], taints: list[str], resources: list[str] | None = 
     return json.dumps(data)
 
 
-def _node(prefix: str = "steer.io/", **extra_annotations: str) -> NodeState:
+def _node(prefix: str = "kube-steer.github.io/", **extra_annotations: str) -> NodeState:
     taints = (FOREIGN_TAINT, Taint(f"{prefix}gpu-hot", "true", "NoSchedule"))
     return NodeState(
         name="n1",
@@ -66,29 +66,29 @@ def _node(prefix: str = "steer.io/", **extra_annotations: str) -> NodeState:
 def test_only_records_written_the_scorers_way_are_recognised() -> None:
     node = _node("old.example/steer-")
     assert recorded_prefixes(node) == ("old.example/steer-",)
-    assert recorded_prefixes(_node(**{"x.io/managed": _record(["y.io/a"], [])})) == ("steer.io/",)
-    assert recorded_prefixes(_node(**{"x.io/managed": "not json"})) == ("steer.io/",)
+    assert recorded_prefixes(_node(**{"x.io/managed": _record(["y.io/a"], [])})) == ("kube-steer.github.io/",)
+    assert recorded_prefixes(_node(**{"x.io/managed": "not json"})) == ("kube-steer.github.io/",)
 
 
 def test_cleanup_removes_every_recorded_key_and_nothing_foreign() -> None:
     node = _node()
     gone = cleanup_removal(POLICY, node)
-    assert gone.labels == ("steer.io/gpu-hot", "steer.io/score", "steer.io/util")
-    assert gone.taints == ("steer.io/gpu-hot",)
-    assert gone.annotations == ("steer.io/managed", "steer.io/observed-at")
-    assert gone.resources == ("steer.io/burst-5pct-cpu",)
+    assert gone.labels == ("kube-steer.github.io/gpu-hot", "kube-steer.github.io/score", "kube-steer.github.io/util")
+    assert gone.taints == ("kube-steer.github.io/gpu-hot",)
+    assert gone.annotations == ("kube-steer.github.io/managed", "kube-steer.github.io/observed-at")
+    assert gone.resources == ("kube-steer.github.io/burst-5pct-cpu",)
 
     after = apply_node_plan(POLICY, node, removal_plan(node, gone))
     assert dict(after.labels) == FOREIGN_LABELS
     assert after.taints == (FOREIGN_TAINT,)
     assert set(after.annotations) == {"foreign/annotation", "example.com/managed"}
-    assert removal_plan(node, gone).resource_changes == {"steer.io/burst-5pct-cpu": None}
+    assert removal_plan(node, gone).resource_changes == {"kube-steer.github.io/burst-5pct-cpu": None}
 
 
 def test_cleanup_also_takes_records_under_an_old_prefix() -> None:
     old = _node("old.example/steer-")
     gone = cleanup_removal(POLICY, old)
-    assert gone.prefixes == ("old.example/steer-", "steer.io/")
+    assert gone.prefixes == ("old.example/steer-", "kube-steer.github.io/")
     assert "old.example/steer-util" in gone.labels
     assert gone.taints == ("old.example/steer-gpu-hot",)
     after = apply_node_plan(POLICY, old, removal_plan(old, gone))
@@ -113,8 +113,8 @@ def test_a_prefix_change_retires_the_old_keys_in_the_same_cycle() -> None:
     assert not [k for k in after.labels if k.startswith("old.example/")]
     assert not [k for k in after.annotations if k.startswith("old.example/")]
     assert after.taints == (FOREIGN_TAINT,)
-    assert after.labels["steer.io/util"] == "80"  # the new prefix is written meanwhile
-    assert "steer.io/managed" in after.annotations
+    assert after.labels["kube-steer.github.io/util"] == "80"  # the new prefix is written meanwhile
+    assert "kube-steer.github.io/managed" in after.annotations
     assert plan.resource_changes == {"old.example/steer-burst-5pct-cpu": None}
     # Nothing under another prefix: the plan is returned as it was.
     same, none = retire_old_prefixes(POLICY, cycle, [NodeState(name="n1")])
@@ -128,7 +128,7 @@ def test_clean_nodes_writes_through_the_api_and_a_second_run_finds_nothing(
     apistub: ApiStub, kube_client: client.ApiClient
 ) -> None:
     foreign_taints = [{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}]
-    node = synthetic_node("c", labels={"team.example.com/owner": "ml", "steer.io/not-ours": "1"})
+    node = synthetic_node("c", labels={"team.example.com/owner": "ml", "kube-steer.github.io/not-ours": "1"})
     node["spec"]["taints"] = foreign_taints
     node["metadata"]["annotations"] = {"team.example.com/note": "hands off"}
     apistub.add_node(node)
@@ -146,8 +146,8 @@ def test_clean_nodes_writes_through_the_api_and_a_second_run_finds_nothing(
         )
         writer.apply(POLICY, cycle, nodes)
     scored = api.get_node("c")
-    assert "steer.io/gpu-hot" in {t.key for t in scored.taints}
-    assert "steer.io/managed" in scored.annotations
+    assert "kube-steer.github.io/gpu-hot" in {t.key for t in scored.taints}
+    assert "kube-steer.github.io/managed" in scored.annotations
 
     dry = clean_nodes(POLICY, api, dry_run=True)
     assert [r.node for r in dry.removals] == ["c"] and dry.results == ()

@@ -96,33 +96,33 @@ def test_labels_and_taints_match_hand_computed_values(
     # overcommit: max(70/64, 128Gi/512Gi) - 1 = 9.375 % → 10; node-3 32/64 → 0; node-2 has no
     # limits at all, so kube-state-metrics has no series for it: no label, not zero.
     assert owned_labels(node1) == {
-        "steer.io/util": "80",
-        "steer.io/power": "100",
-        "steer.io/score": "90",
-        "steer.io/score-gpu": "80",
-        "steer.io/overcommit-pct": "10",
+        "kube-steer.github.io/util": "80",
+        "kube-steer.github.io/power": "100",
+        "kube-steer.github.io/score": "90",
+        "kube-steer.github.io/score-gpu": "80",
+        "kube-steer.github.io/overcommit-pct": "10",
     }
     assert owned_labels(node2) == {
-        "steer.io/util": "50",
-        "steer.io/power": "50",
-        "steer.io/score": "50",
-        "steer.io/score-gpu": "50",
+        "kube-steer.github.io/util": "50",
+        "kube-steer.github.io/power": "50",
+        "kube-steer.github.io/score": "50",
+        "kube-steer.github.io/score-gpu": "50",
     }
     assert owned_labels(node3) == {
-        "steer.io/util": "10",
-        "steer.io/power": "0",
-        "steer.io/score": "0",
-        "steer.io/score-gpu": "10",
-        "steer.io/overcommit-pct": "0",
-        "steer.io/gpu-hot": "true",
+        "kube-steer.github.io/util": "10",
+        "kube-steer.github.io/power": "0",
+        "kube-steer.github.io/score": "0",
+        "kube-steer.github.io/score-gpu": "10",
+        "kube-steer.github.io/overcommit-pct": "0",
+        "kube-steer.github.io/gpu-hot": "true",
     }
     assert node3["spec"]["taints"] == [
-        {"key": "steer.io/gpu-hot", "value": "true", "effect": "NoSchedule"}
+        {"key": "kube-steer.github.io/gpu-hot", "value": "true", "effect": "NoSchedule"}
     ]
     # foreign labels and taints survived three cycles untouched
     assert node1["metadata"]["labels"].items() >= FOREIGN_LABELS.items()
     assert node1["spec"]["taints"] == list(FOREIGN_TAINTS)
-    assert set(json.loads(node1["metadata"]["annotations"]["steer.io/observed-at"])) == {
+    assert set(json.loads(node1["metadata"]["annotations"]["kube-steer.github.io/observed-at"])) == {
         "util",
         "power",
         "overcommit-pct",
@@ -148,7 +148,7 @@ def test_queries_per_cycle_equal_dimensions_whatever_the_node_count(
         result = scorer.run_cycle()
         assert query_requests(prom) - before == len(POLICY.spec.dimensions)
         assert len(result.nodes) == 40
-        assert result.plan.node("node-40").labels["steer.io/util"] == "100"  # type: ignore[union-attr]
+        assert result.plan.node("node-40").labels["kube-steer.github.io/util"] == "100"  # type: ignore[union-attr]
     finally:
         for name in extra:
             cluster.remove_node(name)
@@ -217,7 +217,7 @@ def test_a_series_that_disappears_is_withdrawn_after_its_ttl(
     policy = parse_policy(SMALL_POLICY.replace("ttlSeconds: 60", "ttlSeconds: 2"))
     scorer = make_scorer(apistub, tmp_path, prom.url, policy)
     first = scorer.run_cycle()
-    assert owned_labels(apistub.get("nodes", "node-1"))["steer.io/util"] == "80"
+    assert owned_labels(apistub.get("nodes", "node-1"))["kube-steer.github.io/util"] == "80"
     try:
         cluster.hide("node-1", "DCGM_FI_DEV_GPU_UTIL")
         prom.wait_for(
@@ -233,9 +233,9 @@ def test_a_series_that_disappears_is_withdrawn_after_its_ttl(
         cluster.show("node-1", "DCGM_FI_DEV_GPU_UTIL")
     assert result.plan.node("node-1").dimensions["util"].status is DataStatus.STALE  # type: ignore[union-attr]
     labels = owned_labels(apistub.get("nodes", "node-1"))
-    assert "steer.io/util" not in labels and "steer.io/score-gpu" not in labels
-    assert labels["steer.io/score"] == "100"  # power alone
-    assert owned_labels(apistub.get("nodes", "node-2"))["steer.io/util"] == "50"
+    assert "kube-steer.github.io/util" not in labels and "kube-steer.github.io/score-gpu" not in labels
+    assert labels["kube-steer.github.io/score"] == "100"  # power alone
+    assert owned_labels(apistub.get("nodes", "node-2"))["kube-steer.github.io/util"] == "50"
 
 
 def test_prometheus_stopped_keeps_labels_until_the_ttl_then_withdraws_them(
@@ -250,7 +250,7 @@ def test_prometheus_stopped_keeps_labels_until_the_ttl_then_withdraws_them(
         scorer.run_cycle()
         scorer.run_cycle()
         written = {n: owned_labels(apistub.get("nodes", n)) for n in NODES}
-        assert written["node-3"]["steer.io/gpu-hot"] == "true"
+        assert written["node-3"]["kube-steer.github.io/gpu-hot"] == "true"
     # Prometheus is stopped now
     apistub.clear_requests()
     down = scorer.run_cycle()
@@ -264,7 +264,7 @@ def test_prometheus_stopped_keeps_labels_until_the_ttl_then_withdraws_them(
     for name in NODES:
         node = apistub.get("nodes", name)
         assert owned_labels(node) == {}
-        assert "steer.io/observed-at" not in (node["metadata"].get("annotations") or {})
+        assert "kube-steer.github.io/observed-at" not in (node["metadata"].get("annotations") or {})
     node1 = apistub.get("nodes", "node-1")
     assert node1["spec"]["taints"] == list(FOREIGN_TAINTS)
     assert node1["metadata"]["labels"].items() >= FOREIGN_LABELS.items()
@@ -291,9 +291,9 @@ def test_an_injected_conflict_during_a_cycle_is_retried(apistub: ApiStub, tmp_pa
     assert result.report is not None and result.report.conflicts == 1 and not result.report.errors
     node3 = apistub.get("nodes", "node-3")
     assert node3["spec"]["taints"] == [
-        {"key": "steer.io/gpu-hot", "value": "true", "effect": "NoSchedule"}
+        {"key": "kube-steer.github.io/gpu-hot", "value": "true", "effect": "NoSchedule"}
     ]
-    assert node3["metadata"]["labels"]["steer.io/gpu-hot"] == "true"
+    assert node3["metadata"]["labels"]["kube-steer.github.io/gpu-hot"] == "true"
 
 
 def test_kepler_010_watts_and_ip_port_instances_map_to_nodes(
@@ -313,7 +313,7 @@ def test_kepler_010_watts_and_ip_port_instances_map_to_nodes(
         '"instance", "10.0.0.$1:9102", "instance", "node-(.*)")'
     )
     text = (
-        "apiVersion: steer.io/v1alpha1\nkind: SteeringPolicy\nmetadata: {name: kepler}\nspec:\n"
+        "apiVersion: kube-steer.github.io/v1alpha1\nkind: SteeringPolicy\nmetadata: {name: kepler}\nspec:\n"
         "  dimensions:\n"
         + POWER_KEPLER_010.replace("name: power", "name: cpu-power")
         + POWER_KEPLER_07.replace("name: power", "name: node-power").replace(
@@ -325,7 +325,7 @@ def test_kepler_010_watts_and_ip_port_instances_map_to_nodes(
         result = make_scorer(apistub, tmp_path, prom.url, policy).run_cycle(dry_run=True)
     by_node = {p.node: p for p in result.plan.nodes}
     assert [by_node[n].dimensions["cpu-power"].raw for n in NODES] == [100.0, 150.0, 200.0]
-    assert [by_node[n].labels["steer.io/cpu-power"] for n in NODES] == ["100", "50", "0"]
-    assert [by_node[n].labels["steer.io/node-power"] for n in NODES] == ["100", "50", "0"]
+    assert [by_node[n].labels["kube-steer.github.io/cpu-power"] for n in NODES] == ["100", "50", "0"]
+    assert [by_node[n].labels["kube-steer.github.io/node-power"] for n in NODES] == ["100", "50", "0"]
     summary = {d.dimension: d for d in result.plan.dimensions}
     assert summary["node-power"].unknown == 0 and summary["node-power"].samples == 3

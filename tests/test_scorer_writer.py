@@ -42,7 +42,7 @@ class NoSleep:
 
 @pytest.fixture
 def api(apistub: ApiStub, kube_client: client.ApiClient) -> NodeApi:
-    node = synthetic_node("c", labels={"team.example.com/owner": "ml", "steer.io/not-ours": "1"})
+    node = synthetic_node("c", labels={"team.example.com/owner": "ml", "kube-steer.github.io/not-ours": "1"})
     node["spec"]["taints"] = FOREIGN_TAINTS
     apistub.add_node(node)
     return NodeApi(KubeJson(kube_client))
@@ -75,16 +75,16 @@ def test_labels_taints_and_annotation_are_written_and_foreign_ones_survive(
     stored = apistub.get("nodes", "c")
     labels = stored["metadata"]["labels"]
     assert labels["team.example.com/owner"] == "ml"
-    assert labels["steer.io/not-ours"] == "1"
-    assert labels["steer.io/gpu-hot"] == "true"
-    assert labels["steer.io/util"] == "10"
-    assert labels["steer.io/overcommit-pct"] == "12"
+    assert labels["kube-steer.github.io/not-ours"] == "1"
+    assert labels["kube-steer.github.io/gpu-hot"] == "true"
+    assert labels["kube-steer.github.io/util"] == "10"
+    assert labels["kube-steer.github.io/overcommit-pct"] == "12"
     assert stored["spec"]["taints"] == [
         *FOREIGN_TAINTS,
-        {"key": "steer.io/gpu-hot", "value": "true", "effect": "NoSchedule"},
+        {"key": "kube-steer.github.io/gpu-hot", "value": "true", "effect": "NoSchedule"},
     ]
     assert (
-        '"util":"2027-01-15T08:00:00Z"' in stored["metadata"]["annotations"]["steer.io/observed-at"]
+        '"util":"2027-01-15T08:00:00Z"' in stored["metadata"]["annotations"]["kube-steer.github.io/observed-at"]
     )
     # the next cycle, same data: nothing to write
     nodes = api.list_nodes()
@@ -115,7 +115,7 @@ def test_label_patches_name_only_changed_keys(apistub: ApiStub, api: NodeApi) ->
     assert (request.method, request.content_type) == ("PATCH", "application/merge-patch+json")
     labels = apistub.get("nodes", "c")["metadata"]["labels"]
     assert labels["late"] == "yes"
-    assert labels["steer.io/util"] == "60"
+    assert labels["kube-steer.github.io/util"] == "60"
 
 
 def test_an_injected_409_is_retried_and_nothing_is_lost(apistub: ApiStub, api: NodeApi) -> None:
@@ -128,8 +128,8 @@ def test_an_injected_409_is_retried_and_nothing_is_lost(apistub: ApiStub, api: N
     assert len(sleep.slept) == 2 and sleep.slept[1] > 0
     stored = apistub.get("nodes", "c")
     assert stored["spec"]["taints"][:2] == FOREIGN_TAINTS
-    assert stored["spec"]["taints"][2]["key"] == "steer.io/gpu-hot"
-    assert stored["metadata"]["labels"]["steer.io/gpu-hot"] == "true"
+    assert stored["spec"]["taints"][2]["key"] == "kube-steer.github.io/gpu-hot"
+    assert stored["metadata"]["labels"]["kube-steer.github.io/gpu-hot"] == "true"
 
 
 def test_a_concurrent_taint_change_causes_a_real_409_then_a_merge(
@@ -150,7 +150,7 @@ def test_a_concurrent_taint_change_causes_a_real_409_then_a_merge(
         "node.kubernetes.io/unreachable",
         "dedicated",
         "maintenance",
-        "steer.io/gpu-hot",
+        "kube-steer.github.io/gpu-hot",
     ]
 
 
@@ -162,10 +162,10 @@ def test_withdrawing_a_taint_removes_only_ours(apistub: ApiStub, api: NodeApi) -
     writer(api).apply(POLICY, cold, nodes)
     stored = apistub.get("nodes", "c")
     assert stored["spec"]["taints"] == FOREIGN_TAINTS
-    assert {k for k in stored["metadata"]["labels"] if k.startswith("steer.io/")} == {
-        "steer.io/not-ours"
+    assert {k for k in stored["metadata"]["labels"] if k.startswith("kube-steer.github.io/")} == {
+        "kube-steer.github.io/not-ours"
     }
-    assert "steer.io/observed-at" not in (stored["metadata"].get("annotations") or {})
+    assert "kube-steer.github.io/observed-at" not in (stored["metadata"].get("annotations") or {})
 
 
 def test_a_rule_removed_from_the_policy_takes_its_label_and_taint_with_it(
@@ -176,9 +176,9 @@ def test_a_rule_removed_from_the_policy_takes_its_label_and_taint_with_it(
     plan, nodes = hot_plans(api)
     writer(api).apply(POLICY, plan, nodes)
     stored = apistub.get("nodes", "c")
-    assert any(t["key"] == "steer.io/gpu-hot" for t in stored["spec"]["taints"])
-    record = json.loads(stored["metadata"]["annotations"]["steer.io/managed"])
-    assert record["taints"] == ["steer.io/gpu-hot"] and "steer.io/gpu-hot" in record["labels"]
+    assert any(t["key"] == "kube-steer.github.io/gpu-hot" for t in stored["spec"]["taints"])
+    record = json.loads(stored["metadata"]["annotations"]["kube-steer.github.io/managed"])
+    assert record["taints"] == ["kube-steer.github.io/gpu-hot"] and "kube-steer.github.io/gpu-hot" in record["labels"]
 
     doc = yaml.safe_load(SMALL_POLICY)
     del doc["spec"]["taints"]
@@ -193,10 +193,10 @@ def test_a_rule_removed_from_the_policy_takes_its_label_and_taint_with_it(
     stored = apistub.get("nodes", "c")
     assert stored["spec"]["taints"] == FOREIGN_TAINTS
     labels = stored["metadata"]["labels"]
-    assert "steer.io/gpu-hot" not in labels
-    assert labels["steer.io/not-ours"] == "1" and "steer.io/util" in labels
-    record = json.loads(stored["metadata"]["annotations"]["steer.io/managed"])
-    assert record["taints"] == [] and "steer.io/gpu-hot" not in record["labels"]
+    assert "kube-steer.github.io/gpu-hot" not in labels
+    assert labels["kube-steer.github.io/not-ours"] == "1" and "kube-steer.github.io/util" in labels
+    record = json.loads(stored["metadata"]["annotations"]["kube-steer.github.io/managed"])
+    assert record["taints"] == [] and "kube-steer.github.io/gpu-hot" not in record["labels"]
     # Once retired, the next cycle has nothing left to do.
     nodes = api.list_nodes()
     again, _ = plan_cycle(without_rule, nodes, readings, ScorerMemory(), T0 + 11)
@@ -210,12 +210,12 @@ def test_an_invalid_label_is_reported_with_the_apiservers_message(
     plan, _ = plan_cycle(
         POLICY, nodes, readings_for(POLICY, nodes, {"util": {"c": 40.0}}, T0), ScorerMemory(), T0
     )
-    bad = dataclasses.replace(plan.nodes[0], label_changes={"steer.io/util": "not valid!"})
+    bad = dataclasses.replace(plan.nodes[0], label_changes={"kube-steer.github.io/util": "not valid!"})
     report = writer(api).apply(POLICY, dataclasses.replace(plan, nodes=(bad,)), nodes)
     (result,) = report.results
     assert not result.ok and result.status == 422 and result.requests == 1
     assert 'metadata.labels: Invalid value: "not valid!"' in (result.error or "")
-    assert "steer.io/util" not in apistub.get("nodes", "c")["metadata"]["labels"]
+    assert "kube-steer.github.io/util" not in apistub.get("nodes", "c")["metadata"]["labels"]
 
 
 def test_rate_limiter_allows_a_burst_then_paces() -> None:

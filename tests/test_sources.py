@@ -31,7 +31,7 @@ from tests.apistub_fixtures import client_for
 GIB = 1024**3
 
 POLICY = """\
-apiVersion: steer.io/v1alpha1
+apiVersion: kube-steer.github.io/v1alpha1
 kind: SteeringPolicy
 spec:
   dimensions:
@@ -341,7 +341,7 @@ def test_endpoint_readiness_source_lists_the_services_slices() -> None:
 def http_dim(url: str, **fields: Any) -> Any:
     http = {"url": url, **fields}
     text = (
-        "apiVersion: steer.io/v1alpha1\nkind: SteeringPolicy\nspec:\n  dimensions:\n"
+        "apiVersion: kube-steer.github.io/v1alpha1\nkind: SteeringPolicy\nspec:\n  dimensions:\n"
         f"    - {{name: health, source: http, http: {json.dumps(http)}}}\n"
     )
     return parse_policy(text)
@@ -453,10 +453,10 @@ def test_a_cycle_scores_nodes_from_kubernetes_and_http(
     finally:
         scorer.close()
     labels = {n["metadata"]["name"]: n["metadata"]["labels"] for n in apistub.objects("nodes")}
-    assert labels["node-1"]["steer.io/overcommit-pct"] == "50"
-    assert labels["node-2"]["steer.io/overcommit-pct"] == "0"  # -100, floored like every raw label
-    assert labels["node-1"]["steer.io/registry-health"] == "50"
-    assert labels["node-2"]["steer.io/registry-health"] == "0"
+    assert labels["node-1"]["kube-steer.github.io/overcommit-pct"] == "50"
+    assert labels["node-2"]["kube-steer.github.io/overcommit-pct"] == "0"  # -100, floored like every raw label
+    assert labels["node-1"]["kube-steer.github.io/registry-health"] == "50"
+    assert labels["node-2"]["kube-steer.github.io/registry-health"] == "0"
     assert result.queries == 2 and scorer.query_count == 1  # one HTTP GET; the ledger is local
 
 
@@ -533,4 +533,4 @@ def test_without_a_ledger_a_cycle_lists_the_pods(apistub: ApiStub, tmp_path: Pat
         scorer.close()
     status = {d.dimension: d.ok for d in result.plan.dimensions}
     assert status == {"overcommit-pct": True, "registry-health": False}
-    assert result.plan.node("node-1").label_changes["steer.io/overcommit-pct"] == "25"  # type: ignore[union-attr]
+    assert result.plan.node("node-1").label_changes["kube-steer.github.io/overcommit-pct"] == "25"  # type: ignore[union-attr]

@@ -60,10 +60,10 @@ def test_mutation_is_opt_in_ignore_and_reinvocable() -> None:
     assert hook["rules"][0]["operations"] == ["CREATE"]
     policy = parse_policy(EXAMPLE_POLICY.read_text())
     opt_in = policy.spec.opt_in.namespace_selector.match_labels
-    assert {"key": "steer.io/enabled", "operator": "In", "values": ["true"]} in hook[
+    assert {"key": "kube-steer.github.io/enabled", "operator": "In", "values": ["true"]} in hook[
         "namespaceSelector"
     ]["matchExpressions"]
-    assert opt_in == {"steer.io/enabled": "true"}
+    assert opt_in == {"kube-steer.github.io/enabled": "true"}
 
 
 def test_no_webhook_fails_closed() -> None:

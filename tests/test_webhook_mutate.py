@@ -109,10 +109,10 @@ def test_gpu_pod_gets_gpu_terms_hard_rules_ored_across_user_terms_and_binpack() 
     assert [
         (t["weight"], t["preference"]["matchExpressions"][0]["key"]) for t in preferred[1:]
     ] == [
-        (10, "steer.io/score-gpu"),
-        (20, "steer.io/score-gpu"),
-        (40, "steer.io/score-gpu"),
-        (80, "steer.io/score-gpu"),
+        (10, "kube-steer.github.io/score-gpu"),
+        (20, "kube-steer.github.io/score-gpu"),
+        (40, "kube-steer.github.io/score-gpu"),
+        (80, "kube-steer.github.io/score-gpu"),
     ]
     # Two user terms x (within budget | never scored) = four terms, each avoiding gpu-hot.
     terms = required_terms(patched)
@@ -120,8 +120,8 @@ def test_gpu_pod_gets_gpu_terms_hard_rules_ored_across_user_terms_and_binpack() 
     for term in terms:
         keys = [e["key"] for e in term["matchExpressions"]]
         assert keys[0] in ("topology.kubernetes.io/zone", "node-pool")
-        assert "steer.io/overcommit-pct" in keys
-        assert {"key": "steer.io/gpu-hot", "operator": "NotIn", "values": ["true"]} in term[
+        assert "kube-steer.github.io/overcommit-pct" in keys
+        assert {"key": "kube-steer.github.io/gpu-hot", "operator": "NotIn", "values": ["true"]} in term[
             "matchExpressions"
         ]
     assert spec["schedulerName"] == "steer-binpack"
@@ -149,13 +149,13 @@ def test_replicaset_pod_spreads_by_order_chain_with_template_hash_and_tolerates_
     }
     assert hosts["topologyKey"] == "kubernetes.io/hostname" and "matchLabelKeys" not in hosts
     assert patched["spec"]["tolerations"][-1] == {
-        "key": "steer.io/gpu-hot",
+        "key": "kube-steer.github.io/gpu-hot",
         "operator": "Equal",
         "value": "true",
         "effect": "PreferNoSchedule",
     }
     assert patched["spec"]["schedulerName"] == "steer-spread"
-    trace = patched["metadata"]["annotations"]["steer.io/trace"]
+    trace = patched["metadata"]["annotations"]["kube-steer.github.io/trace"]
     assert POLICY.version in trace and "tolerate:gpu-hot" in trace and "spread:order-chain" in trace
 
 
@@ -169,7 +169,7 @@ def test_no_tenant_gets_preferences_but_no_hard_rule() -> None:
     preferred = node_affinity(patched)["preferredDuringSchedulingIgnoredDuringExecution"]
     assert [t["weight"] for t in preferred] == [10, 20, 40, 80, 100, 10]
     assert preferred[4]["preference"] == {
-        "matchExpressions": [{"key": "steer.io/reserved-gpu", "operator": "DoesNotExist"}]
+        "matchExpressions": [{"key": "kube-steer.github.io/reserved-gpu", "operator": "DoesNotExist"}]
     }
 
 
@@ -202,7 +202,7 @@ def test_unscored_nodes_deny_means_one_alternative_only() -> None:
     assert required_terms(patched) == [
         {
             "matchExpressions": [
-                {"key": "steer.io/overcommit-pct", "operator": "Lt", "values": ["1"]}
+                {"key": "kube-steer.github.io/overcommit-pct", "operator": "Lt", "values": ["1"]}
             ]
         }
     ]
@@ -221,7 +221,7 @@ def test_patch_creates_missing_parents_in_one_add() -> None:
 
 
 def test_json_pointer_escaping() -> None:
-    assert escape("steer.io/trace") == "steer.io~1trace"
+    assert escape("kube-steer.github.io/trace") == "kube-steer.github.io~1trace"
     assert escape("a~b/c") == "a~0b~1c"
     assert pointer(("metadata", "annotations", "x/~y")) == "/metadata/annotations/x~1~0y"
     doc: dict[str, Any] = {"metadata": {"annotations": {}}}
@@ -271,9 +271,9 @@ def test_plan_precomputes_every_tenant_and_class() -> None:
     tenants = [None, "dept-a", "dept-b"]
     classes = [None, "gpu"]
     assert set(PLAN.pieces) == {(t, c) for t in tenants for c in classes}
-    assert PLAN.opted_in("team-a", {"steer.io/enabled": "true"})
-    assert not PLAN.opted_in("kube-system", {"steer.io/enabled": "true"})
-    assert not PLAN.opted_in("kube-steer", {"steer.io/enabled": "true"})
+    assert PLAN.opted_in("team-a", {"kube-steer.github.io/enabled": "true"})
+    assert not PLAN.opted_in("kube-system", {"kube-steer.github.io/enabled": "true"})
+    assert not PLAN.opted_in("kube-steer", {"kube-steer.github.io/enabled": "true"})
     assert not PLAN.opted_in("team-a", {})
 
 
@@ -281,8 +281,8 @@ def test_plan_precomputes_every_tenant_and_class() -> None:
 
 SCORE = composite_key(POLICY, None)
 SCORE_GPU = composite_key(POLICY, POLICY.spec.pod_classes[0])
-OVERCOMMIT = "steer.io/overcommit-pct"
-GPU_HOT = "steer.io/gpu-hot"
+OVERCOMMIT = "kube-steer.github.io/overcommit-pct"
+GPU_HOT = "kube-steer.github.io/gpu-hot"
 LABEL_KEYS = ("zone", "pool", OVERCOMMIT, GPU_HOT, SCORE, SCORE_GPU)
 BUCKETS = [str(v) for v in bucket_values(POLICY.spec.scoring.step)]
 VALUES = ["a", "b", "0", "3", "5", "6", "12", "true", *BUCKETS[:3]]
@@ -310,7 +310,7 @@ preferences = st.builds(
 )
 tolerations = st.fixed_dictionaries(
     {
-        "key": st.sampled_from(["", GPU_HOT, "steer.io/unhealthy", "other"]),
+        "key": st.sampled_from(["", GPU_HOT, "kube-steer.github.io/unhealthy", "other"]),
         "operator": st.sampled_from(["Exists", "Equal"]),
     },
     optional={

@@ -25,7 +25,7 @@ def eventually(check: Callable[[], bool], timeout: float = 10.0) -> None:
 @pytest.fixture
 def stub() -> Iterator[ApiStub]:
     server = ApiStub.start()
-    server.add_namespace("team-a", {"tenant": "dept-a", "steer.io/enabled": "true"})
+    server.add_namespace("team-a", {"tenant": "dept-a", "kube-steer.github.io/enabled": "true"})
     yield server
     server.stop()
 
@@ -60,7 +60,7 @@ def lists(stub: ApiStub) -> int:
 
 
 def test_lists_then_follows_adds_changes_and_deletes(stub: ApiStub, cache: NamespaceCache) -> None:
-    assert own(cache, "team-a") == {"tenant": "dept-a", "steer.io/enabled": "true"}
+    assert own(cache, "team-a") == {"tenant": "dept-a", "kube-steer.github.io/enabled": "true"}
     assert own(cache, "kube-system") == {}  # known, with only the name label
     assert cache.labels("nope") is None
     stub.add_namespace("team-b", {"tenant": "dept-b"})

@@ -113,7 +113,7 @@ def test_golden_review_is_patched_cleanly_and_reinvocation_is_empty(
     assert ops
     # The apiserver rejects a patch whose `add` parent is missing; jsonpatch does the same.
     patched = jsonpatch.JsonPatch(ops).apply(copy.deepcopy(request["object"]))
-    assert "steer.io/trace" in patched["metadata"]["annotations"]
+    assert "kube-steer.github.io/trace" in patched["metadata"]["annotations"]
     # reinvocationPolicy: IfNeeded sends the patched pod again: nothing more to add.
     again = copy.deepcopy(captured["body"])
     again["request"]["object"] = patched
@@ -217,7 +217,7 @@ def test_namespace_label_change_is_seen_without_restart(
             **ns,
             "metadata": {
                 **ns["metadata"],
-                "labels": {**ns["metadata"]["labels"], "steer.io/enabled": "true"},
+                "labels": {**ns["metadata"]["labels"], "kube-steer.github.io/enabled": "true"},
             },
         },
     )
@@ -317,9 +317,9 @@ def test_security_endpoint_checks_only_security_taints(
 ) -> None:
     body = review_for("pod-create-user-validating.json", "team-b")
     tolerations = body["request"]["object"]["spec"]["tolerations"]
-    tolerations.append({"key": "steer.io/gpu-hot", "operator": "Exists"})
+    tolerations.append({"key": "kube-steer.github.io/gpu-hot", "operator": "Exists"})
     assert response_of(post(session, hook, "/validate/security", body))["allowed"] is True
-    tolerations.append({"key": "steer.io/unhealthy", "operator": "Exists", "effect": "NoSchedule"})
+    tolerations.append({"key": "kube-steer.github.io/unhealthy", "operator": "Exists", "effect": "NoSchedule"})
     response = response_of(post(session, hook, "/validate/security", body))
     assert response["allowed"] is False
     assert response["status"]["message"].startswith("rule reserved-toleration: spec.tolerations[3]")
@@ -331,10 +331,10 @@ def test_validation_of_update_denies_only_new_violations(
     body = review_for("pod-update-labels.json", "team-b")
     assert response_of(post(session, hook, "/validate", body))["allowed"] is True
     body["request"]["object"]["spec"]["tolerations"].append(
-        {"key": "steer.io/unhealthy", "operator": "Exists"}
+        {"key": "kube-steer.github.io/unhealthy", "operator": "Exists"}
     )
     response = response_of(post(session, hook, "/validate", body))
-    assert response["allowed"] is False and "steer.io/unhealthy" in response["status"]["message"]
+    assert response["allowed"] is False and "kube-steer.github.io/unhealthy" in response["status"]["message"]
 
 
 def test_validation_of_unknown_namespace_defers_to_failure_policy(
@@ -385,7 +385,7 @@ def test_metrics_on_the_plain_http_port(hook: Webhook, session: requests.Session
                     result="denied",
                 )
                 >= 1,
-                metric_value(text, "steer_webhook_mutations_total", rule="prefer:steer.io/score")
+                metric_value(text, "steer_webhook_mutations_total", rule="prefer:kube-steer.github.io/score")
                 >= 1,
                 metric_value(text, "steer_webhook_denials_total", rule="scheduler-name") >= 1,
                 metric_value(text, "steer_webhook_policy_info") == 1,
@@ -563,7 +563,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_cli_refuses_bad_policy_and_missing_certificate(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
-    bad.write_text("apiVersion: steer.io/v1alpha1\nkind: SteeringPolicy\nspec: {dimensions: []}\n")
+    bad.write_text("apiVersion: kube-steer.github.io/v1alpha1\nkind: SteeringPolicy\nspec: {dimensions: []}\n")
     cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
     certs = issue_webhook_certs(IDENTITY)
     cert.write_bytes(certs.cert_pem)

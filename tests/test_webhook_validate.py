@@ -97,12 +97,12 @@ def test_scheduler_not_restricted_outside_tenants() -> None:
 # --- reserved-toleration -------------------------------------------------------------------------
 
 GPU_HOT = {
-    "key": "steer.io/gpu-hot",
+    "key": "kube-steer.github.io/gpu-hot",
     "operator": "Equal",
     "value": "true",
     "effect": "PreferNoSchedule",
 }
-UNHEALTHY = {"key": "steer.io/unhealthy", "operator": "Exists", "effect": "NoSchedule"}
+UNHEALTHY = {"key": "kube-steer.github.io/unhealthy", "operator": "Exists", "effect": "NoSchedule"}
 
 
 def test_allowed_toleration_passes_for_its_tenant() -> None:
@@ -112,8 +112,8 @@ def test_allowed_toleration_passes_for_its_tenant() -> None:
 def test_toleration_denied_for_tenant_without_permission() -> None:
     (message,) = messages(pod(tolerations=[GPU_HOT]), DEPT_B)
     assert message == (
-        "rule reserved-toleration: spec.tolerations[0] {key=steer.io/gpu-hot, operator=Equal, "
-        "value=true, effect=PreferNoSchedule} tolerates the taint steer.io/gpu-hot=true:PreferNoSchedule "
+        "rule reserved-toleration: spec.tolerations[0] {key=kube-steer.github.io/gpu-hot, operator=Equal, "
+        "value=true, effect=PreferNoSchedule} tolerates the taint kube-steer.github.io/gpu-hot=true:PreferNoSchedule "
         'reserved by taint rule "gpu-hot"; tenant "dept-b" (namespace "ns") may tolerate only: none'
     )
 

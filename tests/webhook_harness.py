@@ -32,11 +32,11 @@ ROOT = Path(__file__).resolve().parent.parent
 IDENTITY = WebhookIdentity("steer-webhook", "kube-steer", ("localhost",), ("127.0.0.1",))
 # Namespaces as a cluster running the example policy would label them.
 NAMESPACES = {
-    "team-a": {"tenant": "dept-a", "steer.io/enabled": "true"},
-    "team-b": {"tenant": "dept-b", "steer.io/enabled": "true"},
+    "team-a": {"tenant": "dept-a", "kube-steer.github.io/enabled": "true"},
+    "team-b": {"tenant": "dept-b", "kube-steer.github.io/enabled": "true"},
     "team-c": {"tenant": "dept-a"},  # a tenant, not opted in to steering
     "plain": {},
-    "kube-steer": {"steer.io/enabled": "true"},  # the project's own: never mutated
+    "kube-steer": {"kube-steer.github.io/enabled": "true"},  # the project's own: never mutated
 }
 
 

@@ -2,7 +2,7 @@
 
 The apiserver rejects a patch whose `add` target has no parent ("doc is missing path"), so a
 value under a missing object is added as one nested object at the first missing ancestor. Keys
-are escaped per RFC 6901 (`steer.io/trace` is `steer.io~1trace`). Only objects and lists the
+are escaped per RFC 6901 (`kube-steer.github.io/trace` is `kube-steer.github.io~1trace`). Only objects and lists the
 mutation touches are walked, which keeps the request path cheap for a 10 KiB pod.
 """
 

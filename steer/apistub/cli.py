@@ -30,7 +30,7 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="NAME[:KEY=VALUE,...]",
-        help="extra namespace with labels, e.g. team-a:steer.io/tenant=dept-a (repeatable)",
+        help="extra namespace with labels, e.g. team-a:kube-steer.github.io/tenant=dept-a (repeatable)",
     )
     parser.add_argument("--kubeconfig", help="write a kubeconfig for this server to this path")
     parser.add_argument("--tls-cert", help="serve HTTPS with this certificate (PEM)")

@@ -34,20 +34,32 @@ from steer.core.k8s_names import (
     label_value_errors,
 )
 
-API_VERSION = "steer.io/v1alpha1"
+# The project's domain: a GitHub organisation's `<org>.github.io` belongs to that organisation
+# alone, so no other project writes labels under it. Every key is under `spec.labelPrefix`.
+API_VERSION = "kube-steer.github.io/v1alpha1"
+# Read as API_VERSION: policies written before the project had a domain of its own.
+LEGACY_API_VERSIONS = ("steer.io/v1alpha1",)
 KIND = "SteeringPolicy"
-DEFAULT_LABEL_PREFIX = "steer.io/"
+DEFAULT_LABEL_PREFIX = "kube-steer.github.io/"
 # Kubelets may not set labels under this prefix (NodeRestriction admission), so a compromised
 # node cannot promote itself to "best node".
 NODE_RESTRICTION_PREFIX = "node-restriction.kubernetes.io/"
 ALWAYS_EXCLUDED_NAMESPACES = ("kube-system",)
 # What the apiserver writes into a pod that names no scheduler.
 DEFAULT_SCHEDULER = "default-scheduler"
-# Label suffix of the nodes a pod class reserves (`<prefix>reserved-<class>`).
-RESERVED_PREFIX = "reserved-"
+# The label contract (README "Node labels"): a dimension published as a score is
+# `<prefix>score-<dimension>`, 0..100, higher is better for placement, whatever the metric's
+# direction; the composites are `<prefix><compositeLabel>` (pods of no class) and
+# `<prefix><compositeLabel>-class-<class>`; a dimension published raw carries the value itself
+# under `<prefix><dimension>`, whose name ends with its unit (`overcommit-pct`, `power-watts`).
+SCORE_PREFIX = "score-"
+CLASS_INFIX = "-class-"
+# Label suffix of the nodes a pod class reserves (`<prefix>reserved-for-<class>`).
+RESERVED_PREFIX = "reserved-for-"
 # Resources every node offers: a class cannot reserve nodes by them.
 CORE_RESOURCES = frozenset({"cpu", "memory", "ephemeral-storage", "pods"})
 _PROM_LABEL_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+_UNIT_RE = re.compile(r"^[a-z][a-z0-9]{0,15}$")
 
 
 def _between(lo: float, hi: float) -> AfterValidator:
@@ -159,6 +171,12 @@ class Prometheus(_Model):
     ca_file: str | None = None
 
 
+def composite_suffix(scoring: Scoring, pod_class: str | None) -> str:
+    """The composite label for pods of `pod_class` (None: of no class), after the prefix."""
+    base = scoring.composite_label
+    return base if pod_class is None else f"{base}{CLASS_INFIX}{pod_class}"
+
+
 class Scoring(_Model):
     """Cluster-wide scorer defaults; each dimension may override them."""
 
@@ -226,9 +244,13 @@ class Dimension(_Model):
     direction: Direction = Direction.HIGHER_IS_BETTER
     normalization: Normalization = Field(default_factory=Normalization)
     weight: Weight = 1.0
-    # `score` publishes the normalised 0..100 bucket; `raw` publishes the raw value rounded to
-    # an integer (e.g. overcommit-pct, which the webhook compares with `Lt` against a budget).
+    # `score` publishes the normalised 0..100 bucket as `<prefix>score-<name>`; `raw` publishes
+    # the raw value rounded to an integer as `<prefix><name>`, and the name must end with the
+    # unit (e.g. overcommit-pct, which the webhook compares with `Lt` against a budget).
     publish: Literal["score", "raw"] = "score"
+    # The unit of the raw value (`pct`, `watts`, `gpus`, `ratio`, ...), shown by /explain and
+    # `steer scorer once`. A raw dimension's unit is the last part of its name unless set.
+    unit: str | None = None
     step: Step | None = None
     hysteresis: Annotated[float, _between(0, 49)] | None = None
     ttl_seconds: PositiveSeconds | None = None
@@ -239,6 +261,19 @@ class Dimension(_Model):
         if not value.strip():
             raise ValueError("must be a PromQL expression, got an empty string")
         return value
+
+    @property
+    def label_suffix(self) -> str:
+        """The label this dimension writes, after the prefix (the label contract above)."""
+        return self.name if self.publish == "raw" else SCORE_PREFIX + self.name
+
+    @property
+    def raw_unit(self) -> str | None:
+        if self.unit is not None:
+            return self.unit
+        if self.publish == "raw" and "-" in self.name:
+            return self.name.rsplit("-", 1)[1]
+        return None
 
     @property
     def what(self) -> str:
@@ -352,7 +387,7 @@ class Overcommit(_Model):
 
 class OptIn(_Model):
     namespace_selector: LabelSelector = Field(
-        default_factory=lambda: LabelSelector(match_labels={"steer.io/enabled": "true"})
+        default_factory=lambda: LabelSelector(match_labels={"kube-steer.github.io/enabled": "true"})
     )
     excluded_namespaces: tuple[str, ...] = ()
 
@@ -433,7 +468,7 @@ class Metadata(_Model):
 
 
 class SteeringPolicyDoc(_Model):
-    api_version: Literal["steer.io/v1alpha1"]
+    api_version: Literal["kube-steer.github.io/v1alpha1", "steer.io/v1alpha1"]
     kind: Literal["SteeringPolicy"]
     metadata: Metadata = Field(default_factory=Metadata)
     spec: Spec
@@ -495,8 +530,7 @@ class Policy:
         return dim.ttl_seconds if dim.ttl_seconds is not None else self.spec.scoring.ttl_seconds
 
     def composite_suffix(self, pod_class: str | None) -> str:
-        base = self.spec.scoring.composite_label
-        return base if pod_class is None else f"{base}-{pod_class}"
+        return composite_suffix(self.spec.scoring, pod_class)
 
     def tenant(self, name: str) -> Tenant:
         for tenant in self.spec.tenants:
@@ -680,12 +714,12 @@ def _cross_field_issues(spec: Spec) -> Iterable[PolicyIssue]:
     yield from _label_prefix_issues(spec.label_prefix)
     # Every label the scorer will write must be accepted by the apiserver.
     suffixes: list[tuple[str, str]] = [
-        (f"spec.dimensions[{i}].name", d.name) for i, d in enumerate(spec.dimensions)
+        (f"spec.dimensions[{i}].name", d.label_suffix) for i, d in enumerate(spec.dimensions)
     ]
     suffixes += [(f"spec.taints[{i}].name", r.name) for i, r in enumerate(spec.taints)]
-    suffixes.append(("spec.scoring.compositeLabel", spec.scoring.composite_label))
+    suffixes.append(("spec.scoring.compositeLabel", composite_suffix(spec.scoring, None)))
     suffixes += [
-        (f"spec.podClasses[{i}].name", f"{spec.scoring.composite_label}-{c.name}")
+        (f"spec.podClasses[{i}].name", composite_suffix(spec.scoring, c.name))
         for i, c in enumerate(spec.pod_classes)
     ]
     suffixes += [
@@ -731,6 +765,7 @@ def _cross_field_issues(spec: Spec) -> Iterable[PolicyIssue]:
         elif norm.min is not None or norm.max is not None:
             yield PolicyIssue(base, "min/max are only used with method: fixed")
         yield from _source_issues(f"spec.dimensions[{i}]", dim)
+        yield from _unit_issues(f"spec.dimensions[{i}]", dim)
         if not _PROM_LABEL_RE.match(dim.node_label):
             yield PolicyIssue(
                 f"spec.dimensions[{i}].nodeLabel",
@@ -812,6 +847,25 @@ def _cross_field_issues(spec: Spec) -> Iterable[PolicyIssue]:
 
     yield from _selector_issues("spec.optIn.namespaceSelector", spec.opt_in.namespace_selector)
     yield from _cluster_score_issues(spec)
+
+
+def _unit_issues(path: str, dim: Dimension) -> Iterable[PolicyIssue]:
+    """A unit is one lower-case word, and a raw label says its unit in its name."""
+    if dim.unit is not None and not _UNIT_RE.match(dim.unit):
+        yield PolicyIssue(
+            f"{path}.unit",
+            f"must be one lower-case word such as pct, watts, gpus or ratio, got {dim.unit!r}",
+        )
+    if dim.publish != "raw":
+        return
+    unit = dim.raw_unit
+    if unit is None or not dim.name.endswith(f"-{unit}") or not _UNIT_RE.match(unit):
+        example = f"{dim.name}-{dim.unit or 'pct'}"
+        yield PolicyIssue(
+            f"{path}.name",
+            f"publish: raw writes the value itself as label {dim.name!r}, so the name must end "
+            f"with its unit (e.g. {example!r}) and read apart from the 0..100 scores, got {dim.name!r}",
+        )
 
 
 def _source_issues(path: str, dim: Dimension) -> Iterable[PolicyIssue]:

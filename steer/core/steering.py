@@ -48,7 +48,8 @@ GPU_RESOURCE = "nvidia.com/gpu"
 
 
 def dimension_key(policy: Policy, dim: Dimension) -> str:
-    return policy.label_key(dim.name)
+    """`<prefix>score-<name>` for a score, `<prefix><name>` (unit in the name) for a raw value."""
+    return policy.label_key(dim.label_suffix)
 
 
 def composite_key(policy: Policy, pod_class: PodClass | None) -> str:

@@ -26,8 +26,8 @@ from steer.testing.cluster import ControlPlane
 from steer.testing.services import LOOPBACK_IDENTITY
 
 RELABEL_CONFIGURATION = "zz-e2e-relabel"  # sorts after "steer-webhook": runs after it
-RELABEL_NAMESPACE_LABEL = "e2e.steer.io/relabel"
-RELABEL_POD_LABEL = "e2e.steer.io/relabelled"
+RELABEL_NAMESPACE_LABEL = "e2e.kube-steer.github.io/relabel"
+RELABEL_POD_LABEL = "e2e.kube-steer.github.io/relabelled"
 
 
 @dataclass
@@ -102,7 +102,7 @@ def relabel_webhook(plane: ControlPlane, workdir: Path) -> Iterator[RelabelWebho
             "metadata": {"name": RELABEL_CONFIGURATION},
             "webhooks": [
                 {
-                    "name": "relabel.e2e.steer.io",
+                    "name": "relabel.e2e.kube-steer.github.io",
                     "admissionReviewVersions": ["v1"],
                     "clientConfig": {"url": hook.url, "caBundle": hook.ca_bundle},
                     "rules": [

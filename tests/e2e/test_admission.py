@@ -65,9 +65,9 @@ POLICY_FILE = Path(tempfile.mkdtemp(prefix="steer-e2e-policy-")) / "policy.yaml"
 POLICY_FILE.write_text(POLICY_TEXT)
 POLICY = parse_policy(POLICY_TEXT)
 assert POLICY.spec.overcommit.enforcement == "labels"
-OPT_IN = {"steer.io/enabled": "true"}
-TRACE_KEY = trace_annotation_key(POLICY)  # steer.io/trace
-SET_KEY = "e2e.steer.io/node-set"
+OPT_IN = {"kube-steer.github.io/enabled": "true"}
+TRACE_KEY = trace_annotation_key(POLICY)  # kube-steer.github.io/trace
+SET_KEY = "e2e.kube-steer.github.io/node-set"
 SECURITY_POLICY = "steer-security"  # the ValidatingAdmissionPolicy and its binding
 GPU_SPEC = {"containers": [{"name": "c", "resources": {"limits": {GPU_RESOURCE: "1"}}}]}
 GPU_CLASS = classify_pod(POLICY, GPU_SPEC)
@@ -401,7 +401,7 @@ def test_gpu_pod_is_routed_to_binpack_and_avoids_hot_nodes(
     make_node: Callable[..., dict[str, Any]],
 ) -> None:
     set_id = f"adm-gpu-{uuid.uuid4().hex[:6]}"
-    gpu_key = composite_key(POLICY, GPU_CLASS)  # steer.io/score-gpu
+    gpu_key = composite_key(POLICY, GPU_CLASS)  # kube-steer.github.io/score-gpu
     hot_key = condition_key(POLICY, rule_by("gpu-hot"))
     make_node(f"{set_id}-hot", gpus=8, labels={SET_KEY: set_id, gpu_key: "100", hot_key: "true"})
     make_node(f"{set_id}-cool", gpus=8, labels={SET_KEY: set_id, gpu_key: "20"})
@@ -529,7 +529,7 @@ def test_pod_outside_opted_in_namespaces_is_not_mutated(
     assert "affinity" not in got["spec"]
     assert "topologySpreadConstraints" not in got["spec"]
     assert got["spec"]["schedulerName"] == "default-scheduler"
-    assert not [t for t in got["spec"].get("tolerations") or () if t["key"].startswith("steer.io/")]
+    assert not [t for t in got["spec"].get("tolerations") or () if t["key"].startswith("kube-steer.github.io/")]
 
 
 def test_server_side_dry_run_is_mutated_but_not_persisted(
@@ -651,7 +651,7 @@ def test_denial_reaches_the_client_with_the_rule(
     if case in ("dept-a-tolerates-unhealthy", "wildcard-toleration-outside-tenants"):
         denied_by = f"ValidatingAdmissionPolicy '{SECURITY_POLICY}' with binding '{SECURITY_POLICY}' denied request"
     else:
-        denied_by = 'admission webhook "validate.pods.steer.io" denied the request'
+        denied_by = 'admission webhook "validate.pods.kube-steer.github.io" denied the request'
     assert denied_by in message, message
     for fragment in fragments:
         assert fragment in message, message
@@ -749,9 +749,9 @@ def test_webhook_down_every_namespace_admits_pods_and_the_security_policy_still_
             lambda: not steered_by_webhook(api, steered_ns), "mutation fails open, webhook down"
         )
 
-        failed_open = apiserver_fail_open_count(control_plane, "validate.pods.steer.io")
+        failed_open = apiserver_fail_open_count(control_plane, "validate.pods.kube-steer.github.io")
         create(api, plain_ns, make_pod("plain"))
-        assert apiserver_fail_open_count(control_plane, "validate.pods.steer.io") > failed_open
+        assert apiserver_fail_open_count(control_plane, "validate.pods.kube-steer.github.io") > failed_open
         pod = stored(api, plain_ns, "plain")
         assert trace(pod) is None and pod["spec"]["schedulerName"] == "default-scheduler"
         assert control_plane.wait_for_bindings(plain_ns, ["plain"], 30)["plain"]

@@ -31,11 +31,11 @@ from tests.scorer_support import SMALL_POLICY
 
 SCORER_MANIFEST = ROOT / "manifests" / "scorer" / "scorer.yaml"
 N1, N2 = "budget-e2e-1", "budget-e2e-2"
-SET_KEY = "e2e.steer.io/budget-set"
-CPU5 = "steer.io/limits-5pct-cpu"
-MEM5 = "steer.io/limits-5pct-memory"
-CPU0 = "steer.io/limits-0pct-cpu"
-MEM0 = "steer.io/limits-0pct-memory"
+SET_KEY = "e2e.kube-steer.github.io/budget-set"
+CPU5 = "kube-steer.github.io/limits-5pct-cpu"
+MEM5 = "kube-steer.github.io/limits-5pct-memory"
+CPU0 = "kube-steer.github.io/limits-0pct-cpu"
+MEM0 = "kube-steer.github.io/limits-0pct-memory"
 NO_PROMETHEUS = "http://127.0.0.1:9"
 
 POLICY_TEXT = (
@@ -156,7 +156,7 @@ def scorer_user(control_plane: ControlPlane, admin: KubeJson) -> Iterator[Path]:
 def pools(admin: KubeJson, node: str) -> dict[str, dict[str, str]]:
     status = admin.request("GET", node_path(node))["status"]
     return {
-        part: {k: v for k, v in status[part].items() if k.startswith("steer.io/")}
+        part: {k: v for k, v in status[part].items() if k.startswith("kube-steer.github.io/")}
         for part in ("capacity", "allocatable")
     }
 
@@ -229,7 +229,7 @@ def test_scheduler_enforces_the_pools_the_scorer_publishes(
         assert status["allocatable"]["example.com/dongle"] == "4"  # foreign resources stay
         assert status["allocatable"]["cpu"] == "8"
         annotations = admin.request("GET", node_path(N1))["metadata"]["annotations"]
-        assert '"resources":["steer.io/limits-0pct-cpu"' in annotations["steer.io/managed"]
+        assert '"resources":["kube-steer.github.io/limits-0pct-cpu"' in annotations["kube-steer.github.io/managed"]
 
         # Idle: a refresh writes nothing (the "21k" of N2 counts as equal to 21000) ...
         idle_writes = metric(scorer, "steer_scorer_write_requests_total")

@@ -58,7 +58,7 @@ SEED = int(os.environ.get("STEER_AGREE_SEED", "20261201"))
 NODES = 12
 PODS = 48
 HOSTNAME = "kubernetes.io/hostname"
-PROBE_KEY = "e2e.steer.io/probe"
+PROBE_KEY = "e2e.kube-steer.github.io/probe"
 HOT = condition_key(POLICY, POLICY.taint_rule("gpu-hot"))
 UNHEALTHY = condition_key(POLICY, POLICY.taint_rule("unhealthy"))
 OVERCOMMIT = POLICY.label_key("overcommit-pct")
@@ -297,10 +297,10 @@ def test_explain_allows_exactly_the_nodes_the_scheduler_binds_the_mutated_pod_to
         for n in names
     ]
 
-    tenants: list[tuple[Any, dict[str, str]]] = [(None, {"steer.io/enabled": "true"})]
+    tenants: list[tuple[Any, dict[str, str]]] = [(None, {"kube-steer.github.io/enabled": "true"})]
     for tenant in POLICY.spec.tenants:
         labels = dict(tenant.namespace_selector.match_labels)
-        tenants.append((tenant, {**labels, "steer.io/enabled": "true"}))
+        tenants.append((tenant, {**labels, "kube-steer.github.io/enabled": "true"}))
     # dept-a's labels without opting in: the webhook leaves its pods alone.
     tenants.append(
         (POLICY.spec.tenants[0], dict(POLICY.spec.tenants[0].namespace_selector.match_labels))

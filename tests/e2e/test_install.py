@@ -382,19 +382,19 @@ def test_with_the_webhook_down_pods_are_created_and_the_admission_policy_still_d
     still refuses a pod tolerating the reserved taint."""
     install_base(plane)
     plain = namespace(plane)
-    opted_in = namespace(plane, {"steer.io/enabled": "true"})
+    opted_in = namespace(plane, {"kube-steer.github.io/enabled": "true"})
     wait_until(lambda: refusal(api, plain, pod("probe")) is None, "pods are admitted")
 
-    before = fail_open_count(plane, "validate.pods.steer.io")
+    before = fail_open_count(plane, "validate.pods.kube-steer.github.io")
     made = create(api, plain, pod("plain"))
     assert made["spec"]["schedulerName"] == "default-scheduler"
-    after = fail_open_count(plane, "validate.pods.steer.io")
+    after = fail_open_count(plane, "validate.pods.kube-steer.github.io")
     assert after > before  # the webhook was called, failed, and was ignored
     made = create(api, opted_in, pod("unsteered"))
     assert trace_annotation_key(parse_policy(EXAMPLE_POLICY.read_text())) not in (
         made["metadata"].get("annotations") or {}
     )
-    assert fail_open_count(plane, "mutate.pods.steer.io")
+    assert fail_open_count(plane, "mutate.pods.kube-steer.github.io")
 
     policy = parse_policy(EXAMPLE_POLICY.read_text())
     unhealthy = policy.taint_rule("unhealthy")
@@ -444,7 +444,7 @@ def variant_policy() -> Policy:
     dept_a, dept_b = spec["tenants"]
     # dept-b may not use default-scheduler, so it covers opted-in namespaces only.
     dept_b["namespaceSelector"] = {
-        "matchLabels": {"steer.io/enabled": "true"},
+        "matchLabels": {"kube-steer.github.io/enabled": "true"},
         "matchExpressions": [{"key": "tenant", "operator": "In", "values": ["dept-b", "dept-b2"]}],
     }
     dept_b["allowedTolerations"] = ["unhealthy"]
@@ -465,7 +465,7 @@ def variant_policy() -> Policy:
     return parse_policy(yaml.safe_dump(doc))
 
 
-OPT_IN = {"steer.io/enabled": "true"}
+OPT_IN = {"kube-steer.github.io/enabled": "true"}
 NAMESPACE_LABELS = [
     {},
     OPT_IN,
@@ -585,7 +585,7 @@ def test_an_update_is_judged_only_on_the_tolerations_it_adds(
             add({"key": sick, "operator": "Equal", "value": "true"})
         assert refused.value.status == 403
         assert "ValidatingAdmissionPolicy 'steer-security'" in refused.value.body
-        assert "{key=steer.io/unhealthy, operator=Equal, value=true}" in refused.value.body
+        assert "{key=kube-steer.github.io/unhealthy, operator=Equal, value=true}" in refused.value.body
     finally:
         kubectl(plane, "delete", "-f", "-", input=security_policy_documents(EXAMPLE_POLICY))
         plane.delete_pods(ns)
@@ -746,7 +746,7 @@ def start_scorer(run: Installation) -> None:
     run.scorer.wait_ready()
     wait_until(
         lambda: all(
-            "steer.io/score" in (n.metadata.labels or {})
+            "kube-steer.github.io/score" in (n.metadata.labels or {})
             for n in client.CoreV1Api(run.plane.api_client()).list_node().items
         ),
         "the scorer labelled every node",
@@ -898,7 +898,7 @@ def test_install_md_runs_verbatim_and_ends_with_a_steered_pod_bound(
         for node in core.list_node().items:
             if node.metadata.name in NODES:
                 keys = [*(node.metadata.labels or {}), *(node.metadata.annotations or {})]
-                assert not [k for k in keys if k.startswith("steer.io/")], node.metadata.name
+                assert not [k for k in keys if k.startswith("kube-steer.github.io/")], node.metadata.name
 
 
 def _exists_node(core: client.CoreV1Api, name: str) -> bool:
@@ -928,7 +928,7 @@ def check_after(run: Installation, command: str) -> None:
         def steered_and_bound() -> list[Any] | None:
             pods = core.list_namespaced_pod("team-a", label_selector="app=web").items
             ok = len(pods) >= 2 and all(
-                p.spec.node_name and "steer.io/trace" in (p.metadata.annotations or {})
+                p.spec.node_name and "kube-steer.github.io/trace" in (p.metadata.annotations or {})
                 for p in pods
             )
             return pods if ok else None
@@ -941,7 +941,7 @@ def check_after(run: Installation, command: str) -> None:
                 p.spec.affinity.node_affinity.preferred_during_scheduling_ignored_during_execution
             )
             assert {e.key for t in terms for e in t.preference.match_expressions} == {
-                "steer.io/score"
+                "kube-steer.github.io/score"
             }
     elif command.startswith("kubectl -n team-a get pods"):
         assert "install-e2e-" in out and "starter@" in out, out
@@ -958,7 +958,7 @@ def check_after(run: Installation, command: str) -> None:
             "spec": {"containers": [{"name": "c", "image": PAUSE}]},
         }
         made = create(plane.api_client(), "team-a", probe, dry_run=True)
-        assert "steer.io/trace" in made["metadata"]["annotations"]
+        assert "kube-steer.github.io/trace" in made["metadata"]["annotations"]
     elif command == "kubectl delete mutatingwebhookconfiguration steer-webhook --ignore-not-found":
         probe = {
             "metadata": {"name": "after-stop"},
@@ -967,7 +967,7 @@ def check_after(run: Installation, command: str) -> None:
         made = wait_until(
             lambda: (
                 m
-                if "steer.io/trace"
+                if "kube-steer.github.io/trace"
                 not in (
                     (m := create(plane.api_client(), "team-a", probe, dry_run=True))[
                         "metadata"

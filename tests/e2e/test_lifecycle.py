@@ -112,7 +112,7 @@ def webhook_configs(admin: KubeJson) -> Iterator[Callable[..., str]]:
             f"{ADMISSION}/mutatingwebhookconfigurations",
             body={
                 "metadata": {"name": name},
-                "webhooks": [hook("m.lifecycle.steer.io", "/mutate")],
+                "webhooks": [hook("m.lifecycle.kube-steer.github.io", "/mutate")],
             },
         )
         made.append(name)
@@ -122,8 +122,8 @@ def webhook_configs(admin: KubeJson) -> Iterator[Callable[..., str]]:
             body={
                 "metadata": {"name": name},
                 "webhooks": [
-                    hook("v1.lifecycle.steer.io", "/validate"),
-                    hook("v2.lifecycle.steer.io", "/validate/security"),
+                    hook("v1.lifecycle.kube-steer.github.io", "/validate"),
+                    hook("v2.lifecycle.kube-steer.github.io", "/validate/security"),
                 ],
             },
         )
@@ -215,9 +215,9 @@ def test_rotate_creates_the_secret_patches_ca_bundles_and_then_changes_nothing(
     ca = CaStore(ca_dir).load()
     bundle = base64.b64encode(ca.cert_pem).decode()
     assert bundles(admin, name) == {
-        "m.lifecycle.steer.io": bundle,
-        "v1.lifecycle.steer.io": bundle,
-        "v2.lifecycle.steer.io": bundle,
+        "m.lifecycle.kube-steer.github.io": bundle,
+        "v1.lifecycle.kube-steer.github.io": bundle,
+        "v2.lifecycle.kube-steer.github.io": bundle,
     }
     secret, cert = serving(admin, ns)
     assert secret["type"] == "kubernetes.io/tls"
@@ -377,12 +377,12 @@ def test_the_apiserver_calls_the_webhook_serving_the_rotated_certificate(
 NODES = ("lifecycle-1", "lifecycle-2", "lifecycle-3")
 FOREIGN_LABELS = {
     "team.example.com/owner": "ml",
-    "steer.io/not-ours": "1",  # our prefix, a key we never wrote
-    "steer.io.example.com/util": "7",  # a look-alike prefix
+    "kube-steer.github.io/not-ours": "1",  # our prefix, a key we never wrote
+    "kube-steer.github.io.example.com/util": "7",  # a look-alike prefix
 }
 FOREIGN_ANNOTATIONS = {
     "team.example.com/note": "hands off",
-    "steer.io/not-ours": '{"labels":["steer.io/util"]}',
+    "kube-steer.github.io/not-ours": '{"labels":["kube-steer.github.io/util"]}',
     "example.com/managed": '{"labels":["team.example.com/owner"],"taints":[]}',
 }
 FOREIGN_TAINTS = [
@@ -490,24 +490,24 @@ def test_cleanup_after_real_cycles_leaves_foreign_keys_byte_identical_and_none_o
         control_plane, policy, prom.url, tmp_path, extra_args=["--no-leader-election"]
     ) as scorer:
         scorer.wait_ready()
-        wait_until("the scorer wrote every kind of key", lambda: written(admin, "steer.io/"))
+        wait_until("the scorer wrote every kind of key", lambda: written(admin, "kube-steer.github.io/"))
     kubeconfig = str(control_plane.kubeconfig)
 
     dry = steer(
         "scorer", "cleanup", "--policy", str(policy), "--kubeconfig", kubeconfig, "--dry-run"
     )
     assert dry.returncode == 0, dry.stderr
-    assert "dry run: 3 of" in dry.stdout and "would remove labels steer.io/" in dry.stdout
-    assert written(admin, "steer.io/")
+    assert "dry run: 3 of" in dry.stdout and "would remove labels kube-steer.github.io/" in dry.stdout
+    assert written(admin, "kube-steer.github.io/")
 
     done = steer("scorer", "cleanup", "--policy", str(policy), "--kubeconfig", kubeconfig)
     assert done.returncode == 0, done.stderr + done.stdout
     assert f"{NODES[2]}: removed labels " in done.stdout
-    assert "taints steer.io/gpu-hot" in done.stdout
-    assert "resources steer.io/limits-0pct-cpu" in done.stdout
+    assert "taints kube-steer.github.io/gpu-hot" in done.stdout
+    assert "resources kube-steer.github.io/limits-0pct-cpu" in done.stdout
     for name in NODES:
         node = admin.request("GET", node_path(name))
-        assert ours(node, "steer.io/") == {
+        assert ours(node, "kube-steer.github.io/") == {
             "labels": [],
             "annotations": [],
             "taints": [],
@@ -533,18 +533,18 @@ def test_a_label_prefix_change_takes_the_old_prefix_off_every_node(
         control_plane, policy, prom.url, tmp_path, extra_args=["--no-leader-election"]
     ) as scorer:
         scorer.wait_ready()
-        wait_until("keys under steer.io/", lambda: written(admin, "steer.io/"))
+        wait_until("keys under kube-steer.github.io/", lambda: written(admin, "kube-steer.github.io/"))
         # The running scorer hot-reloads the policy with the new prefix.
         policy.write_text(lifecycle_policy(NEW_PREFIX))
 
         def moved() -> bool:
-            old = [ours(admin.request("GET", node_path(n)), "steer.io/") for n in NODES]
+            old = [ours(admin.request("GET", node_path(n)), "kube-steer.github.io/") for n in NODES]
             return written(admin, NEW_PREFIX) and all(not any(o.values()) for o in old)
 
         wait_until("old prefix retired, new one written", moved, timeout_s=45)
     for name in NODES:
         node = admin.request("GET", node_path(name))
-        # Foreign keys (including the steer.io/not-ours label and annotation) are still there.
+        # Foreign keys (including the kube-steer.github.io/not-ours label and annotation) are still there.
         for key, value in FOREIGN_LABELS.items():
             assert node["metadata"]["labels"][key] == value
         for key, value in FOREIGN_ANNOTATIONS.items():

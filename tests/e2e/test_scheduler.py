@@ -36,14 +36,14 @@ PROFILES = ROOT / "manifests" / "scheduler" / "profiles.yaml"
 POLICY = parse_policy((ROOT / "examples" / "policy.yaml").read_text())
 STEP = POLICY.spec.scoring.step
 BUCKETS = list(range(0, 101, STEP))
-SET_KEY = "e2e.steer.io/node-set"
+SET_KEY = "e2e.kube-steer.github.io/node-set"
 ZONES = ("zone-a", "zone-b", "zone-c", "zone-d")
 
 GPU_POD_SPEC = {"containers": [{"name": "c", "resources": {"limits": {GPU_RESOURCE: "1"}}}]}
 GPU_CLASS = classify_pod(POLICY, GPU_POD_SPEC)
 assert GPU_CLASS is not None and GPU_CLASS.scheduler_profile == "steer-binpack"
-SCORE_KEY = composite_key(POLICY, None)  # steer.io/score
-GPU_SCORE_KEY = composite_key(POLICY, GPU_CLASS)  # steer.io/score-gpu
+SCORE_KEY = composite_key(POLICY, None)  # kube-steer.github.io/score
+GPU_SCORE_KEY = composite_key(POLICY, GPU_CLASS)  # kube-steer.github.io/score-gpu
 
 
 def preferred_terms(pod_class: Any = None) -> list[dict[str, Any]]:

@@ -46,18 +46,18 @@ RATE = "sum by (instance) (rate(kepler_node_platform_joules_total[5m]))"
 UTIL = "DCGM_FI_DEV_GPU_UTIL"
 SCORER_MANIFEST = ROOT / "manifests" / "scorer" / "scorer.yaml"
 
-OBSERVED_AT = "steer.io/observed-at"
-MANAGED = "steer.io/managed"
-HOT_TAINT = {"key": "steer.io/gpu-hot", "value": "true", "effect": "NoSchedule"}
+OBSERVED_AT = "kube-steer.github.io/observed-at"
+MANAGED = "kube-steer.github.io/managed"
+HOT_TAINT = {"key": "kube-steer.github.io/gpu-hot", "value": "true", "effect": "NoSchedule"}
 
 FOREIGN_LABELS = {
     "team.example.com/owner": "ml",  # another prefix
-    "steer.io/not-ours": "1",  # our prefix, a key no rule owns
-    "steer.io.example.com/util": "7",  # a look-alike prefix with one of our names
+    "kube-steer.github.io/not-ours": "1",  # our prefix, a key no rule owns
+    "kube-steer.github.io.example.com/util": "7",  # a look-alike prefix with one of our names
 }
 FOREIGN_ANNOTATIONS = {
     "team.example.com/note": "hands off",
-    "steer.io/not-ours": '{"labels":["steer.io/util"]}',
+    "kube-steer.github.io/not-ours": '{"labels":["kube-steer.github.io/util"]}',
 }
 FOREIGN_TAINTS = [
     {
@@ -73,25 +73,25 @@ FOREIGN_TAINTS = [
 # util alone, overcommit-pct raw (node-2 runs no containers: no series, so no label).
 EXPECTED = {
     N1: {
-        "steer.io/util": "80",
-        "steer.io/power": "100",
-        "steer.io/score": "90",
-        "steer.io/score-gpu": "80",
-        "steer.io/overcommit-pct": "10",
+        "kube-steer.github.io/util": "80",
+        "kube-steer.github.io/power": "100",
+        "kube-steer.github.io/score": "90",
+        "kube-steer.github.io/score-gpu": "80",
+        "kube-steer.github.io/overcommit-pct": "10",
     },
     N2: {
-        "steer.io/util": "50",
-        "steer.io/power": "50",
-        "steer.io/score": "50",
-        "steer.io/score-gpu": "50",
+        "kube-steer.github.io/util": "50",
+        "kube-steer.github.io/power": "50",
+        "kube-steer.github.io/score": "50",
+        "kube-steer.github.io/score-gpu": "50",
     },
     N3: {
-        "steer.io/util": "10",
-        "steer.io/power": "0",
-        "steer.io/score": "0",
-        "steer.io/score-gpu": "10",
-        "steer.io/overcommit-pct": "0",
-        "steer.io/gpu-hot": "true",
+        "kube-steer.github.io/util": "10",
+        "kube-steer.github.io/power": "0",
+        "kube-steer.github.io/score": "0",
+        "kube-steer.github.io/score-gpu": "10",
+        "kube-steer.github.io/overcommit-pct": "0",
+        "kube-steer.github.io/gpu-hot": "true",
     },
 }
 OBSERVED_DIMENSIONS = {
@@ -184,7 +184,7 @@ def in_process_scorer(
 def owned(node: Mapping[str, Any]) -> dict[str, str]:
     labels = node["metadata"].get("labels") or {}
     return {
-        k: v for k, v in labels.items() if k.startswith("steer.io/") and k not in FOREIGN_LABELS
+        k: v for k, v in labels.items() if k.startswith("kube-steer.github.io/") and k not in FOREIGN_LABELS
     }
 
 
@@ -241,7 +241,7 @@ def test_a_cycle_writes_quantised_labels_and_annotations_and_no_foreign_key_chan
     after_first = get_nodes(admin)
     # gpu-hot is debounced (setAfterCycles: 2): after one cycle no condition label, no taint
     assert owned(after_first[N3]) == {
-        k: v for k, v in EXPECTED[N3].items() if k != "steer.io/gpu-hot"
+        k: v for k, v in EXPECTED[N3].items() if k != "kube-steer.github.io/gpu-hot"
     }
     assert after_first[N3]["spec"]["taints"] == FOREIGN_TAINTS
 
@@ -261,7 +261,7 @@ def test_a_cycle_writes_quantised_labels_and_annotations_and_no_foreign_key_chan
             assert at is not None and started - 2 <= at <= time.time() + 1, (name, text)
         assert annotation_json(node, MANAGED) == {
             "labels": sorted(EXPECTED[name]),
-            "taints": ["steer.io/gpu-hot"] if name == N3 else [],
+            "taints": ["kube-steer.github.io/gpu-hot"] if name == N3 else [],
         }
 
     # The real apiserver indexes what was written: label selectors find the nodes.
@@ -269,8 +269,8 @@ def test_a_cycle_writes_quantised_labels_and_annotations_and_no_foreign_key_chan
         found = admin.request("GET", node_path(), query={"labelSelector": selector})
         return [n["metadata"]["name"] for n in found["items"]]
 
-    assert selected("steer.io/score=90,team.example.com/owner=ml") == [N1]
-    assert selected("steer.io/gpu-hot=true") == [N3]
+    assert selected("kube-steer.github.io/score=90,team.example.com/owner=ml") == [N1]
+    assert selected("kube-steer.github.io/gpu-hot=true") == [N3]
 
 
 def test_labels_are_kept_within_the_ttl_then_withdrawn_with_their_taint(
@@ -313,9 +313,9 @@ def test_labels_are_kept_within_the_ttl_then_withdrawn_with_their_taint(
     stored = get_nodes(admin)
     # util, score-gpu (util alone) and the condition drawn from util go; the composite is
     # recomputed from power alone (node-1: 100, node-3: 0).
-    withdrawn = {"steer.io/util", "steer.io/score-gpu", "steer.io/gpu-hot"}
+    withdrawn = {"kube-steer.github.io/util", "kube-steer.github.io/score-gpu", "kube-steer.github.io/gpu-hot"}
     expected_n1 = {k: v for k, v in EXPECTED[N1].items() if k not in withdrawn}
-    expected_n1["steer.io/score"] = "100"
+    expected_n1["kube-steer.github.io/score"] = "100"
     expected_n3 = {k: v for k, v in EXPECTED[N3].items() if k not in withdrawn}
     assert owned(stored[N1]) == expected_n1
     assert owned(stored[N3]) == expected_n3
@@ -521,7 +521,7 @@ def test_two_scorer_processes_one_lease_one_writer_and_takeover_after_the_lease_
             print(f"scorer-b took over {took:.1f}s after scorer-a was killed")
             wait_until(
                 "scorer-b wrote node-2's new util label",
-                lambda: owned(admin.request("GET", node_path(N2)))["steer.io/util"] == "80",
+                lambda: owned(admin.request("GET", node_path(N2)))["kube-steer.github.io/util"] == "80",
             )
             assert metric(b, "steer_scorer_write_requests_total") >= 1
         finally:

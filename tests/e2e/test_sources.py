@@ -24,7 +24,7 @@ __all__ = ["admin", "scorer_user"]  # fixtures used below
 N1, N2, N3 = "src-1", "src-2", "src-3"
 
 POLICY = """\
-apiVersion: steer.io/v1alpha1
+apiVersion: kube-steer.github.io/v1alpha1
 kind: SteeringPolicy
 metadata: {name: sources}
 spec:
@@ -157,7 +157,7 @@ def test_kubernetes_and_http_dimensions_label_nodes(
     def labels(name: str) -> dict[str, str]:
         found = admin.request("GET", node_path(name))["metadata"].get("labels") or {}
         return {
-            k.removeprefix("steer.io/"): v for k, v in found.items() if k.startswith("steer.io/")
+            k.removeprefix("kube-steer.github.io/"): v for k, v in found.items() if k.startswith("kube-steer.github.io/")
         }
 
     want = {
