@@ -103,6 +103,38 @@ class ManagedRecord:
         return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
 
+_RECORD_FIELDS = frozenset({"labels", "taints", "resources"})
+
+
+def recorded_prefixes(node: NodeState) -> tuple[str, ...]:
+    """The label prefixes under which the node carries a managed record, sorted."""
+    found = []
+    for key, text in node.annotations.items():
+        if not key.endswith(MANAGED_SUFFIX):
+            continue
+        prefix = key[: -len(MANAGED_SUFFIX)]
+        if _is_record(prefix, text):
+            found.append(prefix)
+    return tuple(sorted(found))
+
+
+def _is_record(prefix: str, text: str) -> bool:
+    if "/" not in prefix:
+        return False  # a label prefix always has a domain part
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return False
+    if not isinstance(data, dict) or not data or not set(data) <= _RECORD_FIELDS:
+        return False
+    for entries in data.values():
+        if not isinstance(entries, list):
+            return False
+        if not all(isinstance(e, str) and e.startswith(prefix) for e in entries):
+            return False
+    return True
+
+
 class DataStatus(StrEnum):
     FRESH = "fresh"  # observed in this cycle's reading
     RETAINED = "retained"  # observed earlier, still within the TTL
@@ -548,7 +580,7 @@ def _plan_node(
     conditions: dict[str, ConditionState] = {}
     desired_taints: list[Taint] = []
     for r in layout.rules:
-        state, counter = _condition(r, node, dims, memory)
+        state, counter = _condition(r, node, dims, memory, layout.policy.spec.label_prefix)
         conditions[r.rule.name] = state
         counters[(r.rule.name, node.name)] = counter
         if state.active:
@@ -754,20 +786,39 @@ def _score_dimension(
     )
 
 
+def _carries_condition(node: NodeState, key: str, rule_name: str, prefix: str) -> bool:
+    """Whether the node carries a taint rule's condition (its taint, or its label `true`) under
+    `key`, or under an earlier prefix whose managed record lists that key."""
+
+    def on(k: str) -> bool:
+        return any(t.key == k for t in node.taints) or node.labels.get(k) == CONDITION_VALUE
+
+    if on(key):
+        return True
+    for old in recorded_prefixes(node):
+        if old == prefix:
+            continue
+        record = ManagedRecord.parse(node.annotations.get(old + MANAGED_SUFFIX))
+        if (old + rule_name) in record.labels | record.taints and on(old + rule_name):
+            return True
+    return False
+
+
 def _condition(
     r: _RuleLayout,
     node: NodeState,
     dims: Mapping[str, DimensionScore],
     memory: ScorerMemory,
+    prefix: str,
 ) -> tuple[ConditionState, TaintCounter]:
     rule = r.rule
     entry = dims[rule.condition.dimension]
     previous = memory.counters.get((rule.name, node.name))
     if previous is None:
-        # Continue from what the node carries (a restart or a new leader must not drop taints).
-        carried = (
-            any(t.key == r.key for t in node.taints) or node.labels.get(r.key) == CONDITION_VALUE
-        )
+        # Continue from what the node carries (a restart or a new leader must not drop taints),
+        # also under an earlier labelPrefix whose record lists the rule's key (an upgrade or a
+        # prefix change must not lift an `unhealthy` taint for the cycles it takes to set).
+        carried = _carries_condition(node, r.key, rule.name, prefix)
         previous = TaintCounter(active=carried)
     observed = entry.raw if rule.condition.source == "raw" else entry.score
     holds: bool | None = None

@@ -19,7 +19,6 @@ prefix), so an unrelated annotation ending in `managed` is left alone.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -32,41 +31,11 @@ from scorer.plan import (
     NodePlan,
     managed_key,
     observed_at_key,
+    recorded_prefixes,
 )
 from steer.core.budget import owned_resources
 from steer.core.policy import Policy
 from steer.core.steering import owned_label_keys, owned_taint_keys
-
-_RECORD_FIELDS = frozenset({"labels", "taints", "resources"})
-
-
-def recorded_prefixes(node: NodeState) -> tuple[str, ...]:
-    """The label prefixes under which the node carries a managed record, sorted."""
-    found = []
-    for key, text in node.annotations.items():
-        if not key.endswith(MANAGED_SUFFIX):
-            continue
-        prefix = key[: -len(MANAGED_SUFFIX)]
-        if _is_record(prefix, text):
-            found.append(prefix)
-    return tuple(sorted(found))
-
-
-def _is_record(prefix: str, text: str) -> bool:
-    if "/" not in prefix:
-        return False  # a label prefix always has a domain part
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return False
-    if not isinstance(data, dict) or not data or not set(data) <= _RECORD_FIELDS:
-        return False
-    for entries in data.values():
-        if not isinstance(entries, list):
-            return False
-        if not all(isinstance(e, str) and e.startswith(prefix) for e in entries):
-            return False
-    return True
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ spec:
     - name: util
       query: avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL)
       nodeLabel: Hostname
+      unit: pct
       direction: lowerIsBetter
       normalization: {method: fixed, min: 0, max: 100}
       weight: 3

@@ -75,7 +75,9 @@ def test_label_selector_supports_equality_and_existence(
     assert [n.metadata.name for n in zone_a.items] == ["worker-1", "worker-4", "worker-7"]
     scored = core.list_node(label_selector="kube-steer.github.io/score,kubernetes.io/os==linux")
     assert [n.metadata.name for n in scored.items] == ["worker-2"]
-    unscored = core.list_node(label_selector="!kube-steer.github.io/score,topology.kubernetes.io/zone!=zone-a")
+    unscored = core.list_node(
+        label_selector="!kube-steer.github.io/score,topology.kubernetes.io/zone!=zone-a"
+    )
     assert [n.metadata.name for n in unscored.items] == ["worker-3", "worker-5", "worker-6"]
 
 
@@ -94,7 +96,9 @@ def test_client_patches_a_dict_body_as_strategic_merge(
     apistub: ApiStub, core: client.CoreV1Api
 ) -> None:
     apistub.clear_requests()
-    node = core.patch_node("worker-1", {"metadata": {"labels": {"kube-steer.github.io/score": "80"}}})
+    node = core.patch_node(
+        "worker-1", {"metadata": {"labels": {"kube-steer.github.io/score": "80"}}}
+    )
     assert node.metadata.labels["kube-steer.github.io/score"] == "80"
     assert node.metadata.labels["kubernetes.io/hostname"] == "worker-1"  # merged, not replaced
     [request] = apistub.requests
@@ -154,7 +158,11 @@ def test_no_op_patch_keeps_the_resource_version(apistub: ApiStub, core: client.C
 
 def test_json_patch_guarded_by_resource_version(core: client.CoreV1Api) -> None:
     rv = core.read_node("worker-1").metadata.resource_version
-    taint = {"key": "kube-steer.github.io/energy-emergency", "value": "true", "effect": "PreferNoSchedule"}
+    taint = {
+        "key": "kube-steer.github.io/energy-emergency",
+        "value": "true",
+        "effect": "PreferNoSchedule",
+    }
     ops = [
         {"op": "test", "path": "/metadata/resourceVersion", "value": rv},
         {"op": "add", "path": "/spec/taints", "value": [taint]},
@@ -197,7 +205,7 @@ def test_server_side_apply_owns_the_labels_it_applied(
             _content_type="application/apply-patch+yaml",
         )
 
-    apply({"kube-steer.github.io/score": "40", "kube-steer.github.io/score-gpu": "20"})
+    apply({"kube-steer.github.io/score": "40", "kube-steer.github.io/score-class-gpu": "20"})
     assert apistub.requests[-1].content_type == "application/apply-patch+yaml"
     applied = apply({"kube-steer.github.io/score": "50"})
     assert apply({"kube-steer.github.io/score": "50"}).metadata.resource_version == (
@@ -205,7 +213,9 @@ def test_server_side_apply_owns_the_labels_it_applied(
     )  # the same apply again is no write
     labels = _labels(apistub, "worker-1")
     assert labels["kube-steer.github.io/score"] == "50"
-    assert "kube-steer.github.io/score-gpu" not in labels  # applied before, left out now: removed
+    assert (
+        "kube-steer.github.io/score-class-gpu" not in labels
+    )  # applied before, left out now: removed
     assert labels["kubernetes.io/hostname"] == "worker-1"  # not ours: untouched
 
 
@@ -406,7 +416,9 @@ def test_namespaces_carry_their_name_label_and_take_label_patches(
 ) -> None:
     core = client.CoreV1Api(kube_client)
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="team-a")))
-    core.patch_namespace("team-a", {"metadata": {"labels": {"kube-steer.github.io/tenant": "dept-a"}}})
+    core.patch_namespace(
+        "team-a", {"metadata": {"labels": {"kube-steer.github.io/tenant": "dept-a"}}}
+    )
     opted_in = core.list_namespace(label_selector="kube-steer.github.io/tenant=dept-a")
     [ns] = opted_in.items
     assert ns.metadata.labels == {

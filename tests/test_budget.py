@@ -186,7 +186,10 @@ def test_pod_share_reads_pool_requests_of_the_mutated_pod() -> None:
     pod = _pod(("1", "1050m"), ("1Gi", "1Gi"))
     mutated = jsonpatch.apply_patch(pod, list(mutate_pod(plan, pod, policy.spec.tenants[0]).ops))
     share = pod_share(policy, mutated["spec"])
-    assert share.pools == {"kube-steer.github.io/limits-5pct-cpu", "kube-steer.github.io/limits-5pct-memory"}
+    assert share.pools == {
+        "kube-steer.github.io/limits-5pct-cpu",
+        "kube-steer.github.io/limits-5pct-memory",
+    }
     assert share.limits.units() == {"cpu": 1050, "memory": 1024}
 
 
@@ -199,7 +202,9 @@ def test_mutation_adds_pools_label_and_anti_affinity_once() -> None:
     out = jsonpatch.apply_patch(pod, list(mutation.ops))
     resources = out["spec"]["containers"][0]["resources"]
     assert resources["requests"]["kube-steer.github.io/limits-5pct-cpu"] == "1050"
-    assert resources["limits"]["kube-steer.github.io/limits-5pct-cpu"] == "1050"  # extended: limit == request
+    assert (
+        resources["limits"]["kube-steer.github.io/limits-5pct-cpu"] == "1050"
+    )  # extended: limit == request
     assert resources["requests"]["cpu"] == "1"  # the pod's own resources are untouched
     assert out["metadata"]["labels"] == {"kube-steer.github.io/burst": "5"}
     assert {"budget:pool", "budget:burst-label"} <= set(mutation.added)
@@ -228,7 +233,10 @@ def test_labels_enforcement_leaves_pods_alone() -> None:
     plan = MutationPlan.from_policy(policy)
     pod = _pod(("1", "1050m"), ("1Gi", "1Gi"))
     out = jsonpatch.apply_patch(pod, list(mutate_pod(plan, pod, policy.spec.tenants[0]).ops))
-    assert "kube-steer.github.io/limits-5pct-cpu" not in out["spec"]["containers"][0]["resources"]["requests"]
+    assert (
+        "kube-steer.github.io/limits-5pct-cpu"
+        not in out["spec"]["containers"][0]["resources"]["requests"]
+    )
     assert "labels" not in out["metadata"]
 
 

@@ -6,6 +6,7 @@ import pytest
 import yaml
 
 from steer.core.policy import PolicyError, parse_policy
+from steer.core.steering import composites, dimension_key, reserved_key
 from tests.conftest import EXAMPLE_POLICY
 
 
@@ -139,8 +140,68 @@ def test_long_dimension_name_breaks_the_63_byte_label_rule() -> None:
     doc["spec"]["scoring"]["compositeDimensions"].remove("power")
     issues = _issues(doc)
     assert issues == [
-        f"spec.dimensions[3].name: label key 'kube-steer.github.io/{'x' * 70}' is invalid: name part must be no more than 63 bytes"
+        f"spec.dimensions[3].name: label key 'kube-steer.github.io/score-{'x' * 70}' is invalid: name part must be no more than 63 bytes"
     ]
+
+
+def test_the_label_contract_names_scores_and_raw_values_apart() -> None:
+    policy = parse_policy(EXAMPLE_POLICY.read_text())
+    assert policy.spec.label_prefix == "kube-steer.github.io/"
+    keys = {d.name: dimension_key(policy, d) for d in policy.spec.dimensions}
+    assert keys["gpu-util"] == "kube-steer.github.io/score-gpu-util"
+    assert keys["power"] == "kube-steer.github.io/score-power"
+    # A raw value keeps its name, which ends with its unit.
+    assert keys["overcommit-pct"] == "kube-steer.github.io/overcommit-pct"
+    assert policy.dimension("overcommit-pct").raw_unit == "pct"
+    assert policy.dimension("power").raw_unit == "watts"
+    assert [key for _, key in composites(policy)] == [
+        "kube-steer.github.io/score",
+        "kube-steer.github.io/score-class-gpu",
+    ]
+    assert reserved_key(policy, policy.spec.pod_classes[0]) == (
+        "kube-steer.github.io/reserved-for-gpu"
+    )
+
+
+def test_a_raw_label_must_end_with_its_unit() -> None:
+    doc = _doc()
+    doc["spec"]["dimensions"][3]["publish"] = "raw"  # power, published as raw watts
+    doc["spec"]["dimensions"][2]["unit"] = "Ratio!"
+    doc["spec"]["scoring"]["compositeDimensions"].remove("power")
+    issues = _issues(doc)
+    assert issues == [
+        "spec.dimensions[2].unit: must be one lower-case word such as pct, watts, gpus or ratio, got 'Ratio!'",
+        "spec.dimensions[3].name: publish: raw writes the value itself as label 'power', so the "
+        "name must end with its unit (e.g. 'power-watts') and read apart from the 0..100 scores, "
+        "got 'power'",
+    ]
+    doc["spec"]["dimensions"][2]["unit"] = "ratio"
+    doc["spec"]["dimensions"][3]["name"] = "power-watts"
+    doc["spec"]["scoring"]["compositeDimensions"] = ["health"]
+    doc["spec"]["clusterScores"]["scores"][3]["dimension"] = "power-watts"
+    policy = parse_policy(yaml.safe_dump(doc))
+    power = policy.dimension("power-watts")
+    assert dimension_key(policy, power) == "kube-steer.github.io/power-watts"
+    assert power.raw_unit == "watts"
+
+
+def test_a_dimension_may_not_take_a_composite_label() -> None:
+    doc = _doc()
+    doc["spec"]["dimensions"][3]["name"] = "class-gpu"  # score-class-gpu: the GPU composite
+    doc["spec"]["scoring"]["compositeDimensions"] = ["health"]
+    doc["spec"]["clusterScores"]["scores"][3]["dimension"] = "class-gpu"
+    issues = _issues(doc)
+    assert issues == [
+        "spec.dimensions[3].name: label 'kube-steer.github.io/score-class-gpu' would be written by two rules",
+        "spec.podClasses[0].name: label 'kube-steer.github.io/score-class-gpu' would be written by two rules",
+    ]
+
+
+def test_a_policy_under_the_former_api_version_still_loads() -> None:
+    text = EXAMPLE_POLICY.read_text().replace(
+        "apiVersion: kube-steer.github.io/v1alpha1", "apiVersion: steer.io/v1alpha1"
+    )
+    assert parse_policy(text).doc.api_version == "kube-steer.github.io/v1alpha1"
 
 
 def test_fixed_normalization_needs_ordered_bounds() -> None:
@@ -264,7 +325,9 @@ def test_example_dept_b_covers_opted_in_namespaces_only() -> None:
         {"matchLabels": {"tenant": "dept-b", "kube-steer.github.io/enabled": "true"}},
         {
             "matchLabels": {"tenant": "dept-b"},
-            "matchExpressions": [{"key": "kube-steer.github.io/enabled", "operator": "In", "values": ["true"]}],
+            "matchExpressions": [
+                {"key": "kube-steer.github.io/enabled", "operator": "In", "values": ["true"]}
+            ],
         },
     ],
 )

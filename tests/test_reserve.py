@@ -51,7 +51,7 @@ def test_scorer_labels_reserved_nodes_from_allocatable_without_any_metric() -> N
     policy = _policy()
     nodes = [_node("gpu-1", "8"), _node("cpu-1", None), _node("gpu-0", "0")]
     plan, _ = plan_cycle(policy, nodes, {}, ScorerMemory(), now=1000.0)
-    key = "kube-steer.github.io/reserved-gpu"
+    key = "kube-steer.github.io/reserved-for-gpu"
     assert key in owned_label_keys(policy)
     assert plan.node("gpu-1").label_changes == {key: "true"}
     assert key not in plan.node("cpu-1").labels
@@ -59,11 +59,13 @@ def test_scorer_labels_reserved_nodes_from_allocatable_without_any_metric() -> N
 
 
 def test_reserved_label_is_withdrawn_when_the_class_stops_reserving() -> None:
-    key = "kube-steer.github.io/reserved-gpu"
+    key = "kube-steer.github.io/reserved-for-gpu"
     labelled = NodeState(
         name="gpu-1",
         labels={key: "true"},
-        annotations={"kube-steer.github.io/managed": '{"labels":["kube-steer.github.io/reserved-gpu"]}'},
+        annotations={
+            "kube-steer.github.io/managed": '{"labels":["kube-steer.github.io/reserved-for-gpu"]}'
+        },
         allocatable={"nvidia.com/gpu": "8"},
     )
     plan, _ = plan_cycle(_policy("none"), [labelled], {}, ScorerMemory(), now=1000.0)
@@ -76,18 +78,23 @@ def test_prefer_steers_other_pods_off_reserved_nodes_by_the_largest_weight() -> 
     other = class_preferences(policy, None)
     away = [t for t in other if t.operator == "DoesNotExist"]
     assert [(t.key, t.weight) for t in away] == [
-        ("kube-steer.github.io/reserved-gpu", 100),
-        ("kube-steer.github.io/reserved-gpu", 10),
+        ("kube-steer.github.io/reserved-for-gpu", 100),
+        ("kube-steer.github.io/reserved-for-gpu", 10),
     ]
     assert away[0].to_k8s() == {
         "weight": 100,
         "preference": {
-            "matchExpressions": [{"key": "kube-steer.github.io/reserved-gpu", "operator": "DoesNotExist"}]
+            "matchExpressions": [
+                {"key": "kube-steer.github.io/reserved-for-gpu", "operator": "DoesNotExist"}
+            ]
         },
     }
     # The worst unreserved node still outranks the best reserved one for a CPU pod...
     cpu_node = {"kube-steer.github.io/score": "0"}
-    gpu_node = {"kube-steer.github.io/score": "100", "kube-steer.github.io/reserved-gpu": "true"}
+    gpu_node = {
+        "kube-steer.github.io/score": "100",
+        "kube-steer.github.io/reserved-for-gpu": "true",
+    }
     assert preference_weight(cpu_node, other) > preference_weight(gpu_node, other)
     # ...while the class's own pods are not pushed off their nodes.
     assert all(t.operator == "In" for t in class_preferences(policy, gpu))
@@ -98,7 +105,7 @@ def test_require_excludes_reserved_nodes_for_other_pods_only() -> None:
     policy = _policy("require")
     gpu = policy.spec.pod_classes[0]
     rules = {r.rule: r for r in required_rules(policy, None, None)}
-    assert not rules["reserved:gpu"].matches({"kube-steer.github.io/reserved-gpu": "true"})
+    assert not rules["reserved:gpu"].matches({"kube-steer.github.io/reserved-for-gpu": "true"})
     assert rules["reserved:gpu"].matches({})
     assert "reserved:gpu" not in {r.rule for r in required_rules(policy, None, gpu)}
     assert all(t.operator == "In" for t in class_preferences(policy, None))
@@ -127,7 +134,8 @@ def test_a_gpu_dimension_no_longer_ranks_gpu_nodes_first_for_cpu_pods() -> None:
     )
     plan, _ = plan_cycle(policy, nodes, readings, ScorerMemory(), now=1000.0)
     assert (
-        plan.node("gpu-1").labels["kube-steer.github.io/score"] == plan.node("cpu-1").labels["kube-steer.github.io/score"]
+        plan.node("gpu-1").labels["kube-steer.github.io/score"]
+        == plan.node("cpu-1").labels["kube-steer.github.io/score"]
     )
 
 
@@ -190,7 +198,7 @@ def test_a_node_with_a_taint_the_class_avoids_is_not_reserved() -> None:
     off it would waste it; it loses the reserved label once the taint is on, and gets it back
     when the taint clears."""
     policy = _policy()
-    key = "kube-steer.github.io/reserved-gpu"
+    key = "kube-steer.github.io/reserved-for-gpu"
     nodes = [_node("gpu-1", "8"), _node("gpu-5", "8")]
     memory = ScorerMemory()
     hot = {"gpu-1": 0.0, "gpu-5": 95.0}
@@ -215,13 +223,22 @@ def test_the_hot_node_penalty_spares_the_composite_of_a_bin_packing_class() -> N
     readings = _gpu_readings(policy, nodes, {"gpu-1": 0.0, "gpu-2": 0.0}, 1000)
     plan, _ = plan_cycle(policy, nodes, readings, ScorerMemory(), 1000, hot={"gpu-1": 4})
     one, two = plan.node("gpu-1"), plan.node("gpu-2")
-    assert int(one.labels["kube-steer.github.io/score"]) < int(two.labels["kube-steer.github.io/score"])
-    assert one.labels["kube-steer.github.io/score-gpu"] == two.labels["kube-steer.github.io/score-gpu"] == "100"
+    assert int(one.labels["kube-steer.github.io/score"]) < int(
+        two.labels["kube-steer.github.io/score"]
+    )
+    assert (
+        one.labels["kube-steer.github.io/score-class-gpu"]
+        == two.labels["kube-steer.github.io/score-class-gpu"]
+        == "100"
+    )
     by_key = {c.key: c for c in one.composites}
-    assert by_key["kube-steer.github.io/score"].penalty == 20 and by_key["kube-steer.github.io/score-gpu"].penalty == 0
+    assert (
+        by_key["kube-steer.github.io/score"].penalty == 20
+        and by_key["kube-steer.github.io/score-class-gpu"].penalty == 0
+    )
     # A class on the spread profile is penalised like the default composite.
     doc: dict[str, Any] = yaml.safe_load(EXAMPLE_POLICY.read_text())
     doc["spec"]["podClasses"][0]["schedulerProfile"] = "steer-spread"
     spread = parse_policy(yaml.safe_dump(doc))
     plan, _ = plan_cycle(spread, nodes, readings, ScorerMemory(), 1000, hot={"gpu-1": 4})
-    assert plan.node("gpu-1").labels["kube-steer.github.io/score-gpu"] == "80"
+    assert plan.node("gpu-1").labels["kube-steer.github.io/score-class-gpu"] == "80"

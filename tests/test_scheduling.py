@@ -45,16 +45,25 @@ HOT = Taint("kube-steer.github.io/gpu-hot", "true", "NoSchedule")
         ({"operator": "Exists"}, True),  # empty key + Exists: every taint
         ({"key": "kube-steer.github.io/gpu-hot", "operator": "Exists"}, True),
         ({"key": "kube-steer.github.io/gpu-hot", "operator": "Equal", "value": "true"}, True),
-        ({"key": "kube-steer.github.io/gpu-hot", "value": "true"}, True),  # operator defaults to Equal
+        (
+            {"key": "kube-steer.github.io/gpu-hot", "value": "true"},
+            True,
+        ),  # operator defaults to Equal
         ({"key": "kube-steer.github.io/gpu-hot", "value": "false"}, False),
-        ({"key": "kube-steer.github.io/gpu-hot", "operator": "Exists", "effect": "NoExecute"}, False),
+        (
+            {"key": "kube-steer.github.io/gpu-hot", "operator": "Exists", "effect": "NoExecute"},
+            False,
+        ),
         ({"key": "kube-steer.github.io/gpu-hot", "value": "true", "effect": "NoSchedule"}, True),
         ({"operator": "Exists", "effect": "NoSchedule"}, True),
         ({"key": "other", "operator": "Exists"}, False),
         # Lt/Gt need an alpha feature gate: without it they tolerate nothing, whatever the value.
         ({"key": "kube-steer.github.io/gpu-hot", "operator": "Gt", "value": "true"}, False),
         ({"key": "kube-steer.github.io/gpu-hot", "operator": "Lt", "value": "1"}, False),
-        ({"key": "kube-steer.github.io/gpu-hot", "operator": "exists"}, False),  # operators are case-sensitive
+        (
+            {"key": "kube-steer.github.io/gpu-hot", "operator": "exists"},
+            False,
+        ),  # operators are case-sensitive
     ],
 )
 def test_tolerates_follows_toleration_tolerates_taint(
@@ -156,7 +165,9 @@ PLAN = MutationPlan.from_policy(POLICY)
 KEYS = ("kube-steer.github.io/gpu-hot", "kube-steer.github.io/unhealthy", "dedicated", "")
 expressions = st.fixed_dictionaries(
     {
-        "key": st.sampled_from(("kube-steer.github.io/overcommit-pct", "zone", "kube-steer.github.io/reserved-gpu")),
+        "key": st.sampled_from(
+            ("kube-steer.github.io/overcommit-pct", "zone", "kube-steer.github.io/reserved-for-gpu")
+        ),
         "operator": st.sampled_from(("In", "NotIn", "Exists", "DoesNotExist", "Lt")),
     },
     optional={"values": st.lists(st.sampled_from(("1", "6", "a")), min_size=1, max_size=2)},
@@ -242,7 +253,12 @@ def test_explain_counts_the_toleration_the_webhook_injects() -> None:
     result = explain_pod(TOLERANT, None, [_hot_node()], _cpu_pod(), tenant)
     assert [v.node for v in result.allowed] == ["hot"]
     assert result.to_dict()["injectedTolerations"] == [
-        {"key": "kube-steer.github.io/gpu-hot", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
+        {
+            "key": "kube-steer.github.io/gpu-hot",
+            "operator": "Equal",
+            "value": "true",
+            "effect": "NoSchedule",
+        }
     ]
     outside = explain_pod(TOLERANT, None, [_hot_node()], _cpu_pod(), OPTED_IN)
     assert [e.rule for e in outside.excluded[0].exclusions] == [

@@ -192,7 +192,9 @@ def test_only_pools_we_published_are_removed() -> None:
 def test_turning_enforcement_off_withdraws_our_pools_only() -> None:
     node = node_state(
         allocatable={**EMPTY, "example.com/dongle": "4"},
-        record=ManagedRecord(labels=frozenset({"kube-steer.github.io/util"}), resources=frozenset(EMPTY)),
+        record=ManagedRecord(
+            labels=frozenset({"kube-steer.github.io/score-util"}), resources=frozenset(EMPTY)
+        ),
     )
     plan = plan_one(node, {}, budget_policy("labels"))
     assert plan.resource_changes == dict.fromkeys(EMPTY)
@@ -208,13 +210,15 @@ def test_foreign_resources_never_appear_in_a_plan() -> None:
 
 
 def test_managed_record_stays_backward_compatible() -> None:
-    old = '{"labels":["kube-steer.github.io/util"],"taints":["kube-steer.github.io/gpu-hot"]}'
+    old = '{"labels":["kube-steer.github.io/score-util"],"taints":["kube-steer.github.io/gpu-hot"]}'
     record = ManagedRecord.parse(old)
     assert record.resources == frozenset()
     assert record.text() == old  # a node without pools keeps the exact same annotation
-    new = ManagedRecord(labels=frozenset({"kube-steer.github.io/util"}), resources=frozenset({CPU5}))
+    new = ManagedRecord(
+        labels=frozenset({"kube-steer.github.io/score-util"}), resources=frozenset({CPU5})
+    )
     assert json.loads(new.text() or "") == {
-        "labels": ["kube-steer.github.io/util"],
+        "labels": ["kube-steer.github.io/score-util"],
         "taints": [],
         "resources": [CPU5],
     }
@@ -619,7 +623,11 @@ def test_explain_pod_names_the_pool_and_the_bursting_neighbours_that_exclude_a_n
 
     # dept-a, 6 cores bursting to 6.3: n1's 5 % cpu pool has 6400 - 1100 = 5300 free.
     a = explain_pod(
-        POLICY, cycle, nodes, _pod("6", "6300m"), {"tenant": "dept-a", "kube-steer.github.io/enabled": "true"}
+        POLICY,
+        cycle,
+        nodes,
+        _pod("6", "6300m"),
+        {"tenant": "dept-a", "kube-steer.github.io/enabled": "true"},
     )
     verdicts = {v.node: v for v in a.verdicts}
     (pool,) = verdicts["n1"].exclusions
@@ -633,13 +641,21 @@ def test_explain_pod_names_the_pool_and_the_bursting_neighbours_that_exclude_a_n
     assert verdicts["n3"].allowed
     # A smaller dept-a pod fits n1's pool.
     small = explain_pod(
-        POLICY, cycle, nodes, _pod("1", "1050m"), {"tenant": "dept-a", "kube-steer.github.io/enabled": "true"}
+        POLICY,
+        cycle,
+        nodes,
+        _pod("1", "1050m"),
+        {"tenant": "dept-a", "kube-steer.github.io/enabled": "true"},
     )
     assert {v.node for v in small.verdicts if v.allowed} == {"n1", "n3"}
 
     # dept-b (budget 0, not bursting): n1 holds a 5 % burst, which its anti-affinity refuses.
     b = explain_pod(
-        POLICY, cycle, nodes, _pod("100m", "100m"), {"tenant": "dept-b", "kube-steer.github.io/enabled": "true"}
+        POLICY,
+        cycle,
+        nodes,
+        _pod("100m", "100m"),
+        {"tenant": "dept-b", "kube-steer.github.io/enabled": "true"},
     )
     verdicts = {v.node: v for v in b.verdicts}
     assert [e.reason for e in verdicts["n1"].exclusions] == [

@@ -116,7 +116,11 @@ def test_the_pods_own_selector_and_required_terms_are_applied() -> None:
                         "weight": 100,
                         "preference": {
                             "matchExpressions": [
-                                {"key": "kube-steer.github.io/util", "operator": "In", "values": ["50"]}
+                                {
+                                    "key": "kube-steer.github.io/score-util",
+                                    "operator": "In",
+                                    "values": ["50"],
+                                }
                             ]
                         },
                     }
@@ -142,12 +146,34 @@ def test_node_views_carry_values_queries_and_pending_changes() -> None:
     assert c_row["taints"] == ["kube-steer.github.io/gpu-hot=true:NoSchedule"]
     detail = node_detail(POLICY, plan, "c")
     assert detail is not None
-    util = detail["dimensions"][0]
+    util, power, overcommit = detail["dimensions"]
     assert util["query"] == POLICY.dimension("util").query
     assert util["observedAt"] == "2027-01-15T08:00:01Z"
+    # The raw value and its unit beside the score label that says "higher is better".
+    assert (util["raw"], util["unit"], util["labelKey"], util["label"]) == (
+        95.0,
+        "pct",
+        "kube-steer.github.io/score-util",
+        "10",
+    )
+    assert (power["unit"], power["labelKey"]) == (None, "kube-steer.github.io/score-power")
+    assert (overcommit["unit"], overcommit["labelKey"]) == (
+        "pct",
+        "kube-steer.github.io/overcommit-pct",
+    )
+    assert [d["unit"] for d in table["dimensions"]] == ["pct", None, "pct"]
     assert detail["conditions"][0]["active"] is True
     assert detail["policyVersion"] == POLICY.version
     assert node_detail(POLICY, plan, "nope") is None
-    text = plan_table(plan, POLICY)
-    assert text.splitlines()[0].split() == ["NODE", "LABELS", "TAINTS", "CHANGES"]
-    assert "gpu-hot:NoSchedule" in text
+    lines = plan_table(plan, POLICY).splitlines()
+    readings = lines.index("NODE  util [pct]  power  overcommit-pct [pct]")
+    assert lines[readings + 3].split()[:2] == ["c", "95"]
+    assert (
+        "  score-<dimension>, score, score-class-<class>: 0..100, higher is better for placement"
+        in lines
+    )
+    labels = next(
+        i for i, line in enumerate(lines) if line.split() == ["NODE", "LABELS", "TAINTS", "CHANGES"]
+    )
+    assert lines[labels + 3].startswith("c ")
+    assert "score-util=10" in lines[labels + 3] and "gpu-hot:NoSchedule" in lines[labels + 3]

@@ -67,7 +67,10 @@ def test_bound_pods_lower_the_composite_before_the_next_cycle(
         scorer = Scorer(lambda: POLICY, NodeApi(kube), prometheus_url=prom.url, bindings=bindings)
         scorer.run_cycle()
         # (3 * util score 90 + power 50, the same on both nodes) / 4 = 80
-        assert apistub.get("nodes", "node-1")["metadata"]["labels"]["kube-steer.github.io/score"] == "80"
+        assert (
+            apistub.get("nodes", "node-1")["metadata"]["labels"]["kube-steer.github.io/score"]
+            == "80"
+        )
         assert scorer.refresh_hot() is None  # nothing bound yet
         watcher.start()
         try:
@@ -100,6 +103,8 @@ def test_bound_pods_lower_the_composite_before_the_next_cycle(
     assert result is not None and result.queries == 0
     node1 = apistub.get("nodes", "node-1")["metadata"]["labels"]
     assert node1["kube-steer.github.io/score"] == "60"  # 80 - 4 pods * 5 points
-    assert node1["kube-steer.github.io/util"] == "90"  # the measurement itself is unchanged
-    assert apistub.get("nodes", "node-2")["metadata"]["labels"]["kube-steer.github.io/score"] == "80"
+    assert node1["kube-steer.github.io/score-util"] == "90"  # the measurement itself is unchanged
+    assert (
+        apistub.get("nodes", "node-2")["metadata"]["labels"]["kube-steer.github.io/score"] == "80"
+    )
     assert result.plan.node("node-1").hot_pods == 4  # type: ignore[union-attr]

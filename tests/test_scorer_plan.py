@@ -45,20 +45,20 @@ def test_labels_match_hand_computed_values() -> None:
     # a = (240+100)/4 = 85 → 90, b = 50 → 50, c = (15+0)/4 = 3.75 → 0.
     # overcommit-pct: raw, rounded up to step 1, floored at 0 → 4 / 0 / 12.
     assert labels["a"] == {
-        "kube-steer.github.io/util": "80",
-        "kube-steer.github.io/power": "100",
+        "kube-steer.github.io/score-util": "80",
+        "kube-steer.github.io/score-power": "100",
         "kube-steer.github.io/overcommit-pct": "4",
         "kube-steer.github.io/score": "90",
-        "kube-steer.github.io/score-gpu": "80",
+        "kube-steer.github.io/score-class-gpu": "80",
     }
     assert labels["b"] == {
-        "kube-steer.github.io/util": "50",
-        "kube-steer.github.io/power": "50",
+        "kube-steer.github.io/score-util": "50",
+        "kube-steer.github.io/score-power": "50",
         "kube-steer.github.io/overcommit-pct": "0",
         "kube-steer.github.io/score": "50",
-        "kube-steer.github.io/score-gpu": "50",
+        "kube-steer.github.io/score-class-gpu": "50",
     }
-    assert labels["c"]["kube-steer.github.io/util"] == "10"
+    assert labels["c"]["kube-steer.github.io/score-util"] == "10"
     assert labels["c"]["kube-steer.github.io/score"] == "0"
     assert labels["c"]["kube-steer.github.io/overcommit-pct"] == "12"
     # the condition needs two cycles before the taint is set
@@ -126,7 +126,7 @@ def test_node_without_a_sample_gets_no_label_not_zero() -> None:
     )
     b = plan.node("b")
     assert b is not None
-    assert "kube-steer.github.io/util" not in b.labels
+    assert "kube-steer.github.io/score-util" not in b.labels
     assert "kube-steer.github.io/score" not in b.labels
     assert b.dimensions["util"].status is DataStatus.MISSING
     assert b.label_changes == {}
@@ -152,7 +152,7 @@ def test_composite_is_recomputed_without_a_withdrawn_dimension() -> None:
     b = plan.node("b")
     assert b is not None
     assert b.dimensions["power"].status is DataStatus.STALE
-    assert b.label_changes["kube-steer.github.io/power"] is None
+    assert b.label_changes["kube-steer.github.io/score-power"] is None
     assert b.labels["kube-steer.github.io/score"] == "40"  # util alone
     assert [d.dimension for d in plan.dimensions if d.stale] == ["power", "overcommit-pct"]
 
@@ -173,7 +173,9 @@ def test_prometheus_down_keeps_labels_until_the_ttl_then_withdraws_them() -> Non
     plan, memory = plan_cycle(POLICY, cluster, {}, memory, T0 + 62)
     cluster = apply_plan(POLICY, cluster, plan)
     node = cluster[0]
-    assert {k for k in node.labels if k.startswith("kube-steer.github.io/")} == {"kube-steer.github.io/not-ours"}
+    assert {k for k in node.labels if k.startswith("kube-steer.github.io/")} == {
+        "kube-steer.github.io/not-ours"
+    }
     assert node.taints == ()
     assert observed_times(POLICY, node) == {}
     assert dict(node.labels).items() >= FOREIGN.items()
@@ -193,11 +195,11 @@ def test_restart_carries_labels_by_their_annotation_until_the_ttl() -> None:
     plan, _ = plan_cycle(POLICY, cluster, {}, ScorerMemory(), T0 + 61)
     changes = plan.node("a").label_changes  # type: ignore[union-attr]
     assert set(changes) == {
-        "kube-steer.github.io/util",
-        "kube-steer.github.io/power",
+        "kube-steer.github.io/score-util",
+        "kube-steer.github.io/score-power",
         "kube-steer.github.io/overcommit-pct",
         "kube-steer.github.io/score",
-        "kube-steer.github.io/score-gpu",
+        "kube-steer.github.io/score-class-gpu",
     }
     assert set(changes.values()) == {None}
 
@@ -234,7 +236,7 @@ def test_hot_nodes_lose_composite_points_per_recent_pod() -> None:
     assert a is not None
     assert a.composites[0].penalty == 20
     assert a.labels["kube-steer.github.io/score"] == "70"  # 90 - 4 * 5
-    assert a.labels["kube-steer.github.io/util"] == "90"  # dimension labels are not penalised
+    assert a.labels["kube-steer.github.io/score-util"] == "90"  # dimension labels are not penalised
     assert hot.node("b").labels["kube-steer.github.io/score"] == "90"  # type: ignore[union-attr]
 
 
@@ -308,14 +310,22 @@ def test_noise_within_the_hysteresis_margin_writes_nothing(
 @given(
     foreign=st.dictionaries(
         st.sampled_from(
-            ["app", "kube-steer.github.io/other", "kube-steer.github.io/score-old", "kubernetes.io/os", "zone"]
+            [
+                "app",
+                "kube-steer.github.io/other",
+                "kube-steer.github.io/score-old",
+                "kubernetes.io/os",
+                "zone",
+            ]
         ),
         st.sampled_from(["1", "x", "true", "90"]),
     ),
     foreign_taints=st.lists(
         st.builds(
             Taint,
-            st.sampled_from(["dedicated", "kube-steer.github.io/maintenance", "node.kubernetes.io/not-ready"]),
+            st.sampled_from(
+                ["dedicated", "kube-steer.github.io/maintenance", "node.kubernetes.io/not-ready"]
+            ),
             st.sampled_from(["", "true"]),
             st.sampled_from(["NoSchedule", "NoExecute", "PreferNoSchedule"]),
         ),
@@ -360,5 +370,5 @@ def test_every_label_is_a_valid_bucket(power: dict[str, float]) -> None:
         POLICY, cluster, readings_for(POLICY, cluster, {"power": power}, T0), ScorerMemory(), T0
     )
     for node_plan in plan.nodes:
-        assert int(node_plan.labels["kube-steer.github.io/power"]) in range(0, 101, 10)
+        assert int(node_plan.labels["kube-steer.github.io/score-power"]) in range(0, 101, 10)
         assert int(node_plan.labels["kube-steer.github.io/score"]) in range(0, 101, 10)

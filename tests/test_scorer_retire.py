@@ -66,14 +66,20 @@ def _node(prefix: str = "kube-steer.github.io/", **extra_annotations: str) -> No
 def test_only_records_written_the_scorers_way_are_recognised() -> None:
     node = _node("old.example/steer-")
     assert recorded_prefixes(node) == ("old.example/steer-",)
-    assert recorded_prefixes(_node(**{"x.io/managed": _record(["y.io/a"], [])})) == ("kube-steer.github.io/",)
+    assert recorded_prefixes(_node(**{"x.io/managed": _record(["y.io/a"], [])})) == (
+        "kube-steer.github.io/",
+    )
     assert recorded_prefixes(_node(**{"x.io/managed": "not json"})) == ("kube-steer.github.io/",)
 
 
 def test_cleanup_removes_every_recorded_key_and_nothing_foreign() -> None:
     node = _node()
     gone = cleanup_removal(POLICY, node)
-    assert gone.labels == ("kube-steer.github.io/gpu-hot", "kube-steer.github.io/score", "kube-steer.github.io/util")
+    assert gone.labels == (
+        "kube-steer.github.io/gpu-hot",
+        "kube-steer.github.io/score",
+        "kube-steer.github.io/util",  # recorded under a name the policy no longer writes
+    )
     assert gone.taints == ("kube-steer.github.io/gpu-hot",)
     assert gone.annotations == ("kube-steer.github.io/managed", "kube-steer.github.io/observed-at")
     assert gone.resources == ("kube-steer.github.io/burst-5pct-cpu",)
@@ -82,13 +88,15 @@ def test_cleanup_removes_every_recorded_key_and_nothing_foreign() -> None:
     assert dict(after.labels) == FOREIGN_LABELS
     assert after.taints == (FOREIGN_TAINT,)
     assert set(after.annotations) == {"foreign/annotation", "example.com/managed"}
-    assert removal_plan(node, gone).resource_changes == {"kube-steer.github.io/burst-5pct-cpu": None}
+    assert removal_plan(node, gone).resource_changes == {
+        "kube-steer.github.io/burst-5pct-cpu": None
+    }
 
 
 def test_cleanup_also_takes_records_under_an_old_prefix() -> None:
     old = _node("old.example/steer-")
     gone = cleanup_removal(POLICY, old)
-    assert gone.prefixes == ("old.example/steer-", "kube-steer.github.io/")
+    assert gone.prefixes == ("kube-steer.github.io/", "old.example/steer-")
     assert "old.example/steer-util" in gone.labels
     assert gone.taints == ("old.example/steer-gpu-hot",)
     after = apply_node_plan(POLICY, old, removal_plan(old, gone))
@@ -112,8 +120,15 @@ def test_a_prefix_change_retires_the_old_keys_in_the_same_cycle() -> None:
     after = apply_node_plan(POLICY, node, plan)
     assert not [k for k in after.labels if k.startswith("old.example/")]
     assert not [k for k in after.annotations if k.startswith("old.example/")]
-    assert after.taints == (FOREIGN_TAINT,)
-    assert after.labels["kube-steer.github.io/util"] == "80"  # the new prefix is written meanwhile
+    # The old prefix's gpu-hot taint moves to the new prefix in the same write: its rule
+    # continues from the state the node carries, and clears only after its clear cycles.
+    assert set(after.taints) == {
+        FOREIGN_TAINT,
+        Taint("kube-steer.github.io/gpu-hot", "true", "NoSchedule"),
+    }
+    assert (
+        after.labels["kube-steer.github.io/score-util"] == "80"
+    )  # the new prefix is written meanwhile
     assert "kube-steer.github.io/managed" in after.annotations
     assert plan.resource_changes == {"old.example/steer-burst-5pct-cpu": None}
     # Nothing under another prefix: the plan is returned as it was.
@@ -128,7 +143,9 @@ def test_clean_nodes_writes_through_the_api_and_a_second_run_finds_nothing(
     apistub: ApiStub, kube_client: client.ApiClient
 ) -> None:
     foreign_taints = [{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}]
-    node = synthetic_node("c", labels={"team.example.com/owner": "ml", "kube-steer.github.io/not-ours": "1"})
+    node = synthetic_node(
+        "c", labels={"team.example.com/owner": "ml", "kube-steer.github.io/not-ours": "1"}
+    )
     node["spec"]["taints"] = foreign_taints
     node["metadata"]["annotations"] = {"team.example.com/note": "hands off"}
     apistub.add_node(node)

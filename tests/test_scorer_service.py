@@ -96,23 +96,23 @@ def test_labels_and_taints_match_hand_computed_values(
     # overcommit: max(70/64, 128Gi/512Gi) - 1 = 9.375 % → 10; node-3 32/64 → 0; node-2 has no
     # limits at all, so kube-state-metrics has no series for it: no label, not zero.
     assert owned_labels(node1) == {
-        "kube-steer.github.io/util": "80",
-        "kube-steer.github.io/power": "100",
+        "kube-steer.github.io/score-util": "80",
+        "kube-steer.github.io/score-power": "100",
         "kube-steer.github.io/score": "90",
-        "kube-steer.github.io/score-gpu": "80",
+        "kube-steer.github.io/score-class-gpu": "80",
         "kube-steer.github.io/overcommit-pct": "10",
     }
     assert owned_labels(node2) == {
-        "kube-steer.github.io/util": "50",
-        "kube-steer.github.io/power": "50",
+        "kube-steer.github.io/score-util": "50",
+        "kube-steer.github.io/score-power": "50",
         "kube-steer.github.io/score": "50",
-        "kube-steer.github.io/score-gpu": "50",
+        "kube-steer.github.io/score-class-gpu": "50",
     }
     assert owned_labels(node3) == {
-        "kube-steer.github.io/util": "10",
-        "kube-steer.github.io/power": "0",
+        "kube-steer.github.io/score-util": "10",
+        "kube-steer.github.io/score-power": "0",
         "kube-steer.github.io/score": "0",
-        "kube-steer.github.io/score-gpu": "10",
+        "kube-steer.github.io/score-class-gpu": "10",
         "kube-steer.github.io/overcommit-pct": "0",
         "kube-steer.github.io/gpu-hot": "true",
     }
@@ -122,7 +122,9 @@ def test_labels_and_taints_match_hand_computed_values(
     # foreign labels and taints survived three cycles untouched
     assert node1["metadata"]["labels"].items() >= FOREIGN_LABELS.items()
     assert node1["spec"]["taints"] == list(FOREIGN_TAINTS)
-    assert set(json.loads(node1["metadata"]["annotations"]["kube-steer.github.io/observed-at"])) == {
+    assert set(
+        json.loads(node1["metadata"]["annotations"]["kube-steer.github.io/observed-at"])
+    ) == {
         "util",
         "power",
         "overcommit-pct",
@@ -148,7 +150,7 @@ def test_queries_per_cycle_equal_dimensions_whatever_the_node_count(
         result = scorer.run_cycle()
         assert query_requests(prom) - before == len(POLICY.spec.dimensions)
         assert len(result.nodes) == 40
-        assert result.plan.node("node-40").labels["kube-steer.github.io/util"] == "100"  # type: ignore[union-attr]
+        assert result.plan.node("node-40").labels["kube-steer.github.io/score-util"] == "100"  # type: ignore[union-attr]
     finally:
         for name in extra:
             cluster.remove_node(name)
@@ -217,7 +219,7 @@ def test_a_series_that_disappears_is_withdrawn_after_its_ttl(
     policy = parse_policy(SMALL_POLICY.replace("ttlSeconds: 60", "ttlSeconds: 2"))
     scorer = make_scorer(apistub, tmp_path, prom.url, policy)
     first = scorer.run_cycle()
-    assert owned_labels(apistub.get("nodes", "node-1"))["kube-steer.github.io/util"] == "80"
+    assert owned_labels(apistub.get("nodes", "node-1"))["kube-steer.github.io/score-util"] == "80"
     try:
         cluster.hide("node-1", "DCGM_FI_DEV_GPU_UTIL")
         prom.wait_for(
@@ -233,9 +235,12 @@ def test_a_series_that_disappears_is_withdrawn_after_its_ttl(
         cluster.show("node-1", "DCGM_FI_DEV_GPU_UTIL")
     assert result.plan.node("node-1").dimensions["util"].status is DataStatus.STALE  # type: ignore[union-attr]
     labels = owned_labels(apistub.get("nodes", "node-1"))
-    assert "kube-steer.github.io/util" not in labels and "kube-steer.github.io/score-gpu" not in labels
+    assert (
+        "kube-steer.github.io/score-util" not in labels
+        and "kube-steer.github.io/score-class-gpu" not in labels
+    )
     assert labels["kube-steer.github.io/score"] == "100"  # power alone
-    assert owned_labels(apistub.get("nodes", "node-2"))["kube-steer.github.io/util"] == "50"
+    assert owned_labels(apistub.get("nodes", "node-2"))["kube-steer.github.io/score-util"] == "50"
 
 
 def test_prometheus_stopped_keeps_labels_until_the_ttl_then_withdraws_them(
@@ -325,7 +330,15 @@ def test_kepler_010_watts_and_ip_port_instances_map_to_nodes(
         result = make_scorer(apistub, tmp_path, prom.url, policy).run_cycle(dry_run=True)
     by_node = {p.node: p for p in result.plan.nodes}
     assert [by_node[n].dimensions["cpu-power"].raw for n in NODES] == [100.0, 150.0, 200.0]
-    assert [by_node[n].labels["kube-steer.github.io/cpu-power"] for n in NODES] == ["100", "50", "0"]
-    assert [by_node[n].labels["kube-steer.github.io/node-power"] for n in NODES] == ["100", "50", "0"]
+    assert [by_node[n].labels["kube-steer.github.io/score-cpu-power"] for n in NODES] == [
+        "100",
+        "50",
+        "0",
+    ]
+    assert [by_node[n].labels["kube-steer.github.io/score-node-power"] for n in NODES] == [
+        "100",
+        "50",
+        "0",
+    ]
     summary = {d.dimension: d for d in result.plan.dimensions}
     assert summary["node-power"].unknown == 0 and summary["node-power"].samples == 3

@@ -42,7 +42,9 @@ class NoSleep:
 
 @pytest.fixture
 def api(apistub: ApiStub, kube_client: client.ApiClient) -> NodeApi:
-    node = synthetic_node("c", labels={"team.example.com/owner": "ml", "kube-steer.github.io/not-ours": "1"})
+    node = synthetic_node(
+        "c", labels={"team.example.com/owner": "ml", "kube-steer.github.io/not-ours": "1"}
+    )
     node["spec"]["taints"] = FOREIGN_TAINTS
     apistub.add_node(node)
     return NodeApi(KubeJson(kube_client))
@@ -77,14 +79,15 @@ def test_labels_taints_and_annotation_are_written_and_foreign_ones_survive(
     assert labels["team.example.com/owner"] == "ml"
     assert labels["kube-steer.github.io/not-ours"] == "1"
     assert labels["kube-steer.github.io/gpu-hot"] == "true"
-    assert labels["kube-steer.github.io/util"] == "10"
+    assert labels["kube-steer.github.io/score-util"] == "10"
     assert labels["kube-steer.github.io/overcommit-pct"] == "12"
     assert stored["spec"]["taints"] == [
         *FOREIGN_TAINTS,
         {"key": "kube-steer.github.io/gpu-hot", "value": "true", "effect": "NoSchedule"},
     ]
     assert (
-        '"util":"2027-01-15T08:00:00Z"' in stored["metadata"]["annotations"]["kube-steer.github.io/observed-at"]
+        '"util":"2027-01-15T08:00:00Z"'
+        in stored["metadata"]["annotations"]["kube-steer.github.io/observed-at"]
     )
     # the next cycle, same data: nothing to write
     nodes = api.list_nodes()
@@ -115,7 +118,7 @@ def test_label_patches_name_only_changed_keys(apistub: ApiStub, api: NodeApi) ->
     assert (request.method, request.content_type) == ("PATCH", "application/merge-patch+json")
     labels = apistub.get("nodes", "c")["metadata"]["labels"]
     assert labels["late"] == "yes"
-    assert labels["kube-steer.github.io/util"] == "60"
+    assert labels["kube-steer.github.io/score-util"] == "60"
 
 
 def test_an_injected_409_is_retried_and_nothing_is_lost(apistub: ApiStub, api: NodeApi) -> None:
@@ -178,7 +181,10 @@ def test_a_rule_removed_from_the_policy_takes_its_label_and_taint_with_it(
     stored = apistub.get("nodes", "c")
     assert any(t["key"] == "kube-steer.github.io/gpu-hot" for t in stored["spec"]["taints"])
     record = json.loads(stored["metadata"]["annotations"]["kube-steer.github.io/managed"])
-    assert record["taints"] == ["kube-steer.github.io/gpu-hot"] and "kube-steer.github.io/gpu-hot" in record["labels"]
+    assert (
+        record["taints"] == ["kube-steer.github.io/gpu-hot"]
+        and "kube-steer.github.io/gpu-hot" in record["labels"]
+    )
 
     doc = yaml.safe_load(SMALL_POLICY)
     del doc["spec"]["taints"]
@@ -194,7 +200,10 @@ def test_a_rule_removed_from_the_policy_takes_its_label_and_taint_with_it(
     assert stored["spec"]["taints"] == FOREIGN_TAINTS
     labels = stored["metadata"]["labels"]
     assert "kube-steer.github.io/gpu-hot" not in labels
-    assert labels["kube-steer.github.io/not-ours"] == "1" and "kube-steer.github.io/util" in labels
+    assert (
+        labels["kube-steer.github.io/not-ours"] == "1"
+        and "kube-steer.github.io/score-util" in labels
+    )
     record = json.loads(stored["metadata"]["annotations"]["kube-steer.github.io/managed"])
     assert record["taints"] == [] and "kube-steer.github.io/gpu-hot" not in record["labels"]
     # Once retired, the next cycle has nothing left to do.
@@ -210,12 +219,14 @@ def test_an_invalid_label_is_reported_with_the_apiservers_message(
     plan, _ = plan_cycle(
         POLICY, nodes, readings_for(POLICY, nodes, {"util": {"c": 40.0}}, T0), ScorerMemory(), T0
     )
-    bad = dataclasses.replace(plan.nodes[0], label_changes={"kube-steer.github.io/util": "not valid!"})
+    bad = dataclasses.replace(
+        plan.nodes[0], label_changes={"kube-steer.github.io/score-util": "not valid!"}
+    )
     report = writer(api).apply(POLICY, dataclasses.replace(plan, nodes=(bad,)), nodes)
     (result,) = report.results
     assert not result.ok and result.status == 422 and result.requests == 1
     assert 'metadata.labels: Invalid value: "not valid!"' in (result.error or "")
-    assert "kube-steer.github.io/util" not in apistub.get("nodes", "c")["metadata"]["labels"]
+    assert "kube-steer.github.io/score-util" not in apistub.get("nodes", "c")["metadata"]["labels"]
 
 
 def test_rate_limiter_allows_a_burst_then_paces() -> None:

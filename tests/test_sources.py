@@ -454,9 +454,11 @@ def test_a_cycle_scores_nodes_from_kubernetes_and_http(
         scorer.close()
     labels = {n["metadata"]["name"]: n["metadata"]["labels"] for n in apistub.objects("nodes")}
     assert labels["node-1"]["kube-steer.github.io/overcommit-pct"] == "50"
-    assert labels["node-2"]["kube-steer.github.io/overcommit-pct"] == "0"  # -100, floored like every raw label
-    assert labels["node-1"]["kube-steer.github.io/registry-health"] == "50"
-    assert labels["node-2"]["kube-steer.github.io/registry-health"] == "0"
+    assert (
+        labels["node-2"]["kube-steer.github.io/overcommit-pct"] == "0"
+    )  # -100, floored like every raw label
+    assert labels["node-1"]["kube-steer.github.io/score-registry-health"] == "50"
+    assert labels["node-2"]["kube-steer.github.io/score-registry-health"] == "0"
     assert result.queries == 2 and scorer.query_count == 1  # one HTTP GET; the ledger is local
 
 

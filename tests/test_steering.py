@@ -35,20 +35,26 @@ def _gpu_pod_spec() -> dict:
 
 def test_owned_keys_cover_every_label_the_scorer_writes(policy: Policy) -> None:
     assert owned_label_keys(policy) == {
-        "kube-steer.github.io/gpu-util",
-        "kube-steer.github.io/gpu-free",
-        "kube-steer.github.io/gpu-frag",
-        "kube-steer.github.io/power",
+        "kube-steer.github.io/score-gpu-util",
+        "kube-steer.github.io/score-gpu-free",
+        "kube-steer.github.io/score-gpu-frag",
+        "kube-steer.github.io/score-power",
         "kube-steer.github.io/overcommit-pct",
-        "kube-steer.github.io/health",
+        "kube-steer.github.io/score-health",
         "kube-steer.github.io/gpu-hot",
         "kube-steer.github.io/unhealthy",
         "kube-steer.github.io/score",
-        "kube-steer.github.io/score-gpu",
-        "kube-steer.github.io/reserved-gpu",
+        "kube-steer.github.io/score-class-gpu",
+        "kube-steer.github.io/reserved-for-gpu",
     }
-    assert owned_taint_keys(policy) == {"kube-steer.github.io/gpu-hot", "kube-steer.github.io/unhealthy"}
-    assert [key for _, key in composites(policy)] == ["kube-steer.github.io/score", "kube-steer.github.io/score-gpu"]
+    assert owned_taint_keys(policy) == {
+        "kube-steer.github.io/gpu-hot",
+        "kube-steer.github.io/unhealthy",
+    }
+    assert [key for _, key in composites(policy)] == [
+        "kube-steer.github.io/score",
+        "kube-steer.github.io/score-class-gpu",
+    ]
 
 
 def test_composite_weights_per_class(policy: Policy) -> None:
@@ -73,7 +79,7 @@ def test_gpu_pod_from_the_apiserver_fixture_is_classified(policy: Policy) -> Non
     assert (
         class_preferences(policy, gpu_class)[0].key
         == composite_key(policy, gpu_class)
-        == "kube-steer.github.io/score-gpu"
+        == "kube-steer.github.io/score-class-gpu"
     )
 
 
@@ -110,7 +116,7 @@ def test_required_rules_gpu_pods_avoid_hot_nodes(policy: Policy) -> None:
     rules = required_rules(policy, None, gpu)
     assert [r.rule for r in rules] == ["avoid:gpu-hot"]
     assert not rules[0].matches({"kube-steer.github.io/gpu-hot": "true"})
-    assert rules[0].matches({}) and rules[0].matches({"kube-steer.github.io/gpu-util": "90"})
+    assert rules[0].matches({}) and rules[0].matches({"kube-steer.github.io/score-gpu-util": "90"})
     assert required_rules(policy, None, None) == ()
 
 
@@ -163,5 +169,7 @@ def test_scheduler_profiles_only_when_installed(policy: Policy) -> None:
 def test_class_preferences_reproduce_the_composite_order(policy: Policy) -> None:
     # On unreserved nodes the "not reserved for GPU pods" terms add the same 110 everywhere.
     terms = [t for t in class_preferences(policy, None) if t.operator == "In"]
-    weights = [preference_weight({"kube-steer.github.io/score": str(v)}, terms) for v in range(0, 101, 10)]
+    weights = [
+        preference_weight({"kube-steer.github.io/score": str(v)}, terms) for v in range(0, 101, 10)
+    ]
     assert weights == list(range(0, 101, 10))

@@ -109,10 +109,10 @@ def test_gpu_pod_gets_gpu_terms_hard_rules_ored_across_user_terms_and_binpack() 
     assert [
         (t["weight"], t["preference"]["matchExpressions"][0]["key"]) for t in preferred[1:]
     ] == [
-        (10, "kube-steer.github.io/score-gpu"),
-        (20, "kube-steer.github.io/score-gpu"),
-        (40, "kube-steer.github.io/score-gpu"),
-        (80, "kube-steer.github.io/score-gpu"),
+        (10, "kube-steer.github.io/score-class-gpu"),
+        (20, "kube-steer.github.io/score-class-gpu"),
+        (40, "kube-steer.github.io/score-class-gpu"),
+        (80, "kube-steer.github.io/score-class-gpu"),
     ]
     # Two user terms x (within budget | never scored) = four terms, each avoiding gpu-hot.
     terms = required_terms(patched)
@@ -121,9 +121,11 @@ def test_gpu_pod_gets_gpu_terms_hard_rules_ored_across_user_terms_and_binpack() 
         keys = [e["key"] for e in term["matchExpressions"]]
         assert keys[0] in ("topology.kubernetes.io/zone", "node-pool")
         assert "kube-steer.github.io/overcommit-pct" in keys
-        assert {"key": "kube-steer.github.io/gpu-hot", "operator": "NotIn", "values": ["true"]} in term[
-            "matchExpressions"
-        ]
+        assert {
+            "key": "kube-steer.github.io/gpu-hot",
+            "operator": "NotIn",
+            "values": ["true"],
+        } in term["matchExpressions"]
     assert spec["schedulerName"] == "steer-binpack"
     # The user's hostname spread constraint wins over the hostname rule; the zone rule is added.
     keys = [c["topologyKey"] for c in spec["topologySpreadConstraints"]]
@@ -169,7 +171,9 @@ def test_no_tenant_gets_preferences_but_no_hard_rule() -> None:
     preferred = node_affinity(patched)["preferredDuringSchedulingIgnoredDuringExecution"]
     assert [t["weight"] for t in preferred] == [10, 20, 40, 80, 100, 10]
     assert preferred[4]["preference"] == {
-        "matchExpressions": [{"key": "kube-steer.github.io/reserved-gpu", "operator": "DoesNotExist"}]
+        "matchExpressions": [
+            {"key": "kube-steer.github.io/reserved-for-gpu", "operator": "DoesNotExist"}
+        ]
     }
 
 

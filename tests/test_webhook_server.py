@@ -319,7 +319,9 @@ def test_security_endpoint_checks_only_security_taints(
     tolerations = body["request"]["object"]["spec"]["tolerations"]
     tolerations.append({"key": "kube-steer.github.io/gpu-hot", "operator": "Exists"})
     assert response_of(post(session, hook, "/validate/security", body))["allowed"] is True
-    tolerations.append({"key": "kube-steer.github.io/unhealthy", "operator": "Exists", "effect": "NoSchedule"})
+    tolerations.append(
+        {"key": "kube-steer.github.io/unhealthy", "operator": "Exists", "effect": "NoSchedule"}
+    )
     response = response_of(post(session, hook, "/validate/security", body))
     assert response["allowed"] is False
     assert response["status"]["message"].startswith("rule reserved-toleration: spec.tolerations[3]")
@@ -334,7 +336,10 @@ def test_validation_of_update_denies_only_new_violations(
         {"key": "kube-steer.github.io/unhealthy", "operator": "Exists"}
     )
     response = response_of(post(session, hook, "/validate", body))
-    assert response["allowed"] is False and "kube-steer.github.io/unhealthy" in response["status"]["message"]
+    assert (
+        response["allowed"] is False
+        and "kube-steer.github.io/unhealthy" in response["status"]["message"]
+    )
 
 
 def test_validation_of_unknown_namespace_defers_to_failure_policy(
@@ -385,7 +390,9 @@ def test_metrics_on_the_plain_http_port(hook: Webhook, session: requests.Session
                     result="denied",
                 )
                 >= 1,
-                metric_value(text, "steer_webhook_mutations_total", rule="prefer:kube-steer.github.io/score")
+                metric_value(
+                    text, "steer_webhook_mutations_total", rule="prefer:kube-steer.github.io/score"
+                )
                 >= 1,
                 metric_value(text, "steer_webhook_denials_total", rule="scheduler-name") >= 1,
                 metric_value(text, "steer_webhook_policy_info") == 1,
@@ -563,7 +570,9 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_cli_refuses_bad_policy_and_missing_certificate(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
-    bad.write_text("apiVersion: kube-steer.github.io/v1alpha1\nkind: SteeringPolicy\nspec: {dimensions: []}\n")
+    bad.write_text(
+        "apiVersion: kube-steer.github.io/v1alpha1\nkind: SteeringPolicy\nspec: {dimensions: []}\n"
+    )
     cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
     certs = issue_webhook_certs(IDENTITY)
     cert.write_bytes(certs.cert_pem)

@@ -468,10 +468,17 @@ class Metadata(_Model):
 
 
 class SteeringPolicyDoc(_Model):
-    api_version: Literal["kube-steer.github.io/v1alpha1", "steer.io/v1alpha1"]
+    api_version: str
     kind: Literal["SteeringPolicy"]
     metadata: Metadata = Field(default_factory=Metadata)
     spec: Spec
+
+    @field_validator("api_version")
+    @classmethod
+    def _known_api_version(cls, value: str) -> str:
+        if value == API_VERSION or value in LEGACY_API_VERSIONS:
+            return API_VERSION
+        raise ValueError(f"input should be {API_VERSION!r}, got {value!r}")
 
 
 @dataclass(frozen=True)

@@ -529,7 +529,11 @@ def test_pod_outside_opted_in_namespaces_is_not_mutated(
     assert "affinity" not in got["spec"]
     assert "topologySpreadConstraints" not in got["spec"]
     assert got["spec"]["schedulerName"] == "default-scheduler"
-    assert not [t for t in got["spec"].get("tolerations") or () if t["key"].startswith("kube-steer.github.io/")]
+    assert not [
+        t
+        for t in got["spec"].get("tolerations") or ()
+        if t["key"].startswith("kube-steer.github.io/")
+    ]
 
 
 def test_server_side_dry_run_is_mutated_but_not_persisted(
@@ -751,7 +755,10 @@ def test_webhook_down_every_namespace_admits_pods_and_the_security_policy_still_
 
         failed_open = apiserver_fail_open_count(control_plane, "validate.pods.kube-steer.github.io")
         create(api, plain_ns, make_pod("plain"))
-        assert apiserver_fail_open_count(control_plane, "validate.pods.kube-steer.github.io") > failed_open
+        assert (
+            apiserver_fail_open_count(control_plane, "validate.pods.kube-steer.github.io")
+            > failed_open
+        )
         pod = stored(api, plain_ns, "plain")
         assert trace(pod) is None and pod["spec"]["schedulerName"] == "default-scheduler"
         assert control_plane.wait_for_bindings(plain_ns, ["plain"], 30)["plain"]

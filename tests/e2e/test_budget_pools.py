@@ -229,7 +229,10 @@ def test_scheduler_enforces_the_pools_the_scorer_publishes(
         assert status["allocatable"]["example.com/dongle"] == "4"  # foreign resources stay
         assert status["allocatable"]["cpu"] == "8"
         annotations = admin.request("GET", node_path(N1))["metadata"]["annotations"]
-        assert '"resources":["kube-steer.github.io/limits-0pct-cpu"' in annotations["kube-steer.github.io/managed"]
+        assert (
+            '"resources":["kube-steer.github.io/limits-0pct-cpu"'
+            in annotations["kube-steer.github.io/managed"]
+        )
 
         # Idle: a refresh writes nothing (the "21k" of N2 counts as equal to 21000) ...
         idle_writes = metric(scorer, "steer_scorer_write_requests_total")

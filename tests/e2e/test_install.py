@@ -585,7 +585,9 @@ def test_an_update_is_judged_only_on_the_tolerations_it_adds(
             add({"key": sick, "operator": "Equal", "value": "true"})
         assert refused.value.status == 403
         assert "ValidatingAdmissionPolicy 'steer-security'" in refused.value.body
-        assert "{key=kube-steer.github.io/unhealthy, operator=Equal, value=true}" in refused.value.body
+        assert (
+            "{key=kube-steer.github.io/unhealthy, operator=Equal, value=true}" in refused.value.body
+        )
     finally:
         kubectl(plane, "delete", "-f", "-", input=security_policy_documents(EXAMPLE_POLICY))
         plane.delete_pods(ns)
@@ -898,7 +900,9 @@ def test_install_md_runs_verbatim_and_ends_with_a_steered_pod_bound(
         for node in core.list_node().items:
             if node.metadata.name in NODES:
                 keys = [*(node.metadata.labels or {}), *(node.metadata.annotations or {})]
-                assert not [k for k in keys if k.startswith("kube-steer.github.io/")], node.metadata.name
+                assert not [k for k in keys if k.startswith("kube-steer.github.io/")], (
+                    node.metadata.name
+                )
 
 
 def _exists_node(core: client.CoreV1Api, name: str) -> bool:

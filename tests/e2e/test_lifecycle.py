@@ -490,14 +490,18 @@ def test_cleanup_after_real_cycles_leaves_foreign_keys_byte_identical_and_none_o
         control_plane, policy, prom.url, tmp_path, extra_args=["--no-leader-election"]
     ) as scorer:
         scorer.wait_ready()
-        wait_until("the scorer wrote every kind of key", lambda: written(admin, "kube-steer.github.io/"))
+        wait_until(
+            "the scorer wrote every kind of key", lambda: written(admin, "kube-steer.github.io/")
+        )
     kubeconfig = str(control_plane.kubeconfig)
 
     dry = steer(
         "scorer", "cleanup", "--policy", str(policy), "--kubeconfig", kubeconfig, "--dry-run"
     )
     assert dry.returncode == 0, dry.stderr
-    assert "dry run: 3 of" in dry.stdout and "would remove labels kube-steer.github.io/" in dry.stdout
+    assert (
+        "dry run: 3 of" in dry.stdout and "would remove labels kube-steer.github.io/" in dry.stdout
+    )
     assert written(admin, "kube-steer.github.io/")
 
     done = steer("scorer", "cleanup", "--policy", str(policy), "--kubeconfig", kubeconfig)
@@ -533,7 +537,9 @@ def test_a_label_prefix_change_takes_the_old_prefix_off_every_node(
         control_plane, policy, prom.url, tmp_path, extra_args=["--no-leader-election"]
     ) as scorer:
         scorer.wait_ready()
-        wait_until("keys under kube-steer.github.io/", lambda: written(admin, "kube-steer.github.io/"))
+        wait_until(
+            "keys under kube-steer.github.io/", lambda: written(admin, "kube-steer.github.io/")
+        )
         # The running scorer hot-reloads the policy with the new prefix.
         policy.write_text(lifecycle_policy(NEW_PREFIX))
 

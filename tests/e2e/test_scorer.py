@@ -184,7 +184,9 @@ def in_process_scorer(
 def owned(node: Mapping[str, Any]) -> dict[str, str]:
     labels = node["metadata"].get("labels") or {}
     return {
-        k: v for k, v in labels.items() if k.startswith("kube-steer.github.io/") and k not in FOREIGN_LABELS
+        k: v
+        for k, v in labels.items()
+        if k.startswith("kube-steer.github.io/") and k not in FOREIGN_LABELS
     }
 
 
@@ -313,7 +315,11 @@ def test_labels_are_kept_within_the_ttl_then_withdrawn_with_their_taint(
     stored = get_nodes(admin)
     # util, score-gpu (util alone) and the condition drawn from util go; the composite is
     # recomputed from power alone (node-1: 100, node-3: 0).
-    withdrawn = {"kube-steer.github.io/util", "kube-steer.github.io/score-gpu", "kube-steer.github.io/gpu-hot"}
+    withdrawn = {
+        "kube-steer.github.io/util",
+        "kube-steer.github.io/score-gpu",
+        "kube-steer.github.io/gpu-hot",
+    }
     expected_n1 = {k: v for k, v in EXPECTED[N1].items() if k not in withdrawn}
     expected_n1["kube-steer.github.io/score"] = "100"
     expected_n3 = {k: v for k, v in EXPECTED[N3].items() if k not in withdrawn}
@@ -521,7 +527,9 @@ def test_two_scorer_processes_one_lease_one_writer_and_takeover_after_the_lease_
             print(f"scorer-b took over {took:.1f}s after scorer-a was killed")
             wait_until(
                 "scorer-b wrote node-2's new util label",
-                lambda: owned(admin.request("GET", node_path(N2)))["kube-steer.github.io/util"] == "80",
+                lambda: (
+                    owned(admin.request("GET", node_path(N2)))["kube-steer.github.io/util"] == "80"
+                ),
             )
             assert metric(b, "steer_scorer_write_requests_total") >= 1
         finally:

@@ -157,7 +157,9 @@ def test_kubernetes_and_http_dimensions_label_nodes(
     def labels(name: str) -> dict[str, str]:
         found = admin.request("GET", node_path(name))["metadata"].get("labels") or {}
         return {
-            k.removeprefix("kube-steer.github.io/"): v for k, v in found.items() if k.startswith("kube-steer.github.io/")
+            k.removeprefix("kube-steer.github.io/"): v
+            for k, v in found.items()
+            if k.startswith("kube-steer.github.io/")
         }
 
     want = {
