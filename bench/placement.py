@@ -949,7 +949,7 @@ def node_table(result: dict[str, Any]) -> str:
     start = (result.get("priming") or {}).get("labels_at_start") or {}
     lines = [
         f"Nodes, {result['mode']} run {result['run']}: steer labels at trace start "
-        "(score / score-gpu / overcommit-pct, taints) and the final state.",
+        "(score / score-class-gpu / overcommit-pct, taints) and the final state.",
         "",
         "| node | zone | at start | end labels | overcommit % | cores req | GPUs alloc | trace pods |",
         "|---|---|---|---|---:|---:|---:|---|",
@@ -959,7 +959,7 @@ def node_table(result: dict[str, Any]) -> str:
         if not labels:
             return "-"
         parts = [
-            f"{labels.get('score', '·')}/{labels.get('score-gpu', '·')}/"
+            f"{labels.get('score', '·')}/{labels.get('score-class-gpu', '·')}/"
             f"{labels.get('overcommit-pct', '·')}"
         ]
         parts += [k.removeprefix("taint:") for k in labels if k.startswith("taint:")]

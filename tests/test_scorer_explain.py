@@ -67,7 +67,7 @@ def test_tenant_budget_and_avoided_taint_exclude_nodes_with_their_data() -> None
     assert result.pod_class == "gpu"
     assert result.tenant == "dept-b"
     assert [(v.node, v.rank) for v in result.allowed] == [("b", 1), ("d", 2)]
-    assert result.allowed[0].steering_weight == 50  # score-gpu 50 (util 50, lower is better)
+    assert result.allowed[0].steering_weight == 50  # score-class-gpu 50 (util 50, lower is better)
     assert result.allowed[1].steering_weight == 0  # never scored: allowed, ranked last
     excluded = {v.node: {e.rule: e for e in v.exclusions} for v in result.excluded}
     assert set(excluded) == {"a", "c", "e"}

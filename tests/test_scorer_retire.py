@@ -179,3 +179,19 @@ def test_clean_nodes_writes_through_the_api_and_a_second_run_finds_nothing(
     assert after["spec"]["taints"] == foreign_taints
     assert api.get_node("c").labels == plain.labels
     assert clean_nodes(POLICY, api).removals == ()
+
+
+def test_a_taint_under_an_old_prefix_carries_only_when_its_record_lists_it() -> None:
+    at = 1_000_000.0
+    cool = {"util": {"n1": 20.0}, "power": {"n1": 100.0}}
+    recorded = _node("old.example/steer-")  # the record lists old.example/steer-gpu-hot
+    unrecorded = _node(
+        "old.example/steer-",
+        **{"old.example/steer-managed": _record(["old.example/steer-util"], [])},
+    )
+    for node, carried in ((recorded, True), (unrecorded, False)):
+        readings = readings_for(POLICY, [node], cool, at)
+        cycle, _ = plan_cycle(POLICY, [node], readings, ScorerMemory(), at)
+        plan = cycle.node("n1")
+        assert plan is not None
+        assert plan.conditions["gpu-hot"].active is carried

@@ -92,7 +92,7 @@ def test_labels_and_taints_match_hand_computed_values(
     assert result.queries == 3 and result.leader
     node1, node2, node3 = (apistub.get("nodes", n) for n in NODES)
     # util fixed 0..100 lower-better: 80/50/5→10. power min-max lower-better: 100/50/0.
-    # composite (3*util + power)/4: 85→90, 50, 3.75→0. score-gpu (util only): 80/50/10.
+    # composite (3*util + power)/4: 85→90, 50, 3.75→0. score-class-gpu (util only): 80/50/10.
     # overcommit: max(70/64, 128Gi/512Gi) - 1 = 9.375 % → 10; node-3 32/64 → 0; node-2 has no
     # limits at all, so kube-state-metrics has no series for it: no label, not zero.
     assert owned_labels(node1) == {
