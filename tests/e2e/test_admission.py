@@ -401,7 +401,7 @@ def test_gpu_pod_is_routed_to_binpack_and_avoids_hot_nodes(
     make_node: Callable[..., dict[str, Any]],
 ) -> None:
     set_id = f"adm-gpu-{uuid.uuid4().hex[:6]}"
-    gpu_key = composite_key(POLICY, GPU_CLASS)  # kube-steer.github.io/score-gpu
+    gpu_key = composite_key(POLICY, GPU_CLASS)  # kube-steer.github.io/score-class-gpu
     hot_key = condition_key(POLICY, rule_by("gpu-hot"))
     make_node(f"{set_id}-hot", gpus=8, labels={SET_KEY: set_id, gpu_key: "100", hot_key: "true"})
     make_node(f"{set_id}-cool", gpus=8, labels={SET_KEY: set_id, gpu_key: "20"})

@@ -1,7 +1,7 @@
 """`/explain` against the real kube-scheduler: for random nodes and random pods, the nodes the
 explanation allows are exactly the nodes where the scheduler binds the pod the webhook makes.
 
-Nodes carry what two scorer cycles plan for random observations (scores, `reserved-gpu`,
+Nodes carry what two scorer cycles plan for random observations (scores, `reserved-for-gpu`,
 `overcommit-pct`, the `gpu-hot`/`unhealthy` taints, budget pools, some of them empty), plus
 foreign labels and taints of every effect, and some are cordoned. Pods have tolerations that are
 easy to get wrong (wildcards, effect-less, case, the cordon's own taint, an Lt/Gt toleration the
@@ -62,7 +62,7 @@ PROBE_KEY = "e2e.kube-steer.github.io/probe"
 HOT = condition_key(POLICY, POLICY.taint_rule("gpu-hot"))
 UNHEALTHY = condition_key(POLICY, POLICY.taint_rule("unhealthy"))
 OVERCOMMIT = POLICY.label_key("overcommit-pct")
-RESERVED_GPU = POLICY.label_key("reserved-gpu")
+RESERVED_GPU = POLICY.label_key("reserved-for-gpu")
 
 FOREIGN_TAINTS = (
     {"key": "dedicated", "value": "ml", "effect": "NoSchedule"},

@@ -378,11 +378,11 @@ NODES = ("lifecycle-1", "lifecycle-2", "lifecycle-3")
 FOREIGN_LABELS = {
     "team.example.com/owner": "ml",
     "kube-steer.github.io/not-ours": "1",  # our prefix, a key we never wrote
-    "kube-steer.github.io.example.com/util": "7",  # a look-alike prefix
+    "kube-steer.github.io.example.com/score-util": "7",  # a look-alike prefix
 }
 FOREIGN_ANNOTATIONS = {
     "team.example.com/note": "hands off",
-    "kube-steer.github.io/not-ours": '{"labels":["kube-steer.github.io/util"]}',
+    "kube-steer.github.io/not-ours": '{"labels":["kube-steer.github.io/score-util"]}',
     "example.com/managed": '{"labels":["team.example.com/owner"],"taints":[]}',
 }
 FOREIGN_TAINTS = [

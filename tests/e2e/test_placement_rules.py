@@ -1,7 +1,7 @@
 """The placement rules of the example policy, on the real kube-scheduler with the steer profiles:
 
-- `reserveNodes: prefer` keeps CPU pods off GPU nodes (the scorer's `reserved-gpu` label) even
-  when the GPU nodes score best, yet places them there when nothing else fits;
+- `reserveNodes: prefer` keeps CPU pods off GPU nodes (the scorer's `reserved-for-gpu` label)
+  even when the GPU nodes score best, yet places them there when nothing else fits;
 - the order chain's zone spread (`DoNotSchedule`) holds against a preference that pulls every
   replica into one zone (a `ScheduleAnyway` constraint loses to it: measured for contrast);
 - GPU jobs pack onto one GPU node, CPU overflow goes to the GPU node whose GPUs are busy from

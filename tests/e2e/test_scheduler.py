@@ -43,7 +43,7 @@ GPU_POD_SPEC = {"containers": [{"name": "c", "resources": {"limits": {GPU_RESOUR
 GPU_CLASS = classify_pod(POLICY, GPU_POD_SPEC)
 assert GPU_CLASS is not None and GPU_CLASS.scheduler_profile == "steer-binpack"
 SCORE_KEY = composite_key(POLICY, None)  # kube-steer.github.io/score
-GPU_SCORE_KEY = composite_key(POLICY, GPU_CLASS)  # kube-steer.github.io/score-gpu
+GPU_SCORE_KEY = composite_key(POLICY, GPU_CLASS)  # kube-steer.github.io/score-class-gpu
 
 
 def preferred_terms(pod_class: Any = None) -> list[dict[str, Any]]:

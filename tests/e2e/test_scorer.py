@@ -53,11 +53,11 @@ HOT_TAINT = {"key": "kube-steer.github.io/gpu-hot", "value": "true", "effect": "
 FOREIGN_LABELS = {
     "team.example.com/owner": "ml",  # another prefix
     "kube-steer.github.io/not-ours": "1",  # our prefix, a key no rule owns
-    "kube-steer.github.io.example.com/util": "7",  # a look-alike prefix with one of our names
+    "kube-steer.github.io.example.com/score-util": "7",  # a look-alike prefix with one of our names
 }
 FOREIGN_ANNOTATIONS = {
     "team.example.com/note": "hands off",
-    "kube-steer.github.io/not-ours": '{"labels":["kube-steer.github.io/util"]}',
+    "kube-steer.github.io/not-ours": '{"labels":["kube-steer.github.io/score-util"]}',
 }
 FOREIGN_TAINTS = [
     {
@@ -69,27 +69,27 @@ FOREIGN_TAINTS = [
 ]
 
 # Hand-computed from `shape` (see tests/test_scorer_service.py for the arithmetic): util fixed
-# 0..100 lower-better, power min-max lower-better, composite (3*util + power)/4, score-gpu from
-# util alone, overcommit-pct raw (node-2 runs no containers: no series, so no label).
+# 0..100 lower-better, power min-max lower-better, composite (3*util + power)/4, score-class-gpu
+# from util alone, overcommit-pct raw (node-2 runs no containers: no series, so no label).
 EXPECTED = {
     N1: {
-        "kube-steer.github.io/util": "80",
-        "kube-steer.github.io/power": "100",
+        "kube-steer.github.io/score-util": "80",
+        "kube-steer.github.io/score-power": "100",
         "kube-steer.github.io/score": "90",
-        "kube-steer.github.io/score-gpu": "80",
+        "kube-steer.github.io/score-class-gpu": "80",
         "kube-steer.github.io/overcommit-pct": "10",
     },
     N2: {
-        "kube-steer.github.io/util": "50",
-        "kube-steer.github.io/power": "50",
+        "kube-steer.github.io/score-util": "50",
+        "kube-steer.github.io/score-power": "50",
         "kube-steer.github.io/score": "50",
-        "kube-steer.github.io/score-gpu": "50",
+        "kube-steer.github.io/score-class-gpu": "50",
     },
     N3: {
-        "kube-steer.github.io/util": "10",
-        "kube-steer.github.io/power": "0",
+        "kube-steer.github.io/score-util": "10",
+        "kube-steer.github.io/score-power": "0",
         "kube-steer.github.io/score": "0",
-        "kube-steer.github.io/score-gpu": "10",
+        "kube-steer.github.io/score-class-gpu": "10",
         "kube-steer.github.io/overcommit-pct": "0",
         "kube-steer.github.io/gpu-hot": "true",
     },
@@ -313,11 +313,11 @@ def test_labels_are_kept_within_the_ttl_then_withdrawn_with_their_taint(
     assert past.report is not None and not past.report.errors
     assert {r.node for r in past.report.results} == {N1, N3}
     stored = get_nodes(admin)
-    # util, score-gpu (util alone) and the condition drawn from util go; the composite is
-    # recomputed from power alone (node-1: 100, node-3: 0).
+    # score-util, score-class-gpu (util alone) and the condition drawn from util go; the
+    # composite is recomputed from power alone (node-1: 100, node-3: 0).
     withdrawn = {
-        "kube-steer.github.io/util",
-        "kube-steer.github.io/score-gpu",
+        "kube-steer.github.io/score-util",
+        "kube-steer.github.io/score-class-gpu",
         "kube-steer.github.io/gpu-hot",
     }
     expected_n1 = {k: v for k, v in EXPECTED[N1].items() if k not in withdrawn}
@@ -528,7 +528,8 @@ def test_two_scorer_processes_one_lease_one_writer_and_takeover_after_the_lease_
             wait_until(
                 "scorer-b wrote node-2's new util label",
                 lambda: (
-                    owned(admin.request("GET", node_path(N2)))["kube-steer.github.io/util"] == "80"
+                    owned(admin.request("GET", node_path(N2)))["kube-steer.github.io/score-util"]
+                    == "80"
                 ),
             )
             assert metric(b, "steer_scorer_write_requests_total") >= 1

@@ -163,9 +163,13 @@ def test_kubernetes_and_http_dimensions_label_nodes(
         }
 
     want = {
-        N1: {"overcommit-pct": "50", "registry-health": "100", "endpoints-ready": "100"},
-        N2: {"overcommit-pct": "25", "registry-health": "50", "endpoints-ready": "50"},
-        N3: {"overcommit-pct": "0", "registry-health": "0"},
+        N1: {
+            "overcommit-pct": "50",
+            "score-registry-health": "100",
+            "score-endpoints-ready": "100",
+        },
+        N2: {"overcommit-pct": "25", "score-registry-health": "50", "score-endpoints-ready": "50"},
+        N3: {"overcommit-pct": "0", "score-registry-health": "0"},
     }
     with running_scorer(
         control_plane,
@@ -181,7 +185,7 @@ def test_kubernetes_and_http_dimensions_label_nodes(
                 f"labels of {name}",
                 lambda n=name, e=expected: {k: v for k, v in labels(n).items() if k in e} == e,
             )
-        assert "endpoints-ready" not in labels(N3)  # no endpoint there: no value
+        assert "score-endpoints-ready" not in labels(N3)  # no endpoint there: no value
         explained = scorer.get(f"/explain/node/{N3}")
         text = json.dumps(explained)
         assert "kubernetes: limitOvercommit" in text
