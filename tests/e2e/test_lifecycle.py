@@ -10,6 +10,9 @@ kube-apiserver v1.36.2, run as operators run them (`steer ...` subprocesses).
   pool in the node status), cleanup leaves every foreign label, taint, annotation and resource
   byte-identical and nothing of ours; a labelPrefix change seen by the running scorer takes the
   old prefix's keys off.
+- Upgrade: nodes as release 0.1.0 left them (scores under `steer.io/<dimension>`) get the label
+  contract in the scorer's first writes, every old key (and pool) goes, and the hot node's
+  NoSchedule taint is on it, under the old key or the new, in every state the apiserver holds.
 """
 
 from __future__ import annotations
@@ -564,3 +567,103 @@ def test_a_label_prefix_change_takes_the_old_prefix_off_every_node(
     assert done.returncode == 0, done.stderr + done.stdout
     for name in NODES:
         assert_as_before(admin.request("GET", node_path(name)), nodes[name])
+
+
+# ================================================================================== upgrade
+
+OLD_PREFIX = "steer.io/"
+
+
+def release_0_1_0_state(name: str) -> tuple[dict[str, str], dict[str, str], list[dict[str, str]]]:
+    """Labels, annotations and taints as release 0.1.0's scorer left them on a node of this
+    module under the same policy (key set as in tests/fixtures/nodes/written-by-0.1.0.json):
+    scores under bare dimension names, `score-gpu` for the class, its record and times."""
+    hot = name == NODES[2]
+    labels = {f"{OLD_PREFIX}util": "50", f"{OLD_PREFIX}power": "50", f"{OLD_PREFIX}score": "50"}
+    labels[f"{OLD_PREFIX}score-gpu"] = "50"
+    taints = []
+    if hot:
+        labels[f"{OLD_PREFIX}gpu-hot"] = "true"
+        taints = [{"key": f"{OLD_PREFIX}gpu-hot", "value": "true", "effect": "NoSchedule"}]
+    record = {
+        "labels": sorted(labels),
+        "taints": [t["key"] for t in taints],
+        "resources": [f"{OLD_PREFIX}limits-0pct-cpu"],
+    }
+    annotations = {
+        f"{OLD_PREFIX}managed": json.dumps(record, separators=(",", ":")),
+        f"{OLD_PREFIX}observed-at": '{"power":"2026-11-30T04:00:00Z","util":"2026-11-30T04:00:00Z"}',
+    }
+    return labels, annotations, taints
+
+
+def test_an_upgrade_from_0_1_0_moves_every_key_and_never_lifts_the_hot_taint(
+    control_plane: ControlPlane,
+    scraped: tuple[SyntheticCluster, PrometheusServer],
+    make_node: Callable[..., dict[str, Any]],
+    admin: KubeJson,
+    tmp_path: Path,
+) -> None:
+    before = {}
+    for name in NODES:
+        labels, annotations, taints = release_0_1_0_state(name)
+        make_node(
+            name,
+            gpus=2,
+            labels={**FOREIGN_LABELS, **labels},
+            taints=[*FOREIGN_TAINTS, *taints],
+            extra_capacity={FOREIGN_RESOURCE: "1", f"{OLD_PREFIX}limits-0pct-cpu": "8000"},
+        )
+        admin.request(
+            "PATCH",
+            node_path(name),
+            body={"metadata": {"annotations": {**FOREIGN_ANNOTATIONS, **annotations}}},
+            content_type=MERGE_PATCH,
+        )
+        before[name] = admin.request("GET", node_path(name))
+        assert ours(before[name], OLD_PREFIX)["resources"] == [f"{OLD_PREFIX}limits-0pct-cpu"]
+    new = "kube-steer.github.io/"
+    hot_keys = {f"{OLD_PREFIX}gpu-hot", f"{new}gpu-hot"}
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(lifecycle_policy())
+    observed = 0
+    with running_scorer(
+        control_plane, policy, scraped[1].url, tmp_path, extra_args=["--no-leader-election"]
+    ) as scorer:
+        scorer.wait_ready()
+
+        def moved() -> bool:
+            nonlocal observed
+            hot = admin.request("GET", node_path(NODES[2]))
+            observed += 1
+            # Every state the apiserver holds during the upgrade keeps the hot node tainted.
+            assert hot_keys & {t["key"] for t in hot["spec"].get("taints") or ()}, hot["spec"]
+            old = [ours(admin.request("GET", node_path(n)), OLD_PREFIX) for n in NODES]
+            return written(admin, new) and all(not any(o.values()) for o in old)
+
+        wait_until("0.1.0 keys replaced by the label contract", moved, timeout_s=45)
+    assert observed >= 1
+    for name in NODES:
+        node = admin.request("GET", node_path(name))
+        labels = node["metadata"]["labels"]
+        assert ours(node, OLD_PREFIX) == {
+            "labels": [],
+            "annotations": [],
+            "taints": [],
+            "resources": [],
+        }
+        assert {
+            f"{new}score-util",
+            f"{new}score-power",
+            f"{new}score",
+            f"{new}score-class-gpu",
+        } <= set(labels)
+        for key, value in FOREIGN_LABELS.items():
+            assert labels[key] == value
+        for key, value in FOREIGN_ANNOTATIONS.items():
+            assert node["metadata"]["annotations"][key] == value
+        assert node["spec"]["taints"][:2] == FOREIGN_TAINTS
+        assert node["status"]["allocatable"][FOREIGN_RESOURCE] == "1"
+    assert [t["key"] for t in admin.request("GET", node_path(NODES[2]))["spec"]["taints"][2:]] == [
+        f"{new}gpu-hot"
+    ]
