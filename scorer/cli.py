@@ -432,16 +432,18 @@ def _cmd_explain_node(args: argparse.Namespace) -> int:
         print(json.dumps(body, indent=2))
         return 0
     print(f"node {body['node']}  policy {body['policyVersion']}  leader={body.get('leader')}")
-    rows = [("DIMENSION", "STATUS", "RAW", "SCORE", "LABEL", "AGE", "QUERY")]
+    rows = [("DIMENSION", "STATUS", "RAW", "UNIT", "SCORE", "LABEL", "OBSERVED", "QUERY")]
     for d in body["dimensions"]:
+        label = f"{_short_key(d['labelKey'])}={d['label']}" if d["label"] is not None else "-"
         rows.append(
             (
                 d["dimension"],
                 d["status"],
                 _fmt(d["raw"]),
+                d.get("unit") or "-",
                 _fmt(d["score"]),
-                d["label"] or "-",
-                _fmt(d["ageSeconds"]),
+                label,
+                d["observedAt"] or "-",
                 " ".join(d["query"].split()),
             )
         )
@@ -466,20 +468,27 @@ def _cmd_explain_node(args: argparse.Namespace) -> int:
     return 0
 
 
+def _short_key(key: str) -> str:
+    """A key without its prefix's domain (`kube-steer.github.io/score-power` → `score-power`)."""
+    return key.rsplit("/", 1)[-1]
+
+
 def _cmd_explain_nodes(args: argparse.Namespace) -> int:
     body = _get(f"{args.scorer.rstrip('/')}/explain/nodes")
     if args.output == "json":
         print(json.dumps(body, indent=2))
         return 0
-    dims = [(d["dimension"], d["labelKey"]) for d in body["dimensions"]]
-    rows = [("NODE", *(name for name, _ in dims), "COMPOSITE", "TAINTS")]
+    # Columns named by their labels (`score-gpu-util`, `overcommit-pct`, `score`), not by the
+    # metric, so a low number under a `score-` header reads as "worse", as it is.
+    keys = [d["labelKey"] for d in body["dimensions"]]
+    composites = list(body["nodes"][0]["composite"]) if body["nodes"] else []
+    rows = [("NODE", *(_short_key(k) for k in keys + composites), "TAINTS")]
     for n in body["nodes"]:
         rows.append(
             (
                 n["node"],
-                *(n["labels"].get(key, "-") for _, key in dims),
-                ",".join(n["labels"].get(k, "-") for k in n["composite"]),
-                ",".join(n["taints"]) or "-",
+                *(n["labels"].get(key, "-") for key in keys + composites),
+                ",".join(_short_key(t) for t in n["taints"]) or "-",
             )
         )
     print(_table(rows))

@@ -32,6 +32,7 @@ from scorer.placementscore import PlacementScorePublisher, PublishError
 from scorer.plan import CyclePlan, ScorerMemory, plan_cycle
 from scorer.retire import retire_old_prefixes
 from scorer.sources import SOURCES, Readings, Source, SourceContext
+from scorer.sources.base import concurrently
 from scorer.writer import NodeApi, NodeWriter, RateLimiter, WriteReport
 from steer.core.budget import PodShare, enforced
 from steer.core.policy import Dimension, Policy
@@ -170,20 +171,26 @@ class Scorer:
         by_source: dict[str, list[Dimension]] = {}
         for dim in policy.spec.dimensions:
             by_source.setdefault(dim.source, []).append(dim)
-        answer = Readings()
-        for name, dims in by_source.items():
+        sources = {name: self.source(name) for name in by_source}  # made here, not in threads
+
+        def read(name: str) -> Readings:
+            dims = by_source[name]
             t0 = time.perf_counter()
             try:
-                part = self.source(name).read(policy, dims, nodes, index, at)
+                return sources[name].read(policy, dims, nodes, index, at)
             except Exception as exc:  # a source's bug must not stop the other dimensions
                 log.exception("source %s failed", name)
                 elapsed = time.perf_counter() - t0
-                part = Readings(
+                return Readings(
                     failures={
                         d.name: DimensionFailure(d.name, d.what, "response", repr(exc), elapsed)
                         for d in dims
                     }
                 )
+
+        answer = Readings()
+        # Sources are read at once: a slow registry does not hold back the PromQL dimensions.
+        for part in concurrently(read, by_source, "source"):
             answer.readings.update(part.readings)
             answer.failures.update(part.failures)
             answer.requests += part.requests

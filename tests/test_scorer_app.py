@@ -297,6 +297,16 @@ def test_cli_explain_queries_a_running_scorer(
         pod_json = json.loads(capsys.readouterr().out)
     assert "avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL)" in node_out
     assert "condition gpu-hot: util (raw) Gt 90 observed 95 active=True" in node_out
-    assert nodes_out.splitlines()[0].split()[:2] == ["NODE", "util"]
+    assert nodes_out.splitlines()[0].split() == [
+        "NODE",
+        "score-util",
+        "score-power",
+        "overcommit-pct",
+        "score",
+        "score-class-gpu",
+        "TAINTS",
+    ]
+    util_row = next(line for line in node_out.splitlines() if line.startswith("util "))
+    assert util_row.split()[:6] == ["util", "fresh", "95", "pct", "5", "score-util=10"]
     assert "excluded node-3: avoid:gpu-hot" in pod_out
     assert [a["node"] for a in pod_json["allowed"]] == ["node-2"]

@@ -536,3 +536,54 @@ def test_without_a_ledger_a_cycle_lists_the_pods(apistub: ApiStub, tmp_path: Pat
     status = {d.dimension: d.ok for d in result.plan.dimensions}
     assert status == {"overcommit-pct": True, "registry-health": False}
     assert result.plan.node("node-1").label_changes["kube-steer.github.io/overcommit-pct"] == "25"  # type: ignore[union-attr]
+
+
+def test_sources_and_their_requests_are_in_flight_at_once(apistub: ApiStub, tmp_path: Path) -> None:
+    """Two HTTP dimensions and the Kubernetes source meet at one barrier: read one after
+    another, the first would wait out the barrier's timeout and fail."""
+    meet = threading.Barrier(3, timeout=5)
+
+    class Waiting(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            try:
+                meet.wait()
+                status, body = 200, json.dumps(CONSUL_STATE_ANY).encode()
+            except threading.BrokenBarrierError:
+                status, body = 503, b"{}"
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Waiting)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    second = POLICY.split("    - name: registry-health")[1].replace("URL", f"{url}/b")
+    text = POLICY.replace("URL", f"{url}/a") + "    - name: registry-health-b" + second
+    policy = parse_policy(text)
+    apistub.add_node(synthetic_node("node-1"))
+    scorer = Scorer(lambda: policy, NodeApi(KubeJson(client_for(apistub, tmp_path / "kc"))))
+    kubernetes = scorer.source("kubernetes")
+
+    class MeetingKubernetes:
+        def read(self, *args: Any) -> Any:
+            meet.wait()
+            return kubernetes.read(*args)
+
+        def close(self) -> None:
+            kubernetes.close()
+
+    scorer._sources["kubernetes"] = MeetingKubernetes()  # type: ignore[assignment]
+    try:
+        readings, failures, _ = scorer.read_all(policy, tuple(scorer.node_api.list_nodes()))
+    finally:
+        scorer.close()
+        server.shutdown()
+        server.server_close()
+    assert failures == {}
+    assert readings["registry-health"].values == {"node-1": 50.0}  # its worst check
+    assert readings["registry-health-b"].values == {"node-1": 50.0}
+    assert set(readings) == {"overcommit-pct", "registry-health", "registry-health-b"}

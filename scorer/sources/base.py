@@ -8,15 +8,32 @@ a settings model on `Dimension`, and its line in the registry (`scorer/sources/_
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from scorer.kubeapi import KubeJson
 from scorer.ledger import PodLedger
 from scorer.model import NodeState
 from scorer.observe import DimensionFailure, DimensionReading, NodeIndex
 from steer.core.policy import Dimension, Policy
+
+_In = TypeVar("_In")
+_Out = TypeVar("_Out")
+# Requests in flight at once per source (and sources at once per cycle).
+MAX_CONCURRENT = 8
+
+
+def concurrently(fn: Callable[[_In], _Out], items: Iterable[_In], name: str) -> list[_Out]:
+    """`fn` over `items`, at most MAX_CONCURRENT at a time, results in order: a cycle waits for
+    its slowest request, not for the sum of them. One item runs on the caller's thread."""
+    items = list(items)
+    if len(items) <= 1:
+        return [fn(item) for item in items]
+    workers = min(MAX_CONCURRENT, len(items))
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name) as pool:
+        return list(pool.map(fn, items))
 
 
 @dataclass

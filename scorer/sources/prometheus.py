@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 from scorer.model import NodeState
 from scorer.observe import DimensionFailure, NodeIndex, read_dimension
-from scorer.sources.base import Readings, SourceContext
+from scorer.sources.base import Readings, SourceContext, concurrently
 from steer.adapters.prometheus import (
     PrometheusAuthError,
     PrometheusClient,
@@ -80,9 +79,7 @@ class PrometheusSource:
                     dim.name, dim.query, failure_kind(exc), str(exc), time.perf_counter() - t0
                 )
 
-        workers = min(8, len(dimensions))
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="promql") as pool:
-            answers = list(pool.map(ask, dimensions))
+        answers = concurrently(ask, dimensions, "promql")
         out = Readings(requests=len(dimensions))
         for dim, answer in zip(dimensions, answers, strict=True):
             if isinstance(answer, DimensionFailure):
