@@ -17,7 +17,7 @@ import gc
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from scorer.clusterscore import ClusterScoreValue, cluster_scores, requested_resources
@@ -96,7 +96,10 @@ class Scorer:
         clock: Callable[[], float] = time.time,
         writer_sleep: Callable[[float], None] = time.sleep,
         placement_scores: PlacementScorePublisher | None = None,
+        sources: Mapping[str, Source] | None = None,
     ) -> None:
+        """`sources` are used instead of the registry's for their names (`prometheus`,
+        `kubernetes`, `http`), e.g. to replay recorded readings."""
         self._policy = policy
         self.node_api = node_api
         self.prometheus_url = prometheus_url
@@ -114,7 +117,7 @@ class Scorer:
         self._last: CycleResult | None = None
         self._last_bindings_generation = 0
         self._last_ledger_generation = 0
-        self._sources: dict[str, Source] = {}
+        self._sources: dict[str, Source] = dict(sources or {})
         self.query_count = 0  # every request this scorer ever sent to a data source
         # spec.clusterScores: the hub writer (made on first use) and the last scores computed.
         self.placement_scores = placement_scores

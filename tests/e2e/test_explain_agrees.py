@@ -1,17 +1,19 @@
 """`/explain` against the real kube-scheduler: for random nodes and random pods, the nodes the
 explanation allows are exactly the nodes where the scheduler binds the pod the webhook makes.
 
-Nodes carry what two scorer cycles plan for random observations (scores, `reserved-for-gpu`,
-`overcommit-pct`, the `gpu-hot`/`unhealthy` taints, budget pools, some of them empty), plus
-foreign labels and taints of every effect, and some are cordoned. Pods have tolerations that are
-easy to get wrong (wildcards, effect-less, case, the cordon's own taint, an Lt/Gt toleration the
-apiserver refuses), nodeSelectors, required terms with Gt/Lt on odd label values, matchFields and
-empty terms, GPU or not, in a namespace of each tenant, of none, and one not opted in.
+Nodes carry what two cycles of the real scorer wrote to them through the apiserver from random
+observations and pods (scores, `reserved-for-gpu`, `overcommit-pct`, the `gpu-hot`/`unhealthy`
+taints, budget pools, some of them empty), plus foreign labels and taints of every effect, and
+some are cordoned. Pods have tolerations that are easy to get wrong (wildcards, effect-less,
+case, the cordon's own taint, an Lt/Gt toleration the apiserver refuses), nodeSelectors,
+required terms with Gt/Lt on odd label values, matchFields and empty terms, GPU or not, in a
+namespace of each tenant, of none, and one not opted in.
 
-Each pod is mutated by the webhook's own `mutate_pod` and explained by `explain_pod` over the
-nodes as read back from the API; a pod the webhook's validation or the apiserver refuses must be
-allowed nowhere. Where it may go is measured by one probe per node: the mutated
-pod with `kubernetes.io/hostname In [node]` ANDed into its required terms, bound or Unschedulable.
+Each pod is mutated by the webhook's own `mutate_pod` and explained by `POST /explain/pod` on
+that scorer's HTTP app (which reads the namespace from the apiserver); a pod the webhook's
+validation or the apiserver refuses must be allowed nowhere. Where it may go is measured by one
+probe per node: the mutated pod with `kubernetes.io/hostname In [node]` ANDed into its required
+terms, bound or Unschedulable.
 Tenant pods never burst (limits = requests), so a bound probe cannot repel another by the burst
 anti-affinity, and pools are either empty or far larger than every probe together.
 """
@@ -23,18 +25,23 @@ import os
 import random
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jsonpatch
+import requests
 from kubernetes import client
 
-from scorer.explain import explain_pod
+from scorer.app import HttpServer, create_app
+from scorer.kubeapi import KubeJson
+from scorer.ledger import PodLedger
 from scorer.model import NodeState
-from scorer.plan import CyclePlan, ScorerMemory, plan_cycle
+from scorer.observe import NodeIndex
+from scorer.service import Scorer
+from scorer.sources import Readings
+from scorer.writer import NodeApi
 from steer.core.admission import ValidationPlan, validate_pod
-from steer.core.budget import Amount, PodShare
-from steer.core.policy import parse_policy
+from steer.core.policy import Dimension, Policy, parse_policy
 from steer.core.steering import condition_key
 from steer.testing.cluster import ControlPlane
 from tests.e2e.test_scheduler import SET_KEY
@@ -199,8 +206,11 @@ def random_nodes(rng: random.Random, set_id: str) -> tuple[list[NodeState], dict
     return states, extra
 
 
-def plan_nodes(rng: random.Random, states: list[NodeState], extra: Mapping[str, Any]) -> CyclePlan:
-    names = [s.name for s in states]
+def observations(
+    rng: random.Random, names: list[str], extra: Mapping[str, Any]
+) -> tuple[dict[str, dict[str, float]], list[dict[str, Any]]]:
+    """Random readings per dimension (a fifth of the nodes unscored) and the bound pods of the
+    ledger: on a "full" node, one pod outside every pool whose limits exceed the node."""
     observed = [n for n in names if rng.random() < 0.8]  # the others stay unscored
     values = {
         "gpu-util": {n: rng.choice((5.0, 50.0, 95.0)) for n in observed},
@@ -210,14 +220,40 @@ def plan_nodes(rng: random.Random, states: list[NodeState], extra: Mapping[str, 
         "overcommit-pct": {n: float(rng.randint(-20, 15)) for n in observed},
         "health": {n: rng.choice((1.0, 1.0, 0.0)) for n in observed},
     }
-    huge = Amount(cpu_m=10**9, memory=10**15)
-    shares = {n: [PodShare(huge, frozenset())] if extra[n]["full"] else [] for n in names}
-    memory = ScorerMemory()
-    for at in (1000.0, 1030.0):  # the taints need two cycles
-        plan, memory = plan_cycle(
-            POLICY, states, readings_for(POLICY, states, values, at), memory, at, pod_shares=shares
-        )
-    return plan
+    huge = {"cpu": "1000000", "memory": "1000Ti"}
+    pods = [
+        {
+            "metadata": {"uid": f"full-{n}", "name": f"full-{n}", "namespace": "elsewhere"},
+            "spec": {"nodeName": n, "containers": [{"resources": {"limits": huge}}]},
+            "status": {"phase": "Running"},
+        }
+        for n in names
+        if extra[n]["full"]
+    ]
+    return values, pods
+
+
+class RecordedReadings:
+    """The random observations, answered as the Prometheus source answers a cycle."""
+
+    def __init__(self, values: Mapping[str, Mapping[str, float]]) -> None:
+        self.values = values
+
+    def read(
+        self,
+        policy: Policy,
+        dimensions: Sequence[Dimension],
+        nodes: Sequence[NodeState],
+        index: NodeIndex,
+        at: float | None,
+    ) -> Readings:
+        assert at is not None
+        wanted = {d.name for d in dimensions}
+        every = readings_for(policy, nodes, self.values, at)
+        return Readings(readings={k: v for k, v in every.items() if k in wanted})
+
+    def close(self) -> None:
+        pass
 
 
 def _probe(pod: Mapping[str, Any], name: str, node: str) -> dict[str, Any]:
@@ -274,28 +310,41 @@ def test_explain_allows_exactly_the_nodes_the_scheduler_binds_the_mutated_pod_to
     rng = random.Random(SEED)
     set_id = f"agree-{uuid.uuid4().hex[:6]}"
     states, extra = random_nodes(rng, set_id)
-    plan = plan_nodes(rng, states, extra)
-    core = client.CoreV1Api(control_plane.api_client())
     names = [s.name for s in states]
+    values, full_pods = observations(rng, names, extra)
+    core = client.CoreV1Api(control_plane.api_client())
     for state in states:
-        node_plan = plan.node(state.name)
-        assert node_plan is not None
         made = extra[state.name]
         make_node(
             state.name,
             cpu=state.allocatable["cpu"],
             memory=state.allocatable["memory"],
             gpus=made["gpus"],
-            labels={**made["labels"], **node_plan.labels},
-            taints=[*made["taints"], *(t.to_k8s() for t in node_plan.taints)],
-            extra_capacity={p.resource: str(p.capacity) for p in node_plan.pools},
+            labels=made["labels"],
+            taints=made["taints"],
         )
         if made["cordon"]:
             core.patch_node(state.name, {"spec": {"unschedulable": True}})
+    # The scorer itself writes the labels, taints and pools, from the random observations and
+    # pods; the taints need two cycles.
+    ledger = PodLedger()
+    ledger.replace(full_pods)
+    scorer = Scorer(
+        lambda: POLICY,
+        NodeApi(KubeJson(control_plane.api_client())),
+        ledger=ledger,
+        sources={"prometheus": RecordedReadings(values)},
+    )
+    for at in (1000.0, 1030.0):
+        result = scorer.run_cycle(at=at)
+        assert result.report is not None and not result.report.errors
     nodes = [
         NodeState.from_k8s(control_plane.api_client().sanitize_for_serialization(core.read_node(n)))
         for n in names
     ]
+    assert any(n.taints for n in nodes) and any(
+        r.startswith(POLICY.label_key("limits-")) for n in nodes for r in n.allocatable
+    )
 
     tenants: list[tuple[Any, dict[str, str]]] = [(None, {"kube-steer.github.io/enabled": "true"})]
     for tenant in POLICY.spec.tenants:
@@ -307,39 +356,52 @@ def test_explain_allows_exactly_the_nodes_the_scheduler_binds_the_mutated_pod_to
     )
     namespaces = [(t, labels, make_namespace(labels, prefix="agree")) for t, labels in tenants]
 
-    cases = []
-    probes: set[str] = set()
-    refused = []
-    denied = []
-    for i in range(PODS):
-        tenant, ns_labels, ns = namespaces[i % len(namespaces)]
-        pod = random_pod(rng, names)
-        explanation = explain_pod(POLICY, plan, nodes, pod, ns_labels, ns)
-        mutated = pod
-        if PLAN.opted_in(ns, ns_labels):
-            mutated = jsonpatch.apply_patch(pod, list(mutate_pod(PLAN, pod, tenant).ops))
-        if validate_pod(VALIDATION, mutated, tenant, ns):
-            # The webhook's validation denies the pod: it goes nowhere, and explain says so.
-            denied.append(i)
-            assert explanation.problems and not explanation.allowed, (i, pod)
-            continue
-        try:
-            for j, node in enumerate(names):
-                probe = _probe(mutated, f"p{i}-{j}", node)
-                core.create_namespaced_pod(ns, probe)
-                probes.add(probe["metadata"]["name"])
-        except client.ApiException as exc:
-            assert exc.status == 422 and j == 0, exc
-            refused.append((i, explanation.problems, exc.reason))
-            assert explanation.problems and not explanation.allowed, (i, pod, exc.body)
-            continue
-        cases.append((i, pod, tenant, explanation))
+    # Every explanation is asked as an operator asks it: POST /explain/pod on the scorer's own
+    # HTTP app, which reads the namespace's labels from the apiserver.
+    server = HttpServer(create_app(scorer)).start()
+    http = requests.Session()
+    http.trust_env = False
+    try:
+        cases = []
+        probes: set[str] = set()
+        refused = []
+        denied = []
+        for i in range(PODS):
+            tenant, ns_labels, ns = namespaces[i % len(namespaces)]
+            pod = random_pod(rng, names)
+            answer = http.post(f"{server.url}/explain/pod", params={"namespace": ns}, json=pod)
+            assert answer.status_code == 200, answer.text
+            explanation = answer.json()
+            assert explanation["tenant"] == (tenant.name if tenant else None)
+            mutated = pod
+            if PLAN.opted_in(ns, ns_labels):
+                mutated = jsonpatch.apply_patch(pod, list(mutate_pod(PLAN, pod, tenant).ops))
+            if validate_pod(VALIDATION, mutated, tenant, ns):
+                # The webhook's validation denies the pod: it goes nowhere, and explain says so.
+                denied.append(i)
+                assert explanation["problems"] and not explanation["allowed"], (i, pod)
+                continue
+            try:
+                for j, node in enumerate(names):
+                    probe = _probe(mutated, f"p{i}-{j}", node)
+                    core.create_namespaced_pod(ns, probe)
+                    probes.add(probe["metadata"]["name"])
+            except client.ApiException as exc:
+                assert exc.status == 422 and j == 0, exc
+                refused.append((i, explanation["problems"], exc.reason))
+                assert explanation["problems"] and not explanation["allowed"], (i, pod, exc.body)
+                continue
+            cases.append((i, pod, tenant, explanation))
 
+    finally:
+        http.close()
+        server.stop()
+        scorer.close()
     outcome = _outcomes(core, [ns for _, _, ns in namespaces], probes, timeout=60)
     disagreements = []
     for i, pod, tenant, explanation in cases:
         bound = {names[j] for j in range(NODES) if outcome.get(f"p{i}-{j}")}
-        allowed = {v.node for v in explanation.allowed}
+        allowed = {v["node"] for v in explanation["allowed"]}
         if bound != allowed:
             disagreements.append(
                 {
@@ -349,11 +411,12 @@ def test_explain_allows_exactly_the_nodes_the_scheduler_binds_the_mutated_pod_to
                     "schedulerOnly": sorted(bound - allowed),
                     "explainOnly": sorted(allowed - bound),
                     "excluded": {
-                        v.node: [e.rule for e in v.exclusions] for v in explanation.excluded
+                        v["node"]: [e["rule"] for e in v["exclusions"]]
+                        for v in explanation["excluded"]
                     },
                 }
             )
-    feasible = sum(len(e.allowed) for *_, e in cases)
+    feasible = sum(len(e["allowed"]) for *_, e in cases)
     record_property("pods", PODS)
     record_property("nodes", NODES)
     record_property("pod_node_pairs", len(cases) * NODES)
