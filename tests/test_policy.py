@@ -185,6 +185,39 @@ def test_a_raw_label_must_end_with_its_unit() -> None:
     assert power.raw_unit == "watts"
 
 
+@pytest.mark.parametrize(
+    ("name", "unit", "problem"),
+    [
+        ("queue-depth", None, True),  # "depth" is no unit: say which one, or name a known one
+        ("queue-count", None, False),
+        ("queue-depth", "depth", False),  # a unit of your own, named
+        ("queue-count", "jobs", True),  # named, but not what the name ends with
+    ],
+)
+def test_a_raw_name_ends_with_a_known_or_a_named_unit(
+    name: str, unit: str | None, problem: bool
+) -> None:
+    doc = {
+        "apiVersion": "kube-steer.github.io/v1alpha1",
+        "kind": "SteeringPolicy",
+        "spec": {
+            "dimensions": [
+                {"name": "load", "query": "node_load1"},
+                {"name": name, "query": "q", "publish": "raw", "weight": 0}
+                | ({"unit": unit} if unit else {}),
+            ]
+        },
+    }
+    if not problem:
+        assert parse_policy(yaml.safe_dump(doc)).dimension(name).raw_unit == name.split("-")[1]
+        return
+    (issue,) = _issues(doc)
+    assert issue.startswith(
+        f"spec.dimensions[1].name: publish: raw writes the value itself as label {name!r}"
+    )
+    assert ("known without it: bytes, celsius, cores, count" in issue) == (unit is None)
+
+
 def test_a_dimension_may_not_take_a_composite_label() -> None:
     doc = _doc()
     doc["spec"]["dimensions"][3]["name"] = "class-gpu"  # score-class-gpu: the GPU composite

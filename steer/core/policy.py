@@ -53,6 +53,23 @@ DEFAULT_SCHEDULER = "default-scheduler"
 # `<prefix><compositeLabel>-class-<class>`; a dimension published raw carries the value itself
 # under `<prefix><dimension>`, whose name ends with its unit (`overcommit-pct`, `power-watts`).
 SCORE_PREFIX = "score-"
+# Units a raw dimension's name may end with without naming `unit:` (any other one word may be
+# named there).
+KNOWN_UNITS = frozenset(
+    {
+        "pct",
+        "ratio",
+        "watts",
+        "joules",
+        "celsius",
+        "seconds",
+        "ms",
+        "bytes",
+        "count",
+        "gpus",
+        "cores",
+    }
+)
 CLASS_INFIX = "-class-"
 # Label suffix of the nodes a pod class reserves (`<prefix>reserved-for-<class>`).
 RESERVED_PREFIX = "reserved-for-"
@@ -269,10 +286,12 @@ class Dimension(_Model):
 
     @property
     def raw_unit(self) -> str | None:
+        """`unit`, else (a raw dimension) the last part of its name if it is a known unit."""
         if self.unit is not None:
             return self.unit
-        if self.publish == "raw" and "-" in self.name:
-            return self.name.rsplit("-", 1)[1]
+        suffix = self.name.rsplit("-", 1)[-1]
+        if self.publish == "raw" and "-" in self.name and suffix in KNOWN_UNITS:
+            return suffix
         return None
 
     @property
@@ -868,10 +887,16 @@ def _unit_issues(path: str, dim: Dimension) -> Iterable[PolicyIssue]:
     unit = dim.raw_unit
     if unit is None or not dim.name.endswith(f"-{unit}") or not _UNIT_RE.match(unit):
         example = f"{dim.name}-{dim.unit or 'pct'}"
+        known = (
+            ""
+            if dim.unit
+            else f", or set unit: (known without it: {', '.join(sorted(KNOWN_UNITS))})"
+        )
         yield PolicyIssue(
             f"{path}.name",
             f"publish: raw writes the value itself as label {dim.name!r}, so the name must end "
-            f"with its unit (e.g. {example!r}) and read apart from the 0..100 scores, got {dim.name!r}",
+            f"with its unit (e.g. {example!r}) and read apart from the 0..100 scores{known}, "
+            f"got {dim.name!r}",
         )
 
 
