@@ -81,7 +81,7 @@ def demo_environment(
             stub.add_namespace(tenant, {"tenant": tenant, "kube-steer.github.io/enabled": "true"})
         # rate() over the energy counters needs two scrapes of every node
         prom.wait_for(
-            "sum by (instance) (rate(kepler_node_platform_joules_total[5m]))",
+            "sum by (instance) (irate(kepler_node_platform_joules_total[5m]))",
             lambda r: len(r.samples) == nodes,
             timeout_s=30,
         )

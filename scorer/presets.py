@@ -22,7 +22,7 @@ def example_policy_text() -> str:
 # example policy's `power` dimension).
 POWER_KEPLER_07 = """\
     - name: power
-      query: sum by (instance) (rate(kepler_node_platform_joules_total[5m]))
+      query: sum by (instance) (irate(kepler_node_platform_joules_total[5m]))
       nodeLabel: instance
       unit: watts
       direction: lowerIsBetter
@@ -44,16 +44,9 @@ POWER_KEPLER_010 = """\
 def demo_policy_text(
     prometheus_url: str = "http://127.0.0.1:9090", *, interval_seconds: float = 30
 ) -> str:
-    """The example policy, pointed at a local Prometheus and renamed `demo`.
-
-    One query differs: the demo's Prometheus is seconds old, and `rate()` over 5 minutes of a
-    counter with seconds of history reads a fraction of the real watts (Prometheus divides the
-    increase by the whole window), so the demo reads power from the last two samples."""
+    """The example policy, pointed at a local Prometheus and renamed `demo`."""
     doc = yaml.safe_load(example_policy_text())
     doc["metadata"]["name"] = "demo"
-    for dim in doc["spec"]["dimensions"]:
-        if dim["name"] == "power":
-            dim["query"] = dim["query"].replace("rate(", "irate(").replace("[5m]", "[1m]")
     doc["spec"]["prometheus"]["url"] = prometheus_url
     doc["spec"]["scoring"]["intervalSeconds"] = interval_seconds
     return yaml.safe_dump(doc, sort_keys=False)
