@@ -283,7 +283,7 @@ def _print_once(args: argparse.Namespace, policy: Policy, result: CycleResult) -
         }
         print(json.dumps(body, indent=2))
         return
-    print(plan_table(result.plan, policy, changes_only=args.changes_only))
+    print(plan_table(result.plan, policy, result.nodes, changes_only=args.changes_only))
     done = (
         "dry run: nothing written"
         if result.dry_run

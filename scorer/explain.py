@@ -253,9 +253,17 @@ def _condition_text(policy: Policy, rule_name: str) -> str:
     return f"{cond.dimension} ({cond.source}) {cond.operator} {cond.value:g}"
 
 
-def plan_table(cycle: CyclePlan, policy: Policy, *, changes_only: bool = False) -> str:
+def plan_table(
+    cycle: CyclePlan,
+    policy: Policy,
+    nodes: Sequence[NodeState] = (),
+    *,
+    changes_only: bool = False,
+) -> str:
     """Fixed-width text for `steer scorer once`: the raw readings with their units, a legend of
-    the label contract, then the labels and taints planned per node and what changes."""
+    the label contract, then the labels and taints planned per node and what changes (`old→new`
+    against `nodes` as read; a node getting its first labels shows only how many)."""
+    before = {n.name: n.labels for n in nodes}
     plans = [p for p in cycle.nodes if p.changed or not changes_only]
     prefix = policy.spec.label_prefix
     readings = [("NODE", *(_reading_header(d) for d in policy.spec.dimensions))]
@@ -270,9 +278,17 @@ def plan_table(cycle: CyclePlan, policy: Policy, *, changes_only: bool = False) 
         labels = ",".join(f"{_short(k, prefix)}={v}" for k, v in sorted(plan.labels.items()))
         taints = ",".join(f"{_short(t.key, prefix)}:{t.effect}" for t in plan.taints)
         changes = []
-        for key, value in plan.label_changes.items():
-            short = _short(key, prefix)
-            changes.append(f"-{short}" if value is None else f"{short}={value}")
+        had = before.get(plan.node, {})
+        first = all(v is not None and k not in had for k, v in plan.label_changes.items())
+        if plan.label_changes and first and not any(k in had for k in plan.labels):
+            changes.append(f"+{len(plan.label_changes)} labels (first write)")
+        else:
+            for key, value in plan.label_changes.items():
+                short, old = _short(key, prefix), had.get(key)
+                if value is None:
+                    changes.append(f"-{short}")
+                else:
+                    changes.append(f"{short}={value}" if old is None else f"{short}={old}→{value}")
         if plan.taints_changed:
             changes.append("taints")
         if plan.annotation_changed and not plan.label_changes:

@@ -177,3 +177,19 @@ def test_node_views_carry_values_queries_and_pending_changes() -> None:
     )
     assert lines[labels + 3].startswith("c ")
     assert "score-util=10" in lines[labels + 3] and "gpu-hot:NoSchedule" in lines[labels + 3]
+
+
+def test_once_table_counts_a_first_write_and_shows_changes_as_old_to_new() -> None:
+    nodes = [
+        NodeState("a"),
+        NodeState("b", labels={"kube-steer.github.io/score-util": "90", "team": "x"}),
+    ]
+    values = {"util": {"a": 20.0, "b": 50.0}, "power": {"a": 100.0, "b": 200.0}}
+    plan, _ = plan_cycle(POLICY, nodes, readings_for(POLICY, nodes, values, T0), ScorerMemory(), T0)
+    rows = {line.split()[0]: line for line in plan_table(plan, POLICY, nodes).splitlines() if line}
+    a_plan, b_plan = plan.node("a"), plan.node("b")
+    assert a_plan is not None and b_plan is not None
+    assert rows["a"].endswith(f"+{len(a_plan.label_changes)} labels (first write)")
+    assert "score-util=90→50" in rows["b"] and "score-power=0" in rows["b"]
+    # Without the nodes as read, every change is listed with its new value only.
+    assert "score-util=50 " in plan_table(plan, POLICY).split("\nb ")[-1] + " "
