@@ -354,7 +354,7 @@ class PodClass(_Model):
     scheduler_profile: str | None = None
     avoid: tuple[str, ...] = ()
     # Nodes that offer one of `requestsAny` (allocatable > 0) are kept for this class: the
-    # scorer labels them `<prefix>reserved-<class>=true`, and the webhook steers every other
+    # scorer labels them `<prefix>reserved-for-<class>=true`, and the webhook steers every other
     # opted-in pod away from them, by preference (`prefer`: only when nothing else fits) or
     # by a required term (`require`). A node carrying a taint the class avoids is not reserved:
     # the class cannot use it.
