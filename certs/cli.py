@@ -25,7 +25,7 @@ from certs.pki import (
 )
 from certs.rotate import DEFAULT_CONFIGURATIONS, RotateError, RotateOptions, RotateReport, rotate
 from certs.store import CaStore, default_ca_dir, unsafe_key_location
-from steer.adapters.kube import KubeConfigError, make_api_client
+from steer.adapters.kube import KubeConfigError, add_kubeconfig_flag, make_api_client
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -123,11 +123,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         metavar="NAME",
         help="the kubernetes.io/tls Secret the webhook mounts",
     )
-    rot.add_argument(
-        "--kubeconfig",
-        metavar="PATH",
-        help="kubeconfig (default: in-cluster, $KUBECONFIG, ~/.kube/config)",
-    )
+    add_kubeconfig_flag(rot)
     _ca_dir_arg(rot)
     rot.add_argument(
         "--renew-before",

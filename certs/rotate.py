@@ -37,11 +37,10 @@ from certs.pki import (
 )
 from certs.renewal import ServingPems, renewal_reasons
 from certs.store import CaStore
-from steer.adapters.kube import KubeRequestError, request_json
+from steer.adapters.kubejson import JSON_PATCH, KubeApiError, KubeJson
 
 DEFAULT_CONFIGURATIONS = ("steer-webhook",)
 TLS_TYPE = "kubernetes.io/tls"
-JSON_PATCH = "application/json-patch+json"
 _ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 KINDS = (
     ("MutatingWebhookConfiguration", "mutatingwebhookconfigurations"),
@@ -151,8 +150,8 @@ def _secret_path(namespace: str, name: str = "") -> str:
 
 def _call(api: client.ApiClient, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
     try:
-        return request_json(api, method, path, **kwargs)
-    except KubeRequestError as exc:
+        return KubeJson(api).request(method, path, **kwargs)
+    except KubeApiError as exc:
         if exc.status == 409:
             raise _Conflict() from None
         raise RotateError(_explain(exc)) from None
@@ -160,14 +159,14 @@ def _call(api: client.ApiClient, method: str, path: str, **kwargs: Any) -> dict[
 
 def _get(api: client.ApiClient, path: str) -> dict[str, Any] | None:
     try:
-        return request_json(api, "GET", path)
-    except KubeRequestError as exc:
+        return KubeJson(api).request("GET", path)
+    except KubeApiError as exc:
         if exc.status == 404:
             return None
         raise RotateError(_explain(exc)) from None
 
 
-def _explain(exc: KubeRequestError) -> str:
+def _explain(exc: KubeApiError) -> str:
     where = f"{exc.method} {exc.path}"
     if exc.status == 0:
         return (

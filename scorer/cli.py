@@ -33,7 +33,7 @@ from scorer.serve import (
 )
 from scorer.service import CycleError, CycleResult, Scorer
 from scorer.writer import WriteResult
-from steer.adapters.kube import KubeConfigError
+from steer.adapters.kube import KubeConfigError, add_kubeconfig_flag
 from steer.adapters.policy_file import load_policy_file
 from steer.adapters.service_logs import add_log_flags, configure_logging
 from steer.core.policy import Policy, PolicyError
@@ -125,11 +125,7 @@ def register(subparsers: Any) -> None:
     cleanup.add_argument(
         "--policy", required=True, metavar="FILE", help="the SteeringPolicy the scorer ran"
     )
-    cleanup.add_argument(
-        "--kubeconfig",
-        metavar="FILE",
-        help="kubeconfig (default: in-cluster, $KUBECONFIG, ~/.kube/config)",
-    )
+    add_kubeconfig_flag(cleanup)
     cleanup.add_argument(
         "--dry-run", action="store_true", help="print what would be removed, write nothing"
     )
@@ -179,11 +175,7 @@ def _source_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--prometheus", metavar="URL", help="Prometheus base URL (default: the policy's)"
     )
-    parser.add_argument(
-        "--kubeconfig",
-        metavar="FILE",
-        help="kubeconfig (default: in-cluster, $KUBECONFIG, ~/.kube/config)",
-    )
+    add_kubeconfig_flag(parser)
     parser.add_argument(
         "--demo",
         action="store_true",
