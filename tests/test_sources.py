@@ -7,9 +7,8 @@ import json
 import threading
 from collections.abc import Iterator
 from fractions import Fraction
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 
@@ -27,6 +26,7 @@ from steer.apistub.synthetic import synthetic_node
 from steer.core.budget import Amount, limit_overcommit_pct
 from steer.core.policy import PolicyError, parse_policy
 from tests.apistub_fixtures import client_for
+from tests.json_server import json_server
 
 GIB = 1024**3
 
@@ -146,35 +146,17 @@ NACOS_INSTANCE_LIST = {
 }
 
 
-class _Handler(BaseHTTPRequestHandler):
-    routes: ClassVar[dict[str, tuple[int, bytes]]] = {}
-
-    def do_GET(self) -> None:
-        status, body = self.routes.get(self.path, (404, b"{}"))
-        self.routes["seen-authorization"] = (0, str(self.headers.get("Authorization")).encode())
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
 @pytest.fixture
 def registry() -> Iterator[tuple[str, dict[str, tuple[int, bytes]]]]:
     """A local HTTP server answering from a route table the test fills."""
     routes: dict[str, tuple[int, bytes]] = {}
-    handler = type("Handler", (_Handler,), {"routes": routes})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", routes
-    finally:
-        server.shutdown()
-        server.server_close()
+
+    def answer(path: str, headers: Any) -> tuple[int, bytes]:
+        routes["seen-authorization"] = (0, str(headers.get("Authorization")).encode())
+        return routes.get(path, (404, b"{}"))
+
+    with json_server(answer) as url:
+        yield url, routes
 
 
 def node(name: str, *, cpu: str = "4", memory: str = "8Gi", ip: str = "") -> NodeState:
@@ -477,9 +459,6 @@ def test_a_broken_source_fails_only_its_dimensions(apistub: ApiStub, tmp_path: P
     apistub.add_node(synthetic_node("node-1"))
     ledger = PodLedger()
     ledger.replace([])
-    scorer = Scorer(
-        lambda: policy, NodeApi(KubeJson(client_for(apistub, tmp_path / "kc"))), ledger=ledger
-    )
 
     class Broken:
         def read(self, *args: Any) -> Any:
@@ -488,7 +467,12 @@ def test_a_broken_source_fails_only_its_dimensions(apistub: ApiStub, tmp_path: P
         def close(self) -> None:
             pass
 
-    scorer._sources["http"] = Broken()  # type: ignore[assignment]
+    scorer = Scorer(
+        lambda: policy,
+        NodeApi(KubeJson(client_for(apistub, tmp_path / "kc"))),
+        ledger=ledger,
+        sources={"http": Broken()},
+    )
     try:
         readings, failures, _ = scorer.read_all(policy, tuple(scorer.node_api.list_nodes()))
     finally:
@@ -543,30 +527,15 @@ def test_sources_and_their_requests_are_in_flight_at_once(apistub: ApiStub, tmp_
     another, the first would wait out the barrier's timeout and fail."""
     meet = threading.Barrier(3, timeout=5)
 
-    class Waiting(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            try:
-                meet.wait()
-                status, body = 200, json.dumps(CONSUL_STATE_ANY).encode()
-            except threading.BrokenBarrierError:
-                status, body = 503, b"{}"
-            self.send_response(status)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def answer(path: str, headers: Any) -> tuple[int, bytes]:
+        try:
+            meet.wait()
+        except threading.BrokenBarrierError:
+            return 503, b"{}"
+        return 200, json.dumps(CONSUL_STATE_ANY).encode()
 
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Waiting)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}"
-    second = POLICY.split("    - name: registry-health")[1].replace("URL", f"{url}/b")
-    text = POLICY.replace("URL", f"{url}/a") + "    - name: registry-health-b" + second
-    policy = parse_policy(text)
-    apistub.add_node(synthetic_node("node-1"))
-    scorer = Scorer(lambda: policy, NodeApi(KubeJson(client_for(apistub, tmp_path / "kc"))))
-    kubernetes = scorer.source("kubernetes")
+    kube = KubeJson(client_for(apistub, tmp_path / "kc"))
+    kubernetes = KubernetesSource(SourceContext(kube=lambda: kube))
 
     class MeetingKubernetes:
         def read(self, *args: Any) -> Any:
@@ -576,13 +545,16 @@ def test_sources_and_their_requests_are_in_flight_at_once(apistub: ApiStub, tmp_
         def close(self) -> None:
             kubernetes.close()
 
-    scorer._sources["kubernetes"] = MeetingKubernetes()  # type: ignore[assignment]
-    try:
-        readings, failures, _ = scorer.read_all(policy, tuple(scorer.node_api.list_nodes()))
-    finally:
-        scorer.close()
-        server.shutdown()
-        server.server_close()
+    apistub.add_node(synthetic_node("node-1"))
+    with json_server(answer) as url:
+        second = POLICY.split("    - name: registry-health")[1].replace("URL", f"{url}/b")
+        text = POLICY.replace("URL", f"{url}/a") + "    - name: registry-health-b" + second
+        policy = parse_policy(text)
+        scorer = Scorer(lambda: policy, NodeApi(kube), sources={"kubernetes": MeetingKubernetes()})
+        try:
+            readings, failures, _ = scorer.read_all(policy, tuple(scorer.node_api.list_nodes()))
+        finally:
+            scorer.close()
     assert failures == {}
     assert readings["registry-health"].values == {"node-1": 50.0}  # its worst check
     assert readings["registry-health-b"].values == {"node-1": 50.0}

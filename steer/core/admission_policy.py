@@ -245,14 +245,15 @@ def security_admission_policy(policy: Policy, name: str = DEFAULT_NAME) -> tuple
             "message": f"policy {policy.name} has no security taint rules",
         }
     ]
+    metadata = {
+        "name": name,
+        "labels": {"app.kubernetes.io/part-of": "kube-steer"},
+        "annotations": annotations,
+    }
     vap: Json = {
         "apiVersion": API_VERSION,
         "kind": "ValidatingAdmissionPolicy",
-        "metadata": {
-            "name": name,
-            "labels": {"app.kubernetes.io/part-of": "kube-steer"},
-            "annotations": annotations,
-        },
+        "metadata": dict(metadata),
         "spec": {
             # Fail: an expression error (never expected) refuses the pod rather than let a
             # reserved toleration through.
@@ -286,11 +287,7 @@ def security_admission_policy(policy: Policy, name: str = DEFAULT_NAME) -> tuple
     binding: Json = {
         "apiVersion": API_VERSION,
         "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {
-            "name": name,
-            "labels": {"app.kubernetes.io/part-of": "kube-steer"},
-            "annotations": annotations,
-        },
+        "metadata": dict(metadata),
         "spec": {"policyName": name, "validationActions": ["Deny"]},
     }
     return vap, binding

@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import os
+import re
 import subprocess
 import sys
 import time
@@ -237,29 +238,23 @@ def register_admission(
     admission = client.AdmissionregistrationV1Api(plane.api_client())
     made = []
     for doc in admission_configurations(hook.url, hook.ca_bundle, manifest):
-        kind, name = doc["kind"], doc["metadata"]["name"]
-        operations: dict[str, tuple[Any, Any, Any]] = {
-            "MutatingWebhookConfiguration": (
-                admission.create_mutating_webhook_configuration,
-                admission.replace_mutating_webhook_configuration,
-                admission.read_mutating_webhook_configuration,
-            ),
-            "ValidatingWebhookConfiguration": (
-                admission.create_validating_webhook_configuration,
-                admission.replace_validating_webhook_configuration,
-                admission.read_validating_webhook_configuration,
-            ),
-        }
-        create, replace, read = operations[kind]
-        try:
-            create(doc)
-        except client.ApiException as exc:
-            if exc.status != 409:
-                raise
-            doc["metadata"]["resourceVersion"] = read(name).metadata.resource_version
-            replace(name, doc)
-        made.append(f"{kind}/{name}")
+        _create_or_replace(admission, doc)
+        made.append(f"{doc['kind']}/{doc['metadata']['name']}")
     return made
+
+
+def _create_or_replace(admission: Any, doc: dict[str, Any]) -> None:
+    """Create an admissionregistration object, or replace the one of that name."""
+    kind = re.sub(r"(?<!^)(?=[A-Z])", "_", doc["kind"]).lower()  # validating_admission_policy
+    name = doc["metadata"]["name"]
+    try:
+        getattr(admission, f"create_{kind}")(doc)
+    except client.ApiException as exc:
+        if exc.status != 409:
+            raise
+        current = getattr(admission, f"read_{kind}")(name)
+        doc["metadata"]["resourceVersion"] = current.metadata.resource_version
+        getattr(admission, f"replace_{kind}")(name, doc)
 
 
 def unregister_admission(plane: ControlPlane, manifest: Path = ADMISSION_MANIFEST) -> None:
@@ -290,28 +285,8 @@ def apply_security_policy(plane: ControlPlane, policy_file: Path, name: str = DE
     enforces them a moment later (it loads them from a watch)."""
     # Any: the client's models are typed, the generator's dicts are plain JSON.
     admission: Any = client.AdmissionregistrationV1Api(plane.api_client())
-    vap, binding = security_admission_policy(load_policy_file(str(policy_file)), name)
-    for doc, create, replace, read in (
-        (
-            vap,
-            admission.create_validating_admission_policy,
-            admission.replace_validating_admission_policy,
-            admission.read_validating_admission_policy,
-        ),
-        (
-            binding,
-            admission.create_validating_admission_policy_binding,
-            admission.replace_validating_admission_policy_binding,
-            admission.read_validating_admission_policy_binding,
-        ),
-    ):
-        try:
-            create(doc)
-        except client.ApiException as exc:
-            if exc.status != 409:
-                raise
-            doc["metadata"]["resourceVersion"] = read(name).metadata.resource_version
-            replace(name, doc)
+    for doc in security_admission_policy(load_policy_file(str(policy_file)), name):
+        _create_or_replace(admission, doc)
 
 
 def remove_security_policy(plane: ControlPlane, name: str = DEFAULT_NAME) -> None:

@@ -5,9 +5,7 @@ manifest's ClusterRole, with no Prometheus at all."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +16,7 @@ from steer.testing.cluster import ControlPlane
 from steer.testing.services import running_scorer
 from tests.e2e.test_budget_pools import NO_PROMETHEUS, admin, scorer_user
 from tests.e2e.waiting import wait_until
+from tests.json_server import json_server
 
 __all__ = ["admin", "scorer_user"]  # fixtures used below
 
@@ -63,25 +62,8 @@ CHECKS = [
 @pytest.fixture
 def consul() -> Iterator[str]:
     body = json.dumps(CHECKS).encode()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1/health/state/any"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with json_server(lambda _path, _headers: (200, body)) as url:
+        yield f"{url}/v1/health/state/any"
 
 
 def pod(name: str, node: str, limits: dict[str, str]) -> dict[str, Any]:

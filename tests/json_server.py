@@ -1,0 +1,38 @@
+"""A local threaded HTTP server for tests of the HTTP JSON source: every GET is answered by
+`answer(path, headers)` → (status, body)."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
+from email.message import Message
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+Answer = Callable[[str, Message], tuple[int, bytes]]
+
+
+@contextlib.contextmanager
+def json_server(answer: Answer) -> Iterator[str]:
+    """Yields the server's base URL (`http://127.0.0.1:PORT`); stopped on exit."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            status, body = answer(self.path, self.headers)
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
