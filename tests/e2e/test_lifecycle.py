@@ -393,6 +393,8 @@ FOREIGN_TAINTS = [
     {"key": "dedicated", "value": "ml", "effect": "NoSchedule"},
 ]  # fmt: skip
 FOREIGN_RESOURCE = "example.com/fpga"
+# A node's own keys: labels, annotations, taints, extended resources in its capacity.
+NodeKeys = tuple[dict[str, str], dict[str, str], list[dict[str, str]], dict[str, str]]
 NEW_PREFIX = "lifecycle.example.com/"
 
 
@@ -420,27 +422,52 @@ def scraped() -> Iterator[tuple[SyntheticCluster, PrometheusServer]]:
         yield cluster, prom
 
 
-@pytest.fixture
-def nodes(make_node: Callable[..., dict[str, Any]], admin: KubeJson) -> dict[str, dict[str, Any]]:
-    """The three nodes with foreign labels, annotations, taints and an extended resource, as
-    stored before any scorer ran."""
+def stage_nodes(
+    make_node: Callable[..., dict[str, Any]],
+    admin: KubeJson,
+    state: Callable[[str], NodeKeys] = lambda _name: ({}, {}, [], {}),
+) -> dict[str, dict[str, Any]]:
+    """The three nodes with foreign labels, annotations, taints and an extended resource, plus
+    `state(name)`'s own (labels, annotations, taints, capacity), as stored before the scorer
+    under test ran."""
     before = {}
     for name in NODES:
+        labels, annotations, taints, capacity = state(name)
         make_node(
             name,
             gpus=2,
-            labels=FOREIGN_LABELS,
-            taints=FOREIGN_TAINTS,
-            extra_capacity={FOREIGN_RESOURCE: "1"},
+            labels={**FOREIGN_LABELS, **labels},
+            taints=[*FOREIGN_TAINTS, *taints],
+            extra_capacity={FOREIGN_RESOURCE: "1", **capacity},
         )
         admin.request(
             "PATCH",
             node_path(name),
-            body={"metadata": {"annotations": FOREIGN_ANNOTATIONS}},
+            body={"metadata": {"annotations": {**FOREIGN_ANNOTATIONS, **annotations}}},
             content_type=MERGE_PATCH,
         )
         before[name] = admin.request("GET", node_path(name))
     return before
+
+
+@pytest.fixture
+def nodes(make_node: Callable[..., dict[str, Any]], admin: KubeJson) -> dict[str, dict[str, Any]]:
+    return stage_nodes(make_node, admin)
+
+
+@contextlib.contextmanager
+def lifecycle_scorer(
+    control_plane: ControlPlane, prom: PrometheusServer, tmp_path: Path
+) -> Iterator[Path]:
+    """`steer scorer run` (no leader election) on `lifecycle_policy()`, ready; yields the
+    policy file it hot-reloads."""
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(lifecycle_policy())
+    with running_scorer(
+        control_plane, policy, prom.url, tmp_path, extra_args=["--no-leader-election"]
+    ) as scorer:
+        scorer.wait_ready()
+        yield policy
 
 
 def ours(node: Mapping[str, Any], prefix: str) -> dict[str, list[str]]:
@@ -486,13 +513,7 @@ def test_cleanup_after_real_cycles_leaves_foreign_keys_byte_identical_and_none_o
     admin: KubeJson,
     tmp_path: Path,
 ) -> None:
-    _cluster, prom = scraped
-    policy = tmp_path / "policy.yaml"
-    policy.write_text(lifecycle_policy())
-    with running_scorer(
-        control_plane, policy, prom.url, tmp_path, extra_args=["--no-leader-election"]
-    ) as scorer:
-        scorer.wait_ready()
+    with lifecycle_scorer(control_plane, scraped[1], tmp_path) as policy:
         wait_until(
             "the scorer wrote every kind of key", lambda: written(admin, "kube-steer.github.io/")
         )
@@ -533,13 +554,7 @@ def test_a_label_prefix_change_takes_the_old_prefix_off_every_node(
     admin: KubeJson,
     tmp_path: Path,
 ) -> None:
-    _cluster, prom = scraped
-    policy = tmp_path / "policy.yaml"
-    policy.write_text(lifecycle_policy())
-    with running_scorer(
-        control_plane, policy, prom.url, tmp_path, extra_args=["--no-leader-election"]
-    ) as scorer:
-        scorer.wait_ready()
+    with lifecycle_scorer(control_plane, scraped[1], tmp_path) as policy:
         wait_until(
             "keys under kube-steer.github.io/", lambda: written(admin, "kube-steer.github.io/")
         )
@@ -574,10 +589,11 @@ def test_a_label_prefix_change_takes_the_old_prefix_off_every_node(
 OLD_PREFIX = "steer.io/"
 
 
-def release_0_1_0_state(name: str) -> tuple[dict[str, str], dict[str, str], list[dict[str, str]]]:
+def release_0_1_0_state(name: str) -> NodeKeys:
     """Labels, annotations and taints as release 0.1.0's scorer left them on a node of this
     module under the same policy (key set as in tests/fixtures/nodes/written-by-0.1.0.json):
-    scores under bare dimension names, `score-gpu` for the class, its record and times."""
+    scores under bare dimension names, `score-gpu` for the class, its record and times, and
+    the 0 % cpu budget pool."""
     hot = name == NODES[2]
     labels = {f"{OLD_PREFIX}util": "50", f"{OLD_PREFIX}power": "50", f"{OLD_PREFIX}score": "50"}
     labels[f"{OLD_PREFIX}score-gpu"] = "50"
@@ -594,7 +610,7 @@ def release_0_1_0_state(name: str) -> tuple[dict[str, str], dict[str, str], list
         f"{OLD_PREFIX}managed": json.dumps(record, separators=(",", ":")),
         f"{OLD_PREFIX}observed-at": '{"power":"2026-11-30T04:00:00Z","util":"2026-11-30T04:00:00Z"}',
     }
-    return labels, annotations, taints
+    return labels, annotations, taints, {f"{OLD_PREFIX}limits-0pct-cpu": "8000"}
 
 
 def test_an_upgrade_from_0_1_0_moves_every_key_and_never_lifts_the_hot_taint(
@@ -604,33 +620,13 @@ def test_an_upgrade_from_0_1_0_moves_every_key_and_never_lifts_the_hot_taint(
     admin: KubeJson,
     tmp_path: Path,
 ) -> None:
-    before = {}
+    before = stage_nodes(make_node, admin, release_0_1_0_state)
     for name in NODES:
-        labels, annotations, taints = release_0_1_0_state(name)
-        make_node(
-            name,
-            gpus=2,
-            labels={**FOREIGN_LABELS, **labels},
-            taints=[*FOREIGN_TAINTS, *taints],
-            extra_capacity={FOREIGN_RESOURCE: "1", f"{OLD_PREFIX}limits-0pct-cpu": "8000"},
-        )
-        admin.request(
-            "PATCH",
-            node_path(name),
-            body={"metadata": {"annotations": {**FOREIGN_ANNOTATIONS, **annotations}}},
-            content_type=MERGE_PATCH,
-        )
-        before[name] = admin.request("GET", node_path(name))
         assert ours(before[name], OLD_PREFIX)["resources"] == [f"{OLD_PREFIX}limits-0pct-cpu"]
     new = "kube-steer.github.io/"
     hot_keys = {f"{OLD_PREFIX}gpu-hot", f"{new}gpu-hot"}
-    policy = tmp_path / "policy.yaml"
-    policy.write_text(lifecycle_policy())
     observed = 0
-    with running_scorer(
-        control_plane, policy, scraped[1].url, tmp_path, extra_args=["--no-leader-election"]
-    ) as scorer:
-        scorer.wait_ready()
+    with lifecycle_scorer(control_plane, scraped[1], tmp_path):
 
         def moved() -> bool:
             nonlocal observed
