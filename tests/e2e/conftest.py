@@ -17,12 +17,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 
+from steer.adapters.kube import make_api_client
+from steer.adapters.kubejson import KubeApiError, KubeJson
 from steer.testing.cluster import ControlPlane
+from tests.e2e.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILES = ROOT / "manifests" / "scheduler" / "profiles.yaml"
+SCORER_MANIFEST = ROOT / "manifests" / "scorer" / "scorer.yaml"
 TTL_ANNOTATION = "node.alpha.kubernetes.io/ttl"
 
 
@@ -47,6 +52,52 @@ def api(control_plane: ControlPlane) -> client.ApiClient:
 @pytest.fixture(scope="session")
 def core(api: client.ApiClient) -> client.CoreV1Api:
     return client.CoreV1Api(api)
+
+
+@pytest.fixture
+def admin(control_plane: ControlPlane) -> Iterator[KubeJson]:
+    """Raw-JSON admin access of the test itself (not the scorer's client)."""
+    api_client = make_api_client(str(control_plane.kubeconfig))
+    yield KubeJson(api_client)
+    api_client.close()
+
+
+@pytest.fixture
+def scorer_user(control_plane: ControlPlane, admin: KubeJson) -> Iterator[Path]:
+    """A kubeconfig for a user bound to the scorer manifest's ClusterRole (and nothing else;
+    a test grants more itself, e.g. the OCM hub Role)."""
+    suffix = uuid.uuid4().hex[:6]
+    user = f"scorer-user-{suffix}"
+    docs = [d for d in yaml.safe_load_all(SCORER_MANIFEST.read_text()) if d]
+    role = next(d for d in docs if d["kind"] == "ClusterRole")
+    role["metadata"]["name"] = f"{role['metadata']['name']}-{suffix}"
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": role["metadata"]["name"]},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": role["metadata"]["name"],
+        },
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+    }
+    rbac = "/apis/rbac.authorization.k8s.io/v1"
+    kubeconfig = control_plane.user_kubeconfig(user)
+    as_user = KubeJson(make_api_client(str(kubeconfig)))
+    admin.request("POST", f"{rbac}/clusterroles", body=role)
+    admin.request("POST", f"{rbac}/clusterrolebindings", body=binding)
+    try:
+        wait_until("the binding is in force", lambda: as_user.request("GET", "/api/v1/pods"))
+        yield kubeconfig
+    finally:
+        for path in (
+            f"{rbac}/clusterrolebindings/{binding['metadata']['name']}",
+            f"{rbac}/clusterroles/{role['metadata']['name']}",
+        ):
+            with contextlib.suppress(KubeApiError):
+                admin.request("DELETE", path)
+        as_user.api_client.close()
 
 
 @pytest.fixture

@@ -10,18 +10,12 @@ webhook adds them (extended resources must have limit = request).
 
 from __future__ import annotations
 
-import contextlib
 import time
-import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import pytest
-import yaml
-
-from scorer.kubeapi import KubeApiError, KubeJson, node_path, pod_path
-from steer.adapters.kube import make_api_client
+from scorer.kubeapi import KubeJson, node_path, pod_path
 from steer.core.budget import budget_steering
 from steer.core.policy import Policy, Tenant, parse_policy
 from steer.testing.cluster import ROOT, ControlPlane
@@ -107,50 +101,6 @@ def pod_body(
             "requiredDuringSchedulingIgnoredDuringExecution": anti
         }
     return body
-
-
-@pytest.fixture
-def admin(control_plane: ControlPlane) -> Iterator[KubeJson]:
-    api_client = make_api_client(str(control_plane.kubeconfig))
-    yield KubeJson(api_client)
-    api_client.close()
-
-
-@pytest.fixture
-def scorer_user(control_plane: ControlPlane, admin: KubeJson) -> Iterator[Path]:
-    """A kubeconfig for a user bound to the manifest's ClusterRole (and nothing else)."""
-    suffix = uuid.uuid4().hex[:6]
-    user = f"budget-scorer-{suffix}"
-    docs = [d for d in yaml.safe_load_all(SCORER_MANIFEST.read_text()) if d]
-    role = next(d for d in docs if d["kind"] == "ClusterRole")
-    role["metadata"]["name"] = f"{role['metadata']['name']}-{suffix}"
-    binding = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRoleBinding",
-        "metadata": {"name": role["metadata"]["name"]},
-        "roleRef": {
-            "apiGroup": "rbac.authorization.k8s.io",
-            "kind": "ClusterRole",
-            "name": role["metadata"]["name"],
-        },
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
-    }
-    rbac = "/apis/rbac.authorization.k8s.io/v1"
-    kubeconfig = control_plane.user_kubeconfig(user)
-    as_user = KubeJson(make_api_client(str(kubeconfig)))
-    admin.request("POST", f"{rbac}/clusterroles", body=role)
-    admin.request("POST", f"{rbac}/clusterrolebindings", body=binding)
-    try:
-        wait_until("the binding is in force", lambda: as_user.request("GET", "/api/v1/pods"))
-        yield kubeconfig
-    finally:
-        for path in (
-            f"{rbac}/clusterrolebindings/{binding['metadata']['name']}",
-            f"{rbac}/clusterroles/{role['metadata']['name']}",
-        ):
-            with contextlib.suppress(KubeApiError):
-                admin.request("DELETE", path)
-        as_user.api_client.close()
 
 
 def pools(admin: KubeJson, node: str) -> dict[str, dict[str, str]]:

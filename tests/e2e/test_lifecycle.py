@@ -36,7 +36,6 @@ from kubernetes import client
 from certs.pki import CertificateAuthority, WebhookIdentity, issue_serving_cert, new_ca
 from certs.store import CaStore
 from scorer.kubeapi import MERGE_PATCH, KubeJson, node_path
-from steer.adapters.kube import make_api_client
 from steer.testing.cluster import ROOT, ControlPlane, free_port
 from steer.testing.exporter import SyntheticCluster
 from steer.testing.prom import PrometheusServer, scraped_cluster
@@ -57,13 +56,6 @@ def steer(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         timeout=timeout,
         check=False,
     )
-
-
-@pytest.fixture
-def admin(control_plane: ControlPlane) -> Iterator[KubeJson]:
-    api_client = make_api_client(str(control_plane.kubeconfig))
-    yield KubeJson(api_client)
-    api_client.close()
 
 
 # ===================================================================================== certs

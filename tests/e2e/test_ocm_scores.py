@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import string
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,7 +24,6 @@ import yaml
 
 from scorer.kubeapi import MERGE_PATCH, KubeApiError, KubeJson, placement_score_path, pod_path
 from scorer.model import parse_rfc3339
-from steer.adapters.kube import make_api_client
 from steer.testing.cluster import ROOT, ControlPlane
 from steer.testing.services import running_scorer
 from tests.e2e.waiting import metric, wait_until
@@ -56,13 +54,6 @@ def policy_text(cluster: str) -> str:
       - {{name: watts-per-core, kind: powerPerCore, dimension: power, worst: 40, best: 5}}
 """
     )
-
-
-@pytest.fixture
-def admin(control_plane: ControlPlane) -> Iterator[KubeJson]:
-    api_client = make_api_client(str(control_plane.kubeconfig))
-    yield KubeJson(api_client)
-    api_client.close()
 
 
 @pytest.fixture
@@ -97,44 +88,6 @@ def _gone(admin: KubeJson, path: str) -> bool:
     except KubeApiError as exc:
         return exc.status == 404
     return False
-
-
-@pytest.fixture
-def scorer_user(control_plane: ControlPlane, admin: KubeJson) -> Iterator[Path]:
-    """A kubeconfig for a user bound to the scorer's ClusterRole (the test grants the hub
-    Role in the managed cluster's namespace, `grant_hub_role`)."""
-    suffix = uuid.uuid4().hex[:6]
-    user = f"ocm-scorer-{suffix}"
-    docs = [d for d in yaml.safe_load_all(SCORER_MANIFEST.read_text()) if d]
-    role = next(d for d in docs if d["kind"] == "ClusterRole")
-    role["metadata"]["name"] = f"{role['metadata']['name']}-{suffix}"
-    binding = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRoleBinding",
-        "metadata": {"name": role["metadata"]["name"]},
-        "roleRef": {
-            "apiGroup": "rbac.authorization.k8s.io",
-            "kind": "ClusterRole",
-            "name": role["metadata"]["name"],
-        },
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
-    }
-    admin.request("POST", f"{RBAC}/clusterroles", body=role)
-    admin.request("POST", f"{RBAC}/clusterrolebindings", body=binding)
-    made = [
-        f"{RBAC}/clusterrolebindings/{binding['metadata']['name']}",
-        f"{RBAC}/clusterroles/{role['metadata']['name']}",
-    ]
-    kubeconfig = control_plane.user_kubeconfig(user)
-    as_user = KubeJson(make_api_client(str(kubeconfig)))
-    try:
-        wait_until("the binding is in force", lambda: as_user.request("GET", "/api/v1/pods"))
-        yield kubeconfig
-    finally:
-        for path in made:
-            with contextlib.suppress(KubeApiError):
-                admin.request("DELETE", path)
-        as_user.api_client.close()
 
 
 def grant_hub_role(admin: KubeJson, namespace: str, user: str) -> None:

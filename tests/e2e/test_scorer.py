@@ -135,14 +135,6 @@ def scraped() -> Iterator[tuple[SyntheticCluster, PrometheusServer]]:
 
 
 @pytest.fixture
-def admin(control_plane: ControlPlane) -> Iterator[KubeJson]:
-    """Raw-JSON admin access of the test itself (not the scorer's client)."""
-    api_client = make_api_client(str(control_plane.kubeconfig))
-    yield KubeJson(api_client)
-    api_client.close()
-
-
-@pytest.fixture
 def nodes(make_node: Callable[..., dict[str, Any]], admin: KubeJson) -> dict[str, dict[str, Any]]:
     """The three nodes with their foreign labels, annotations and taints; returns each Node as
     stored before any scorer ran."""

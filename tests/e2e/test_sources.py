@@ -14,11 +14,9 @@ import pytest
 from scorer.kubeapi import KubeJson, node_path
 from steer.testing.cluster import ControlPlane
 from steer.testing.services import running_scorer
-from tests.e2e.test_budget_pools import NO_PROMETHEUS, admin, scorer_user
+from tests.e2e.test_budget_pools import NO_PROMETHEUS
 from tests.e2e.waiting import wait_until
 from tests.json_server import json_server
-
-__all__ = ["admin", "scorer_user"]  # fixtures used below
 
 N1, N2, N3 = "src-1", "src-2", "src-3"
 
