@@ -14,11 +14,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from scorer.kubeapi import KubeApiError, lease_path
+from scorer.hot import BOUND_PODS
+from scorer.kubeapi import PODS_PATH, KubeApiError, lease_path
 from scorer.leader import DEFAULT_LEASE_NAME
+from scorer.ledger import BoundPod
 from scorer.model import parse_rfc3339
 from scorer.retire import Removal, cleanup_removal, removal_plan
 from scorer.writer import NodeApi, NodeWriter, RateLimiter, WriteResult
+from steer.core.budget import pod_usage
 from steer.core.policy import Policy
 
 log = logging.getLogger(__name__)
@@ -44,12 +47,13 @@ def clean_nodes(
 ) -> CleanupReport:
     """Remove what the scorer wrote from every node; `KubeApiError` when the list fails."""
     nodes = api.list_nodes()
+    held = held_resources(api)
     limiter = RateLimiter(policy.spec.scoring.write_qps, policy.spec.scoring.write_burst)
     writer = NodeWriter(api, limiter)
     removals = []
     results = []
     for node in nodes:
-        gone = cleanup_removal(policy, node)
+        gone = cleanup_removal(policy, node, held.get(node.name, {}))
         if gone.empty:
             continue
         removals.append(gone)
@@ -58,6 +62,21 @@ def clean_nodes(
             results.append(result)
         on_node(gone, result)
     return CleanupReport(len(nodes), tuple(removals), tuple(results))
+
+
+def held_resources(api: NodeApi) -> dict[str, dict[str, int]]:
+    """Per node, what its bound pods request of every scalar resource: a resource they hold
+    stays published at that, or a kubelet restart would refuse them."""
+    out: dict[str, dict[str, int]] = {}
+    query = {"fieldSelector": BOUND_PODS}
+    for pod in api.kube.list_all(PODS_PATH, page_size=api.page_size, query=query):
+        entry = BoundPod.of(pod)
+        if entry is None:
+            continue
+        node = out.setdefault(entry.node, {})
+        for name, amount in pod_usage(entry.spec).held.items():
+            node[name] = node.get(name, 0) + amount
+    return out
 
 
 def live_leader(api: NodeApi, policy: Policy, now: datetime | None = None) -> str | None:

@@ -38,7 +38,7 @@ from fractions import Fraction
 
 from scorer.model import NodeState, rfc3339
 from scorer.plan import CyclePlan, NodePlan
-from steer.core.budget import MIB, PodShare, level_text
+from steer.core.budget import MIB, POOL_KINDS, PodUsage, level_text
 from steer.core.policy import ClusterScore, Policy
 from steer.core.quantity import QuantityError, parse_quantity
 
@@ -89,10 +89,10 @@ def cluster_scores(
     plan: CyclePlan,
     nodes: Sequence[NodeState],
     requests: Mapping[str, Mapping[str, Fraction]] | None,
-    shares: Mapping[str, Sequence[PodShare]] | None,
+    usages: Mapping[str, Sequence[PodUsage]] | None,
 ) -> tuple[ClusterScoreValue, ...]:
     """Every score of `spec.clusterScores`, in policy order. `requests` holds each node's
-    summed pod requests of `requested_resources(policy)` and `shares` each node's pods as the
+    summed pod requests of `requested_resources(policy)` and `usages` each node's pods as the
     budget pools see them; None when the pod ledger is not complete (a node absent from a
     mapping runs no pod)."""
     plans = {p.node: p for p in plan.nodes}
@@ -101,7 +101,7 @@ def cluster_scores(
         if score.kind == "freeResource":
             out.append(_free_resource(policy, score, nodes, plans, requests))
         elif score.kind == "tenantHeadroom":
-            out.append(_tenant_headroom(policy, score, nodes, plans, shares))
+            out.append(_tenant_headroom(policy, score, nodes, plans, usages))
         else:
             out.append(_power_per_core(score, nodes, plans, requests))
     return tuple(out)
@@ -176,11 +176,11 @@ def _tenant_headroom(
     score: ClusterScore,
     nodes: Sequence[NodeState],
     plans: Mapping[str, NodePlan],
-    shares: Mapping[str, Sequence[PodShare]] | None,
+    usages: Mapping[str, Sequence[PodUsage]] | None,
 ) -> ClusterScoreValue:
     kind = score.target  # cpu | memory
     unit = "cores" if kind == "cpu" else "GiB"
-    if shares is None:
+    if usages is None:
         return _value(score, unit, None, 0, "bound pods not known yet")
     tenant = policy.tenant(score.tenant or "")
     budget = Fraction(level_text(tenant.overcommit_percent or 0.0))
@@ -199,7 +199,8 @@ def _tenant_headroom(
         base = _quantity(node.allocatable, kind)
         base = base * 1000 if kind == "cpu" else base / MIB
         room = math.floor(base * (100 + budget) / 100)
-        used = sum(s.limits.units()[kind] for s in shares.get(node.name, ()))
+        index = POOL_KINDS.index(kind)
+        used = sum(u.limits[index] for u in usages.get(node.name, ()))
         total += max(0, room - used)
         counted += 1
     raw = total / 1000 if kind == "cpu" else total * MIB / GIB

@@ -14,9 +14,8 @@ from fractions import Fraction
 from typing import Any
 
 from scorer.model import NodeState, rfc3339
-from scorer.plan import CyclePlan, DimensionSummary, NodePlan, PoolState
+from scorer.plan import CyclePlan, DimensionSummary, GateState, NodePlan, PoolState
 from steer.core.admission import ValidationPlan, validate_pod
-from steer.core.budget import BudgetSteering, tenant_budget
 from steer.core.encoding import PreferenceTerm, preference_weight
 from steer.core.policy import (
     RESERVED_PREFIX,
@@ -31,7 +30,6 @@ from steer.core.scheduling import (
     UNSCHEDULABLE_TAINT,
     Taint,
     blocking_taints,
-    expression_matches,
     node_selector_matches,
     pod_spec_of,
     preferred_terms,
@@ -44,7 +42,6 @@ from steer.core.scheduling import (
 )
 from steer.core.steering import (
     NodeConstraints,
-    Requirement,
     class_preferences,
     classify_pod,
     condition_key,
@@ -52,9 +49,9 @@ from steer.core.steering import (
     excluded_namespaces,
     opted_in,
     owned_label_keys,
+    owned_resource_keys,
     owned_taint_keys,
     pod_constraints,
-    required_rules,
     steered_constraints,
     tenant_for,
 )
@@ -106,6 +103,7 @@ def node_row(plan: NodePlan) -> dict[str, Any]:
         "pendingLabelChanges": dict(plan.label_changes),
         "pendingTaintChange": plan.taints_changed,
         **({"pools": {p.resource: p.capacity for p in plan.pools}} if plan.pools else {}),
+        **({"gates": {g.resource: g.capacity for g in plan.gates}} if plan.gates else {}),
     }
 
 
@@ -212,40 +210,70 @@ def node_detail(policy: Policy, cycle: CyclePlan, name: str) -> dict[str, Any] |
 
 
 def budget_pools(policy: Policy, cycle: CyclePlan, plan: NodePlan) -> dict[str, Any]:
-    """The extended resources of `spec.overcommit.enforcement: scheduler` on this node: what
-    it carries, what it should carry, and the pods' burst that decided it."""
-    return {
+    """The resources the scorer publishes on this node (steer/core/gates.py, budget.py): what
+    it carries, what it should carry, and the pods and rules that decided it."""
+    out: dict[str, Any] = {
         "enforcement": policy.spec.overcommit.enforcement,
         "podLedgerSynced": cycle.pods_known,
         "pools": [pool_detail(p) for p in plan.pools],
+        "gates": [gate_detail(g) for g in plan.gates],
         "pendingResourceChanges": dict(plan.resource_changes),
     }
+    if plan.floor is not None:
+        out["floor"] = {
+            "gates": plan.floor.gates,
+            "room": plan.floor.room,
+            "why": _floor_text(plan),
+        }
+        out["members"] = {f"{lv:g}": n for lv, n in sorted(plan.members.items())}
+        out["bursting"] = {f"{lv:g}": n for lv, n in sorted(plan.bursting.items())}
+    return out
+
+
+def _floor_text(plan: NodePlan) -> str:
+    floor = plan.floor
+    assert floor is not None
+    bursting = ", ".join(f"{n} at {lv:g} %" for lv, n in sorted(plan.bursting.items()))
+    members = ", ".join(f"{n} of budget {lv:g} %" for lv, n in sorted(plan.members.items()))
+    text = f"budgets below {floor.gates:g} % closed; room published at {100 + floor.room:g} %"
+    if floor.room < floor.gates:
+        text += f" until the rise to {100 + floor.gates:g} % settles"
+    return f"{text} (pool pods: {members or 'none'}; bursting: {bursting or 'none'})"
 
 
 def pool_detail(pool: PoolState) -> dict[str, Any]:
-    out: dict[str, Any] = {
+    return {
         "resource": pool.resource,
-        "level": pool.level,
         "unit": pool.unit,
+        "floor": pool.floor,
         # What the node carries once the plan is written (as `labels` above), and as read.
-        "published": pool.current if pool.capacity is None else pool.capacity,
+        "published": pool.capacity,
         "readAtPlanning": pool.current,
         "capacity": pool.capacity,
+        "room": pool.room,
+        "outsideLimits": pool.outside_limits,
+        "outsidePods": pool.outside_pods,
+        "taken": pool.taken,  # requested by the pods in the pool
+        "free": pool.free,
+        "why": (
+            f"{pool.capacity} = max({pool.taken} held by its pods, {pool.room} "
+            f"({100 + pool.floor:g}% of allocatable, {pool.unit}) - {pool.outside_limits} "
+            f"(limits of {pool.outside_pods} pod(s) outside the pool))"
+        ),
     }
-    out["room"] = pool.room
-    out["outsideLimits"] = pool.outside_limits
-    out["outsidePods"] = pool.outside_pods
-    out["taken"] = pool.taken  # requested by the pods in the pool
-    out["free"] = pool.free
-    if pool.capacity is None:
-        out["why"] = "unknown until the pod ledger is synced"
-    else:
-        out["why"] = (
-            f"{pool.capacity} = max(0, {pool.room} ({100 + pool.level:g}% of allocatable, "
-            f"{pool.unit}) - {pool.outside_limits} (limits of {pool.outside_pods} pod(s) "
-            "taking nothing from this pool))"
-        )
-    return out
+
+
+def gate_detail(gate: GateState) -> dict[str, Any]:
+    return {
+        "resource": gate.resource,
+        "rule": gate.rule,
+        "open": gate.open,
+        "published": gate.capacity,
+        "readAtPlanning": gate.current,
+        "held": gate.held,
+        "free": gate.free,
+        "why": f"{'open' if gate.open else 'closed'}: {gate.why}",
+    }
 
 
 def _condition_text(policy: Policy, rule_name: str) -> str:
@@ -382,7 +410,7 @@ class PodExplanation:
     pod_class: str | None
     tenant: str | None
     preferences: tuple[PreferenceTerm, ...]
-    required: tuple[Requirement, ...]
+    gates: tuple[str, ...]  # the gate resources the steered pod requests
     verdicts: tuple[NodeVerdict, ...]  # allowed nodes by rank, then excluded nodes by name
     injected_tolerations: tuple[Mapping[str, Any], ...] = ()
     # Why the apiserver or the webhook's validation refuses the pod (then it goes nowhere).
@@ -404,10 +432,7 @@ class PodExplanation:
             "tenant": self.tenant,
             "steered": self.steered,
             "preferences": [t.to_k8s() for t in self.preferences],
-            "required": [
-                {"rule": r.rule, "alternatives": [list(alt) for alt in r.alternatives]}
-                for r in self.required
-            ],
+            "gates": list(self.gates),
             "injectedTolerations": [dict(t) for t in self.injected_tolerations],
             "problems": list(self.problems),
             "allowed": [
@@ -466,53 +491,35 @@ def _key_data(
     return data
 
 
-def _budget_exclusions(tenant: Tenant, steering: BudgetSteering, plan: NodePlan) -> list[Exclusion]:
-    """What the scheduler refuses for a tenant pod under `enforcement: scheduler`: a pool
-    request above what the node's pool has free, pods bursting at a higher budget (the pod's
-    anti-affinity), or pods whose anti-affinity keeps off the pod's own burst level. A pool not
-    known yet (pod ledger not synced) excludes nothing here."""
-    rule = f"budget:{tenant.name}"
+def _resource_exclusions(plan: NodePlan, requests: Mapping[str, Fraction]) -> list[Exclusion]:
+    """What NodeResourcesFit refuses of the gates and pools this plan publishes: a request above
+    what is free there (capacity - what the node's bound pods hold)."""
     out = []
-    pools = {p.resource: p for p in plan.pools}
-    for name, need in sorted(steering.requests.items()):
-        pool = pools.get(name)
-        free = None if pool is None else pool.free
-        if pool is None or free is None or need <= free:
-            continue
-        out.append(
-            Exclusion(
-                rule=rule,
-                reason=(
-                    f"{name}: the pod needs {need} {pool.unit}, {max(free, 0)} free "
-                    f"({pool.capacity} published - {pool.taken} taken by pods in the pool)"
-                ),
-                data={"needs": need, "pool": pool_detail(pool)},
-            )
-        )
-    if steering.anti_affinity is not None:
-        expr = steering.anti_affinity["labelSelector"]["matchExpressions"][0]
-        higher = {lv: n for lv, n in plan.bursting.items() if lv in expr["values"]}
-        if higher:
+    for gate in plan.gates:
+        need = requests.get(gate.resource, Fraction(0))
+        if need > 0 and need > gate.free:
             out.append(
                 Exclusion(
-                    rule=rule,
-                    reason="pods bursting at a higher budget run here ("
-                    + ", ".join(f"{n} at {lv} %" for lv, n in sorted(higher.items()))
-                    + "): the pod's anti-affinity keeps it off",
-                    data={"bursting": higher},
+                    rule=gate.rule,
+                    reason=f"{gate.resource} is {'open' if gate.open else 'closed'} "
+                    f"({gate.why}): {max(gate.free, 0)} free",
+                    data={"gate": gate_detail(gate)},
                 )
             )
-    if steering.label is not None and steering.label[1] in plan.repelled:
-        out.append(
-            Exclusion(
-                rule=rule,
-                reason=(
-                    f"the pod bursts at {steering.label[1]} %, and pods of a lower budget here "
-                    "keep such pods off by their anti-affinity"
-                ),
-                data={"repelledLevels": sorted(plan.repelled)},
+    for pool in plan.pools:
+        need = requests.get(pool.resource, Fraction(0))
+        if need > 0 and need > pool.free:
+            out.append(
+                Exclusion(
+                    rule="budget:pool",
+                    reason=(
+                        f"{pool.resource}: the pod needs {_quantity_text(need)} {pool.unit}, "
+                        f"{max(pool.free, 0)} free ({pool.capacity} published - {pool.taken} "
+                        "held by pods in the pool)"
+                    ),
+                    data={"needs": int(need), "pool": pool_detail(pool)},
+                )
             )
-        )
     return out
 
 
@@ -543,10 +550,17 @@ def explain_pod(
     steers = opted_in(policy, namespace, namespace_labels)
     if steers:
         preferences = class_preferences(policy, pod_class)
-        required = required_rules(policy, tenant, pod_class)
         steered = steered_constraints(policy, tenant, pod_class, spec)
     else:
-        preferences, required, steered = (), (), pod_constraints(spec)
+        preferences, steered = (), pod_constraints(spec)
+    owned_resources = owned_resource_keys(policy)
+    gates = tuple(
+        sorted(
+            n
+            for n in steered.requests
+            if n in owned_resources and not n.endswith(("pool-cpu", "pool-memory"))
+        )
+    )
     user_terms = required_terms(spec)
     problems = (
         toleration_problems(steered.tolerations)
@@ -556,14 +570,6 @@ def explain_pod(
     owned_labels = owned_label_keys(policy)
     owned_taints = owned_taint_keys(policy)
     user_prefs = preferred_terms(spec)
-    budget = tenant_budget(policy, tenant) if steers else None
-    steering = None
-    if budget is not None and tenant is not None:
-        try:
-            steering = budget.steering_for(spec)
-        except QuantityError:
-            steering = None  # the webhook refuses such a pod; nothing to explain here
-
     verdicts = []
     for node in nodes:
         plan = cycle.node(node.name) if cycle is not None else None
@@ -581,7 +587,6 @@ def explain_pod(
             plan,
             node.name,
             labels,
-            required,
             steered.node_selector,
             user_terms,
             steered.required_terms,
@@ -603,8 +608,8 @@ def explain_pod(
             )
         soft = [str(t) for t in taints if not t.blocks and not tolerated(steered.tolerations, t)]
         exclusions += _fit_exclusions(node, plan, steered.requests)
-        if steering is not None and tenant is not None and plan is not None:
-            exclusions.extend(_budget_exclusions(tenant, steering, plan))
+        if plan is not None:
+            exclusions += _resource_exclusions(plan, steered.requests)
         user_weight = sum(
             int(p.get("weight", 0))
             for p in user_prefs
@@ -647,7 +652,7 @@ def explain_pod(
         pod_class=pod_class.name if pod_class else None,
         tenant=tenant.name if tenant else None,
         preferences=preferences,
-        required=required,
+        gates=gates,
         verdicts=tuple(ranked + excluded),
         injected_tolerations=steered.injected_tolerations,
         problems=problems,
@@ -679,12 +684,12 @@ def _fit_exclusions(
     node: NodeState, plan: NodePlan | None, requests: Mapping[str, Fraction]
 ) -> list[Exclusion]:
     """NodeResourcesFit against the node's allocatable, before other pods take their share
-    (the scorer does not track cpu and memory in use). A pool this cycle publishes is judged
-    by `_budget_exclusions` instead, with what the pods in it take. A node whose allocatable
-    was not read (empty) is not judged."""
+    (the scorer does not track cpu and memory in use). A gate or pool this cycle publishes is
+    judged by `_resource_exclusions` instead, with what the node's pods hold. A node whose
+    allocatable was not read (empty) is not judged."""
     if not node.allocatable:
         return []
-    planned = {p.resource for p in plan.pools if p.capacity is not None} if plan else set()
+    planned = {p.resource for p in plan.pools} | {g.resource for g in plan.gates} if plan else set()
     out = []
     for name, need in requests.items():
         if need <= 0 or name in planned:
@@ -714,7 +719,6 @@ def _affinity_exclusions(
     plan: NodePlan | None,
     node: str,
     labels: Mapping[str, str],
-    required: Sequence[Requirement],
     node_selector: Mapping[str, Any],
     user_terms: Sequence[Mapping[str, Any]] | None,
     steered_terms: Sequence[Mapping[str, Any]] | None,
@@ -733,24 +737,7 @@ def _affinity_exclusions(
         )
     if terms_match(steered_terms, labels, node):
         return out
-    for req in required:
-        if req.matches(labels):
-            continue
-        keys = sorted({e["key"] for alt in req.alternatives for e in alt})
-        failed = [
-            _expression_text(e)
-            for alt in req.alternatives
-            for e in alt
-            if not expression_matches(e, labels)
-        ]
-        out.append(
-            Exclusion(
-                rule=req.rule,
-                reason="node fails " + " and ".join(failed),
-                data={"labels": [_key_data(policy, plan, k, labels) for k in keys]},
-            )
-        )
-    if not terms_match(user_terms, labels, node) or len(out) == 0:
+    if not terms_match(user_terms, labels, node):
         out.append(
             Exclusion(
                 rule="pod.spec.affinity.nodeAffinity.required",

@@ -4,8 +4,8 @@ A pool's capacity is a node's room for limits minus the limits of the pods on it
 nothing from the pool, so the scorer must know every pod bound to every node, the way the scheduler does:
 a pod counts from its binding until it is deleted or reaches a terminal phase (the
 scheduler's own pod informer excludes Succeeded and Failed pods). The ledger keeps, per pod
-uid, its node, its containers' resources, its required pod anti-affinity and its labels,
-nothing else (a pod is a few hundred bytes here instead of kilobytes).
+uid, its node and its containers' resources, nothing else (a pod is a few hundred bytes here
+instead of kilobytes).
 
 It is fed by the scorer's pod watch (`scorer.hot.PodBindingWatcher`): one list, then a watch
 from the list's resourceVersion. Until that list has been applied the ledger is not `synced`
@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 from types import MappingProxyType
 from typing import Any
 
-from steer.core.budget import Amount, PodShare, owned_resources, pod_limits, pod_share
-from steer.core.policy import Policy
+from steer.core.budget import Amount, PodUsage, pod_limits, pod_usage
 from steer.core.quantity import QuantityError
 from steer.core.scheduling import pod_amount
 
@@ -33,12 +32,10 @@ TERMINAL_PHASES = ("Succeeded", "Failed")
 
 @dataclass(frozen=True)
 class BoundPod:
-    """A pod as the pools see it: its node, a pod spec reduced to containers' resources and
-    required pod anti-affinity, and its labels."""
+    """A pod as the pools see it: its node and a pod spec reduced to containers' resources."""
 
     node: str
     spec: Mapping[str, Any]
-    labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     @classmethod
     def of(cls, pod: Mapping[str, Any]) -> BoundPod | None:
@@ -53,15 +50,7 @@ class BoundPod:
             containers = spec.get(part)
             if containers:
                 reduced[part] = tuple(_container(c) for c in containers if isinstance(c, Mapping))
-        anti = ((spec.get("affinity") or {}).get("podAntiAffinity") or {}).get(
-            "requiredDuringSchedulingIgnoredDuringExecution"
-        )
-        if anti:
-            reduced["affinity"] = {
-                "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": anti}
-            }
-        labels = (pod.get("metadata") or {}).get("labels") or {}
-        return cls(str(node), MappingProxyType(reduced), MappingProxyType(dict(labels)))
+        return cls(str(node), MappingProxyType(reduced))
 
 
 def _container(container: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -141,18 +130,18 @@ class PodLedger:
                 self._synced = False
                 self.generation += 1
 
-    def shares(self, policy: Policy) -> dict[str, tuple[PodShare, ...]] | None:
-        """Each node's pods as the pools count them; None until the ledger is synced."""
-        # pod_share() depends on the policy only through its owned resources.
-        key = ("share", owned_resources(policy))
+    def usages(self) -> dict[str, tuple[PodUsage, ...]] | None:
+        """Each node's pods as the gates and pools count them; None until the ledger is
+        synced."""
+        key = "usage"  # pod_usage() does not depend on the policy
         with self._lock:
             if not self._synced:
                 return None
-            grouped: dict[str, list[PodShare]] = {}
+            grouped: dict[str, list[PodUsage]] = {}
             for uid, pod in self._pods.items():
-                share = self._derive(uid, key, lambda p: pod_share(policy, p.spec, p.labels))
-                grouped.setdefault(pod.node, []).append(share)
-        return {node: tuple(shares) for node, shares in grouped.items()}
+                usage = self._derive(uid, key, lambda p: pod_usage(p.spec))
+                grouped.setdefault(pod.node, []).append(usage)
+        return {node: tuple(usages) for node, usages in grouped.items()}
 
     def _derive(self, uid: str, key: Hashable, compute: Callable[[BoundPod], Any]) -> Any:
         """`compute(pod)` for pod `uid`, cached until the pod changes (call with the lock)."""

@@ -18,15 +18,17 @@ Rules that shape the result (DESIGN decisions 2, 4, 5):
   plus retired ones: keys this scorer wrote to the node (recorded in the `<prefix>managed`
   annotation) whose rule has since left the policy. Without the record a removed taint rule
   would leave its NoSchedule taint on nodes forever; with it, only keys we wrote are removed.
-- Budget pools (`spec.overcommit.enforcement: scheduler`, steer/core/budget.py) are extended
-  resources in the node's status, planned from the pods bound to each node. Without a complete
-  pod ledger (`pod_shares` None) no pool is set: a capacity computed from missing pods would be
-  too generous. Pool resources the managed record lists but the policy no longer has are
-  removed; no other resource of the node is ever touched.
+- Gates and budget pools (steer/core/gates.py, budget.py) are resources in the node's status,
+  planned from the pods bound to each node: never below what those pods hold, so no kubelet
+  restart refuses a running pod. Without a complete pod ledger (`pod_usages` None) none is
+  set: a capacity computed from missing pods could be below what they hold. A resource the
+  managed record lists but the policy no longer has is published at what pods still hold
+  until none does, then removed; no other resource of the node is ever touched.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,8 +37,22 @@ from types import MappingProxyType
 
 from scorer.model import NodeState, parse_rfc3339, rfc3339
 from scorer.observe import DimensionFailure, DimensionReading
-from steer.core.budget import PodShare, node_pools, owned_resources
+from steer.core.budget import (
+    Floor,
+    NodeUsage,
+    PodUsage,
+    budget_gate,
+    enforced,
+    gated_levels,
+    levels,
+    next_floor,
+    node_pools,
+    node_usage,
+    observed_floor,
+    overcommit_gate,
+)
 from steer.core.encoding import composite, normalise, quantise, quantise_raw
+from steer.core.gates import Gate, avoid_gate, gate_capacity, unreserved_gate
 from steer.core.policy import Dimension, Direction, PodClass, Policy, TaintRule
 from steer.core.quantity import QuantityError, parse_quantity
 from steer.core.scheduling import Taint
@@ -47,7 +63,9 @@ from steer.core.steering import (
     condition_key,
     dimension_key,
     offers,
+    overcommit_key,
     owned_label_keys,
+    owned_resource_keys,
     owned_taint_keys,
     reserved_key,
     reserving_classes,
@@ -127,10 +145,13 @@ def _is_record(prefix: str, text: str) -> bool:
         return False
     if not isinstance(data, dict) or not data or not set(data) <= _RECORD_FIELDS:
         return False
-    for entries in data.values():
+    for name, entries in data.items():
         if not isinstance(entries, list):
             return False
-        if not all(isinstance(e, str) and e.startswith(prefix) for e in entries):
+        # Resources live under the resource prefix, labels and taints under this one.
+        if not all(
+            isinstance(e, str) and (name == "resources" or e.startswith(prefix)) for e in entries
+        ):
             return False
     return True
 
@@ -163,6 +184,8 @@ class ScorerMemory:
     observations: Mapping[str, Mapping[str, Observation]] = field(default_factory=dict)
     counters: Mapping[tuple[str, str], TaintCounter] = field(default_factory=dict)
     last_success: Mapping[str, float] = field(default_factory=dict)
+    # Each node's budget floor as last published (steer/core/budget.py).
+    floors: Mapping[str, Floor] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -200,28 +223,42 @@ class ConditionState:
 
 @dataclass(frozen=True)
 class PoolState:
-    """One budget pool on one node and what decided its capacity (for `/explain`).
-
-    `room` is floor((100 + level) % of the allocatable) in pool units (millicores, MiB) and
-    `outside_limits` the limits of the node's pods that take nothing from the pool;
-    capacity = max(0, room - outside_limits). Unknown parts (no complete pod ledger) are None."""
+    """The node's budget pool of one kind and what decided its capacity (for `/explain`):
+    capacity = max(taken, room - outside_limits), room = floor((100 + floor) % of allocatable)
+    in pool units (millicores, MiB)."""
 
     resource: str
-    level: float  # the tenant budget in %
+    kind: str
     unit: str  # "millicores" or "MiB"
-    capacity: str | None  # what the node should carry
+    floor: float  # the budget whose room is published, in %
+    capacity: str  # what the node should carry
     current: str | None  # what its status.allocatable holds now
     room: int
-    outside_limits: int | None
-    outside_pods: int | None
-    taken: int | None = None  # limits of the pods in the pool (what they request from it)
+    outside_limits: int
+    outside_pods: int
+    taken: int  # what the pool's bound pods request from it
 
     @property
-    def free(self) -> int | None:
-        """What a new pod may still request from the pool (None: unknown)."""
-        if self.capacity is None or self.taken is None:
-            return None
+    def free(self) -> int:
+        """What a new pod may still request from the pool."""
         return int(self.capacity) - self.taken
+
+
+@dataclass(frozen=True)
+class GateState:
+    """One gate on one node (for `/explain`): open or closed, and why."""
+
+    resource: str
+    rule: str
+    open: bool
+    held: int  # what the node's bound pods request
+    capacity: str
+    current: str | None
+    why: str
+
+    @property
+    def free(self) -> int:
+        return int(self.capacity) - self.held
 
 
 @dataclass(frozen=True)
@@ -241,14 +278,18 @@ class NodePlan:
     annotation_changes: Mapping[str, str | None] = field(default_factory=dict)
     # Taint keys this scorer wrote under rules no longer in the policy: removed on write.
     retired_taint_keys: frozenset[str] = frozenset()
-    # Budget pools: extended resources to set (integer text) or remove (None) in the node's
-    # status.capacity and status.allocatable, and each pool's state.
+    # Gates and budget pools: resources to set (integer text) or remove (None) in the node's
+    # status.capacity and status.allocatable, and each one's state.
     resource_changes: Mapping[str, str | None] = field(default_factory=dict)
     pools: tuple[PoolState, ...] = ()
-    # Bound pods by the budget level they burst at, and the levels the pods' anti-affinity
-    # keeps off the node (both from the pod ledger; empty without one).
-    bursting: Mapping[str, int] = field(default_factory=dict)
-    repelled: frozenset[str] = frozenset()
+    gates: tuple[GateState, ...] = ()
+    # The budget floor published (None without enforcement or without a pod ledger), and the
+    # node's pool pods per budget level, bursting or not.
+    floor: Floor | None = None
+    members: Mapping[float, int] = field(default_factory=dict)
+    bursting: Mapping[float, int] = field(default_factory=dict)
+    # What the node's bound pods request of every scalar resource (from the pod ledger).
+    held: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def taints_changed(self) -> bool:
@@ -293,10 +334,11 @@ class CyclePlan:
     pods_known: bool = False
 
     def node(self, name: str) -> NodePlan | None:
-        for plan in self.nodes:
-            if plan.node == name:
-                return plan
-        return None
+        return self.by_name.get(name)
+
+    @functools.cached_property
+    def by_name(self) -> Mapping[str, NodePlan]:
+        return {plan.node: plan for plan in self.nodes}
 
     @property
     def changes(self) -> tuple[NodePlan, ...]:
@@ -373,13 +415,30 @@ class _Layout:
     reserving: tuple[tuple[PodClass, str], ...]
     policy: Policy
     owned_resources: frozenset[str]
+    # Gates other than the budget's: (gate, what opens it: ("avoid", rule) | ("reserved",
+    # class key) | ("overcommit", level)).
+    gates: tuple[tuple[Gate, tuple[str, str | float]], ...]
+    overcommit_label: str
 
     @classmethod
     def of(cls, policy: Policy) -> _Layout:
-        owned = owned_resources(policy)
+        owned = owned_resource_keys(policy)
+        gates: dict[str, tuple[Gate, tuple[str, str | float]]] = {}
+        for c in policy.spec.pod_classes:
+            for name in c.avoid:
+                gate = avoid_gate(policy, policy.taint_rule(name))
+                gates[gate.resource] = (gate, ("avoid", name))
+            if c.reserve_nodes == "require":
+                gate = unreserved_gate(policy, c)
+                gates[gate.resource] = (gate, ("reserved", reserved_key(policy, c)))
+        if not enforced(policy):
+            for lv in levels(policy):
+                gate = overcommit_gate(policy, lv)
+                gates[gate.resource] = (gate, ("overcommit", lv))
         return cls(
             policy=policy,
             owned_resources=owned,
+            gates=tuple(gates[k] for k in sorted(gates)),
             dims=tuple(
                 _DimLayout(
                     dim=d,
@@ -411,6 +470,7 @@ class _Layout:
                 and c.scheduler_profile == policy.spec.scheduler_profiles.binpack
             ),
             reserving=tuple((c, reserved_key(policy, c)) for c in reserving_classes(policy)),
+            overcommit_label=overcommit_key(policy),
         )
 
 
@@ -443,15 +503,15 @@ def plan_cycle(
     *,
     failures: Mapping[str, DimensionFailure] | None = None,
     hot: Mapping[str, int] | None = None,
-    pod_shares: Mapping[str, Sequence[PodShare]] | None = None,
+    pod_usages: Mapping[str, Sequence[PodUsage]] | None = None,
 ) -> tuple[CyclePlan, ScorerMemory]:
     """Plan one cycle. `readings` holds the dimensions queried successfully this cycle; a
     dimension absent from it counts as not observed (its data ages). Pass no readings to
     recompute composites from memory alone (e.g. for new hot-node counts): taint debounce
     counters only advance on fresh observations.
 
-    `pod_shares` holds the pods bound to each node (a node absent from it has none), from a
-    complete pod ledger; None when there is none, and then no budget pool is set."""
+    `pod_usages` holds the pods bound to each node (a node absent from it has none), from a
+    complete pod ledger; None when there is none, and then no gate or pool is set."""
     failures = failures or {}
     hot = hot or {}
     layout = _Layout.of(policy)
@@ -467,6 +527,7 @@ def plan_cycle(
     }
     fresh = {name: reading.values for name, reading in readings.items()}
     counters: dict[tuple[str, str], TaintCounter] = {}
+    floors: dict[str, Floor] = {}
     node_plans = []
     for node in nodes:
         node_plans.append(
@@ -480,7 +541,8 @@ def plan_cycle(
                 counters,
                 now,
                 hot.get(node.name, 0),
-                None if pod_shares is None else pod_shares.get(node.name, ()),
+                None if pod_usages is None else pod_usages.get(node.name, ()),
+                floors,
             )
         )
 
@@ -521,12 +583,13 @@ def plan_cycle(
         planned_at=now,
         nodes=tuple(node_plans),
         dimensions=tuple(summaries),
-        pods_known=pod_shares is not None,
+        pods_known=pod_usages is not None,
     )
     new_memory = ScorerMemory(
         observations=MappingProxyType(observations),
         counters=MappingProxyType(counters),
         last_success=MappingProxyType(last_success),
+        floors=MappingProxyType(floors if pod_usages is not None else dict(memory.floors)),
     )
     return cycle, new_memory
 
@@ -541,7 +604,8 @@ def _plan_node(
     counters: dict[tuple[str, str], TaintCounter],
     now: float,
     hot_pods: int,
-    shares: Sequence[PodShare] | None,
+    pods: Sequence[PodUsage] | None,
+    floors: dict[str, Floor],
 ) -> NodePlan:
     current = node.labels
     times = _observed_times(node, layout.annotation_key)
@@ -631,12 +695,16 @@ def _plan_node(
     annotation_changes: dict[str, str | None] = {}
     if annotation_changed:
         annotation_changes[layout.annotation_key] = annotation
-    pools, resource_changes, published = _plan_pools(layout, node, shares, record)
+    resources = _plan_resources(
+        layout, node, pods, record, conditions, desired, memory.floors.get(node.name), now
+    )
+    if resources.floor is not None:
+        floors[node.name] = resources.floor
     # Compared as sets, serialised only when the node's key set changed (rarely).
     new_record = ManagedRecord(
         labels=frozenset(desired),
         taints=frozenset(t.key for t in desired_taints),
-        resources=published,
+        resources=resources.published,
     )
     if new_record != record:
         annotation_changes[layout.record_key] = new_record.text()
@@ -659,10 +727,13 @@ def _plan_node(
         hot_pods=hot_pods,
         annotation_changes=annotation_changes,
         retired_taint_keys=retired_taints,
-        resource_changes=resource_changes,
-        pools=pools,
-        bursting=_bursting(shares),
-        repelled=frozenset().union(*(s.repels for s in shares or ())),
+        resource_changes=resources.changes,
+        pools=resources.pools,
+        gates=resources.gates,
+        floor=resources.floor,
+        members=resources.usage.members if resources.usage else {},
+        bursting=resources.usage.bursting if resources.usage else {},
+        held=resources.held,
     )
 
 
@@ -676,59 +747,130 @@ def _same_quantity(current: str | None, want: str) -> bool:
         return False
 
 
-def _bursting(shares: Sequence[PodShare] | None) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for share in shares or ():
-        if share.burst_level is not None:
-            out[share.burst_level] = out.get(share.burst_level, 0) + 1
-    return out
+@dataclass(frozen=True)
+class _Resources:
+    pools: tuple[PoolState, ...]
+    gates: tuple[GateState, ...]
+    changes: dict[str, str | None]
+    published: frozenset[str]  # resource names the managed record lists afterwards
+    floor: Floor | None
+    usage: NodeUsage | None
+    held: Mapping[str, int] = field(default_factory=dict)
 
 
-def _plan_pools(
+def _plan_resources(
     layout: _Layout,
     node: NodeState,
-    shares: Sequence[PodShare] | None,
+    pods: Sequence[PodUsage] | None,
     record: ManagedRecord,
-) -> tuple[tuple[PoolState, ...], dict[str, str | None], frozenset[str]]:
-    """The node's pools, the resource changes to write, and the resource names the managed
-    record lists afterwards (the pools we set; without a ledger, the ones recorded before)."""
-    changes: dict[str, str | None] = {}
-    states: list[PoolState] = []
-    wanted: dict[str, str] | None = None
-    if layout.owned_resources:
-        empty = node_pools(layout.policy, node.allocatable, ())
-        known = None if shares is None else node_pools(layout.policy, node.allocatable, shares)
-        if known is not None:
-            wanted = {p.resource: str(p.capacity) for p in known}
-        for i, pool in enumerate(empty):
-            seen = None if known is None else known[i]
-            states.append(
-                PoolState(
-                    resource=pool.resource,
-                    level=pool.level,
-                    unit=pool.unit,
-                    capacity=None if seen is None else str(seen.capacity),
-                    current=node.allocatable.get(pool.resource),
-                    room=pool.room,
-                    outside_limits=None if seen is None else seen.outside_limits,
-                    outside_pods=None if seen is None else seen.outside_pods,
-                    taken=None if seen is None else seen.taken,
-                )
+    conditions: Mapping[str, ConditionState],
+    labels: Mapping[str, str],
+    previous: Floor | None,
+    now: float,
+) -> _Resources:
+    """The node's gates and pools, the resource changes to write and the names the managed
+    record lists afterwards. Without a ledger (`pods` None) nothing changes and the record
+    keeps what it listed."""
+    if pods is None:
+        kept = record.resources & layout.owned_resources
+        return _Resources((), (), {}, kept, None, None)
+    policy = layout.policy
+    usage = node_usage(policy, pods)
+    if not (layout.owned_resources or record.resources):
+        return _Resources((), (), {}, frozenset(), None, None, usage.held)
+    wanted: dict[str, int] = {}
+    gates: list[GateState] = []
+    allocatable = node.allocatable
+    for gate, (kind, what) in layout.gates:
+        held = usage.held.get(gate.resource, 0)
+        if kind == "avoid":
+            state = conditions.get(str(what))
+            is_open = not (state is not None and state.active)
+            why = f"taint rule {what} {'holds' if not is_open else 'does not hold'}"
+        elif kind == "reserved":
+            is_open = str(what) not in labels
+            why = f"node {'is' if not is_open else 'is not'} {what}=true"
+        else:
+            value = labels.get(layout.overcommit_label)
+            if value is None:
+                is_open = policy.spec.unscored_nodes == "allow"
+                why = f"no {layout.overcommit_label} label (unscoredNodes: {policy.spec.unscored_nodes})"
+            else:
+                is_open = int(value) <= float(what)
+                why = f"{layout.overcommit_label}={value} {'<=' if is_open else '>'} {what:g}"
+        gates.append(_gate_state(gate, is_open, held, allocatable, node, why))
+    floor = None
+    pools: tuple[PoolState, ...] = ()
+    if enforced(policy):
+        start = (
+            previous if previous is not None else observed_floor(policy, node.allocatable, usage)
+        )
+        floor = next_floor(policy, usage, start, now)
+        for lv in gated_levels(policy):
+            gate = budget_gate(policy, lv)
+            held = usage.held.get(gate.resource, 0)
+            is_open = lv >= floor.gates
+            why = f"floor {floor.gates:g} % {'<=' if is_open else '>'} budget {lv:g} %"
+            gates.append(_gate_state(gate, is_open, held, allocatable, node, why))
+        pools = tuple(
+            PoolState(
+                resource=p.resource,
+                kind=p.kind,
+                unit=p.unit,
+                floor=p.floor,
+                capacity=str(p.capacity),
+                current=allocatable.get(p.resource),
+                room=p.room,
+                outside_limits=p.outside_limits,
+                outside_pods=p.outside_pods,
+                taken=p.taken,
             )
-        for name, want in (wanted or {}).items():
-            if not (
-                _same_quantity(node.allocatable.get(name), want)
-                and _same_quantity(node.capacity.get(name), want)
-            ):
-                changes[name] = want
-    # Every pool we compute is on the node once this plan is written; without a ledger (or
-    # with an unreadable allocatable) the node keeps what it had.
-    published = frozenset(wanted) if wanted else record.resources & layout.owned_resources
-    # Pools this scorer published under a policy that no longer has them (and only those).
-    for name in sorted(record.resources - layout.owned_resources):
-        if name in node.allocatable or name in node.capacity:
+            for p in node_pools(policy, allocatable, usage, floor.room)
+        )
+    for g in gates:
+        wanted[g.resource] = int(g.capacity)
+    for p in pools:
+        wanted[p.resource] = int(p.capacity)
+    # Names published before but no longer owned: kept at what pods hold, removed at nothing.
+    retired = {}
+    for name in sorted(record.resources - set(wanted)):
+        if name in allocatable or name in node.capacity:
+            held = usage.held.get(name, 0)
+            retired[name] = held
+    changes: dict[str, str | None] = {}
+    for name, want in wanted.items():
+        text = str(want)
+        if not (
+            _same_quantity(allocatable.get(name), text)
+            and _same_quantity(node.capacity.get(name), text)
+        ):
+            changes[name] = text
+    for name, held in retired.items():
+        if held == 0:
             changes[name] = None
-    return tuple(states), changes, published
+        elif not _same_quantity(allocatable.get(name), str(held)):
+            changes[name] = str(held)
+    published = frozenset(wanted) | {n for n, held in retired.items() if held > 0}
+    return _Resources(pools, tuple(gates), changes, published, floor, usage, usage.held)
+
+
+def _gate_state(
+    gate: Gate,
+    is_open: bool,
+    held: int,
+    allocatable: Mapping[str, str],
+    node: NodeState,
+    why: str,
+) -> GateState:
+    return GateState(
+        resource=gate.resource,
+        rule=gate.rule,
+        open=is_open,
+        held=held,
+        capacity=str(gate_capacity(is_open, held, allocatable)),
+        current=node.allocatable.get(gate.resource),
+        why=why,
+    )
 
 
 def _score_dimension(

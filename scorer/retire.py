@@ -33,9 +33,8 @@ from scorer.plan import (
     observed_at_key,
     recorded_prefixes,
 )
-from steer.core.budget import owned_resources
 from steer.core.policy import Policy
-from steer.core.steering import owned_label_keys, owned_taint_keys
+from steer.core.steering import owned_label_keys, owned_resource_keys, owned_taint_keys
 
 
 @dataclass(frozen=True)
@@ -48,10 +47,14 @@ class Removal:
     taints: tuple[str, ...] = ()  # taint keys (every effect of a key goes)
     annotations: tuple[str, ...] = ()
     resources: tuple[str, ...] = ()  # in status.capacity or status.allocatable
+    # Resources bound pods still request: published at exactly that (a kubelet restart would
+    # refuse the pods if they went), and left in the record for a later cleanup.
+    kept: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    record_key: str | None = None  # where the record of `kept` goes
 
     @property
     def empty(self) -> bool:
-        return not (self.labels or self.taints or self.annotations or self.resources)
+        return not (self.labels or self.taints or self.annotations or self.resources or self.kept)
 
 
 def removal(
@@ -60,9 +63,12 @@ def removal(
     *,
     owned: Policy | None = None,
     keep: frozenset[str] = frozenset(),
+    held: Mapping[str, int] | None = None,
 ) -> Removal:
     """Everything the records under `prefixes` list, their observed-at and record annotations,
-    and (`owned`) every key that policy owns; never a key in `keep`."""
+    and (`owned`) every key that policy owns; never a key in `keep`. A resource that the node's
+    bound pods request (`held`) is set to what they hold instead of removed; without `held`
+    (not known) every resource stays as it is."""
     prefixes = tuple(sorted(set(prefixes)))
     labels: set[str] = set()
     taints: set[str] = set()
@@ -77,25 +83,37 @@ def removal(
     if owned is not None:
         labels |= owned_label_keys(owned)
         taints |= owned_taint_keys(owned)
-        resources |= owned_resources(owned)
+        resources |= owned_resource_keys(owned)
         annotations |= {managed_key(owned), observed_at_key(owned)}
     present_taints = {t.key for t in node.taints}
+    present = sorted(r for r in resources - keep if r in node.capacity or r in node.allocatable)
+    if held is None:
+        gone, kept = [], {}
+    else:
+        gone = [r for r in present if held.get(r, 0) == 0]
+        kept = {r: held[r] for r in present if held.get(r, 0) > 0}
+    record_key: str | None = None
+    if kept:
+        record_key = managed_key(owned) if owned is not None else prefixes[0] + MANAGED_SUFFIX
     return Removal(
         node=node.name,
         prefixes=prefixes,
         labels=tuple(sorted(k for k in labels - keep if k in node.labels)),
         taints=tuple(sorted(k for k in taints - keep if k in present_taints)),
-        annotations=tuple(sorted(k for k in annotations - keep if k in node.annotations)),
-        resources=tuple(
-            sorted(r for r in resources - keep if r in node.capacity or r in node.allocatable)
+        annotations=tuple(
+            sorted(k for k in annotations - keep if k in node.annotations and k != record_key)
         ),
+        resources=tuple(gone),
+        kept=kept,
+        record_key=record_key,
     )
 
 
-def cleanup_removal(policy: Policy, node: NodeState) -> Removal:
-    """`steer scorer cleanup`: everything under every recorded prefix and the policy's own."""
+def cleanup_removal(policy: Policy, node: NodeState, held: Mapping[str, int]) -> Removal:
+    """`steer scorer cleanup`: everything under every recorded prefix and the policy's own;
+    resources the node's bound pods still request (`held`) stay at what they hold."""
     prefixes = {*recorded_prefixes(node), policy.spec.label_prefix}
-    return removal(node, prefixes, owned=policy)
+    return removal(node, prefixes, owned=policy, held=held)
 
 
 def apply_removal(plan: NodePlan, node: NodeState, gone: Removal) -> NodePlan:
@@ -105,14 +123,24 @@ def apply_removal(plan: NodePlan, node: NodeState, gone: Removal) -> NodePlan:
         return plan
     taint_keys = frozenset(gone.taints)
     current = {*plan.current_taints, *(t for t in node.taints if t.key in taint_keys)}
-    return dataclasses.replace(
+    changed_plan = dataclasses.replace(
         plan,
         label_changes={**plan.label_changes, **dict.fromkeys(gone.labels)},
         annotation_changes={**plan.annotation_changes, **dict.fromkeys(gone.annotations)},
         retired_taint_keys=plan.retired_taint_keys | taint_keys,
         current_taints=tuple(sorted(current)),
-        resource_changes={**plan.resource_changes, **dict.fromkeys(gone.resources)},
+        resource_changes={
+            **plan.resource_changes,
+            **dict.fromkeys(gone.resources),
+            **{name: str(amount) for name, amount in gone.kept.items()},
+        },
     )
+    if gone.kept and gone.record_key is not None:
+        record = ManagedRecord(resources=frozenset(gone.kept)).text()
+        changed = dict(changed_plan.annotation_changes)
+        changed[gone.record_key] = record
+        changed_plan = dataclasses.replace(changed_plan, annotation_changes=changed)
+    return changed_plan
 
 
 def removal_plan(node: NodeState, gone: Removal) -> NodePlan:
@@ -149,8 +177,9 @@ def retire_old_prefixes(
             plans.append(plan)
             continue
         keep = frozenset(plan.labels) | {t.key for t in plan.taints}
-        keep |= {managed_key(policy), observed_at_key(policy)}
-        gone = removal(node, old, keep=keep)
+        keep |= {managed_key(policy), observed_at_key(policy)} | set(plan.resource_changes)
+        keep |= {p.resource for p in plan.pools} | {g.resource for g in plan.gates}
+        gone = removal(node, old, keep=keep, held=plan.held if cycle.pods_known else None)
         removals[node.name] = gone
         plans.append(apply_removal(plan, node, gone))
     if not removals:

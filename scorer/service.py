@@ -34,7 +34,7 @@ from scorer.retire import retire_old_prefixes
 from scorer.sources import SOURCES, Readings, Source, SourceContext
 from scorer.sources.base import concurrently
 from scorer.writer import NodeApi, NodeWriter, RateLimiter, WriteReport
-from steer.core.budget import PodShare, enforced
+from steer.core.budget import PodUsage
 from steer.core.policy import Dimension, Policy
 
 log = logging.getLogger(__name__)
@@ -244,7 +244,7 @@ class Scorer:
         t1, c1 = time.perf_counter(), time.thread_time()
         now = self._clock() if at is None else at
         with _gc_paused():
-            shares = self._pod_shares(policy)
+            usages = self._pod_usages(policy)
             plan, memory = plan_cycle(
                 policy,
                 nodes,
@@ -253,7 +253,7 @@ class Scorer:
                 now,
                 failures=failures,
                 hot=hot,
-                pod_shares=shares,
+                pod_usages=usages,
             )
         compute_s, compute_cpu_s = time.perf_counter() - t1, time.thread_time() - c1
         self._memory = memory
@@ -286,12 +286,12 @@ class Scorer:
             self._last_ledger_generation,
         )
 
-    def _pod_shares(self, policy: Policy) -> dict[str, tuple[PodShare, ...]] | None:
-        """Each node's pods for the budget pools; None without enforcement or while the
-        ledger is not synced (then no pool is set)."""
-        if self.ledger is None or not enforced(policy):
+    def _pod_usages(self, policy: Policy) -> dict[str, tuple[PodUsage, ...]] | None:
+        """Each node's pods for the gates and budget pools; None without a ledger or while it
+        is not synced (then no gate or pool is set)."""
+        if self.ledger is None:
             return None
-        return self.ledger.shares(policy)
+        return self.ledger.usages()
 
     def refresh_hot(self) -> CycleResult | None:
         """Recompute composites and budget pools from memory when pods were bound or a node's
@@ -321,7 +321,7 @@ class Scorer:
                 self._memory,
                 self._clock(),
                 hot=self._hot_counts(policy),
-                pod_shares=self._pod_shares(policy),
+                pod_usages=self._pod_usages(policy),
             )
             plan = dataclasses.replace(plan, dimensions=previous.plan.dimensions)
             compute_s = time.perf_counter() - t1
@@ -414,8 +414,8 @@ class Scorer:
             return
         ledger = self.ledger
         requests = None if ledger is None else ledger.requested(requested_resources(policy))
-        shares = None if ledger is None else ledger.shares(policy)
-        values = cluster_scores(policy, plan, nodes, requests, shares)
+        usages = None if ledger is None else ledger.usages()
+        values = cluster_scores(policy, plan, nodes, requests, usages)
         self.cluster_scores = values
         known = {v.name for v in values if v.value is not None}
         for name in self._cluster_score_names - known:

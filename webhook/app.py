@@ -29,6 +29,7 @@ from steer.core.admission import (
     introduced_denials,
     validate_pod,
 )
+from steer.core.infrastructure import exempt_reason
 from steer.core.policy import Policy
 from steer.core.scheduling import UninterpretablePod
 from webhook import review as rv
@@ -179,6 +180,8 @@ class AdmissionHandler:
         namespace = self._namespace(review, obj)
         if namespace in plan.excluded_namespaces:
             return Outcome(200, rv.allow(review.uid), "skipped")
+        if exempt_reason(plan.policy, obj, review.user_info) is not None:
+            return Outcome(200, rv.allow(review.uid), "skipped")
         labels = self.namespaces.labels(namespace)
         if labels is None:
             reason, text = self._unknown_namespace(namespace)
@@ -212,6 +215,8 @@ class AdmissionHandler:
         plan = self.plans.validation
         namespace = self._namespace(review, obj)
         if namespace in plan.excluded_namespaces:
+            return Outcome(200, rv.allow(review.uid), "skipped")
+        if exempt_reason(plan.policy, obj, review.user_info) is not None:
             return Outcome(200, rv.allow(review.uid), "skipped")
         labels = self.namespaces.labels(namespace)
         if labels is None:

@@ -6,10 +6,11 @@ schedulerName, so a request only looks them up and merges.
 
 Merge rules (DESIGN decision 4, "merge, never clobber"):
 - preferred terms are appended; the user's stay, and terms already present are not repeated;
-- a required rule is ANDed into every existing nodeSelectorTerm. Terms are ORed, so a rule
-  with alternatives (A or B) turns each term T into T+A and T+B. A term that already holds one
-  alternative is left alone (that keeps the merge idempotent), and a term with no requirement
-  matches no node and stays that way;
+- hard rules are gates and budget pools (steer/core/gates.py, budget.py): resource requests
+  set on the containers, never required node-affinity terms on labels that move with load
+  (a kubelet restart would fail a running pod whose node no longer matched). Each container
+  requests its own limits from the pool, the first container one unit of each gate; a request
+  of those resources the policy would not make is removed, the pod's other requests stay;
 - tolerations are appended for the reserved taints the tenant may tolerate;
 - a spread constraint is added unless the user has one on the same topologyKey;
 - schedulerName is set only when the pod left it unset.
@@ -27,30 +28,28 @@ from typing import Any
 
 import orjson
 
-from steer.core.budget import TenantBudget, tenant_budget
 from steer.core.policy import PodClass, Policy, SpreadRule, Tenant
-from steer.core.quantity import QuantityError
+from steer.core.quantity import QuantityError, parse_quantity
 from steer.core.scheduling import (
     Json,
     UninterpretablePod,
     missing_tolerations,
     pod_object,
     pod_objects,
-    required_terms,
     tolerations_of,
 )
 from steer.core.steering import (
-    Requirement,
+    CONTAINER_FIELDS,
+    ResourceSteering,
     class_preferences,
     classify_pod,
     excluded_namespaces,
     injected_tolerations,
-    merge_rules,
     opted_in,
-    required_rules,
-    rule_alternatives,
+    resource_steering,
     scheduler_after,
     scheduler_for,
+    steered_container_requests,
     tenant_for,
     trace_annotation_key,
 )
@@ -58,17 +57,6 @@ from webhook.patch import PatchBuilder, ShapeError
 
 NODE_AFFINITY = ("spec", "affinity", "nodeAffinity")
 PREFERRED = (*NODE_AFFINITY, "preferredDuringSchedulingIgnoredDuringExecution")
-REQUIRED_TERMS = (
-    *NODE_AFFINITY,
-    "requiredDuringSchedulingIgnoredDuringExecution",
-    "nodeSelectorTerms",
-)
-POD_ANTI_AFFINITY = (
-    "spec",
-    "affinity",
-    "podAntiAffinity",
-    "requiredDuringSchedulingIgnoredDuringExecution",
-)
 
 
 @dataclass(frozen=True)
@@ -79,14 +67,12 @@ class Pieces:
     pod_class: str | None
     preferred: tuple[Json, ...]
     preferred_rule: str
-    # One entry per hard rule: (rule name, alternatives as plain matchExpressions lists).
-    required: tuple[tuple[str, tuple[tuple[Json, ...], ...]], ...]
     tolerations: tuple[tuple[str, Json], ...]
     scheduler: str | None
     # Short text of each injected term, for the trace annotation.
     term_notes: tuple[str, ...]
-    # The tenant's overcommit budget as the scheduler enforces it (None: not enforced that way).
-    budget: TenantBudget | None = None
+    # Budget pools and gates the pod's containers request.
+    resources: ResourceSteering
 
 
 @dataclass(frozen=True)
@@ -102,31 +88,24 @@ class Mutation:
         return orjson.dumps(list(self.ops)) if self.ops else None
 
 
-def _requirement_note(req: Requirement) -> str:
-    def one(expr: Json) -> str:
-        values = ",".join(expr.get("values") or ())
-        return f"{expr['key']} {expr['operator']}{' ' + values if values else ''}"
-
-    return " | ".join(" & ".join(one(e) for e in alt) for alt in rule_alternatives(req))
-
-
 def build_pieces(policy: Policy, tenant: Tenant | None, pod_class: PodClass | None) -> Pieces:
     preferred = class_preferences(policy, pod_class)
-    requirements = required_rules(policy, tenant, pod_class)
+    resources = resource_steering(policy, tenant, pod_class)
     bits = [t for t in preferred if t.operator == "In"]
     notes = [f"{bits[0].key} In-bits {'/'.join(str(t.weight) for t in bits)}"] if bits else []
     notes += [f"{t.key} {t.operator} w{t.weight}" for t in preferred if t.operator != "In"]
-    notes += [_requirement_note(r) for r in requirements]
+    notes += [f"gate {g.resource}" for g in resources.gates]
+    if resources.budget is not None and resources.budget.pools:
+        notes.append("pool " + ",".join(name for name, _ in resources.budget.pools))
     return Pieces(
         tenant=tenant.name if tenant else None,
         pod_class=pod_class.name if pod_class else None,
         preferred=tuple(t.to_k8s() for t in preferred),
         preferred_rule=f"prefer:{preferred[0].key}" if preferred else "prefer",
-        required=tuple((r.rule, rule_alternatives(r)) for r in requirements),
         tolerations=injected_tolerations(policy, tenant, pod_class),
         scheduler=scheduler_for(policy, tenant, pod_class),
         term_notes=tuple(notes),
-        budget=tenant_budget(policy, tenant),
+        resources=resources,
     )
 
 
@@ -240,18 +219,9 @@ def mutate_pod(plan: MutationPlan, pod: Mapping[str, Any], tenant: Tenant | None
         if pieces.preferred:
             note(pieces.preferred_rule, bool(missing))
 
-        # Required rules, ANDed into every term.
-        if pieces.required:
-            original = required_terms(spec)
-            terms, changed = merge_rules(original, (alts for _, alts in pieces.required))
-            for (rule, _), did_add in zip(pieces.required, changed, strict=True):
-                note(f"require:{rule}", did_add)
-            if terms != original:
-                builder.set(REQUIRED_TERMS, terms)
-
-        # Overcommit budget enforced by the scheduler: pool requests, burst label, anti-affinity.
-        if pieces.budget is not None:
-            _merge_budget(pieces.budget, builder, spec, labels, affinity, note)
+        # Hard rules as resource requests: budget pools and gates.
+        if not pieces.resources.empty or _holds_owned(pieces.resources, spec):
+            _merge_resources(pieces.resources, builder, spec, note)
 
         # Tolerations of the reserved taints this tenant may tolerate.
         tolerations = tolerations_of(spec)
@@ -303,46 +273,53 @@ def mutate_pod(plan: MutationPlan, pod: Mapping[str, Any], tenant: Tenant | None
     )
 
 
-def _merge_budget(
-    budget: TenantBudget,
-    builder: PatchBuilder,
-    spec: Mapping[str, Any],
-    labels: Mapping[str, Any],
-    affinity: Mapping[str, Any],
-    note: Any,
-) -> None:
-    """Add what steer/core/budget.py asks of a tenant pod. Limits and burst are computed from
-    cpu and memory only, so a reinvocation computes the same requests and adds nothing."""
+def _holds_owned(steering: ResourceSteering, spec: Mapping[str, Any]) -> bool:
+    """Whether a container requests an owned resource (which the pod may not have chosen)."""
+    return any(
+        name in steering.owned
+        for field in CONTAINER_FIELDS
+        for container in spec.get(field) or ()
+        if isinstance(container, Mapping)
+        for name in ((container.get("resources") or {}).get("requests") or {})
+    )
+
+
+def _same(current: Any, units: int) -> bool:
     try:
-        steering = budget.steering_for(spec)
-    except QuantityError as exc:
-        raise UninterpretablePod("spec.containers", str(exc)) from None
-    if steering.requests:
-        containers = pod_objects(spec, "containers", "spec.containers")
-        if not containers:
-            raise UninterpretablePod("spec.containers", "a pod needs at least one container")
-        resources = pod_object(containers[0], "resources", "spec.containers[0].resources")
-        changed = False
-        for part in ("requests", "limits"):
-            have = pod_object(resources, part, f"spec.containers[0].resources.{part}")
-            for name, units in steering.requests.items():
-                if str(have.get(name)) != str(units):
-                    builder.set(("spec", "containers", "0", "resources", part, name), str(units))
-                    changed = True
-        note("budget:pool", changed)
-    if steering.label is not None:
-        key, value = steering.label
-        changed = labels.get(key) != value
-        if changed:
-            builder.set(("metadata", "labels", key), value)
-        note("budget:burst-label", changed)
-    if steering.anti_affinity is not None:
-        anti = pod_object(affinity, "podAntiAffinity", "spec.affinity.podAntiAffinity")
-        terms = pod_objects(anti, POD_ANTI_AFFINITY[-1], "spec.affinity.podAntiAffinity.required")
-        missing = steering.anti_affinity not in terms
-        if missing:
-            builder.append(POD_ANTI_AFFINITY, [dict(steering.anti_affinity)])
-        note("budget:anti-affinity", missing)
+        return parse_quantity(current) == units
+    except QuantityError:
+        return False
+
+
+def _merge_resources(
+    steering: ResourceSteering, builder: PatchBuilder, spec: Mapping[str, Any], note: Any
+) -> None:
+    """Set each container's owned requests to what the policy asks (steer/core/steering.py),
+    removing any other request of those resources. Limits are read from cpu and memory only,
+    so a reinvocation computes the same requests and adds nothing."""
+    wanted = steered_container_requests(steering, spec)
+    changed: set[str] = set()
+    for (field, i), want in wanted.items():
+        container = spec[field][i]
+        where = f"spec.{field}[{i}].resources"
+        resources = pod_object(container, "resources", where)
+        have = pod_object(resources, "requests", f"{where}.requests")
+        path = ("spec", field, str(i), "resources", "requests")
+        for name in sorted(n for n in have if n in steering.owned and n not in want):
+            builder.remove((*path, name))
+            changed.add(name)
+        for name, units in want.items():
+            if not _same(have.get(name), units):
+                builder.set((*path, name), str(units))
+                changed.add(name)
+    pools = {name for name, _ in steering.budget.pools} if steering.budget else set()
+    if pools:
+        note("budget:pool", bool(changed & pools))
+    for gate in steering.gates:
+        if any(gate.resource in want for want in wanted.values()):
+            note(f"gate:{gate.rule}", gate.resource in changed)
+    if changed and not pools and not steering.gates:
+        note("resources:removed", True)
 
 
 @functools.lru_cache(maxsize=256)

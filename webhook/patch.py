@@ -75,6 +75,10 @@ class PatchBuilder:
         existing = self._created.get(anchor)
         self._created[anchor] = _merge(existing, nested) if existing is not None else nested
 
+    def remove(self, path: Path) -> None:
+        """Remove the member at `path`, which must exist (the caller read it)."""
+        self._ops.append({"op": "remove", "path": pointer(path)})
+
     def append(self, path: Path, items: Sequence[Any]) -> None:
         """Append `items` to the list at `path`, creating the list when it is absent."""
         if not items:

@@ -122,6 +122,11 @@ class Review:
         return str(kind.get("kind", "")) if isinstance(kind, dict) else ""
 
     @property
+    def user_info(self) -> Mapping[str, Any] | None:
+        info = self.request.get("userInfo")
+        return info if isinstance(info, dict) else None
+
+    @property
     def sub_resource(self) -> str:
         return str(self.request.get("subResource") or "")
 

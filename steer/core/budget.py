@@ -1,32 +1,41 @@
-"""Tenant overcommit budgets that hold at the end state, enforced by the scheduler itself.
+"""Tenant overcommit budgets that hold at the end state, enforced by the scheduler itself, and
+that no kubelet restart can turn against a running pod.
 
 A tenant with budget b % is promised: on every node where one of its pods runs, the sum of the
 pods' limits stays within (100 + b) % of allocatable, for cpu and memory, whatever arrives
-later. Labels cannot keep that promise: every pod of a burst sees the same labels, so early pods
-fill a node and later burstable pods push it over. The scheduler's own accounting can:
+later. Labels cannot keep that promise (every pod of a burst sees the same labels); the
+scheduler's own accounting can, because it counts the pods it has just assumed on every bind.
 
-- Each budget level b of the policy's tenants (0 included) is a **pool** of extended
-  resources, `<prefix>limits-<b>pct-cpu` (millicores) and `<prefix>limits-<b>pct-memory` (MiB).
-  The scorer publishes on every node capacity = floor((100 + b) % of allocatable) - the limits
-  of the pods that take nothing from that pool (pods of other namespaces, say). The webhook
-  makes a tenant pod request its **limits** from its level's pool and from every higher one;
-  NodeResourcesFit then refuses a node where the pod would push the limits of a pool's members
-  past the pool: exact at any arrival rate, as with Koordinator's batch resources. A container
-  without a limit counts its request (kube-state-metrics counts no limit at all).
-- A pod that does not burst (limits = requests) also takes from every lower pool: it may share
-  a node with a lower-budget tenant only while that tenant's budget holds with it.
-- A pod that bursts cannot take from lower pools (a 5 % tenant would then get a 0 % budget).
-  It carries the label `<prefix>burst=<b>` instead, and every tenant pod carries a **required
-  pod anti-affinity** (per hostname, every namespace) to pods bursting at a higher level than
-  its own. The scheduler applies an existing pod's anti-affinity to newcomers too, so a later
-  5 % burst cannot land next to a 0 % pod, nor a 0 % pod next to a 5 % burst.
+**One pool per node.** Every tenant pod requests its limits from the node's pool,
+`<resourcePrefix>pool-cpu` (millicores) and `pool-memory` (MiB): each container requests its
+own limit (its request when it sets none), so the pod's pool request is its limits summed the
+way the scheduler sums requests (init containers and sidecars included). The scorer publishes
+capacity = max(held, floor((100 + f) % of allocatable) - the limits of every pod outside the
+pool), where f is the node's **floor** and held what the pool's bound pods request. So on every
+node, the limits of all pods stay within (100 + f) % of allocatable, and never is the pool
+published below what its bound pods hold: a kubelet that restarts re-admits every one of them.
 
-So on a node holding a pod of budget b, every steered pod takes its limits from pool b (lower
-and equal budgets directly, higher ones because they do not burst), and every other pod is
-subtracted from the pool's capacity: the node's limits stay within (100 + b) % of allocatable.
+**The floor is the smallest budget the node must keep.** Pods of budget b may run only where
+f <= b: a pod whose budget is below the highest level requests one unit of the gate
+`<resourcePrefix>budget-<b>pct` (steer/core/gates.py), open where f <= b and closed elsewhere.
+A node's floor is the lowest level by default, so every tenant may use it; it rises to level c
+only while pods bursting at c (limits above requests) run there and no pod of a lower budget
+does, so a 5 % tenant gets its 5 % on the nodes it has to itself. A rise is made in two
+writes: first the lower gates close (capacity = what is held, i.e. nothing), and only a later
+write, `FLOOR_SETTLE_S` after and with still no lower pod bound, publishes the larger room. A
+pod of a lower budget that the scheduler placed before it saw the gate close therefore lands
+under the old, smaller room. A floor falls as soon as its reason leaves: that only shrinks the
+room, never below what is held.
 
-Foreign pods (not steered) are seen only once the scorer republishes the pools; their arrival
-can break a budget in between, which no admission-time mechanism can prevent.
+This replaces per-level pools with a burst label and a required pod anti-affinity: the
+anti-affinity made every pod's PreFilter scan every pod in the cluster (measured in upstream
+scheduler_perf: 24 pods/s at 5,000 nodes), and a pool published at (100 + b) % less the limits
+of outside pods dropped below what its pods held as soon as an outside pod landed, which a
+kubelet restart then turned into `OutOf<pool>` for every running tenant pod.
+
+Pods outside the pool (other namespaces, DaemonSets, static pods) are seen once the scorer
+republishes (it does so on every pod event); one that lands between can break a budget, which
+no admission-time mechanism prevents.
 """
 
 from __future__ import annotations
@@ -37,17 +46,19 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+from steer.core.gates import Gate
 from steer.core.policy import Policy, Tenant
 from steer.core.quantity import QuantityError, parse_quantity
-from steer.core.scheduling import pod_amount
+from steer.core.scheduling import container_amount, pod_amount
 
 MIB = 1024 * 1024
-HOSTNAME = "kubernetes.io/hostname"
-BURST_RESOURCES = ("cpu", "memory")
+POOL_KINDS = ("cpu", "memory")
+# A floor rises (the larger room is published) this long after the lower gates closed.
+FLOOR_SETTLE_S = 5.0
 
 
 def level_text(percent: float) -> str:
-    """A budget as it appears in resource names and label values: 5.0 -> "5", 2.5 -> "2.5"."""
+    """A budget as it appears in resource names: 5.0 -> "5", 2.5 -> "2.5"."""
     return f"{percent:g}"
 
 
@@ -68,21 +79,38 @@ def levels(policy: Policy) -> tuple[float, ...]:
     )
 
 
-def pool_resource(policy: Policy, level: float, resource: str) -> str:
-    """The extended resource of one pool: `<prefix>limits-5pct-cpu`."""
-    return f"{policy.spec.label_prefix}limits-{level_text(level)}pct-{resource}"
+def pool_resource(policy: Policy, kind: str) -> str:
+    """The node's pool of room for limits: `<resourcePrefix>pool-cpu` or `pool-memory`."""
+    return f"{policy.spec.resource_prefix}pool-{kind}"
 
 
-def burst_label_key(policy: Policy) -> str:
-    """Pod label naming the budget level a bursting pod draws on."""
-    return f"{policy.spec.label_prefix}burst"
+def budget_gate(policy: Policy, level: float) -> Gate:
+    """The gate pods of budget `level` request: open on nodes whose floor is at most `level`."""
+    text = level_text(level)
+    return Gate(f"{policy.spec.resource_prefix}budget-{text}pct", f"budget:{text}")
+
+
+def overcommit_gate(policy: Policy, level: float) -> Gate:
+    """`enforcement: labels`: open on nodes whose `overcommit-pct` is within `level`."""
+    text = level_text(level)
+    return Gate(f"{policy.spec.resource_prefix}overcommit-{text}pct", f"overcommit:{text}")
+
+
+def gated_levels(policy: Policy) -> tuple[float, ...]:
+    """The levels whose pods carry a budget gate: all but the highest, which every floor
+    admits."""
+    return levels(policy)[:-1]
 
 
 def owned_resources(policy: Policy) -> frozenset[str]:
-    """Every extended resource the scorer publishes on nodes (and the webhook adds to pods)."""
-    if not enforced(policy):
-        return frozenset()
-    return frozenset(pool_resource(policy, lv, r) for lv in levels(policy) for r in BURST_RESOURCES)
+    """The budget resources the scorer publishes on nodes (and the webhook adds to pods)."""
+    if enforced(policy):
+        names = {pool_resource(policy, kind) for kind in POOL_KINDS}
+        names |= {budget_gate(policy, lv).resource for lv in gated_levels(policy)}
+        return frozenset(names)
+    if any(t.overcommit_percent is not None for t in policy.spec.tenants):
+        return frozenset(overcommit_gate(policy, lv).resource for lv in levels(policy))
+    return frozenset()
 
 
 # -- pods ------------------------------------------------------------------------------------
@@ -90,7 +118,7 @@ def owned_resources(policy: Policy) -> frozenset[str]:
 
 @dataclass(frozen=True)
 class Amount:
-    """Cpu in millicores and memory in bytes, exact: a pod's limits, or its burst."""
+    """Cpu in millicores and memory in bytes, exact: a pod's limits."""
 
     cpu_m: Fraction = Fraction(0)
     memory: Fraction = Fraction(0)
@@ -115,6 +143,20 @@ def pod_limits(spec: Mapping[str, Any]) -> Amount:
     )
 
 
+def container_pool_units(container: Mapping[str, Any]) -> dict[str, int]:
+    """What one container requests from the pool: its limits in pool units, rounded up (a
+    limit it does not set counts its request). Raises QuantityError for a malformed one."""
+    return Amount(
+        cpu_m=container_amount(container, "limits", "cpu") * 1000,
+        memory=container_amount(container, "limits", "memory"),
+    ).units()
+
+
+def pod_bursts(spec: Mapping[str, Any]) -> bool:
+    """Limits above requests for cpu or memory. Raises QuantityError for a malformed one."""
+    return any(pod_amount(spec, "limits", r) > pod_amount(spec, "requests", r) for r in POOL_KINDS)
+
+
 def limit_overcommit_pct(allocatable: Mapping[str, str], limits: Amount) -> float | None:
     """The node's overcommit by limits, in %: max over cpu and memory of the pods' limits /
     allocatable - 1 (a node without pods reads -100). A resource whose allocatable is missing,
@@ -132,169 +174,210 @@ def limit_overcommit_pct(allocatable: Mapping[str, str], limits: Amount) -> floa
     return float(max(ratios) * 100 - 100)
 
 
-def pod_burst(spec: Mapping[str, Any], limits: Amount | None = None) -> Amount:
-    """limits - requests of cpu and memory, never below 0 (`limits`: the pod's, when already
-    computed). Raises QuantityError for a malformed quantity."""
-    if limits is None:
-        limits = pod_limits(spec)
-    requests = Amount(
-        cpu_m=pod_amount(spec, "requests", "cpu") * 1000,
-        memory=pod_amount(spec, "requests", "memory"),
-    )
-    return Amount(
-        cpu_m=max(Fraction(0), limits.cpu_m - requests.cpu_m),
-        memory=max(Fraction(0), limits.memory - requests.memory),
-    )
-
-
-@dataclass(frozen=True)
-class BudgetSteering:
-    """What the webhook adds to a tenant pod: pool requests, the burst label, anti-affinity."""
-
-    requests: Mapping[str, int] = field(default_factory=dict)
-    label: tuple[str, str] | None = None
-    anti_affinity: Mapping[str, Any] | None = None
-
-    @property
-    def empty(self) -> bool:
-        return not self.requests and self.label is None and self.anti_affinity is None
-
-
-def anti_affinity_term(policy: Policy, tenant: Tenant) -> dict[str, Any] | None:
-    """The required podAntiAffinity term of a tenant's pods: no pod bursting from a higher
-    level on the same node, in any namespace; None when no level is higher."""
-    budget = tenant.overcommit_percent or 0.0
-    higher = [level_text(lv) for lv in levels(policy) if lv > budget]
-    if not higher:
-        return None
-    return {
-        "labelSelector": {
-            "matchExpressions": [
-                {"key": burst_label_key(policy), "operator": "In", "values": higher}
-            ]
-        },
-        "namespaceSelector": {},
-        "topologyKey": HOSTNAME,
-    }
-
-
 @dataclass(frozen=True)
 class TenantBudget:
-    """What a tenant's budget asks of its pods, fixed by the policy: computed once per policy
-    version (the webhook keeps it with its per-tenant pieces), applied per pod by `steering`."""
+    """What a tenant's budget asks of its pods, fixed by the policy (computed once per policy
+    version): pool requests from every container and, below the highest level, its gate."""
 
-    pools: tuple[tuple[str, str], ...]  # (extended resource, "cpu" | "memory"), level >= own
-    lower_pools: tuple[tuple[str, str], ...]  # level < own: taken only by pods that do not burst
-    label: tuple[str, str]  # set on pods that burst
-    anti_affinity: Mapping[str, Any] | None
+    level: float
+    pools: tuple[tuple[str, str], ...]  # (resource, "cpu" | "memory"); () under `labels`
+    gate: Gate | None
 
-    def steering(self, limits: Amount, burst: Amount) -> BudgetSteering:
-        units = limits.units()
-        pools = self.pools if burst.any else self.pools + self.lower_pools
-        requests = {name: units[resource] for name, resource in pools}
-        label = self.label if burst.any else None
-        return BudgetSteering(requests, label, self.anti_affinity)
-
-    def steering_for(self, spec: Mapping[str, Any]) -> BudgetSteering:
-        """`steering` for a pod spec, its limits summed once. Raises QuantityError for a
-        malformed quantity."""
-        limits = pod_limits(spec)
-        return self.steering(limits, pod_burst(spec, limits))
+    def container_requests(self, container: Mapping[str, Any]) -> dict[str, int]:
+        """The pool requests of one container. Raises QuantityError for a malformed one."""
+        if not self.pools:
+            return {}
+        units = container_pool_units(container)
+        return {name: units[kind] for name, kind in self.pools if units[kind] > 0}
 
 
 def tenant_budget(policy: Policy, tenant: Tenant | None) -> TenantBudget | None:
-    """The tenant's pool names, burst label and anti-affinity; None when the policy does not
-    enforce budgets through the scheduler or the tenant has none."""
-    if tenant is None or tenant.overcommit_percent is None or not enforced(policy):
+    """The tenant's pools and gate; None when the tenant has no budget."""
+    if tenant is None or tenant.overcommit_percent is None:
         return None
-    budget = tenant.overcommit_percent
-
-    def pools(keep: Any) -> tuple[tuple[str, str], ...]:
-        return tuple(
-            (pool_resource(policy, lv, resource), resource)
-            for lv in levels(policy)
-            if keep(lv)
-            for resource in BURST_RESOURCES
-        )
-
+    level = tenant.overcommit_percent
+    if not enforced(policy):
+        return TenantBudget(level, (), overcommit_gate(policy, level))
     return TenantBudget(
-        pools=pools(lambda lv: lv >= budget),
-        lower_pools=pools(lambda lv: lv < budget),
-        label=(burst_label_key(policy), level_text(budget)),
-        anti_affinity=anti_affinity_term(policy, tenant),
+        level=level,
+        pools=tuple((pool_resource(policy, kind), kind) for kind in POOL_KINDS),
+        gate=budget_gate(policy, level) if level in gated_levels(policy) else None,
     )
-
-
-def budget_steering(
-    policy: Policy, tenant: Tenant | None, spec: Mapping[str, Any]
-) -> BudgetSteering:
-    """The pool requests, label and anti-affinity for a pod `spec` of `tenant`. Raises
-    QuantityError for a malformed quantity."""
-    budget = tenant_budget(policy, tenant)
-    return BudgetSteering() if budget is None else budget.steering_for(spec)
 
 
 # -- nodes -----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class PodShare:
-    """A bound pod as the pools see it: its limits, the pool resources it requests, the budget
-    level it bursts at (its burst label) and the levels its anti-affinity keeps away."""
+@dataclass(frozen=True, slots=True)
+class PodUsage:
+    """A bound pod as the gates and the pool count it: its limits in pool units, whether it
+    bursts, and what it requests of the resources the scorer publishes (pod totals, summed the
+    way the scheduler sums requests)."""
 
-    limits: Amount
-    pools: frozenset[str]
-    burst_level: str | None = None
-    repels: frozenset[str] = frozenset()
-
-
-def repelled_levels(policy: Policy, spec: Mapping[str, Any]) -> frozenset[str]:
-    """The burst levels a pod's required anti-affinity keeps off its node (per hostname)."""
-    anti = (spec.get("affinity") or {}).get("podAntiAffinity") or {}
-    key = burst_label_key(policy)
-    out: set[str] = set()
-    for term in anti.get("requiredDuringSchedulingIgnoredDuringExecution") or ():
-        if not isinstance(term, Mapping) or term.get("topologyKey") != HOSTNAME:
-            continue
-        for expr in (term.get("labelSelector") or {}).get("matchExpressions") or ():
-            if expr.get("key") == key and expr.get("operator") == "In":
-                out.update(str(v) for v in expr.get("values") or ())
-    return frozenset(out)
+    limits: tuple[int, int]  # (millicores, MiB), rounded up
+    bursting: bool
+    held: Mapping[str, int] = field(default_factory=dict)
 
 
-def pod_share(
-    policy: Policy, spec: Mapping[str, Any], labels: Mapping[str, str] | None = None
-) -> PodShare:
-    """Reduce a bound pod to what the pools count (malformed quantities count as nothing: the
-    apiserver accepted the pod, so this is not expected)."""
-    owned = owned_resources(policy)
-    pools: set[str] = set()
-    for container in spec.get("containers") or ():
-        requests = (container.get("resources") or {}).get("requests") or {}
-        pools.update(name for name in requests if name in owned)
+# Requests NodeResourcesFit sums natively; everything else a pod requests is a scalar resource.
+CORE_REQUESTS = frozenset({"cpu", "memory", "ephemeral-storage", "pods"})
+
+
+def pod_usage(spec: Mapping[str, Any]) -> PodUsage:
+    """Reduce a bound pod to what the gates and pools count: its limits, whether it bursts,
+    and every scalar resource it requests (pools, gates, GPUs), summed as the scheduler sums
+    them. A malformed quantity counts as nothing: the apiserver accepted the pod, so this is
+    not expected."""
     try:
-        limits = pod_limits(spec)
+        units = pod_limits(spec).units()
+        bursting = pod_bursts(spec)
     except QuantityError:
-        limits = Amount()
-    return PodShare(
-        limits,
-        frozenset(pools),
-        burst_level=(labels or {}).get(burst_label_key(policy)),
-        repels=repelled_levels(policy, spec),
-    )
+        units, bursting = {"cpu": 0, "memory": 0}, False
+    names = {
+        name
+        for part in ("containers", "initContainers")
+        for c in spec.get(part) or ()
+        if isinstance(c, Mapping)
+        for name in ((c.get("resources") or {}).get("requests") or {})
+        if name not in CORE_REQUESTS and not str(name).startswith("hugepages-")
+    }
+    held: dict[str, int] = {}
+    for name in sorted(names):
+        try:
+            amount = math.ceil(pod_amount(spec, "requests", name))
+        except QuantityError:
+            continue
+        if amount > 0:
+            held[name] = amount
+    return PodUsage((units["cpu"], units["memory"]), bursting, held or _NOTHING)
+
+
+_NOTHING: Mapping[str, int] = {}
+
+
+@dataclass(frozen=True)
+class NodeUsage:
+    """A node's pods as the gates and the pool see them."""
+
+    held: Mapping[str, int]  # per published resource, what its bound pods request
+    outside: tuple[int, int]  # limits of the pods outside the pool (millicores, MiB)
+    outside_pods: int
+    members: Mapping[float, int]  # pool pods per budget level
+    bursting: Mapping[float, int]  # pool pods bursting, per budget level
+
+    @property
+    def lowest_member(self) -> float | None:
+        return min(self.members) if self.members else None
+
+
+def node_usage(policy: Policy, pods: Iterable[PodUsage]) -> NodeUsage:
+    """Sum a node's pods. A pod is in the pool when it requests from it; its level is the
+    budget gate it requests, or the highest level without one."""
+    pools = {pool_resource(policy, kind) for kind in POOL_KINDS} if enforced(policy) else set()
+    gate_level = {budget_gate(policy, lv).resource: lv for lv in gated_levels(policy)}
+    top = levels(policy)[-1] if levels(policy) else 0.0
+    held: dict[str, int] = {}
+    outside = [0, 0]
+    outside_pods = 0
+    members: dict[float, int] = {}
+    bursting: dict[float, int] = {}
+    for pod in pods:
+        for name, amount in pod.held.items():
+            held[name] = held.get(name, 0) + amount
+        gated = [lv for name, lv in gate_level.items() if name in pod.held]
+        member = bool(gated) or any(name in pod.held for name in pools)
+        if not member:
+            outside[0] += pod.limits[0]
+            outside[1] += pod.limits[1]
+            outside_pods += 1 if any(pod.limits) else 0
+            continue
+        level = min(gated) if gated else top
+        members[level] = members.get(level, 0) + 1
+        if pod.bursting:
+            bursting[level] = bursting.get(level, 0) + 1
+    return NodeUsage(held, (outside[0], outside[1]), outside_pods, members, bursting)
+
+
+def wanted_floor(policy: Policy, usage: NodeUsage) -> float:
+    """The floor the node's pods call for: the lowest level, raised to the highest level
+    bursting here, but never above the lowest level of a pod here."""
+    all_levels = levels(policy)
+    if not all_levels:
+        return 0.0
+    floor = max(usage.bursting, default=all_levels[0])
+    lowest = usage.lowest_member
+    return floor if lowest is None else min(floor, lowest)
+
+
+@dataclass(frozen=True)
+class Floor:
+    """A node's floor as published: `gates` (budget gates below it are closed) and `room` (the
+    room published is (100 + room) %); `room < gates` while a rise settles."""
+
+    gates: float
+    room: float
+    closed_at: float | None = None  # when the gates last rose
+
+
+def next_floor(policy: Policy, usage: NodeUsage, previous: Floor | None, now: float) -> Floor:
+    """The node's floor after this write: falls at once, rises in two writes (module doc)."""
+    want = wanted_floor(policy, usage)
+    lowest = levels(policy)[0] if levels(policy) else 0.0
+    if previous is None:
+        previous = Floor(lowest, lowest)
+    if want <= previous.room:
+        return Floor(want, want)
+    gates, closed_at = previous.gates, previous.closed_at
+    if want != gates:
+        gates, closed_at = want, now
+    room = previous.room
+    lower = usage.lowest_member
+    settled = closed_at is None or now - closed_at >= FLOOR_SETTLE_S
+    if settled and (lower is None or lower >= gates):
+        room = gates
+    return Floor(gates, room, closed_at)
+
+
+def observed_floor(policy: Policy, capacities: Mapping[str, str], usage: NodeUsage) -> Floor:
+    """The floor a node's published gates show (for a scorer that starts with no memory): the
+    gates closed there count as settled, since they closed before this scorer started."""
+    gated = gated_levels(policy)
+    closed = [
+        lv
+        for lv in gated
+        if _int(capacities.get(budget_gate(policy, lv).resource)) == 0
+        and usage.held.get(budget_gate(policy, lv).resource, 0) == 0
+    ]
+    all_levels = levels(policy)
+    if not all_levels:
+        return Floor(0.0, 0.0)
+    # The floor is the lowest level whose gate is open (the highest level has none).
+    open_levels = [lv for lv in all_levels if lv not in closed]
+    floor = min(open_levels) if open_levels else all_levels[-1]
+    return Floor(floor, floor, None)
+
+
+def _int(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        return int(parse_quantity(text))
+    except QuantityError:
+        return None
 
 
 @dataclass(frozen=True)
 class PoolCapacity:
-    """One pool on one node and what decided it: capacity = max(0, room - outside_limits)."""
+    """The node's pool of one kind and what decided it:
+    capacity = max(taken, room - outside_limits)."""
 
     resource: str
-    level: float
     kind: str  # "cpu" | "memory"
-    room: int  # floor((100 + level) % of allocatable), in pool units
-    outside_limits: int  # limits of the node's pods taking nothing from this pool
+    floor: float  # the budget whose room is published, in %
+    room: int  # floor((100 + floor) % of allocatable), in pool units
+    outside_limits: int  # limits of the node's pods outside the pool
     outside_pods: int
-    taken: int = 0  # limits of the node's pods in the pool (what they request from it)
+    taken: int  # what the pool's bound pods request from it
 
     @property
     def unit(self) -> str:
@@ -302,7 +385,7 @@ class PoolCapacity:
 
     @property
     def capacity(self) -> int:
-        return max(0, self.room - self.outside_limits)
+        return max(self.taken, self.room - self.outside_limits)
 
     @property
     def free(self) -> int:
@@ -311,9 +394,9 @@ class PoolCapacity:
 
 
 def node_pools(
-    policy: Policy, allocatable: Mapping[str, str], pods: Iterable[PodShare]
+    policy: Policy, allocatable: Mapping[str, str], usage: NodeUsage, floor: float
 ) -> tuple[PoolCapacity, ...]:
-    """Every pool of a node with its arithmetic; () without enforcement or with an unreadable
+    """The node's pools with their arithmetic; () without enforcement or with an unreadable
     allocatable."""
     if not enforced(policy):
         return ()
@@ -324,29 +407,18 @@ def node_pools(
         }
     except QuantityError:
         return ()
-    # Each pod's limits in pool units, rounded once (not once per pool).
-    shares = tuple((s.pools, s.limits.units()) for s in pods)
     out = []
-    for lv in levels(policy):
-        for kind in BURST_RESOURCES:
-            name = pool_resource(policy, lv, kind)
-            outside = [units[kind] for pools, units in shares if name not in pools]
-            out.append(
-                PoolCapacity(
-                    resource=name,
-                    level=lv,
-                    kind=kind,
-                    room=math.floor(base[kind] * (100 + Fraction(level_text(lv))) / 100),
-                    outside_limits=sum(outside),
-                    outside_pods=sum(1 for units in outside if units > 0),
-                    taken=sum(units[kind] for pools, units in shares if name in pools),
-                )
+    for i, kind in enumerate(POOL_KINDS):
+        name = pool_resource(policy, kind)
+        out.append(
+            PoolCapacity(
+                resource=name,
+                kind=kind,
+                floor=floor,
+                room=math.floor(base[kind] * (100 + Fraction(level_text(floor))) / 100),
+                outside_limits=usage.outside[i],
+                outside_pods=usage.outside_pods,
+                taken=usage.held.get(name, 0),
             )
+        )
     return tuple(out)
-
-
-def pool_capacities(
-    policy: Policy, allocatable: Mapping[str, str], pods: Iterable[PodShare]
-) -> dict[str, str]:
-    """The pool capacities to publish on a node (resource name -> integer quantity text)."""
-    return {p.resource: str(p.capacity) for p in node_pools(policy, allocatable, pods)}

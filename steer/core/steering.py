@@ -10,13 +10,14 @@ under Kubernetes' rules (steer/core/scheduling.py). Change a rule here and all t
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from steer.core.budget import budget_steering
+from steer.core.budget import TenantBudget, owned_resources, tenant_budget
 from steer.core.encoding import SCORE_MAX, PreferenceTerm, preference_terms
+from steer.core.gates import Gate, avoid_gate, unreserved_gate
 from steer.core.policy import (
     ALWAYS_EXCLUDED_NAMESPACES,
     DEFAULT_SCHEDULER,
@@ -32,8 +33,6 @@ from steer.core.quantity import QuantityError, parse_quantity
 from steer.core.scheduling import (
     Json,
     UninterpretablePod,
-    expression_matches,
-    merge_required,
     missing_tolerations,
     node_selector_of,
     pod_objects,
@@ -159,60 +158,97 @@ def class_preferences(policy: Policy, pod_class: PodClass | None) -> tuple[Prefe
     return terms + away
 
 
-@dataclass(frozen=True)
-class Requirement:
-    """One hard rule as nodeSelector requirements in disjunctive normal form.
-
-    `alternatives` are ORed, the expressions inside one alternative are ANDed. A rule usually
-    has one alternative; "overcommit within budget, or never measured" has two.
-    """
-
-    rule: str
-    alternatives: tuple[tuple[Mapping[str, Any], ...], ...]
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        return any(all(expression_matches(e, labels) for e in alt) for alt in self.alternatives)
-
-
-def required_rules(
+def pod_gates(
     policy: Policy, tenant: Tenant | None, pod_class: PodClass | None
-) -> tuple[Requirement, ...]:
-    """Hard rules for a pod of this tenant and class; empty when no rule applies.
-
-    A required term makes the scheduler filter every node (about 30 % throughput when it
-    excludes most of them), so a rule is injected only where it applies.
-    """
-    rules: list[Requirement] = []
-    if tenant is not None and tenant.overcommit_percent is not None:
-        key = overcommit_key(policy)
-        # Lt compares integers: `overcommit-pct < b+1` is `<= b` for integer labels.
-        within: tuple[Mapping[str, Any], ...] = (
-            {"key": key, "operator": "Lt", "values": [str(int(tenant.overcommit_percent) + 1)]},
-        )
-        alternatives = [within]
-        if policy.spec.unscored_nodes == "allow":
-            alternatives.append(({"key": key, "operator": "DoesNotExist"},))
-        rules.append(
-            Requirement(rule=f"overcommit:{tenant.name}", alternatives=tuple(alternatives))
-        )
-    for other in reserving_classes(policy):
-        if other.reserve_nodes == "require" and other is not pod_class:
-            absent: Mapping[str, Any] = {
-                "key": reserved_key(policy, other),
-                "operator": "DoesNotExist",
-            }
-            rules.append(Requirement(rule=f"reserved:{other.name}", alternatives=((absent,),)))
+) -> tuple[Gate, ...]:
+    """The gates a pod of this tenant and class requests (steer/core/gates.py): one per taint
+    rule its class avoids, one per other class that reserves its nodes outright, and its
+    tenant's budget gate. Each is a hard rule no kubelet restart turns against a running pod,
+    which a required term on a label that moves with load would be."""
+    gates: list[Gate] = []
     if pod_class is not None:
-        for name in pod_class.avoid:
-            rule = policy.taint_rule(name)
-            # NotIn also matches nodes without the label, so never-scored nodes stay eligible.
-            expr = {
-                "key": condition_key(policy, rule),
-                "operator": "NotIn",
-                "values": [CONDITION_VALUE],
-            }
-            rules.append(Requirement(rule=f"avoid:{name}", alternatives=((expr,),)))
-    return tuple(rules)
+        gates += [avoid_gate(policy, policy.taint_rule(name)) for name in pod_class.avoid]
+    gates += [
+        unreserved_gate(policy, other)
+        for other in reserving_classes(policy)
+        if other.reserve_nodes == "require" and other is not pod_class
+    ]
+    budget = tenant_budget(policy, tenant)
+    if budget is not None and budget.gate is not None:
+        gates.append(budget.gate)
+    return tuple(gates)
+
+
+def owned_resource_keys(policy: Policy) -> frozenset[str]:
+    """Every resource the scorer publishes on nodes and the webhook adds to pods: the budget
+    pools and gates, and the gates of the rules classes avoid or reserve by."""
+    names = set(owned_resources(policy))
+    for pod_class in policy.spec.pod_classes:
+        names |= {avoid_gate(policy, policy.taint_rule(n)).resource for n in pod_class.avoid}
+        if pod_class.reserve_nodes == "require":
+            names.add(unreserved_gate(policy, pod_class).resource)
+    return frozenset(names)
+
+
+@dataclass(frozen=True)
+class ResourceSteering:
+    """What the webhook makes a pod of one (tenant, class) request of the resources kube-steer
+    publishes, fixed by the policy: pool requests from every container (each its own limits),
+    one unit of each gate from the first container, and nothing else under those names (a
+    request the policy would not make is removed)."""
+
+    budget: TenantBudget | None
+    gates: tuple[Gate, ...]
+    owned: frozenset[str]
+
+    @property
+    def empty(self) -> bool:
+        return self.budget is None and not self.gates
+
+    def container_requests(
+        self, field: str, index: int, container: Mapping[str, Any], *, node_preset: bool
+    ) -> dict[str, int]:
+        """What one container must request of the owned resources. A pod that names its node
+        skips the scheduler, so only its budget holds it there (the kubelet enforces the pool
+        and the budget gate at admission); the other gates would only make the kubelet refuse a
+        node someone chose. Raises QuantityError for a malformed quantity."""
+        out = self.budget.container_requests(container) if self.budget is not None else {}
+        if field == "containers" and index == 0:
+            for gate in self.gates:
+                if not node_preset or gate.rule.startswith("budget:"):
+                    out[gate.resource] = 1
+        return out
+
+
+def resource_steering(
+    policy: Policy, tenant: Tenant | None, pod_class: PodClass | None
+) -> ResourceSteering:
+    return ResourceSteering(
+        tenant_budget(policy, tenant),
+        pod_gates(policy, tenant, pod_class),
+        owned_resource_keys(policy),
+    )
+
+
+CONTAINER_FIELDS = ("containers", "initContainers")
+
+
+def steered_container_requests(
+    steering: ResourceSteering, spec: Mapping[str, Any]
+) -> dict[tuple[str, int], dict[str, int]]:
+    """Per container, (field, index) -> the owned requests it carries once steered. Raises
+    UninterpretablePod for a malformed field or quantity."""
+    node_preset = bool(spec.get("nodeName"))
+    out: dict[tuple[str, int], dict[str, int]] = {}
+    for field in CONTAINER_FIELDS:
+        for i, container in enumerate(pod_objects(spec, field, f"spec.{field}")):
+            try:
+                out[(field, i)] = steering.container_requests(
+                    field, i, container, node_preset=node_preset
+                )
+            except QuantityError as exc:
+                raise UninterpretablePod(f"spec.{field}[{i}].resources", str(exc)) from None
+    return out
 
 
 def excluded_namespace_list(policy: Policy) -> tuple[str, ...]:
@@ -276,39 +312,14 @@ def injected_tolerations(
 ) -> tuple[tuple[str, Json], ...]:
     """(taint rule, toleration) for each reserved taint the tenant may tolerate.
 
-    A class that must avoid a tainted node gets no toleration for that taint: the required
-    NotIn term would exclude the node anyway, and the toleration would only confuse readers.
+    A class that must avoid a tainted node gets no toleration for that taint: its gate keeps
+    it off the node anyway, and the toleration would only confuse readers.
     """
     avoided = set(pod_class.avoid) if pod_class is not None else set()
     allowed = tenant.allowed_tolerations if tenant is not None else ()
     return tuple(
         (name, injected_toleration(policy, name)) for name in allowed if name not in avoided
     )
-
-
-def merge_rules(
-    terms: list[Json] | None, rules: Iterable[Sequence[Sequence[Json]]]
-) -> tuple[list[Json] | None, tuple[bool, ...]]:
-    """AND each rule (its alternatives) into the pod's required nodeSelectorTerms, in order;
-    also whether each rule changed them (False: the terms already held it)."""
-    changed = []
-    for alternatives in rules:
-        merged = merge_required(terms, alternatives)
-        changed.append(merged != terms)
-        terms = merged
-    return terms, tuple(changed)
-
-
-def rule_alternatives(req: Requirement) -> tuple[tuple[Json, ...], ...]:
-    """A rule's alternatives as the plain matchExpressions the webhook writes."""
-    return tuple(tuple(_expression(e) for e in alt) for alt in req.alternatives)
-
-
-def _expression(expr: Mapping[str, Any]) -> Json:
-    out: Json = {"key": expr["key"], "operator": expr["operator"]}
-    if expr.get("values"):
-        out["values"] = list(expr["values"])
-    return out
 
 
 @dataclass(frozen=True)
@@ -326,21 +337,19 @@ class NodeConstraints:
 def steered_constraints(
     policy: Policy, tenant: Tenant | None, pod_class: PodClass | None, spec: Mapping[str, Any]
 ) -> NodeConstraints:
-    """The pod's nodeSelector, required terms and tolerations after mutation: the same merges
-    the webhook applies (`merge_rules`, `missing_tolerations`). Raises UninterpretablePod for a
-    malformed field or quantity."""
-    rules = required_rules(policy, tenant, pod_class)
-    terms, _ = merge_rules(required_terms(spec), (rule_alternatives(r) for r in rules))
+    """The pod's nodeSelector, required terms, tolerations and requests after mutation: the
+    same pieces the webhook applies (`missing_tolerations`, `steered_container_requests`).
+    Raises UninterpretablePod for a malformed field or quantity."""
     own = tolerations_of(spec)
     added = missing_tolerations(
         own, (t for _, t in injected_tolerations(policy, tenant, pod_class))
     )
     return NodeConstraints(
         node_selector=node_selector_of(spec),
-        required_terms=terms,
+        required_terms=required_terms(spec),
         tolerations=(*own, *added),
         injected_tolerations=tuple(added),
-        requests=_steered_requests(policy, tenant, spec),
+        requests=_steered_requests(resource_steering(policy, tenant, pod_class), spec),
         scheduler_name=scheduler_after(
             policy, scheduler_for(policy, tenant, pod_class), spec.get("schedulerName")
         ),
@@ -363,20 +372,33 @@ def pod_constraints(spec: Mapping[str, Any]) -> NodeConstraints:
     )
 
 
-def _steered_requests(
-    policy: Policy, tenant: Tenant | None, spec: Mapping[str, Any]
-) -> dict[str, Fraction]:
-    """The pod's requests once the webhook has added its pool requests (to its first container,
-    replacing any it had there)."""
+def steered_spec(steering: ResourceSteering, spec: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of the pod spec's containers with the owned requests the webhook leaves them
+    (others of the container's requests untouched): what the scheduler will read."""
+    wanted = steered_container_requests(steering, spec)
+    out: dict[str, Any] = {}
+    for field in CONTAINER_FIELDS:
+        containers = pod_objects(spec, field, f"spec.{field}")
+        if not containers:
+            continue
+        copies = []
+        for i, container in enumerate(containers):
+            resources = dict(container.get("resources") or {})
+            requests = {
+                k: v
+                for k, v in (resources.get("requests") or {}).items()
+                if k not in steering.owned
+            }
+            requests.update({k: str(v) for k, v in wanted[(field, i)].items()})
+            resources["requests"] = requests
+            copies.append({**container, "resources": resources})
+        out[field] = copies
+    return out
+
+
+def _steered_requests(steering: ResourceSteering, spec: Mapping[str, Any]) -> dict[str, Fraction]:
+    """The pod's requests as the scheduler sums them once the webhook has steered it."""
     try:
-        requests = pod_requests(spec)
-        pools = budget_steering(policy, tenant, spec).requests
+        return pod_requests(steered_spec(steering, spec))
     except QuantityError as exc:
         raise UninterpretablePod("spec.containers", str(exc)) from None
-    if pools:
-        first = pod_requests(
-            {"containers": [pod_objects(spec, "containers", "spec.containers")[0]]}
-        )
-        for name, units in pools.items():
-            requests[name] = requests.get(name, Fraction(0)) - first.get(name, Fraction(0)) + units
-    return requests
