@@ -48,10 +48,11 @@ from steer.core.steering import (
     dimension_key,
     excluded_namespaces,
     opted_in,
+    overcommit_key,
     owned_label_keys,
-    owned_resource_keys,
     owned_taint_keys,
     pod_constraints,
+    pod_gates,
     steered_constraints,
     tenant_for,
 )
@@ -491,19 +492,35 @@ def _key_data(
     return data
 
 
-def _resource_exclusions(plan: NodePlan, requests: Mapping[str, Fraction]) -> list[Exclusion]:
+def _gate_label(policy: Policy, rule: str) -> str | None:
+    """The label whose data closes a gate: the taint rule's condition, or `overcommit-pct`."""
+    kind, _, name = rule.partition(":")
+    if kind == "avoid":
+        return condition_key(policy, policy.taint_rule(name))
+    if kind == "overcommit":
+        return overcommit_key(policy)
+    return None
+
+
+def _resource_exclusions(
+    policy: Policy, plan: NodePlan, requests: Mapping[str, Fraction], labels: Mapping[str, str]
+) -> list[Exclusion]:
     """What NodeResourcesFit refuses of the gates and pools this plan publishes: a request above
     what is free there (capacity - what the node's bound pods hold)."""
     out = []
     for gate in plan.gates:
         need = requests.get(gate.resource, Fraction(0))
         if need > 0 and need > gate.free:
+            data: dict[str, Any] = {"gate": gate_detail(gate)}
+            key = _gate_label(policy, gate.rule)
+            if key is not None:
+                data["label"] = _key_data(policy, plan, key, labels)
             out.append(
                 Exclusion(
                     rule=gate.rule,
                     reason=f"{gate.resource} is {'open' if gate.open else 'closed'} "
                     f"({gate.why}): {max(gate.free, 0)} free",
-                    data={"gate": gate_detail(gate)},
+                    data=data,
                 )
             )
     for pool in plan.pools:
@@ -553,14 +570,10 @@ def explain_pod(
         steered = steered_constraints(policy, tenant, pod_class, spec)
     else:
         preferences, steered = (), pod_constraints(spec)
-    owned_resources = owned_resource_keys(policy)
-    gates = tuple(
-        sorted(
-            n
-            for n in steered.requests
-            if n in owned_resources and not n.endswith(("pool-cpu", "pool-memory"))
-        )
+    gate_rules = (
+        {g.resource: g.rule for g in pod_gates(policy, tenant, pod_class)} if steers else {}
     )
+    gates = tuple(sorted(n for n in steered.requests if n in gate_rules))
     user_terms = required_terms(spec)
     problems = (
         toleration_problems(steered.tolerations)
@@ -607,9 +620,9 @@ def explain_pod(
                 Exclusion(rule=f"taint {taint}", reason="the pod does not tolerate it", data=data)
             )
         soft = [str(t) for t in taints if not t.blocks and not tolerated(steered.tolerations, t)]
-        exclusions += _fit_exclusions(node, plan, steered.requests)
+        exclusions += _fit_exclusions(node, plan, steered.requests, gate_rules)
         if plan is not None:
-            exclusions += _resource_exclusions(plan, steered.requests)
+            exclusions += _resource_exclusions(policy, plan, steered.requests, labels)
         user_weight = sum(
             int(p.get("weight", 0))
             for p in user_prefs
@@ -681,7 +694,10 @@ def _denials(
 
 
 def _fit_exclusions(
-    node: NodeState, plan: NodePlan | None, requests: Mapping[str, Fraction]
+    node: NodeState,
+    plan: NodePlan | None,
+    requests: Mapping[str, Fraction],
+    gate_rules: Mapping[str, str],
 ) -> list[Exclusion]:
     """NodeResourcesFit against the node's allocatable, before other pods take their share
     (the scorer does not track cpu and memory in use). A gate or pool this cycle publishes is
@@ -698,7 +714,16 @@ def _fit_exclusions(
             offered = parse_quantity(node.allocatable.get(name, "0"))
         except QuantityError:
             offered = Fraction(0)
-        if need > offered:
+        if need > offered and name in gate_rules:
+            out.append(
+                Exclusion(
+                    rule=gate_rules[name],
+                    reason=f"the gate {name} is {node.allocatable.get(name, 'not published')} on "
+                    "the node (the scorer publishes it once it has seen the node's pods)",
+                    data={"resource": name, "allocatable": node.allocatable.get(name)},
+                )
+            )
+        elif need > offered:
             out.append(
                 Exclusion(
                     rule="resources",

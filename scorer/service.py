@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from scorer.clusterscore import ClusterScoreValue, cluster_scores, requested_resources
-from scorer.hot import BindingWindow
-from scorer.kubeapi import KubeApiError, KubeJson
+from scorer.hot import BOUND_PODS, BindingWindow
+from scorer.kubeapi import PODS_PATH, KubeApiError, KubeJson
 from scorer.leader import LeaseElector
 from scorer.ledger import PodLedger
 from scorer.metrics import ScorerMetrics
@@ -36,6 +36,7 @@ from scorer.sources.base import concurrently
 from scorer.writer import NodeApi, NodeWriter, RateLimiter, WriteReport
 from steer.core.budget import PodUsage
 from steer.core.policy import Dimension, Policy
+from steer.core.steering import owned_resource_keys
 
 log = logging.getLogger(__name__)
 
@@ -289,9 +290,21 @@ class Scorer:
     def _pod_usages(self, policy: Policy) -> dict[str, tuple[PodUsage, ...]] | None:
         """Each node's pods for the gates and budget pools; None without a ledger or while it
         is not synced (then no gate or pool is set)."""
-        if self.ledger is None:
+        if self.ledger is not None:
+            return self.ledger.usages()
+        if not owned_resource_keys(policy):
             return None
-        return self.ledger.usages()
+        # Without a pod watch (`steer scorer once`, tests): one list of the bound pods.
+        ledger = PodLedger()
+        try:
+            pods = self.node_api.kube.list_all(
+                PODS_PATH, page_size=self.node_api.page_size, query={"fieldSelector": BOUND_PODS}
+            )
+        except KubeApiError as exc:
+            log.warning("gates and pools not planned: cannot list the bound pods: %s", exc)
+            return None
+        ledger.replace(pods)
+        return ledger.usages()
 
     def refresh_hot(self) -> CycleResult | None:
         """Recompute composites and budget pools from memory when pods were bound or a node's

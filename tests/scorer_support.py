@@ -122,12 +122,21 @@ def apply_node_plan(policy: Policy, node: NodeState, plan: NodePlan) -> NodeStat
             annotations[key] = text
     owned = {t.key for t in plan.taints} | {t.key for t in plan.current_taints}
     taints = tuple(t for t in node.taints if t.key not in owned) + plan.taints
+    capacity, allocatable = dict(node.capacity), dict(node.allocatable)
+    for name, amount in plan.resource_changes.items():
+        for status in (capacity, allocatable):
+            if amount is None:
+                status.pop(name, None)
+            else:
+                status[name] = amount
     return replace(
         node,
         labels=labels,
         annotations=annotations,
         taints=taints,
         raw_taints=tuple(t.to_k8s() for t in taints),
+        capacity=capacity,
+        allocatable=allocatable,
     )
 
 

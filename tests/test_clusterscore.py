@@ -23,7 +23,7 @@ from scorer.clusterscore import (
 from scorer.ledger import PodLedger
 from scorer.model import NodeState, Taint
 from scorer.plan import ScorerMemory, plan_cycle
-from steer.core.budget import Amount, PodShare
+from steer.core.budget import Amount, PodUsage
 from steer.core.policy import Policy, parse_policy
 from tests.scorer_support import SMALL_POLICY, readings_for
 
@@ -71,8 +71,9 @@ def node(
     )
 
 
-def share(cpu_cores: float = 0, memory_gib: float = 0) -> PodShare:
-    return PodShare(Amount(Fraction(cpu_cores) * 1000, Fraction(memory_gib) * GIB), frozenset())
+def share(cpu_cores: float = 0, memory_gib: float = 0) -> PodUsage:
+    units = Amount(Fraction(cpu_cores) * 1000, Fraction(memory_gib) * GIB).units()
+    return PodUsage((units["cpu"], units["memory"]), bursting=False)
 
 
 # n1: 8 GPUs, 3 held, 70 cores of limits; n2: 8 GPUs, none held but hot (gpu-hot active);
@@ -97,7 +98,7 @@ def scores(
     policy: Policy = POLICY,
     nodes: tuple[NodeState, ...] = NODES,
     requests: dict[str, dict[str, Fraction]] | None = REQUESTS,
-    shares: dict[str, tuple[PodShare, ...]] | None = SHARES,
+    shares: dict[str, tuple[PodUsage, ...]] | None = SHARES,
     power: dict[str, float] | None = None,
 ) -> dict[str, tuple[float | None, int | None]]:
     readings = readings_for(policy, nodes, {"util": UTIL, "power": power or POWER}, NOW)

@@ -248,13 +248,37 @@ def test_fixed_normalization_needs_ordered_bounds() -> None:
     assert "spec.dimensions[3].normalization: min/max are only used with method: fixed" in issues
 
 
-def test_overcommit_budget_needs_the_raw_overcommit_dimension() -> None:
+def test_overcommit_budget_by_labels_needs_the_raw_overcommit_dimension() -> None:
     doc = _doc()
     doc["spec"]["dimensions"] = [
         d for d in doc["spec"]["dimensions"] if d["name"] != "overcommit-pct"
     ]
+    doc["spec"]["overcommit"] = {"enforcement": "labels"}
     issues = _issues(doc)
     assert all("needs a dimension named 'overcommit-pct'" in i for i in issues) and len(issues) == 2
+    # Enforced by the scheduler, budgets read the node's pods, not the label.
+    doc["spec"]["overcommit"] = {"enforcement": "scheduler"}
+    assert parse_policy(yaml.safe_dump(doc)).spec.overcommit.enforcement == "scheduler"
+
+
+@pytest.mark.parametrize(
+    ("prefix", "expected"),
+    [
+        ("kube-steer.github.io/", "must be a DNS subdomain containing 'kubernetes.io'"),
+        ("kube-steer.kubernetes.io", "must be a DNS subdomain containing 'kubernetes.io'"),
+        ("kubernetes.io/", "the bare kubernetes.io/ prefix is Kubernetes' own"),
+        (
+            "bad_domain.kubernetes.io/",
+            "resource name 'bad_domain.kubernetes.io/pool-memory' is invalid",
+        ),
+    ],
+)
+def test_resource_prefix_must_make_native_resource_names(prefix: str, expected: str) -> None:
+    doc = _doc()
+    doc["spec"]["resourcePrefix"] = prefix
+    issues = _issues(doc)
+    assert issues and all(i.startswith("spec.resourcePrefix:") for i in issues)
+    assert expected in issues[0]
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ from steer.core.steering import (
     composite_weights,
     offers,
     owned_label_keys,
-    required_rules,
+    pod_gates,
 )
 from tests.conftest import EXAMPLE_POLICY
 from tests.scorer_support import readings_for
@@ -98,16 +98,22 @@ def test_prefer_steers_other_pods_off_reserved_nodes_by_the_largest_weight() -> 
     assert preference_weight(cpu_node, other) > preference_weight(gpu_node, other)
     # ...while the class's own pods are not pushed off their nodes.
     assert all(t.operator == "In" for t in class_preferences(policy, gpu))
-    assert not any(r.rule.startswith("reserved:") for r in required_rules(policy, None, None))
+    assert pod_gates(policy, None, None) == ()
 
 
 def test_require_excludes_reserved_nodes_for_other_pods_only() -> None:
     policy = _policy("require")
     gpu = policy.spec.pod_classes[0]
-    rules = {r.rule: r for r in required_rules(policy, None, None)}
-    assert not rules["reserved:gpu"].matches({"kube-steer.github.io/reserved-for-gpu": "true"})
-    assert rules["reserved:gpu"].matches({})
-    assert "reserved:gpu" not in {r.rule for r in required_rules(policy, None, gpu)}
+    # A gate every other pod requests, closed on the nodes reserved for the class.
+    assert [g.rule for g in pod_gates(policy, None, None)] == ["reserved:gpu"]
+    assert "reserved:gpu" not in {g.rule for g in pod_gates(policy, None, gpu)}
+    node = NodeState(
+        "gpu-1",
+        allocatable={"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "8", "pods": "110"},
+    )
+    plan, _ = plan_cycle(policy, [node], {}, ScorerMemory(), 0.0, pod_usages={})
+    gates = {g.rule: g for g in plan.nodes[0].gates}
+    assert not gates["reserved:gpu"].open and gates["reserved:gpu"].capacity == "0"
     assert all(t.operator == "In" for t in class_preferences(policy, None))
 
 

@@ -320,14 +320,23 @@ def test_explain_excludes_nodes_without_the_requested_resource() -> None:
     pod = {"metadata": {"name": "p"}, "spec": {"containers": [gpu]}}
     nodes = [
         NodeState("cpu", allocatable={"cpu": "8", "memory": "32Gi"}),
-        NodeState("gpu", allocatable={"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "8"}),
+        NodeState(
+            "gpu",
+            allocatable={
+                "cpu": "8",
+                "memory": "32Gi",
+                "nvidia.com/gpu": "8",
+                "kube-steer.kubernetes.io/avoid-gpu-hot": "110",  # the gate GPU pods request
+            },
+        ),
         NodeState("unread"),  # allocatable not read: not judged
     ]
     result = explain_pod(TOLERANT, None, nodes, pod, OPTED_IN)
     assert sorted(v.node for v in result.allowed) == ["gpu", "unread"]
     (cpu,) = result.excluded
-    assert [e.rule for e in cpu.exclusions] == ["resources"]
-    assert "nvidia.com/gpu: the pod requests 1" in cpu.exclusions[0].reason
+    # No GPU there, and no gpu-hot gate published (the scorer has not written it yet).
+    assert [e.rule for e in cpu.exclusions] == ["avoid:gpu-hot", "resources"]
+    assert "nvidia.com/gpu: the pod requests 1" in cpu.exclusions[1].reason
 
 
 def test_steered_requests_carry_the_pools_the_webhook_adds() -> None:
@@ -342,25 +351,25 @@ def test_steered_requests_carry_the_pools_the_webhook_adds() -> None:
     }
     spec = {"containers": [container]}
     steered = steered_constraints(POLICY, tenant, None, spec)
-    pools = {k: v for k, v in steered.requests.items() if "limits-" in k}
-    assert pools == {
-        "kube-steer.github.io/limits-0pct-cpu": 500,
-        "kube-steer.github.io/limits-0pct-memory": 1024,
-        "kube-steer.github.io/limits-5pct-cpu": 500,
-        "kube-steer.github.io/limits-5pct-memory": 1024,
+    owned = {k: v for k, v in steered.requests.items() if "kube-steer.kubernetes.io/" in k}
+    # Its limits from the node's pool, and one unit of the gate of budget 0 %.
+    assert owned == {
+        "kube-steer.kubernetes.io/pool-cpu": 500,
+        "kube-steer.kubernetes.io/pool-memory": 1024,
+        "kube-steer.kubernetes.io/budget-0pct": 1,
     }
     mutated = jsonpatch.apply_patch(
         {"metadata": {"name": "p"}, "spec": spec},
         list(mutate_pod(PLAN, {"metadata": {"name": "p"}, "spec": spec}, tenant).ops),
     )
     first = mutated["spec"]["containers"][0]["resources"]["requests"]
-    assert {k: int(v) for k, v in first.items() if "limits-" in k} == pools
+    assert {k: int(v) for k, v in first.items() if "kube-steer.kubernetes.io/" in k} == owned
 
 
 def test_explain_leaves_a_pod_alone_where_the_webhook_does() -> None:
     tenant = {"tenant": "dept-b"}  # in the tenant, but not opted in
     result = explain_pod(TOLERANT, None, [_hot_node()], _cpu_pod(), tenant, "team-b")
-    assert not result.steered and not result.required and not result.injected_tolerations
+    assert not result.steered and not result.gates and not result.injected_tolerations
     assert not result.allowed  # no injected toleration for the hot node
     system = explain_pod(
         TOLERANT, None, [_hot_node()], _cpu_pod(), {**tenant, **OPTED_IN}, "kube-system"

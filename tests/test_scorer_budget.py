@@ -1,6 +1,6 @@
-"""Budget pools on the scorer side (steer/core/budget.py): planning the extended resources each
-node carries, the pod ledger that feeds it, the writer's status patches, and the service
-publishing and republishing them against the Kubernetes API stand-in."""
+"""Gates and the budget pool on the scorer side (steer/core/gates.py, budget.py): planning the
+resources each node carries, the pod ledger that feeds it, the writer's status patches, and the
+service publishing and republishing them against the Kubernetes API stand-in."""
 
 from __future__ import annotations
 
@@ -24,16 +24,17 @@ from scorer.service import Scorer
 from scorer.writer import NodeApi, NodeWriter, RateLimiter
 from steer.apistub import ApiStub
 from steer.apistub.synthetic import synthetic_node
-from steer.core.budget import PodShare, budget_steering, pod_share
+from steer.core.budget import FLOOR_SETTLE_S, PodUsage, pod_usage, tenant_budget
 from steer.core.policy import Policy, parse_policy
 from tests.scorer_support import SMALL_POLICY
 
 T0 = 1_800_000_000.0
-CPU5 = "kube-steer.github.io/limits-5pct-cpu"
-MEM5 = "kube-steer.github.io/limits-5pct-memory"
-CPU0 = "kube-steer.github.io/limits-0pct-cpu"
-MEM0 = "kube-steer.github.io/limits-0pct-memory"
-ALL_POOLS = {CPU0, MEM0, CPU5, MEM5}
+PREFIX = "kube-steer.kubernetes.io/"
+CPU = f"{PREFIX}pool-cpu"
+MEM = f"{PREFIX}pool-memory"
+GATE0 = f"{PREFIX}budget-0pct"
+HOT = f"{PREFIX}avoid-gpu-hot"
+ALL = {CPU, MEM, GATE0, HOT}
 MANAGED = "kube-steer.github.io/managed"
 GPU = "nvidia.com/gpu"
 
@@ -73,9 +74,13 @@ def node_state(
 
 
 def plan_one(
-    node: NodeState, shares: Mapping[str, Any] | None, policy: Policy = POLICY
+    node: NodeState,
+    usages: Mapping[str, Any] | None,
+    policy: Policy = POLICY,
+    memory: ScorerMemory | None = None,
+    at: float = T0,
 ) -> NodePlan:
-    cycle, _ = plan_cycle(policy, [node], {}, ScorerMemory(), T0, pod_shares=shares)
+    cycle, _ = plan_cycle(policy, [node], {}, memory or ScorerMemory(), at, pod_usages=usages)
     plan = cycle.node(node.name)
     assert plan is not None
     return plan
@@ -89,55 +94,91 @@ def pod_spec(
     return {"containers": [{"name": "c", "resources": {"requests": reqs, "limits": dict(limits)}}]}
 
 
-# Limits of 2 cores and 1536 MiB, in no pool: a pod of a namespace no tenant owns.
+# Limits of 2 cores and 1536 MiB, outside the pool: a pod of a namespace no tenant owns.
 FOREIGN = pod_spec({"cpu": "1", "memory": "1Gi"}, {"cpu": "2", "memory": "1536Mi"})
 
 
-def tenant_spec(burst_cpu: str = "100m") -> dict[str, Any]:
-    """A dept-a pod as the webhook would leave it: its pool requests come from budget_steering."""
+def tenant_spec(tenant: str = "dept-a", burst_cpu: str = "100m") -> dict[str, Any]:
+    """A tenant pod as the webhook would leave it: pool requests (its limits) and its gate."""
     spec = pod_spec({"cpu": "1", "memory": "1Gi"}, {"cpu": f"{1000 + int(burst_cpu[:-1])}m"})
     spec["containers"][0]["resources"]["limits"]["memory"] = "1Gi"
-    tenant = next(t for t in POLICY.spec.tenants if t.name == "dept-a")
-    steering = budget_steering(POLICY, tenant, spec)
-    spec["containers"][0]["resources"]["requests"].update(
-        {k: str(v) for k, v in steering.requests.items()}
-    )
+    budget = tenant_budget(POLICY, POLICY.tenant(tenant))
+    assert budget is not None
+    requests = budget.container_requests(spec["containers"][0])
+    if budget.gate is not None:
+        requests[budget.gate.resource] = 1
+    spec["containers"][0]["resources"]["requests"].update({k: str(v) for k, v in requests.items()})
     return spec
+
+
+def usage(spec: Mapping[str, Any]) -> PodUsage:
+    return pod_usage(spec)
 
 
 # ------------------------------------------------------------------------------ planning
 
 
-EMPTY = {CPU0: "8000", MEM0: "32768", CPU5: "8400", MEM5: "34406"}
+EMPTY = {CPU: "8000", MEM: "32768", GATE0: "110", HOT: "110"}
 
 
-def test_pools_are_the_room_minus_the_limits_outside_them() -> None:
+def test_an_empty_node_is_open_to_every_tenant_at_the_lowest_budget() -> None:
     empty = plan_one(node_state(), {})
-    # 105 % of 8 cores = 8400 m; 105 % of 32 GiB = 34406.4 MiB, floored; 100 % for budget 0.
+    # Floor 0 %: 100 % of 8 cores and of 32 GiB; every gate open (one unit per pod it may run).
     assert empty.resource_changes == EMPTY
     assert empty.changed
     record = ManagedRecord.parse(empty.annotation_changes[MANAGED])
-    assert record.resources == ALL_POOLS
+    assert record.resources == ALL
+    assert empty.floor is not None and (empty.floor.gates, empty.floor.room) == (0.0, 0.0)
 
-    shares = {"n1": (pod_share(POLICY, FOREIGN), pod_share(POLICY, tenant_spec()))}
-    busy = plan_one(node_state(), shares)
-    # The foreign pod's limits (2000 m, 1536 MiB) are outside every pool; the bursting dept-a
-    # pod (1100 m, 1024 MiB) is inside the 5 % pool and outside the 0 % one.
-    assert busy.resource_changes == {
-        CPU5: str(8400 - 2000),
-        MEM5: str(34406 - 1536),
-        CPU0: str(8000 - 2000 - 1100),
-        MEM0: str(32768 - 1536 - 1024),
+
+def test_the_pool_is_the_room_minus_outside_limits_and_a_burst_raises_the_floor() -> None:
+    usages = {"n1": (usage(FOREIGN), usage(tenant_spec()))}
+    first = plan_one(node_state(), usages)
+    # A dept-a pod bursting at 5 % and nothing of dept-b: the gate of 0 % closes at once, the
+    # room of 105 % waits FLOOR_SETTLE_S (a dept-b pod already placed lands under 100 %).
+    assert first.floor is not None and (first.floor.gates, first.floor.room) == (5.0, 0.0)
+    assert first.resource_changes == {
+        CPU: str(8000 - 2000),  # the foreign pod's 2 cores are outside the pool
+        MEM: str(32768 - 1536),
+        GATE0: "0",
+        HOT: "110",
     }
-    cpu = next(p for p in busy.pools if p.resource == CPU5)
-    assert (cpu.room, cpu.outside_limits, cpu.outside_pods, cpu.capacity) == (8400, 2000, 1, "6400")
-    cpu0 = next(p for p in busy.pools if p.resource == CPU0)
-    assert (cpu0.outside_limits, cpu0.outside_pods) == (3100, 2)
+    cpu = next(p for p in first.pools if p.resource == CPU)
+    assert (cpu.room, cpu.outside_limits, cpu.outside_pods, cpu.taken) == (8000, 2000, 1, 1100)
+    assert cpu.free == 6000 - 1100
+    memory = ScorerMemory(floors={"n1": first.floor})
+    early = plan_one(node_state(), usages, memory=memory, at=T0 + 1)
+    assert early.floor == first.floor
+    settled = plan_one(node_state(), usages, memory=memory, at=T0 + FLOOR_SETTLE_S)
+    assert settled.floor is not None and settled.floor.room == 5.0
+    assert settled.resource_changes[CPU] == str(8400 - 2000)
+    assert settled.resource_changes[MEM] == str(34406 - 1536)  # 105 % of 32768, floored
 
 
-def test_nothing_is_written_when_the_node_already_carries_the_pools() -> None:
+def test_a_dept_b_pod_keeps_the_floor_at_its_budget() -> None:
+    usages = {"n1": (usage(tenant_spec()), usage(tenant_spec("dept-b", "0m")))}
+    plan = plan_one(node_state(), usages)
+    assert plan.floor is not None and (plan.floor.gates, plan.floor.room) == (0.0, 0.0)
+    assert plan.resource_changes[GATE0] == "110" and plan.members == {0.0: 1, 5.0: 1}
+    assert plan.bursting == {5.0: 1}
+
+
+def test_nothing_published_is_below_what_bound_pods_hold() -> None:
+    """A kubelet restart re-admits its pods against the node as it is: a pool or gate below
+    what they hold would fail them (OutOf<resource>)."""
+    big = pod_spec({"cpu": "4", "memory": "1Gi"}, {"cpu": "9", "memory": "1Gi"})
+    hot = {"n1": (usage(tenant_spec("dept-b", "0m")), usage(big))}
+    plan = plan_one(node_state(), hot)
+    # The outside pod's 9 cores exceed the room: the pool is what its pods hold, 0 free.
+    cpu = next(p for p in plan.pools if p.resource == CPU)
+    assert cpu.capacity == "1000" and cpu.free == 0
+    gate = next(g for g in plan.gates if g.resource == GATE0)
+    assert gate.open and int(gate.capacity) >= gate.held == 1
+
+
+def test_nothing_is_written_when_the_node_already_carries_them() -> None:
     # 20 cores: 100 % = 20000 m, which the apiserver stores as "20k" (canonical form).
-    carried = {**EMPTY, CPU0: "20k", CPU5: "21k"}
+    carried = {**EMPTY, CPU: "20k"}
     record = ManagedRecord(resources=frozenset(carried))
     node = node_state(allocatable={"cpu": "20", **carried}, record=record)
     plan = plan_one(node, {})
@@ -149,47 +190,49 @@ def test_nothing_is_written_when_the_node_already_carries_the_pools() -> None:
 def test_capacity_is_rewritten_when_only_it_differs() -> None:
     node = node_state(
         allocatable=EMPTY,
-        capacity={CPU5: "0"},  # e.g. a kubelet that re-registered its node
+        capacity={CPU: "0"},  # e.g. a kubelet that re-registered its node
         record=ManagedRecord(resources=frozenset(EMPTY)),
     )
-    assert plan_one(node, {}).resource_changes == {CPU5: "8400"}
+    assert plan_one(node, {}).resource_changes == {CPU: "8000"}
 
 
-def test_without_a_synced_ledger_no_pool_is_set() -> None:
+def test_without_a_synced_ledger_nothing_is_set() -> None:
     plan = plan_one(node_state(), None)
     assert plan.resource_changes == {}
     assert MANAGED not in plan.annotation_changes
-    assert [p.capacity for p in plan.pools] == [None, None, None, None]
-    assert [p.room for p in plan.pools] == [8000, 32768, 8400, 34406]
+    assert plan.pools == () and plan.gates == ()
     # Values published earlier stay as they are (neither grown nor withdrawn).
-    record = ManagedRecord(resources=frozenset({CPU5}))
-    carried = plan_one(node_state(allocatable={CPU5: "123"}, record=record), None)
+    record = ManagedRecord(resources=frozenset({CPU}))
+    carried = plan_one(node_state(allocatable={CPU: "123"}, record=record), None)
     assert carried.resource_changes == {}
     assert MANAGED not in carried.annotation_changes
 
 
-def test_only_pools_we_published_are_removed() -> None:
-    old10 = "kube-steer.github.io/limits-10pct-cpu"
-    record = ManagedRecord(labels=frozenset(), resources=frozenset({old10, CPU5}))
+def test_a_resource_no_longer_owned_stays_at_what_pods_hold_then_goes() -> None:
+    old = "kube-steer.github.io/limits-5pct-cpu"  # release 0.2.0's pool
+    record = ManagedRecord(labels=frozenset(), resources=frozenset({old, CPU}))
     node = node_state(
         allocatable={
-            old10: "800",  # ours (recorded), its level left the policy: removed
-            "kube-steer.github.io/limits-7pct-cpu": "560",  # our prefix, never recorded: not ours to touch
+            old: "8400",
+            "kube-steer.kubernetes.io/limits-7pct-cpu": "560",  # never recorded: not ours
             "example.com/dongle": "4",  # a foreign extended resource
-            CPU5: "8400",
+            CPU: "8000",
         },
         record=record,
     )
-    plan = plan_one(node, {})
-    assert plan.resource_changes == {old10: None, MEM5: "34406", CPU0: "8000", MEM0: "32768"}
-    assert ManagedRecord.parse(plan.annotation_changes[MANAGED]).resources == ALL_POOLS
-    # Removal needs no pod data: it also happens while the ledger is not synced.
-    unsynced = plan_one(node, None)
-    assert unsynced.resource_changes == {old10: None}
-    assert ManagedRecord.parse(unsynced.annotation_changes[MANAGED]).resources == {CPU5}
+    holder = pod_spec({"cpu": "1"}, {"cpu": "1"}, {old: 1000})
+    plan = plan_one(node, {"n1": (usage(holder),)})
+    assert plan.resource_changes[old] == "1000"  # held: kept at exactly that
+    assert old in ManagedRecord.parse(plan.annotation_changes[MANAGED]).resources
+    gone = plan_one(node, {})
+    assert gone.resource_changes[old] is None
+    assert ManagedRecord.parse(gone.annotation_changes[MANAGED]).resources == ALL
+    assert "kube-steer.kubernetes.io/limits-7pct-cpu" not in gone.resource_changes
+    # Without pod data nothing is removed: a pod might hold it.
+    assert plan_one(node, None).resource_changes == {}
 
 
-def test_turning_enforcement_off_withdraws_our_pools_only() -> None:
+def test_turning_enforcement_off_withdraws_the_pool_and_gates_by_the_label() -> None:
     node = node_state(
         allocatable={**EMPTY, "example.com/dongle": "4"},
         record=ManagedRecord(
@@ -197,50 +240,56 @@ def test_turning_enforcement_off_withdraws_our_pools_only() -> None:
         ),
     )
     plan = plan_one(node, {}, budget_policy("labels"))
-    assert plan.resource_changes == dict.fromkeys(EMPTY)
     assert plan.pools == ()
-    assert MANAGED not in node.annotations or plan.annotation_changes[MANAGED] is None
+    assert plan.resource_changes == {
+        CPU: None,
+        MEM: None,
+        GATE0: None,
+        f"{PREFIX}overcommit-0pct": "110",  # never measured: open (unscoredNodes: allow)
+        f"{PREFIX}overcommit-5pct": "110",
+    }
 
 
 def test_foreign_resources_never_appear_in_a_plan() -> None:
     plan = plan_one(node_state(allocatable={"example.com/dongle": "4"}), {})
-    assert set(plan.resource_changes) == ALL_POOLS
-    for p in (plan_one(node_state(), {}, budget_policy("labels")), plan_one(node_state(), None)):
-        assert p.resource_changes == {}
+    assert set(plan.resource_changes) == ALL
+    assert plan_one(node_state(), None).resource_changes == {}
 
 
 def test_managed_record_stays_backward_compatible() -> None:
     old = '{"labels":["kube-steer.github.io/score-util"],"taints":["kube-steer.github.io/gpu-hot"]}'
     record = ManagedRecord.parse(old)
     assert record.resources == frozenset()
-    assert record.text() == old  # a node without pools keeps the exact same annotation
+    assert record.text() == old  # a node without resources keeps the exact same annotation
     new = ManagedRecord(
-        labels=frozenset({"kube-steer.github.io/score-util"}), resources=frozenset({CPU5})
+        labels=frozenset({"kube-steer.github.io/score-util"}), resources=frozenset({CPU})
     )
     assert json.loads(new.text() or "") == {
         "labels": ["kube-steer.github.io/score-util"],
         "taints": [],
-        "resources": [CPU5],
+        "resources": [CPU],
     }
     assert ManagedRecord.parse(new.text()) == new
-    assert ManagedRecord(resources=frozenset({CPU5})).text() is not None
 
 
-def test_explain_shows_pools_and_what_decided_them() -> None:
-    shares = {"n1": (pod_share(POLICY, FOREIGN),)}
-    cycle, _ = plan_cycle(POLICY, [node_state()], {}, ScorerMemory(), T0, pod_shares=shares)
+def test_explain_shows_the_pool_floor_and_gates_and_what_decided_them() -> None:
+    usages = {"n1": (usage(FOREIGN),)}
+    cycle, _ = plan_cycle(POLICY, [node_state()], {}, ScorerMemory(), T0, pod_usages=usages)
     detail = node_detail(POLICY, cycle, "n1")
     assert detail is not None
     pools = detail["budgetPools"]
     assert pools["enforcement"] == "scheduler" and pools["podLedgerSynced"] is True
-    cpu = next(p for p in pools["pools"] if p["resource"] == CPU5)
-    assert cpu["capacity"] == "6400" and cpu["room"] == 8400
+    cpu = next(p for p in pools["pools"] if p["resource"] == CPU)
+    assert cpu["capacity"] == "6000" and cpu["room"] == 8000
     assert cpu["outsideLimits"] == 2000 and cpu["outsidePods"] == 1
     assert cpu["why"] == (
-        "6400 = max(0, 8400 (105% of allocatable, millicores) - 2000 (limits of 1 pod(s) "
-        "taking nothing from this pool))"
+        "6000 = max(0 held by its pods, 8000 (100% of allocatable, millicores) - 2000 "
+        "(limits of 1 pod(s) outside the pool))"
     )
-    assert pools["pendingResourceChanges"][CPU5] == "6400"
+    gate = next(g for g in pools["gates"] if g["resource"] == GATE0)
+    assert gate["open"] and gate["why"] == "open: floor 0 % <= budget 0 %"
+    assert pools["floor"]["room"] == 0.0
+    assert pools["pendingResourceChanges"][CPU] == "6000"
     unsynced, _ = plan_cycle(POLICY, [node_state()], {}, ScorerMemory(), T0)
     later = node_detail(POLICY, unsynced, "n1")
     assert later is not None and later["budgetPools"]["podLedgerSynced"] is False
@@ -267,14 +316,14 @@ def pod(
 
 def test_ledger_follows_events() -> None:
     ledger = PodLedger()
-    assert not ledger.synced and ledger.shares(POLICY) is None
+    assert not ledger.synced and ledger.usages() is None
     assert ledger.replace([pod("a"), pod("b", "n2"), pod("done", phase="Succeeded")]) == {
         "n1",
         "n2",
     }
     assert ledger.synced and len(ledger) == 2
-    shares = ledger.shares(POLICY)
-    assert shares is not None and set(shares) == {"n1", "n2"}
+    usages = ledger.usages()
+    assert usages is not None and set(usages) == {"n1", "n2"}
     generation = ledger.generation
 
     # A status update that changes nothing the pools count: no change, no republish.
@@ -288,13 +337,13 @@ def test_ledger_follows_events() -> None:
     assert ledger.apply("DELETED", pod("b", "n2")) == {"n2"}
     assert ledger.apply("DELETED", pod("b", "n2")) == set()
     assert ledger.apply("BOOKMARK", {"metadata": {"resourceVersion": "9"}}) == set()
-    shares = ledger.shares(POLICY)
-    assert shares is not None and set(shares) == {"n1"}
-    assert [s.pools for s in shares["n1"]] == [frozenset({CPU5, MEM5})]
+    usages = ledger.usages()
+    assert usages is not None and set(usages) == {"n1"}
+    assert [set(u.held) for u in usages["n1"]] == [{CPU, MEM}]
     assert ledger.generation == generation + 3
 
     ledger.desync()
-    assert not ledger.synced and ledger.shares(POLICY) is None
+    assert not ledger.synced and ledger.usages() is None
     assert ledger.replace([pod("c", spec=tenant_spec())]) == set()
     assert ledger.synced
 
@@ -309,18 +358,18 @@ def test_ledger_keeps_only_resources() -> None:
     assert entry is not None and entry.node == "n1"
     assert "env" not in entry.spec["containers"][0]
     assert entry.spec["initContainers"][0]["restartPolicy"] == "Always"
-    assert pod_share(POLICY, entry.spec) == pod_share(POLICY, full["spec"])
+    assert pod_usage(entry.spec) == pod_usage(full["spec"])
     assert BoundPod.of(pod("x", node=None)) is None
 
 
-def test_ledger_shares_follow_the_policy() -> None:
+def test_ledger_counts_every_scalar_request_of_a_pod() -> None:
     ledger = PodLedger()
-    ledger.replace([pod("c", spec=tenant_spec())])
-    first = ledger.shares(POLICY)
-    assert first is not None and first["n1"][0].pools == {CPU5, MEM5}
-    # Another level: the tenant pod's requests name no pool of that policy any more.
-    other = ledger.shares(budget_policy(level=10))
-    assert other is not None and other["n1"][0].pools == frozenset()
+    ledger.replace([pod("c", spec=tenant_spec("dept-b", "0m"))])
+    usages = ledger.usages()
+    assert usages is not None
+    (only,) = usages["n1"]
+    assert only.held == {CPU: 1000, MEM: 1024, GATE0: 1} and not only.bursting
+    assert only.limits == (1000, 1024)
 
 
 # ------------------------------------------------------------------------ against the stub
@@ -368,8 +417,8 @@ def watched(
 
 
 def node_pods(ledger: PodLedger) -> dict[str, int]:
-    shares = ledger.shares(POLICY) or {}
-    return {node: len(s) for node, s in shares.items()}
+    usages = ledger.usages() or {}
+    return {node: len(u) for node, u in usages.items()}
 
 
 def test_watcher_lists_then_follows_pods(
@@ -438,8 +487,8 @@ def status_of(apistub: ApiStub, name: str) -> dict[str, Any]:
     return status
 
 
-# synthetic_node: 4 cores, 8 GiB, 110 pods, 2 GPUs.
-POOLS = {CPU0: "4000", MEM0: "8192", CPU5: "4200", MEM5: "8601"}
+# synthetic_node: 4 cores, 8 GiB, 110 pods, 2 GPUs; floor 0 % with no pod bound.
+POOLS = {CPU: "4000", MEM: "8192", GATE0: "110", HOT: "110"}
 
 
 def test_writer_patches_only_changed_pools_into_status(
@@ -448,7 +497,7 @@ def test_writer_patches_only_changed_pools_into_status(
     api = NodeApi(KubeJson(kube_client))
     writer = NodeWriter(api, RateLimiter(1000, 1000), sleep=lambda _s: None)
     nodes = api.list_nodes()
-    cycle, _ = plan_cycle(POLICY, nodes, {}, ScorerMemory(), T0, pod_shares={})
+    cycle, _ = plan_cycle(POLICY, nodes, {}, ScorerMemory(), T0, pod_usages={})
     apistub.clear_requests()
     report = writer.apply(POLICY, cycle, nodes)
     assert report.nodes_written == 2 and report.requests == 4  # status + metadata per node
@@ -463,32 +512,33 @@ def test_writer_patches_only_changed_pools_into_status(
 
     # A pool that shrinks: one status patch, nothing else.
     nodes = api.list_nodes()
-    shares = {"node-1": (pod_share(POLICY, FOREIGN),)}
-    cycle, _ = plan_cycle(POLICY, nodes, {}, ScorerMemory(), T0, pod_shares=shares)
+    usages = {"node-1": (usage(FOREIGN),)}
+    cycle, _ = plan_cycle(POLICY, nodes, {}, ScorerMemory(), T0, pod_usages=usages)
     assert [p.node for p in cycle.changes] == ["node-1"]
     apistub.clear_requests()
     report = writer.apply(POLICY, cycle, nodes)
     assert report.requests == 1 and apistub.count("PATCH", "/status") == 1
-    assert status_of(apistub, "node-1")["allocatable"][CPU5] == "2200"  # 4200 - 2000
+    assert status_of(apistub, "node-1")["allocatable"][CPU] == "2000"  # 4000 - 2000
 
     # A retried 503 on the status write, then success.
     nodes = api.list_nodes()
-    cycle, _ = plan_cycle(POLICY, nodes, {}, ScorerMemory(), T0, pod_shares={})
+    cycle, _ = plan_cycle(POLICY, nodes, {}, ScorerMemory(), T0, pod_usages={})
     apistub.fail_next_writes(1, 503, path_contains="/status")
     report = writer.apply(POLICY, cycle, nodes)
     assert report.requests == 2 and report.nodes_written == 1
-    assert status_of(apistub, "node-1")["capacity"][CPU5] == "4200"
+    assert status_of(apistub, "node-1")["capacity"][CPU] == "4000"
 
-    # Enforcement off: our pools leave, the GPUs stay.
+    # Enforcement off: the pool and the budget gate leave, the GPUs stay.
     nodes = api.list_nodes()
-    cycle, _ = plan_cycle(budget_policy("labels"), nodes, {}, ScorerMemory(), T0)
+    cycle, _ = plan_cycle(budget_policy("labels"), nodes, {}, ScorerMemory(), T0, pod_usages={})
     writer.apply(budget_policy("labels"), cycle, nodes)
     for name in ("node-1", "node-2"):
         status = status_of(apistub, name)
-        assert not set(POOLS) & (set(status["capacity"]) | set(status["allocatable"]))
+        assert not {CPU, MEM, GATE0} & (set(status["capacity"]) | set(status["allocatable"]))
         assert status["allocatable"][GPU] == "2"
         annotations = apistub.get("nodes", name)["metadata"].get("annotations") or {}
-        assert "resources" not in json.loads(annotations.get(managed_key(POLICY)) or "{}")
+        record = json.loads(annotations.get(managed_key(POLICY)) or "{}")
+        assert CPU not in record.get("resources", [])
 
 
 NO_PROMETHEUS = "http://127.0.0.1:9"  # nothing listens: every query fails, pools need none
@@ -508,7 +558,7 @@ def test_scorer_publishes_pools_and_republishes_on_a_binding(
     try:
         first = scorer.run_cycle()  # the watch has not listed yet: nothing to publish
         assert first.report is not None and first.report.requests == 0
-        assert CPU5 not in status_of(apistub, "node-1")["allocatable"]
+        assert CPU not in status_of(apistub, "node-1")["allocatable"]
 
         loop = ScorerLoop(scorer, hot_refresh_seconds=600, wake_delay_seconds=0.05)
         watcher.on_binding = loop.wake
@@ -518,30 +568,29 @@ def test_scorer_publishes_pools_and_republishes_on_a_binding(
             wait_for(
                 "pools published",
                 lambda: all(
-                    status_of(apistub, n)["allocatable"].get(CPU5) == "4200"
+                    status_of(apistub, n)["allocatable"].get(CPU) == "4000"
                     for n in ("node-1", "node-2")
                 ),
                 timeout_s=30,  # generous: the suite runs on shared 2-core machines
             )
-            assert status_of(apistub, "node-1")["capacity"][MEM5] == "8601"
+            assert status_of(apistub, "node-1")["capacity"][MEM] == "8192"
             requests = scorer.metrics.write_requests._value.get
             wait_for("status + metadata per node counted", lambda: requests() == 4)
             apistub.create("pods", stub_pod("foreign", "node-1", FOREIGN))
             started = time.monotonic()
             wait_for(
                 "pool shrunk",
-                lambda: status_of(apistub, "node-1")["allocatable"][CPU5] == "2200",
+                lambda: status_of(apistub, "node-1")["allocatable"][CPU] == "2000",
                 timeout_s=30,
             )
             # The wake-up, not the 600 s refresh job (a liveness bound, not a benchmark).
             assert time.monotonic() - started < 30
-            assert status_of(apistub, "node-1")["allocatable"][CPU0] == "2000"
-            assert status_of(apistub, "node-2")["allocatable"][CPU5] == "4200"
+            assert status_of(apistub, "node-2")["allocatable"][CPU] == "4000"
             wait_for("one status patch counted", lambda: requests() == 5)
             apistub.delete("pods", "foreign", "default")
             wait_for(
                 "pool restored",
-                lambda: status_of(apistub, "node-1")["allocatable"][CPU5] == "4200",
+                lambda: status_of(apistub, "node-1")["allocatable"][CPU] == "4000",
             )
         finally:
             loop.stop()
@@ -575,12 +624,6 @@ def test_dry_run_writes_no_pool(
         scorer.close()
 
 
-def test_share_of_a_pool_pod_names_its_pools() -> None:
-    share = pod_share(POLICY, tenant_spec())
-    assert share == PodShare(share.limits, frozenset({CPU5, MEM5}))
-    assert share.limits.units() == {"cpu": 1100, "memory": 1024}
-
-
 # ------------------------------------------------------------------------------ explain a pod
 
 
@@ -600,77 +643,42 @@ def _pod(cpu: str, limit: str) -> dict[str, Any]:
     }
 
 
-def test_explain_pod_names_the_pool_and_the_bursting_neighbours_that_exclude_a_node() -> None:
-    """n1: a foreign pod (limits 2 cores) and a dept-a pod bursting at 5 % (1.1 cores); n2: a
-    dept-b pod, whose anti-affinity keeps 5 % bursts off; n3: empty."""
-    dept_b = budget_steering(POLICY, next(t for t in POLICY.spec.tenants if t.name == "dept-b"), {})
-    b_spec = pod_spec({"cpu": "100m", "memory": "64Mi"}, {"cpu": "100m", "memory": "64Mi"})
-    b_spec["affinity"] = {
-        "podAntiAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": [dept_b.anti_affinity]
-        }
-    }
-    shares = {
-        "n1": (
-            pod_share(POLICY, FOREIGN),
-            pod_share(POLICY, tenant_spec(), {"kube-steer.github.io/burst": "5"}),
-        ),
-        "n2": (pod_share(POLICY, b_spec),),
+def test_explain_pod_names_the_pool_and_the_gate_that_exclude_a_node() -> None:
+    """n1: a foreign pod (limits 2 cores) and a dept-a pod bursting at 5 % (1.1 cores), so the
+    gate of 0 % is closed; n2: a dept-b pod; n3: empty."""
+    usages = {
+        "n1": (usage(FOREIGN), usage(tenant_spec())),
+        "n2": (usage(tenant_spec("dept-b", "0m")),),
     }
     nodes = [node_state("n1"), node_state("n2"), node_state("n3")]
-    cycle, _ = plan_cycle(POLICY, nodes, {}, ScorerMemory(), T0, pod_shares=shares)
-    assert cycle.node("n1").bursting == {"5": 1} and cycle.node("n2").repelled == {"5"}
-
-    # dept-a, 6 cores bursting to 6.3: n1's 5 % cpu pool has 6400 - 1100 = 5300 free.
-    a = explain_pod(
-        POLICY,
-        cycle,
-        nodes,
-        _pod("6", "6300m"),
-        {"tenant": "dept-a", "kube-steer.github.io/enabled": "true"},
-    )
+    cycle, _ = plan_cycle(POLICY, nodes, {}, ScorerMemory(), T0, pod_usages=usages)
+    assert cycle.node("n1").bursting == {5.0: 1} and cycle.node("n2").members == {0.0: 1}
+    opted = "kube-steer.github.io/enabled"
+    # dept-a, 6 cores bursting to 6.3: n1's pool has 6000 - 1100 = 4900 free.
+    a = explain_pod(POLICY, cycle, nodes, _pod("6", "6300m"), {"tenant": "dept-a", opted: "true"})
     verdicts = {v.node: v for v in a.verdicts}
     (pool,) = verdicts["n1"].exclusions
-    assert pool.rule == "budget:dept-a"
+    assert pool.rule == "budget:pool"
     assert pool.reason == (
-        "kube-steer.github.io/limits-5pct-cpu: the pod needs 6300 millicores, 5300 free "
-        "(6400 published - 1100 taken by pods in the pool)"
+        f"{CPU}: the pod needs 6300 millicores, 4900 free (6000 published - 1100 held by pods "
+        "in the pool)"
     )
-    (repelled,) = verdicts["n2"].exclusions
-    assert "keep such pods off" in repelled.reason
-    assert verdicts["n3"].allowed
-    # A smaller dept-a pod fits n1's pool.
-    small = explain_pod(
-        POLICY,
-        cycle,
-        nodes,
-        _pod("1", "1050m"),
-        {"tenant": "dept-a", "kube-steer.github.io/enabled": "true"},
-    )
-    assert {v.node for v in small.verdicts if v.allowed} == {"n1", "n3"}
-
-    # dept-b (budget 0, not bursting): n1 holds a 5 % burst, which its anti-affinity refuses.
-    b = explain_pod(
-        POLICY,
-        cycle,
-        nodes,
-        _pod("100m", "100m"),
-        {"tenant": "dept-b", "kube-steer.github.io/enabled": "true"},
-    )
-    verdicts = {v.node: v for v in b.verdicts}
-    assert [e.reason for e in verdicts["n1"].exclusions] == [
-        "pods bursting at a higher budget run here (1 at 5 %): the pod's anti-affinity keeps it off"
-    ]
     assert verdicts["n2"].allowed and verdicts["n3"].allowed
-    body = b.to_dict()
-    assert "budget:dept-b" in str(body)
+    # dept-b (budget 0): n1's gate of 0 % is closed (a 5 % burst runs there).
+    b = explain_pod(POLICY, cycle, nodes, _pod("100m", "100m"), {"tenant": "dept-b", opted: "true"})
+    verdicts = {v.node: v for v in b.verdicts}
+    (gate,) = verdicts["n1"].exclusions
+    assert gate.rule == "budget:0"
+    assert gate.reason == f"{GATE0} is closed (floor 5 % > budget 0 %): 0 free"
+    assert verdicts["n2"].allowed and verdicts["n3"].allowed
+    assert b.gates == (GATE0,)
 
 
 def test_a_ledger_synced_with_no_pods_triggers_the_republish(
     apistub: ApiStub, kube_client: client.ApiClient, stub_nodes: None
 ) -> None:
     """The pod list can come back empty (a new cluster): the ledger is then synced but has no
-    pods, and the next refresh must still publish the pools rather than wait a whole cycle."""
+    pods, and the next refresh must still publish the gates and pools rather than wait a whole cycle."""
     ledger = PodLedger()
     scorer = Scorer(
         lambda: POLICY,
@@ -680,11 +688,11 @@ def test_a_ledger_synced_with_no_pods_triggers_the_republish(
     )
     try:
         scorer.run_cycle()  # not synced yet: no pool
-        assert CPU5 not in status_of(apistub, "node-1")["allocatable"]
+        assert CPU not in status_of(apistub, "node-1")["allocatable"]
         ledger.replace([])
         assert len(ledger) == 0 and ledger.synced
         result = scorer.refresh_hot()
         assert result is not None
-        assert status_of(apistub, "node-1")["allocatable"][CPU5] == "4200"
+        assert status_of(apistub, "node-1")["allocatable"][CPU] == "4000"
     finally:
         scorer.close()

@@ -21,22 +21,30 @@ VALUES = {
 
 def scored_cluster() -> tuple[CyclePlan, list[NodeState]]:
     """a, b, c, e scored (c hot for two cycles), d never scored, e carries a foreign taint."""
+    room = {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "8", "pods": "110"}
     cluster = [
-        NodeState("a"),
-        NodeState("b"),
-        NodeState("c"),
-        NodeState("d"),
+        NodeState("a", allocatable=room, capacity=room),
+        NodeState("b", allocatable=room, capacity=room),
+        NodeState("c", allocatable=room, capacity=room),
+        NodeState("d", allocatable=room, capacity=room),
         NodeState(
             "e",
             taints=(Taint("dedicated", "ml", "NoSchedule"),),
             raw_taints=({"key": "dedicated", "value": "ml", "effect": "NoSchedule"},),
+            allocatable=room,
+            capacity=room,
         ),
     ]
     memory = ScorerMemory()
     plan = None
     for i in range(2):
         plan, memory = plan_cycle(
-            POLICY, cluster, readings_for(POLICY, cluster, VALUES, T0 + i), memory, T0 + i
+            POLICY,
+            cluster,
+            readings_for(POLICY, cluster, VALUES, T0 + i),
+            memory,
+            T0 + i,
+            pod_usages={},  # no pod bound anywhere: gates are published
         )
         cluster = apply_plan(POLICY, cluster, plan)
     assert plan is not None
@@ -71,16 +79,18 @@ def test_tenant_budget_and_avoided_taint_exclude_nodes_with_their_data() -> None
     assert result.allowed[1].steering_weight == 0  # never scored: allowed, ranked last
     excluded = {v.node: {e.rule: e for e in v.exclusions} for v in result.excluded}
     assert set(excluded) == {"a", "c", "e"}
-    over = excluded["a"]["overcommit:dept-b"]
-    assert over.data["labels"][0]["label"] == "4"
-    assert over.data["labels"][0]["raw"] == 3.2
-    assert "kube-steer.github.io/overcommit-pct Lt 1" in over.reason
+    # Hard rules are gates: closed where the rule's data says so.
+    over = excluded["a"]["overcommit:0"]
+    assert over.data["label"]["label"] == "4"
+    assert over.data["label"]["raw"] == 3.2
+    assert "kube-steer.github.io/overcommit-pct=4 > 0" in over.reason
+    assert over.data["gate"]["resource"] == "kube-steer.kubernetes.io/overcommit-0pct"
     assert set(excluded["c"]) == {
-        "overcommit:dept-b",
+        "overcommit:0",
         "avoid:gpu-hot",
         "taint kube-steer.github.io/gpu-hot=true:NoSchedule",
     }
-    hot = excluded["c"]["avoid:gpu-hot"].data["labels"][0]
+    hot = excluded["c"]["avoid:gpu-hot"].data["label"]
     assert hot["observed"] == 95.0 and hot["condition"] == "util (raw) Gt 90"
     assert set(excluded["e"]) == {"taint dedicated=ml:NoSchedule"}
 

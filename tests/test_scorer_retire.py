@@ -74,7 +74,7 @@ def test_only_records_written_the_scorers_way_are_recognised() -> None:
 
 def test_cleanup_removes_every_recorded_key_and_nothing_foreign() -> None:
     node = _node()
-    gone = cleanup_removal(POLICY, node)
+    gone = cleanup_removal(POLICY, node, {})
     assert gone.labels == (
         "kube-steer.github.io/gpu-hot",
         "kube-steer.github.io/score",
@@ -93,9 +93,27 @@ def test_cleanup_removes_every_recorded_key_and_nothing_foreign() -> None:
     }
 
 
+def test_cleanup_keeps_a_resource_bound_pods_hold_at_what_they_hold() -> None:
+    """A kubelet restart re-admits its pods against the node's resources: taking away one
+    they request would fail them. It stays at exactly what they hold, still recorded."""
+    node = _node()
+    gone = cleanup_removal(POLICY, node, {"kube-steer.github.io/burst-5pct-cpu": 300})
+    assert gone.resources == () and gone.kept == {"kube-steer.github.io/burst-5pct-cpu": 300}
+    plan = removal_plan(node, gone)
+    assert plan.resource_changes == {"kube-steer.github.io/burst-5pct-cpu": "300"}
+    after = apply_node_plan(POLICY, node, plan)
+    assert dict(after.labels) == FOREIGN_LABELS and after.taints == (FOREIGN_TAINT,)
+    record = json.loads(after.annotations["kube-steer.github.io/managed"])
+    assert record == {
+        "labels": [],
+        "taints": [],
+        "resources": ["kube-steer.github.io/burst-5pct-cpu"],
+    }
+
+
 def test_cleanup_also_takes_records_under_an_old_prefix() -> None:
     old = _node("old.example/steer-")
-    gone = cleanup_removal(POLICY, old)
+    gone = cleanup_removal(POLICY, old, {})
     assert gone.prefixes == ("kube-steer.github.io/", "old.example/steer-")
     assert "old.example/steer-util" in gone.labels
     assert gone.taints == ("old.example/steer-gpu-hot",)
@@ -105,14 +123,14 @@ def test_cleanup_also_takes_records_under_an_old_prefix() -> None:
 
 def test_a_node_without_anything_of_ours_is_left_alone() -> None:
     node = NodeState(name="n2", labels=FOREIGN_LABELS, annotations={"a": "b"})
-    assert cleanup_removal(POLICY, node).empty
+    assert cleanup_removal(POLICY, node, {}).empty
 
 
 def test_a_prefix_change_retires_the_old_keys_in_the_same_cycle() -> None:
     node = _node("old.example/steer-")
     at = 1_000_000.0
     readings = readings_for(POLICY, [node], {"util": {"n1": 20.0}, "power": {"n1": 100.0}}, at)
-    cycle, _ = plan_cycle(POLICY, [node], readings, ScorerMemory(), at)
+    cycle, _ = plan_cycle(POLICY, [node], readings, ScorerMemory(), at, pod_usages={})
     retired, removals = retire_old_prefixes(POLICY, cycle, [node])
     assert set(removals) == {"n1"}
     plan = retired.node("n1")
@@ -130,7 +148,12 @@ def test_a_prefix_change_retires_the_old_keys_in_the_same_cycle() -> None:
         after.labels["kube-steer.github.io/score-util"] == "80"
     )  # the new prefix is written meanwhile
     assert "kube-steer.github.io/managed" in after.annotations
-    assert plan.resource_changes == {"old.example/steer-burst-5pct-cpu": None}
+    # The old pool goes (no pod holds it); the gates of this policy are published.
+    assert plan.resource_changes == {
+        "old.example/steer-burst-5pct-cpu": None,
+        "kube-steer.kubernetes.io/avoid-gpu-hot": "0",  # gpu-hot holds: closed
+        "kube-steer.kubernetes.io/overcommit-0pct": "110",  # never measured: open
+    }
     # Nothing under another prefix: the plan is returned as it was.
     same, none = retire_old_prefixes(POLICY, cycle, [NodeState(name="n1")])
     assert same is cycle and not none

@@ -207,7 +207,8 @@ def test_two_scorers_with_one_lease_only_one_writes(
     assert leader.report is not None and leader.report.nodes_written == 3
     follower = scorers[1].run_cycle()
     assert follower.report is None
-    assert apistub.count("PATCH", "/api/v1/nodes") == leader.report.requests == 3
+    # Per node: labels in the metadata, and the gpu-hot gate in the status (another endpoint).
+    assert apistub.count("PATCH", "/api/v1/nodes") == leader.report.requests == 6
     assert scorers[1].metrics.registry.get_sample_value("steer_scorer_leader") == 0
 
 

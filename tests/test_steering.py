@@ -15,8 +15,9 @@ from steer.core.steering import (
     composite_weights,
     composites,
     owned_label_keys,
+    owned_resource_keys,
     owned_taint_keys,
-    required_rules,
+    pod_gates,
     scheduler_for,
     tenant_for,
 )
@@ -91,33 +92,36 @@ def test_tenant_lookup_uses_namespace_labels(policy: Policy) -> None:
     assert tenant_for(policy, {"kubernetes.io/metadata.name": "team-b"}) is None
 
 
-def test_required_rules_overcommit_budget_and_unscored_nodes(policy: Policy) -> None:
-    dept_b = policy.tenant("dept-b")
-    (rule,) = required_rules(policy, dept_b, None)
-    assert rule.rule == "overcommit:dept-b"
-    assert rule.matches({"kube-steer.github.io/overcommit-pct": "0"})
-    assert not rule.matches({"kube-steer.github.io/overcommit-pct": "1"})
-    assert rule.matches({})  # never scored: allowed by `unscoredNodes: allow`
-    dept_a = policy.tenant("dept-a")
-    (rule_a,) = required_rules(policy, dept_a, None)
-    assert rule_a.matches({"kube-steer.github.io/overcommit-pct": "5"}) and not rule_a.matches(
-        {"kube-steer.github.io/overcommit-pct": "6"}
-    )
-
-    strict = parse_policy(
-        EXAMPLE_POLICY.read_text().replace("unscoredNodes: allow", "unscoredNodes: deny")
-    )
-    (strict_rule,) = required_rules(strict, strict.tenant("dept-b"), None)
-    assert not strict_rule.matches({})
-
-
-def test_required_rules_gpu_pods_avoid_hot_nodes(policy: Policy) -> None:
+def test_hard_rules_are_gates_a_pod_requests(policy: Policy) -> None:
+    """Budgets and avoided taints are gates (resources), never required terms on labels that
+    move with load: a kubelet restart re-checks required terms against the node as it is."""
+    dept_b, dept_a = policy.tenant("dept-b"), policy.tenant("dept-a")
     gpu = policy.spec.pod_classes[0]
-    rules = required_rules(policy, None, gpu)
-    assert [r.rule for r in rules] == ["avoid:gpu-hot"]
-    assert not rules[0].matches({"kube-steer.github.io/gpu-hot": "true"})
-    assert rules[0].matches({}) and rules[0].matches({"kube-steer.github.io/score-gpu-util": "90"})
-    assert required_rules(policy, None, None) == ()
+    # dept-b (0 %) is below the highest budget (dept-a's 5 %): it carries the gate of 0 %.
+    assert [(g.resource, g.rule) for g in pod_gates(policy, dept_b, None)] == [
+        ("kube-steer.kubernetes.io/budget-0pct", "budget:0")
+    ]
+    assert pod_gates(policy, dept_a, None) == ()  # the highest budget: every floor admits it
+    assert [g.rule for g in pod_gates(policy, dept_b, gpu)] == ["avoid:gpu-hot", "budget:0"]
+    assert pod_gates(policy, None, None) == ()
+    labels = parse_policy(
+        EXAMPLE_POLICY.read_text().replace("enforcement: scheduler", "enforcement: labels")
+    )
+    # Budgets by label: a gate per level, open where overcommit-pct is within it.
+    assert [g.resource for g in pod_gates(labels, labels.tenant("dept-a"), None)] == [
+        "kube-steer.kubernetes.io/overcommit-5pct"
+    ]
+    assert owned_resource_keys(labels) == {
+        "kube-steer.kubernetes.io/overcommit-0pct",
+        "kube-steer.kubernetes.io/overcommit-5pct",
+        "kube-steer.kubernetes.io/avoid-gpu-hot",
+    }
+    assert owned_resource_keys(policy) == {
+        "kube-steer.kubernetes.io/pool-cpu",
+        "kube-steer.kubernetes.io/pool-memory",
+        "kube-steer.kubernetes.io/budget-0pct",
+        "kube-steer.kubernetes.io/avoid-gpu-hot",
+    }
 
 
 @pytest.mark.parametrize(

@@ -11,13 +11,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from steer.core.budget import container_pool_units, tenant_budget
 from steer.core.encoding import bucket_values
 from steer.core.policy import Policy, parse_policy
 from steer.core.scheduling import merge_required, term_matches
 from steer.core.steering import (
     classify_pod,
     composite_key,
-    required_rules,
+    owned_resource_keys,
+    pod_gates,
 )
 from tests.conftest import EXAMPLE_POLICY
 from tests.webhook_harness import admission_fixture
@@ -114,18 +116,20 @@ def test_gpu_pod_gets_gpu_terms_hard_rules_ored_across_user_terms_and_binpack() 
         (40, "kube-steer.github.io/score-class-gpu"),
         (80, "kube-steer.github.io/score-class-gpu"),
     ]
-    # Two user terms x (within budget | never scored) = four terms, each avoiding gpu-hot.
-    terms = required_terms(patched)
-    assert terms is not None and len(terms) == 4
-    for term in terms:
-        keys = [e["key"] for e in term["matchExpressions"]]
-        assert keys[0] in ("topology.kubernetes.io/zone", "node-pool")
-        assert "kube-steer.github.io/overcommit-pct" in keys
-        assert {
-            "key": "kube-steer.github.io/gpu-hot",
-            "operator": "NotIn",
-            "values": ["true"],
-        } in term["matchExpressions"]
+    # Hard rules are no required terms (a kubelet restart re-checks those against labels
+    # that move): the user's terms stay exactly as they were, and the pod requests the gpu-hot
+    # gate and its limits from the pool instead.
+    assert required_terms(patched) == required_terms(pod)
+    requests = spec["containers"][0]["resources"]["requests"]
+    assert requests["kube-steer.kubernetes.io/avoid-gpu-hot"] == "1"
+    assert {k: v for k, v in requests.items() if "/pool-" in k} == {
+        "kube-steer.kubernetes.io/pool-cpu": str(
+            container_pool_units(spec["containers"][0])["cpu"]
+        ),
+        "kube-steer.kubernetes.io/pool-memory": str(
+            container_pool_units(spec["containers"][0])["memory"]
+        ),
+    }
     assert spec["schedulerName"] == "steer-binpack"
     # The user's hostname spread constraint wins over the hostname rule; the zone rule is added.
     keys = [c["topologyKey"] for c in spec["topologySpreadConstraints"]]
@@ -166,7 +170,9 @@ def test_no_tenant_gets_preferences_but_no_hard_rule() -> None:
     mutation = mutate_pod(PLAN, pod, None)
     patched = apply(pod, mutation.ops)
     assert required_terms(patched) is None
-    assert "require:" not in " ".join(mutation.in_effect)
+    assert not [r for r in mutation.in_effect if r.startswith(("gate:", "budget:"))]
+    requests = patched["spec"]["containers"][0].get("resources", {}).get("requests", {})
+    assert not [k for k in requests if k in owned_resource_keys(POLICY)]
     # 4 binary-weighted score terms, then "not reserved for GPU pods" weighing 100 + 10.
     preferred = node_affinity(patched)["preferredDuringSchedulingIgnoredDuringExecution"]
     assert [t["weight"] for t in preferred] == [10, 20, 40, 80, 100, 10]
@@ -200,16 +206,64 @@ def test_default_scheduler_counts_as_set_when_the_policy_says_so() -> None:
     assert patched["spec"]["schedulerName"] == "default-scheduler"
 
 
-def test_unscored_nodes_deny_means_one_alternative_only() -> None:
-    pod = fixture_pod("pod-create-user-mutating.json")
-    patched = apply(pod, mutate_pod(STRICT_PLAN, pod, DEPT_B).ops)
-    assert required_terms(patched) == [
-        {
-            "matchExpressions": [
-                {"key": "kube-steer.github.io/overcommit-pct", "operator": "Lt", "values": ["1"]}
-            ]
+def test_every_container_requests_its_limits_from_the_pool_and_foreign_claims_go() -> None:
+    """Per container, so the apiserver's resize rule can compare a container's limits with its
+    own pool request; init containers and sidecars too, so the scheduler sums the pool the way
+    it sums the pod's limits. A request of an owned resource the policy would not make (here
+    the gate of another budget) is removed."""
+    limits = {"cpu": "1500m", "memory": "3Gi"}
+    pod = {
+        "metadata": {"name": "p"},
+        "spec": {
+            "initContainers": [
+                {"name": "init", "resources": {"requests": {"cpu": "2", "memory": "1Gi"}}},
+                {"name": "sidecar", "restartPolicy": "Always", "resources": {"limits": limits}},
+            ],
+            "containers": [
+                {
+                    "name": "app",
+                    "resources": {
+                        "limits": limits,
+                        "requests": {**limits, "kube-steer.kubernetes.io/budget-5pct": "1"},
+                    },
+                },
+                {"name": "helper", "resources": {"limits": {"cpu": "250m"}}},
+            ],
+        },
+    }
+    patched = apply(pod, mutate_pod(PLAN, pod, DEPT_B).ops)
+    owned = {
+        c["name"]: {
+            k: v for k, v in c["resources"]["requests"].items() if k in owned_resource_keys(POLICY)
         }
+        for part in ("initContainers", "containers")
+        for c in patched["spec"][part]
+    }
+    prefix = "kube-steer.kubernetes.io/"
+    assert owned == {
+        "init": {f"{prefix}pool-cpu": "2000", f"{prefix}pool-memory": "1024"},
+        "sidecar": {f"{prefix}pool-cpu": "1500", f"{prefix}pool-memory": "3072"},
+        "app": {
+            f"{prefix}pool-cpu": "1500",
+            f"{prefix}pool-memory": "3072",
+            f"{prefix}budget-0pct": "1",
+        },
+        "helper": {f"{prefix}pool-cpu": "250"},
+    }
+    assert apply(patched, mutate_pod(PLAN, patched, DEPT_B).ops) == patched
+
+
+def test_a_pod_that_names_its_node_keeps_only_its_budget() -> None:
+    """It skips the scheduler: the kubelet enforces its pool and budget gate at admission, and
+    a class gate would only make the kubelet refuse a node someone chose."""
+    pod = fixture_pod("pod-create-with-affinity-gpu.json")
+    pod["spec"]["nodeName"] = "gpu-1"
+    requests = apply(pod, mutate_pod(PLAN, pod, DEPT_B).ops)["spec"]["containers"][0]["resources"][
+        "requests"
     ]
+    assert "kube-steer.kubernetes.io/avoid-gpu-hot" not in requests
+    assert requests["kube-steer.kubernetes.io/budget-0pct"] == "1"
+    assert "kube-steer.kubernetes.io/pool-cpu" in requests
 
 
 def test_patch_creates_missing_parents_in_one_add() -> None:
@@ -389,7 +443,7 @@ def _tenant(policy: Policy, name: str | None) -> Any:
 @given(
     pod=pods(), plan=plans, tenant=tenants_of, nodes=st.lists(node_labels, min_size=1, max_size=6)
 )
-def test_property_patch_applies_and_required_is_user_and_rules(
+def test_property_patch_applies_and_hard_rules_are_requests_not_terms(
     pod: dict[str, Any], plan: MutationPlan, tenant: str | None, nodes: list[dict[str, str]]
 ) -> None:
     original = copy.deepcopy(pod)
@@ -397,10 +451,20 @@ def test_property_patch_applies_and_required_is_user_and_rules(
     mutation = mutate_pod(plan, pod, t)
     assert pod == original, "mutation must not change its input"
     patched = apply(pod, mutation.ops)  # (a) applies cleanly
-    rules = required_rules(plan.policy, t, classify_pod(plan.policy, pod["spec"]))
-    for labels in nodes:  # (b) merged required == user's AND every rule
-        expected = node_passes_required(original, labels) and all(r.matches(labels) for r in rules)
-        assert node_passes_required(patched, labels) == expected, labels
+    for labels in nodes:  # (b) required node affinity is exactly the user's
+        assert node_passes_required(patched, labels) == node_passes_required(original, labels)
+    # (c) the first container requests one unit of each gate, every container its limits
+    budget = tenant_budget(plan.policy, t)
+    gates = pod_gates(plan.policy, t, classify_pod(plan.policy, original["spec"]))
+    for i, container in enumerate(patched["spec"]["containers"]):
+        requests = container.get("resources", {}).get("requests", {})
+        owned = {
+            k: int(v) for k, v in requests.items() if k in plan.pieces[(None, None)].resources.owned
+        }
+        want = budget.container_requests(original["spec"]["containers"][i]) if budget else {}
+        if i == 0:
+            want.update({g.resource: 1 for g in gates})
+        assert owned == want
 
 
 @PROPS

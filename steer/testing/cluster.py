@@ -16,7 +16,8 @@ PID and removes the work folder.
 A control plane without kubelets differs from a cluster (see ../shared/kube/README.md): Nodes are
 API objects whose status the tests write (`add_node`), pods are bound but never run and must be
 deleted with grace period 0 (`delete_pods`), and TaintNodesByCondition is off so a Node is not
-born tainted `not-ready`.
+born tainted `not-ready`. Real kubelets, kubemark hollow nodes, are in steer.testing.kubelets;
+the plane stops them with itself (`attach`).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import requests
 import yaml
@@ -82,7 +83,8 @@ def find_binaries(bin_dir: str | os.PathLike[str] | None = None) -> Path:
     return unpack_release(SHARED_KUBE)
 
 
-def _cache_root() -> Path:
+def cache_root() -> Path:
+    """Where unpacked binaries are kept between runs: $KUBE_CACHE_DIR, $XDG_CACHE_HOME, ~/.cache."""
     base = os.environ.get("KUBE_CACHE_DIR") or os.environ.get("XDG_CACHE_HOME")
     return Path(base) if base else Path.home() / ".cache" / "kube-steer"
 
@@ -100,7 +102,7 @@ def unpack_release(kube_dir: Path) -> Path:
         )
     tarball = tarballs[-1]
     version = tarball.name.removesuffix("-linux-amd64.tar.xz")
-    cache = _cache_root()
+    cache = cache_root()
     target = cache / version
     if all((target / b).exists() for b in BINARIES):
         return target
@@ -239,9 +241,10 @@ def kubeconfig_text(server: str, ca_pem: bytes, user: str, pem: Pem) -> str:
     )
 
 
-def free_port() -> int:
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port free on `host` now (a kubelet binds 0.0.0.0, so ask for that one there)."""
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((host, 0))
         port: int = sock.getsockname()[1]
         return port
 
@@ -254,8 +257,21 @@ class Component:
     name: str
     args: list[str]
     log: Path
-    ready_url: str
+    ready_url: str = ""
     process: subprocess.Popen[bytes] | None = None
+
+    def spawn(self, command: Sequence[str], pass_fds: Sequence[int] = ()) -> None:
+        """Run `command` + `args`, appending to `log`, in its own process group (so `stop()`
+        ends it whole)."""
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(
+                [*command, *self.args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                pass_fds=tuple(pass_fds),
+            )
 
     def log_tail(self, lines: int = 40) -> str:
         try:
@@ -281,6 +297,12 @@ class Component:
             proc.wait()
 
 
+class Stoppable(Protocol):
+    """Anything `ControlPlane.stop()` ends with it (steer.testing.kubelets.HollowNode)."""
+
+    def stop(self) -> None: ...
+
+
 @dataclass
 class ControlPlane:
     """A running control plane. Build it with `ControlPlane.start()`; use it as a context manager."""
@@ -290,6 +312,8 @@ class ControlPlane:
     ports: dict[str, int]
     pki: Pki
     components: dict[str, Component] = field(default_factory=dict)
+    # Processes started against this plane (hollow nodes): stopped first by `stop()`.
+    attached: list[Stoppable] = field(default_factory=list)
     scheduler_config: Path | None = None
     _owns_workdir: bool = True
     _api: client.ApiClient | None = None
@@ -339,8 +363,10 @@ class ControlPlane:
         self.stop()
 
     def stop(self) -> None:
-        """Stop every component (controller manager and scheduler first, etcd last) and remove
-        the work folder if this control plane made it."""
+        """Stop the attached hollow nodes, then every component (controller manager and
+        scheduler first, etcd last), and remove the work folder if this control plane made it."""
+        while self.attached:
+            self.attached.pop().stop()
         for name in ("kube-controller-manager", "kube-scheduler", "kube-apiserver", "etcd"):
             component = self.components.get(name)
             if component is not None:
@@ -357,6 +383,18 @@ class ControlPlane:
     @property
     def url(self) -> str:
         return f"https://127.0.0.1:{self.ports['apiserver']}"
+
+    @property
+    def logs_dir(self) -> Path:
+        """Every component's log, and the hollow nodes' (`<name>.log`)."""
+        logs = self.workdir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        return logs
+
+    def attach(self, part: Stoppable) -> None:
+        """Have `stop()` stop `part` (before the apiserver goes, so it can deregister cleanly)."""
+        if part not in self.attached:
+            self.attached.append(part)
 
     @property
     def pki_dir(self) -> Path:
@@ -454,17 +492,8 @@ class ControlPlane:
             )
 
     def _launch(self, name: str, args: list[str], ready_url: str, timeout: float) -> Component:
-        logs = self.workdir / "logs"
-        logs.mkdir(exist_ok=True)
-        component = Component(name, args, logs / f"{name}.log", ready_url)
-        with component.log.open("ab") as log:
-            component.process = subprocess.Popen(
-                [str(self.bin_dir / name), *args],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,  # its own process group: stop() kills it whole
-            )
+        component = Component(name, args, self.logs_dir / f"{name}.log", ready_url)
+        component.spawn([str(self.bin_dir / name)])
         self.components[name] = component
         self._wait_ready(component, timeout)
         return component
@@ -547,18 +576,28 @@ class ControlPlane:
             180,
         )
 
+    def stop_scheduler(self) -> None:
+        """Stop kube-scheduler, if running: pods created meanwhile stay Pending."""
+        old = self.components.pop("kube-scheduler", None)
+        if old is not None:
+            old.stop()
+
     def restart_scheduler(
-        self, profiles: str | os.PathLike[str] | Mapping[str, Any] | None = None
+        self,
+        profiles: str | os.PathLike[str] | Mapping[str, Any] | None = None,
+        *,
+        client_qps: float | None = None,
+        client_burst: int | None = None,
     ) -> Component:
         """(Re)start kube-scheduler, with the profiles of a `KubeSchedulerConfiguration` (a file
         such as manifests/scheduler/profiles.yaml, or a mapping) or the stock defaults.
 
         The connection and leader-election settings of the given configuration are replaced
         by this control plane's; everything else (profiles, plugin config) is passed as is, so
-        a profile the real scheduler rejects raises ControlPlaneError with its log."""
-        old = self.components.pop("kube-scheduler", None)
-        if old is not None:
-            old.stop()
+        a profile the real scheduler rejects raises ControlPlaneError with its log.
+        `client_qps`/`client_burst` raise the scheduler's API client limits (default 50/100),
+        which otherwise cap bindings per second in a benchmark; burst defaults to the qps."""
+        self.stop_scheduler()
         if profiles is None:
             config: dict[str, Any] = {
                 "apiVersion": "kubescheduler.config.k8s.io/v1",
@@ -568,7 +607,13 @@ class ControlPlane:
             config = dict(profiles)
         else:
             config = yaml.safe_load(Path(profiles).read_text())
-        config["clientConnection"] = {"kubeconfig": str(self.workdir / "scheduler.kubeconfig")}
+        connection: dict[str, Any] = {"kubeconfig": str(self.workdir / "scheduler.kubeconfig")}
+        if client_qps is not None:
+            connection["qps"] = client_qps
+            connection["burst"] = int(client_qps)
+        if client_burst is not None:
+            connection["burst"] = client_burst
+        config["clientConnection"] = connection
         config["leaderElection"] = {"leaderElect": False}
         self.scheduler_config = _write(
             self.workdir / "scheduler-config.yaml", yaml.safe_dump(config), 0o644
