@@ -17,12 +17,16 @@ import yaml
 from steer.cli import main
 from steer.core.admission_policy import (
     DEFAULT_NAME,
+    admission_policies,
+    budget_admission_policy,
     cel_string,
     excluded_namespaces,
+    node_writes_admission_policy,
     security_admission_policy,
     security_taints,
     selector_cel,
 )
+from steer.core.infrastructure import exempt_cel
 from steer.core.policy import LabelSelector, Policy, parse_policy
 from tests.conftest import EXAMPLE_POLICY
 from webhook import mutate
@@ -174,13 +178,83 @@ def test_cel_strings_are_escaped() -> None:
     assert cel_string("a\\b") == "'a\\\\b'"
 
 
-def test_the_cli_prints_both_objects_as_yaml(
+def test_the_cli_prints_every_policy_and_binding_as_yaml(
     capsys: pytest.CaptureFixture[str], policy: Policy
 ) -> None:
     assert main(["policy", "admission-policy", "-f", str(EXAMPLE_POLICY)]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("# ValidatingAdmissionPolicy for the security taint rules of ")
-    assert list(yaml.safe_load_all(out)) == list(security_admission_policy(policy))
+    assert out.startswith("# ValidatingAdmissionPolicies for ")
+    docs = list(yaml.safe_load_all(out))
+    assert docs == admission_policies(policy)
+    assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [
+        ("ValidatingAdmissionPolicy", "steer-security"),
+        ("ValidatingAdmissionPolicyBinding", "steer-security"),
+        ("ValidatingAdmissionPolicy", "steer-budget"),
+        ("ValidatingAdmissionPolicyBinding", "steer-budget"),
+        ("ValidatingAdmissionPolicy", "steer-scorer-node-writes"),
+        ("ValidatingAdmissionPolicyBinding", "steer-scorer-node-writes"),
+    ]
+    assert (
+        main(["policy", "admission-policy", "-f", str(EXAMPLE_POLICY), "--scorer-user", "me"]) == 0
+    )
+    writes = list(yaml.safe_load_all(capsys.readouterr().out))[4]
+    assert writes["spec"]["matchConditions"][0]["expression"] == "request.userInfo.username == 'me'"
+
+
+def test_every_policy_skips_infrastructure_and_fails_closed(policy: Policy) -> None:
+    for doc in admission_policies(policy):
+        if doc["kind"] != "ValidatingAdmissionPolicy":
+            continue
+        assert doc["spec"]["failurePolicy"] == "Fail"
+        if doc["metadata"]["name"] != "steer-scorer-node-writes":
+            assert doc["spec"]["matchConditions"] == [
+                {"name": "not-infrastructure", "expression": f"!({exempt_cel(policy)})"}
+            ]
+
+
+def test_the_budget_policy_judges_creation_and_resize_only(policy: Policy) -> None:
+    """Judging every pod update would block label and finalizer changes of pods admitted under
+    an older policy; only a resize can move a pod's limits after admission."""
+    vap, binding = budget_admission_policy(policy)
+    rules = vap["spec"]["matchConstraints"]["resourceRules"]
+    assert [(r["resources"], r["operations"]) for r in rules] == [
+        (["pods"], ["CREATE"]),
+        (["pods/resize"], ["UPDATE"]),
+    ]
+    text = str(vap["spec"]["validations"])
+    for name in ("kube-steer.kubernetes.io/pool-cpu", "kube-steer.kubernetes.io/budget-0pct"):
+        assert name in text
+    assert binding["spec"] == {"policyName": "steer-budget", "validationActions": ["Deny"]}
+    labels = parse_policy(
+        EXAMPLE_POLICY.read_text().replace("enforcement: scheduler", "enforcement: labels")
+    )
+    (always,) = budget_admission_policy(labels)[0]["spec"]["validations"]
+    assert always["expression"] == "true"
+
+
+def test_the_node_writes_policy_owns_the_prefixes_and_nothing_else(policy: Policy) -> None:
+    vap, _ = node_writes_admission_policy(policy, also_prefixes=["old.example/steer-"])
+    text = str(vap["spec"]["validations"])
+    for prefix in (
+        "kube-steer.github.io/",
+        "kube-steer.kubernetes.io/",
+        "steer.io/",
+        "old.example/steer-",
+    ):
+        assert repr(prefix) in text
+    assert vap["spec"]["matchConditions"][0]["expression"] == (
+        "request.userInfo.username == 'system:serviceaccount:kube-steer:steer-scorer'"
+    )
+    parts = [v["message"].rsplit("Node's ", 1)[1] for v in vap["spec"]["validations"]]
+    assert parts == [
+        "labels",
+        "annotations",
+        "taints",
+        "spec",
+        "status.capacity and status.allocatable",
+        "status",
+        "metadata",
+    ]
 
 
 def test_the_cli_refuses_an_invalid_policy(tmp_path: Path) -> None:

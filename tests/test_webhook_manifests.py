@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from steer.core.admission import ValidationPlan
+from steer.core.infrastructure import exempt_cel
 from steer.core.policy import parse_policy
 from tests.conftest import EXAMPLE_POLICY
 
@@ -116,3 +117,15 @@ def test_deployment_args_parse_with_the_cli() -> None:
     ]
     args = parser.parse_args(container["args"])
     assert (args.workers, args.threads, args.listen) == (2, 4, "0.0.0.0:8443")
+
+
+def test_both_webhooks_skip_infrastructure_exactly_as_the_core_defines_it() -> None:
+    """The manifest's matchConditions are `exempt_cel` of the default policy: one definition
+    (steer/core/infrastructure.py) for the webhooks, their code and the admission policies."""
+    policy = parse_policy(EXAMPLE_POLICY.read_text())
+    docs = [d for d in yaml.safe_load_all(ADMISSION.read_text()) if d]
+    for doc in docs:
+        for hook in doc["webhooks"]:
+            assert hook["matchConditions"] == [
+                {"name": "not-infrastructure", "expression": f"!({exempt_cel(policy)})"}
+            ], hook["name"]

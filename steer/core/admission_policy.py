@@ -28,6 +28,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from steer.core.budget import POOL_KINDS, budget_gate, enforced, gated_levels, pool_resource
+from steer.core.infrastructure import exempt_cel
 from steer.core.policy import (
     LabelSelector,
     Policy,
@@ -279,6 +281,11 @@ def security_admission_policy(policy: Policy, name: str = DEFAULT_NAME) -> tuple
                 ],
                 "matchPolicy": "Equivalent",
             },
+            # DaemonSet pods (node-exporter, CNI, CSI, GPU operator: `operator: Exists`
+            # tolerations) and mirror pods are infrastructure: never refused.
+            "matchConditions": [
+                {"name": "not-infrastructure", "expression": f"!({exempt_cel(policy)})"}
+            ],
             # Variables are evaluated only when a validation reads them.
             "variables": _variables(policy) if taints else [],
             "validations": validations,
@@ -291,3 +298,370 @@ def security_admission_policy(policy: Policy, name: str = DEFAULT_NAME) -> tuple
         "spec": {"policyName": name, "validationActions": ["Deny"]},
     }
     return vap, binding
+
+
+# --- the budget's currency ---------------------------------------------------------------------
+
+BUDGET_POLICY_NAME = "steer-budget"
+RULE_POOL = "budget-pool"
+RULE_CURRENCY = "budget-currency"
+
+
+def _requested(container: str, name: str) -> str:
+    """CEL: what `container` requests of `name`, as a quantity (0 when it does not)."""
+    return (
+        f"(has({container}.resources.requests) && {cel_string(name)} in "
+        f"{container}.resources.requests ? quantity({container}.resources.requests"
+        f"[{cel_string(name)}]) : quantity('0'))"
+    )
+
+
+def _limit(container: str, resource: str) -> str:
+    """CEL: the container's limit of `resource`, or its request without one (as the pool
+    counts it), as a quantity."""
+    key = cel_string(resource)
+    return (
+        f"(has({container}.resources.limits) && {key} in {container}.resources.limits ? "
+        f"quantity({container}.resources.limits[{key}]) : {_requested(container, resource)})"
+    )
+
+
+def _holds_any(containers: str, names: str) -> str:
+    return (
+        f"{containers}.exists(c, has(c.resources.requests) && "
+        f"c.resources.requests.exists(k, k in {names}))"
+    )
+
+
+def budget_admission_policy(policy: Policy, name: str = BUDGET_POLICY_NAME) -> tuple[Json, Json]:
+    """The ValidatingAdmissionPolicy and binding that guard the budget's currency in the
+    apiserver, webhook up or down (steer/core/budget.py):
+
+    - a pod of a tenant with a budget, in an opted-in namespace, requests from the pool at
+      least its limits, container by container (init containers and sidecars too), and the
+      gate of its own budget (below the highest level) and of no other;
+    - a pod of any other namespace requests neither the pool nor a budget gate;
+    - a resize (`pods/resize`) of a pod in the pool cannot raise a container's limits above
+      what it requests from the pool: it would break the budget after admission.
+
+    Only CREATE and resize are judged: every other pod update leaves resources as they are, and
+    judging them would block label and finalizer updates of pods admitted under an older
+    policy. Infrastructure (DaemonSet pods made by the DaemonSet controller, mirror pods) is
+    outside `matchConditions`. Quantities are compared as floats with half a pool unit of
+    slack (a pod's cpu is counted in whole millicores everywhere else anyway)."""
+    spec = policy.spec
+    budgeted = [t for t in spec.tenants if t.overcommit_percent is not None]
+    pools = [pool_resource(policy, kind) for kind in POOL_KINDS]
+    gates = [budget_gate(policy, lv).resource for lv in gated_levels(policy)]
+    currency = [*pools, *gates]
+    metadata = {
+        "name": name,
+        "labels": {"app.kubernetes.io/part-of": "kube-steer"},
+        "annotations": {policy.label_key("policy-version"): policy.version},
+    }
+    containers = "variables.containers"
+    if not enforced(policy) or not budgeted:
+        validations: list[Json] = [
+            {"expression": "true", "message": f"policy {policy.name} enforces no budget pool"}
+        ]
+        variables: list[Json] = []
+    else:
+        tenant_gate = _choose(
+            [
+                (
+                    f"variables.tenant == {cel_string(t.name)}",
+                    cel_string(
+                        budget_gate(policy, t.overcommit_percent).resource
+                        if t.overcommit_percent is not None
+                        and t.overcommit_percent in gated_levels(policy)
+                        else ""
+                    ),
+                )
+                for t in budgeted
+            ],
+            "''",
+        )
+        variables = [
+            *_variables(policy)[:2],  # labels, tenant
+            {
+                "name": "budgeted",
+                "expression": "variables.tenant in "
+                + cel_list(t.name for t in budgeted)
+                + " && ("
+                + selector_cel(spec.opt_in.namespace_selector, "variables.labels")
+                + ")",
+            },
+            {"name": "gate", "expression": tenant_gate},
+            {
+                "name": "containers",
+                "expression": "object.spec.containers + (has(object.spec.initContainers) ? "
+                "object.spec.initContainers : [])",
+            },
+            {"name": "resize", "expression": "request.subResource == 'resize'"},
+        ]
+        cpu_pool, mem_pool = pools
+        covered = (
+            f"{containers}.all(c, "
+            f"{_limit('c', 'cpu')}.asApproximateFloat() * 1000.0 <= "
+            f"{_requested('c', cpu_pool)}.asApproximateFloat() + 0.5 && "
+            f"{_limit('c', 'memory')}.asApproximateFloat() / 1048576.0 <= "
+            f"{_requested('c', mem_pool)}.asApproximateFloat() + 0.5)"
+        )
+        member = _holds_any(containers, cel_list(pools))
+        who = "variables.tenant == '' ? 'namespace \"' + namespaceObject.metadata.name + '\"' : 'tenant \"' + variables.tenant + '\"'"
+        validations = [
+            {
+                # A pod outside every budget holds none of the budget's currency.
+                "expression": f"variables.resize || variables.budgeted || !{_holds_any(containers, cel_list(currency))}",
+                "messageExpression": f"'rule {RULE_CURRENCY}: ' + ({who}) + ' has no budget, so "
+                f"its pods may not request {', '.join(currency)}'",
+                "reason": "Forbidden",
+            },
+            {
+                # Every container of a budget pod takes its limits from the pool.
+                "expression": f"!(variables.budgeted || (variables.resize && {member})) || {covered}",
+                "messageExpression": f"'rule {RULE_POOL}: every container of a pod of ' + ({who}) + "
+                f"' requests its cpu and memory limits from {cpu_pool} (millicores) and "
+                f"{mem_pool} (MiB); ' + (variables.resize ? 'a resize may not raise a limit "
+                "above that (recreate the pod instead)' : 'the kube-steer webhook adds them: is "
+                "it running?')",
+                "reason": "Forbidden",
+            },
+            {
+                "expression": "variables.resize || !variables.budgeted || variables.gate == '' || "
+                f"{containers}.exists(c, {_requested('c', '__GATE__')}.compareTo(quantity('1')) >= 0)".replace(
+                    "'__GATE__'", "variables.gate"
+                ),
+                "messageExpression": f"'rule {RULE_CURRENCY}: a pod of ' + ({who}) + ' requests one "
+                "unit of ' + variables.gate + ' (the kube-steer webhook adds it: is it running?)'",
+                "reason": "Forbidden",
+            },
+            {
+                "expression": "variables.resize || !variables.budgeted || !"
+                f"{containers}.exists(c, has(c.resources.requests) && c.resources.requests.exists("
+                f"k, k in {cel_list(gates)} && k != variables.gate))",
+                "messageExpression": f"'rule {RULE_CURRENCY}: a pod of ' + ({who}) + ' may request "
+                "no budget gate but ' + (variables.gate == '' ? 'none' : variables.gate)",
+                "reason": "Forbidden",
+            },
+            {
+                "expression": "variables.resize || !variables.budgeted || !has(object.spec.resources)",
+                "messageExpression": f"'rule {RULE_POOL}: pod-level resources (spec.resources) are "
+                "not counted by the budget pool; set them per container in a pod of ' + ("
+                f"{who})",
+                "reason": "Forbidden",
+            },
+        ]
+    vap: Json = {
+        "apiVersion": API_VERSION,
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": dict(metadata),
+        "spec": {
+            # Fail: an expression error refuses the pod rather than let a forged one through.
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "namespaceSelector": {
+                    "matchExpressions": [
+                        {
+                            "key": NAMESPACE_NAME_LABEL,
+                            "operator": "NotIn",
+                            "values": list(excluded_namespaces(policy)),
+                        }
+                    ]
+                },
+                "resourceRules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE"],
+                        "resources": ["pods"],
+                        "scope": "Namespaced",
+                    },
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["UPDATE"],
+                        "resources": ["pods/resize"],
+                        "scope": "Namespaced",
+                    },
+                ],
+                "matchPolicy": "Equivalent",
+            },
+            "matchConditions": [
+                {"name": "not-infrastructure", "expression": f"!({exempt_cel(policy)})"}
+            ],
+            "variables": variables,
+            "validations": validations,
+        },
+    }
+    binding: Json = {
+        "apiVersion": API_VERSION,
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": dict(metadata),
+        "spec": {"policyName": name, "validationActions": ["Deny"]},
+    }
+    return vap, binding
+
+
+# --- the scorer's own node writes --------------------------------------------------------------
+
+NODE_WRITES_POLICY_NAME = "steer-scorer-node-writes"
+RULE_NODE_WRITES = "scorer-owned-keys"
+# Release 0.1.0's label prefix: its keys are retired by the first cycle of a newer scorer.
+LEGACY_PREFIXES = ("steer.io/",)
+
+
+def scorer_username(policy: Policy) -> str:
+    """The identity the scorer runs as (manifests/scorer/scorer.yaml)."""
+    return f"system:serviceaccount:{policy.spec.project_namespace}:steer-scorer"
+
+
+def node_writes_admission_policy(
+    policy: Policy,
+    username: str | None = None,
+    *,
+    also_prefixes: Sequence[str] = (),
+    name: str = NODE_WRITES_POLICY_NAME,
+) -> tuple[Json, Json]:
+    """The ValidatingAdmissionPolicy and binding that confine the scorer's Node writes, in the
+    apiserver, to keys it owns: labels, annotations and taints under the label prefix (or an
+    earlier one it retires: `also_prefixes`, 0.1.0's `steer.io/`), resources in
+    `status.capacity`/`allocatable` under the resource or label prefix. Nothing else of a Node
+    may change in its writes, so a bug or a stolen token cannot relabel, taint (a NoExecute
+    taint evicts) or drain a node outside the policy."""
+    prefixes = list(
+        dict.fromkeys(
+            [spec_prefix for spec_prefix in (policy.spec.label_prefix, policy.spec.resource_prefix)]
+            + list(LEGACY_PREFIXES)
+            + list(also_prefixes)
+        )
+    )
+    owned = cel_list(prefixes)
+
+    def own(var: str) -> str:
+        return f"{owned}.exists(p, {var}.startsWith(p))"
+
+    def same_foreign_keys(old: str, new: str) -> str:
+        return (
+            f"{new}.all(k, {own('k')} || (k in {old} && {old}[k] == {new}[k])) && "
+            f"{old}.all(k, {own('k')} || k in {new})"
+        )
+
+    def field_map(obj: str, path: str) -> str:
+        return f"({obj}.{path.rsplit('.', 1)[0]}.?{path.rsplit('.', 1)[1]}.orValue({{}}))"
+
+    variables = [
+        {"name": "oldLabels", "expression": field_map("oldObject", "metadata.labels")},
+        {"name": "newLabels", "expression": field_map("object", "metadata.labels")},
+        {"name": "oldAnnotations", "expression": field_map("oldObject", "metadata.annotations")},
+        {"name": "newAnnotations", "expression": field_map("object", "metadata.annotations")},
+        {"name": "oldTaints", "expression": "oldObject.spec.?taints.orValue([])"},
+        {"name": "newTaints", "expression": "object.spec.?taints.orValue([])"},
+        {"name": "oldCapacity", "expression": field_map("oldObject", "status.capacity")},
+        {"name": "newCapacity", "expression": field_map("object", "status.capacity")},
+        {"name": "oldAllocatable", "expression": field_map("oldObject", "status.allocatable")},
+        {"name": "newAllocatable", "expression": field_map("object", "status.allocatable")},
+    ]
+    what = f"keys under {', '.join(prefixes)}"
+    checks = [
+        ("labels", same_foreign_keys("variables.oldLabels", "variables.newLabels")),
+        ("annotations", same_foreign_keys("variables.oldAnnotations", "variables.newAnnotations")),
+        (
+            "taints",
+            f"variables.newTaints.filter(t, !{own('t.key')}) == "
+            f"variables.oldTaints.filter(t, !{own('t.key')})",
+        ),
+        (
+            "spec",
+            " && ".join(
+                f"object.spec.?{f} == oldObject.spec.?{f}"
+                for f in ("unschedulable", "podCIDR", "podCIDRs", "providerID")
+            ),
+        ),
+        (
+            "status.capacity and status.allocatable",
+            same_foreign_keys("variables.oldCapacity", "variables.newCapacity")
+            + " && "
+            + same_foreign_keys("variables.oldAllocatable", "variables.newAllocatable"),
+        ),
+        (
+            "status",
+            " && ".join(
+                f"object.status.?{f} == oldObject.status.?{f}"
+                for f in ("conditions", "addresses", "nodeInfo", "daemonEndpoints")
+            ),
+        ),
+        (
+            "metadata",
+            " && ".join(
+                f"object.metadata.?{f} == oldObject.metadata.?{f}"
+                for f in ("finalizers", "ownerReferences")
+            ),
+        ),
+    ]
+    validations = [
+        {
+            "expression": expression,
+            "message": f"rule {RULE_NODE_WRITES}: the kube-steer scorer may change only {what} of "
+            f"a Node's {part}",
+            "reason": "Forbidden",
+        }
+        for part, expression in checks
+    ]
+    metadata = {
+        "name": name,
+        "labels": {"app.kubernetes.io/part-of": "kube-steer"},
+        "annotations": {policy.label_key("policy-version"): policy.version},
+    }
+    vap: Json = {
+        "apiVersion": API_VERSION,
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": dict(metadata),
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["UPDATE"],
+                        "resources": ["nodes", "nodes/status"],
+                        "scope": "Cluster",
+                    }
+                ],
+                "matchPolicy": "Equivalent",
+            },
+            "matchConditions": [
+                {
+                    "name": "the-scorer",
+                    "expression": "request.userInfo.username == "
+                    + cel_string(username or scorer_username(policy)),
+                }
+            ],
+            "variables": variables,
+            "validations": validations,
+        },
+    }
+    binding: Json = {
+        "apiVersion": API_VERSION,
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": dict(metadata),
+        "spec": {"policyName": name, "validationActions": ["Deny"]},
+    }
+    return vap, binding
+
+
+def admission_policies(
+    policy: Policy,
+    *,
+    security_name: str = DEFAULT_NAME,
+    scorer_user: str | None = None,
+    also_prefixes: Sequence[str] = (),
+) -> list[Json]:
+    """Every object `steer policy admission-policy` writes: the security rules, the budget's
+    currency and the scorer's node writes, each a policy and its binding."""
+    out: list[Json] = []
+    out += security_admission_policy(policy, security_name)
+    out += budget_admission_policy(policy)
+    out += node_writes_admission_policy(policy, scorer_user, also_prefixes=also_prefixes)
+    return out

@@ -36,7 +36,11 @@ from urllib3.exceptions import InsecureRequestWarning
 
 from certs import WebhookIdentity, issue_webhook_certs, write_webhook_certs
 from steer.adapters.policy_file import load_policy_file
-from steer.core.admission_policy import DEFAULT_NAME, security_admission_policy
+from steer.core.admission_policy import (
+    DEFAULT_NAME,
+    admission_policies,
+    security_admission_policy,
+)
 from steer.testing.cluster import ROOT, ControlPlane, free_port
 
 ADMISSION_MANIFEST = ROOT / "manifests" / "webhook" / "admission.yaml"
@@ -287,6 +291,18 @@ def apply_security_policy(plane: ControlPlane, policy_file: Path, name: str = DE
     admission: Any = client.AdmissionregistrationV1Api(plane.api_client())
     for doc in security_admission_policy(load_policy_file(str(policy_file)), name):
         _create_or_replace(admission, doc)
+
+
+def apply_admission_policies(
+    plane: ControlPlane, policy_file: Path, *, scorer_user: str | None = None
+) -> list[str]:
+    """Create (or replace) every policy `steer policy admission-policy` prints (security
+    rules, budget currency, the scorer's Node writes); returns their names."""
+    admission: Any = client.AdmissionregistrationV1Api(plane.api_client())
+    docs = admission_policies(load_policy_file(str(policy_file)), scorer_user=scorer_user)
+    for doc in docs:
+        _create_or_replace(admission, doc)
+    return sorted({d["metadata"]["name"] for d in docs})
 
 
 def remove_security_policy(plane: ControlPlane, name: str = DEFAULT_NAME) -> None:

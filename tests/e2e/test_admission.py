@@ -25,6 +25,7 @@ import pytest
 import requests
 from kubernetes import client
 
+from steer.core.budget import tenant_budget
 from steer.core.policy import parse_policy
 from steer.core.steering import (
     GPU_RESOURCE,
@@ -33,7 +34,7 @@ from steer.core.steering import (
     composite_key,
     condition_key,
     overcommit_key,
-    required_rules,
+    owned_resource_keys,
     scheduler_for,
     tenant_for,
     trace_annotation_key,
@@ -342,15 +343,23 @@ def test_pod_in_opted_in_namespace_is_steered_and_user_settings_are_kept(
         *ours,
     ]
 
-    # Required: the overcommit rule (two alternatives) ANDed into the user's one term.
-    (rule,) = required_rules(POLICY, dept_a, None)
-    assert rule.rule == "overcommit:dept-a"
+    # Required: the user's one term, untouched. Hard rules are resource requests (a kubelet
+    # restart would fail a running pod whose node no longer matched an injected term): here
+    # the gate of dept-a's budget (and its limits from the pool, when the scheduler enforces it).
     terms = node_affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert [expr_ids(t["matchExpressions"]) for t in terms] == [
-        expr_ids([*user_term["matchExpressions"], *alternative])
-        for alternative in rule.alternatives
+        expr_ids(user_term["matchExpressions"])
     ]
-    assert expr_ids(terms[0]["matchExpressions"])[-1] == (overcommit_key(POLICY), "Lt", ("6",))
+    budget = tenant_budget(POLICY, dept_a)
+    assert budget is not None
+    want = {
+        name: str(units)
+        for name, units in budget.container_requests(pod["spec"]["containers"][0]).items()
+    }
+    if budget.gate is not None:
+        want[budget.gate.resource] = "1"
+    requests = spec["containers"][0]["resources"]["requests"]
+    assert {k: v for k, v in requests.items() if k in owned_resource_keys(POLICY)} == want
 
     # Tolerations: the user's stays; dept-a may tolerate gpu-hot, so that one is added once.
     gpu_hot = rule_by("gpu-hot")
@@ -543,13 +552,10 @@ def test_server_side_dry_run_is_mutated_but_not_persisted(
     answer = create(api, ns, make_pod("ghost"), dry_run=True)
     assert answer["spec"]["schedulerName"] == "steer-spread"
     assert trace(answer) is not None
-    terms = answer["spec"]["affinity"]["nodeAffinity"][
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    ]
-    # dept-b's budget is 0 %: Lt 1.
-    assert expr_ids(terms["nodeSelectorTerms"][0]["matchExpressions"]) == [
-        (overcommit_key(POLICY), "Lt", ("1",))
-    ]
+    # dept-b's budget is 0 %, enforced by labels here: its pod requests the gate open where
+    # overcommit-pct is within 0 %.
+    requests = answer["spec"]["containers"][0]["resources"]["requests"]
+    assert requests["kube-steer.kubernetes.io/overcommit-0pct"] == "1"
     with pytest.raises(client.ApiException) as missing:
         core.read_namespaced_pod("ghost", ns)
     assert missing.value.status == 404

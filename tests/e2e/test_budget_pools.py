@@ -1,11 +1,12 @@
-"""Budget pools (steer/core/budget.py) end to end: `steer scorer run` publishing them on real
-Nodes of kube-apiserver v1.36.2, and the real kube-scheduler enforcing them.
+"""The budget pool and gates (steer/core/budget.py, gates.py) end to end: `steer scorer run`
+publishing them on real Nodes of kube-apiserver v1.36.2, and the real kube-scheduler enforcing
+them.
 
 The scorer runs as operators run it, under the manifest's ClusterRole (bound to a client
 certificate user), so the test also proves that RBAC lets it list and watch every pod and patch
-`nodes/status`. It needs no Prometheus for pools (every query fails; no label is written). Tenant
-pods are built by hand with the pool requests `budget_steering` computes, as the mutating
-webhook adds them (extended resources must have limit = request).
+`nodes/status`. It needs no Prometheus (every query fails; no label is written). Tenant pods
+are built by hand with the requests the mutating webhook adds (`TenantBudget`): their limits
+from the pool, and the budget gate below the highest budget.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from scorer.kubeapi import KubeJson, node_path, pod_path
-from steer.core.budget import budget_steering
+from steer.core.budget import FLOOR_SETTLE_S, tenant_budget
 from steer.core.policy import Policy, Tenant, parse_policy
 from steer.testing.cluster import ROOT, ControlPlane
 from steer.testing.services import running_scorer
@@ -26,10 +27,11 @@ from tests.scorer_support import SMALL_POLICY
 SCORER_MANIFEST = ROOT / "manifests" / "scorer" / "scorer.yaml"
 N1, N2 = "budget-e2e-1", "budget-e2e-2"
 SET_KEY = "e2e.kube-steer.github.io/budget-set"
-CPU5 = "kube-steer.github.io/limits-5pct-cpu"
-MEM5 = "kube-steer.github.io/limits-5pct-memory"
-CPU0 = "kube-steer.github.io/limits-0pct-cpu"
-MEM0 = "kube-steer.github.io/limits-0pct-memory"
+PREFIX = "kube-steer.kubernetes.io/"
+CPU = f"{PREFIX}pool-cpu"
+MEM = f"{PREFIX}pool-memory"
+GATE0 = f"{PREFIX}budget-0pct"
+HOT = f"{PREFIX}avoid-gpu-hot"
 NO_PROMETHEUS = "http://127.0.0.1:9"
 
 POLICY_TEXT = (
@@ -55,23 +57,18 @@ def pod_body(
     tenant: Tenant | None = None,
 ) -> dict[str, Any]:
     """A pod pinned to `node` (required affinity: the scheduler still decides whether it fits).
-    A tenant pod also gets its pool requests, burst label and anti-affinity, exactly as
-    `budget_steering` says."""
+    A tenant pod also requests its limits from the pool and its gate, as the webhook adds them."""
     resources: dict[str, Any] = {"requests": dict(requests_), "limits": dict(limits)}
-    labels: dict[str, str] = {}
-    anti: list[Any] = []
-    if tenant is not None:
-        steering = budget_steering(POLICY, tenant, {"containers": [{"resources": resources}]})
-        for key, units in steering.requests.items():
-            resources["requests"][key] = resources["limits"][key] = str(units)
-        if steering.label is not None:
-            labels[steering.label[0]] = steering.label[1]
-        if steering.anti_affinity is not None:
-            anti.append(dict(steering.anti_affinity))
-    body: dict[str, Any] = {
+    budget = tenant_budget(POLICY, tenant)
+    if budget is not None:
+        for key, units in budget.container_requests({"resources": resources}).items():
+            resources["requests"][key] = str(units)
+        if budget.gate is not None:
+            resources["requests"][budget.gate.resource] = "1"
+    return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "labels": labels},
+        "metadata": {"name": name},
         "spec": {
             "containers": [
                 {"name": "c", "image": "registry.k8s.io/pause:3.10", "resources": resources}
@@ -96,17 +93,12 @@ def pod_body(
             "terminationGracePeriodSeconds": 0,
         },
     }
-    if anti:
-        body["spec"]["affinity"]["podAntiAffinity"] = {
-            "requiredDuringSchedulingIgnoredDuringExecution": anti
-        }
-    return body
 
 
 def pools(admin: KubeJson, node: str) -> dict[str, dict[str, str]]:
     status = admin.request("GET", node_path(node))["status"]
     return {
-        part: {k: v for k, v in status[part].items() if k.startswith("kube-steer.github.io/")}
+        part: {k: v for k, v in status[part].items() if k.startswith(PREFIX)}
         for part in ("capacity", "allocatable")
     }
 
@@ -132,7 +124,7 @@ def unschedulable_message(admin: KubeJson, namespace: str, name: str) -> str | N
     return None
 
 
-def test_scheduler_enforces_the_pools_the_scorer_publishes(
+def test_scheduler_enforces_the_pool_and_gates_the_scorer_publishes(
     control_plane: ControlPlane,
     make_node: Callable[..., dict[str, Any]],
     make_namespace: Callable[..., str],
@@ -140,9 +132,9 @@ def test_scheduler_enforces_the_pools_the_scorer_publishes(
     scorer_user: Path,
     tmp_path: Path,
 ) -> None:
-    # 8 cores / 32 GiB: room for limits at 105 % = 8400 m and 34406 MiB (at 100 %: 8000 m,
-    # 32768 MiB). 20 cores: 21000 m and 20000 m, stored by the apiserver in canonical form as
-    # "21k" and "20k" (the scorer must see that as equal, not rewrite it every cycle).
+    # 8 cores / 32 GiB: room for limits at 100 % = 8000 m and 32768 MiB, at 105 % 8400 m and
+    # 34406 MiB. 20 cores: 20000 m, stored by the apiserver in canonical form as "20k" (the
+    # scorer must see that as equal, not rewrite it every cycle).
     make_node(
         N1,
         cpu="8",
@@ -156,7 +148,8 @@ def test_scheduler_enforces_the_pools_the_scorer_publishes(
     zero_ns = make_namespace({"tenant": "dept-b"}, prefix="dept-b")
     policy_file = tmp_path / "policy.yaml"
     policy_file.write_text(POLICY_TEXT)
-    empty_n1 = {CPU0: "8k", MEM0: "32768", CPU5: "8400", MEM5: "34406"}
+    # No pod anywhere: floor 0 % (open to every tenant), every gate open (one unit per pod).
+    empty_n1 = {CPU: "8k", MEM: "32768", GATE0: "110", HOT: "110"}
 
     with running_scorer(
         control_plane,
@@ -168,28 +161,23 @@ def test_scheduler_enforces_the_pools_the_scorer_publishes(
         extra_args=["--kubeconfig", str(scorer_user), "--no-leader-election"],
     ) as scorer:
         scorer.wait_ready()
-        wait_until("pools on N1", lambda: pools(admin, N1) == both(empty_n1))
+        wait_until("pool and gates on N1", lambda: pools(admin, N1) == both(empty_n1))
         wait_until(
-            "pools on N2",
-            lambda: (
-                pools(admin, N2) == both({CPU0: "20k", MEM0: "32768", CPU5: "21k", MEM5: "34406"})
-            ),
+            "pool and gates on N2",
+            lambda: pools(admin, N2) == both({**empty_n1, CPU: "20k"}),
         )
         status = admin.request("GET", node_path(N1))["status"]
         assert status["allocatable"]["example.com/dongle"] == "4"  # foreign resources stay
         assert status["allocatable"]["cpu"] == "8"
         annotations = admin.request("GET", node_path(N1))["metadata"]["annotations"]
-        assert (
-            '"resources":["kube-steer.github.io/limits-0pct-cpu"'
-            in annotations["kube-steer.github.io/managed"]
-        )
+        assert f'"{CPU}"' in annotations["kube-steer.github.io/managed"]
 
-        # Idle: a refresh writes nothing (the "21k" of N2 counts as equal to 21000) ...
+        # Idle: a refresh writes nothing (the "20k" of N2 counts as equal to 20000) ...
         idle_writes = metric(scorer, "steer_scorer_write_requests_total")
         time.sleep(1.5)
         assert metric(scorer, "steer_scorer_write_requests_total") == idle_writes
 
-        # A foreign burstable pod on N1 (limits 6 cores, 512 MiB) shrinks N1's pools.
+        # A foreign burstable pod on N1 (limits 6 cores, 512 MiB) shrinks N1's pool.
         create_pod(
             admin,
             foreign_ns,
@@ -204,29 +192,28 @@ def test_scheduler_enforces_the_pools_the_scorer_publishes(
             "burstable pod bound", lambda: bound_node(admin, foreign_ns, "burstable"), 30, 0.01
         )
         bound_at = time.monotonic()
-        shrunk = {CPU0: "2k", MEM0: "32256", CPU5: "2400", MEM5: "33894"}
         wait_until(
-            "N1 pools shrunk",
-            lambda: pools(admin, N1) == both(shrunk),
+            "N1 pool shrunk",
+            lambda: pools(admin, N1)["allocatable"] == {**empty_n1, CPU: "2k", MEM: "32256"},
             timeout_s=10,
             interval_s=0.02,
         )
         republish_s = time.monotonic() - bound_at
-        print(f"N1 pools republished {republish_s:.2f}s after the foreign pod was bound")
+        print(f"N1 pool republished {republish_s:.2f}s after the foreign pod was bound")
         assert republish_s < 3.0, republish_s  # not one 30 s cycle later
-        assert pools(admin, N2)["allocatable"][CPU5] == "21k"
+        assert pools(admin, N2)["allocatable"][CPU] == "20k"
 
         detail = scorer.get(f"/explain/node/{N1}")["budgetPools"]
-        cpu = next(p for p in detail["pools"] if p["resource"] == CPU5)
+        cpu = next(p for p in detail["pools"] if p["resource"] == CPU)
         assert (cpu["room"], cpu["outsideLimits"], cpu["outsidePods"], cpu["published"]) == (
-            8400,
+            8000,
             6000,
             1,
-            "2400",
+            "2000",
         )
 
-        # dept-a pods on N1. Their requests fit easily (0.5 + 2 + 2.4 of 8 cores), but limits
-        # of 2520 m would take the node past 105 %: that pod stays Pending; 2100 m binds.
+        # dept-a pods on N1. Their requests fit easily, but limits of 2520 m would take the
+        # node past what the pool has: that pod stays Pending; 1575 m binds.
         create_pod(
             admin,
             tenant_ns,
@@ -244,14 +231,14 @@ def test_scheduler_enforces_the_pools_the_scorer_publishes(
             pod_body(
                 "small-burst",
                 N1,
-                {"cpu": "2", "memory": "1Gi"},
-                {"cpu": "2100m", "memory": "1Gi"},
+                {"cpu": "1500m", "memory": "1Gi"},
+                {"cpu": "1575m", "memory": "1Gi"},
                 tenant=DEPT_A,
             ),
         )
         pod = admin.request("GET", pod_path(tenant_ns, "big-burst"))
-        assert pod["spec"]["containers"][0]["resources"]["requests"][CPU5] == "2520"
-        assert CPU0 not in pod["spec"]["containers"][0]["resources"]["requests"]  # it bursts
+        requests = pod["spec"]["containers"][0]["resources"]["requests"]
+        assert requests[CPU] == "2520" and GATE0 not in requests  # the highest budget: no gate
         assert (
             wait_until("small pod bound", lambda: bound_node(admin, tenant_ns, "small-burst"), 30)
             == N1
@@ -261,16 +248,14 @@ def test_scheduler_enforces_the_pools_the_scorer_publishes(
             lambda: unschedulable_message(admin, tenant_ns, "big-burst"),
             30,
         )
-        assert f"Insufficient {CPU5}" in message, message
+        assert f"Insufficient {CPU}" in message, message
         print(f"big-burst: {message}")
-        assert bound_node(admin, tenant_ns, "big-burst") is None
-        # The small pod draws on its pool: the scorer does not count it against that pool, but
-        # it is outside the 0 % pool (8000 - 6000 - 2100, never below 0).
-        wait_until("0 % pool shrunk", lambda: pools(admin, N1)["allocatable"][CPU0] == "0", 10)
-        assert pools(admin, N1)["allocatable"][CPU5] == "2400"
+        # A 5 % pod bursts on N1 and no dept-b pod is there: the floor rises. The gate of 0 %
+        # closes at once; the room of 105 % follows FLOOR_SETTLE_S later, at a later write.
+        wait_until("N1 gate 0 % closed", lambda: pools(admin, N1)["allocatable"][GATE0] == "0", 10)
+        assert pools(admin, N1)["allocatable"][CPU] == "2k"
 
-        # A dept-b (budget 0) pod never joins a node where a 5 % pod bursts: its anti-affinity
-        # keeps it off N1 even where its requests and the 0 % pool of N2 leave room.
+        # A dept-b (budget 0) pod: N1's gate is closed, N2's open.
         zero_n2 = pod_body(
             "zero-n2",
             N2,
@@ -291,22 +276,23 @@ def test_scheduler_enforces_the_pools_the_scorer_publishes(
         message = wait_until(
             "dept-b unschedulable on N1", lambda: unschedulable_message(admin, zero_ns, "zero"), 30
         )
-        assert f"Insufficient {CPU0}" in message, message  # for now the 0 % pool is spent
+        assert f"Insufficient {GATE0}" in message, message
 
-        # The foreign pod goes: the pool grows back and the scheduler binds the waiting pod.
+        # The foreign pod goes; the rise has settled (the next write is the wake-up on that
+        # deletion): 8400 m of room, and the waiting 2520 m pod binds.
+        time.sleep(FLOOR_SETTLE_S)
         control_plane.delete_pods(foreign_ns, None)
-        wait_until("N1 pools restored", lambda: pools(admin, N1)["allocatable"][CPU5] == "8400", 10)
+        wait_until("N1 pool at 105 %", lambda: pools(admin, N1)["allocatable"][CPU] == "8400", 15)
         assert (
             wait_until("big pod bound", lambda: bound_node(admin, tenant_ns, "big-burst"), 60) == N1
         )
-        # N1's 0 % pool has room again (8000 - 2100 - 2520): the burst label keeps dept-b off.
-        wait_until("N1 0 % pool regrown", lambda: pools(admin, N1)["allocatable"][CPU0] == "3380")
-        message = wait_until(
-            "dept-b kept off by anti-affinity",
-            lambda: "anti-affinity" in (unschedulable_message(admin, zero_ns, "zero") or ""),
-            30,
-        )
         assert bound_node(admin, zero_ns, "zero") is None
+        assert pools(admin, N1)["allocatable"][GATE0] == "0"
+
+        # The 5 % pods go: the floor falls at once, the gate opens, the dept-b pod binds.
+        control_plane.delete_pods(tenant_ns, None)
+        assert wait_until("dept-b on N1", lambda: bound_node(admin, zero_ns, "zero"), 60) == N1
+        assert pools(admin, N1)["allocatable"][CPU] == "8k"
         scorer.stop()
         log = scorer.log(100_000)
         assert "forbidden" not in log.lower(), log

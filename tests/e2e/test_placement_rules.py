@@ -23,7 +23,7 @@ from kubernetes import client
 from scorer.model import NodeState
 from scorer.plan import ScorerMemory, plan_cycle
 from steer.core.policy import parse_policy
-from steer.core.steering import class_preferences, composite_key, required_rules, reserved_key
+from steer.core.steering import class_preferences, composite_key, pod_gates, reserved_key
 from steer.testing.cluster import ControlPlane
 from tests.e2e.test_scheduler import (
     SET_KEY,
@@ -152,7 +152,7 @@ def test_gpu_jobs_pack_and_leave_whole_nodes_for_whole_node_jobs(
     memory = ScorerMemory()
     for at in (1000.0, 1030.0):  # gpu-hot: setAfterCycles 2
         plan, memory = plan_cycle(
-            POLICY, states, readings_for(POLICY, states, values, at), memory, at
+            POLICY, states, readings_for(POLICY, states, values, at), memory, at, pod_usages={}
         )
     for name in names:
         node_plan = plan.node(name)
@@ -164,6 +164,8 @@ def test_gpu_jobs_pack_and_leave_whole_nodes_for_whole_node_jobs(
             gpus=8,
             labels={SET_KEY: set_id, **node_plan.labels},
             taints=[t.to_k8s() for t in node_plan.taints],
+            # The gates the scorer publishes (gpu-hot closed on the hot node), and the pool.
+            extra_capacity={k: v for k, v in node_plan.resource_changes.items() if v is not None},
         )
     assert RESERVED not in plan.node(hot_node).labels  # type: ignore[union-attr]
     assert all(plan.node(n).labels[RESERVED] == "true" for n in names[:3])  # type: ignore[union-attr]
@@ -177,13 +179,10 @@ def test_gpu_jobs_pack_and_leave_whole_nodes_for_whole_node_jobs(
         preferred=[t.to_k8s() for t in class_preferences(POLICY, GPU_CLASS)],
         requests={"cpu": "4", "memory": "32Gi", "nvidia.com/gpu": "1"},
     )
-    # The class's required rules (avoid gpu-hot), as the webhook injects them.
-    required = gpu_job["spec"]["affinity"]["nodeAffinity"][
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    ]["nodeSelectorTerms"][0]["matchExpressions"]
-    for rule in required_rules(POLICY, None, GPU_CLASS):
-        (alternative,) = rule.alternatives
-        required.extend(dict(e) for e in alternative)
+    # The class's gates (avoid gpu-hot), as the webhook makes the pod request them.
+    gates = {g.resource: "1" for g in pod_gates(POLICY, None, GPU_CLASS)}
+    assert gates
+    gpu_job["spec"]["containers"][0]["resources"]["requests"].update(gates)
     jobs = [f"job-{i}" for i in range(6)]
     for name in jobs:
         core.create_namespaced_pod(ns, bare_pod(name, gpu_job))
@@ -211,7 +210,7 @@ def test_gpu_jobs_pack_and_leave_whole_nodes_for_whole_node_jobs(
         preferred=[t.to_k8s() for t in class_preferences(POLICY, GPU_CLASS)],
         requests={"cpu": "32", "memory": "256Gi", "nvidia.com/gpu": "8"},
     )
-    whole["spec"]["affinity"]["nodeAffinity"] = gpu_job["spec"]["affinity"]["nodeAffinity"]
+    whole["spec"]["containers"][0]["resources"]["requests"].update(gates)
     for name in ("whole-0", "whole-1"):
         core.create_namespaced_pod(ns, bare_pod(name, whole))
     placed = wait_bound(control_plane, ns, ["whole-0", "whole-1"])
