@@ -397,7 +397,15 @@ def budget_admission_policy(policy: Policy, name: str = BUDGET_POLICY_NAME) -> t
                 "expression": "object.spec.containers + (has(object.spec.initContainers) ? "
                 "object.spec.initContainers : [])",
             },
-            {"name": "resize", "expression": "request.subResource == 'resize'"},
+            {
+                "name": "resize",
+                "expression": "has(request.subResource) && request.subResource == 'resize'",
+            },
+            {
+                "name": "whose",
+                "expression": "variables.tenant == '' ? 'namespace \"' + "
+                "namespaceObject.metadata.name + '\"' : 'tenant \"' + variables.tenant + '\"'",
+            },
         ]
         cpu_pool, mem_pool = pools
         covered = (
@@ -408,7 +416,16 @@ def budget_admission_policy(policy: Policy, name: str = BUDGET_POLICY_NAME) -> t
             f"{_requested('c', mem_pool)}.asApproximateFloat() + 0.5)"
         )
         member = _holds_any(containers, cel_list(pools))
-        who = "variables.tenant == '' ? 'namespace \"' + namespaceObject.metadata.name + '\"' : 'tenant \"' + variables.tenant + '\"'"
+        who = "variables.whose"
+        static = [
+            f"rule {RULE_CURRENCY}: a pod outside every budget may not request "
+            + ", ".join(currency),
+            f"rule {RULE_POOL}: every container of a tenant pod requests its limits from "
+            f"{cpu_pool} and {mem_pool}, and a resize may not raise a limit above that",
+            f"rule {RULE_CURRENCY}: a tenant pod requests one unit of its budget's gate",
+            f"rule {RULE_CURRENCY}: a tenant pod requests no budget gate but its own",
+            f"rule {RULE_POOL}: pod-level resources are not counted by the budget pool",
+        ]
         validations = [
             {
                 # A pod outside every budget holds none of the budget's currency.
@@ -452,6 +469,8 @@ def budget_admission_policy(policy: Policy, name: str = BUDGET_POLICY_NAME) -> t
                 "reason": "Forbidden",
             },
         ]
+        for validation, message in zip(validations, static, strict=True):
+            validation["message"] = message  # if the messageExpression fails
     vap: Json = {
         "apiVersion": API_VERSION,
         "kind": "ValidatingAdmissionPolicy",

@@ -294,15 +294,32 @@ def apply_security_policy(plane: ControlPlane, policy_file: Path, name: str = DE
 
 
 def apply_admission_policies(
-    plane: ControlPlane, policy_file: Path, *, scorer_user: str | None = None
+    plane: ControlPlane,
+    policy_file: Path,
+    *,
+    scorer_user: str | None = None,
+    also_prefixes: Sequence[str] = (),
 ) -> list[str]:
     """Create (or replace) every policy `steer policy admission-policy` prints (security
     rules, budget currency, the scorer's Node writes); returns their names."""
     admission: Any = client.AdmissionregistrationV1Api(plane.api_client())
-    docs = admission_policies(load_policy_file(str(policy_file)), scorer_user=scorer_user)
+    docs = admission_policies(
+        load_policy_file(str(policy_file)), scorer_user=scorer_user, also_prefixes=also_prefixes
+    )
     for doc in docs:
         _create_or_replace(admission, doc)
     return sorted({d["metadata"]["name"] for d in docs})
+
+
+def remove_admission_policies(plane: ControlPlane, names: Sequence[str]) -> None:
+    admission = client.AdmissionregistrationV1Api(plane.api_client())
+    for name in names:
+        for delete in (
+            admission.delete_validating_admission_policy_binding,
+            admission.delete_validating_admission_policy,
+        ):
+            with contextlib.suppress(client.ApiException):
+                delete(name)
 
 
 def remove_security_policy(plane: ControlPlane, name: str = DEFAULT_NAME) -> None:

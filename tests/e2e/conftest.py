@@ -23,6 +23,7 @@ from kubernetes import client
 from steer.adapters.kube import make_api_client
 from steer.adapters.kubejson import KubeApiError, KubeJson
 from steer.testing.cluster import ControlPlane
+from steer.testing.kubelets import HollowNode
 from tests.e2e.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -149,3 +150,26 @@ def make_node(control_plane: ControlPlane) -> Iterator[Callable[..., dict[str, A
                 )
         with contextlib.suppress(client.ApiException):
             core.delete_node(name)
+
+
+# -- real kubelets ------------------------------------------------------------------------
+
+
+def node_name(role: str) -> str:
+    return f"hollow-{role}-{uuid.uuid4().hex[:5]}"
+
+
+@pytest.fixture
+def hollow(control_plane: ControlPlane) -> Iterator[Callable[..., HollowNode]]:
+    """hollow(role, **HollowNode fields) -> a HollowNode, not started; at teardown its kubelet
+    stops and its pods and Node object are deleted."""
+    made: list[HollowNode] = []
+
+    def make(role: str, **kwargs: Any) -> HollowNode:
+        node = HollowNode(control_plane, node_name(role), **kwargs)
+        made.append(node)
+        return node
+
+    yield make
+    for node in made:
+        node.delete()

@@ -117,6 +117,13 @@ def make_pod(
     }
 
 
+def gates(policy: Any, *, open_: bool) -> dict[str, str]:
+    """The budget gates of `enforcement: labels` as the scorer publishes them on a node that
+    carries no pod: open (one unit per pod it may run) or closed (what pods hold: nothing)."""
+    names = [f"{policy.spec.resource_prefix}overcommit-{lv}pct" for lv in ("0", "5")]
+    return dict.fromkeys(names, "110" if open_ else "0")
+
+
 def confined(set_id: str, pod: dict[str, Any]) -> dict[str, Any]:
     """`pod` with a user required term confining it to the nodes labelled SET_KEY=set_id."""
     affinity = pod["spec"].setdefault("affinity", {}).setdefault("nodeAffinity", {})
@@ -273,13 +280,20 @@ def test_pod_in_opted_in_namespace_is_steered_and_user_settings_are_kept(
     set_id = f"adm-{uuid.uuid4().hex[:6]}"
     over_budget, within = f"{set_id}-over", f"{set_id}-ok"
     score_key = composite_key(POLICY, None)
-    # The best-scored node is over dept-a's 5 % budget: the injected required term must win.
+    # The best-scored node is over dept-a's 5 % budget: its gate, closed there as the scorer
+    # publishes it, must win over the preference.
     make_node(
         over_budget,
         zone="zone-a",
         labels={SET_KEY: set_id, score_key: "100", overcommit_key(POLICY): "20"},
+        extra_capacity=gates(POLICY, open_=False),
     )
-    make_node(within, zone="zone-a", labels={SET_KEY: set_id, score_key: "30"})
+    make_node(
+        within,
+        zone="zone-a",
+        labels={SET_KEY: set_id, score_key: "30"},
+        extra_capacity=gates(POLICY, open_=True),
+    )
     ns = namespace_for("dept-a")
 
     user_preferred = {
@@ -393,7 +407,7 @@ def test_pod_in_opted_in_namespace_is_steered_and_user_settings_are_kept(
     assert recorded["policy"] == POLICY.version
     assert set(recorded["rules"]) == {
         f"prefer:{score_key}",
-        "require:overcommit:dept-a",
+        "gate:overcommit:5",
         "tolerate:gpu-hot",
         f"spread:{hosts.name}",
         "scheduler:steer-spread",
@@ -412,8 +426,19 @@ def test_gpu_pod_is_routed_to_binpack_and_avoids_hot_nodes(
     set_id = f"adm-gpu-{uuid.uuid4().hex[:6]}"
     gpu_key = composite_key(POLICY, GPU_CLASS)  # kube-steer.github.io/score-class-gpu
     hot_key = condition_key(POLICY, rule_by("gpu-hot"))
-    make_node(f"{set_id}-hot", gpus=8, labels={SET_KEY: set_id, gpu_key: "100", hot_key: "true"})
-    make_node(f"{set_id}-cool", gpus=8, labels={SET_KEY: set_id, gpu_key: "20"})
+    hot_gate = f"{POLICY.spec.resource_prefix}avoid-gpu-hot"
+    make_node(
+        f"{set_id}-hot",
+        gpus=8,
+        labels={SET_KEY: set_id, gpu_key: "100", hot_key: "true"},
+        extra_capacity={**gates(POLICY, open_=True), hot_gate: "0"},
+    )
+    make_node(
+        f"{set_id}-cool",
+        gpus=8,
+        labels={SET_KEY: set_id, gpu_key: "20"},
+        extra_capacity={**gates(POLICY, open_=True), hot_gate: "110"},
+    )
     ns = namespace_for("dept-a")
     create(api, ns, confined(set_id, make_pod("trainer", extra={GPU_RESOURCE: "1"})))
     spec = stored(api, ns, "trainer")["spec"]
@@ -425,11 +450,12 @@ def test_gpu_pod_is_routed_to_binpack_and_avoids_hot_nodes(
     )
     preferred = spec["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
     assert preferred == [t.to_k8s() for t in class_preferences(POLICY, GPU_CLASS)]
+    # Avoiding gpu-hot is a gate the pod requests, not a required term on a label that moves.
+    assert spec["containers"][0]["resources"]["requests"][hot_gate] == "1"
     terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
         "nodeSelectorTerms"
     ]
-    for term in terms:
-        assert (hot_key, "NotIn", ("true",)) in expr_ids(term["matchExpressions"])
+    assert all(hot_key not in str(term) for term in terms)
     # A class that avoids gpu-hot gets no toleration for it, although dept-a may tolerate it.
     assert not [t for t in spec.get("tolerations") or () if t.get("key") == hot_key]
     assert control_plane.wait_for_bindings(ns, ["trainer"], 30) == {"trainer": f"{set_id}-cool"}
@@ -513,10 +539,9 @@ def test_reinvocation_after_a_later_webhook_changes_nothing(
     assert node_affinity["preferredDuringSchedulingIgnoredDuringExecution"] == [
         t.to_k8s() for t in class_preferences(POLICY, None)
     ]
-    assert (
-        len(node_affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"])
-        == 2
-    )
+    requests = spec["containers"][0]["resources"]["requests"]
+    assert requests[f"{POLICY.spec.resource_prefix}overcommit-5pct"] == "1"
+    assert "requiredDuringSchedulingIgnoredDuringExecution" not in node_affinity
     hot_key = condition_key(POLICY, rule_by("gpu-hot"))
     assert len([t for t in spec["tolerations"] if t.get("key") == hot_key]) == 1
     assert len(spec["topologySpreadConstraints"]) == len(POLICY.spec.spread)

@@ -14,8 +14,8 @@ that scorer's HTTP app (which reads the namespace from the apiserver); a pod the
 validation or the apiserver refuses must be allowed nowhere. Where it may go is measured by one
 probe per node: the mutated pod with `kubernetes.io/hostname In [node]` ANDed into its required
 terms, bound or Unschedulable.
-Tenant pods never burst (limits = requests), so a bound probe cannot repel another by the burst
-anti-affinity, and pools are either empty or far larger than every probe together.
+Tenant pods never burst (limits = requests), so no probe raises a node's floor, and pools are
+either empty or far larger than every probe together.
 """
 
 from __future__ import annotations
@@ -343,7 +343,7 @@ def test_explain_allows_exactly_the_nodes_the_scheduler_binds_the_mutated_pod_to
         for n in names
     ]
     assert any(n.taints for n in nodes) and any(
-        r.startswith(POLICY.label_key("limits-")) for n in nodes for r in n.allocatable
+        r == f"{POLICY.spec.resource_prefix}pool-cpu" for n in nodes for r in n.allocatable
     )
 
     tenants: list[tuple[Any, dict[str, str]]] = [(None, {"kube-steer.github.io/enabled": "true"})]

@@ -42,6 +42,7 @@ from steer.testing.kubelets import (
     wait_pods_phase,
     wait_pods_running,
 )
+from tests.e2e.conftest import node_name
 
 FOO = "example.com/foo"  # an extended resource: requests need an equal limit
 NATIVE = "pools.kube-steer.kubernetes.io/cpu"  # "kubernetes.io/" in the name: native, no limit
@@ -88,26 +89,6 @@ def create_pods(plane: ControlPlane, namespace: str, bodies: list[dict[str, Any]
     for body in bodies:
         api.request("POST", f"/api/v1/namespaces/{namespace}/pods", body=body)
     return [b["metadata"]["name"] for b in bodies]
-
-
-def node_name(role: str) -> str:
-    return f"hollow-{role}-{uuid.uuid4().hex[:5]}"
-
-
-@pytest.fixture
-def hollow(control_plane: ControlPlane) -> Iterator[Callable[..., HollowNode]]:
-    """hollow(role, **HollowNode fields) -> a HollowNode, not started; at teardown its kubelet
-    stops and its pods and Node object are deleted."""
-    made: list[HollowNode] = []
-
-    def make(role: str, **kwargs: Any) -> HollowNode:
-        node = HollowNode(control_plane, node_name(role), **kwargs)
-        made.append(node)
-        return node
-
-    yield make
-    for node in made:
-        node.delete()
 
 
 # -- one restart experiment, several scenarios ----------------------------------------------------

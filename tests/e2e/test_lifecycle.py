@@ -391,8 +391,9 @@ NEW_PREFIX = "lifecycle.example.com/"
 
 
 def lifecycle_policy(prefix: str | None = None) -> str:
-    """SMALL_POLICY scoring every second, budgets enforced by the scheduler (dept-b's
-    pools `<prefix>limits-0pct-cpu|memory` go into every node's status), optionally another prefix."""
+    """SMALL_POLICY scoring every second, budgets enforced by the scheduler (the pool
+    `kube-steer.kubernetes.io/pool-cpu|memory` goes into every node's status), optionally
+    another label prefix."""
     text = SMALL_POLICY.replace("intervalSeconds: 30", "intervalSeconds: 1")
     text += "  overcommit: {enforcement: scheduler}\n"
     if prefix:
@@ -473,13 +474,17 @@ def ours(node: Mapping[str, Any], prefix: str) -> dict[str, list[str]]:
     }  # fmt: skip
 
 
+RESOURCES = "kube-steer.kubernetes.io/"  # the policy's resourcePrefix (pool and gates)
+
+
 def written(admin: KubeJson, prefix: str) -> bool:
-    """Every node carries labels, the record, and the 0 % cpu pool; node 3 the hot taint."""
+    """Every node carries labels, the record, and the budget pool; node 3 the hot taint."""
     for name in NODES:
-        mine = ours(admin.request("GET", node_path(name)), prefix)
+        node = admin.request("GET", node_path(name))
+        mine = ours(node, prefix)
         if not (mine["labels"] and f"{prefix}managed" in mine["annotations"]):
             return False
-        if f"{prefix}limits-0pct-cpu" not in mine["resources"]:
+        if f"{RESOURCES}pool-cpu" not in node["status"]["allocatable"]:
             return False
     return f"{prefix}gpu-hot" in ours(admin.request("GET", node_path(NODES[2])), prefix)["taints"]
 
@@ -524,7 +529,7 @@ def test_cleanup_after_real_cycles_leaves_foreign_keys_byte_identical_and_none_o
     assert done.returncode == 0, done.stderr + done.stdout
     assert f"{NODES[2]}: removed labels " in done.stdout
     assert "taints kube-steer.github.io/gpu-hot" in done.stdout
-    assert "resources kube-steer.github.io/limits-0pct-cpu" in done.stdout
+    assert f"resources {RESOURCES}avoid-gpu-hot" in done.stdout
     for name in NODES:
         node = admin.request("GET", node_path(name))
         assert ours(node, "kube-steer.github.io/") == {
@@ -533,6 +538,7 @@ def test_cleanup_after_real_cycles_leaves_foreign_keys_byte_identical_and_none_o
             "taints": [],
             "resources": [],
         }
+        assert ours(node, RESOURCES)["resources"] == []  # no pod held them: all gone
         assert_as_before(node, nodes[name])
 
     again = steer("scorer", "cleanup", "--policy", str(policy), "--kubeconfig", kubeconfig)

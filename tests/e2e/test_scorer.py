@@ -256,7 +256,16 @@ def test_a_cycle_writes_quantised_labels_and_annotations_and_no_foreign_key_chan
         assert annotation_json(node, MANAGED) == {
             "labels": sorted(EXPECTED[name]),
             "taints": ["kube-steer.github.io/gpu-hot"] if name == N3 else [],
+            # The gates of SMALL_POLICY (steer/core/gates.py), in the node's status.
+            "resources": [
+                "kube-steer.kubernetes.io/avoid-gpu-hot",
+                "kube-steer.kubernetes.io/overcommit-0pct",
+            ],
         }
+        allocatable = node["status"]["allocatable"]
+        assert allocatable["kube-steer.kubernetes.io/avoid-gpu-hot"] == (
+            "0" if name == N3 else "110"
+        )
 
     # The real apiserver indexes what was written: label selectors find the nodes.
     def selected(selector: str) -> list[str]:
@@ -406,7 +415,8 @@ def test_a_concurrent_taint_writer_gets_a_real_409_retry_and_nothing_is_lost(
     assert kube.before_taint_write == []  # both competitor writes happened
     assert result.report is not None and not result.report.errors
     (write,) = [r for r in result.report.results if r.node == N3]
-    assert write.ok and write.taints_written and write.conflicts == 2 and write.requests == 3
+    # One status write (the gpu-hot gate closes with the taint), then three metadata attempts.
+    assert write.ok and write.taints_written and write.conflicts == 2 and write.requests == 4
     # the real apiserver refused the two writes based on an outdated resourceVersion
     assert [s for s in kube.writes() if s[1] == node_path(N3)] == [
         ("PATCH", node_path(N3), 409),

@@ -1,0 +1,426 @@
+"""A kubelet never refuses a running pod because of kube-steer (issue: safe on a real cluster).
+
+Four kubemark hollow nodes (the real kubelet code, steer/testing/kubelets.py), the session's
+real scheduler with the steer profiles, the real webhook registered for the example policy, its
+admission policies applied, and the real scorer (in process, reading recorded observations, as
+the RBAC-limited scorer identity the node-writes policy confines). Tenant pods of both budgets,
+a GPU job and a DaemonSet with a wildcard toleration run. Then every mechanism moves under them:
+score labels change, the `gpu-hot` (PreferNoSchedule) and `unhealthy` (NoSchedule) taints are
+set, the gpu-hot gate closes, unsteered pods with high limits land and shrink the pools, a
+5 % burst raises a floor and closes the gate of 0 %, and the policy's label and resource
+prefixes change (old keys retired, old resources kept at what pods hold). A rolling restart of
+every kubelet follows: no pod is `Failed`, every budget holds at the end state, and nothing
+published is below what bound pods hold. A control pod with a required term on a label that
+moved is refused by the same restart (`NodeAffinity`), so the restart did re-check everything.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from scorer.hot import BindingWindow, PodBindingWatcher
+from scorer.kubeapi import KubeJson
+from scorer.ledger import PodLedger
+from scorer.model import NodeState
+from scorer.observe import NodeIndex
+from scorer.service import Scorer
+from scorer.sources import Readings
+from scorer.writer import NodeApi
+from steer.adapters.kube import make_api_client
+from steer.core.budget import pod_limits
+from steer.core.policy import Dimension, Policy, parse_policy
+from steer.core.quantity import parse_quantity
+from steer.testing.cluster import ControlPlane
+from steer.testing.kubelets import HollowNode, pod_state, rolling_restart, start_all
+from steer.testing.services import (
+    apply_admission_policies,
+    register_admission,
+    remove_admission_policies,
+    running_webhook,
+    unregister_admission,
+)
+from tests.e2e.waiting import wait_until
+from tests.scorer_support import readings_for
+
+from .conftest import ROOT
+
+EXAMPLE = (ROOT / "examples" / "policy.yaml").read_text()
+OPT_IN = "kube-steer.github.io/enabled"
+GPU = "nvidia.com/gpu"
+MOVING = "e2e.kube-steer.github.io/moving"
+
+
+class Observations:
+    """What the scorer reads, changed by the test between cycles."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, dict[str, float]] = {}
+
+    def read(
+        self,
+        policy: Policy,
+        dimensions: Sequence[Dimension],
+        nodes: Sequence[NodeState],
+        index: NodeIndex,
+        at: float | None,
+    ) -> Readings:
+        wanted = {d.name for d in dimensions}
+        every = readings_for(policy, nodes, self.values, at if at is not None else time.time())
+        return Readings(readings={k: v for k, v in every.items() if k in wanted})
+
+    def close(self) -> None:
+        pass
+
+
+def pod(
+    name: str,
+    cpu: tuple[str, str],
+    *,
+    gpus: int = 0,
+    tolerations: Sequence[Mapping[str, Any]] = (),
+    affinity: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    requests: dict[str, str] = {"cpu": cpu[0], "memory": "64Mi"}
+    limits: dict[str, str] = {"cpu": cpu[1], "memory": "64Mi"}
+    if gpus:
+        requests[GPU] = limits[GPU] = str(gpus)
+    spec: dict[str, Any] = {
+        "automountServiceAccountToken": False,
+        "terminationGracePeriodSeconds": 0,
+        "containers": [
+            {
+                "name": "app",
+                "image": "registry.example/app:1",
+                "resources": {"requests": requests, "limits": limits},
+            }
+        ],
+    }
+    if tolerations:
+        spec["tolerations"] = list(tolerations)
+    if affinity:
+        spec["affinity"] = dict(affinity)
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def daemonset(name: str) -> dict[str, Any]:
+    template = pod(name, ("10m", "10m"), tolerations=[{"operator": "Exists"}])
+    template["metadata"] = {"labels": {"app": name}}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": name},
+        "spec": {"selector": {"matchLabels": {"app": name}}, "template": template},
+    }
+
+
+def node_pods(admin: KubeJson) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for item in admin.list_all("/api/v1/pods", query={"fieldSelector": "spec.nodeName!="}):
+        if (item.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        out.setdefault(item["spec"]["nodeName"], []).append(item)
+    return out
+
+
+def held_vs_published(admin: KubeJson, names: Sequence[str]) -> list[str]:
+    """Every resource some bound pod requests that its node advertises below the sum."""
+    short = []
+    by_node = node_pods(admin)
+    for name in names:
+        node = admin.request("GET", f"/api/v1/nodes/{name}")
+        allocatable = node["status"].get("allocatable") or {}
+        totals: dict[str, Fraction] = {}
+        for item in by_node.get(name, []):
+            for container in item["spec"]["containers"]:
+                for key, value in (container["resources"].get("requests") or {}).items():
+                    if "kube-steer" in key:
+                        totals[key] = totals.get(key, Fraction(0)) + parse_quantity(value)
+        for key, total in totals.items():
+            if parse_quantity(allocatable.get(key, "0")) < total:
+                short.append(f"{name}: {key} {allocatable.get(key)} < {total}")
+    return short
+
+
+@pytest.fixture
+def webhook_and_policies(
+    control_plane: ControlPlane, tmp_path: Path, scorer_user: Path
+) -> Iterator[Path]:
+    """The example policy's webhook registered and its admission policies applied; yields the
+    policy file. Everything is removed at teardown (other tests share the control plane)."""
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text(EXAMPLE)
+    with running_webhook(control_plane, policy_file, tmp_path) as hook:
+        register_admission(control_plane, hook)
+        names = apply_admission_policies(control_plane, policy_file, scorer_user=scorer_user.stem)
+        try:
+            yield policy_file
+        finally:
+            unregister_admission(control_plane)
+            remove_admission_policies(control_plane, names)
+
+
+def pinned(name: str, node: str, cpu: tuple[str, str]) -> dict[str, Any]:
+    """An unsteered pod bound straight to `node` (as legacy workloads and operators do)."""
+    body = pod(name, cpu)
+    body["spec"]["nodeName"] = node
+    return body
+
+
+def test_a_rolling_kubelet_restart_after_every_mechanism_moved_fails_no_pod(
+    control_plane: ControlPlane,
+    hollow: Any,
+    make_namespace: Any,
+    admin: KubeJson,
+    scorer_user: Path,
+    webhook_and_policies: Path,
+) -> None:
+    plane = control_plane
+    nodes: list[HollowNode] = [
+        hollow("a1", zone="zone-a", labels={MOVING: "1"}),
+        hollow("a2", zone="zone-a"),
+        hollow("b1", zone="zone-b"),
+        hollow("gpu", zone="zone-b", extended_resources={GPU: 8}),
+    ]
+    start_all(nodes)
+    names = [n.name for n in nodes]
+    team_a = make_namespace({"tenant": "dept-a", OPT_IN: "true"}, prefix="team-a")
+    team_b = make_namespace({"tenant": "dept-b", OPT_IN: "true"}, prefix="team-b")
+    legacy = make_namespace(prefix="legacy")
+    infra = make_namespace(prefix="infra")  # an ordinary namespace, not kube-system
+
+    policy = [parse_policy(EXAMPLE)]
+    observations = Observations()
+    observations.values = {
+        "gpu-util": {names[3]: 10.0},
+        "gpu-free": {names[3]: 8.0},
+        "gpu-frag": {names[3]: 0.0},
+        "power": {n: 200.0 + 10 * i for i, n in enumerate(names)},
+        "health": dict.fromkeys(names, 1.0),
+    }
+    scorer_client = make_api_client(str(scorer_user))
+    ledger = PodLedger()
+    watcher = PodBindingWatcher(
+        scorer_client, BindingWindow(), window_s=lambda: 60.0, ledger=ledger
+    )
+    scorer = Scorer(
+        lambda: policy[0],
+        NodeApi(KubeJson(scorer_client)),
+        ledger=ledger,
+        bindings=watcher.window,
+        sources={"prometheus": observations},
+    )
+
+    def cycle() -> None:
+        result = scorer.run_cycle(at=time.time())
+        assert result.report is not None
+        assert not result.report.errors, result.report.errors  # the node-writes policy allows it
+
+    def settle() -> None:
+        """Until the scorer has seen every pod event and written what follows from it."""
+        for _ in range(50):
+            scorer.refresh_hot()
+            time.sleep(0.1)
+            if scorer.refresh_hot() is None:
+                return
+
+    watcher.start()
+    try:
+        wait_until("pod ledger synced", lambda: ledger.synced)
+        cycle()
+        cycle()
+        for name in names:
+            wait_until(
+                f"gates on {name}",
+                lambda n=name: (
+                    "kube-steer.kubernetes.io/pool-cpu"  # type: ignore[misc]
+                    in admin.request("GET", f"/api/v1/nodes/{n}")["status"]["allocatable"]
+                ),
+            )
+
+        # --- workloads --------------------------------------------------------------------
+        apps = "/apis/apps/v1/namespaces"
+        admin.request("POST", f"{apps}/{infra}/daemonsets", body=daemonset("node-agent"))
+        for i in range(3):
+            admin.request(
+                "POST", f"/api/v1/namespaces/{team_a}/pods", body=pod(f"a-{i}", ("100m", "105m"))
+            )
+            admin.request(
+                "POST", f"/api/v1/namespaces/{team_b}/pods", body=pod(f"b-{i}", ("100m", "100m"))
+            )
+        admin.request(
+            "POST", f"/api/v1/namespaces/{team_a}/pods", body=pod("train", ("100m", "105m"), gpus=1)
+        )
+        control = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": MOVING, "operator": "In", "values": ["1"]}]}
+                    ]
+                }
+            }
+        }
+        admin.request(
+            "POST",
+            f"/api/v1/namespaces/{legacy}/pods",
+            body=pod("control", ("10m", "10m"), affinity=control),
+        )
+        tenants = [(team_a, f"a-{i}") for i in range(3)] + [(team_b, f"b-{i}") for i in range(3)]
+        tenants.append((team_a, "train"))
+        every = [*tenants, (legacy, "control")]
+        wait_until(
+            "every pod Running",
+            lambda: all(pod_state(plane, ns, n).phase == "Running" for ns, n in every),
+            timeout_s=90,
+        )
+        wait_until(
+            "the DaemonSet on every hollow node (wildcard toleration, security policy applied)",
+            lambda: (
+                {
+                    node
+                    for node, items in node_pods(admin).items()
+                    if any(i["metadata"]["namespace"] == infra for i in items)
+                }
+                >= set(names)
+            ),
+            timeout_s=60,
+        )
+        stored = admin.request("GET", f"/api/v1/namespaces/{team_b}/pods/b-0")
+        requests = stored["spec"]["containers"][0]["resources"]["requests"]
+        assert requests["kube-steer.kubernetes.io/budget-0pct"] == "1"  # steered by the webhook
+        settle()
+        cycle()
+
+        # --- every mechanism moves --------------------------------------------------------
+        before = {n: admin.request("GET", f"/api/v1/nodes/{n}") for n in names}
+        observations.values["gpu-util"][names[3]] = 95.0  # gpu-hot: PreferNoSchedule
+        observations.values["health"][names[1]] = 0.0  # unhealthy: NoSchedule (security)
+        observations.values["power"] = {n: 900.0 - 100 * i for i, n in enumerate(names)}
+        cycle()
+        cycle()  # the taint rules set after 2 cycles
+        for name in names:  # unsteered pods with high limits land everywhere
+            admin.request(
+                "POST",
+                f"/api/v1/namespaces/{legacy}/pods",
+                body=pinned(f"legacy-{name}", name, ("20m", "300m")),
+            )
+        admin.request(
+            "PATCH",
+            f"/api/v1/nodes/{names[0]}",
+            body={"metadata": {"labels": {MOVING: "2"}}},
+            content_type="application/merge-patch+json",
+        )
+        settle()
+        moved = {n: admin.request("GET", f"/api/v1/nodes/{n}") for n in names}
+        hot = moved[names[3]]
+        assert any(
+            t["key"] == "kube-steer.github.io/gpu-hot" for t in hot["spec"].get("taints") or []
+        )
+        assert (
+            hot["status"]["allocatable"]["kube-steer.kubernetes.io/avoid-gpu-hot"] == "1"
+        )  # closed, held by "train"
+        assert any(
+            t["key"] == "kube-steer.github.io/unhealthy"
+            for t in moved[names[1]]["spec"].get("taints") or []
+        )
+        shrunk = [
+            n
+            for n in names
+            if parse_quantity(
+                moved[n]["status"]["allocatable"]["kube-steer.kubernetes.io/pool-cpu"]
+            )
+            < parse_quantity(
+                before[n]["status"]["allocatable"]["kube-steer.kubernetes.io/pool-cpu"]
+            )
+        ]
+        assert shrunk, "the unsteered pods shrank no pool"
+        assert any(
+            moved[n]["metadata"]["labels"].get("kube-steer.github.io/score")
+            != before[n]["metadata"]["labels"].get("kube-steer.github.io/score")
+            for n in names
+        ), "no score label moved"
+        assert not held_vs_published(admin, names)
+
+        # The prefixes change: the scorer retires every old key in its next cycle and keeps
+        # the old resources at what running pods hold.
+        # The operator regenerates the admission policies for the new policy, naming the
+        # prefixes the scorer still retires.
+        renamed_text = (
+            EXAMPLE.replace(
+                "labelPrefix: kube-steer.github.io/", "labelPrefix: next.example.com/steer-"
+            )
+            + "  resourcePrefix: next.kube-steer.kubernetes.io/\n"
+        )
+        renamed_file = webhook_and_policies.with_name("renamed.yaml")
+        renamed_file.write_text(renamed_text)
+        apply_admission_policies(
+            plane,
+            renamed_file,
+            scorer_user=scorer_user.stem,
+            also_prefixes=["kube-steer.github.io/", "kube-steer.kubernetes.io/"],
+        )
+        time.sleep(2)  # the apiserver loads admission policies from a watch
+        policy[0] = parse_policy(renamed_text)
+        cycle()
+        cycle()
+        renamed = {n: admin.request("GET", f"/api/v1/nodes/{n}") for n in names}
+        for n in names:
+            labels = renamed[n]["metadata"]["labels"]
+            assert not [k for k in labels if k.startswith("kube-steer.github.io/")], labels
+            assert "next.example.com/steer-score" in labels, labels
+            assert "next.kube-steer.kubernetes.io/pool-cpu" in renamed[n]["status"]["allocatable"]
+        assert not held_vs_published(admin, names)
+
+        # --- a rolling restart of every kubelet -------------------------------------------
+        rolling_restart(nodes)
+        wait_until(
+            "the control pod refused (its required term no longer matches)",
+            lambda: pod_state(plane, legacy, "control").phase == "Failed",
+            timeout_s=60,
+        )
+        assert pod_state(plane, legacy, "control").reason == "NodeAffinity"
+        time.sleep(12)  # a refused pod shows Failed about 10 s after its kubelet restarts
+        failed = [
+            f"{p['metadata']['namespace']}/{p['metadata']['name']}: {p['status'].get('reason')}"
+            for p in admin.list_all("/api/v1/pods")
+            if (p.get("status") or {}).get("phase") == "Failed"
+            and p["metadata"]["name"] != "control"
+        ]
+        assert failed == [], failed
+        for ns, name in every[:-1]:
+            assert pod_state(plane, ns, name).phase == "Running", (ns, name)
+        assert not held_vs_published(admin, names)
+
+        # Every budget holds at the end state: on each node, the limits of all its pods stay
+        # within (100 + b) % of allocatable for every tenant b with a pod there.
+        budgets = {team_a: 5, team_b: 0}
+        for name, items in node_pods(admin).items():
+            if name not in names:
+                continue
+            allocatable = admin.request("GET", f"/api/v1/nodes/{name}")["status"]["allocatable"]
+            cpu_m = parse_quantity(allocatable["cpu"]) * 1000
+            limits = sum((pod_limits(p["spec"]).cpu_m for p in items), Fraction(0))
+            for item in items:
+                level = budgets.get(item["metadata"]["namespace"])
+                if level is not None:
+                    assert limits * 100 <= cpu_m * (100 + level), (name, limits, level)
+        print(
+            yaml.safe_dump(
+                {
+                    "pools after the move": {
+                        n: moved[n]["status"]["allocatable"]["kube-steer.kubernetes.io/pool-cpu"]
+                        for n in names
+                    }
+                }
+            )
+        )
+    finally:
+        watcher.stop()
+        scorer.close()
+        scorer_client.close()
