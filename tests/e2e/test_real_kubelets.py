@@ -203,6 +203,7 @@ def test_a_rolling_kubelet_restart_after_every_mechanism_moved_fails_no_pod(
         "gpu-frag": {names[3]: 0.0},
         "power": {n: 200.0 + 10 * i for i, n in enumerate(names)},
         "health": dict.fromkeys(names, 1.0),
+        "overcommit-pct": {},  # under scheduler enforcement no budget reads it
     }
     scorer_client = make_api_client(str(scorer_user))
     ledger = PodLedger()
