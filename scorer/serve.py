@@ -148,6 +148,7 @@ def _serve(
     try:
         stop.wait()
     finally:
+        scorer.request_stop()  # a cycle in flight ends after the node it is writing
         loop.stop()
         pods.stop()
         if elector is not None:

@@ -95,7 +95,7 @@ class Scorer:
         metrics: ScorerMetrics | None = None,
         dry_run: bool = False,
         clock: Callable[[], float] = time.time,
-        writer_sleep: Callable[[float], None] = time.sleep,
+        writer_sleep: Callable[[float], None] | None = None,
         placement_scores: PlacementScorePublisher | None = None,
         sources: Mapping[str, Source] | None = None,
     ) -> None:
@@ -111,8 +111,14 @@ class Scorer:
         self.dry_run = dry_run
         self._clock = clock
         first = policy()
-        self.limiter = RateLimiter(first.spec.scoring.write_qps, first.spec.scoring.write_burst)
-        self.writer = NodeWriter(node_api, self.limiter, sleep=writer_sleep)
+        # Set on shutdown: pacing waits end at once, and no further node is started (the one
+        # being written is finished, so no node is left half-written).
+        self.stopping = threading.Event()
+        sleep: Callable[[float], None] = writer_sleep or self._pause
+        self.limiter = RateLimiter(
+            first.spec.scoring.write_qps, first.spec.scoring.write_burst, sleep=sleep
+        )
+        self.writer = NodeWriter(node_api, self.limiter, sleep=sleep)
         self._memory = ScorerMemory()
         self._lock = threading.Lock()  # one cycle (or hot refresh) at a time
         self._last: CycleResult | None = None
@@ -157,6 +163,13 @@ class Scorer:
             )
             source = self._sources[name] = SOURCES[name](context)
         return source
+
+    def _pause(self, seconds: float) -> None:
+        self.stopping.wait(seconds)
+
+    def request_stop(self) -> None:
+        """Shutdown: the cycle in flight finishes the node it writes and starts no other."""
+        self.stopping.set()
 
     def close(self) -> None:
         for source in self._sources.values():
@@ -380,7 +393,12 @@ class Scorer:
         write_s = 0.0
         if leader and not dry:
             t2 = time.perf_counter()
-            report = self.writer.apply(policy, plan, nodes, still_allowed=lambda: self.is_leader)
+            report = self.writer.apply(
+                policy,
+                plan,
+                nodes,
+                still_allowed=lambda: self.is_leader and not self.stopping.is_set(),
+            )
             write_s = time.perf_counter() - t2
             self.metrics.node_writes.labels(result="ok").inc(report.nodes_written)
             self.metrics.node_writes.labels(result="error").inc(len(report.errors))

@@ -198,7 +198,7 @@ class NodeWriter:
         def write(item: tuple[NodePlan, NodeState]) -> WriteResult | None:
             if stopped.is_set() or not still_allowed():
                 if not stopped.is_set():
-                    log.warning("stopped writing: this replica is no longer the leader")
+                    log.warning("stopped writing: shutting down, or no longer the leader")
                 stopped.set()
                 return None
             return self.write_node(policy, item[0], item[1])

@@ -4,6 +4,7 @@ promtool) and the Kubernetes API stand-in."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,6 +14,7 @@ import requests
 
 from scorer.kubeapi import KubeJson
 from scorer.leader import LeaseElector
+from scorer.ledger import PodLedger
 from scorer.plan import DataStatus
 from scorer.presets import POWER_KEPLER_010, POWER_KEPLER_07
 from scorer.service import Scorer
@@ -343,3 +345,33 @@ def test_kepler_010_watts_and_ip_port_instances_map_to_nodes(
     ]
     summary = {d.dimension: d for d in result.plan.dimensions}
     assert summary["node-power"].unknown == 0 and summary["node-power"].samples == 3
+
+
+def test_a_shutdown_ends_a_paced_cycle_after_the_node_being_written(
+    apistub: ApiStub, tmp_path: Path
+) -> None:
+    """At 2 writes/s, 30 nodes take 15 s to write; the shutdown (SIGTERM in `steer scorer
+    run`) ends the cycle within a second, and every node written is written whole: its
+    labels, record and gates, never one without the other."""
+    names = [f"slow-{i}" for i in range(30)]
+    stub_nodes(apistub, names)
+    policy = parse_policy(
+        SMALL_POLICY.replace(
+            "intervalSeconds: 30}", "intervalSeconds: 30, writeQps: 2, writeBurst: 1}"
+        )
+    )
+    ledger = PodLedger()
+    ledger.replace([])
+    scorer = make_scorer(apistub, tmp_path, "http://127.0.0.1:9", policy, ledger=ledger)
+    threading.Timer(1.0, scorer.request_stop).start()
+    started = time.monotonic()
+    result = scorer.run_cycle()
+    assert time.monotonic() - started < 3.0
+    assert result.report is not None
+    written = [r.node for r in result.report.results]
+    assert 0 < len(written) < len(names)
+    for name in names:
+        node = apistub.get("nodes", name)
+        gates = "kube-steer.kubernetes.io/avoid-gpu-hot" in node["status"].get("allocatable", {})
+        record = "kube-steer.github.io/managed" in (node["metadata"].get("annotations") or {})
+        assert gates == record == (name in written), name

@@ -157,7 +157,9 @@ def test_every_forgery_of_the_budget_currency_is_refused_or_neutralised(
             body(
                 "f6",
                 steered_b,
-                initContainers=[{**container(("1", "1"), name="sidecar"), "restartPolicy": "Always"}],
+                initContainers=[
+                    {**container(("1", "1"), name="sidecar"), "restartPolicy": "Always"}
+                ],
             ),
             "budget-pool",
         ),
@@ -272,9 +274,13 @@ def test_the_scorers_node_writes_are_confined_to_its_keys(
 
     import time
 
-    deadline = time.monotonic() + 20
-    while "scorer-owned-keys" not in patch(node, {"metadata": {"labels": {"team": "b"}}}):
+    deadline = time.monotonic() + 30
+    probe = "probe.example.com/attempt"
+    attempt = 0
+    # A foreign label that changes at every attempt, until the apiserver refuses it.
+    while "scorer-owned-keys" not in patch(node, {"metadata": {"labels": {probe: str(attempt)}}}):
         assert time.monotonic() < deadline, "the node-writes policy is not in force"
+        attempt += 1
         time.sleep(0.2)
     assert patch(node, {"metadata": {"labels": {"kube-steer.github.io/score": "50"}}}) == "admitted"
     assert (

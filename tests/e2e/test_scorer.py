@@ -448,7 +448,8 @@ def test_a_concurrent_taint_writer_gets_a_real_409_retry_and_nothing_is_lost(
         assert idle.plan.changes == ()
         assert idle.report is not None and idle.report.requests == 0 and idle.report.results == ()
     assert kube.writes() == []
-    assert [m for m, _p, _s in kube.sent] == ["GET", "GET"]  # one node list per cycle
+    # Per cycle one node list, and (no pod watch here) one list of the bound pods for the gates.
+    assert [m for m, _p, _s in kube.sent] == ["GET", "GET", "GET", "GET"]
     assert {n: node["metadata"]["resourceVersion"] for n, node in get_nodes(admin).items()} == (
         versions
     )
