@@ -21,7 +21,6 @@ from scorer.ledger import BoundPod
 from scorer.model import parse_rfc3339
 from scorer.retire import Removal, cleanup_removal, removal_plan
 from scorer.writer import NodeApi, NodeWriter, RateLimiter, WriteResult
-from steer.core.budget import pod_usage
 from steer.core.policy import Policy
 
 log = logging.getLogger(__name__)
@@ -74,7 +73,7 @@ def held_resources(api: NodeApi) -> dict[str, dict[str, int]]:
         if entry is None:
             continue
         node = out.setdefault(entry.node, {})
-        for name, amount in pod_usage(entry.spec).held.items():
+        for name, amount in entry.usage.held.items():
             node[name] = node.get(name, 0) + amount
     return out
 

@@ -193,21 +193,31 @@ class PodBindingWatcher:
             self.ledger.desync()
 
     def relist(self) -> None:
-        """List every bound pod: refill the ledger (synced afterwards) and the window."""
-        pods, version = self.kube.list_snapshot(
+        """List every bound pod, page by page: refill the ledger (synced afterwards) and the
+        window. Only the reduced entries are kept, so memory follows the ledger, not the
+        pods' JSON."""
+        stream = self.kube.stream_list(
             PODS_PATH, page_size=self.page_size, query={"fieldSelector": BOUND_PODS}
         )
-        self.lists += 1
         counted = False
-        for pod in pods:
+        seen = 0
+
+        def each(pod: Mapping[str, Any]) -> None:
+            nonlocal counted, seen
+            seen += 1
             counted = self._count("ADDED", pod) or counted
+
         moved = False
         if self.ledger is not None:
             before = self.ledger.generation
-            self.ledger.replace(pods)
+            self.ledger.replace(stream, each)
             moved = self.ledger.generation != before  # pods changed, or synced just now
-        self.resource_version = version
-        log.info("pod list: %d bound pods at resourceVersion %s", len(pods), version)
+        else:
+            for pod in stream:
+                each(pod)
+        self.lists += 1
+        self.resource_version = stream.resource_version
+        log.info("pod list: %d bound pods at resourceVersion %s", seen, stream.resource_version)
         if (counted or moved) and self.on_binding is not None:
             self.on_binding()
 

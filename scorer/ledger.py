@@ -1,41 +1,41 @@
-"""Which pods hold resources on which node: the input of the budget pools (steer/core/budget.py).
+"""Which pods hold resources on which node: the input of the gates and the budget pool
+(steer/core/gates.py, budget.py), of `limitOvercommit` and of the cluster scores.
 
-A pool's capacity is a node's room for limits minus the limits of the pods on it that take
-nothing from the pool, so the scorer must know every pod bound to every node, the way the scheduler does:
-a pod counts from its binding until it is deleted or reaches a terminal phase (the
-scheduler's own pod informer excludes Succeeded and Failed pods). The ledger keeps, per pod
-uid, its node and its containers' resources, nothing else (a pod is a few hundred bytes here
-instead of kilobytes).
+A pool's capacity is a node's room for limits minus the limits of the pods on it outside the
+pool, and a gate never goes below what the node's pods hold, so the scorer must know every pod
+bound to every node, the way the scheduler does: a pod counts from its binding until it is
+deleted or reaches a terminal phase (the scheduler's own pod informer excludes Succeeded and
+Failed pods; so does a kubelet when it re-admits). The ledger keeps, per pod uid, its node and
+its `PodUsage`, computed once when the pod arrives: about 300 bytes a pod, so 100,000 pods fit
+in a few tens of MiB.
 
-It is fed by the scorer's pod watch (`scorer.hot.PodBindingWatcher`): one list, then a watch
-from the list's resourceVersion. Until that list has been applied the ledger is not `synced`
-and the scorer publishes no pool: capacities computed from a partial ledger would be too
-generous. `generation` bumps on every change that can move a pool, so the scorer knows when
-to republish.
+It is fed by the scorer's pod watch (`scorer.hot.PodBindingWatcher`): one list, read page by
+page, then a watch from the list's resourceVersion. Until that list has been applied the ledger
+is not `synced` and the scorer publishes no gate or pool: capacities computed from a partial
+ledger could be below what the missing pods hold. `generation` bumps on every change that can
+move a pool, and the nodes whose pods changed are kept until `take_dirty()`, so the scorer
+replans only those.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from types import MappingProxyType
 from typing import Any
 
-from steer.core.budget import Amount, PodUsage, pod_limits, pod_usage
-from steer.core.quantity import QuantityError
-from steer.core.scheduling import pod_amount
+from steer.core.budget import Amount, PodUsage, pod_usage
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class BoundPod:
-    """A pod as the pools see it: its node and a pod spec reduced to containers' resources."""
+    """A pod as the ledger keeps it: its node and what it holds there."""
 
     node: str
-    spec: Mapping[str, Any]
+    usage: PodUsage
 
     @classmethod
     def of(cls, pod: Mapping[str, Any]) -> BoundPod | None:
@@ -45,19 +45,7 @@ class BoundPod:
         phase = (pod.get("status") or {}).get("phase")
         if not node or phase in TERMINAL_PHASES:
             return None
-        reduced: dict[str, Any] = {}
-        for part in ("containers", "initContainers"):
-            containers = spec.get(part)
-            if containers:
-                reduced[part] = tuple(_container(c) for c in containers if isinstance(c, Mapping))
-        return cls(str(node), MappingProxyType(reduced))
-
-
-def _container(container: Mapping[str, Any]) -> Mapping[str, Any]:
-    out: dict[str, Any] = {"resources": container.get("resources") or {}}
-    if container.get("restartPolicy"):  # a sidecar init container: runs next to the app
-        out["restartPolicy"] = container["restartPolicy"]
-    return MappingProxyType(out)
+        return cls(str(node), pod_usage(spec))
 
 
 class PodLedger:
@@ -69,9 +57,8 @@ class PodLedger:
         self._synced = False
         self.generation = 0  # bumps on every change that can move a pool
         self.relists = 0
-        # What each pod reduces to (its pool share, limits, requests), computed once per pod
-        # version: uid -> key -> value, dropped when the pod changes or goes.
-        self._derived: dict[str, dict[Hashable, Any]] = {}
+        self._dirty: set[str] = set()  # nodes whose pods changed since take_dirty()
+        self._all_dirty = True  # a relist or desync: every node
 
     @property
     def synced(self) -> bool:
@@ -80,11 +67,18 @@ class PodLedger:
     def __len__(self) -> int:
         return len(self._pods)
 
-    def replace(self, pods: Iterable[Mapping[str, Any]]) -> set[str]:
-        """Start over from a full list of bound pods; the ledger is synced afterwards.
-        Returns the nodes whose pods changed."""
+    def replace(
+        self,
+        pods: Iterable[Mapping[str, Any]],
+        each: Callable[[Mapping[str, Any]], None] | None = None,
+    ) -> set[str]:
+        """Start over from a full list of bound pods (an iterable read once, page by page:
+        only the reduced entries are kept); the ledger is synced afterwards. `each` sees every
+        pod as it passes. Returns the nodes whose pods changed."""
         fresh: dict[str, BoundPod] = {}
         for pod in pods:
+            if each is not None:
+                each(pod)
             uid = (pod.get("metadata") or {}).get("uid")
             entry = BoundPod.of(pod)
             if uid and entry is not None:
@@ -92,15 +86,12 @@ class PodLedger:
         with self._lock:
             changed = {p.node for uid, p in self._pods.items() if fresh.get(uid) != p}
             changed.update(p.node for uid, p in fresh.items() if self._pods.get(uid) != p)
-            self._derived = {
-                uid: derived
-                for uid, derived in self._derived.items()
-                if uid in fresh and self._pods.get(uid) == fresh[uid]
-            }
             self._pods = fresh
             self.relists += 1
             if changed or not self._synced:
                 self.generation += 1
+            self._dirty |= changed
+            self._all_dirty = self._all_dirty or not self._synced
             self._synced = True
         return changed
 
@@ -119,9 +110,10 @@ class PodLedger:
                 del self._pods[uid]
             else:
                 self._pods[uid] = entry
-            self._derived.pop(uid, None)
             self.generation += 1
-        return {p.node for p in (old, entry) if p is not None}
+            nodes = {p.node for p in (old, entry) if p is not None}
+            self._dirty |= nodes
+        return nodes
 
     def desync(self) -> None:
         """The watch broke: until the next full list the ledger may miss changes."""
@@ -129,69 +121,60 @@ class PodLedger:
             if self._synced:
                 self._synced = False
                 self.generation += 1
+                self._all_dirty = True
 
-    def usages(self) -> dict[str, tuple[PodUsage, ...]] | None:
-        """Each node's pods as the gates and pools count them; None until the ledger is
-        synced."""
-        key = "usage"  # pod_usage() does not depend on the policy
+    def take_dirty(self) -> set[str] | None:
+        """The nodes whose pods changed since the last call (None: every node, after a list)."""
+        with self._lock:
+            dirty, every = self._dirty, self._all_dirty
+            self._dirty, self._all_dirty = set(), False
+        return None if every else dirty
+
+    def usages(self, nodes: Iterable[str] | None = None) -> dict[str, tuple[PodUsage, ...]] | None:
+        """Each node's pods (of `nodes`, or all) as the gates and pools count them; None until
+        the ledger is synced."""
+        wanted = None if nodes is None else set(nodes)
         with self._lock:
             if not self._synced:
                 return None
             grouped: dict[str, list[PodUsage]] = {}
-            for uid, pod in self._pods.items():
-                usage = self._derive(uid, key, lambda p: pod_usage(p.spec))
-                grouped.setdefault(pod.node, []).append(usage)
+            for pod in self._pods.values():
+                if wanted is None or pod.node in wanted:
+                    grouped.setdefault(pod.node, []).append(pod.usage)
         return {node: tuple(usages) for node, usages in grouped.items()}
-
-    def _derive(self, uid: str, key: Hashable, compute: Callable[[BoundPod], Any]) -> Any:
-        """`compute(pod)` for pod `uid`, cached until the pod changes (call with the lock)."""
-        derived = self._derived.setdefault(uid, {})
-        if key not in derived:
-            derived[key] = compute(self._pods[uid])
-        return derived[key]
 
     def limits(self) -> dict[str, Amount] | None:
         """Per node, the cpu and memory limits of its bound pods (a container without a limit
-        counts its request); None until the ledger is synced. A malformed quantity counts as
-        nothing (the apiserver accepted the pod)."""
-        out: dict[str, Amount] = {}
+        counts its request); None until the ledger is synced."""
+        sums: dict[str, list[int]] = {}
         with self._lock:
             if not self._synced:
                 return None
-            for uid, pod in self._pods.items():
-                limits = self._derive(uid, "limits", lambda p: _limits(p.spec))
-                out[pod.node] = out.get(pod.node, Amount()) + limits
-        return out
+            for pod in self._pods.values():
+                total = sums.setdefault(pod.node, [0, 0])
+                total[0] += pod.usage.limit_cpu_m
+                total[1] += pod.usage.limit_memory
+        return {node: Amount(Fraction(cpu), Fraction(mem)) for node, (cpu, mem) in sums.items()}
 
     def requested(self, resources: Sequence[str]) -> dict[str, dict[str, Fraction]] | None:
         """Per node, the requests of `resources` summed over its bound pods, as the scheduler
-        counts them (cores for cpu, bytes for memory); None until the ledger is synced. A
-        malformed quantity counts as nothing (the apiserver accepted the pod)."""
+        counts them (cores for cpu, bytes for memory, units otherwise); None until the ledger
+        is synced."""
         wanted = tuple(resources)
-        key = ("requests", wanted)
         with self._lock:
             if not self._synced:
                 return None
             out: dict[str, dict[str, Fraction]] = {}
-            for uid, pod in self._pods.items():
-                amounts = self._derive(
-                    uid, key, lambda p: tuple(_request(p.spec, name) for name in wanted)
-                )
+            for pod in self._pods.values():
                 node = out.setdefault(pod.node, dict.fromkeys(wanted, Fraction(0)))
-                for name, amount in zip(wanted, amounts, strict=True):
-                    node[name] += amount
+                for name in wanted:
+                    node[name] += _request(pod.usage, name)
         return out
 
 
-def _limits(spec: Mapping[str, Any]) -> Amount:
-    try:
-        return pod_limits(spec)
-    except QuantityError:
-        return Amount()
-
-
-def _request(spec: Mapping[str, Any], resource: str) -> Fraction:
-    try:
-        return pod_amount(spec, "requests", resource)
-    except QuantityError:
-        return Fraction(0)
+def _request(usage: PodUsage, name: str) -> Fraction:
+    if name == "cpu":
+        return Fraction(usage.request_cpu_m, 1000)
+    if name == "memory":
+        return Fraction(usage.request_memory)
+    return Fraction(usage.held.get(name, 0))

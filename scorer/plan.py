@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
@@ -504,6 +504,7 @@ def plan_cycle(
     failures: Mapping[str, DimensionFailure] | None = None,
     hot: Mapping[str, int] | None = None,
     pod_usages: Mapping[str, Sequence[PodUsage]] | None = None,
+    known: Iterable[str] | None = None,
 ) -> tuple[CyclePlan, ScorerMemory]:
     """Plan one cycle. `readings` holds the dimensions queried successfully this cycle; a
     dimension absent from it counts as not observed (its data ages). Pass no readings to
@@ -511,11 +512,15 @@ def plan_cycle(
     counters only advance on fresh observations.
 
     `pod_usages` holds the pods bound to each node (a node absent from it has none), from a
-    complete pod ledger; None when there is none, and then no gate or pool is set."""
+    complete pod ledger; None when there is none, and then no gate or pool is set.
+
+    `known` names every node of the cluster when `nodes` is only some of them (a refresh after
+    pod events replans just the nodes whose pods changed): the memory of the others is kept,
+    and their scores still count in every normalisation."""
     failures = failures or {}
     hot = hot or {}
     layout = _Layout.of(policy)
-    names = {n.name for n in nodes}
+    names = {n.name for n in nodes} if known is None else set(known)
     observations = _remember(layout, names, readings, memory, now)
     scores = {
         d.name: normalise(
@@ -526,8 +531,14 @@ def plan_cycle(
         for d in layout.dims
     }
     fresh = {name: reading.values for name, reading in readings.items()}
-    counters: dict[tuple[str, str], TaintCounter] = {}
-    floors: dict[str, Floor] = {}
+    planned = {n.name for n in nodes}
+    # Nodes not replanned now keep their debounce state and floor.
+    counters: dict[tuple[str, str], TaintCounter] = {
+        k: v for k, v in memory.counters.items() if k[1] in names and k[1] not in planned
+    }
+    floors: dict[str, Floor] = {
+        k: v for k, v in memory.floors.items() if k in names and k not in planned
+    }
     node_plans = []
     for node in nodes:
         node_plans.append(
@@ -589,7 +600,11 @@ def plan_cycle(
         observations=MappingProxyType(observations),
         counters=MappingProxyType(counters),
         last_success=MappingProxyType(last_success),
-        floors=MappingProxyType(floors if pod_usages is not None else dict(memory.floors)),
+        floors=MappingProxyType(
+            floors
+            if pod_usages is not None
+            else {k: v for k, v in memory.floors.items() if k in names}
+        ),
     )
     return cycle, new_memory
 

@@ -17,7 +17,7 @@ import gc
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from scorer.clusterscore import ClusterScoreValue, cluster_scores, requested_resources
@@ -122,6 +122,9 @@ class Scorer:
         self._memory = ScorerMemory()
         self._lock = threading.Lock()  # one cycle (or hot refresh) at a time
         self._last: CycleResult | None = None
+        # The nodes as last listed, updated from the answers to our writes: a refresh after
+        # pod events plans from these instead of listing 5,000 nodes again.
+        self._nodes: dict[str, NodeState] = {}
         self._last_bindings_generation = 0
         self._last_ledger_generation = 0
         self._sources: dict[str, Source] = dict(sources or {})
@@ -251,6 +254,9 @@ class Scorer:
             nodes = tuple(self.node_api.list_nodes())
         except KubeApiError as exc:
             raise CycleError(f"cannot list nodes: {exc}") from exc
+        self._nodes = {n.name: n for n in nodes}
+        if self.ledger is not None:
+            self.ledger.take_dirty()  # this cycle plans every node
         list_s = time.perf_counter() - t0
         readings, failures, query_s = self.read_all(policy, nodes, at)
         generation = self._generations()
@@ -300,11 +306,13 @@ class Scorer:
             self._last_ledger_generation,
         )
 
-    def _pod_usages(self, policy: Policy) -> dict[str, tuple[PodUsage, ...]] | None:
-        """Each node's pods for the gates and budget pools; None without a ledger or while it
-        is not synced (then no gate or pool is set)."""
+    def _pod_usages(
+        self, policy: Policy, nodes: Iterable[str] | None = None
+    ) -> dict[str, tuple[PodUsage, ...]] | None:
+        """Each node's pods (of `nodes`, or all) for the gates and budget pools; None without a
+        ledger or while it is not synced (then no gate or pool is set)."""
         if self.ledger is not None:
-            return self.ledger.usages()
+            return self.ledger.usages(nodes)
         if not owned_resource_keys(policy):
             return None
         # Without a pod watch (`steer scorer once`, tests): one list of the bound pods.
@@ -320,9 +328,9 @@ class Scorer:
         return ledger.usages()
 
     def refresh_hot(self) -> CycleResult | None:
-        """Recompute composites and budget pools from memory when pods were bound or a node's
-        pods changed since the last plan (no queries), and write what changed. None when there
-        is nothing new or no cycle yet."""
+        """Recompute composites, gates and pools from memory when pods were bound or a node's
+        pods changed since the last plan (no queries, no node list), for those nodes only, and
+        write what changed. None when there is nothing new or no cycle yet."""
         if not self._pod_changes():
             return None
         with self._lock:  # a cycle in flight may have started before the change: wait for it
@@ -331,14 +339,18 @@ class Scorer:
             previous = self._last
             policy = self.policy
             started_at = self._clock()
-            t0 = time.perf_counter()
-            try:
-                nodes = tuple(self.node_api.list_nodes())
-            except KubeApiError as exc:
-                log.warning("hot-node refresh skipped: cannot list nodes: %s", exc)
-                return None
-            list_s = time.perf_counter() - t0
             generation = self._generations()
+            hot = self._hot_counts(policy)
+            dirty = self.ledger.take_dirty() if self.ledger is not None else None
+            known = {p.node: p for p in previous.plan.nodes}
+            if dirty is None:
+                names = set(self._nodes)
+            else:
+                moved = {
+                    n for n in self._nodes if hot.get(n, 0) != getattr(known.get(n), "hot_pods", 0)
+                }
+                names = (dirty | moved) & set(self._nodes)
+            nodes = tuple(self._nodes[n] for n in sorted(names))
             t1 = time.perf_counter()
             plan, memory = plan_cycle(
                 policy,
@@ -346,15 +358,24 @@ class Scorer:
                 {},
                 self._memory,
                 self._clock(),
-                hot=self._hot_counts(policy),
-                pod_usages=self._pod_usages(policy),
+                hot=hot,
+                pod_usages=self._pod_usages(policy, names),
+                known=self._nodes,
             )
-            plan = dataclasses.replace(plan, dimensions=previous.plan.dimensions)
             compute_s = time.perf_counter() - t1
             self._memory = memory
             self._last_bindings_generation, self._last_ledger_generation = generation
             return self._finish(
-                policy, plan, nodes, self.dry_run, started_at, list_s, 0.0, compute_s, 0
+                policy,
+                plan,
+                nodes,
+                self.dry_run,
+                started_at,
+                0.0,
+                0.0,
+                compute_s,
+                0,
+                merge_into=previous,
             )
 
     def _hot_counts(self, policy: Policy) -> dict[str, int]:
@@ -379,7 +400,10 @@ class Scorer:
         compute_s: float,
         queries: int,
         compute_cpu_s: float = 0.0,
+        merge_into: CycleResult | None = None,
     ) -> CycleResult:
+        """Write (if leading) and record a plan. `merge_into`: the plan covers only some nodes
+        (a refresh), and the result is the previous one with those nodes replaced."""
         # Records left under an earlier labelPrefix: their keys go in this cycle's writes.
         plan, retired = retire_old_prefixes(policy, plan, nodes)
         if retired:
@@ -400,10 +424,22 @@ class Scorer:
                 still_allowed=lambda: self.is_leader and not self.stopping.is_set(),
             )
             write_s = time.perf_counter() - t2
+            for written in report.results:
+                if written.state is not None and written.node in self._nodes:
+                    self._nodes[written.node] = written.state
             self.metrics.node_writes.labels(result="ok").inc(report.nodes_written)
             self.metrics.node_writes.labels(result="error").inc(len(report.errors))
             self.metrics.write_requests.inc(report.requests)
             self.metrics.write_conflicts.inc(report.conflicts)
+        if merge_into is not None:
+            replaced = {p.node: p for p in plan.nodes}
+            plan = dataclasses.replace(
+                merge_into.plan,
+                planned_at=plan.planned_at,
+                pods_known=plan.pods_known,
+                nodes=tuple(replaced.get(p.node, p) for p in merge_into.plan.nodes),
+            )
+            nodes = tuple(self._nodes.values())
         self._cluster_scores(policy, plan, nodes, write=leader and not dry)
         result = CycleResult(
             plan=plan,

@@ -96,9 +96,10 @@ class NodeApi:
         self.page_size = page_size
 
     def list_nodes(self) -> list[NodeState]:
+        """Every Node, reduced page by page (a real Node's status carries its image list)."""
         return [
             NodeState.from_k8s(obj)
-            for obj in self.kube.list_all(node_path(), page_size=self.page_size)
+            for obj in self.kube.stream_list(node_path(), page_size=self.page_size)
         ]
 
     def get_node(self, name: str) -> NodeState:
@@ -132,7 +133,10 @@ class WriteResult:
     taints_written: bool
     error: str | None = None
     status: int | None = None
-    resources_written: int = 0  # budget pools set or removed in the node's status
+    resources_written: int = 0  # gates and pools set or removed in the node's status
+    # The Node as the apiserver answered the last write (None: nothing written, or it failed):
+    # the scorer's view of the node until its next list.
+    state: NodeState | None = None
 
 
 @dataclass(frozen=True)
@@ -215,28 +219,30 @@ class NodeWriter:
     def write_node(self, policy: Policy, plan: NodePlan, node: NodeState) -> WriteResult:
         resources = 0
         status_requests = 0
+        state = None
         if plan.resource_changes:
             outcome = self._write_status(plan)
             if isinstance(outcome, WriteResult):
                 return outcome
-            status_requests = outcome
+            status_requests, state = outcome
             resources = len(plan.resource_changes)
         result = self._write_metadata(policy, plan, node)
         return dataclasses.replace(
             result,
             requests=result.requests + status_requests,
             resources_written=resources,
+            state=result.state or state,
         )
 
-    def _write_status(self, plan: NodePlan) -> int | WriteResult:
-        """PATCH the pools into the node's status; the requests made, or the failed result."""
+    def _write_status(self, plan: NodePlan) -> tuple[int, NodeState] | WriteResult:
+        """PATCH the gates and pools into the node's status; the requests made and the node
+        as answered, or the failed result."""
         changes = dict(plan.resource_changes)
         patch = {"status": {"capacity": changes, "allocatable": changes}}
         for attempt in range(1, self.max_attempts + 1):
             self._pace()
             try:
-                self.api.patch_node_status(plan.node, patch)
-                return attempt
+                return attempt, self.api.patch_node_status(plan.node, patch)
             except KubeApiError as exc:
                 if exc.status == 404:
                     return WriteResult(
@@ -280,7 +286,7 @@ class NodeWriter:
             self._pace()
             requests = attempt
             try:
-                self.api.patch_node(plan.node, patch)
+                answered = self.api.patch_node(plan.node, patch)
                 return WriteResult(
                     plan.node,
                     True,
@@ -288,6 +294,7 @@ class NodeWriter:
                     conflicts,
                     len(plan.label_changes),
                     taints is not None,
+                    state=answered,
                 )
             except KubeApiError as exc:
                 if exc.status == 404:

@@ -3,6 +3,7 @@ the -100..100 mapping and when the publisher must write."""
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 from typing import Any
 
@@ -72,8 +73,8 @@ def node(
 
 
 def share(cpu_cores: float = 0, memory_gib: float = 0) -> PodUsage:
-    units = Amount(Fraction(cpu_cores) * 1000, Fraction(memory_gib) * GIB).units()
-    return PodUsage((units["cpu"], units["memory"]), bursting=False)
+    amount = Amount(Fraction(cpu_cores) * 1000, Fraction(memory_gib) * GIB)
+    return PodUsage(math.ceil(amount.cpu_m), math.ceil(amount.memory))
 
 
 # n1: 8 GPUs, 3 held, 70 cores of limits; n2: 8 GPUs, none held but hot (gpu-hot active);

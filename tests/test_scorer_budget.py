@@ -348,7 +348,7 @@ def test_ledger_follows_events() -> None:
     assert ledger.synced
 
 
-def test_ledger_keeps_only_resources() -> None:
+def test_ledger_keeps_only_what_pods_hold() -> None:
     full = pod("a")
     full["spec"]["containers"][0].update({"env": [{"name": "X", "value": "y" * 1000}]})
     full["spec"]["initContainers"] = [
@@ -356,9 +356,10 @@ def test_ledger_keeps_only_resources() -> None:
     ]
     entry = BoundPod.of(full)
     assert entry is not None and entry.node == "n1"
-    assert "env" not in entry.spec["containers"][0]
-    assert entry.spec["initContainers"][0]["restartPolicy"] == "Always"
-    assert pod_usage(entry.spec) == pod_usage(full["spec"])
+    # Reduced once, on arrival: the sidecar's request counts beside the containers'.
+    assert entry.usage == pod_usage(full["spec"])
+    assert entry.usage.request_cpu_m == 2000  # FOREIGN's 1 core + the sidecar's 1
+    assert not hasattr(entry, "__dict__")  # slots: no per-pod dictionary
     assert BoundPod.of(pod("x", node=None)) is None
 
 
@@ -694,5 +695,46 @@ def test_a_ledger_synced_with_no_pods_triggers_the_republish(
         result = scorer.refresh_hot()
         assert result is not None
         assert status_of(apistub, "node-1")["allocatable"][CPU] == "4000"
+    finally:
+        scorer.close()
+
+
+def test_a_burst_of_pods_costs_one_status_write_per_node_and_no_node_list(
+    apistub: ApiStub, kube_client: client.ApiClient
+) -> None:
+    """Issue "5,000 nodes": a pod event replans only the nodes whose pods changed, from the
+    nodes as last listed and written (no LIST of every node), and a burst coalesces into one
+    status write per node that moved."""
+    for i in range(20):
+        apistub.add_node(synthetic_node(f"node-{i}", gpus=2))
+    policy = parse_policy(
+        SMALL_POLICY.replace("hotPenaltyPerPod: 5", "hotPenaltyPerPod: 0")
+        + """\
+    - name: dept-a
+      namespaceSelector: {matchLabels: {tenant: dept-a}}
+      overcommitPercent: 5
+  overcommit: {enforcement: scheduler}
+"""
+    )
+    ledger = PodLedger()
+    ledger.replace([])
+    scorer = Scorer(
+        lambda: policy, NodeApi(KubeJson(kube_client)), prometheus_url=NO_PROMETHEUS, ledger=ledger
+    )
+    try:
+        scorer.run_cycle()
+        apistub.clear_requests()
+        for i in range(5):  # a burst onto node-3, seen by the watch as five events
+            body = stub_pod(f"burst-{i}", "node-3", FOREIGN)
+            made = apistub.create("pods", body)
+            ledger.apply("ADDED", made)
+        result = scorer.refresh_hot()
+        assert result is not None and result.report is not None
+        assert [r.node for r in result.report.results] == ["node-3"]
+        assert apistub.count("PATCH", "/status") == 1 and apistub.count("PATCH") == 1
+        assert apistub.count("GET", "/api/v1/nodes") == 0  # no node list for a pod event
+        assert status_of(apistub, "node-3")["allocatable"][CPU] == "0"  # 5 x 2 cores > 4
+        assert len(result.plan.nodes) == 20  # the rest of the plan is the last cycle's
+        assert scorer.refresh_hot() is None  # nothing new: nothing planned, nothing written
     finally:
         scorer.close()

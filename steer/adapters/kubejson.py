@@ -113,20 +113,16 @@ class KubeJson:
     ) -> tuple[list[dict[str, Any]], str]:
         """Every item of a collection and the resourceVersion of that snapshot (the pages of
         one list are one consistent snapshot: a watch from this version misses nothing)."""
-        items: list[dict[str, Any]] = []
-        token = ""
-        version = ""
-        while True:
-            params: dict[str, str | int] = {**(query or {}), "limit": page_size}
-            if token:
-                params["continue"] = token
-            page = self.request("GET", path, query=params)
-            items.extend(page.get("items") or ())
-            meta = page.get("metadata") or {}
-            version = version or str(meta.get("resourceVersion") or "")
-            token = meta.get("continue") or ""
-            if not token:
-                return items, version
+        stream = self.stream_list(path, page_size=page_size, query=query)
+        items = list(stream)
+        return items, stream.resource_version
+
+    def stream_list(
+        self, path: str, *, page_size: int = 500, query: Mapping[str, str] | None = None
+    ) -> ListStream:
+        """The items of a collection one page at a time, so a caller that reduces each item
+        keeps one page in memory, not 100,000 pods; `resource_version` is the snapshot's."""
+        return ListStream(self, path, page_size, dict(query or {}))
 
     def watch(
         self,
@@ -176,6 +172,32 @@ class KubeJson:
                 path=path,
             )
         return WatchStream(resp.response)
+
+
+class ListStream:
+    """The items of one paginated list (one consistent snapshot), fetched as iterated."""
+
+    def __init__(self, kube: KubeJson, path: str, page_size: int, query: dict[str, str]) -> None:
+        self._kube, self._path, self._page_size, self._query = kube, path, page_size, query
+        self.resource_version = ""
+        self.pages = 0
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        token = ""
+        while True:
+            params: dict[str, str | int] = {**self._query, "limit": self._page_size}
+            if token:
+                params["continue"] = token
+            page = self._kube.request("GET", self._path, query=params)
+            self.pages += 1
+            meta = page.get("metadata") or {}
+            self.resource_version = self.resource_version or str(meta.get("resourceVersion") or "")
+            token = meta.get("continue") or ""
+            items = page.pop("items", None) or ()
+            del page
+            yield from items
+            if not token:
+                return
 
 
 class WatchStream:

@@ -210,13 +210,25 @@ def tenant_budget(policy: Policy, tenant: Tenant | None) -> TenantBudget | None:
 
 @dataclass(frozen=True, slots=True)
 class PodUsage:
-    """A bound pod as the gates and the pool count it: its limits in pool units, whether it
-    bursts, and what it requests of the resources the scorer publishes (pod totals, summed the
-    way the scheduler sums requests)."""
+    """A bound pod as the gates, the pool and the sources count it, a hundred-odd bytes instead
+    of the pod's kilobytes: its limits and requests of cpu (millicores, rounded up as the
+    scheduler rounds them) and memory (bytes), whether it bursts, and what it requests of every
+    scalar resource (pools, gates, GPUs), each summed as the scheduler sums requests."""
 
-    limits: tuple[int, int]  # (millicores, MiB), rounded up
-    bursting: bool
+    limit_cpu_m: int
+    limit_memory: int
+    request_cpu_m: int = 0
+    request_memory: int = 0
     held: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def bursting(self) -> bool:
+        return self.limit_cpu_m > self.request_cpu_m or self.limit_memory > self.request_memory
+
+    @property
+    def limits(self) -> tuple[int, int]:
+        """Its limits in pool units: (millicores, MiB), rounded up."""
+        return (self.limit_cpu_m, -(-self.limit_memory // MIB))
 
 
 # Requests NodeResourcesFit sums natively; everything else a pod requests is a scalar resource.
@@ -224,15 +236,16 @@ CORE_REQUESTS = frozenset({"cpu", "memory", "ephemeral-storage", "pods"})
 
 
 def pod_usage(spec: Mapping[str, Any]) -> PodUsage:
-    """Reduce a bound pod to what the gates and pools count: its limits, whether it bursts,
-    and every scalar resource it requests (pools, gates, GPUs), summed as the scheduler sums
-    them. A malformed quantity counts as nothing: the apiserver accepted the pod, so this is
-    not expected."""
+    """Reduce a bound pod to what the gates, the pool and the sources count. A malformed
+    quantity counts as nothing: the apiserver accepted the pod, so this is not expected."""
     try:
-        units = pod_limits(spec).units()
-        bursting = pod_bursts(spec)
+        amounts = [
+            math.ceil(pod_amount(spec, part, kind) * scale)
+            for part in ("limits", "requests")
+            for kind, scale in (("cpu", 1000), ("memory", 1))
+        ]
     except QuantityError:
-        units, bursting = {"cpu": 0, "memory": 0}, False
+        amounts = [0, 0, 0, 0]
     names = {
         name
         for part in ("containers", "initContainers")
@@ -249,7 +262,8 @@ def pod_usage(spec: Mapping[str, Any]) -> PodUsage:
             continue
         if amount > 0:
             held[name] = amount
-    return PodUsage((units["cpu"], units["memory"]), bursting, held or _NOTHING)
+    limit_cpu, limit_memory, request_cpu, request_memory = amounts
+    return PodUsage(limit_cpu, limit_memory, request_cpu, request_memory, held or _NOTHING)
 
 
 _NOTHING: Mapping[str, int] = {}
