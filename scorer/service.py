@@ -115,10 +115,14 @@ class Scorer:
         # being written is finished, so no node is left half-written).
         self.stopping = threading.Event()
         sleep: Callable[[float], None] = writer_sleep or self._pause
-        self.limiter = RateLimiter(
-            first.spec.scoring.write_qps, first.spec.scoring.write_burst, sleep=sleep
+        scoring = first.spec.scoring
+        self.limiter = RateLimiter(scoring.write_qps, scoring.write_burst, sleep=sleep)
+        self.status_limiter = RateLimiter(
+            scoring.resource_write_qps, scoring.resource_write_burst, sleep=sleep
         )
-        self.writer = NodeWriter(node_api, self.limiter, sleep=sleep)
+        self.writer = NodeWriter(
+            node_api, self.limiter, status_limiter=self.status_limiter, sleep=sleep
+        )
         self._memory = ScorerMemory()
         self._lock = threading.Lock()  # one cycle (or hot refresh) at a time
         self._last: CycleResult | None = None
@@ -247,7 +251,9 @@ class Scorer:
     def _cycle(self, dry: bool, at: float | None) -> CycleResult:
         policy = self.policy
         self.metrics.set_policy(policy.version)
-        self.limiter.configure(policy.spec.scoring.write_qps, policy.spec.scoring.write_burst)
+        scoring = policy.spec.scoring
+        self.limiter.configure(scoring.write_qps, scoring.write_burst)
+        self.status_limiter.configure(scoring.resource_write_qps, scoring.resource_write_burst)
         started_at = self._clock() if at is None else at
         t0 = time.perf_counter()
         try:

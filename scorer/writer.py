@@ -167,6 +167,7 @@ class NodeWriter:
         api: NodeApi,
         limiter: RateLimiter,
         *,
+        status_limiter: RateLimiter | None = None,
         max_attempts: int = 6,
         backoff_s: float = 0.05,
         max_backoff_s: float = 2.0,
@@ -176,6 +177,7 @@ class NodeWriter:
         self.api = api
         self.concurrency = max(1, concurrency)
         self.limiter = limiter
+        self.status_limiter = status_limiter or limiter
         self.max_attempts = max_attempts
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
@@ -199,22 +201,55 @@ class NodeWriter:
         todo = [(plan, by_name[plan.node]) for plan in cycle.changes if plan.node in by_name]
         stopped = threading.Event()
 
-        def write(item: tuple[NodePlan, NodeState]) -> WriteResult | None:
+        def allowed() -> bool:
             if stopped.is_set() or not still_allowed():
                 if not stopped.is_set():
                     log.warning("stopped writing: shutting down, or no longer the leader")
                 stopped.set()
-                return None
-            return self.write_node(policy, item[0], item[1])
+                return False
+            return True
 
-        if self.concurrency == 1 or len(todo) <= 1:
-            results = [write(item) for item in todo]
-        else:
-            with ThreadPoolExecutor(
-                max_workers=min(self.concurrency, len(todo)), thread_name_prefix="node-write"
-            ) as pool:
-                results = list(pool.map(write, todo))
+        # Gates and pools first, for every node: pods wait Pending for them (a node that
+        # publishes none yet refuses every gated pod), while labels are preferences.
+        statuses: dict[str, tuple[int, NodeState] | WriteResult] = {}
+
+        def status(item: tuple[NodePlan, NodeState]) -> None:
+            if allowed():
+                statuses[item[0].node] = self._write_status(item[0])
+
+        self._each(status, [item for item in todo if item[0].resource_changes])
+
+        def metadata(item: tuple[NodePlan, NodeState]) -> WriteResult | None:
+            plan, node = item
+            done = statuses.get(plan.node)
+            if isinstance(done, WriteResult):
+                return done  # its status write failed: the record must not claim it
+            # A node whose status was written gets its metadata too, even when stopping (no
+            # node is left half-written); any other starts only while writing is allowed.
+            if done is None and (plan.resource_changes or not allowed()):
+                return None
+            result = self._write_metadata(policy, plan, node)
+            if done is None:
+                return result
+            requests, state = done
+            return dataclasses.replace(
+                result,
+                requests=result.requests + requests,
+                resources_written=len(plan.resource_changes),
+                state=result.state or state,
+            )
+
+        results = self._each(metadata, todo)
         return WriteReport(tuple(r for r in results if r is not None), self._waited)
+
+    def _each(self, act: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
+        """`act` on every item, `concurrency` at a time, results in order."""
+        if self.concurrency == 1 or len(items) <= 1:
+            return [act(item) for item in items]
+        with ThreadPoolExecutor(
+            max_workers=min(self.concurrency, len(items)), thread_name_prefix="node-write"
+        ) as pool:
+            return list(pool.map(act, items))
 
     def write_node(self, policy: Policy, plan: NodePlan, node: NodeState) -> WriteResult:
         resources = 0
@@ -240,7 +275,7 @@ class NodeWriter:
         changes = dict(plan.resource_changes)
         patch = {"status": {"capacity": changes, "allocatable": changes}}
         for attempt in range(1, self.max_attempts + 1):
-            self._pace()
+            self._pace(self.status_limiter)
             try:
                 return attempt, self.api.patch_node_status(plan.node, patch)
             except KubeApiError as exc:
@@ -254,8 +289,8 @@ class NodeWriter:
                 self._backoff(attempt)
         raise AssertionError("unreachable: the loop returns on its last attempt")
 
-    def _pace(self) -> None:
-        waited = self.limiter.acquire()
+    def _pace(self, limiter: RateLimiter | None = None) -> None:
+        waited = (limiter or self.limiter).acquire()
         with self._waited_lock:
             self._waited += waited
 

@@ -738,3 +738,25 @@ def test_a_burst_of_pods_costs_one_status_write_per_node_and_no_node_list(
         assert scorer.refresh_hot() is None  # nothing new: nothing planned, nothing written
     finally:
         scorer.close()
+
+
+def test_gates_and_pools_of_every_node_are_written_before_any_label(
+    apistub: ApiStub, kube_client: client.ApiClient
+) -> None:
+    """A new cluster's first cycle: pods wait Pending for the gates and pools, so every
+    node's status goes out (at resourceWriteQps) before the labels (at writeQps)."""
+    for i in range(6):
+        apistub.add_node(synthetic_node(f"node-{i}", gpus=2))
+    ledger = PodLedger()
+    ledger.replace([])
+    scorer = Scorer(
+        lambda: POLICY, NodeApi(KubeJson(kube_client)), prometheus_url=NO_PROMETHEUS, ledger=ledger
+    )
+    try:
+        apistub.clear_requests()
+        result = scorer.run_cycle()
+        assert result.report is not None and result.report.nodes_written == 6
+        patches = [r.path.endswith("/status") for r in apistub.requests if r.method == "PATCH"]
+        assert patches == [True] * 6 + [False] * 6
+    finally:
+        scorer.close()

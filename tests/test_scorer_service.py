@@ -351,13 +351,16 @@ def test_a_shutdown_ends_a_paced_cycle_after_the_node_being_written(
     apistub: ApiStub, tmp_path: Path
 ) -> None:
     """At 2 writes/s, 30 nodes take 15 s to write; the shutdown (SIGTERM in `steer scorer
-    run`) ends the cycle within a second, and every node written is written whole: its
-    labels, record and gates, never one without the other."""
+    run`) ends the cycle within a second or two, and every node written is written whole: its
+    gates (written first, for every node) and then its labels and record, never one without
+    the other."""
     names = [f"slow-{i}" for i in range(30)]
     stub_nodes(apistub, names)
     policy = parse_policy(
         SMALL_POLICY.replace(
-            "intervalSeconds: 30}", "intervalSeconds: 30, writeQps: 2, writeBurst: 1}"
+            "intervalSeconds: 30}",
+            "intervalSeconds: 30, writeQps: 2, writeBurst: 1, resourceWriteQps: 2,"
+            " resourceWriteBurst: 1}",
         )
     )
     ledger = PodLedger()
