@@ -302,9 +302,17 @@ def plan_table(
             entry = plan.dimensions.get(dim.name)
             cells.append("-" if entry is None or entry.raw is None else f"{_round(entry.raw):g}")
         readings.append(tuple(cells))
-    rows = [("NODE", "LABELS", "TAINTS", "CHANGES")]
+    rows = [("NODE", "LABELS", "TAINTS", "GATES AND POOL", "CHANGES")]
+    resource_prefix = policy.spec.resource_prefix
     for plan in plans:
         labels = ",".join(f"{_short(k, prefix)}={v}" for k, v in sorted(plan.labels.items()))
+        resources = ",".join(
+            [
+                f"{_short(g.resource, resource_prefix)}:{'open' if g.open else 'closed'}"
+                for g in plan.gates
+            ]
+            + [f"{_short(p.resource, resource_prefix)}={p.capacity}" for p in plan.pools]
+        )
         taints = ",".join(f"{_short(t.key, prefix)}:{t.effect}" for t in plan.taints)
         changes = []
         had = before.get(plan.node, {})
@@ -322,7 +330,17 @@ def plan_table(
             changes.append("taints")
         if plan.annotation_changed and not plan.label_changes:
             changes.append("observed-at")
-        rows.append((plan.node, labels or "-", taints or "-", " ".join(changes) or "(none)"))
+        if plan.resource_changes:
+            changes.append(f"status: {len(plan.resource_changes)} resources")
+        rows.append(
+            (
+                plan.node,
+                labels or "-",
+                taints or "-",
+                resources or "-",
+                " ".join(changes) or "(none)",
+            )
+        )
     stale = cycle.stale_dimensions
     failed = [d for d in cycle.dimensions if not d.ok]
     footer = [
@@ -378,6 +396,10 @@ def _label_legend(policy: Policy) -> list[str]:
         lines.append(
             f"  {', '.join(RESERVED_PREFIX + c for c in reserving)}: kept for pods of that class"
         )
+    lines.append(
+        f"gates and pool in the node's status under {spec.resource_prefix} (hard rules: a pod "
+        "the rule applies to requests one unit; closed = only what bound pods hold)"
+    )
     return lines
 
 

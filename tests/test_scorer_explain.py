@@ -183,7 +183,9 @@ def test_node_views_carry_values_queries_and_pending_changes() -> None:
         in lines
     )
     labels = next(
-        i for i, line in enumerate(lines) if line.split() == ["NODE", "LABELS", "TAINTS", "CHANGES"]
+        i
+        for i, line in enumerate(lines)
+        if line.split() == ["NODE", "LABELS", "TAINTS", "GATES", "AND", "POOL", "CHANGES"]
     )
     assert lines[labels + 3].startswith("c ")
     assert "score-util=10" in lines[labels + 3] and "gpu-hot:NoSchedule" in lines[labels + 3]
