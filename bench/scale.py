@@ -32,13 +32,13 @@ scheduler's client rate limit cap the bindings. No webhook runs: the pods are mu
   `nvidia.com/gpu`: 8, or more when --pods GPU pods would need more than half of them (the
   header says how many).
 - **What the product's scorer writes**, written by the real scorer: `scorer.service.Scorer`
-  on examples/policy.yaml (writeQps and writeBurst raised to 1000 for the setup), its
-  Prometheus source replaced by seeded random readings (SCORER_READINGS) and a synced, empty
-  pod ledger, run for two cycles (the taints have setAfterCycles: 2). Nodes then carry the
-  score labels (`score`, `score-class-gpu`, `score-<dimension>`), `overcommit-pct`,
-  `reserved-for-gpu`, the `unhealthy` (NoSchedule) and `gpu-hot` (PreferNoSchedule) taints,
-  and the resources it publishes in node status (budget pools, gates), as in production; the
-  header counts them.
+  on examples/policy.yaml (writeQps/Burst and resourceWriteQps/Burst raised to 1000 for the
+  setup), its Prometheus source replaced by seeded random readings (SCORER_READINGS) and a
+  synced, empty pod ledger, run for two cycles (the taints have setAfterCycles: 2). Nodes
+  then carry the score labels (`score`, `score-class-gpu`, `score-<dimension>`),
+  `overcommit-pct`, `reserved-for-gpu`, the `unhealthy` (NoSchedule) and `gpu-hot`
+  (PreferNoSchedule) taints, and the resources it publishes in node status (budget pools,
+  gates), as in production; the header counts them.
 
 **Pod shapes** (--shapes). Each is a base pod in a namespace labelled as the example policy
 expects (opt-in `kube-steer.github.io/enabled=true`; tenants `tenant=dept-a`/`dept-b`),
@@ -361,10 +361,12 @@ class RecordedSource:
 
 
 def bench_policy_text(write_qps: int = SCORER_WRITE_QPS) -> str:
-    """examples/policy.yaml with the scorer's write rate raised (nothing else changes)."""
+    """examples/policy.yaml with the scorer's write rates raised (labels, and the status
+    resources written first at their own rate), nothing else changed."""
     doc = yaml.safe_load(EXAMPLE_POLICY.read_text())
-    doc["spec"]["scoring"]["writeQps"] = write_qps
-    doc["spec"]["scoring"]["writeBurst"] = write_qps
+    scoring = doc["spec"]["scoring"]
+    for key in ("writeQps", "writeBurst", "resourceWriteQps", "resourceWriteBurst"):
+        scoring[key] = write_qps
     return yaml.safe_dump(doc, sort_keys=False)
 
 
