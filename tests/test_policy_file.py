@@ -132,3 +132,31 @@ def test_invalid_initial_policy_refuses_to_start(tmp_path: Path) -> None:
         PolicyWatcher(str(path))
     with pytest.raises(PolicyError, match="cannot read policy file"):
         load_policy_file(str(tmp_path / "absent.yaml"))
+
+
+def test_a_file_nested_thousands_deep_is_refused_and_the_next_edit_served(tmp_path: Path) -> None:
+    """A pathological edit once killed the reload thread (RecursionError): it is a rejected
+    policy like any other, counted once, and the next valid edit is served."""
+    path = tmp_path / "policy.yaml"
+    path.write_text(EXAMPLE_POLICY.read_text())
+    watcher = PolicyWatcher(str(path), interval_seconds=0.05)
+    first = watcher.current.version
+    path.write_text("spec: " + "[" * 5000 + "]" * 5000 + "\n")
+    assert watcher.check() is False
+    assert watcher.reload_errors == 1 and "nested too deeply" in (watcher.last_error or "")
+    path.write_text(EXAMPLE_POLICY.read_text().replace("step: 10 ", "step: 20 "))
+    assert watcher.check() is True and watcher.current.version != first
+    assert watcher.last_error is None
+
+
+def test_a_deleted_then_restored_policy_clears_the_error(tmp_path: Path) -> None:
+    path = tmp_path / "policy.yaml"
+    text = EXAMPLE_POLICY.read_text()
+    path.write_text(text)
+    watcher = PolicyWatcher(str(path), interval_seconds=0.05)
+    path.unlink()
+    watcher.check()
+    assert watcher.last_error is not None and "cannot read" in watcher.last_error
+    path.write_text(text)
+    watcher.check()
+    assert watcher.last_error is None and watcher.reload_errors == 1

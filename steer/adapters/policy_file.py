@@ -89,6 +89,11 @@ class PolicyWatcher:
             return self._failed(f"cannot read policy file {self.path!r}: {exc.strerror}", None)
         digest = hashlib.sha256(data).hexdigest()
         if digest == self._last_seen_digest:
+            if digest == self._current.digest and self.last_error is not None:
+                # The file is back to the policy in force (after a delete or a bad edit
+                # reverted): the error no longer describes the file.
+                with self._lock:
+                    self.last_error = None
             return False
         try:
             policy = parse_policy(data)
@@ -150,4 +155,7 @@ class PolicyWatcher:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_seconds):
-            self.check()
+            try:
+                self.check()
+            except Exception as exc:  # whatever a file does, the next valid edit is served
+                self._failed(f"policy file {self.path!r} could not be loaded: {exc!r}", None)

@@ -631,6 +631,10 @@ def parse_policy(text: str | bytes) -> Policy:
     """Parse and validate a policy document; raise `PolicyError` listing every problem."""
     try:
         raw = yaml.safe_load(text)
+    except RecursionError:
+        raise PolicyError(
+            [PolicyIssue("", "nested too deeply to be a policy (the YAML parser gave up)")]
+        ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
@@ -649,6 +653,8 @@ def parse_policy(text: str | bytes) -> Policy:
         doc = SteeringPolicyDoc.model_validate(raw)
     except ValidationError as exc:
         raise PolicyError(_issues_from_pydantic(exc) + references) from None
+    except RecursionError:
+        raise PolicyError([PolicyIssue("", "nested too deeply to be a policy")]) from None
     issues = references + list(_cross_field_issues(doc.spec))
     if issues:
         raise PolicyError(issues)
