@@ -100,3 +100,24 @@ def test_gunicorn_dict_config_hands_its_loggers_to_the_json_handler() -> None:
     for name in ("gunicorn.error", "gunicorn.access"):
         assert config["loggers"][name]["propagate"] is True
         assert config["loggers"][name]["handlers"] == []
+
+
+def test_text_lines_cannot_be_forged_by_a_newline_in_the_message() -> None:
+    """A request uid like "x\\n2026-12-01 ... INFO ..." once wrote a second, forged line."""
+    import io
+    import logging
+
+    from steer.adapters.service_logs import formatter
+
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(formatter("text"))
+    log = logging.getLogger("forge-test")
+    log.addHandler(handler)
+    log.propagate = False
+    try:
+        log.warning("uid %s refused", "abc\n2026-12-01 00:00:00,000 INFO webhook: allowed\r")
+    finally:
+        log.removeHandler(handler)
+    out = stream.getvalue()
+    assert out.count("\n") == 1 and "abc\\n2026-12-01" in out and "\\r refused" in out

@@ -59,11 +59,27 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, ensure_ascii=False, default=str)
 
 
+class TextFormatter(logging.Formatter):
+    """One line per record: control characters in the message (a newline in a request's uid,
+    say) are escaped, so no input can forge a log line. A traceback still follows on its own
+    lines, as Python writes it."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        line = super().formatMessage(record)
+        if any(c in line for c in _CONTROL):
+            line = line.translate(_ESCAPES)
+        return line
+
+
+_CONTROL = "".join(chr(c) for c in range(32) if chr(c) != "\t") + "\x7f"
+_ESCAPES = {ord(c): repr(c)[1:-1] for c in _CONTROL}
+
+
 def formatter(log_format: str) -> logging.Formatter:
     if log_format == "json":
         return JsonFormatter()
     if log_format == "text":
-        return logging.Formatter(TEXT_FORMAT)
+        return TextFormatter(TEXT_FORMAT)
     raise ValueError(f"log format: expected one of {', '.join(LOG_FORMATS)}, got {log_format!r}")
 
 
@@ -83,7 +99,9 @@ def logging_dict_config(level: str, log_format: str) -> dict[str, Any]:
         "version": 1,
         "disable_existing_loggers": False,
         "formatters": {
-            "steer": {"()": factory} if factory else {"format": TEXT_FORMAT},
+            "steer": {"()": factory}
+            if factory
+            else {"()": f"{__name__}.{TextFormatter.__name__}", "format": TEXT_FORMAT},
         },
         "handlers": {
             "stderr": {
