@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from steer.core.quantity import QuantityError, format_ratio, parse_quantity
+from steer.core.quantity import MAX_QUANTITY, QuantityError, format_ratio, parse_quantity
 
 
 @pytest.mark.parametrize(
@@ -62,9 +62,33 @@ def test_rejects_non_quantity_types(value: object) -> None:
         parse_quantity(value)  # type: ignore[arg-type]
 
 
-def test_huge_exponent_is_refused_not_computed() -> None:
-    with pytest.raises(QuantityError, match="exponent 1000000000 is out of range"):
-        parse_quantity("1e1000000000")
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        # The apiserver caps a quantity at 2^63 - 1 (its dry-run accepts every one of these),
+        # so a limit the validator could not read would let a tenant pod through.
+        ("1e1000000000", MAX_QUANTITY),
+        ("1e100", MAX_QUANTITY),
+        ("-1e100", -MAX_QUANTITY),
+        ("9" * 5000, MAX_QUANTITY),  # more digits than Python's int() takes
+        ("8Ei", MAX_QUANTITY),  # 2^63
+        ("7Ei", 7 * 2**60),
+        # ... and rounds a non-zero amount away from zero to a multiple of 10^-9.
+        ("0.1n", Fraction(1, 10**9)),
+        ("0." + "0" * 5000 + "1", Fraction(1, 10**9)),
+        ("1.0000000001", Fraction(1_000_000_001, 10**9)),
+        ("1e-20", Fraction(1, 10**9)),
+        ("0.000", Fraction(0)),
+    ],
+)
+def test_values_the_apiserver_stores_are_read_as_it_reads_them(text: str, value: Fraction) -> None:
+    assert parse_quantity(text) == value
+
+
+@pytest.mark.parametrize("text", ["1e2147483648", "1e99999999999", "1e-2147483648"])
+def test_an_exponent_beyond_32_bits_is_refused_as_the_apiserver_refuses_it(text: str) -> None:
+    with pytest.raises(QuantityError, match="out of range"):
+        parse_quantity(text)
 
 
 @given(st.integers(0, 10**12), st.sampled_from(["", "m", "k", "M", "G", "Ki", "Mi", "Gi"]))
@@ -79,7 +103,7 @@ def test_milli_and_binary_scale(n: int, suffix: str) -> None:
         "Mi": 2**20,
         "Gi": 2**30,
     }
-    assert parse_quantity(f"{n}{suffix}") == n * scale[suffix]
+    assert parse_quantity(f"{n}{suffix}") == min(n * scale[suffix], MAX_QUANTITY)  # the cap
 
 
 def test_format_ratio() -> None:

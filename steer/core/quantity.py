@@ -1,4 +1,5 @@
-"""Kubernetes resource quantities ("100m", "8Gi", "1e3", "2k") as exact fractions.
+"""Kubernetes resource quantities ("100m", "8Gi", "1e3", "2k") as exact fractions, read the way
+the apiserver reads them.
 
 An overcommit budget compares limit/request ratios: float parsing would let "1.1" CPUs and a
 5 % budget round either way, so every quantity becomes a `Fraction` and comparisons are exact.
@@ -9,12 +10,20 @@ The grammar is the apiserver's (`k8s.io/apimachinery/pkg/api/resource`):
     binarySI        ::= Ki | Mi | Gi | Ti | Pi | Ei
     decimalSI       ::= n | u | m | "" | k | M | G | T | P | E
     decimalExponent ::= ("e" | "E") signedNumber
+
+and its limits (`ParseQuantity`): the exponent must fit in 32 bits; the value is rounded away
+from zero to a multiple of 10^-9 (a non-zero amount is never read as zero) and capped at
+2^63 - 1 in magnitude. So every quantity the apiserver stores has a value here, and none is so
+large or so long that arithmetic on it fails or takes long: "1e1000000000" is 2^63 - 1, a
+5,000-digit number is read without Python's int-conversion limit.
 """
 
 from __future__ import annotations
 
+import decimal
 import functools
 import re
+from decimal import Decimal
 from fractions import Fraction
 
 _BINARY = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
@@ -24,9 +33,14 @@ _QUANTITY_RE = re.compile(
     r"^(?P<number>[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))"
     r"(?:[eE](?P<exponent>[+-]?[0-9]+)|(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?)$"
 )
-# The apiserver refuses exponents this large; refusing them here keeps Fraction arithmetic
-# from building a number with a billion digits out of a 10-byte string.
-_MAX_EXPONENT = 1000
+# The apiserver parses the exponent as a 32-bit integer and refuses any other.
+_MAX_EXPONENT = 2**31 - 1
+# Its cap, in the quantity's base unit, and its precision (10^-9).
+MAX_QUANTITY = 2**63 - 1
+_NANO = Decimal("1e-9")
+# Enough digits for every value within the cap to the nano (19 + 9), with room; rounding the
+# rest toward the ceiling cannot cross a multiple of 10^-9 (those have at most 28 digits).
+_CONTEXT = decimal.Context(prec=80, rounding=decimal.ROUND_CEILING, Emax=2**40, Emin=-(2**40))
 
 
 class QuantityError(ValueError):
@@ -64,16 +78,33 @@ def _parse(text: str | int | float) -> Fraction:
             f"{raw!r} is not a quantity: expected a number with an optional suffix "
             "(m, k, M, G, T, Ki, Mi, Gi, Ti or an exponent such as 1e3), e.g. '250m', '8Gi'"
         )
-    value = Fraction(match["number"])
+    number = match["number"]
+    negative = number.startswith("-")
+    scale = 0  # power of ten
+    binary = 0  # power of 1024
     if match["exponent"] is not None:
-        exponent = int(match["exponent"])
-        if abs(exponent) > _MAX_EXPONENT:
-            raise QuantityError(f"{raw!r}: exponent {exponent} is out of range")
-        return value * Fraction(10) ** exponent
-    suffix = match["suffix"] or ""
-    if suffix in _BINARY:
-        return value * (1 << (10 * _BINARY[suffix]))
-    return value * Fraction(10) ** _DECIMAL[suffix]
+        text_exponent = match["exponent"].lstrip("+-").lstrip("0") or "0"
+        if len(text_exponent) > 10 or int(text_exponent) > _MAX_EXPONENT:
+            raise QuantityError(f"{raw!r}: exponent {match['exponent']} is out of range")
+        scale = int(match["exponent"])
+    else:
+        suffix = match["suffix"] or ""
+        if suffix in _BINARY:
+            binary = _BINARY[suffix]
+        else:
+            scale = _DECIMAL[suffix]
+    magnitude = abs(_CONTEXT.create_decimal(number.lstrip("+-")))
+    if magnitude == 0:
+        return Fraction(0)
+    magnitude = magnitude.scaleb(scale, _CONTEXT)
+    if binary:
+        magnitude = _CONTEXT.multiply(magnitude, Decimal(1 << (10 * binary)))
+    if magnitude.adjusted() > 19 or magnitude > MAX_QUANTITY:
+        value = Fraction(MAX_QUANTITY)
+    else:
+        # Away from zero to a multiple of 10^-9, as the apiserver rounds (inf.RoundUp).
+        value = Fraction(max(magnitude, _NANO).quantize(_NANO, decimal.ROUND_CEILING, _CONTEXT))
+    return -value if negative else value
 
 
 def format_ratio(value: Fraction) -> str:
