@@ -268,3 +268,14 @@ def test_golden_burstable_pod() -> None:
     assert "cpu limit 500m / request 250m" in found[0]
     assert "memory limit 256Mi / request 128Mi" in found[1]
     assert "allows at most 1.05 (overcommitPercent 5)" in found[0]
+
+
+def test_a_denial_stays_small_whatever_the_pod() -> None:
+    """Issue "hostile input": the message once grew with the pod (2 MB pod, 30 MB denial)."""
+    from steer.core.admission import Denial, denial_message
+
+    many = [Denial("overcommit", "x" * 10_000, (str(i),)) for i in range(1000)]
+    message = denial_message(many)
+    assert message.startswith("1000 policy violations: ") and message.endswith("; and 995 more")
+    assert len(message) < 5 * 512 + 100
+    assert len(denial_message(many[:1])) == 512

@@ -259,8 +259,22 @@ def introduced_denials(new: Sequence[Denial], old: Sequence[Denial]) -> list[Den
     return [d for d in new if d.subject not in had]
 
 
+# A denial names the first problems and counts the rest: its size must not grow with the pod
+# (a 2 MB pod of many bad containers once got a 30 MB answer).
+MAX_DENIALS_SHOWN = 5
+MAX_DENIAL_CHARS = 512
+
+
 def denial_message(denials: Sequence[Denial]) -> str:
-    """One message for the apiserver (kubectl prints it after 'admission webhook ... denied')."""
+    """One message for the apiserver (kubectl prints it after 'admission webhook ... denied'),
+    at most MAX_DENIALS_SHOWN problems of MAX_DENIAL_CHARS each."""
+
+    def short(text: str) -> str:
+        return text if len(text) <= MAX_DENIAL_CHARS else text[: MAX_DENIAL_CHARS - 3] + "..."
+
     if len(denials) == 1:
-        return denials[0].message
-    return f"{len(denials)} policy violations: " + "; ".join(d.message for d in denials)
+        return short(denials[0].message)
+    shown = "; ".join(short(d.message) for d in denials[:MAX_DENIALS_SHOWN])
+    more = len(denials) - MAX_DENIALS_SHOWN
+    tail = f"; and {more} more" if more > 0 else ""
+    return f"{len(denials)} policy violations: {shown}{tail}"
