@@ -215,7 +215,7 @@ def test_the_base_and_each_component_render_and_pass_a_server_side_dry_run(
         if d["kind"] == "Deployment" and d["metadata"]["namespace"] == NS
         for c in d["spec"]["template"]["spec"]["containers"]
     }
-    assert images == {"kube-steer:0.2.0"}
+    assert images == {"kube-steer:0.3.0"}
     policy_map = next(d for d in docs if d["metadata"]["name"] == "steer-policy")
     policy = parse_policy(policy_map["data"]["policy.yaml"])
     assert policy.spec.scheduler_profiles.installed is ("scheduler-profiles" in components)
