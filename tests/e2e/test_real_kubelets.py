@@ -248,6 +248,9 @@ def test_a_rolling_kubelet_restart_after_every_mechanism_moved_fails_no_pod(
         # --- workloads --------------------------------------------------------------------
         apps = "/apis/apps/v1/namespaces"
         admin.request("POST", f"{apps}/{infra}/daemonsets", body=daemonset("node-agent"))
+        # One in a tenant namespace too: DaemonSet pods are neither steered nor refused there
+        # (no pool request, no gate), though dept-b's pods may not tolerate what they tolerate.
+        admin.request("POST", f"{apps}/{team_b}/daemonsets", body=daemonset("tenant-agent"))
         for i in range(3):
             admin.request(
                 "POST", f"/api/v1/namespaces/{team_a}/pods", body=pod(f"a-{i}", ("100m", "105m"))
