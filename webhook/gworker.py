@@ -1,4 +1,5 @@
-"""A gthread worker that never parks a thread on an idle TLS connection.
+"""A gthread worker that never parks a thread on an idle TLS connection, and a logger
+without gunicorn's access log.
 
 The stock gthread worker waits (up to 5 s) for a new connection's first bytes, then does the
 TLS handshake and reads the first request in the same thread with a blocking socket. A client
@@ -19,6 +20,7 @@ from __future__ import annotations
 import ssl
 from typing import Any
 
+from gunicorn import glogging
 from gunicorn.workers import gthread
 
 _DEFER: Any = getattr(gthread, "_DEFER", None)
@@ -44,3 +46,16 @@ class TLSThreadWorker(gthread.ThreadWorker):  # type: ignore[misc]
                 if not conn.wait_for_data(FIRST_REQUEST_WAIT):
                     return _DEFER  # the poller hands it back when the request arrives
         return super().handle(conn)
+
+
+class ErrorLogger(glogging.Logger):  # type: ignore[misc]
+    """gunicorn's logger, less the access log.
+
+    gunicorn writes an access line per request whenever it is given a logging config, which
+    `--log-format json` does: one JSON line per admission and per probe, and ~25 us of
+    formatting on every request. Text output has never had them (`accesslog` is None); the
+    webhook's own log and metrics say what an access log would.
+    """
+
+    def access(self, resp: Any, req: Any, environ: Any, request_time: Any) -> None:
+        return None

@@ -19,6 +19,7 @@ Choices, and the reasons:
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import shutil
@@ -176,6 +177,7 @@ def gunicorn_config(settings: ServerSettings, reloader: CertReloader) -> dict[st
         "bind": [settings.listen],
         "workers": settings.workers,
         "worker_class": "webhook.gworker.TLSThreadWorker",
+        "logger_class": "webhook.gworker.ErrorLogger",
         "threads": settings.threads,
         "keepalive": settings.keepalive_seconds,
         "timeout": 30,
@@ -325,4 +327,9 @@ def build_worker_app(options: WebhookOptions, reloader: CertReloader) -> WSGIApp
         cert_status=reloader.status,
     )
     start_status_pump(handler)
-    return create_app(handler)
+    app = create_app(handler)
+    # What exists now (modules, the policy, its plans: ~57,000 objects) lives as long as the
+    # worker. Frozen, a full collection no longer walks it, which paused every request in the
+    # worker for ~25 ms.
+    gc.freeze()
+    return app

@@ -1,0 +1,135 @@
+"""The WSGI surface without a server: admission POSTs bypass Flask, with the same limits."""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+import orjson
+import pytest
+
+from webhook import review as rv
+from webhook.app import DRAIN_LIMIT, AdmissionApp, Outcome, create_app, read_body
+
+LIMIT = 1024
+
+
+class Echo:
+    """Answers with what it was given, so a test sees exactly what the HTTP layer passed on."""
+
+    max_body_bytes = LIMIT
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, bytes | None]] = []
+
+    def handle(self, endpoint: str, body: bytes | None) -> Outcome:
+        self.calls.append((endpoint, body))
+        if body is None:
+            return Outcome(400, rv.error_body("body-too-large", "over"), "bad_request")
+        return Outcome(200, orjson.dumps({"endpoint": endpoint, "bytes": len(body)}), "allowed")
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]:
+        return False, {"ready": False}
+
+
+def environ(
+    method: str, path: str, body: bytes = b"", length: str | None = None, **extra: Any
+) -> dict[str, Any]:
+    env: dict[str, Any] = {
+        "REQUEST_METHOD": method,
+        "PATH_INFO": path,
+        "SCRIPT_NAME": "",
+        "QUERY_STRING": "",
+        "SERVER_NAME": "localhost",
+        "SERVER_PORT": "8443",
+        "SERVER_PROTOCOL": "HTTP/1.1",
+        "wsgi.url_scheme": "https",
+        "wsgi.input": io.BytesIO(body),
+        "wsgi.errors": io.StringIO(),
+        "wsgi.multithread": True,
+        "wsgi.multiprocess": True,
+        "wsgi.run_once": False,
+        "wsgi.version": (1, 0),
+    }
+    if length is not None:
+        env["CONTENT_LENGTH"] = length
+    env.update(extra)
+    return env
+
+
+def call(app: AdmissionApp, env: dict[str, Any]) -> tuple[str, dict[str, str], bytes]:
+    started: list[tuple[str, list[tuple[str, str]]]] = []
+    chunks = app(env, lambda status, headers, exc_info=None: started.append((status, headers)))
+    body = b"".join(chunks)
+    getattr(chunks, "close", lambda: None)()
+    status, headers = started[0]
+    return status, dict(headers), body
+
+
+@pytest.mark.parametrize(
+    ("path", "endpoint"),
+    [("/mutate", "mutate"), ("/validate", "validate"), ("/validate/security", "validate-security")],
+)
+def test_admission_posts_are_answered_as_json_with_a_length(path: str, endpoint: str) -> None:
+    handler = Echo()
+    status, headers, body = call(
+        create_app(handler), environ("POST", path, b"{}", "2", QUERY_STRING="timeout=10s")
+    )
+    assert status == "200 OK"
+    assert headers == {"Content-Type": "application/json", "Content-Length": str(len(body))}
+    assert json.loads(body) == {"endpoint": endpoint, "bytes": 2}
+    assert handler.calls == [(endpoint, b"{}")]
+
+
+def test_other_methods_and_paths_get_flask_json_errors() -> None:
+    app = create_app(Echo())
+    status, _, body = call(app, environ("GET", "/mutate"))
+    assert status.startswith("405") and json.loads(body)["error"]["reason"] == "method-not-allowed"
+    status, _, body = call(app, environ("POST", "/mutate/"))
+    assert status.startswith("404") and json.loads(body)["error"]["reason"] == "not-found"
+    status, _, body = call(app, environ("GET", "/readyz"))
+    assert status.startswith("503") and json.loads(body) == {"ready": False}
+
+
+def test_a_body_over_the_limit_is_none_and_a_moderate_one_is_drained() -> None:
+    stream = io.BytesIO(b"x" * (LIMIT + 10))
+    env = environ("POST", "/mutate", length=str(LIMIT + 10))
+    env["wsgi.input"] = stream
+    assert read_body(env, LIMIT) is None
+    assert stream.read() == b""  # read to the end, so the client gets its 400
+    huge = environ("POST", "/mutate", b"x" * 10, str(DRAIN_LIMIT + 1))
+    assert read_body(huge, LIMIT) is None
+    assert huge["wsgi.input"].tell() == 0  # not drained: the connection is closed instead
+
+
+def test_a_chunked_body_is_read_to_one_byte_past_the_limit() -> None:
+    over = environ("POST", "/mutate", b"x" * (LIMIT + 1), None, **{"wsgi.input_terminated": True})
+    assert read_body(over, LIMIT) is None
+    exact = environ("POST", "/mutate", b"x" * LIMIT, None, **{"wsgi.input_terminated": True})
+    assert read_body(exact, LIMIT) == b"x" * LIMIT
+    # Without the server's promise that the stream ends, there is no length and no body.
+    assert read_body(environ("POST", "/mutate", b"{}"), LIMIT) == b""
+
+
+@pytest.mark.parametrize("length", ["", "abc", "-1"])
+def test_a_length_that_is_not_one_reads_as_no_length(length: str) -> None:
+    env = environ("POST", "/mutate", b"{}", length, **{"wsgi.input_terminated": True})
+    assert read_body(env, LIMIT) == b"{}"
+
+
+def test_an_oversized_body_reaches_the_handler_as_none() -> None:
+    handler = Echo()
+    status, _, _ = call(create_app(handler), environ("POST", "/mutate", b"x" * 2000, "2000"))
+    assert status == "400 Bad Request"
+    assert handler.calls == [("mutate", None)]
+
+
+def test_a_handler_that_raises_is_a_json_500() -> None:
+    class Broken(Echo):
+        def handle(self, endpoint: str, body: bytes | None) -> Outcome:
+            raise RuntimeError("boom")
+
+    status, _, body = call(create_app(Broken()), environ("POST", "/validate", b"{}", "2"))
+    assert status == "500 Internal Server Error"
+    assert json.loads(body)["error"]["reason"] == "internal-error"
