@@ -59,6 +59,7 @@ class PodLedger:
         self.relists = 0
         self._dirty: set[str] = set()  # nodes whose pods changed since take_dirty()
         self._all_dirty = True  # a relist or desync: every node
+        self._synced_event = threading.Event()
 
     @property
     def synced(self) -> bool:
@@ -93,6 +94,7 @@ class PodLedger:
             self._dirty |= changed
             self._all_dirty = self._all_dirty or not self._synced
             self._synced = True
+        self._synced_event.set()
         return changed
 
     def apply(self, event_type: str, pod: Mapping[str, Any]) -> set[str]:
@@ -115,9 +117,14 @@ class PodLedger:
             self._dirty |= nodes
         return nodes
 
+    def wait_synced(self, timeout_s: float) -> bool:
+        """Wait until a full list has been applied (at most `timeout_s`); whether it has."""
+        return self._synced_event.wait(timeout_s)
+
     def desync(self) -> None:
         """The watch broke: until the next full list the ledger may miss changes."""
         with self._lock:
+            self._synced_event.clear()
             if self._synced:
                 self._synced = False
                 self.generation += 1

@@ -56,6 +56,10 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+# How long the first cycle waits for the pod watch's first list (100,000 pods: about a minute).
+FIRST_LIST_WAIT_S = 120.0
+
+
 class CycleError(RuntimeError):
     """The cycle could not run at all (the node list failed); nothing was planned or written."""
 
@@ -250,6 +254,12 @@ class Scorer:
 
     def _cycle(self, dry: bool, at: float | None) -> CycleResult:
         policy = self.policy
+        if self._last is None and self.ledger is not None and not self.ledger.synced:
+            # The first cycle waits (a while) for the pod list: a cycle without it plans no gate
+            # or pool, and the refresh that would publish them waits for its writes to end.
+            waited = min(FIRST_LIST_WAIT_S, 4 * policy.spec.scoring.interval_seconds)
+            if not self.ledger.wait_synced(waited):
+                log.warning("first cycle without the pod list (not synced after %.0fs)", waited)
         self.metrics.set_policy(policy.version)
         scoring = policy.spec.scoring
         self.limiter.configure(scoring.write_qps, scoring.write_burst)

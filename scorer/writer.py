@@ -26,7 +26,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -209,24 +209,19 @@ class NodeWriter:
                 return False
             return True
 
-        # Gates and pools first, for every node: pods wait Pending for them (a node that
-        # publishes none yet refuses every gated pod), while labels are preferences.
-        statuses: dict[str, tuple[int, NodeState] | WriteResult] = {}
+        # Two pipelines with their own limiters: gates and pools (pods wait Pending for them:
+        # a node that publishes none yet refuses every gated pod) are never held back behind
+        # labels, which are preferences. A node's labels and record follow its own status.
+        def status(item: tuple[NodePlan, NodeState]) -> tuple[int, NodeState] | WriteResult | None:
+            return self._write_status(item[0]) if allowed() else None
 
-        def status(item: tuple[NodePlan, NodeState]) -> None:
-            if allowed():
-                statuses[item[0].node] = self._write_status(item[0])
-
-        self._each(status, [item for item in todo if item[0].resource_changes])
-
-        def metadata(item: tuple[NodePlan, NodeState]) -> WriteResult | None:
+        def metadata(
+            item: tuple[NodePlan, NodeState], done: tuple[int, NodeState] | None
+        ) -> WriteResult | None:
             plan, node = item
-            done = statuses.get(plan.node)
-            if isinstance(done, WriteResult):
-                return done  # its status write failed: the record must not claim it
             # A node whose status was written gets its metadata too, even when stopping (no
             # node is left half-written); any other starts only while writing is allowed.
-            if done is None and (plan.resource_changes or not allowed()):
+            if done is None and not allowed():
                 return None
             result = self._write_metadata(policy, plan, node)
             if done is None:
@@ -239,17 +234,38 @@ class NodeWriter:
                 state=result.state or state,
             )
 
-        results = self._each(metadata, todo)
-        return WriteReport(tuple(r for r in results if r is not None), self._waited)
+        workers = max(1, min(self.concurrency, len(todo)))
+        with (
+            ThreadPoolExecutor(workers, thread_name_prefix="node-status") as statuses,
+            ThreadPoolExecutor(workers, thread_name_prefix="node-write") as metadatas,
+        ):
+            outcomes: list[Future[WriteResult | None]] = []
+            for item in todo:
+                if not item[0].resource_changes:
+                    outcomes.append(metadatas.submit(metadata, item, None))
+                    continue
+                outcome: Future[WriteResult | None] = Future()
+                outcomes.append(outcome)
 
-    def _each(self, act: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
-        """`act` on every item, `concurrency` at a time, results in order."""
-        if self.concurrency == 1 or len(items) <= 1:
-            return [act(item) for item in items]
-        with ThreadPoolExecutor(
-            max_workers=min(self.concurrency, len(items)), thread_name_prefix="node-write"
-        ) as pool:
-            return list(pool.map(act, items))
+                def chain(
+                    written: Future[tuple[int, NodeState] | WriteResult | None],
+                    item: tuple[NodePlan, NodeState] = item,
+                    outcome: Future[WriteResult | None] = outcome,
+                ) -> None:
+                    try:
+                        done = written.result()
+                        if done is None or isinstance(done, WriteResult):
+                            # Not started (stopping), or failed: the record must not claim it.
+                            outcome.set_result(done)
+                            return
+                        follow = metadatas.submit(metadata, item, done)
+                        follow.add_done_callback(lambda f: _settle(outcome, f))
+                    except BaseException as exc:
+                        outcome.set_exception(exc)
+
+                statuses.submit(status, item).add_done_callback(chain)
+            results = [f.result() for f in outcomes]
+        return WriteReport(tuple(r for r in results if r is not None), self._waited)
 
     def write_node(self, policy: Policy, plan: NodePlan, node: NodeState) -> WriteResult:
         resources = 0
@@ -358,6 +374,14 @@ class NodeWriter:
                             read_exc.status,
                         )
         raise AssertionError("unreachable: the loop returns on its last attempt")
+
+
+def _settle(outcome: Future[Any], done: Future[Any]) -> None:
+    """Pass a finished future's result (or exception) on to `outcome`."""
+    try:
+        outcome.set_result(done.result())
+    except BaseException as exc:
+        outcome.set_exception(exc)
 
 
 def merge_taints(

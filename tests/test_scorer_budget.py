@@ -740,23 +740,49 @@ def test_a_burst_of_pods_costs_one_status_write_per_node_and_no_node_list(
         scorer.close()
 
 
-def test_gates_and_pools_of_every_node_are_written_before_any_label(
+def test_gates_and_pools_are_never_held_back_behind_labels(
     apistub: ApiStub, kube_client: client.ApiClient
 ) -> None:
-    """A new cluster's first cycle: pods wait Pending for the gates and pools, so every
-    node's status goes out (at resourceWriteQps) before the labels (at writeQps)."""
-    for i in range(6):
+    """A new cluster's first cycle: pods wait Pending for the gates and pools, so they go out
+    at resourceWriteQps on their own, while labels follow at writeQps (here 5/s), each node's
+    after its own status. More nodes than writer threads: a status waiting behind a paced
+    label write would show."""
+    for i in range(20):
         apistub.add_node(synthetic_node(f"node-{i}", gpus=2))
+    slow_labels = parse_policy(
+        SMALL_POLICY.replace(
+            "intervalSeconds: 30}", "intervalSeconds: 30, writeQps: 5, writeBurst: 1}"
+        )
+        + """\
+    - name: dept-a
+      namespaceSelector: {matchLabels: {tenant: dept-a}}
+      overcommitPercent: 5
+  overcommit: {enforcement: scheduler}
+"""
+    )
     ledger = PodLedger()
     ledger.replace([])
     scorer = Scorer(
-        lambda: POLICY, NodeApi(KubeJson(kube_client)), prometheus_url=NO_PROMETHEUS, ledger=ledger
+        lambda: slow_labels,
+        NodeApi(KubeJson(kube_client)),
+        prometheus_url=NO_PROMETHEUS,
+        ledger=ledger,
     )
     try:
         apistub.clear_requests()
         result = scorer.run_cycle()
-        assert result.report is not None and result.report.nodes_written == 6
-        patches = [r.path.endswith("/status") for r in apistub.requests if r.method == "PATCH"]
-        assert patches == [True] * 6 + [False] * 6
+        assert result.report is not None and result.report.nodes_written == 20
+        patches = [
+            (r.path.endswith("/status"), r.path) for r in apistub.requests if r.method == "PATCH"
+        ]
+        statuses = [i for i, (status, _) in enumerate(patches) if status]
+        labels = [i for i, (status, _) in enumerate(patches) if not status]
+        assert len(statuses) == len(labels) == 20
+        assert statuses[-1] < labels[2]  # every status out before the third (paced) label write
+        for name in (f"node-{i}" for i in range(20)):
+            order = [
+                status for status, path in patches if path.removesuffix("/status").endswith(name)
+            ]
+            assert order == [True, False], name
     finally:
         scorer.close()

@@ -285,6 +285,8 @@ def _holds_owned(steering: ResourceSteering, spec: Mapping[str, Any]) -> bool:
 
 
 def _same(current: Any, units: int) -> bool:
+    if current is None:
+        return False
     try:
         return parse_quantity(current) == units
     except QuantityError:

@@ -40,6 +40,7 @@ no admission-time mechanism prevents.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -145,11 +146,35 @@ def pod_limits(spec: Mapping[str, Any]) -> Amount:
 
 def container_pool_units(container: Mapping[str, Any]) -> dict[str, int]:
     """What one container requests from the pool: its limits in pool units, rounded up (a
-    limit it does not set counts its request). Raises QuantityError for a malformed one."""
-    return Amount(
-        cpu_m=container_amount(container, "limits", "cpu") * 1000,
-        memory=container_amount(container, "limits", "memory"),
-    ).units()
+    limit it does not set counts its request). Raises QuantityError for a malformed one.
+    Cached by the quantities' text: the webhook computes this for every container it admits,
+    and a cluster's pods repeat a few hundred sizes."""
+    resources = container.get("resources") or {}
+    texts = tuple(_limit_text(resources, kind) for kind in POOL_KINDS)
+    try:
+        if any(isinstance(t, str) and len(t) > 32 for t in texts):
+            raise TypeError("long texts are not cached")  # a hostile pod cannot fill the cache
+        cpu_m, mib = _pool_units(texts)
+    except TypeError:  # unhashable (a list, say) or long: judged uncached, refused there if bad
+        return Amount(
+            cpu_m=container_amount(container, "limits", "cpu") * 1000,
+            memory=container_amount(container, "limits", "memory"),
+        ).units()
+    return {"cpu": cpu_m, "memory": mib}
+
+
+def _limit_text(resources: Mapping[str, Any], kind: str) -> Any:
+    for part in ("limits", "requests"):
+        values = resources.get(part)
+        if isinstance(values, Mapping) and values.get(kind) is not None:
+            return values[kind]
+    return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _pool_units(texts: tuple[Any, ...]) -> tuple[int, int]:
+    cpu, memory = (Fraction(0) if t is None else parse_quantity(t) for t in texts)
+    return math.ceil(cpu * 1000), math.ceil(memory / MIB)
 
 
 def pod_bursts(spec: Mapping[str, Any]) -> bool:

@@ -221,12 +221,12 @@ class Scoring(_Model):
     composite_dimensions: tuple[str, ...] = ()
     # Client-side write limiter: the Python client has none, and 5,000 node PATCHes in one
     # burst would starve the apiserver's priority-and-fairness queue for everyone else.
-    write_qps: Annotated[float, _between(0.1, 1000)] = 20.0
-    write_burst: Annotated[int, _between(1, 1000)] = 40
-    # Gates and pools in the nodes' status have their own limiter and go first: pods wait
-    # Pending for them (a node without its gates refuses gated pods), labels only rank nodes.
-    # At 100/s a new 5,000-node cluster has every gate and pool within a minute; a kubelet
-    # fleet of that size writes its Leases at 500/s.
+    # Label writes and status writes (gates and pools) have a limiter each and run side by
+    # side, so pods waiting Pending for their gates never wait behind labels. At 100/s each, a
+    # new 5,000-node cluster is fully published within a minute (200 writes/s for that minute;
+    # a kubelet fleet of that size writes its Leases at 500/s); afterwards writes are rare.
+    write_qps: Annotated[float, _between(0.1, 1000)] = 100.0
+    write_burst: Annotated[int, _between(1, 1000)] = 200
     resource_write_qps: Annotated[float, _between(0.1, 1000)] = 100.0
     resource_write_burst: Annotated[int, _between(1, 1000)] = 200
     # A pod bound to a node in the last window lowers that node's composite by this many
