@@ -122,6 +122,8 @@ class PodBindingWatcher:
 
     def start(self) -> None:
         if self._thread is None:
+            if self.ledger is not None and not self.ledger.synced:
+                self.ledger.listing = True  # a first cycle now waits for this list
             self._stop.clear()
             self._thread = threading.Thread(target=self._run, name="pod-bindings", daemon=True)
             self._thread.start()
@@ -210,7 +212,11 @@ class PodBindingWatcher:
         moved = False
         if self.ledger is not None:
             before = self.ledger.generation
-            self.ledger.replace(stream, each)
+            self.ledger.listing = True
+            try:
+                self.ledger.replace(stream, each)
+            finally:
+                self.ledger.listing = False
             moved = self.ledger.generation != before  # pods changed, or synced just now
         else:
             for pod in stream:

@@ -60,6 +60,7 @@ class PodLedger:
         self._dirty: set[str] = set()  # nodes whose pods changed since take_dirty()
         self._all_dirty = True  # a relist or desync: every node
         self._synced_event = threading.Event()
+        self.listing = False  # a pod watch is reading its first list into this ledger
 
     @property
     def synced(self) -> bool:
@@ -95,6 +96,7 @@ class PodLedger:
             self._all_dirty = self._all_dirty or not self._synced
             self._synced = True
         self._synced_event.set()
+        self.listing = False
         return changed
 
     def apply(self, event_type: str, pod: Mapping[str, Any]) -> set[str]:
@@ -118,7 +120,10 @@ class PodLedger:
         return nodes
 
     def wait_synced(self, timeout_s: float) -> bool:
-        """Wait until a full list has been applied (at most `timeout_s`); whether it has."""
+        """Wait until a full list has been applied (at most `timeout_s`) when one is being
+        read; whether the ledger is synced."""
+        if not self.listing:
+            return self._synced
         return self._synced_event.wait(timeout_s)
 
     def desync(self) -> None:

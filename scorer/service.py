@@ -255,8 +255,8 @@ class Scorer:
     def _cycle(self, dry: bool, at: float | None) -> CycleResult:
         policy = self.policy
         if self._last is None and self.ledger is not None and not self.ledger.synced:
-            # The first cycle waits (a while) for the pod list: a cycle without it plans no gate
-            # or pool, and the refresh that would publish them waits for its writes to end.
+            # The first cycle waits (a while) for the pod list being read: a cycle without it
+            # plans no gate or pool, and the refresh that would publish them waits for it.
             waited = min(FIRST_LIST_WAIT_S, 4 * policy.spec.scoring.interval_seconds)
             if not self.ledger.wait_synced(waited):
                 log.warning("first cycle without the pod list (not synced after %.0fs)", waited)

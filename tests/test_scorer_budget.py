@@ -786,3 +786,24 @@ def test_gates_and_pools_are_never_held_back_behind_labels(
             assert order == [True, False], name
     finally:
         scorer.close()
+
+
+def test_the_first_cycle_waits_for_the_pod_list_and_publishes_gates_and_pools(
+    apistub: ApiStub,
+    kube_client: client.ApiClient,
+    stub_nodes: None,
+    watched: tuple[PodLedger, PodBindingWatcher, threading.Event],
+) -> None:
+    """A first cycle without the pod list would publish labels only, and the refresh that
+    publishes the pools would wait for those writes (a minute at 5,000 nodes)."""
+    ledger, watcher, _ = watched
+    scorer = Scorer(
+        lambda: POLICY, NodeApi(KubeJson(kube_client)), prometheus_url=NO_PROMETHEUS, ledger=ledger
+    )
+    try:
+        watcher.start()  # the scorer's own order: the watch, then the first cycle
+        first = scorer.run_cycle()
+        assert first.plan.pods_known and ledger.synced
+        assert status_of(apistub, "node-1")["allocatable"][CPU] == "4000"
+    finally:
+        scorer.close()
