@@ -38,6 +38,7 @@ from types import MappingProxyType
 from scorer.model import NodeState, parse_rfc3339, rfc3339
 from scorer.observe import DimensionFailure, DimensionReading
 from steer.core.budget import (
+    BudgetNames,
     Floor,
     NodeUsage,
     PodUsage,
@@ -419,6 +420,8 @@ class _Layout:
     # class key) | ("overcommit", level)).
     gates: tuple[tuple[Gate, tuple[str, str | float]], ...]
     overcommit_label: str
+    budget_names: BudgetNames
+    budget_gates: tuple[tuple[float, Gate], ...]
 
     @classmethod
     def of(cls, policy: Policy) -> _Layout:
@@ -438,6 +441,8 @@ class _Layout:
         return cls(
             policy=policy,
             owned_resources=owned,
+            budget_names=BudgetNames.of(policy),
+            budget_gates=tuple((lv, budget_gate(policy, lv)) for lv in gated_levels(policy)),
             gates=tuple(gates[k] for k in sorted(gates)),
             dims=tuple(
                 _DimLayout(
@@ -790,7 +795,7 @@ def _plan_resources(
         kept = record.resources & layout.owned_resources
         return _Resources((), (), {}, kept, None, None)
     policy = layout.policy
-    usage = node_usage(policy, pods)
+    usage = node_usage(layout.budget_names, pods)
     if not (layout.owned_resources or record.resources):
         return _Resources((), (), {}, frozenset(), None, None, usage.held)
     wanted: dict[str, int] = {}
@@ -820,9 +825,8 @@ def _plan_resources(
         start = (
             previous if previous is not None else observed_floor(policy, node.allocatable, usage)
         )
-        floor = next_floor(policy, usage, start, now)
-        for lv in gated_levels(policy):
-            gate = budget_gate(policy, lv)
+        floor = next_floor(layout.budget_names, usage, start, now)
+        for lv, gate in layout.budget_gates:
             held = usage.held.get(gate.resource, 0)
             is_open = lv >= floor.gates
             why = f"floor {floor.gates:g} % {'<=' if is_open else '>'} budget {lv:g} %"
@@ -840,7 +844,7 @@ def _plan_resources(
                 outside_pods=p.outside_pods,
                 taken=p.taken,
             )
-            for p in node_pools(policy, allocatable, usage, floor.room)
+            for p in node_pools(layout.budget_names, allocatable, usage, floor.room)
         )
     for g in gates:
         wanted[g.resource] = int(g.capacity)

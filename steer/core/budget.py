@@ -309,38 +309,71 @@ class NodeUsage:
         return min(self.members) if self.members else None
 
 
-def node_usage(policy: Policy, pods: Iterable[PodUsage]) -> NodeUsage:
+@dataclass(frozen=True)
+class BudgetNames:
+    """What the per-node budget arithmetic needs of a policy, derived once per cycle (a cycle
+    plans 5,000 nodes)."""
+
+    enforced: bool
+    levels: tuple[float, ...]
+    pools: tuple[str, ...]  # by POOL_KINDS, () without enforcement
+    gate_level: Mapping[str, float]  # budget gate resource -> its level
+
+    @property
+    def top(self) -> float:
+        return self.levels[-1] if self.levels else 0.0
+
+    @classmethod
+    def of(cls, policy: Policy | BudgetNames) -> BudgetNames:
+        if isinstance(policy, BudgetNames):
+            return policy
+        all_levels = levels(policy)
+        on = enforced(policy)
+        return cls(
+            enforced=on,
+            levels=all_levels,
+            pools=tuple(pool_resource(policy, kind) for kind in POOL_KINDS) if on else (),
+            gate_level={budget_gate(policy, lv).resource: lv for lv in all_levels[:-1]},
+        )
+
+
+def node_usage(policy: Policy | BudgetNames, pods: Iterable[PodUsage]) -> NodeUsage:
     """Sum a node's pods. A pod is in the pool when it requests from it; its level is the
     budget gate it requests, or the highest level without one."""
-    pools = {pool_resource(policy, kind) for kind in POOL_KINDS} if enforced(policy) else set()
-    gate_level = {budget_gate(policy, lv).resource: lv for lv in gated_levels(policy)}
-    top = levels(policy)[-1] if levels(policy) else 0.0
+    names = BudgetNames.of(policy)
+    pools, gate_level, top = frozenset(names.pools), names.gate_level, names.top
     held: dict[str, int] = {}
-    outside = [0, 0]
-    outside_pods = 0
+    outside_cpu = outside_memory = outside_pods = 0
     members: dict[float, int] = {}
     bursting: dict[float, int] = {}
     for pod in pods:
+        level: float | None = None
+        member = False
         for name, amount in pod.held.items():
             held[name] = held.get(name, 0) + amount
-        gated = [lv for name, lv in gate_level.items() if name in pod.held]
-        member = bool(gated) or any(name in pod.held for name in pools)
+            gate = gate_level.get(name)
+            if gate is not None:
+                level = gate if level is None else min(level, gate)
+                member = True
+            elif name in pools:
+                member = True
         if not member:
-            outside[0] += pod.limits[0]
-            outside[1] += pod.limits[1]
-            outside_pods += 1 if any(pod.limits) else 0
+            cpu, memory = pod.limits
+            outside_cpu += cpu
+            outside_memory += memory
+            outside_pods += 1 if cpu or memory else 0
             continue
-        level = min(gated) if gated else top
+        level = top if level is None else level
         members[level] = members.get(level, 0) + 1
         if pod.bursting:
             bursting[level] = bursting.get(level, 0) + 1
-    return NodeUsage(held, (outside[0], outside[1]), outside_pods, members, bursting)
+    return NodeUsage(held, (outside_cpu, outside_memory), outside_pods, members, bursting)
 
 
-def wanted_floor(policy: Policy, usage: NodeUsage) -> float:
+def wanted_floor(policy: Policy | BudgetNames, usage: NodeUsage) -> float:
     """The floor the node's pods call for: the lowest level, raised to the highest level
     bursting here, but never above the lowest level of a pod here."""
-    all_levels = levels(policy)
+    all_levels = BudgetNames.of(policy).levels
     if not all_levels:
         return 0.0
     floor = max(usage.bursting, default=all_levels[0])
@@ -358,10 +391,13 @@ class Floor:
     closed_at: float | None = None  # when the gates last rose
 
 
-def next_floor(policy: Policy, usage: NodeUsage, previous: Floor | None, now: float) -> Floor:
+def next_floor(
+    policy: Policy | BudgetNames, usage: NodeUsage, previous: Floor | None, now: float
+) -> Floor:
     """The node's floor after this write: falls at once, rises in two writes (module doc)."""
-    want = wanted_floor(policy, usage)
-    lowest = levels(policy)[0] if levels(policy) else 0.0
+    names = BudgetNames.of(policy)
+    want = wanted_floor(names, usage)
+    lowest = names.levels[0] if names.levels else 0.0
     if previous is None:
         previous = Floor(lowest, lowest)
     if want <= previous.room:
@@ -433,31 +469,39 @@ class PoolCapacity:
 
 
 def node_pools(
-    policy: Policy, allocatable: Mapping[str, str], usage: NodeUsage, floor: float
+    policy: Policy | BudgetNames, allocatable: Mapping[str, str], usage: NodeUsage, floor: float
 ) -> tuple[PoolCapacity, ...]:
     """The node's pools with their arithmetic; () without enforcement or with an unreadable
     allocatable."""
-    if not enforced(policy):
+    names = BudgetNames.of(policy)
+    if not names.enforced:
         return ()
     try:
-        base = {
-            "cpu": parse_quantity(allocatable.get("cpu", "0")) * 1000,
-            "memory": parse_quantity(allocatable.get("memory", "0")) / MIB,
-        }
-    except QuantityError:
+        rooms = _rooms(allocatable.get("cpu", "0"), allocatable.get("memory", "0"), floor)
+    except (QuantityError, TypeError):
         return ()
     out = []
-    for i, kind in enumerate(POOL_KINDS):
-        name = pool_resource(policy, kind)
+    for i, (kind, name) in enumerate(zip(POOL_KINDS, names.pools)):
         out.append(
             PoolCapacity(
                 resource=name,
                 kind=kind,
                 floor=floor,
-                room=math.floor(base[kind] * (100 + Fraction(level_text(floor))) / 100),
+                room=rooms[i],
                 outside_limits=usage.outside[i],
                 outside_pods=usage.outside_pods,
                 taken=usage.held.get(name, 0),
             )
         )
     return tuple(out)
+
+
+@functools.lru_cache(maxsize=1024)
+def _rooms(cpu: str, memory: str, floor: float) -> tuple[int, int]:
+    """floor((100 + floor) % of allocatable) in pool units (millicores, MiB); nodes of one
+    shape share it."""
+    factor = (100 + Fraction(level_text(floor))) / 100
+    return (
+        math.floor(parse_quantity(cpu) * 1000 * factor),
+        math.floor(parse_quantity(memory) / MIB * factor),
+    )
