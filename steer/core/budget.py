@@ -481,7 +481,7 @@ def node_pools(
     except (QuantityError, TypeError):
         return ()
     out = []
-    for i, (kind, name) in enumerate(zip(POOL_KINDS, names.pools)):
+    for i, (kind, name) in enumerate(zip(POOL_KINDS, names.pools, strict=True)):
         out.append(
             PoolCapacity(
                 resource=name,
