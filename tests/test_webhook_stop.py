@@ -1,0 +1,66 @@
+"""SIGTERM under load: the webhook answers what it accepted, then exits inside the pod's
+termination grace period (30 s by default; gunicorn's graceful timeout is 20 s)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+from pathlib import Path
+
+import requests
+
+from tests.webhook_harness import admission_fixture, running_webhook
+
+GRACE_S = 30.0
+
+
+def test_sigterm_under_load_answers_in_flight_reviews_and_exits_in_time(tmp_path: Path) -> None:
+    with running_webhook(tmp_path, workers=2) as hook:
+        fixture = admission_fixture("pod-create-user-mutating.json")
+        path, body = fixture["path"], json.dumps(fixture["body"]).encode()
+        answered: list[int] = []
+        broken: list[str] = []
+        refused = threading.Event()
+        lock = threading.Lock()
+
+        def load() -> None:
+            with hook.session() as session:
+                while not refused.is_set():
+                    try:
+                        reply = session.post(
+                            f"{hook.url}{path}",
+                            data=body,
+                            headers={"Content-Type": "application/json"},
+                            timeout=10,
+                        )
+                    except requests.ConnectionError:
+                        refused.set()  # closed for new connections: the server is stopping
+                        return
+                    with lock:
+                        if reply.status_code != 200 or "response" not in reply.json():
+                            broken.append(f"{reply.status_code} {reply.text[:200]}")
+                        else:
+                            answered.append(reply.status_code)
+
+        threads = [threading.Thread(target=load) for _ in range(6)]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 30
+        while len(answered) < 200 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        before = len(answered)
+        assert before >= 200, hook.log()[-2000:]
+        hook.process.send_signal(signal.SIGTERM)
+        started = time.monotonic()
+        code = hook.process.wait(timeout=GRACE_S + 5)
+        took = time.monotonic() - started
+        refused.set()
+        for thread in threads:
+            thread.join(timeout=15)
+        assert code == 0, hook.log()[-2000:]
+        assert took < GRACE_S, f"stopped {took:.1f} s after SIGTERM"
+        # Every request that got an answer got a whole AdmissionReview, none a 5xx.
+        assert broken == []
+        assert "Traceback" not in hook.log()
