@@ -205,3 +205,31 @@ def test_once_table_counts_a_first_write_and_shows_changes_as_old_to_new() -> No
     assert "score-util=90→50" in rows["b"] and "score-power=0" in rows["b"]
     # Without the nodes as read, every change is listed with its new value only.
     assert "score-util=50 " in plan_table(plan, POLICY).split("\nb ")[-1] + " "
+
+
+class _CountingPlans(tuple):  # type: ignore[type-arg]
+    """A cycle's node plans that count how often they are walked."""
+
+    walks = 0
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        type(self).walks += 1
+        return super().__iter__()
+
+
+def test_explaining_a_pod_walks_the_cycle_once_whatever_the_node_count() -> None:
+    """O(nodes) per request: each node's plan is looked up by name, never by a scan."""
+    room = {"cpu": "8", "memory": "32Gi", "pods": "110"}
+    for count in (10, 400):
+        cluster = [NodeState(f"n{i}", allocatable=room, capacity=room) for i in range(count)]
+        values = {"util": {n.name: 10.0 for n in cluster}, "overcommit-pct": {}}
+        plan, _ = plan_cycle(
+            POLICY, cluster, readings_for(POLICY, cluster, values, T0), ScorerMemory(), T0
+        )
+        _CountingPlans.walks = 0
+        counted = CyclePlan(
+            plan.policy_version, plan.planned_at, _CountingPlans(plan.nodes), plan.dimensions
+        )
+        result = explain_pod(POLICY, counted, cluster, gpu_pod(), {"tenant": "dept-b", **OPTED_IN})
+        assert len(result.verdicts) == count
+        assert _CountingPlans.walks == 1, count
