@@ -4,6 +4,7 @@ termination grace period (30 s by default; gunicorn's graceful timeout is 20 s).
 from __future__ import annotations
 
 import json
+import os
 import signal
 import threading
 import time
@@ -64,3 +65,45 @@ def test_sigterm_under_load_answers_in_flight_reviews_and_exits_in_time(tmp_path
         # Every request that got an answer got a whole AdmissionReview, none a 5xx.
         assert broken == []
         assert "Traceback" not in hook.log()
+
+
+def _workers(pid: int) -> set[int]:
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return {int(c) for c in children}
+
+
+def test_a_worker_that_leaves_does_not_take_the_server_or_its_metrics_with_it(
+    tmp_path: Path,
+) -> None:
+    """A worker exits through the same frames as the master (it is a fork of it): the shared
+    metrics directory must outlive it, or its replacement cannot boot and the master halts."""
+    with running_webhook(tmp_path, workers=2) as hook:
+        fixture = admission_fixture("pod-create-user-mutating.json")
+        path, body = fixture["path"], json.dumps(fixture["body"]).encode()
+        with hook.session() as session:
+
+            def answered() -> bool:
+                reply = session.post(
+                    f"{hook.url}{path}",
+                    data=body,
+                    headers={"Content-Type": "application/json", "Connection": "close"},
+                    timeout=10,
+                )
+                return reply.status_code == 200 and "response" in reply.json()
+
+            assert answered()
+            old = _workers(hook.process.pid)
+            assert len(old) == 2
+            os.kill(min(old), signal.SIGTERM)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                now = _workers(hook.process.pid) if hook.process.poll() is None else set()
+                if len(now) == 2 and now != old:
+                    break
+                time.sleep(0.1)
+            assert hook.process.poll() is None, hook.log()[-2000:]
+            assert len(_workers(hook.process.pid) - old) == 1, hook.log()[-2000:]
+            for _ in range(20):
+                assert answered()
+            assert "steer_webhook" in hook.metrics()
+            assert "No such file or directory" not in hook.log()

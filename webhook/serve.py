@@ -269,6 +269,7 @@ def serve_webhook(options: WebhookOptions) -> None:
     )
     owned_dir = "PROMETHEUS_MULTIPROC_DIR" not in os.environ
     directory = prepare_multiprocess_metrics()
+    master = os.getpid()
 
     def when_ready(server: Any) -> None:
         if metrics_addr is None:
@@ -295,7 +296,9 @@ def serve_webhook(options: WebhookOptions) -> None:
             options.server, loader, extra={"when_ready": when_ready, "child_exit": child_exit}
         )
     finally:
-        if owned_dir:
+        # Workers are forks of this frame: a worker leaving (SIGTERM, a restart) unwinds through
+        # here too and must not take its siblings' metric files with it.
+        if owned_dir and os.getpid() == master:
             shutil.rmtree(directory, ignore_errors=True)
 
 
