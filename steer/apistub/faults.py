@@ -28,10 +28,18 @@ class _WriteFault:
     path_contains: str | None
 
 
+@dataclass
+class _WriteDelay:
+    remaining: int
+    seconds: float
+    path_contains: str | None
+
+
 class Faults:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._write_faults: list[_WriteFault] = []
+        self._write_delays: list[_WriteDelay] = []
         self._delay = 0.0
         self._log: list[RequestRecord] = []
 
@@ -54,6 +62,29 @@ class Faults:
                     return fault.status
             self._write_faults = [f for f in self._write_faults if f.remaining > 0]
             return None
+
+    def delay_next_writes(self, n: int, seconds: float, path_contains: str | None = None) -> None:
+        """The next `n` writes whose path contains `path_contains` (any path when None) wait
+        `seconds` before they are applied: a client with a shorter timeout gives up on them, and
+        they still land afterwards, as on an apiserver that commits what its client abandoned."""
+        if n < 1 or seconds < 0:
+            raise ValueError(
+                f"delay_next_writes: need n >= 1 and seconds >= 0, got n={n}, seconds={seconds}"
+            )
+        with self._lock:
+            self._write_delays.append(_WriteDelay(n, seconds, path_contains))
+
+    def take_write_delay(self, path: str) -> float:
+        """The seconds a write to `path` must wait, consuming one injected delay (0: none)."""
+        with self._lock:
+            for delay in self._write_delays:
+                if delay.remaining > 0 and (
+                    delay.path_contains is None or delay.path_contains in path
+                ):
+                    delay.remaining -= 1
+                    return delay.seconds
+            self._write_delays = [d for d in self._write_delays if d.remaining > 0]
+            return 0.0
 
     def set_delay(self, seconds: float) -> None:
         if seconds < 0:

@@ -21,7 +21,7 @@ from urllib.parse import parse_qs, urlsplit
 import yaml
 
 from steer.apistub import status
-from steer.apistub.api import Api, Reply, WatchReply
+from steer.apistub.api import WRITE_METHODS, Api, Reply, WatchReply
 from steer.apistub.faults import Faults, RequestRecord
 from steer.apistub.status import ApiError, JsonObject
 from steer.apistub.store import Store, resource_type
@@ -64,6 +64,8 @@ class _Handler(BaseHTTPRequestHandler):
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         if delay := api.faults.delay:
             time.sleep(delay)
+        if method in WRITE_METHODS and (pause := api.faults.take_write_delay(url.path)):
+            time.sleep(pause)
         try:
             reply = api.handle(method, url.path, query, content_type, raw)
         except ApiError as exc:
@@ -258,6 +260,11 @@ class ApiStub:
     def delay(self, seconds: float) -> None:
         """Wait `seconds` before answering each request from now on; 0 turns it off."""
         self._faults.set_delay(seconds)
+
+    def delay_next_writes(self, n: int, seconds: float, path_contains: str | None = None) -> None:
+        """The next `n` writes (optionally only to paths containing `path_contains`) are applied
+        `seconds` late: a client that times out first retries a write that lands anyway."""
+        self._faults.delay_next_writes(n, seconds, path_contains)
 
     def drop_watches(self) -> None:
         """End every open watch stream, as an apiserver restart or a load balancer would."""

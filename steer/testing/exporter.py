@@ -266,8 +266,10 @@ class SyntheticCluster:
     def _dcgm(self, n: Node, add: _Add) -> None:
         for g in n.gpus:
             labels = g.labels
-            util = min(100.0, max(0.0, self._noisy(g.util_pct)))
-            add("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", n, labels, round(util))
+            util = self._noisy(g.util_pct)
+            if math.isfinite(util):  # NaN and ±Inf go out as set: what a failing GPU reads
+                util = round(min(100.0, max(0.0, util)))
+            add("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", n, labels, util)
             add(
                 "DCGM_FI_DEV_FB_USED",
                 "gauge",

@@ -263,6 +263,7 @@ class PrometheusServer:
         """Terminate the process (it flushes the head block) and remove the temporary files."""
         proc, self._proc = self._proc, None
         if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGCONT)  # a paused process cannot act on SIGTERM
             proc.terminate()
             try:
                 proc.wait(timeout=15)
@@ -272,6 +273,17 @@ class PrometheusServer:
         atexit.unregister(self.stop)
         # A caller-supplied data_dir lives outside the work directory and is kept.
         shutil.rmtree(self._workdir, ignore_errors=True)
+
+    def pause(self) -> None:
+        """SIGSTOP: the kernel still accepts connections, nothing answers them, as with a
+        Prometheus too loaded to answer within any client timeout. `resume()` undoes it."""
+        if self._proc is None or not self.running:
+            raise RuntimeError("pause: the server is not running")
+        self._proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self._proc is not None and self.running:
+            self._proc.send_signal(signal.SIGCONT)
 
     def __enter__(self) -> PrometheusServer:
         return self.start()

@@ -1,0 +1,287 @@
+"""The scorer under faults: a real Prometheus paused beyond the query timeout, stopped, or
+answering NaN, ±Inf, absurd values and partial results; node writes failing with 409, 500 and
+timeouts on the API stand-in; the Lease taken over, or no longer renewable, in the middle of a
+paced cycle; and policy files that cannot be loaded, under `steer scorer run`.
+
+Each test checks what the README promises for its fault and that nothing else moved: the cycle
+completes, every label stays within the label contract and is kept or withdrawn by its TTL,
+the failure is counted, the managed record describes exactly what the node carries, and what
+kube-steer does not own on a node stays byte-identical.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from scorer.kubeapi import KubeJson
+from scorer.ledger import PodLedger
+from scorer.plan import ManagedRecord, managed_key, observed_at_key
+from scorer.service import Scorer
+from scorer.writer import NodeApi
+from steer.apistub import ApiStub
+from steer.apistub.synthetic import synthetic_node
+from steer.core.encoding import bucket_values
+from steer.core.policy import Policy, parse_policy
+from steer.core.steering import (
+    composites,
+    condition_key,
+    dimension_key,
+    owned_label_keys,
+    owned_resource_keys,
+    owned_taint_keys,
+)
+from steer.testing.exporter import GIB, SyntheticCluster
+from tests.apistub_fixtures import client_for
+from tests.scorer_support import (
+    FOREIGN_LABELS,
+    FOREIGN_TAINTS,
+    SMALL_POLICY,
+    backfilled_prometheus,
+    owned_labels,
+)
+
+NODES = ("node-1", "node-2", "node-3")
+UTILS = (20.0, 50.0, 95.0)
+PREFIX = "kube-steer.github.io/"
+UTIL, PEAK, SCORE, CLASS_GPU = (
+    f"{PREFIX}score-util",
+    f"{PREFIX}score-gpu-peak",
+    f"{PREFIX}score",
+    f"{PREFIX}score-class-gpu",
+)
+UTIL_QUERY = "avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL)"
+RATE = "sum by (instance) (rate(kepler_node_platform_joules_total[5m]))"
+DOWN = "http://127.0.0.1:9"  # nothing listens: every query is refused at once
+
+POLICY = parse_policy(SMALL_POLICY)
+# util ages out after 3 s, so TTL expiry is seen in real time; gpu-peak asks for every GPU's
+# series without aggregating them: two series per node, the larger one kept.
+UTIL_TTL = 3.0
+LIVE_TEXT = SMALL_POLICY.replace(
+    "      weight: 3\n", f"      weight: 3\n      ttlSeconds: {UTIL_TTL:g}\n", 1
+).replace(
+    "  taints:\n",
+    "    - name: gpu-peak\n"
+    "      query: DCGM_FI_DEV_GPU_UTIL\n"
+    "      nodeLabel: Hostname\n"
+    "      unit: pct\n"
+    "      direction: lowerIsBetter\n"
+    "      normalization: {method: fixed, min: 0, max: 100}\n"
+    "      weight: 0\n"
+    "  taints:\n",
+    1,
+)
+LIVE = parse_policy(LIVE_TEXT)
+
+# On node-1, next to FOREIGN_LABELS and FOREIGN_TAINTS: keys under our prefixes that are not
+# ours, an annotation, an extended resource and a condition of someone else.
+FOREIGN_ANNOTATIONS = {
+    "node.alpha.kubernetes.io/ttl": "0",
+    "team.example.com/note": "racked 2026-11-30",
+    f"{PREFIX}not-ours": "x",
+}
+FOREIGN_RESOURCES = {"example.com/fpga": "2", "kube-steer.kubernetes.io/not-ours": "3"}
+FOREIGN_CONDITION = {
+    "type": "example.com/FpgaHealthy",
+    "status": "True",
+    "reason": "Probed",
+    "message": "all 2 FPGAs answer",
+}
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def shape(cluster: SyntheticCluster) -> None:
+    """util 20/50/95 %, platform 300/400/500 W, CPU limits 70 and 32 of 64 cores on node-1/3."""
+    for name, util, watts in zip(NODES, UTILS, (300, 400, 500), strict=True):
+        cluster.set_gpu_util(name, util)
+        cluster.set_power(name, platform_watts=watts)
+    cluster.add_container(
+        "node-1", "team-a", "big", requests={"cpu": 8}, limits={"cpu": 70, "memory": 128 * GIB}
+    )
+    cluster.add_container("node-3", "team-a", "small", requests={"cpu": 8}, limits={"cpu": 32})
+
+
+def add_nodes(stub: ApiStub, names: Sequence[str]) -> None:
+    """Nodes for `names`; the first carries everything foreign the tests expect to survive."""
+    for i, name in enumerate(names):
+        node = synthetic_node(name, gpus=2)
+        if i == 0:
+            node["metadata"]["labels"].update(FOREIGN_LABELS)
+            node["metadata"]["annotations"] = dict(FOREIGN_ANNOTATIONS)
+            node["spec"]["taints"] = [dict(t) for t in FOREIGN_TAINTS]
+            for status in ("capacity", "allocatable"):
+                node["status"][status].update(FOREIGN_RESOURCES)
+            node["status"]["conditions"].append(dict(FOREIGN_CONDITION))
+        stub.add_node(node)
+
+
+def synced_ledger() -> PodLedger:
+    """A pod watch that has listed no pods: every gate is planned (open)."""
+    ledger = PodLedger()
+    ledger.replace([])
+    return ledger
+
+
+def make_scorer(
+    stub: ApiStub,
+    tmp_path: Path,
+    prom_url: str,
+    policy: Policy | Callable[[], Policy],
+    *,
+    timeout_s: float = 10.0,
+    **kwargs: Any,
+) -> Scorer:
+    kube = client_for(stub, tmp_path / f"kubeconfig-{time.monotonic_ns()}")
+    current = policy if callable(policy) else lambda: policy
+    api = NodeApi(KubeJson(kube, timeout_s=timeout_s))
+    return Scorer(current, api, prometheus_url=prom_url, **kwargs)
+
+
+def nodes_of(stub: ApiStub, names: Sequence[str] = NODES) -> dict[str, dict[str, Any]]:
+    return {name: stub.get("nodes", name) for name in names}
+
+
+def foreign_view(policy: Policy, node: Mapping[str, Any]) -> bytes:
+    """The node as JSON without what kube-steer owns (and without its resourceVersion): must
+    stay byte-identical whatever the scorer does."""
+    obj = copy.deepcopy(dict(node))
+    meta = obj["metadata"]
+    meta.pop("resourceVersion", None)
+    meta.pop("managedFields", None)
+    labels = meta.get("labels") or {}
+    for key in owned_label_keys(policy):
+        labels.pop(key, None)
+    annotations = meta.get("annotations") or {}
+    for key in (observed_at_key(policy), managed_key(policy)):
+        annotations.pop(key, None)
+    if not annotations:
+        meta.pop("annotations", None)
+    owned_taints = owned_taint_keys(policy)
+    taints = [t for t in obj["spec"].get("taints") or () if t["key"] not in owned_taints]
+    obj["spec"].pop("taints", None)
+    if taints:
+        obj["spec"]["taints"] = taints
+    for status in ("capacity", "allocatable"):
+        for name in owned_resource_keys(policy):
+            obj["status"].get(status, {}).pop(name, None)
+    return json.dumps(obj).encode()
+
+
+RAW_VALUE = re.compile(r"0|[1-9][0-9]*")
+
+
+def assert_within_contract(policy: Policy, node: Mapping[str, Any]) -> None:
+    """Every owned label carries a value the README's label contract allows."""
+    labels = node["metadata"].get("labels") or {}
+    name = node["metadata"]["name"]
+    for dim in policy.spec.dimensions:
+        value = labels.get(dimension_key(policy, dim))
+        if value is None:
+            continue
+        step = policy.step_of(dim)
+        if dim.publish == "raw":
+            assert RAW_VALUE.fullmatch(value), (name, dim.name, value)
+            assert int(value) % step == 0 and int(value) < 2**63, (name, dim.name, value)
+        else:
+            assert value in {str(v) for v in bucket_values(step)}, (name, dim.name, value)
+    for _, key in composites(policy):
+        if key in labels:
+            assert labels[key] in {str(v) for v in bucket_values(policy.spec.scoring.step)}
+    for rule in policy.spec.taints:
+        assert labels.get(condition_key(policy, rule), "true") == "true", (name, rule.name)
+
+
+def assert_whole(policy: Policy, node: Mapping[str, Any]) -> None:
+    """The managed record lists exactly the owned labels, taints and resources the node
+    carries: no node is left with gates but no labels, or a record claiming what it lacks."""
+    meta = node["metadata"]
+    record = ManagedRecord.parse((meta.get("annotations") or {}).get(managed_key(policy)))
+    owned = owned_label_keys(policy)
+    carried = {k for k in meta.get("labels") or {} if k in owned}
+    taints = {t["key"] for t in node["spec"].get("taints") or ()} & owned_taint_keys(policy)
+    resources = set(node["status"].get("allocatable") or {}) & owned_resource_keys(policy)
+    assert (record.labels, record.taints, record.resources) == (carried, taints, resources), meta[
+        "name"
+    ]
+
+
+def sample(scorer: Scorer, name: str, labels: Mapping[str, str] | None = None) -> float:
+    value = scorer.metrics.registry.get_sample_value(name, dict(labels or {}))
+    return 0.0 if value is None else value
+
+
+# ----------------------------------------------------------------------------- Prometheus
+
+
+def test_prometheus_slower_than_its_timeout_then_stopped_keeps_labels_until_the_ttl(
+    apistub: ApiStub, tmp_path: Path
+) -> None:
+    """A Prometheus that accepts connections and answers nothing (SIGSTOP) costs a cycle one
+    query timeout, not one per dimension, and changes nothing on any node; stopped, the same;
+    past the TTL every label, the taint and the records' labels go, and nothing foreign moves."""
+    cluster = SyntheticCluster(nodes=3, gpus_per_node=2)
+    shape(cluster)
+    add_nodes(apistub, NODES)
+    policy = parse_policy(
+        SMALL_POLICY.replace("spec:\n", "spec:\n  prometheus: {timeoutSeconds: 0.5}\n", 1)
+    )
+    offset = [0.0]
+    with backfilled_prometheus(cluster) as prom:
+        scorer = make_scorer(
+            apistub,
+            tmp_path,
+            prom.url,
+            policy,
+            ledger=synced_ledger(),
+            clock=lambda: time.time() + offset[0],
+        )
+        scorer.run_cycle()
+        scorer.run_cycle()  # gpu-hot holds for two cycles on node-3: tainted, its gate closed
+        written = nodes_of(apistub)
+        assert written["node-3"]["spec"]["taints"][0]["key"] == f"{PREFIX}gpu-hot"
+        apistub.clear_requests()
+        prom.pause()
+        try:
+            started = time.monotonic()
+            slow = scorer.run_cycle()
+            took = time.monotonic() - started
+        finally:
+            prom.resume()
+        assert took < 0.5 + 1.5, took  # the three queries wait side by side
+        assert {d.error_kind for d in slow.plan.dimensions} == {"unavailable"}
+        assert all("did not answer" in (d.error or "") for d in slow.plan.dimensions)
+        assert slow.plan.changes == () and nodes_of(apistub) == written
+        back = scorer.run_cycle()
+        assert all(d.ok for d in back.plan.dimensions) and back.plan.changes == ()
+    down = scorer.run_cycle()
+    assert {d.error_kind for d in down.plan.dimensions} == {"unavailable"}
+    assert all("cannot reach" in (d.error or "") for d in down.plan.dimensions)
+    assert down.plan.changes == () and nodes_of(apistub) == written
+    assert apistub.count() - apistub.count("GET") == 0
+    offset[0] = 61.0  # past the 60 s TTL of every dimension
+    gone = scorer.run_cycle()
+    assert set(gone.plan.stale_dimensions) == {"util", "power", "overcommit-pct"}
+    after = nodes_of(apistub)
+    for name in NODES:
+        assert owned_labels(after[name]) == {}, name
+        assert not [
+            t for t in after[name]["spec"].get("taints") or () if t["key"].startswith(PREFIX)
+        ]
+        assert_whole(policy, after[name])
+        assert foreign_view(policy, after[name]) == foreign_view(policy, written[name])
+    # the gate closed by gpu-hot opens again: no data, no taint, nothing to avoid
+    assert (
+        after["node-3"]["status"]["allocatable"]["kube-steer.kubernetes.io/avoid-gpu-hot"] == "110"
+    )
+    errors = {"dimension": "util", "kind": "unavailable"}
+    assert sample(scorer, "steer_scorer_query_errors_total", errors) == 3
+    assert sample(scorer, "steer_scorer_cycles_total", {"result": "ok"}) == 6
+    assert sample(scorer, "steer_scorer_stale_dimensions") == 3
