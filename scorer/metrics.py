@@ -57,6 +57,14 @@ class ScorerMetrics:
             ["dimension"],
             registry=r,
         )
+        self.dropped_samples = Gauge(
+            "steer_scorer_dropped_samples",
+            "Samples of the last query that gave their node no value, by reason: non-finite "
+            "(NaN, +-Inf), too-large (a raw value no label can carry), duplicate (another "
+            "series for the same node; the larger is kept), unlabelled (no node label).",
+            ["dimension", "reason"],
+            registry=r,
+        )
         self.dimension_stale = Gauge(
             "steer_scorer_dimension_stale",
             "1 when a dimension's data is older than its TTL (its labels are withdrawn).",

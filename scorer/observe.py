@@ -19,6 +19,10 @@ from steer.core.policy import Dimension
 
 # How many unmatched identities a reading keeps for /explain; the count is always exact.
 UNKNOWN_EXAMPLES = 10
+# A raw label is compared with Gt/Lt, which Kubernetes parses as an int64; from 2^63 on the
+# value would be refused by the apiserver (over 63 characters) or match nothing, and the
+# whole node's write with it.
+RAW_LIMIT = 2.0**63
 
 
 class SampleLike(Protocol):
@@ -80,6 +84,7 @@ class DimensionReading:
     `observed_at` is Prometheus' evaluation time (unix seconds): ages and TTLs count from it.
     `duplicates` counts nodes that two series resolved to (say, `node-1` and `10.0.0.1:9102`);
     the larger value is kept, so a budget check (`overcommit-pct`) never understates.
+    `too_large` counts raw values no label can carry (see RAW_LIMIT): no value, like NaN.
     """
 
     dimension: str
@@ -92,6 +97,7 @@ class DimensionReading:
     unlabelled: int = 0
     non_finite: int = 0
     duplicates: int = 0
+    too_large: int = 0
     duration_s: float = 0.0
     warnings: tuple[str, ...] = field(default=())
 
@@ -118,7 +124,8 @@ def read_dimension(
 ) -> DimensionReading:
     values: dict[str, float] = {}
     unknown_examples: list[str] = []
-    count = unknown = unlabelled = non_finite = duplicates = 0
+    count = unknown = unlabelled = non_finite = duplicates = too_large = 0
+    raw = dim.publish == "raw"
     for sample in samples:
         count += 1
         identity = sample.labels.get(dim.node_label)
@@ -136,6 +143,9 @@ def read_dimension(
             # NaN from 0/0 (a node with no GPU memory at all) is "no value", not a score.
             non_finite += 1
             continue
+        if raw and value >= RAW_LIMIT:
+            too_large += 1
+            continue
         if node in values:
             duplicates += 1
             value = max(value, values[node])
@@ -151,6 +161,7 @@ def read_dimension(
         unlabelled=unlabelled,
         non_finite=non_finite,
         duplicates=duplicates,
+        too_large=too_large,
         duration_s=duration_s,
         warnings=warnings,
     )

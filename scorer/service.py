@@ -234,6 +234,13 @@ class Scorer:
             reading = answer.readings[dim.name]
             self.metrics.query_duration.labels(dimension=dim.name).observe(reading.duration_s)
             self.metrics.unknown_nodes.labels(dimension=dim.name).set(reading.unknown)
+            for reason, count in (
+                ("non-finite", reading.non_finite),
+                ("too-large", reading.too_large),
+                ("duplicate", reading.duplicates),
+                ("unlabelled", reading.unlabelled),
+            ):
+                self.metrics.dropped_samples.labels(dimension=dim.name, reason=reason).set(count)
         return answer.readings, answer.failures, time.perf_counter() - started
 
     def run_cycle(self, *, dry_run: bool | None = None, at: float | None = None) -> CycleResult:

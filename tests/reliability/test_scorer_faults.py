@@ -11,17 +11,21 @@ kube-steer does not own on a node stays byte-identical.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
+import math
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from scorer.kubeapi import KubeJson
 from scorer.ledger import PodLedger
-from scorer.plan import ManagedRecord, managed_key, observed_at_key
+from scorer.plan import DataStatus, ManagedRecord, managed_key, observed_at_key
 from scorer.service import Scorer
 from scorer.writer import NodeApi
 from steer.apistub import ApiStub
@@ -37,6 +41,7 @@ from steer.core.steering import (
     owned_taint_keys,
 )
 from steer.testing.exporter import GIB, SyntheticCluster
+from steer.testing.prom import PrometheusServer, scraped_cluster
 from tests.apistub_fixtures import client_for
 from tests.scorer_support import (
     FOREIGN_LABELS,
@@ -218,7 +223,133 @@ def sample(scorer: Scorer, name: str, labels: Mapping[str, str] | None = None) -
     return 0.0 if value is None else value
 
 
+def dropped(scorer: Scorer, dimension: str, reason: str) -> float:
+    return sample(
+        scorer, "steer_scorer_dropped_samples", {"dimension": dimension, "reason": reason}
+    )
+
+
 # ----------------------------------------------------------------------------- Prometheus
+
+
+@pytest.fixture(scope="module")
+def scraped() -> Iterator[tuple[SyntheticCluster, PrometheusServer]]:
+    cluster = SyntheticCluster(nodes=3, gpus_per_node=2)
+    shape(cluster)
+    with scraped_cluster(cluster, scrape_interval_s=0.5) as (_exporter, prom):
+        prom.wait_for(RATE, lambda r: len(r.samples) == 3)
+        yield cluster, prom
+
+
+@contextlib.contextmanager
+def disturbed(cluster: SyntheticCluster, prom: PrometheusServer) -> Iterator[None]:
+    """Put the module's cluster back as `shape` left it afterwards, and wait until Prometheus
+    has scraped it so: the next test starts from there, whatever this one did or failed at."""
+    try:
+        yield
+    finally:
+        for name, util in zip(NODES, UTILS, strict=True):
+            cluster.show(name, "DCGM_FI_DEV_GPU_UTIL")
+            cluster.set_gpu_util(name, util)
+        prom.wait_for(
+            "DCGM_FI_DEV_GPU_UTIL",
+            lambda r: sorted(s.value for s in r.samples) == sorted(UTILS * 2),
+        )
+
+
+def test_nan_and_infinite_readings_keep_the_labels_until_their_ttl(
+    scraped: tuple[SyntheticCluster, PrometheusServer], apistub: ApiStub, tmp_path: Path
+) -> None:
+    """DCGM answering -Inf, NaN and +Inf (a GPU fallen off the bus, 0/0): no value, not a
+    score. The nodes keep what they carry until util's TTL, then lose util's labels and their
+    composites are recomputed without it; each unusable sample is counted."""
+    cluster, prom = scraped
+    add_nodes(apistub, NODES)
+    scorer = make_scorer(apistub, tmp_path, prom.url, LIVE)
+    first = scorer.run_cycle()
+    written = nodes_of(apistub)
+    assert [owned_labels(written[n])[UTIL] for n in NODES] == ["80", "50", "10"]
+    apistub.clear_requests()
+    with disturbed(cluster, prom):
+        for name, value in zip(NODES, (-math.inf, math.nan, math.inf), strict=True):
+            cluster.set_gpu_util(name, value)
+        prom.wait_for(
+            UTIL_QUERY,
+            lambda r: len(r.samples) == 3 and not any(math.isfinite(s.value) for s in r.samples),
+        )
+        kept = scorer.run_cycle()
+        assert kept.plan.changes == () and apistub.count() - apistub.count("GET") == 0
+        assert nodes_of(apistub) == written
+        for name in NODES:
+            plan = kept.plan.node(name)
+            assert plan is not None and plan.dimensions["util"].status is DataStatus.RETAINED
+        assert dropped(scorer, "util", "non-finite") == 3
+        assert dropped(scorer, "gpu-peak", "non-finite") == 6  # two GPUs a node
+        util_seen = first.plan.node("node-1").dimensions["util"].observed_at  # type: ignore[union-attr]
+        assert util_seen is not None
+        time.sleep(max(0.0, util_seen + UTIL_TTL + 0.2 - time.time()))
+        expired = scorer.run_cycle()
+        for name in NODES:
+            plan = expired.plan.node(name)
+            assert plan is not None and plan.dimensions["util"].status is DataStatus.STALE
+        after = nodes_of(apistub)
+        # power alone (300/400/500 W, lower is better, min-max) makes the composite now
+        assert [owned_labels(after[n]).get(SCORE) for n in NODES] == ["100", "50", "0"]
+        for name in NODES:
+            labels = owned_labels(after[name])
+            assert UTIL not in labels and CLASS_GPU not in labels
+            assert labels[PEAK] == owned_labels(written[name])[PEAK]  # its TTL is 60 s
+            assert_within_contract(LIVE, after[name])
+            assert_whole(LIVE, after[name])
+            assert foreign_view(LIVE, after[name]) == foreign_view(LIVE, written[name])
+    scorer.run_cycle()  # DCGM answers numbers again
+    assert [owned_labels(apistub.get("nodes", n))[UTIL] for n in NODES] == ["80", "50", "10"]
+    assert dropped(scorer, "util", "non-finite") == 0
+
+
+def test_a_node_missing_from_a_reading_keeps_its_label_and_duplicate_series_are_counted(
+    scraped: tuple[SyntheticCluster, PrometheusServer], apistub: ApiStub, tmp_path: Path
+) -> None:
+    """Partial results: node-2's GPU series vanish (its exporter restarts) while node-1's two
+    GPUs diverge under a query that does not aggregate them. node-2 keeps its labels until
+    util's TTL; node-1's peak is its busier GPU; the duplicate series are counted."""
+    cluster, prom = scraped
+    add_nodes(apistub, NODES)
+    scorer = make_scorer(apistub, tmp_path, prom.url, LIVE)
+    first = scorer.run_cycle()
+    written = nodes_of(apistub)
+    with disturbed(cluster, prom):
+        cluster.hide("node-2", "DCGM_FI_DEV_GPU_UTIL")
+        cluster.set_gpu_util("node-1", 80, gpu=1)
+        prom.wait_for(
+            'count(DCGM_FI_DEV_GPU_UTIL{Hostname="node-2"}) or vector(0)',
+            lambda r: r.samples[0].value == 0,
+        )
+        prom.wait_for(
+            'max(DCGM_FI_DEV_GPU_UTIL{Hostname="node-1"})', lambda r: r.samples[0].value == 80
+        )
+        partial = scorer.run_cycle()
+        node2 = partial.plan.node("node-2")
+        assert node2 is not None
+        assert node2.dimensions["util"].status is DataStatus.RETAINED
+        assert node2.dimensions["gpu-peak"].status is DataStatus.RETAINED
+        now = nodes_of(apistub)
+        assert owned_labels(now["node-2"]) == owned_labels(written["node-2"])
+        labels1 = owned_labels(now["node-1"])
+        assert (labels1[UTIL], labels1[PEAK]) == ("50", "20")  # mean 50 %, busier GPU 80 %
+        assert dropped(scorer, "gpu-peak", "duplicate") == 2  # node-1's and node-3's second GPU
+        assert dropped(scorer, "util", "duplicate") == 0
+        util_seen = first.plan.node("node-2").dimensions["util"].observed_at  # type: ignore[union-attr]
+        assert util_seen is not None
+        time.sleep(max(0.0, util_seen + UTIL_TTL + 0.2 - time.time()))
+        scorer.run_cycle()
+        after = nodes_of(apistub)
+        assert UTIL not in owned_labels(after["node-2"]) and PEAK in owned_labels(after["node-2"])
+        assert UTIL in owned_labels(after["node-1"]) and UTIL in owned_labels(after["node-3"])
+        for name in NODES:
+            assert_within_contract(LIVE, after[name])
+            assert_whole(LIVE, after[name])
+            assert foreign_view(LIVE, after[name]) == foreign_view(LIVE, written[name])
 
 
 def test_prometheus_slower_than_its_timeout_then_stopped_keeps_labels_until_the_ttl(
@@ -285,3 +416,38 @@ def test_prometheus_slower_than_its_timeout_then_stopped_keeps_labels_until_the_
     assert sample(scorer, "steer_scorer_query_errors_total", errors) == 3
     assert sample(scorer, "steer_scorer_cycles_total", {"result": "ok"}) == 6
     assert sample(scorer, "steer_scorer_stale_dimensions") == 3
+
+
+def test_a_raw_reading_no_label_can_carry_is_dropped_not_written(
+    apistub: ApiStub, tmp_path: Path
+) -> None:
+    """A raw dimension whose PromQL divides by almost nothing: 1e70 % is finite, but no
+    Kubernetes label (63 characters, compared by `Lt` as an int64) can carry it. The node gets
+    no value for it, everything else on the node is written, and the sample is counted."""
+    spike = (
+        'label_replace(vector(1e70), "node", "node-3", "", "")'
+        ' or label_replace(vector(12.5), "node", "node-1", "", "")'
+    )
+    text = SMALL_POLICY.replace(
+        "  taints:\n",
+        f"    - name: spike-pct\n      query: '{spike}'\n      publish: raw\n      step: 1\n"
+        "      weight: 0\n"
+        "  taints:\n",
+        1,
+    )
+    policy = parse_policy(text)
+    cluster = SyntheticCluster(nodes=3, gpus_per_node=2)
+    shape(cluster)
+    add_nodes(apistub, NODES)
+    with backfilled_prometheus(cluster) as prom:
+        scorer = make_scorer(apistub, tmp_path, prom.url, policy)
+        result = scorer.run_cycle()
+    assert result.report is not None and result.report.errors == ()
+    after = nodes_of(apistub)
+    assert owned_labels(after["node-1"])[f"{PREFIX}spike-pct"] == "13"
+    assert f"{PREFIX}spike-pct" not in owned_labels(after["node-3"])
+    assert owned_labels(after["node-3"])[UTIL] == "10"
+    for name in NODES:
+        assert_within_contract(policy, after[name])
+        assert_whole(policy, after[name])
+    assert dropped(scorer, "spike-pct", "too-large") == 1
