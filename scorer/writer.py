@@ -223,10 +223,12 @@ class NodeWriter:
             # node is left half-written); any other starts only while writing is allowed.
             if done is None and not allowed():
                 return None
-            result = self._write_metadata(policy, plan, node)
             if done is None:
-                return result
+                return self._write_metadata(policy, plan, node)
             requests, state = done
+            # Merged onto the node as its status write answered: the listed resourceVersion
+            # is stale by that write, and a taint list sent with it would be a certain 409.
+            result = self._write_metadata(policy, plan, state)
             return dataclasses.replace(
                 result,
                 requests=result.requests + requests,
@@ -277,7 +279,7 @@ class NodeWriter:
                 return outcome
             status_requests, state = outcome
             resources = len(plan.resource_changes)
-        result = self._write_metadata(policy, plan, node)
+        result = self._write_metadata(policy, plan, state or node)
         return dataclasses.replace(
             result,
             requests=result.requests + status_requests,

@@ -291,8 +291,10 @@ def test_an_injected_conflict_during_a_cycle_is_retried(apistub: ApiStub, tmp_pa
     cluster = SyntheticCluster(nodes=3, gpus_per_node=2)
     shape(cluster)
     stub_nodes(apistub, NODES)
+    # No class avoids gpu-hot: its gate would take the 409 in the status write, before the taint.
+    policy = parse_policy(SMALL_POLICY.replace("      avoid: [gpu-hot]\n", ""))
     with backfilled_prometheus(cluster) as prom:
-        scorer = make_scorer(apistub, tmp_path, prom.url, writer_sleep=lambda _s: None)
+        scorer = make_scorer(apistub, tmp_path, prom.url, policy, writer_sleep=lambda _s: None)
         scorer.run_cycle()
         apistub.fail_next_writes(1, status=409, path_contains="/nodes/node-3")
         result = scorer.run_cycle()  # node-3's taint write meets the 409

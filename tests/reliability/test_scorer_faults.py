@@ -25,13 +25,17 @@ import pytest
 
 from scorer.kubeapi import KubeJson
 from scorer.ledger import PodLedger
+from scorer.model import NodeState
+from scorer.observe import NodeIndex
 from scorer.plan import DataStatus, ManagedRecord, managed_key, observed_at_key
 from scorer.service import Scorer
+from scorer.sources import Readings, SourceContext
+from scorer.sources.prometheus import PrometheusSource
 from scorer.writer import NodeApi
 from steer.apistub import ApiStub
 from steer.apistub.synthetic import synthetic_node
 from steer.core.encoding import bucket_values
-from steer.core.policy import Policy, parse_policy
+from steer.core.policy import Dimension, Policy, parse_policy
 from steer.core.steering import (
     composites,
     condition_key,
@@ -227,6 +231,10 @@ def dropped(scorer: Scorer, dimension: str, reason: str) -> float:
     return sample(
         scorer, "steer_scorer_dropped_samples", {"dimension": dimension, "reason": reason}
     )
+
+
+def node_writes(stub: ApiStub) -> int:
+    return stub.count("PATCH", "/api/v1/nodes/")
 
 
 # ----------------------------------------------------------------------------- Prometheus
@@ -451,3 +459,126 @@ def test_a_raw_reading_no_label_can_carry_is_dropped_not_written(
         assert_within_contract(policy, after[name])
         assert_whole(policy, after[name])
     assert dropped(scorer, "spike-pct", "too-large") == 1
+
+
+# ----------------------------------------------------------------------------- node writes
+
+
+class ForeignWriter:
+    """The Prometheus source, and another client editing node-3 while the cycle has listed the
+    nodes but not written them yet (a kubectl taint, a node-problem-detector label)."""
+
+    def __init__(self, stub: ApiStub, prometheus_url: str) -> None:
+        self.stub = stub
+        self.inner = PrometheusSource(SourceContext(prometheus_url=prometheus_url))
+        self.armed = False
+        self.edited: dict[str, Any] | None = None
+
+    def read(
+        self,
+        policy: Policy,
+        dimensions: Sequence[Dimension],
+        nodes: Sequence[NodeState],
+        index: NodeIndex,
+        at: float | None,
+    ) -> Readings:
+        if self.armed:
+            self.armed = False
+
+            def edit(node: dict[str, Any]) -> dict[str, Any]:
+                node["metadata"]["labels"]["team.example.com/drained"] = "no"
+                taint = {"key": "example.com/maintenance", "effect": "PreferNoSchedule"}
+                node["spec"]["taints"] = [*(node["spec"].get("taints") or ()), taint]
+                return node
+
+            self.edited = self.stub.modify("nodes", "node-3", edit)
+        return self.inner.read(policy, dimensions, nodes, index, at)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def test_node_writes_failing_with_500_409_and_timeouts_are_retried_and_nodes_stay_whole(
+    apistub: ApiStub, tmp_path: Path
+) -> None:
+    """Cycle 1 writes every node's gates and labels: node-1's status answers 500 twice, node-2's
+    every time, node-3's first status write outlives the client's 0.5 s timeout (and lands
+    later anyway). Cycle 2, after a policy edit that moves labels only on node-1 and node-3:
+    node-1 meets a 409, node-3 is edited by someone else between list and write and sets
+    gpu-hot (taint and gate), with its status write timing out again. Retried writes succeed,
+    node-2 is written whole or not at all, and no foreign byte moves."""
+    cluster = SyntheticCluster(nodes=3, gpus_per_node=2)
+    shape(cluster)
+    add_nodes(apistub, NODES)
+    before = nodes_of(apistub)
+    edited = parse_policy(
+        SMALL_POLICY.replace(
+            "      nodeLabel: instance\n      direction: lowerIsBetter\n",
+            "      nodeLabel: instance\n      direction: higherIsBetter\n",
+            1,
+        )
+    )
+    current = [POLICY]
+    with backfilled_prometheus(cluster) as prom:
+        source = ForeignWriter(apistub, prom.url)
+        scorer = make_scorer(
+            apistub,
+            tmp_path,
+            prom.url,
+            lambda: current[0],
+            timeout_s=0.5,
+            ledger=synced_ledger(),
+            sources={"prometheus": source},
+            writer_sleep=time.sleep,
+        )
+        apistub.fail_next_writes(2, status=500, path_contains="/nodes/node-1")
+        apistub.fail_next_writes(6, status=500, path_contains="/nodes/node-2")
+        apistub.delay_next_writes(1, 1.5, path_contains="/nodes/node-3")
+        first = scorer.run_cycle()
+        time.sleep(1.2)  # node-3's abandoned status write lands
+        assert first.report is not None
+        assert [r.node for r in first.report.errors] == ["node-2"]
+        by_node = {r.node: r.requests for r in first.report.results}
+        assert by_node == {"node-1": 4, "node-2": 6, "node-3": 3}
+        assert node_writes(apistub) == 13
+        middle = nodes_of(apistub)
+        assert middle["node-2"] == before["node-2"]  # not a byte written
+        for name in ("node-1", "node-3"):
+            assert (
+                owned_labels(middle[name])
+                and f"{PREFIX}managed" in middle[name]["metadata"]["annotations"]
+            )
+        for name in NODES:
+            assert_whole(POLICY, middle[name])
+            assert foreign_view(POLICY, middle[name]) == foreign_view(POLICY, before[name])
+
+        current[0] = edited
+        source.armed = True
+        apistub.clear_requests()
+        apistub.fail_next_writes(1, status=409, path_contains="/nodes/node-1")
+        apistub.delay_next_writes(1, 1.5, path_contains="/nodes/node-3")
+        second = scorer.run_cycle()
+        time.sleep(1.2)
+    assert second.report is not None and second.report.errors == ()
+    assert second.report.conflicts == 1  # the injected one: our own status write is no conflict
+    by_node = {r.node: r.requests for r in second.report.results}
+    assert by_node == {"node-1": 2, "node-2": 2, "node-3": 3}
+    after = nodes_of(apistub)
+    assert source.edited is not None
+    assert after["node-3"]["spec"]["taints"] == [
+        {"key": "example.com/maintenance", "effect": "PreferNoSchedule"},
+        {"key": f"{PREFIX}gpu-hot", "value": "true", "effect": "NoSchedule"},
+    ]
+    assert after["node-3"]["status"]["allocatable"]["kube-steer.kubernetes.io/avoid-gpu-hot"] == "0"
+    assert owned_labels(after["node-1"])[SCORE] == "60"  # power now counts the other way
+    for name in NODES:
+        assert_within_contract(edited, after[name])
+        assert_whole(edited, after[name])
+    expected = {**before, "node-3": source.edited}
+    for name in NODES:
+        assert foreign_view(edited, after[name]) == foreign_view(edited, expected[name]), name
+    requests_sent = first.report.requests + second.report.requests
+    assert sample(scorer, "steer_scorer_write_requests_total") == requests_sent
+    assert sample(scorer, "steer_scorer_write_conflicts_total") == 1
+    assert sample(scorer, "steer_scorer_node_writes_total", {"result": "error"}) == 1
+    assert sample(scorer, "steer_scorer_node_writes_total", {"result": "ok"}) == 5
