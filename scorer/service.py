@@ -445,6 +445,7 @@ class Scorer:
                 plan,
                 nodes,
                 still_allowed=lambda: self.is_leader and not self.stopping.is_set(),
+                still_leading=lambda: self.is_leader,
             )
             write_s = time.perf_counter() - t2
             for written in report.results:

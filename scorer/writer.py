@@ -192,10 +192,14 @@ class NodeWriter:
         nodes: Sequence[NodeState],
         *,
         still_allowed: Callable[[], bool] = lambda: True,
+        still_leading: Callable[[], bool] = lambda: True,
     ) -> WriteReport:
         """Write every node whose plan changed, `concurrency` nodes at a time (the limiter
-        still caps the rate: concurrency only hides round-trip latency). `still_allowed` is
-        asked before each node so a replica that loses its Lease mid-cycle stops writing."""
+        still caps the rate: concurrency only hides round-trip latency). `still_allowed`
+        (leading and not shutting down) is asked before each node is started and before each
+        of its requests, once its turn at the limiter has come; `still_leading` before each
+        request that finishes a node whose status is written. So a replica that loses its
+        Lease mid-cycle sends nothing more once it knows, even after waiting at the limiter."""
         self._waited = 0.0
         by_name = {n.name: n for n in nodes}
         todo = [(plan, by_name[plan.node]) for plan in cycle.changes if plan.node in by_name]
@@ -209,26 +213,33 @@ class NodeWriter:
                 return False
             return True
 
+        def leading() -> bool:
+            if still_leading():
+                return True
+            if not stopped.is_set():
+                log.warning("stopped writing: no longer the leader")
+            stopped.set()
+            return False
+
         # Two pipelines with their own limiters: gates and pools (pods wait Pending for them:
         # a node that publishes none yet refuses every gated pod) are never held back behind
         # labels, which are preferences. A node's labels and record follow its own status.
         def status(item: tuple[NodePlan, NodeState]) -> tuple[int, NodeState] | WriteResult | None:
-            return self._write_status(item[0]) if allowed() else None
+            return self._write_status(item[0], allowed) if allowed() else None
 
         def metadata(
             item: tuple[NodePlan, NodeState], done: tuple[int, NodeState] | None
         ) -> WriteResult | None:
             plan, node = item
-            # A node whose status was written gets its metadata too, even when stopping (no
-            # node is left half-written); any other starts only while writing is allowed.
-            if done is None and not allowed():
-                return None
+            # A node whose status was written gets its metadata too, even when shutting down
+            # (no node is left half-written), but not from a replica that is no longer the
+            # leader; any other node starts only while writing is allowed.
             if done is None:
-                return self._write_metadata(policy, plan, node)
+                return self._write_metadata(policy, plan, node, allowed) if allowed() else None
             requests, state = done
             # Merged onto the node as its status write answered: the listed resourceVersion
             # is stale by that write, and a taint list sent with it would be a certain 409.
-            result = self._write_metadata(policy, plan, state)
+            result = self._write_metadata(policy, plan, state, leading) or _stopped(plan.node)
             return dataclasses.replace(
                 result,
                 requests=result.requests + requests,
@@ -275,11 +286,11 @@ class NodeWriter:
         state = None
         if plan.resource_changes:
             outcome = self._write_status(plan)
-            if isinstance(outcome, WriteResult):
-                return outcome
+            if not isinstance(outcome, tuple):
+                return outcome or _stopped(plan.node)
             status_requests, state = outcome
             resources = len(plan.resource_changes)
-        result = self._write_metadata(policy, plan, state or node)
+        result = self._write_metadata(policy, plan, state or node) or _stopped(plan.node)
         return dataclasses.replace(
             result,
             requests=result.requests + status_requests,
@@ -287,13 +298,18 @@ class NodeWriter:
             state=result.state or state,
         )
 
-    def _write_status(self, plan: NodePlan) -> tuple[int, NodeState] | WriteResult:
+    def _write_status(
+        self, plan: NodePlan, proceed: Callable[[], bool] = lambda: True
+    ) -> tuple[int, NodeState] | WriteResult | None:
         """PATCH the gates and pools into the node's status; the requests made and the node
-        as answered, or the failed result."""
+        as answered, or the failed result. `proceed` is asked before each request: None when
+        it said no before the first one."""
         changes = dict(plan.resource_changes)
         patch = {"status": {"capacity": changes, "allocatable": changes}}
         for attempt in range(1, self.max_attempts + 1):
             self._pace(self.status_limiter)
+            if not proceed():
+                return None if attempt == 1 else _stopped(plan.node, attempt - 1)
             try:
                 return attempt, self.api.patch_node_status(plan.node, patch)
             except KubeApiError as exc:
@@ -317,7 +333,14 @@ class NodeWriter:
             min(self.max_backoff_s, self.backoff_s * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
         )
 
-    def _write_metadata(self, policy: Policy, plan: NodePlan, node: NodeState) -> WriteResult:
+    def _write_metadata(
+        self,
+        policy: Policy,
+        plan: NodePlan,
+        node: NodeState,
+        proceed: Callable[[], bool] = lambda: True,
+    ) -> WriteResult | None:
+        """Labels, annotations and taints in one PATCH; `proceed` as for `_write_status`."""
         meta: dict[str, Any] = {}
         if plan.label_changes:
             meta["labels"] = dict(plan.label_changes)
@@ -337,6 +360,8 @@ class NodeWriter:
             if not patch:
                 return WriteResult(plan.node, True, requests, conflicts, 0, False)
             self._pace()
+            if not proceed():
+                return None if attempt == 1 else _stopped(plan.node, requests, conflicts)
             requests = attempt
             try:
                 answered = self.api.patch_node(plan.node, patch)
@@ -376,6 +401,11 @@ class NodeWriter:
                             read_exc.status,
                         )
         raise AssertionError("unreachable: the loop returns on its last attempt")
+
+
+def _stopped(node: str, requests: int = 0, conflicts: int = 0) -> WriteResult:
+    """A node left before its writes were done: shutting down, or no longer the leader."""
+    return WriteResult(node, False, requests, conflicts, 0, False, "stopped before it was written")
 
 
 def _settle(outcome: Future[Any], done: Future[Any]) -> None:

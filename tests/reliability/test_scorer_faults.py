@@ -16,6 +16,7 @@ import copy
 import json
 import math
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -24,6 +25,7 @@ from typing import Any
 import pytest
 
 from scorer.kubeapi import KubeJson
+from scorer.leader import LeaseElector
 from scorer.ledger import PodLedger
 from scorer.model import NodeState
 from scorer.observe import NodeIndex
@@ -582,3 +584,114 @@ def test_node_writes_failing_with_500_409_and_timeouts_are_retried_and_nodes_sta
     assert sample(scorer, "steer_scorer_write_conflicts_total") == 1
     assert sample(scorer, "steer_scorer_node_writes_total", {"result": "error"}) == 1
     assert sample(scorer, "steer_scorer_node_writes_total", {"result": "ok"}) == 5
+
+
+# ----------------------------------------------------------------------------- the Lease
+
+LEASE_DURATION_S, RENEW_DEADLINE_S, RETRY_PERIOD_S = 3.0, 2.0, 0.5
+WRITE_QPS = 4.0  # per pipeline (status and labels): 8 node writes a second at most
+PACED = parse_policy(
+    SMALL_POLICY.replace(
+        "intervalSeconds: 30}",
+        f"intervalSeconds: 30, writeQps: {WRITE_QPS:g}, writeBurst: 1,"
+        f" resourceWriteQps: {WRITE_QPS:g}, resourceWriteBurst: 1}}",
+    )
+)
+
+
+def _micro_now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
+
+
+@pytest.mark.parametrize("loss", ["taken"])
+def test_a_lease_lost_mid_cycle_stops_the_writes(
+    loss: str, apistub: ApiStub, tmp_path: Path
+) -> None:
+    """40 nodes at 4 writes/s per pipeline: 10 s of writes. After ~1 s the Lease is lost:
+    `taken`, another holder writes it (noticed at the elector's next round, one retry period
+    later); `unrenewable`, every renewal fails (the scorer stops calling itself leader
+    `renewDeadline` after its last renewal, before anyone may take over at `leaseDuration`).
+
+    The bound `scorer/leader.py` and the writer promise: until the scorer knows, writes go on
+    at the paced rate; once it knows, no request is sent, so at most the one request each
+    pipeline has in flight lands after. No node is left with a record claiming what it lacks."""
+    names = [f"node-{i}" for i in range(1, 41)]
+    add_nodes(apistub, names)
+    before = apistub.get("nodes", "node-1")
+    elector = LeaseElector(
+        KubeJson(client_for(apistub, tmp_path / "kc-elector")),
+        namespace="default",
+        identity="scorer-a",
+        lease_duration_s=LEASE_DURATION_S,
+        renew_deadline_s=RENEW_DEADLINE_S,
+        retry_period_s=RETRY_PERIOD_S,
+    )
+    noticed: list[tuple[float, int]] = []
+    elector.on_change(
+        lambda leading: (
+            None if leading else noticed.append((time.monotonic(), node_writes(apistub)))
+        )
+    )
+    assert elector.try_acquire_or_renew()
+    scorer = make_scorer(apistub, tmp_path, DOWN, PACED, elector=elector, ledger=synced_ledger())
+    results = []
+    cycle = threading.Thread(target=lambda: results.append(scorer.run_cycle()))
+    elector.start()
+    try:
+        cycle.start()
+        deadline = time.monotonic() + 10
+        while node_writes(apistub) < 8 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        lost_at = time.monotonic()
+        if loss == "taken":
+
+            def take(lease: dict[str, Any]) -> dict[str, Any]:
+                lease["spec"].update(holderIdentity="scorer-b", renewTime=_micro_now())
+                return lease
+
+            apistub.modify("leases", "steer-scorer", take, namespace="default")
+            knows_at = lost_at  # known at the elector's next round: measured below
+        else:
+            apistub.fail_next_writes(10_000, status=500, path_contains="/leases/")
+            knows_at = lost_at + RENEW_DEADLINE_S  # is_leader turns false by the clock
+        writes_lost = node_writes(apistub)
+        if loss == "unrenewable":
+            time.sleep(max(0.0, knows_at + 0.05 - time.monotonic()))
+            writes_known = node_writes(apistub)
+        cycle.join(timeout=20)
+        assert not cycle.is_alive()
+        ended_at = time.monotonic()
+        time.sleep(0.3)  # anything still in flight lands
+        writes_final = node_writes(apistub)
+        # a later cycle of the non-leader writes nothing at all
+        apistub.clear_requests()
+        follower = scorer.run_cycle()
+        assert follower.report is None and not follower.leader
+        assert node_writes(apistub) == 0
+    finally:
+        elector.stop(release=False)
+    assert noticed, "the scorer was never told it lost the Lease"
+    noticed_at, writes_noticed = noticed[0]
+    if loss == "taken":
+        assert noticed_at - lost_at <= RETRY_PERIOD_S + 0.5
+        knows_at, writes_known = noticed_at, writes_noticed
+        paced = math.ceil((noticed_at - lost_at) * 2 * WRITE_QPS) + 2
+        assert writes_noticed - writes_lost <= paced
+    else:
+        assert noticed_at - lost_at <= RENEW_DEADLINE_S + RETRY_PERIOD_S + 0.5
+        assert knows_at < lost_at + LEASE_DURATION_S
+    after_known = writes_final - writes_known
+    assert after_known <= 2, f"{after_known} node writes after the scorer knew it lost the Lease"
+    assert ended_at - knows_at < 8 / WRITE_QPS + 1.0  # writers queued at the limiter give up
+    assert sample(scorer, "steer_scorer_leader") == 0
+    result = results[0]
+    assert result.report is not None and 0 < len(result.report.results) < len(names)
+    nodes = nodes_of(apistub, names)
+    for name in names:
+        node = nodes[name]
+        record = ManagedRecord.parse(
+            (node["metadata"].get("annotations") or {}).get(managed_key(PACED))
+        )
+        gates = set(node["status"]["allocatable"]) & owned_resource_keys(PACED)
+        assert record.resources <= gates, name  # never a record of gates not written
+    assert foreign_view(PACED, nodes["node-1"]) == foreign_view(PACED, before)
