@@ -67,6 +67,7 @@ class LeaseElector:
         self._wall = wall
         self._lock = threading.Lock()
         self._renewed_at: float | None = None  # our clock, last successful acquire/renew
+        self._told = False  # what the listeners (and the log) last heard
         self._observed: tuple[str, str] | None = None  # (holder, renewTime) last seen
         self._observed_at = 0.0
         self.holder: str | None = None
@@ -89,7 +90,6 @@ class LeaseElector:
         self._listeners.append(listener)
 
     def _set_leader(self, renewed: bool) -> None:
-        before = self.is_leader
         with self._lock:
             if renewed:
                 self._renewed_at = self._clock()
@@ -98,31 +98,31 @@ class LeaseElector:
                 and self._clock() - self._renewed_at >= self.renew_deadline_s
             ):
                 self._renewed_at = None
-        after = self.is_leader
-        if before != after:
-            log.info(
-                "leader election %s/%s: %s %s",
-                self.namespace,
-                self.name,
-                self.identity,
-                "became leader" if after else "lost leadership",
-            )
-            for listener in self._listeners:
-                listener(after)
+        self._tell()
 
     def _lost(self) -> None:
         with self._lock:
-            was = self._renewed_at is not None
             self._renewed_at = None
-        if was:
-            log.info(
-                "leader election %s/%s: %s lost leadership",
-                self.namespace,
-                self.name,
-                self.identity,
-            )
-            for listener in self._listeners:
-                listener(False)
+        self._tell()
+
+    def _tell(self) -> None:
+        """Log a change and tell the listeners, measured against what they last heard: a
+        leadership that lapsed by the clock between two rounds (renewals failing past the
+        deadline) is a change too, though no round saw it end."""
+        leading = self.is_leader
+        with self._lock:
+            if leading == self._told:
+                return
+            self._told = leading
+        log.info(
+            "leader election %s/%s: %s %s",
+            self.namespace,
+            self.name,
+            self.identity,
+            "became leader" if leading else "lost leadership",
+        )
+        for listener in self._listeners:
+            listener(leading)
 
     # ---------------------------------------------------------------- one step
 
