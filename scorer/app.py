@@ -153,11 +153,17 @@ def create_app(scorer: Scorer, *, policy_status: Callable[[], ReloadStatus] | No
 
     @app.get("/readyz")
     def readyz() -> Response:
+        """Ready once a cycle has completed. A policy edit that could not be loaded does not
+        make the scorer unready (the last good policy keeps serving) but shows here, with its
+        reason, until a good policy loads."""
+        policy: dict[str, Any] = {"version": scorer.policy.version}
+        if policy_status is not None:
+            status = policy_status()
+            policy.update(reloadErrors=status.reload_errors, lastError=status.last_error)
+        detail: dict[str, Any] = {"ready": scorer.ready, "policy": policy}
         if not scorer.ready:
-            return Response(
-                "not ready: no scoring cycle has completed yet\n", status=503, mimetype="text/plain"
-            )
-        return Response("ok\n", mimetype="text/plain")
+            detail["reason"] = "no scoring cycle has completed yet"
+        return _json(detail, 200 if scorer.ready else 503)
 
     return app
 

@@ -15,7 +15,11 @@ import contextlib
 import copy
 import json
 import math
+import os
 import re
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -23,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 
 from scorer.kubeapi import KubeJson
 from scorer.leader import LeaseElector
@@ -56,6 +61,7 @@ from tests.scorer_support import (
     backfilled_prometheus,
     owned_labels,
 )
+from tests.webhook_harness import ROOT, assert_json_lines, free_port
 
 NODES = ("node-1", "node-2", "node-3")
 UTILS = (20.0, 50.0, 95.0)
@@ -693,3 +699,134 @@ def test_a_lease_lost_mid_cycle_stops_the_writes(
         gates = set(node["status"]["allocatable"]) & owned_resource_keys(PACED)
         assert record.resources <= gates, name  # never a record of gates not written
     assert foreign_view(PACED, nodes["node-1"]) == foreign_view(PACED, before)
+
+
+# ----------------------------------------------------------------------------- hot reload
+
+
+def _swap(root: Path, content: str, generation: int) -> None:
+    """What the kubelet does to a ConfigMap volume: a new timestamped directory, `..data`
+    swapped to it atomically, `policy.yaml` a symlink through `..data`."""
+    target = root / f"..2026_11_30_{generation:02d}"
+    target.mkdir()
+    (target / "policy.yaml").write_text(content)
+    link = root / "..data_tmp"
+    link.symlink_to(target.name)
+    os.replace(link, root / "..data")
+
+
+def test_every_policy_file_that_cannot_load_is_counted_logged_once_and_shown_in_readyz(
+    tmp_path: Path, apistub: ApiStub
+) -> None:
+    """`steer scorer run` as deployed, its policy file put through: broken YAML, a document
+    nested 5,000 deep, an empty file, a deletion, a ConfigMap `..data` swap to a bad policy,
+    that policy's link removed and put back. Each is counted once, logged once with its
+    reason, and shown in /readyz until a good policy loads; every valid edit after is served
+    (/readyz names it and the next cycle runs it)."""
+    apistub.add_node(synthetic_node("node-1", gpus=2))
+    base = SMALL_POLICY.replace("intervalSeconds: 30}", "intervalSeconds: 1}")
+
+    def good(weight: int) -> str:
+        return base.replace("      weight: 1\n", f"      weight: {weight}\n", 1)
+
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    policy_file = volume / "policy.yaml"
+    policy_file.write_text(good(1))
+    kubeconfig = apistub.kubeconfig(tmp_path / "kubeconfig")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log_file = tmp_path / "scorer.log"
+    env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
+    command = [
+        *(sys.executable, "-m", "steer.cli", "scorer", "run"),
+        *("--policy", str(policy_file), "--kubeconfig", str(kubeconfig)),
+        *("--prometheus", f"http://127.0.0.1:{free_port()}"),
+        *("--listen", f"127.0.0.1:{port}", "--no-leader-election", "--log-format", "json"),
+    ]
+    session = requests.Session()
+    session.trust_env = False
+
+    def ready() -> dict[str, Any]:
+        reply = session.get(f"{url}/readyz", timeout=5)
+        assert reply.status_code == 200, reply.text
+        body: dict[str, Any] = reply.json()
+        return body
+
+    def until(check: Callable[[dict[str, Any]], bool], timeout: float = 15.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        last: Any = None
+        while time.monotonic() < deadline:
+            try:
+                last = ready()
+                if check(last):
+                    return last
+            except requests.RequestException as exc:
+                last = exc
+            time.sleep(0.1)
+        raise AssertionError(f"/readyz never got there; last: {last}")
+
+    def rejected(count: int, reason: str) -> None:
+        body = until(lambda b: b["policy"]["reloadErrors"] == count)
+        assert reason in (body["policy"]["lastError"] or ""), body
+        assert body["policy"]["version"] == served[-1]
+
+    def serves(text: str) -> None:
+        version = parse_policy(text).version
+        served.append(version)
+        until(lambda b: b["policy"]["version"] == version and b["policy"]["lastError"] is None)
+        metric = f'steer_scorer_policy_info{{version="{version}"}} 1.0'
+        deadline = time.monotonic() + 10
+        while metric not in session.get(f"{url}/metrics", timeout=5).text:
+            assert time.monotonic() < deadline, f"no cycle ran {version}"
+            time.sleep(0.1)
+
+    served = [parse_policy(good(1)).version]
+    reasons = []
+    with log_file.open("wb") as log:
+        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=log)
+    try:
+        until(lambda b: b["ready"])
+        steps: list[tuple[Callable[[], None], str | None]] = [
+            (lambda: policy_file.write_text("spec: {dimensions: [\n"), "not valid YAML"),
+            (lambda: policy_file.write_text(good(2)), None),
+            (
+                lambda: policy_file.write_text("spec: " + "[" * 5000 + "]" * 5000),
+                "nested too deeply",
+            ),
+            (lambda: policy_file.write_text(""), "an empty document"),
+            (lambda: policy_file.write_text(good(3)), None),
+            (lambda: policy_file.unlink(), "cannot read policy file"),
+        ]
+        for change, reason in steps:
+            change()
+            if reason is None:
+                serves(policy_file.read_text())
+            else:
+                reasons.append(reason)
+                rejected(len(reasons), reason)
+                if len(reasons) == 1:
+                    time.sleep(2.5)  # polled again: the same content is not a new error
+                    assert ready()["policy"]["reloadErrors"] == 1
+        # back as a ConfigMap volume: policy.yaml -> ..data/policy.yaml
+        _swap(volume, good(4), 1)
+        policy_file.symlink_to("..data/policy.yaml")
+        serves(good(4))
+        bad = good(5).replace("overcommitPercent: 0", "overcommitPercent: 150")
+        _swap(volume, bad, 2)
+        reasons.append("spec.tenants[0].overcommitPercent: must be between 0 and 100, got 150")
+        rejected(len(reasons), reasons[-1])
+        _swap(volume, good(6), 3)
+        serves(good(6))
+        metrics = session.get(f"{url}/metrics", timeout=5).text
+        assert f"steer_scorer_policy_reload_errors_total {float(len(reasons))}" in metrics
+    finally:
+        process.send_signal(signal.SIGTERM)
+        returncode = process.wait(timeout=20)
+    assert returncode == 0, log_file.read_text()
+    entries = assert_json_lines(log_file.read_text())
+    logged = [e["message"] for e in entries if e["message"].startswith("policy not reloaded")]
+    assert len(logged) == len(reasons), logged
+    for message, reason in zip(logged, reasons, strict=True):
+        assert reason in message, (reason, message)
+    assert all(e["level"] == "ERROR" for e in entries if e["message"] in logged)
