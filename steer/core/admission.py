@@ -112,7 +112,7 @@ def check_scheduler(
                 f'rule {RULE_SCHEDULER}: spec.schedulerName "{name}" is not allowed for '
                 f"{_tenant_name(tenant, namespace)}; allowed: {allowed}"
             ),
-            subject=(RULE_SCHEDULER, name),
+            subject=(RULE_SCHEDULER, str(name)),  # hashable whatever the pod holds there
         )
 
 
