@@ -86,7 +86,11 @@ class PolicyWatcher:
             with open(self.path, "rb") as fh:
                 data = fh.read()
         except OSError as exc:
-            return self._failed(f"cannot read policy file {self.path!r}: {exc.strerror}", None)
+            # What was read before is forgotten: content that comes back is judged again, the
+            # policy in force quietly, a bad one with its own reason (not "cannot read").
+            return self._failed(
+                f"cannot read policy file {self.path!r}: {exc.strerror}", self._current.digest
+            )
         digest = hashlib.sha256(data).hexdigest()
         if digest == self._last_seen_digest:
             if digest == self._current.digest and self.last_error is not None:

@@ -816,6 +816,12 @@ def test_every_policy_file_that_cannot_load_is_counted_logged_once_and_shown_in_
         _swap(volume, bad, 2)
         reasons.append("spec.tenants[0].overcommitPercent: must be between 0 and 100, got 150")
         rejected(len(reasons), reasons[-1])
+        policy_file.unlink()  # the key left the ConfigMap
+        reasons.append("cannot read policy file")
+        rejected(len(reasons), reasons[-1])
+        policy_file.symlink_to("..data/policy.yaml")  # and came back, still the bad policy
+        reasons.append("spec.tenants[0].overcommitPercent: must be between 0 and 100, got 150")
+        rejected(len(reasons), reasons[-1])
         _swap(volume, good(6), 3)
         serves(good(6))
         metrics = session.get(f"{url}/metrics", timeout=5).text
