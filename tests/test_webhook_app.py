@@ -23,7 +23,7 @@ from steer.apistub import ApiStub
 from tests.conftest import EXAMPLE_POLICY
 from tests.webhook_harness import NAMESPACES, review_for
 from webhook.app import AdmissionHandler
-from webhook.metrics import WebhookMetrics
+from webhook.metrics import UNINTERPRETABLE_REASONS, WebhookMetrics
 from webhook.namespaces import NamespaceCache
 
 
@@ -140,3 +140,28 @@ def test_unexpected_failure_in_mutation_still_allows(
         }
     finally:
         handler._plans = plans
+
+
+def test_uninterpretable_reasons_are_a_fixed_set_whatever_the_container_index(
+    handler: AdmissionHandler,
+) -> None:
+    """A label per container index would be a new series for every index a pod can have."""
+    for index in range(12):
+        body = review_for("pod-create-by-replicaset.json", "team-b")
+        containers = body["request"]["object"]["spec"]["containers"]
+        containers += [copy.deepcopy(containers[0]) for _ in range(index)]
+        containers[index]["resources"] = {"limits": {"cpu": "lots"}}
+        for endpoint in ("mutate", "validate"):
+            outcome = handler.handle(endpoint, json.dumps(body).encode())  # type: ignore[arg-type]
+            assert outcome.result == "uninterpretable", outcome.body
+            assert (
+                f"spec.containers[{index}]" in orjson.loads(outcome.body)["response"]["warnings"][0]
+            )
+    reasons = {
+        sample.labels["reason"]
+        for family in handler.metrics.uninterpretable.collect()
+        for sample in family.samples
+    }
+    assert reasons <= UNINTERPRETABLE_REASONS
+    assert "spec.containers" in reasons
+    assert not any("[" in reason for reason in reasons)

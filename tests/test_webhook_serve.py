@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -27,6 +30,7 @@ from webhook.serve import (
     metrics_address,
     split_host_port,
 )
+from webhook.status import listener_app, remove_worker_status, worker_statuses, write_worker_status
 
 
 def test_reloader_keeps_serving_through_a_half_written_rotation(tmp_path: Path) -> None:
@@ -132,3 +136,68 @@ def test_settings_name_the_bad_flag(tmp_path: Path) -> None:
         ServerSettings("127.0.0.1:1", "c", "k", workers=0).check()
     with pytest.raises(ServeError, match="--listen: expected HOST:PORT"):
         ServerSettings("localhost", "c", "k").check()
+
+
+def test_connection_limits_reach_gunicorn_and_its_worker() -> None:
+    settings = ServerSettings(
+        "127.0.0.1:1", "c", "k", read_timeout_seconds=2.5, max_connections=100, max_body_bytes=9999
+    )
+    config = gunicorn_config(settings, CertReloader("c", "k"))
+    assert config["worker_connections"] == 100
+    assert config["threads"] == 8  # a thread only runs requests that have arrived whole
+    limits = config["worker_class"].limits
+    assert (limits.read_timeout, limits.max_body_bytes) == (2.5, 9999)
+    args = build_parser().parse_args(
+        ["webhook", "serve", "--policy", "p", "--cert", "c", "--key", "k"]
+    )
+    assert (args.read_timeout_seconds, args.max_connections, args.threads) == (5.0, 256, 8)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"read_timeout_seconds": 0}, "--read-timeout-seconds: must be more than 0"),
+        ({"max_connections": 8}, r"--max-connections: must be more than --threads \(8\)"),
+        ({"max_body_bytes": 10}, "--max-body-bytes: must be at least 1024"),
+    ],
+)
+def test_limits_name_the_bad_flag(tmp_path: Path, change: dict[str, Any], message: str) -> None:
+    with pytest.raises(ServeError, match=message):
+        ServerSettings("127.0.0.1:1", "c", "k", **change).check()
+
+
+def call_listener(path: str, method: str = "GET") -> tuple[str, dict[str, Any]]:
+    def metrics(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [b"steer_webhook_x 1\n"]
+
+    workers = [{"pid": 1, "ready": True, "policy": {"version": "v1"}}, {"pid": 2, "ready": False}]
+    app = listener_app(metrics, lambda: workers)
+    started: list[str] = []
+    body = b"".join(
+        app(
+            {"PATH_INFO": path, "REQUEST_METHOD": method},
+            lambda status, headers: started.append(status),
+        )
+    )
+    return started[0], (json.loads(body) if path != "/metrics" else {"text": body.decode()})
+
+
+def test_the_metrics_listener_serves_metrics_status_and_nothing_else() -> None:
+    status, body = call_listener("/metrics")
+    assert status == "200 OK" and "steer_webhook_x" in body["text"]
+    status, body = call_listener("/status")
+    assert status == "200 OK" and body["ready"] is False and len(body["workers"]) == 2
+    for path in ("/", "/readyz", "/metrics/", "/favicon.ico"):
+        status, body = call_listener(path)
+        assert status == "404 Not Found" and body["error"]["reason"] == "not-found"
+    status, _ = call_listener("/metrics", "POST")
+    assert status.startswith("405")
+
+
+def test_worker_status_files_round_trip(tmp_path: Path) -> None:
+    write_worker_status(str(tmp_path), {"ready": True, "policy": {"version": "v"}})
+    (found,) = worker_statuses(str(tmp_path))
+    assert found["ready"] is True and found["pid"] == os.getpid() and found["writtenAt"] > 0
+    remove_worker_status(str(tmp_path), os.getpid())
+    assert worker_statuses(str(tmp_path)) == []

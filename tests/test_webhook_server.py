@@ -251,12 +251,13 @@ def test_bad_input_is_a_400_with_a_json_reason(
     assert reply.json()["error"]["message"]
 
 
-def test_oversized_body_is_a_400_and_the_server_keeps_serving(
+def test_oversized_body_is_a_413_and_the_server_keeps_serving(
     hook: Webhook, session: requests.Session
 ) -> None:
     reply = post(session, hook, "/mutate", b"{" + b" " * (5 * 1024 * 1024) + b"}")
-    assert reply.status_code == 400
+    assert reply.status_code == 413
     assert reply.json()["error"]["reason"] == "body-too-large"
+    assert reply.headers["Connection"] == "close"  # the dropped body cannot be followed
     ok = post(hook.session(), hook, "/mutate", review_for("pod-create-user-mutating.json"))
     assert response_of(ok)["allowed"] is True
     eventually(
@@ -355,17 +356,35 @@ def test_validation_of_unknown_namespace_defers_to_failure_policy(
 # --- health and metrics ----------------------------------------------------------------------------
 
 
-def test_health_and_readiness(hook: Webhook, session: requests.Session) -> None:
+def test_health_and_readiness_say_ready_and_nothing_more(
+    hook: Webhook, session: requests.Session
+) -> None:
     assert session.get(f"{hook.url}/healthz", timeout=5).json() == {"status": "ok"}
     ready = session.get(f"{hook.url}/readyz", timeout=5)
     assert ready.status_code == 200
-    detail = ready.json()
-    assert detail["ready"] is True
-    assert detail["policy"]["version"].startswith("gpu-cluster@")
-    assert detail["namespaces"]["synced"] is True and detail["namespaces"]["namespaces"] >= 9
-    assert (
-        detail["certificate"]["loaded"] is True and "localhost" in detail["certificate"]["dnsNames"]
-    )
+    # No policy version, error text or certificate for whoever can reach the port.
+    assert ready.json() == {"ready": True}
+
+
+def test_the_detail_is_on_the_metrics_listener_per_worker(hook: Webhook) -> None:
+    eventually(lambda: len(hook.status()["workers"]) == 2)
+    status = hook.status()
+    assert status["ready"] is True
+    for detail in status["workers"]:
+        assert detail["ready"] is True and detail["pid"] > 0
+        assert detail["policy"]["version"].startswith("gpu-cluster@")
+        assert detail["namespaces"]["synced"] is True and detail["namespaces"]["namespaces"] >= 9
+        certificate = detail["certificate"]
+        assert certificate["loaded"] is True and "localhost" in certificate["dnsNames"]
+
+
+@pytest.mark.parametrize("path", ["/", "/readyz", "/metrics/x", "/debug/pprof"])
+def test_the_metrics_listener_answers_only_its_two_paths(hook: Webhook, path: str) -> None:
+    base = hook.metrics_url.rsplit("/", 1)[0]
+    reply = requests.get(f"{base}{path}", timeout=5)
+    assert reply.status_code == 404
+    assert reply.json()["error"]["reason"] == "not-found"
+    assert "steer_webhook" not in reply.text
 
 
 def test_metrics_on_the_plain_http_port(hook: Webhook, session: requests.Session) -> None:
@@ -410,13 +429,18 @@ def test_metrics_on_the_plain_http_port(hook: Webhook, session: requests.Session
 # --- live changes (own servers: they change the policy and the certificates) -------------------------
 
 
+def policy_versions(hook: Webhook) -> set[str]:
+    eventually(lambda: bool(hook.status()["workers"]))
+    return {w["policy"]["version"] for w in hook.status()["workers"]}
+
+
 def test_policy_hot_reload_changes_patches_and_metrics(tmp_path: Path) -> None:
     with running_webhook(tmp_path, workers=1) as live, live.session() as s:
         body = review_for("pod-create-user-mutating.json")
         # dept-a (5 %) has the highest budget: its pods take from the pool, and need no gate.
         first = json.dumps(patch_of(response_of(post(s, live, "/mutate", body))))
         assert "pool-cpu" in first and "budget-5pct" not in first
-        old_version = s.get(f"{live.url}/readyz", timeout=5).json()["policy"]["version"]
+        (old_version,) = policy_versions(live)
         text = live.policy_file.read_text()
         # dept-b now has the highest budget, so dept-a pods carry the gate of 5 %.
         live.policy_file.write_text(text.replace("overcommitPercent: 0", "overcommitPercent: 9"))
@@ -425,17 +449,12 @@ def test_policy_hot_reload_changes_patches_and_metrics(tmp_path: Path) -> None:
                 "budget-5pct" in json.dumps(patch_of(response_of(post(s, live, "/mutate", body))))
             )
         )
-        new_version = s.get(f"{live.url}/readyz", timeout=5).json()["policy"]["version"]
-        assert new_version != old_version
+        eventually(lambda: policy_versions(live) != {old_version})
+        (new_version,) = policy_versions(live)
         live.policy_file.write_text(
             "spec: {dimensions: []}\n"
         )  # a bad edit keeps the last good policy
-        eventually(
-            lambda: (
-                live.session().get(f"{live.url}/readyz", timeout=5).json()["policy"]["reloadErrors"]
-                == 1
-            )
-        )
+        eventually(lambda: [w["policy"]["reloadErrors"] for w in live.status()["workers"]] == [1])
         assert "budget-5pct" in json.dumps(patch_of(response_of(post(s, live, "/mutate", body))))
         eventually(
             lambda: metric_value(live.metrics(), "steer_webhook_policy_reload_errors_total") == 1
@@ -528,8 +547,7 @@ def test_certificate_rotation_while_serving(tmp_path: Path) -> None:
         new_ca.write_bytes(new.ca_cert_pem)
         assert peer_fingerprint(host, port, new_ca) == first_after
         assert keep_alive.get(f"{live.url}/healthz", timeout=5).status_code == 200
-        ready = requests.get(f"{live.url}/readyz", verify=str(new_ca), timeout=5).json()
-        assert ready["certificate"]["loads"] >= 2
+        eventually(lambda: max(w["certificate"]["loads"] for w in live.status()["workers"]) >= 2)
 
 
 def test_idle_tls_connection_does_not_hold_the_only_thread(tmp_path: Path) -> None:

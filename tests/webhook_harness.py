@@ -109,6 +109,17 @@ class Webhook:
         response.raise_for_status()
         return response.text
 
+    @property
+    def status_url(self) -> str:
+        return self.metrics_url.rsplit("/", 1)[0] + "/status"
+
+    def status(self) -> dict[str, Any]:
+        """The metrics listener's /status: {"ready", "workers": [each worker's detail]}."""
+        response = requests.get(self.status_url, timeout=5)
+        response.raise_for_status()
+        detail: dict[str, Any] = response.json()
+        return detail
+
 
 def metric_value(text: str, name: str, **labels: str) -> float:
     """The value of one sample in Prometheus text format (0 when absent)."""

@@ -2,7 +2,7 @@
 
 `AdmissionHandler` turns request bytes into (status, body, result) and never raises, so the
 Flask views stay thin and every failure mode maps to an answer: 400 with a JSON error for a
-body that is not an AdmissionReview, an allowing review with a warning for a pod the webhook
+body that is not an AdmissionReview (413 for one over the size limit), an allowing review with a warning for a pod the webhook
 cannot interpret, 503 (the apiserver then applies the failurePolicy) when validation cannot
 know the namespace's tenant yet. Everything a request reads is in memory: the plans built when
 the policy changed, and the namespace map kept by the watch.
@@ -34,6 +34,7 @@ from steer.core.infrastructure import exempt_reason
 from steer.core.policy import Policy
 from steer.core.scheduling import UninterpretablePod
 from webhook import review as rv
+from webhook.framing import BODY_OVER_LIMIT
 from webhook.metrics import WebhookMetrics
 from webhook.mutate import MutationPlan, mutate_pod
 from webhook.namespaces import NamespaceSource
@@ -48,7 +49,6 @@ ENDPOINTS: Mapping[str, Endpoint] = {
 }
 JSON = "application/json"
 STATUS_LINES = {s.value: f"{s.value} {s.phrase}" for s in HTTPStatus}
-DRAIN_LIMIT = 64 * 1024 * 1024
 
 
 class PolicySource(Protocol):
@@ -131,10 +131,11 @@ class AdmissionHandler:
                 )
         except rv.BadReview as exc:
             self.metrics.bad_requests.labels(reason=exc.reason).inc()
-            outcome = Outcome(400, exc.body(), "bad_request")
+            status = 413 if exc.reason == "body-too-large" else 400
+            outcome = Outcome(status, exc.body(), "bad_request")
         except Exception:
             log.exception("%s %s: unexpected failure", endpoint, uid)
-            self.metrics.uninterpretable.labels(endpoint=endpoint, reason="internal-error").inc()
+            self.metrics.uninterpretable_review(endpoint, "internal-error")
             if endpoint == "mutate" and uid:
                 # Steering is optional: an unsteered pod beats a failed admission.
                 warning = "kube-steer: internal error, pod not steered (see the webhook log)"
@@ -153,7 +154,7 @@ class AdmissionHandler:
     def _uninterpretable(
         self, endpoint: Endpoint, review: rv.Review, reason: str, warning: str
     ) -> Outcome:
-        self.metrics.uninterpretable.labels(endpoint=endpoint, reason=reason).inc()
+        self.metrics.uninterpretable_review(endpoint, reason)
         log.warning("%s %s: %s", endpoint, review.uid, warning)
         return Outcome(
             200, rv.allow(review.uid, warnings=[f"kube-steer: {warning}"]), "uninterpretable"
@@ -230,7 +231,7 @@ class AdmissionHandler:
             # Without the tenant no rule can be judged; let the failurePolicy decide (Fail for
             # the security configuration) instead of guessing.
             reason, text = self._unknown_namespace(namespace)
-            self.metrics.uninterpretable.labels(endpoint=endpoint, reason=reason).inc()
+            self.metrics.uninterpretable_review(endpoint, reason)
             return Outcome(503, rv.error_body(reason, f"{text}; retry shortly"), "unavailable")
         tenant = self.plans.mutation.tenant(labels)
         try:
@@ -278,14 +279,22 @@ class AdmissionHandler:
             self._relists_published = ns.relists
 
 
-def start_status_pump(handler: AdmissionHandler, interval: float = 2.0) -> threading.Event:
-    """Publish `handler`'s status gauges every `interval` seconds; set the event to stop."""
+def start_status_pump(
+    handler: AdmissionHandler, interval: float = 2.0, *, status_dir: str | None = None
+) -> threading.Event:
+    """Publish `handler`'s status gauges every `interval` seconds, and its readiness detail to
+    `status_dir` for the metrics listener's /status (`webhook.status`); set the event to stop."""
+    from webhook.status import write_worker_status
+
     stop = threading.Event()
 
     def run() -> None:
         while True:
             try:
                 handler.publish_status()
+                if status_dir is not None:
+                    ready, detail = handler.readiness()
+                    write_worker_status(status_dir, {**detail, "ready": ready})
             except Exception:  # a metrics hiccup must not end the pump
                 log.exception("publishing webhook status failed")
             if stop.wait(interval):
@@ -308,7 +317,13 @@ def content_length(environ: Mapping[str, Any]) -> int | None:
 
 
 def read_body(environ: Mapping[str, Any], max_bytes: int) -> bytes | None:
-    """The request body, or None when it is over `max_bytes` (the caller answers 400)."""
+    """The request body, or None when it is over `max_bytes` (the caller answers 413).
+
+    An oversized body is never read here: the server (`webhook.gworker`) has dropped it as it
+    arrived, says so in the environ, and closes the connection after the answer.
+    """
+    if environ.get(BODY_OVER_LIMIT):
+        return None
     stream = environ["wsgi.input"]
     length = content_length(environ)
     if length is None:
@@ -320,11 +335,6 @@ def read_body(environ: Mapping[str, Any], max_bytes: int) -> bytes | None:
         body: bytes = stream.read(max_bytes + 1)
         return None if len(body) > max_bytes else body
     if length > max_bytes:
-        # Read (and drop) a moderately oversized body so the client gets its 400 instead of a
-        # connection closed while it is still sending; past DRAIN_LIMIT, just close.
-        if length <= DRAIN_LIMIT:
-            while stream.read(65536):
-                pass
         return None
     return stream.read(length) if length else b""
 
@@ -401,10 +411,12 @@ def _framework_app(handler: Answerer) -> Flask:
     def healthz() -> Response:
         return Response(b'{"status":"ok"}', mimetype=JSON)
 
+    # For the kubelet, and anyone who can reach the port: ready or not, nothing more. The
+    # detail is on the metrics listener's /status (webhook.status).
     @app.get("/readyz")
     def readyz() -> Response:
-        ready, detail = handler.readiness()
-        return Response(orjson.dumps(detail), status=200 if ready else 503, mimetype=JSON)
+        ready, _detail = handler.readiness()
+        return Response(orjson.dumps({"ready": ready}), status=200 if ready else 503, mimetype=JSON)
 
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException) -> Response:

@@ -26,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     actions = webhook.add_subparsers(dest="webhook_command", required=True, metavar="ACTION")
     serve = actions.add_parser(
         "serve",
-        help="serve /mutate, /validate, /healthz, /readyz over TLS; /metrics on plain HTTP",
+        help="serve /mutate, /validate, /healthz, /readyz over TLS; /metrics, /status on plain HTTP",
         description=(
             "Serve the admission webhook over TLS with gunicorn (gthread workers). POST /mutate "
             "and /validate (and /validate/security, the security taint rules alone) take "
@@ -44,8 +44,9 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "--metrics-listen",
         default=DEFAULT_METRICS_LISTEN,
         metavar="HOST:PORT|PORT",
-        help="plain-HTTP address of /metrics; a bare PORT binds the host of --listen; 'off' "
-        "disables it",
+        help="plain-HTTP address of /metrics and /status (each worker's readiness detail: "
+        "policy version and errors, namespace cache, certificate); a bare PORT binds the host "
+        "of --listen; 'off' disables it",
     )
     serve.add_argument(
         "--kubeconfig",
@@ -56,13 +57,35 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     serve.add_argument(
         "--workers", type=int, default=2, metavar="N", help="gunicorn worker processes"
     )
-    serve.add_argument("--threads", type=int, default=4, metavar="N", help="threads per worker")
+    serve.add_argument(
+        "--threads",
+        type=int,
+        default=8,
+        metavar="N",
+        help="threads per worker; a thread only runs a request whose bytes have all arrived",
+    )
+    serve.add_argument(
+        "--read-timeout-seconds",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="how long a connection may take from its first byte to a finished TLS handshake, "
+        "and each request from its first byte to its last; slower ones are closed (and logged, "
+        "and counted in steer_webhook_connections_timed_out_total)",
+    )
+    serve.add_argument(
+        "--max-connections",
+        type=int,
+        default=256,
+        metavar="N",
+        help="open connections per worker; past it, those waiting longest are closed",
+    )
     serve.add_argument(
         "--max-body-bytes",
         type=int,
         default=DEFAULT_MAX_BODY_BYTES,
         metavar="N",
-        help="larger request bodies get HTTP 400",
+        help="larger request bodies, sized or chunked, get HTTP 413 and are not read into memory",
     )
     serve.add_argument(
         "--namespace-sync-timeout",
@@ -92,10 +115,12 @@ def _serve(args: argparse.Namespace) -> int:
             threads=args.threads,
             log_level=args.log_level,
             log_format=args.log_format,
+            read_timeout_seconds=args.read_timeout_seconds,
+            max_connections=args.max_connections,
+            max_body_bytes=args.max_body_bytes,
         ),
         metrics_listen=None if args.metrics_listen == "off" else args.metrics_listen,
         kubeconfig=args.kubeconfig,
-        max_body_bytes=args.max_body_bytes,
         namespace_sync_timeout=args.namespace_sync_timeout,
     )
     try:

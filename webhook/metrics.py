@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -28,6 +29,37 @@ CACHE_AGE = f"{PREFIX}_namespace_cache_age_seconds"
 RELOAD_ERRORS = f"{PREFIX}_policy_reload_errors"
 # Admission must answer in a few milliseconds; the buckets resolve 0.25 ms .. 1 s.
 DURATION_BUCKETS = (0.00025, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+# Every `reason` label of the uninterpretable counter. A pod field path names its container by
+# index (`spec.containers[7].resources`); as a label that is one series per index, so the label
+# is the field's part of the pod (`spec.containers`), and the full path is in the warning and
+# the log.
+UNINTERPRETABLE_REASONS = frozenset(
+    {
+        "kind",
+        "namespace-cache-not-synced",
+        "namespace-unknown",
+        "internal-error",
+        "metadata",
+        "metadata.labels",
+        "metadata.annotations",
+        "spec",
+        "spec.affinity",
+        "spec.containers",
+        "spec.initContainers",
+        "spec.nodeSelector",
+        "spec.resources",
+        "spec.schedulerName",
+        "spec.tolerations",
+        "spec.topologySpreadConstraints",
+        "other",
+    }
+)
+
+
+def uninterpretable_reason(reason: str) -> str:
+    """`reason` (a fixed reason or a pod field path) as one of UNINTERPRETABLE_REASONS."""
+    part = ".".join(re.sub(r"\[.*", "", reason).split(".")[:2])
+    return part if part in UNINTERPRETABLE_REASONS else "other"
 
 
 class WebhookMetrics:
@@ -124,12 +156,34 @@ class WebhookMetrics:
     def denied(self, rule: str) -> None:
         self._child(self.denials, rule).inc()
 
+    def uninterpretable_review(self, endpoint: str, reason: str) -> None:
+        self._child(self.uninterpretable, endpoint, uninterpretable_reason(reason)).inc()
+
     def set_policy(self, version: str) -> None:
         if self._version is not None and self._version != version:
             # remove() cannot delete a multiprocess file entry; 0 marks the old version retired.
             self.policy_info.labels(version=self._version).set(0)
         self.policy_info.labels(version=version).set(1)
         self._version = version
+
+
+class ConnectionMetrics:
+    """What the server's worker did to connections (created in each worker process)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        reg = registry if registry is not None else REGISTRY
+        self.timed_out = Counter(
+            f"{PREFIX}_connections_timed_out",
+            "Connections closed because the TLS handshake or a request took longer than "
+            "--read-timeout-seconds, by phase (handshake, request).",
+            ["phase"],
+            registry=reg,
+        )
+        self.shed = Counter(
+            f"{PREFIX}_connections_shed",
+            "Connections closed, the longest waiting first, to stay under --max-connections.",
+            registry=reg,
+        )
 
 
 class CacheAgeCollector(Collector):

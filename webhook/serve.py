@@ -1,10 +1,11 @@
 """`steer webhook serve`: the Flask app under gunicorn (gthread workers) over TLS.
 
 Choices, and the reasons:
-- gthread workers (`webhook.gworker.TLSThreadWorker`, which also keeps idle TLS connections
-  from parking threads): keep-alive connections wait in a poller and only requests occupy
-  threads, and the worker builds the TLS context for each new connection through the
-  `ssl_context` hook. `CertReloader` answers that hook: it re-reads the certificate and key
+- gthread workers (`webhook.gworker.TLSThreadWorker`): connections wait in a poller and a
+  thread only runs a request whose bytes have all arrived, so slow clients hold no thread; each
+  connection has `--read-timeout-seconds` to finish its handshake and each request, a worker
+  keeps at most `--max-connections`, and the worker builds the TLS context for each new
+  connection through the `ssl_context` hook. `CertReloader` answers that hook: it re-reads the certificate and key
   when their files change (a rotated Secret swaps them) and otherwise reuses the context, so a
   rotation needs no restart and a handshake does not parse PEM files every time. While a
   rotation is half written (new key, old certificate) the pair does not load; the previous
@@ -12,7 +13,8 @@ Choices, and the reasons:
 - Several workers share the metrics through prometheus-client's multiprocess mode: each
   worker writes memory-mapped files in one directory, and the gunicorn master serves their sum
   on a separate plain-HTTP port (`--metrics-listen`), so a scrape never competes with
-  admission requests for a worker thread.
+  admission requests for a worker thread. The same listener serves each worker's readiness
+  detail at `/status` (`webhook.status`); the TLS port's `/readyz` says only ready or not.
 - Each worker keeps its own namespace watch and policy reload thread: workers are independent
   processes, and a watch per worker is cheaper than any shared-memory map.
 """
@@ -33,6 +35,8 @@ from typing import Any
 from certs.files import load_cert_info
 from certs.pki import CertError
 from steer.adapters.service_logs import logging_dict_config
+from webhook.review import DEFAULT_MAX_BODY_BYTES
+from webhook.status import STATUS_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -145,10 +149,15 @@ class ServerSettings:
     cert_file: str
     key_file: str
     workers: int = 2
-    threads: int = 4
+    threads: int = 8
     keepalive_seconds: int = 30
     log_level: str = "info"
     log_format: str = "text"
+    # From a connection's first byte to its finished handshake, and from a request's first
+    # byte to its last: the apiserver waits at most 30 s (timeoutSeconds), and sends in ms.
+    read_timeout_seconds: float = 5.0
+    max_connections: int = 256  # per worker
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
 
     def check(self) -> None:
         split_host_port(self.listen, "--listen")
@@ -156,12 +165,26 @@ class ServerSettings:
             raise ServeError(f"--workers: must be at least 1, got {self.workers}")
         if self.threads < 1:
             raise ServeError(f"--threads: must be at least 1, got {self.threads}")
+        if not 0 < self.read_timeout_seconds <= 300:
+            raise ServeError(
+                f"--read-timeout-seconds: must be more than 0 and at most 300, got "
+                f"{self.read_timeout_seconds:g}"
+            )
+        if self.max_connections <= self.threads:
+            raise ServeError(
+                f"--max-connections: must be more than --threads ({self.threads}), got "
+                f"{self.max_connections}"
+            )
+        if self.max_body_bytes < 1024:
+            raise ServeError(f"--max-body-bytes: must be at least 1024, got {self.max_body_bytes}")
         for flag, path in (("--cert", self.cert_file), ("--key", self.key_file)):
             if not os.path.isfile(path):
                 raise ServeError(f"{flag}: no such file {path!r}; run `steer certs generate`")
 
 
 def gunicorn_config(settings: ServerSettings, reloader: CertReloader) -> dict[str, Any]:
+    from webhook.gworker import ConnectionLimits, worker_class
+
     def ssl_context(conf: Any, default_factory: Any) -> ssl.SSLContext:
         return reloader.context()
 
@@ -176,9 +199,12 @@ def gunicorn_config(settings: ServerSettings, reloader: CertReloader) -> dict[st
         **logs,
         "bind": [settings.listen],
         "workers": settings.workers,
-        "worker_class": "webhook.gworker.TLSThreadWorker",
+        "worker_class": worker_class(
+            ConnectionLimits(settings.read_timeout_seconds, settings.max_body_bytes)
+        ),
         "logger_class": "webhook.gworker.ErrorLogger",
         "threads": settings.threads,
+        "worker_connections": settings.max_connections,
         "keepalive": settings.keepalive_seconds,
         "timeout": 30,
         "graceful_timeout": 20,
@@ -231,7 +257,7 @@ def prepare_multiprocess_metrics() -> str:
     if directory:
         os.makedirs(directory, exist_ok=True)
         for name in os.listdir(directory):
-            if name.endswith(".db"):
+            if name.endswith(".db") or name.startswith(STATUS_PREFIX):
                 os.unlink(os.path.join(directory, name))  # counts from a previous run
     else:
         directory = tempfile.mkdtemp(prefix="steer-webhook-metrics-")
@@ -249,7 +275,6 @@ class WebhookOptions:
     server: ServerSettings
     metrics_listen: str | None = DEFAULT_METRICS_LISTEN
     kubeconfig: str | None = None
-    max_body_bytes: int = 4 * 1024 * 1024
     namespace_sync_timeout: float = 10.0
     watch_seconds: int = 60
 
@@ -274,19 +299,26 @@ def serve_webhook(options: WebhookOptions) -> None:
     def when_ready(server: Any) -> None:
         if metrics_addr is None:
             return
-        from prometheus_client import start_http_server
+        from prometheus_client import make_wsgi_app
 
         from webhook.metrics import multiprocess_registry
+        from webhook.status import listener_app, start_listener, worker_statuses
 
         host, port = metrics_addr
-        start_http_server(port, addr=host, registry=multiprocess_registry())
-        log.info("metrics on http://%s:%d/metrics", host, port)
+        app = listener_app(
+            make_wsgi_app(multiprocess_registry()), lambda: worker_statuses(directory)
+        )
+        start_listener(host, port, app)
+        log.info("metrics on http://%s:%d/metrics, worker status on /status", host, port)
 
     def child_exit(server: Any, worker: Any) -> None:
         from prometheus_client import multiprocess
 
+        from webhook.status import remove_worker_status
+
         untyped: Any = multiprocess  # the module is not annotated
         untyped.mark_process_dead(worker.pid)
+        remove_worker_status(directory, worker.pid)
 
     def loader(reloader: CertReloader) -> WSGIApp:
         return build_worker_app(options, reloader)
@@ -326,10 +358,10 @@ def build_worker_app(options: WebhookOptions, reloader: CertReloader) -> WSGIApp
         policy,
         cache,
         WebhookMetrics(),
-        max_body_bytes=options.max_body_bytes,
+        max_body_bytes=options.server.max_body_bytes,
         cert_status=reloader.status,
     )
-    start_status_pump(handler)
+    start_status_pump(handler, status_dir=os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
     app = create_app(handler)
     # What exists now (modules, the policy, its plans: ~57,000 objects) lives as long as the
     # worker. Frozen, a full collection no longer walks it, which paused every request in the
