@@ -16,6 +16,8 @@ from tests.conftest import EXAMPLE_POLICY
 ROOT = Path(__file__).resolve().parent.parent
 WEBHOOK = ROOT / "manifests" / "webhook" / "webhook.yaml"
 ADMISSION = ROOT / "manifests" / "webhook" / "admission.yaml"
+NETWORK_POLICY_DIR = ROOT / "manifests" / "components" / "network-policy"
+NETWORK_POLICIES = NETWORK_POLICY_DIR / "network-policies.yaml"
 EXCLUDED = {
     "key": "kubernetes.io/metadata.name",
     "operator": "NotIn",
@@ -116,7 +118,70 @@ def test_deployment_args_parse_with_the_cli() -> None:
         "containers"
     ]
     args = parser.parse_args(container["args"])
-    assert (args.workers, args.threads, args.listen) == (2, 4, "0.0.0.0:8443")
+    assert (args.workers, args.threads, args.listen) == (2, 8, "0.0.0.0:8443")
+    assert (args.read_timeout_seconds, args.max_connections) == (5.0, 256)
+
+
+def test_metrics_and_status_listen_on_the_pod_ip_only() -> None:
+    """The plain-HTTP port carries the detail /readyz no longer gives: not on 0.0.0.0."""
+    (container,) = docs(WEBHOOK)["Deployment/steer-webhook"]["spec"]["template"]["spec"][
+        "containers"
+    ]
+    assert "--metrics-listen=$(POD_IP):9102" in container["args"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["POD_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    assert not any("0.0.0.0:9102" in arg for arg in container["args"])
+
+
+def network_policies() -> dict[str, dict[str, Any]]:
+    return docs(NETWORK_POLICIES)
+
+
+def test_the_network_policy_admits_no_pod_to_the_admission_port() -> None:
+    """The apiserver (host network or external) and the kubelet are outside the pod network;
+    every tenant pod is inside it. Prometheus alone among pods reaches the metrics port."""
+    policy = network_policies()["NetworkPolicy/steer-webhook"]
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    by_port = {rule["ports"][0]["port"]: rule for rule in policy["spec"]["ingress"]}
+    assert set(by_port) == {8443, 9102}
+    assert all(rule.get("from") for rule in by_port.values())  # no rule open to any source
+    (apiserver,) = by_port[8443]["from"]
+    assert apiserver == {"ipBlock": {"cidr": "0.0.0.0/0", "except": [pod_cidr_setting()]}}
+    prometheus, proxy = by_port[9102]["from"]
+    assert prometheus == {
+        "namespaceSelector": {},
+        "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+    }
+    assert proxy == apiserver
+
+
+def pod_cidr_setting() -> str:
+    kustomization = yaml.safe_load((NETWORK_POLICY_DIR / "kustomization.yaml").read_text())
+    (settings,) = kustomization["configMapGenerator"]
+    assert settings["options"]["annotations"] == {"config.kubernetes.io/local-config": "true"}
+    literals = dict(item.split("=", 1) for item in settings["literals"])
+    return literals["podCIDR"]
+
+
+def test_the_pod_cidr_setting_reaches_every_except_entry() -> None:
+    kustomization = yaml.safe_load((NETWORK_POLICY_DIR / "kustomization.yaml").read_text())
+    (replacement,) = kustomization["replacements"]
+    assert replacement["source"]["fieldPath"] == "data.podCIDR"
+    (target,) = replacement["targets"]
+    assert target["select"] == {"kind": "NetworkPolicy", "name": "steer-webhook"}
+    policy = network_policies()["NetworkPolicy/steer-webhook"]
+    for path in target["fieldPaths"]:
+        node: Any = policy
+        for step in path.split("."):
+            node = node[int(step)] if isinstance(node, list) else node[step]
+        assert node == pod_cidr_setting(), path
+    excepts = [
+        peer["ipBlock"]["except"]
+        for rule in policy["spec"]["ingress"]
+        for peer in rule["from"]
+        if "ipBlock" in peer
+    ]
+    assert len(excepts) == len(target["fieldPaths"])
 
 
 def test_both_webhooks_skip_infrastructure_exactly_as_the_core_defines_it() -> None:
