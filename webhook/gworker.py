@@ -96,6 +96,7 @@ class Progress:
     waiting: Literal["", "client", "budget", "linger"] = ""
     since: float = 0.0
     expires_at: float | None = None  # the reaper's entry for this connection
+    served: int = 0  # requests answered on this connection
 
     def start(self, phase: Phase, timeout: float) -> None:
         if self.phase is None:
@@ -139,7 +140,8 @@ class TLSThreadWorker(gthread.ThreadWorker):  # type: ignore[misc]
         self.parked: dict[Any, None] = {}
         self.timeouts = {"handshake": 0, "request": 0}  # not yet logged
         self.timeout_examples: list[str] = []
-        self.timeouts_reported_at = 0.0
+        self.shed_unreported = 0
+        self.reported_at = 0.0
         # Bytes gunicorn's parser may take for a head (request line and headers).
         cfg = self.cfg
         self.max_head_bytes = (
@@ -268,6 +270,7 @@ class TLSThreadWorker(gthread.ThreadWorker):  # type: ignore[misc]
         state.buffer = bytearray()
         self._release(state)
         state.finish()
+        state.served += 1
         req = None
         self.request_flags.over_limit = framing.over_limit
         try:
@@ -418,7 +421,7 @@ class TLSThreadWorker(gthread.ThreadWorker):  # type: ignore[misc]
         conn.close()
 
     def _time_out(self, conns: list[Any]) -> None:
-        """Close connections past their deadline; counted now, logged by `_report_timeouts`."""
+        """Close connections past their deadline; counted now, logged by `_report`."""
         for conn in conns:
             phase = progress(conn).phase or "request"
             self.timeouts[phase] += 1
@@ -427,10 +430,21 @@ class TLSThreadWorker(gthread.ThreadWorker):  # type: ignore[misc]
             self.connection_metrics.timed_out.labels(phase=phase).inc()
             self._close(conn)
 
-    def _report_timeouts(self, now: float) -> None:
-        """One line a second at most, however many connections timed out in it."""
+    def _report(self, now: float) -> None:
+        """A line a second at most for each kind of closing, however many connections."""
         total = sum(self.timeouts.values())
-        if not total or now - self.timeouts_reported_at < REPORT_EVERY_S:
+        if (not total and not self.shed_unreported) or now - self.reported_at < REPORT_EVERY_S:
+            return
+        self.reported_at = now
+        if self.shed_unreported:
+            self.log.warning(
+                "closed %d connection(s), the longest waiting first, to stay under "
+                "--max-connections (%d)",
+                self.shed_unreported,
+                self.worker_connections,
+            )
+            self.shed_unreported = 0
+        if not total:
             return
         self.log.warning(
             "closed %d connection(s) that did not finish within --read-timeout-seconds "
@@ -443,7 +457,6 @@ class TLSThreadWorker(gthread.ThreadWorker):  # type: ignore[misc]
         )
         self.timeouts = {"handshake": 0, "request": 0}
         self.timeout_examples = []
-        self.timeouts_reported_at = now
 
     def murder_pending(self) -> None:
         """Each turn of the main loop: close what is past its time, then make room."""
@@ -459,43 +472,51 @@ class TLSThreadWorker(gthread.ThreadWorker):  # type: ignore[misc]
             else:
                 late[conn] = None
         self._time_out(list(late))
-        self._report_timeouts(now)
         if not self.alive:
             for conn in [c for c in self.waiting if progress(c).phase is None]:
                 self._close(conn)  # idle: stopping closes it now
         if self.nr_conns >= self.worker_connections:
             self._make_room()
+        self._report(now)
 
     def _make_room(self) -> None:
-        """Close the connections that have waited longest, idle or not, down to 7/8 of
-        `worker_connections`: a flood of connections must not keep new ones out."""
+        """Close connections down to 7/8 of `worker_connections`, so that a flood cannot keep
+        new ones out. Lingering ones go first; then those never served, idle before those
+        mid-handshake or mid-request; then those served before (a client that has proved
+        itself, like the apiserver's kept-alive connections). Within each, the longest
+        waiting first: idle since its last answer, or under way since its phase began."""
         target = self.worker_connections - max(1, self.worker_connections // 8)
-        candidates = [(progress(c).since, c) for c in [*self.waiting, *self.parked]]
-        now = time.monotonic()
-        candidates += [(c.timeout - self.cfg.keepalive, c) for c in self.keepalived_conns]
-        candidates.sort(key=lambda pair: (progress(pair[1]).waiting != "linger", pair[0]))
+        timeout = self.limits.read_timeout
+        order: list[tuple[int, float, Any]] = []
+        for conn in [*self.waiting, *self.parked]:
+            state = progress(conn)
+            if state.waiting == "linger":
+                order.append((0, state.since, conn))
+            elif state.served:
+                started = state.since if state.deadline is None else state.deadline - timeout
+                order.append((3, started, conn))
+            elif state.deadline is None:
+                order.append((1, state.since, conn))
+            else:
+                order.append((2, state.deadline - timeout, conn))
+        order += [(3, c.timeout - self.cfg.keepalive, c) for c in self.keepalived_conns]
+        order.sort(key=lambda entry: entry[:2])
         shed = 0
-        for _since, conn in candidates:
+        for _rank, _since, conn in order:
             if self.nr_conns <= target:
                 break
-            if conn in self.keepalived_conns:
+            if progress(conn).waiting:
+                self._close(conn)
+            else:  # kept alive by gthread
                 self.keepalived_conns.remove(conn)
                 with contextlib.suppress(KeyError, ValueError, OSError):
                     self.poller.unregister(conn.sock)
                 self.nr_conns -= 1
                 conn.close()
-            else:
-                self._close(conn)
             shed += 1
         if shed:
             self.connection_metrics.shed.inc(shed)
-            self.log.warning(
-                "closed the %d connection(s) waiting longest (up to %.1fs) to stay under "
-                "--max-connections (%d)",
-                shed,
-                now - min(since for since, _ in candidates[:shed]),
-                self.worker_connections,
-            )
+            self.shed_unreported += shed
 
 
 def _peer(client: Any) -> str:

@@ -221,7 +221,8 @@ class SteadyClient:
             if reply.status_code >= 500 or "response" not in reply.json():
                 self.failures.append(f"HTTP {reply.status_code}: {reply.text[:120]}")
         except requests.RequestException as exc:
-            self.failures.append(f"{type(exc).__name__}: {exc}"[:200])
+            kind = "new connection" if close else "kept-alive connection"
+            self.failures.append(f"{kind}: {type(exc).__name__}: {exc}"[:200])
         finally:
             self.latencies.append(time.monotonic() - started)
             if close:
