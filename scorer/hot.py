@@ -15,18 +15,18 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, ClassVar
 
 from kubernetes import client
 
-from scorer.kubeapi import PODS_PATH, KubeApiError, KubeJson, WatchStream
+from scorer.kubeapi import PODS_PATH
 from scorer.ledger import PodLedger
+from scorer.listwatch import ListWatcher
 from scorer.model import parse_rfc3339
 
 log = logging.getLogger(__name__)
 
-HTTP_GONE = 410
 BOUND_PODS = "spec.nodeName!="
 
 
@@ -75,15 +75,9 @@ def binding_time(pod: Mapping[str, Any]) -> float | None:
     return None
 
 
-class WatchExpired(Exception):
-    """The watch's resourceVersion is older than the apiserver's history (410 Gone)."""
-
-
-class PodBindingWatcher:
+class PodBindingWatcher(ListWatcher):
     """Feeds a `BindingWindow` and, when given, a `PodLedger` from bound pods
-    (`fieldSelector=spec.nodeName!=`): one list, then a watch from the list's resourceVersion,
-    resumed from the last version seen whenever the server ends it. A 410 Gone (history no
-    longer reaches back that far) or any failure starts over with a list; until that list
+    (`fieldSelector=spec.nodeName!=`), by list + watch (`scorer.listwatch`); until a list
     completes the ledger is not synced.
 
     The list replays every bound pod into the window; those count only if their PodScheduled
@@ -91,6 +85,10 @@ class PodBindingWatcher:
     `on_binding` runs after each list or event that counted a recent binding or changed the
     pods of a node.
     """
+
+    path = PODS_PATH
+    query: ClassVar[Mapping[str, str]] = {"fieldSelector": BOUND_PODS}
+    thread_name = "pod-bindings"
 
     def __init__(
         self,
@@ -105,48 +103,35 @@ class PodBindingWatcher:
         backoff_s: float = 0.5,
         max_backoff_s: float = 30.0,
     ) -> None:
-        self.kube = KubeJson(api_client, timeout_s=60.0)
+        super().__init__(
+            api_client,
+            timeout_s=timeout_s,
+            page_size=page_size,
+            backoff_s=backoff_s,
+            max_backoff_s=max_backoff_s,
+        )
         self.window = window
         self.window_s = window_s
         self.on_binding = on_binding
         self.ledger = ledger
-        self.timeout_s = timeout_s
-        self.page_size = page_size
-        self.backoff_s = backoff_s
-        self.max_backoff_s = max_backoff_s
-        self.resource_version: str | None = None  # None: the next round starts with a list
-        self.lists = 0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._stream: WatchStream | None = None
 
-    def start(self) -> None:
-        if self._thread is None:
-            if self.ledger is not None and not self.ledger.synced:
-                self.ledger.listing = True  # a first cycle now waits for this list
-            self._stop.clear()
-            self._thread = threading.Thread(target=self._run, name="pod-bindings", daemon=True)
-            self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        thread, self._thread = self._thread, None
-        if thread is None:
-            return
-        # The watch may be between its request and its first byte when stop() runs: keep
-        # cutting whatever stream is current until the thread notices the flag.
-        deadline = time.monotonic() + 5
-        while thread.is_alive() and time.monotonic() < deadline:
-            stream = self._stream
-            if stream is not None:
-                stream.close()
-            thread.join(timeout=0.05)
+    def before_start(self) -> None:
+        if self.ledger is not None and not self.ledger.synced:
+            self.ledger.listing = True  # a first cycle now waits for this list
 
     def handle(self, event_type: str, pod: Mapping[str, Any]) -> bool:
         """Apply one watch event; True when it counted a recent binding or changed the pods
         of a node."""
         moved = bool(self.ledger.apply(event_type, pod)) if self.ledger is not None else False
         return self._count(event_type, pod) or moved
+
+    def on_event(self, kind: str, obj: dict[str, Any]) -> None:
+        if self.handle(kind, obj) and self.on_binding is not None:
+            self.on_binding()
+
+    def on_restart(self) -> None:
+        if self.ledger is not None:
+            self.ledger.desync()
 
     def _count(self, event_type: str, pod: Mapping[str, Any]) -> bool:
         """Record a binding in the window; True when it is a new one within the window."""
@@ -161,46 +146,10 @@ class PodBindingWatcher:
         # Old bindings are still recorded (by uid) so a later MODIFIED event does not count them.
         return self.window.record(node, at, uid) and now - at <= self.window_s()
 
-    # -- the loop ---------------------------------------------------------------------------
-
-    def _run(self) -> None:
-        backoff = self.backoff_s
-        expired_before = False
-        while not self._stop.is_set():
-            try:
-                if self.resource_version is None:
-                    self.relist()
-                self._watch_once()
-                backoff = self.backoff_s
-                expired_before = False
-                continue
-            except WatchExpired:
-                log.info("pod watch expired (410 Gone); listing again")
-                self._restart()
-                if not expired_before:  # at once, unless the fresh list expired right away
-                    expired_before = True
-                    continue
-            except Exception as exc:  # a dropped watch or an unreachable apiserver: go on
-                if self._stop.is_set():
-                    return
-                log.info("pod watch ended (%s); listing again in %.1fs", exc, backoff)
-                self._restart()
-            if self._stop.wait(backoff):
-                return
-            backoff = min(backoff * 2, self.max_backoff_s)
-
-    def _restart(self) -> None:
-        self.resource_version = None
-        if self.ledger is not None:
-            self.ledger.desync()
-
-    def relist(self) -> None:
-        """List every bound pod, page by page: refill the ledger (synced afterwards) and the
+    def on_list(self, items: Iterable[dict[str, Any]]) -> None:
+        """Every bound pod, page by page: refill the ledger (synced afterwards) and the
         window. Only the reduced entries are kept, so memory follows the ledger, not the
         pods' JSON."""
-        stream = self.kube.stream_list(
-            PODS_PATH, page_size=self.page_size, query={"fieldSelector": BOUND_PODS}
-        )
         counted = False
         seen = 0
 
@@ -214,55 +163,13 @@ class PodBindingWatcher:
             before = self.ledger.generation
             self.ledger.listing = True
             try:
-                self.ledger.replace(stream, each)
+                self.ledger.replace(items, each)
             finally:
                 self.ledger.listing = False
             moved = self.ledger.generation != before  # pods changed, or synced just now
         else:
-            for pod in stream:
+            for pod in items:
                 each(pod)
-        self.lists += 1
-        self.resource_version = stream.resource_version
-        log.info("pod list: %d bound pods at resourceVersion %s", seen, stream.resource_version)
+        log.info("pod list: %d bound pods", seen)
         if (counted or moved) and self.on_binding is not None:
             self.on_binding()
-
-    def _watch_once(self) -> None:
-        assert self.resource_version is not None
-        try:
-            stream = self.kube.watch(
-                PODS_PATH,
-                resource_version=self.resource_version,
-                timeout_s=self.timeout_s,
-                query={"fieldSelector": BOUND_PODS},
-            )
-        except KubeApiError as exc:
-            if exc.status == HTTP_GONE:
-                raise WatchExpired(str(exc)) from exc
-            raise
-        self._stream = stream
-        try:
-            for event in stream:
-                if self._stop.is_set():
-                    return
-                kind = str(event.get("type"))
-                obj = event.get("object")
-                if not isinstance(obj, dict):
-                    continue
-                if kind == "ERROR":
-                    if obj.get("code") == HTTP_GONE:
-                        raise WatchExpired(str(obj.get("message", "")))
-                    raise KubeApiError(
-                        int(obj.get("code") or 0),
-                        str(obj.get("reason", "")),
-                        str(obj.get("message", "")),
-                        method="WATCH",
-                        path=PODS_PATH,
-                    )
-                version = (obj.get("metadata") or {}).get("resourceVersion")
-                if kind != "BOOKMARK" and self.handle(kind, obj) and self.on_binding:
-                    self.on_binding()
-                if version:
-                    self.resource_version = str(version)
-        finally:
-            self._stream = None

@@ -23,6 +23,7 @@ from scorer.leader import DEFAULT_LEASE_NAME, LeaseElector
 from scorer.ledger import PodLedger
 from scorer.loop import ScorerLoop
 from scorer.metrics import ScorerMetrics
+from scorer.nodes import NodeCache, NodeWatcher
 from scorer.service import Scorer
 from scorer.writer import NodeApi
 from steer.adapters.kube import make_api_client
@@ -107,6 +108,7 @@ def _serve(
         )
     bindings = BindingWindow()
     ledger = PodLedger()
+    node_cache = NodeCache()
     scorer = Scorer(
         current,
         node_api(kubeconfig),
@@ -116,8 +118,10 @@ def _serve(
         ledger=ledger,
         metrics=metrics,
         dry_run=options.dry_run,
+        node_cache=node_cache,
     )
     loop = ScorerLoop(scorer)
+    nodes = NodeWatcher(make_api_client(kubeconfig), node_cache)
     pods = PodBindingWatcher(
         make_api_client(kubeconfig),
         bindings,
@@ -141,6 +145,7 @@ def _serve(
         # One round before the first cycle, so a lone replica writes from its first cycle on.
         elector.try_acquire_or_renew()
         elector.start()
+    nodes.start()
     pods.start()
     loop.start()
     server.start()
@@ -151,6 +156,7 @@ def _serve(
         scorer.request_stop()  # a cycle in flight ends after the node it is writing
         loop.stop()
         pods.stop()
+        nodes.stop()
         if elector is not None:
             elector.stop(release=True)
         watcher.stop()

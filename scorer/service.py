@@ -1,4 +1,4 @@
-"""One scoring cycle end to end: list nodes, read each dimension from its source (one PromQL
+"""One scoring cycle end to end: take the nodes (from the node watch, else a list), read each dimension from its source (one PromQL
 query per Prometheus dimension, scorer/sources/), plan, write if leader.
 
 `Scorer` holds what outlives a cycle (the planner's memory, the last result for `/explain`,
@@ -27,6 +27,7 @@ from scorer.leader import LeaseElector
 from scorer.ledger import PodLedger
 from scorer.metrics import ScorerMetrics
 from scorer.model import NodeState
+from scorer.nodes import NodeCache
 from scorer.observe import DimensionFailure, DimensionReading, NodeIndex
 from scorer.placementscore import PlacementScorePublisher, PublishError
 from scorer.plan import CyclePlan, ScorerMemory, plan_cycle
@@ -102,15 +103,18 @@ class Scorer:
         writer_sleep: Callable[[float], None] | None = None,
         placement_scores: PlacementScorePublisher | None = None,
         sources: Mapping[str, Source] | None = None,
+        node_cache: NodeCache | None = None,
     ) -> None:
         """`sources` are used instead of the registry's for their names (`prometheus`,
-        `kubernetes`, `http`), e.g. to replay recorded readings."""
+        `kubernetes`, `http`), e.g. to replay recorded readings. `node_cache`, kept by a
+        `scorer.nodes.NodeWatcher`, spares each cycle a list of every node while it is synced."""
         self._policy = policy
         self.node_api = node_api
         self.prometheus_url = prometheus_url
         self.elector = elector
         self.bindings = bindings
         self.ledger = ledger
+        self.node_cache = node_cache
         self.metrics = metrics or ScorerMetrics()
         self.dry_run = dry_run
         self._clock = clock
@@ -130,8 +134,9 @@ class Scorer:
         self._memory = ScorerMemory()
         self._lock = threading.Lock()  # one cycle (or hot refresh) at a time
         self._last: CycleResult | None = None
-        # The nodes as last listed, updated from the answers to our writes: a refresh after
-        # pod events plans from these instead of listing 5,000 nodes again.
+        # The nodes the last cycle planned, updated from the answers to our writes and (for the
+        # nodes a refresh plans) from the node watch: a refresh after pod events plans from
+        # these instead of listing 5,000 nodes again.
         self._nodes: dict[str, NodeState] = {}
         self._last_bindings_generation = 0
         self._last_ledger_generation = 0
@@ -273,10 +278,7 @@ class Scorer:
         self.status_limiter.configure(scoring.resource_write_qps, scoring.resource_write_burst)
         started_at = self._clock() if at is None else at
         t0 = time.perf_counter()
-        try:
-            nodes = tuple(self.node_api.list_nodes())
-        except KubeApiError as exc:
-            raise CycleError(f"cannot list nodes: {exc}") from exc
+        nodes = self._current_nodes(first=self._last is None, wait_s=scoring.interval_seconds)
         self._nodes = {n.name: n for n in nodes}
         if self.ledger is not None:
             self.ledger.take_dirty()  # this cycle plans every node
@@ -313,6 +315,19 @@ class Scorer:
             len(policy.spec.dimensions),
             compute_cpu_s,
         )
+
+    def _current_nodes(self, *, first: bool, wait_s: float) -> tuple[NodeState, ...]:
+        """Every node: from the node watch while it is synced (the first cycle waits a while
+        for its list), else from a list. Raises `CycleError` when that list fails."""
+        cache = self.node_cache
+        if cache is not None:
+            if cache.synced or (first and cache.wait_synced(min(FIRST_LIST_WAIT_S, wait_s))):
+                return cache.nodes()
+            log.info("node watch not synced: listing the nodes")
+        try:
+            return tuple(self.node_api.list_nodes())
+        except KubeApiError as exc:
+            raise CycleError(f"cannot list nodes: {exc}") from exc
 
     def _generations(self) -> tuple[int, int]:
         return (
@@ -373,6 +388,10 @@ class Scorer:
                     n for n in self._nodes if hot.get(n, 0) != getattr(known.get(n), "hot_pods", 0)
                 }
                 names = (dirty | moved) & set(self._nodes)
+            cache = self.node_cache
+            if cache is not None and cache.synced:
+                for name in names:  # as the node watch last saw them (a foreign taint, ...)
+                    self._nodes[name] = cache.get(name) or self._nodes[name]
             nodes = tuple(self._nodes[n] for n in sorted(names))
             t1 = time.perf_counter()
             plan, memory = plan_cycle(
@@ -451,6 +470,8 @@ class Scorer:
             for written in report.results:
                 if written.state is not None and written.node in self._nodes:
                     self._nodes[written.node] = written.state
+                    if self.node_cache is not None:
+                        self.node_cache.offer(written.state)
             self.metrics.node_writes.labels(result="ok").inc(report.nodes_written)
             self.metrics.node_writes.labels(result="error").inc(len(report.errors))
             self.metrics.write_requests.inc(report.requests)

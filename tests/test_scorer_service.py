@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 import requests
 
-from scorer.kubeapi import KubeJson
+from scorer.kubeapi import MERGE_PATCH, KubeJson
 from scorer.leader import LeaseElector
 from scorer.ledger import PodLedger
+from scorer.model import NodeState
+from scorer.nodes import NodeCache, NodeWatcher
 from scorer.plan import DataStatus
 from scorer.presets import POWER_KEPLER_010, POWER_KEPLER_07
 from scorer.service import Scorer
@@ -380,3 +382,109 @@ def test_a_shutdown_ends_a_paced_cycle_after_the_node_being_written(
         gates = "kube-steer.kubernetes.io/avoid-gpu-hot" in node["status"].get("allocatable", {})
         record = "kube-steer.github.io/managed" in (node["metadata"].get("annotations") or {})
         assert gates == record == (name in written), name
+
+
+def wait_for(what: str, check: Callable[[], object], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout_s}s")
+        time.sleep(0.02)
+
+
+def node_lists(stub: ApiStub) -> int:
+    """LISTs of the node collection (a watch of it is a GET with watch=true, not counted)."""
+    return sum(
+        1
+        for r in stub.requests
+        if r.method == "GET" and r.path == "/api/v1/nodes" and "watch=true" not in r.query
+    )
+
+
+def test_with_the_node_watch_cycles_list_no_node_and_follow_nodes_added_changed_and_removed(
+    scraped: tuple[SyntheticCluster, PrometheusServer], apistub: ApiStub, tmp_path: Path
+) -> None:
+    cluster, prom = scraped
+    stub_nodes(apistub, NODES)
+    cache = NodeCache()
+    watcher = NodeWatcher(
+        client_for(apistub, tmp_path / "kubeconfig-watch"), cache, timeout_s=5, backoff_s=0.05
+    )
+    watcher.start()
+    try:
+        scorer = make_scorer(apistub, tmp_path, prom.url, node_cache=cache)
+        first = scorer.run_cycle()
+        assert [n.name for n in first.nodes] == list(NODES)
+        assert node_lists(apistub) == 1  # the watcher's own list
+        # What the cycle wrote is in the cache at once, and the watch's later events of the
+        # same writes do not move it back.
+        written = apistub.get("nodes", "node-3")
+        wait_for("the write's event", lambda: cache.generation > 0)
+        held = cache.get("node-3")
+        assert held is not None
+        assert held.resource_version == written["metadata"]["resourceVersion"]
+        assert held.labels["kube-steer.github.io/score-util"] == "10"
+
+        # Another client labels node-2; a node joins; one leaves.
+        KubeJson(client_for(apistub, tmp_path / "kc-other")).request(
+            "PATCH",
+            "/api/v1/nodes/node-2",
+            body={"metadata": {"labels": {"team.example.com/late": "yes"}}},
+            content_type=MERGE_PATCH,
+        )
+        cluster.add_node("node-4", gpus=2)
+        stub_nodes(apistub, ["node-4"])
+        prom.wait_for("count(DCGM_FI_DEV_GPU_UTIL)", lambda r: r.samples[0].value == 8)
+        wait_for("node-4 watched", lambda: cache.get("node-4") is not None)
+        wait_for(
+            "the label watched",
+            lambda: "team.example.com/late" in getattr(cache.get("node-2"), "labels", {}),
+        )
+        result = scorer.run_cycle()
+        assert [n.name for n in result.nodes] == [*NODES, "node-4"]
+        assert owned_labels(apistub.get("nodes", "node-4"))["kube-steer.github.io/score-util"]
+        assert apistub.get("nodes", "node-2")["metadata"]["labels"]["team.example.com/late"]
+
+        apistub.delete("nodes", "node-4")
+        wait_for("node-4 gone", lambda: cache.get("node-4") is None)
+        assert [n.name for n in scorer.run_cycle().nodes] == list(NODES)
+        assert node_lists(apistub) == 1  # four cycles, still only the watcher's list
+    finally:
+        watcher.stop()
+        if "node-4" in cluster.node_names:
+            cluster.remove_node("node-4")
+            prom.wait_for("count(DCGM_FI_DEV_GPU_UTIL)", lambda r: r.samples[0].value == 6)
+
+
+def test_without_a_synced_node_watch_a_cycle_lists_the_nodes(
+    scraped: tuple[SyntheticCluster, PrometheusServer], apistub: ApiStub, tmp_path: Path
+) -> None:
+    _cluster, prom = scraped
+    stub_nodes(apistub, NODES)
+    cache = NodeCache()  # never filled: no watcher reads a list into it, so none is awaited
+    scorer = make_scorer(apistub, tmp_path, prom.url, node_cache=cache)
+    started = time.monotonic()
+    result = scorer.run_cycle()
+    assert [n.name for n in result.nodes] == list(NODES)
+    assert node_lists(apistub) == 1
+    assert time.monotonic() - started < 5
+    scorer.run_cycle()
+    assert node_lists(apistub) == 2
+
+
+def test_the_node_cache_keeps_the_newer_of_two_states() -> None:
+    cache = NodeCache()
+    cache.replace([NodeState("a", resource_version="10"), NodeState("b", resource_version="5")])
+    assert cache.synced
+    assert cache.offer(NodeState("a", labels={"x": "1"}, resource_version="12"))
+    # An event from before that write arrives after it: ignored.
+    assert not cache.offer(NodeState("a", resource_version="11"))
+    assert cache.get("a") == NodeState("a", labels={"x": "1"}, resource_version="12")
+    # A list taken before the write keeps the written state; nodes not listed are gone.
+    cache.replace([NodeState("a", resource_version="11")])
+    assert [(n.name, n.resource_version) for n in cache.nodes()] == [("a", "12")]
+    # Versions that are not integers are not compared: the last to arrive wins.
+    assert cache.offer(NodeState("a", resource_version="v2"))
+    assert cache.offer(NodeState("a", resource_version="v1"))
+    cache.desync()
+    assert not cache.synced

@@ -758,10 +758,11 @@ def test_every_policy_file_that_cannot_load_is_counted_logged_once_and_shown_in_
         last: Any = None
         while time.monotonic() < deadline:
             try:
-                last = ready()
-                if check(last):
-                    return last
-            except requests.RequestException as exc:
+                reply = session.get(f"{url}/readyz", timeout=5)
+                last = reply.json()
+                if reply.status_code == 200 and check(last):
+                    return dict(last)
+            except requests.RequestException as exc:  # not listening yet
                 last = exc
             time.sleep(0.1)
         raise AssertionError(f"/readyz never got there; last: {last}")

@@ -1,0 +1,175 @@
+"""List + watch of one collection, in a thread: what client-go calls a reflector.
+
+One list (read page by page, handed to the subclass as a stream), then a watch from the list's
+resourceVersion, resumed from the last version seen whenever the server ends it. A 410 Gone
+(the watch history no longer reaches back that far) or any other failure starts over with a
+list, after a backoff unless it is the first 410 in a row. The scorer keeps two: the bound pods
+(`scorer.hot.PodBindingWatcher`) and the nodes (`scorer.nodes.NodeWatcher`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any, ClassVar
+
+from kubernetes import client
+
+from scorer.kubeapi import KubeApiError, KubeJson, WatchStream
+
+log = logging.getLogger(__name__)
+
+HTTP_GONE = 410
+
+
+class WatchExpired(Exception):
+    """The watch's resourceVersion is older than the apiserver's history (410 Gone)."""
+
+
+class ListWatcher:
+    """Subclasses say what to list (`path`, `query`) and what to do with the list
+    (`on_list`), each event (`on_event`) and a restart (`on_restart`)."""
+
+    path = ""
+    query: ClassVar[Mapping[str, str]] = {}
+    thread_name = "list-watch"
+
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        *,
+        timeout_s: int = 300,
+        page_size: int = 500,
+        backoff_s: float = 0.5,
+        max_backoff_s: float = 30.0,
+    ) -> None:
+        self.kube = KubeJson(api_client, timeout_s=60.0)
+        self.timeout_s = timeout_s
+        self.page_size = page_size
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        self.resource_version: str | None = None  # None: the next round starts with a list
+        self.lists = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._stream: WatchStream | None = None
+
+    # -- what subclasses provide -------------------------------------------------------------
+
+    def on_list(self, items: Iterable[dict[str, Any]]) -> None:
+        """Every item of a fresh list, as it streams in (one page in memory at a time)."""
+        raise NotImplementedError
+
+    def on_event(self, kind: str, obj: dict[str, Any]) -> None:
+        """One watch event (ADDED, MODIFIED, DELETED; bookmarks are not passed on)."""
+        raise NotImplementedError
+
+    def on_restart(self) -> None:
+        """The watch broke: what is held is no longer known to be current until a list."""
+
+    def before_start(self) -> None:
+        """Runs in `start()` before the thread does."""
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._thread is None:
+            self.before_start()
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._run, name=self.thread_name, daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        thread, self._thread = self._thread, None
+        if thread is None:
+            return
+        # The watch may be between its request and its first byte when stop() runs: keep
+        # cutting whatever stream is current until the thread notices the flag.
+        deadline = time.monotonic() + 5
+        while thread.is_alive() and time.monotonic() < deadline:
+            stream = self._stream
+            if stream is not None:
+                stream.close()
+            thread.join(timeout=0.05)
+
+    def _run(self) -> None:
+        backoff = self.backoff_s
+        expired_before = False
+        while not self._stop.is_set():
+            try:
+                if self.resource_version is None:
+                    self.relist()
+                self._watch_once()
+                backoff = self.backoff_s
+                expired_before = False
+                continue
+            except WatchExpired:
+                log.info("%s watch expired (410 Gone); listing again", self.thread_name)
+                self._restart()
+                if not expired_before:  # at once, unless the fresh list expired right away
+                    expired_before = True
+                    continue
+            except Exception as exc:  # a dropped watch or an unreachable apiserver: go on
+                if self._stop.is_set():
+                    return
+                log.info(
+                    "%s watch ended (%s); listing again in %.1fs", self.thread_name, exc, backoff
+                )
+                self._restart()
+            if self._stop.wait(backoff):
+                return
+            backoff = min(backoff * 2, self.max_backoff_s)
+
+    def _restart(self) -> None:
+        self.resource_version = None
+        self.on_restart()
+
+    def relist(self) -> None:
+        """List the collection page by page into `on_list`; the watch resumes from there."""
+        stream = self.kube.stream_list(self.path, page_size=self.page_size, query=self.query)
+        self.on_list(stream)
+        self.lists += 1
+        self.resource_version = stream.resource_version
+
+    def _watch_once(self) -> None:
+        assert self.resource_version is not None
+        try:
+            stream = self.kube.watch(
+                self.path,
+                resource_version=self.resource_version,
+                timeout_s=self.timeout_s,
+                query=self.query,
+            )
+        except KubeApiError as exc:
+            if exc.status == HTTP_GONE:
+                raise WatchExpired(str(exc)) from exc
+            raise
+        self._stream = stream
+        try:
+            for event in stream:
+                if self._stop.is_set():
+                    return
+                kind = str(event.get("type"))
+                obj = event.get("object")
+                if not isinstance(obj, dict):
+                    continue
+                if kind == "ERROR":
+                    if obj.get("code") == HTTP_GONE:
+                        raise WatchExpired(str(obj.get("message", "")))
+                    raise KubeApiError(
+                        int(obj.get("code") or 0),
+                        str(obj.get("reason", "")),
+                        str(obj.get("message", "")),
+                        method="WATCH",
+                        path=self.path,
+                    )
+                version = (obj.get("metadata") or {}).get("resourceVersion")
+                if kind != "BOOKMARK":
+                    self.on_event(kind, obj)
+                if version:
+                    self.resource_version = str(version)
+        finally:
+            self._stream = None
