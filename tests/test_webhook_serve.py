@@ -53,6 +53,44 @@ def test_reloader_keeps_serving_through_a_half_written_rotation(tmp_path: Path) 
     )
 
 
+def test_reloader_clears_its_error_when_a_moved_file_comes_back(tmp_path: Path) -> None:
+    """The certificate moved away and back (same inode, same mtime) is the pair in force:
+    /status must not keep saying the file cannot be read."""
+    paths = write_webhook_certs(tmp_path, issue_webhook_certs(IDENTITY))
+    reloader = CertReloader(str(paths.cert), str(paths.key))
+    first = reloader.context()
+    moved = paths.cert.with_name("tls.crt.moving")
+    os.rename(paths.cert, moved)
+    assert reloader.context() is first
+    assert "cannot stat" in (reloader.last_error or "")
+    os.rename(moved, paths.cert)
+    assert reloader.context() is first
+    assert reloader.status()["lastError"] is None and reloader.status()["reloadErrors"] == 1
+
+
+def test_reloader_judges_a_broken_pair_once_not_per_handshake(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    paths = write_webhook_certs(tmp_path, issue_webhook_certs(IDENTITY))
+    reloader = CertReloader(str(paths.cert), str(paths.key))
+    first = reloader.context()
+    atomic_write(paths.key, issue_webhook_certs(IDENTITY).key_pem, 0o600)  # matches nothing
+    builds = 0
+    build = reloader._build
+
+    def counted_build() -> Any:
+        nonlocal builds
+        builds += 1
+        return build()
+
+    reloader._build = counted_build  # type: ignore[method-assign]
+    assert all(reloader.context() is first for _ in range(50))
+    assert builds == 1
+    status = reloader.status()
+    assert status["reloadErrors"] == 1 and "KEY_VALUES_MISMATCH" in status["lastError"]
+    assert sum("do not load" in r.getMessage() for r in caplog.records) == 1
+
+
 def test_reloader_without_any_good_pair_refuses_to_start(tmp_path: Path) -> None:
     reloader = CertReloader(str(tmp_path / "none.crt"), str(tmp_path / "none.key"))
     with pytest.raises(ServeError, match="cannot stat certificate files"):

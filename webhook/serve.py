@@ -78,8 +78,11 @@ class CertReloader:
         self._lock = threading.Lock()
         self._context: ssl.SSLContext | None = None
         self._signature: tuple[tuple[int, int, int], ...] | None = None
+        # The files as last seen not to load: judged once, not on every handshake.
+        self._failed_signature: tuple[tuple[int, int, int], ...] | None = None
         self._info: dict[str, Any] = {}
         self.loads = 0
+        self.reload_errors = 0
         self.last_error: str | None = None
 
     def _stat(self) -> tuple[tuple[int, int, int], ...]:
@@ -101,19 +104,30 @@ class CertReloader:
         try:
             signature = self._stat()
         except OSError as exc:
-            return self._keep(f"cannot stat certificate files: {exc}")
-        if signature == self._signature and self._context is not None:
+            with self._lock:
+                self._failed_signature = None  # files that come back are judged again
+                message = f"cannot stat certificate files: {exc}"
+                return self._keep(message, new=message != self.last_error)
+        if signature == self._signature and self._context is not None and self.last_error is None:
             return self._context
         with self._lock:
             if signature == self._signature and self._context is not None:
+                # The files are back to the pair in force (a file moved away and back): the
+                # error no longer describes them.
+                self.last_error = None
                 return self._context
+            if signature == self._failed_signature:
+                return self._keep(self.last_error or "certificate/key do not load", new=False)
             try:
                 context = self._build()
                 info = load_cert_info(self.cert_file).as_json()
             except (ssl.SSLError, OSError, CertError, ValueError) as exc:
-                return self._keep(f"certificate/key do not load ({exc}); keeping the previous pair")
+                self._failed_signature = signature
+                message = f"certificate/key do not load ({exc}); keeping the previous pair"
+                return self._keep(message, new=True)
             first = self._context is None
             self._context, self._signature, self._info = context, signature, info
+            self._failed_signature = None
             self.loads += 1
             self.last_error = None
         log.info(
@@ -124,8 +138,10 @@ class CertReloader:
         )
         return context
 
-    def _keep(self, message: str) -> ssl.SSLContext:
-        if message != self.last_error:
+    def _keep(self, message: str, *, new: bool) -> ssl.SSLContext:
+        """With the lock held: count and log a newly seen failure, serve the previous pair."""
+        if new:
+            self.reload_errors += 1
             log.warning("%s", message)
         self.last_error = message
         if self._context is None:
@@ -136,6 +152,7 @@ class CertReloader:
         return {
             "loaded": self._context is not None,
             "loads": self.loads,
+            "reloadErrors": self.reload_errors,
             "lastError": self.last_error,
             **self._info,
         }
