@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
 
-from steer.adapters.policy_file import PolicyWatcher, load_policy_file
+from steer.adapters.policy_file import MAX_POLICY_BYTES, PolicyWatcher, load_policy_file
 from steer.core.policy import Policy, PolicyError
 from tests.conftest import EXAMPLE_POLICY
 
@@ -160,3 +161,24 @@ def test_a_deleted_then_restored_policy_clears_the_error(tmp_path: Path) -> None
     path.write_text(text)
     watcher.check()
     assert watcher.last_error is None and watcher.reload_errors == 1
+
+
+def test_a_file_over_the_configmap_limit_is_refused_unparsed(tmp_path: Path) -> None:
+    """A flow list of 4 MiB took the YAML parser ~40 s of CPU in each worker, with the reload
+    thread stuck behind it: a file over what a ConfigMap holds is refused before parsing."""
+    path = tmp_path / "policy.yaml"
+    text = EXAMPLE_POLICY.read_text()
+    path.write_text(text)
+    watcher = PolicyWatcher(str(path), interval_seconds=0.05)
+    first = watcher.current.version
+    huge = text.replace("spec:\n", "spec:\n  padding: [" + "1," * (2 << 20) + "]\n", 1)
+    path.write_text(huge)
+    started = time.monotonic()
+    assert watcher.check() is False and watcher.check() is False
+    assert time.monotonic() - started < 1.0
+    assert watcher.reload_errors == 1 and watcher.current.version == first
+    assert f"is {len(huge)} bytes, larger than the {MAX_POLICY_BYTES}" in (watcher.last_error or "")
+    with pytest.raises(PolicyError, match="a ConfigMap holds; not parsed"):
+        load_policy_file(str(path))
+    path.write_text(text)
+    assert watcher.check() is False and watcher.last_error is None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -22,12 +23,34 @@ log = logging.getLogger(__name__)
 Listener = Callable[[Policy], None]
 ErrorListener = Callable[[str], None]
 
+# The most a ConfigMap holds. The YAML parser is pure Python: a file this size can take it
+# ~10 s of CPU, and a larger one would hold a core (and the reload thread) for minutes.
+MAX_POLICY_BYTES = 1 << 20
+
+
+def read_policy_bytes(path: str) -> bytes:
+    """The file's content; `PolicyError` if it is over `MAX_POLICY_BYTES` (never parsed),
+    OSError if it cannot be read."""
+    with open(path, "rb") as fh:
+        data = fh.read(MAX_POLICY_BYTES + 1)
+        if len(data) > MAX_POLICY_BYTES:
+            size = os.fstat(fh.fileno()).st_size
+            raise PolicyError(
+                [
+                    PolicyIssue(
+                        "",
+                        f"policy file {path!r} is {size} bytes, larger than the "
+                        f"{MAX_POLICY_BYTES} bytes a ConfigMap holds; not parsed",
+                    )
+                ]
+            )
+    return data
+
 
 def load_policy_file(path: str) -> Policy:
     """Read and validate a policy file; `PolicyError` names every problem (and a missing file)."""
     try:
-        with open(path, "rb") as fh:
-            data = fh.read()
+        data = read_policy_bytes(path)
     except OSError as exc:
         raise PolicyError(
             [PolicyIssue("", f"cannot read policy file {path!r}: {exc.strerror}")]
@@ -83,8 +106,9 @@ class PolicyWatcher:
     def check(self) -> bool:
         """Re-read the file once; True when a new policy was swapped in."""
         try:
-            with open(self.path, "rb") as fh:
-                data = fh.read()
+            data = read_policy_bytes(self.path)
+        except PolicyError as exc:
+            return self._failed(str(exc), None)  # too large: the content is not looked at
         except OSError as exc:
             # What was read before is forgotten: content that comes back is judged again, the
             # policy in force quietly, a bad one with its own reason (not "cannot read").
