@@ -36,6 +36,7 @@ from steer.core.scheduling import (
     missing_tolerations,
     pod_object,
     pod_objects,
+    scalar_fields,
     tolerations_of,
 )
 from steer.core.steering import (
@@ -234,6 +235,7 @@ def mutate_pod(plan: MutationPlan, pod: Mapping[str, Any], tenant: Tenant | None
         constraints = pod_objects(
             spec, "topologySpreadConstraints", "spec.topologySpreadConstraints"
         )
+        scalar_fields(constraints, "spec.topologySpreadConstraints", {"topologyKey": str})
         taken = {c.get("topologyKey") for c in constraints}
         new_constraints = []
         for spread in plan.spread:

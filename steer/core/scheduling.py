@@ -440,8 +440,37 @@ def preferred_terms(spec: Mapping[str, Any]) -> list[Json]:
     )
 
 
+def scalar_fields(
+    objects: Sequence[Mapping[str, Any]], field: str, kinds: Mapping[str, type]
+) -> None:
+    """`UninterpretablePod` naming the first field of `kinds` set in one of `objects` to a
+    value of another type: the apiserver types these fields, and the merges compare them (a
+    list as a toleration's key is unhashable)."""
+    for i, obj in enumerate(objects):
+        for name, kind in kinds.items():
+            value = obj.get(name)
+            # JSON true is a Python int; the apiserver's integers are not booleans.
+            if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+                raise UninterpretablePod(
+                    f"{field}[{i}].{name}",
+                    f"expected {'an integer' if kind is int else 'a string'}, "
+                    f"got {type(value).__name__}",
+                )
+
+
+_TOLERATION_FIELDS: Mapping[str, type] = {
+    "key": str,
+    "operator": str,
+    "value": str,
+    "effect": str,
+    "tolerationSeconds": int,
+}
+
+
 def tolerations_of(spec: Mapping[str, Any]) -> list[Json]:
-    return pod_objects(spec, "tolerations", "spec.tolerations")
+    tolerations = pod_objects(spec, "tolerations", "spec.tolerations")
+    scalar_fields(tolerations, "spec.tolerations", _TOLERATION_FIELDS)
+    return tolerations
 
 
 def node_selector_of(spec: Mapping[str, Any]) -> Mapping[str, Any]:

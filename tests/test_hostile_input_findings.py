@@ -1,0 +1,321 @@
+"""Issue 21 ("Hostile input and faults"): the findings no other test pins down end to end.
+
+- A limit the apiserver stores (a huge exponent, a ratio past a float, 5,000 digits) once made
+  validation allow a dept-b pod with four violations (or answer 500, which `failurePolicy:
+  Ignore` also admits) and left it unmutated. Through `AdmissionHandler.handle`, it is denied
+  with every violation and mutated as any pod.
+- Type-confused fields once made /mutate fail internally (answered, but unsteered and counted
+  as an internal error): every field of every captured review, given a value of the wrong type,
+  is an answer the handler meant, never its last-resort "internal error".
+- A policy nested thousands deep once killed the reload thread (RecursionError): nothing was
+  counted and the next valid edit was never served. Whatever loading raises, the thread goes on.
+- The network-policy component, rendered as `kubectl apply -k` renders it, opens the webhook's
+  ports to no pod but Prometheus's (the setting reaches every except entry).
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import yaml
+from prometheus_client import CollectorRegistry
+
+from steer.adapters import policy_file
+from steer.adapters.policy_file import PolicyWatcher
+from steer.core.policy import Policy
+from tests.conftest import EXAMPLE_POLICY, FIXTURES
+from tests.webhook_harness import NAMESPACES, review_for
+from webhook.app import AdmissionHandler, Endpoint
+from webhook.metrics import WebhookMetrics
+from webhook.namespaces import NamespaceCacheStatus
+
+ROOT = Path(__file__).resolve().parent.parent
+ENDPOINTS: tuple[Endpoint, ...] = ("mutate", "validate", "validate-security")
+
+
+class FixedNamespaces:
+    """The harness's namespaces, synced from the start (no API server needed)."""
+
+    synced = True
+
+    def labels(self, name: str) -> Mapping[str, str] | None:
+        return NAMESPACES.get(name)
+
+    def status(self) -> NamespaceCacheStatus:
+        return NamespaceCacheStatus(True, len(NAMESPACES), time.time(), "1", 1, None)
+
+
+@pytest.fixture(scope="module")
+def handler() -> AdmissionHandler:
+    return AdmissionHandler(
+        PolicyWatcher(str(EXAMPLE_POLICY)), FixedNamespaces(), WebhookMetrics(CollectorRegistry())
+    )
+
+
+def internal_errors(handler: AdmissionHandler) -> float:
+    return sum(
+        sample.value
+        for family in handler.metrics.uninterpretable.collect()
+        for sample in family.samples
+        if sample.name.endswith("_total") and sample.labels.get("reason") == "internal-error"
+    )
+
+
+# --- quantities the apiserver stores ------------------------------------------------------------
+
+
+def four_violations(cpu_limit: str) -> bytes:
+    """A dept-b pod breaking four rules: a scheduler it may not use, a reserved (security)
+    toleration, a cpu limit over its request (budget 0 %), and no memory limit."""
+    body = review_for("pod-create-by-replicaset.json", "team-b")
+    spec = body["request"]["object"]["spec"]
+    spec["schedulerName"] = "default-scheduler"
+    spec["tolerations"].append({"key": "kube-steer.github.io/unhealthy", "operator": "Exists"})
+    spec["containers"][0]["resources"] = {
+        "requests": {"cpu": "250m", "memory": "64Mi"},
+        "limits": {"cpu": cpu_limit},
+    }
+    return json.dumps(body).encode()
+
+
+@pytest.mark.parametrize(
+    "cpu_limit",
+    [
+        "500m",  # the plain pod, for comparison
+        "1e1000000000",  # was "exponent out of range": uninterpretable, so allowed
+        "1e400",  # was a ratio past a float: OverflowError, HTTP 500
+        "9" * 5000,  # was more digits than int() converts: ValueError, HTTP 500
+    ],
+    ids=["plain", "huge-exponent", "float-overflow", "5000-digits"],
+)
+def test_a_limit_the_apiserver_stores_skips_no_rule(
+    handler: AdmissionHandler, cpu_limit: str
+) -> None:
+    body = four_violations(cpu_limit)
+    validate = handler.handle("validate", body)
+    assert (validate.status, validate.result) == (200, "denied"), validate.body
+    response = orjson.loads(validate.body)["response"]
+    message = response["status"]["message"]
+    assert response["allowed"] is False and message.startswith("4 policy violations: "), message
+    assert 'container "web" (spec.containers[0]) cpu limit ' in message
+    assert "rule scheduler-name:" in message and "rule reserved-toleration:" in message
+    assert "no limit for memory" in message
+
+    security = handler.handle("validate-security", body)
+    assert (security.status, security.result) == (200, "denied"), security.body
+
+    mutate = handler.handle("mutate", body)
+    assert (mutate.status, mutate.result) == (200, "mutated"), mutate.body
+    patch = json.loads(base64.b64decode(orjson.loads(mutate.body)["response"]["patch"]))
+    assert any("pool-cpu" in json.dumps(op) for op in patch), patch
+    assert internal_errors(handler) == 0
+
+
+# --- type-confused fields -------------------------------------------------------------------------
+
+REVIEWS = {
+    p.name: json.loads(p.read_text())["body"]
+    for p in sorted((FIXTURES / "admission").glob("pod-*.json"))
+}
+# Values of the wrong type for almost any field of a pod: unhashable, nested, numeric, empty.
+WRONG_TYPES: tuple[Any, ...] = ([[1]], {"a": [1]}, [], {}, 1.5, True, -1, "")
+
+
+def field_paths(node: Any, prefix: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    if isinstance(node, dict):
+        items: Any = node.items()
+    elif isinstance(node, list):
+        items = enumerate(node)
+    else:
+        return
+    for key, value in items:
+        yield (*prefix, key)
+        yield from field_paths(value, (*prefix, key))
+
+
+def confused_reviews() -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each captured review, as a tenant's pod (steered, validated) and as it was, with one
+    field of its object replaced by a value of the wrong type."""
+    for name, captured in REVIEWS.items():
+        for namespace in (None, "team-a", "team-b"):
+            base = copy.deepcopy(captured)
+            if namespace is not None:
+                base = review_for(name, namespace, operation="CREATE")
+            obj = base["request"].get("object")
+            for path in field_paths(obj):
+                for value in WRONG_TYPES:
+                    review = copy.deepcopy(base)
+                    parent: Any = review["request"]["object"]
+                    for step in path[:-1]:
+                        parent = parent[step]
+                    parent[path[-1]] = value
+                    yield ".".join(map(str, path)), review
+
+
+def test_no_type_confused_field_is_an_internal_error(handler: AdmissionHandler) -> None:
+    """A toleration key or a topologyKey that is a list once raised TypeError in /mutate
+    (unhashable type): the pod was answered unsteered, as an internal error."""
+    failures: dict[tuple[str, str], str] = {}
+    answered = 0
+    for where, review in confused_reviews():
+        raw = orjson.dumps(review)
+        for endpoint in ENDPOINTS:
+            outcome = handler.handle(endpoint, raw)
+            answered += 1
+            if outcome.result == "error":
+                failures.setdefault((endpoint, where), outcome.body.decode()[:200])
+    assert answered > 10_000
+    assert not failures, f"{len(failures)} internal errors, e.g. {list(failures.items())[:5]}"
+    assert internal_errors(handler) == 0
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "named"),
+    [
+        ("tolerations", [{"key": ["x"], "operator": "Exists"}], "spec.tolerations[0].key"),
+        ("tolerations", [{"key": "k", "value": {"a": 1}}], "spec.tolerations[0].value"),
+        ("tolerations", [{"operator": "Exists", "effect": []}], "spec.tolerations[0].effect"),
+        (
+            "tolerations",
+            [{"operator": "Exists", "effect": "NoExecute", "tolerationSeconds": [300]}],
+            "spec.tolerations[0].tolerationSeconds",
+        ),
+        (
+            "topologySpreadConstraints",
+            [{"maxSkew": 1, "topologyKey": ["zone"], "whenUnsatisfiable": "DoNotSchedule"}],
+            "spec.topologySpreadConstraints[0].topologyKey",
+        ),
+    ],
+)
+def test_a_type_confused_field_is_uninterpretable_and_named(
+    handler: AdmissionHandler, field: str, value: Any, named: str
+) -> None:
+    body = review_for("pod-create-by-replicaset.json", "team-a")
+    body["request"]["object"]["spec"][field] = value
+    outcome = handler.handle("mutate", json.dumps(body).encode())
+    assert (outcome.status, outcome.result) == (200, "uninterpretable"), outcome.body
+    response = orjson.loads(outcome.body)["response"]
+    assert response["allowed"] is True and "patch" not in response
+    (warning,) = response["warnings"]
+    assert named in warning, warning
+    assert internal_errors(handler) == 0
+
+
+# --- the reload thread ---------------------------------------------------------------------------
+
+
+def eventually(condition: Any, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def test_the_reload_thread_survives_what_loading_raises(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The parser as it was: a deep file raised RecursionError out of `check`."""
+    real_parse = policy_file.parse_policy
+
+    def parse(data: str | bytes) -> Policy:
+        if b"[[[[" in (data if isinstance(data, bytes) else data.encode()):
+            raise RecursionError("maximum recursion depth exceeded")
+        return real_parse(data)
+
+    monkeypatch.setattr(policy_file, "parse_policy", parse)
+    path = tmp_path / "policy.yaml"
+    text = EXAMPLE_POLICY.read_text()
+    path.write_text(text)
+    watcher = PolicyWatcher(str(path), interval_seconds=0.02)
+    first = watcher.current.version
+    watcher.start()
+    try:
+        path.write_text("spec: " + "[" * 5000 + "]" * 5000 + "\n")
+        eventually(lambda: watcher.reload_errors == 1)
+        assert "RecursionError" in (watcher.last_error or "")
+        path.write_text(text.replace("step: 10 ", "step: 20 "))
+        eventually(lambda: watcher.current.version != first)
+        assert watcher.last_error is None and watcher.reload_errors == 1
+    finally:
+        watcher.stop()
+
+
+def test_a_policy_deleted_and_restored_is_judged_again(tmp_path: Path) -> None:
+    """After a delete and restore the status once kept the stale "cannot read policy file":
+    the good policy back clears it, a bad one back is shown with its own reason."""
+    path = tmp_path / "policy.yaml"
+    text = EXAMPLE_POLICY.read_text()
+    path.write_text(text)
+    watcher = PolicyWatcher(str(path))
+    bad = text.replace("overcommitPercent: 0", "overcommitPercent: 150")
+    path.write_text(bad)
+    watcher.check()
+    assert "overcommitPercent" in (watcher.last_error or "") and watcher.reload_errors == 1
+    path.unlink()
+    watcher.check()
+    assert "cannot read policy file" in (watcher.last_error or "") and watcher.reload_errors == 2
+    path.write_text(bad)
+    watcher.check()
+    assert "overcommitPercent" in (watcher.last_error or "") and watcher.reload_errors == 3
+    path.unlink()
+    watcher.check()
+    path.write_text(text)
+    assert watcher.check() is False
+    assert watcher.last_error is None and watcher.status().last_error is None
+
+
+# --- the network-policy component, rendered ------------------------------------------------------
+
+
+def render(overlay: Path) -> list[dict[str, Any]]:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl (its built-in kustomize) is not installed")
+    out = subprocess.run(
+        [kubectl, "kustomize", str(overlay)], check=True, capture_output=True, text=True
+    ).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def test_the_rendered_network_policy_opens_the_webhook_to_no_pod(tmp_path: Path) -> None:
+    """Once every source reached both webhook ports; now the admission port admits only
+    addresses outside the pod network (the apiserver, the kubelet), the metrics port those and
+    Prometheus's pods, with the podCIDR setting as it is edited."""
+    shutil.copytree(ROOT / "manifests", tmp_path / "manifests")
+    component = tmp_path / "manifests" / "components" / "network-policy" / "kustomization.yaml"
+    component.write_text(
+        component.read_text().replace("podCIDR=10.244.0.0/16", "podCIDR=172.31.0.0/16")
+    )
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+        "resources: [../manifests]\ncomponents: [../manifests/components/network-policy]\n"
+    )
+    rendered = {f"{d['kind']}/{d['metadata']['name']}": d for d in render(overlay)}
+    assert "ConfigMap/steer-network-settings" not in rendered  # local config, never applied
+    policy = rendered["NetworkPolicy/steer-webhook"]
+    webhook = rendered["Deployment/steer-webhook"]["spec"]["template"]["metadata"]["labels"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= webhook.items()
+    assert "Ingress" in policy["spec"]["policyTypes"]
+    outside_pods = {"ipBlock": {"cidr": "0.0.0.0/0", "except": ["172.31.0.0/16"]}}
+    prometheus = {
+        "namespaceSelector": {},
+        "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+    }
+    sources: dict[int, list[Any]] = {}
+    for rule in policy["spec"]["ingress"]:
+        assert rule.get("from"), f"a rule open to any source: {rule}"
+        for port in rule["ports"]:
+            sources.setdefault(port["port"], []).extend(rule["from"])
+    assert sources == {8443: [outside_pods], 9102: [prometheus, outside_pods]}
