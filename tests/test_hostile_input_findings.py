@@ -4,6 +4,9 @@
   validation allow a dept-b pod with four violations (or answer 500, which `failurePolicy:
   Ignore` also admits) and left it unmutated. Through `AdmissionHandler.handle`, it is denied
   with every violation and mutated as any pod.
+- A tenant's pod with a field validation cannot read was allowed with a warning: every rule
+  skipped. It is denied, the message naming the field; a pod in no tenant still passes with the
+  warning, and infrastructure (DaemonSet and mirror pods) is never refused, readable or not.
 - Type-confused fields once made /mutate fail internally (answered, but unsteered and counted
   as an internal error): every field of every captured review, given a value of the wrong type,
   is an answer the handler meant, never its last-resort "internal error".
@@ -119,6 +122,177 @@ def test_a_limit_the_apiserver_stores_skips_no_rule(
     patch = json.loads(base64.b64decode(orjson.loads(mutate.body)["response"]["patch"]))
     assert any("pool-cpu" in json.dumps(op) for op in patch), patch
     assert internal_errors(handler) == 0
+
+
+# --- a tenant pod the webhook cannot read -----------------------------------------------------
+
+DAEMONSET_CONTROLLER = "system:serviceaccount:kube-system:daemon-set-controller"
+
+
+def counted(handler: AdmissionHandler, metric: str, **labels: str) -> float:
+    return sum(
+        sample.value
+        for family in getattr(handler.metrics, metric).collect()
+        for sample in family.samples
+        if sample.name.endswith("_total")
+        and all(sample.labels.get(k) == v for k, v in labels.items())
+    )
+
+
+def unreadable_limit(namespace: str, **changes: Any) -> dict[str, Any]:
+    """A pod whose cpu limit is no quantity, in `namespace`."""
+    body = review_for("pod-create-by-replicaset.json", namespace, **changes)
+    body["request"]["object"]["spec"]["containers"][0]["resources"]["limits"] = {"cpu": "lots"}
+    return body
+
+
+def test_a_tenant_pod_validation_cannot_read_is_denied_naming_the_field(
+    handler: AdmissionHandler,
+) -> None:
+    before = counted(handler, "denials", rule="uninterpretable")
+    unread = counted(handler, "uninterpretable", endpoint="validate", reason="spec.containers")
+    raw = orjson.dumps(unreadable_limit("team-b"))
+    outcome = handler.handle("validate", raw)
+    assert (outcome.status, outcome.result) == (200, "denied-uninterpretable"), outcome.body
+    response = orjson.loads(outcome.body)["response"]
+    assert response["allowed"] is False and response["status"]["code"] == 403
+    assert "warnings" not in response
+    assert response["status"]["message"].startswith(
+        "spec.containers[0].resources.limits.cpu cannot be read, so no rule of tenant "
+        '"dept-b" (namespace "team-b") can be judged and the pod is not admitted; fix '
+        "spec.containers[0].resources.limits.cpu: 'lots' is not a quantity"
+    )
+    # Counted as a denial (by rule) and as uninterpretable (by part of the pod, a fixed set).
+    assert counted(handler, "denials", rule="uninterpretable") == before + 1
+    assert (
+        counted(handler, "uninterpretable", endpoint="validate", reason="spec.containers")
+        == unread + 1
+    )
+    # Mutation still answers, unsteered and saying why.
+    mutate = handler.handle("mutate", raw)
+    assert (mutate.status, mutate.result) == (200, "uninterpretable"), mutate.body
+    response = orjson.loads(mutate.body)["response"]
+    assert response["allowed"] is True and "patch" not in response
+    assert "pod not steered: spec.containers[0].resources: 'lots'" in response["warnings"][0]
+    assert internal_errors(handler) == 0
+
+
+def test_a_dry_run_denial_of_an_unreadable_pod_is_counted_as_a_dry_run(
+    handler: AdmissionHandler,
+) -> None:
+    before = counted(handler, "denials", rule="uninterpretable")
+    outcome = handler.handle("validate", orjson.dumps(unreadable_limit("team-a", dryRun=True)))
+    assert outcome.result == "denied-uninterpretable", outcome.body
+    assert counted(handler, "denials", rule="uninterpretable") == before
+    assert counted(handler, "dry_runs", endpoint="validate", result="denied-uninterpretable") >= 1
+
+
+def test_security_validation_denies_a_tenant_pod_whose_tolerations_it_cannot_read(
+    handler: AdmissionHandler,
+) -> None:
+    body = review_for("pod-create-by-replicaset.json", "team-c")  # a tenant, not opted in
+    body["request"]["object"]["spec"]["tolerations"] = "everything"
+    for endpoint in ("validate", "validate-security"):
+        outcome = handler.handle(endpoint, orjson.dumps(body))  # type: ignore[arg-type]
+        assert outcome.result == "denied-uninterpretable", (endpoint, outcome.body)
+        message = orjson.loads(outcome.body)["response"]["status"]["message"]
+        assert message == (
+            'spec.tolerations cannot be read, so no rule of tenant "dept-a" (namespace "team-c")'
+            " can be judged and the pod is not admitted; fix spec.tolerations: expected a list"
+            " of objects"
+        )
+
+
+def test_a_pod_in_no_tenant_is_allowed_with_a_warning(handler: AdmissionHandler) -> None:
+    """Its tolerations are still read (it may tolerate no reserved taint); its limits are not
+    (no budget applies)."""
+    body = review_for("pod-create-by-replicaset.json", "plain")
+    body["request"]["object"]["spec"]["tolerations"] = "everything"
+    for endpoint in ("validate", "validate-security"):
+        outcome = handler.handle(endpoint, orjson.dumps(body))  # type: ignore[arg-type]
+        assert (outcome.status, outcome.result) == (200, "uninterpretable"), outcome.body
+        response = orjson.loads(outcome.body)["response"]
+        assert response["allowed"] is True
+        assert response["warnings"] == [
+            "kube-steer: pod not validated: spec.tolerations: expected a list of objects"
+        ]
+    outcome = handler.handle("validate", orjson.dumps(unreadable_limit("plain")))
+    assert outcome.result == "allowed", outcome.body
+
+
+def infrastructure(kind: str, namespace: str, user: str) -> dict[str, Any]:
+    body = unreadable_limit(namespace)
+    request = body["request"]
+    metadata = request["object"]["metadata"]
+    if kind == "daemonset":
+        metadata["ownerReferences"] = [
+            {
+                "apiVersion": "apps/v1",
+                "kind": "DaemonSet",
+                "name": "node-agent",
+                "uid": "0b5a6c1e-2f1d-4b8e-9c3a-5d7e8f901234",
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+        request["userInfo"] = {"username": user, "groups": ["system:serviceaccounts"]}
+    else:
+        metadata.pop("ownerReferences", None)
+        metadata.setdefault("annotations", {})["kubernetes.io/config.mirror"] = "abc123"
+        request["userInfo"] = {"username": user, "groups": ["system:nodes"]}
+    return body
+
+
+@pytest.mark.parametrize(
+    ("kind", "user"), [("daemonset", DAEMONSET_CONTROLLER), ("mirror-pod", "system:node:n1")]
+)
+@pytest.mark.parametrize("namespace", ["team-a", "team-b"])
+def test_infrastructure_with_an_unreadable_field_in_a_tenant_namespace_is_allowed(
+    handler: AdmissionHandler, kind: str, user: str, namespace: str
+) -> None:
+    raw = orjson.dumps(infrastructure(kind, namespace, user))
+    for endpoint in ENDPOINTS:
+        outcome = handler.handle(endpoint, raw)
+        assert (outcome.status, outcome.result) == (200, "skipped"), (endpoint, outcome.body)
+        response = orjson.loads(outcome.body)["response"]
+        assert response == {"uid": response["uid"], "allowed": True}
+
+
+def test_a_daemonset_owner_written_by_anyone_else_is_no_exemption(
+    handler: AdmissionHandler,
+) -> None:
+    raw = orjson.dumps(infrastructure("daemonset", "team-b", "alice"))
+    outcome = handler.handle("validate", raw)
+    assert outcome.result == "denied-uninterpretable", outcome.body
+
+
+def test_an_update_is_denied_only_for_an_unreadable_field_it_introduces(
+    handler: AdmissionHandler,
+) -> None:
+    readable = review_for("pod-create-by-replicaset.json", "team-b")["request"]["object"]
+    unreadable = unreadable_limit("team-b")["request"]["object"]
+    relabelled = copy.deepcopy(unreadable)
+    relabelled["metadata"].setdefault("labels", {})["extra"] = "1"
+
+    def update(new: Any, old: Any) -> Any:
+        body = review_for("pod-create-by-replicaset.json", "team-b", operation="UPDATE")
+        body["request"]["object"], body["request"]["oldObject"] = new, old
+        return handler.handle("validate", orjson.dumps(body))
+
+    # A pod stored unreadable (admitted before) can still be relabelled, with the warning.
+    kept = update(relabelled, unreadable)
+    assert kept.result == "uninterpretable", kept.body
+    assert orjson.loads(kept.body)["response"]["allowed"] is True
+    # An update that makes a readable pod unreadable is denied.
+    introduced = update(unreadable, readable)
+    assert introduced.result == "denied-uninterpretable", introduced.body
+    # A stored pod that cannot be read shows nothing: the new pod's violations all stand.
+    violating = copy.deepcopy(readable)
+    violating["spec"]["schedulerName"] = "default-scheduler"
+    against_unreadable = update(violating, unreadable)
+    assert against_unreadable.result == "denied", against_unreadable.body
+    message = orjson.loads(against_unreadable.body)["response"]["status"]["message"]
+    assert message.startswith("rule scheduler-name: ")
 
 
 # --- type-confused fields -------------------------------------------------------------------------

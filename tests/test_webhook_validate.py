@@ -11,6 +11,7 @@ from steer.core.admission import (
     ValidationPlan,
     denial_message,
     introduced_denials,
+    uninterpretable_denial,
     validate_pod,
 )
 from steer.core.policy import parse_policy
@@ -236,6 +237,32 @@ def test_bad_quantity_is_uninterpretable_with_field() -> None:
     with pytest.raises(UninterpretablePod) as info:
         validate_pod(PLAN, p, DEPT_B, "ns")
     assert info.value.field == "spec.containers[0].resources.requests.cpu"
+
+
+def test_uninterpretable_denial_names_the_field_the_tenant_and_the_reason() -> None:
+    p = pod(containers=[container("app", {"cpu": "lots"}, {"cpu": "1"})])
+    with pytest.raises(UninterpretablePod) as info:
+        validate_pod(PLAN, p, DEPT_B, "team-b")
+    denial = uninterpretable_denial(info.value, DEPT_B, "team-b")
+    assert denial.rule == "uninterpretable"
+    assert denial_message([denial]) == (
+        "spec.containers[0].resources.requests.cpu cannot be read, so no rule of tenant "
+        '"dept-b" (namespace "team-b") can be judged and the pod is not admitted; fix '
+        "spec.containers[0].resources.requests.cpu: 'lots' is not a quantity: expected a number "
+        "with an optional suffix (m, k, M, G, T, Ki, Mi, Gi, Ti or an exponent such as 1e3), "
+        "e.g. '250m', '8Gi'"
+    )
+
+
+def test_uninterpretable_denial_is_bounded_whatever_the_value() -> None:
+    """The reason quotes the value; the field and the fix come first and survive the cut."""
+    p = pod(containers=[container("app", {"cpu": "9" * 100_000 + "x"}, {"cpu": "1"})])
+    with pytest.raises(UninterpretablePod) as info:
+        validate_pod(PLAN, p, DEPT_B, "team-b")
+    message = denial_message([uninterpretable_denial(info.value, DEPT_B, "team-b")])
+    assert len(message) == 512 and message.endswith("...")
+    assert message.startswith("spec.containers[0].resources.requests.cpu cannot be read")
+    assert "; fix spec.containers[0].resources.requests.cpu: " in message
 
 
 # --- updates and messages --------------------------------------------------------------------------

@@ -2,10 +2,12 @@
 
 `AdmissionHandler` turns request bytes into (status, body, result) and never raises, so the
 Flask views stay thin and every failure mode maps to an answer: 400 with a JSON error for a
-body that is not an AdmissionReview (413 for one over the size limit), an allowing review with a warning for a pod the webhook
-cannot interpret, 503 (the apiserver then applies the failurePolicy) when validation cannot
-know the namespace's tenant yet. Everything a request reads is in memory: the plans built when
-the policy changed, and the namespace map kept by the watch.
+body that is not an AdmissionReview (413 for one over the size limit), an allowing review with a
+warning for a pod the webhook cannot interpret, except on validation of a tenant's pod, which is
+denied naming the field (no rule is skipped for an unusual value), 503 (the apiserver then
+applies the failurePolicy) when validation cannot know the namespace's tenant yet. Everything a
+request reads is in memory: the plans built when the policy changed, and the namespace map kept
+by the watch.
 """
 
 from __future__ import annotations
@@ -24,14 +26,16 @@ from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
 from steer.core.admission import (
+    Denial,
     Scope,
     ValidationPlan,
     denial_message,
     introduced_denials,
+    uninterpretable_denial,
     validate_pod,
 )
 from steer.core.infrastructure import exempt_reason
-from steer.core.policy import Policy
+from steer.core.policy import Policy, Tenant
 from steer.core.scheduling import UninterpretablePod
 from webhook import review as rv
 from webhook.framing import BODY_OVER_LIMIT
@@ -234,21 +238,46 @@ class AdmissionHandler:
             self.metrics.uninterpretable_review(endpoint, reason)
             return Outcome(503, rv.error_body(reason, f"{text}; retry shortly"), "unavailable")
         tenant = self.plans.mutation.tenant(labels)
+        old = review.old_object if review.operation == "UPDATE" else None
         try:
             denials = validate_pod(plan, obj, tenant, namespace, scope=scope)
-            old = review.old_object
-            if denials and review.operation == "UPDATE" and old is not None:
+        except UninterpretablePod as exc:
+            # A tenant's rules are never skipped for a field they cannot read. Outside every
+            # tenant, and for a field the stored pod already had unreadable (an UPDATE of a pod
+            # admitted before), the pod passes with a warning.
+            if tenant is None or (
+                old is not None
+                and _unreadable_field(plan, old, tenant, namespace, scope) == exc.field
+            ):
+                return self._uninterpretable(
+                    endpoint, review, exc.field, f"pod not validated: {exc}"
+                )
+            self.metrics.uninterpretable_review(endpoint, exc.field)
+            log.warning("%s %s: pod denied, not validated: %s", endpoint, review.uid, exc)
+            return self._deny(
+                review, [uninterpretable_denial(exc, tenant, namespace)], "denied-uninterpretable"
+            )
+        if denials and old is not None:
+            try:
                 denials = introduced_denials(
                     denials, validate_pod(plan, old, tenant, namespace, scope=scope)
                 )
-        except UninterpretablePod as exc:
-            return self._uninterpretable(endpoint, review, exc.field, f"pod not validated: {exc}")
+            except UninterpretablePod as exc:
+                # A stored pod validation cannot read shows nothing it already had: for a
+                # tenant's pod every denial stands.
+                if tenant is None:
+                    return self._uninterpretable(
+                        endpoint, review, exc.field, f"pod not validated: oldObject {exc}"
+                    )
         if not denials:
             return Outcome(200, rv.allow(review.uid), "allowed")
+        return self._deny(review, denials, "denied")
+
+    def _deny(self, review: rv.Review, denials: list[Denial], result: str) -> Outcome:
         if not review.dry_run:
             for denial in denials:
                 self.metrics.denied(denial.rule)
-        return Outcome(200, rv.deny(review.uid, denial_message(denials)), "denied")
+        return Outcome(200, rv.deny(review.uid, denial_message(denials)), result)
 
     # -- health ------------------------------------------------------------------------------
 
@@ -277,6 +306,17 @@ class AdmissionHandler:
         if ns.relists > self._relists_published:
             self.metrics.namespace_relists.inc(ns.relists - self._relists_published)
             self._relists_published = ns.relists
+
+
+def _unreadable_field(
+    plan: ValidationPlan, pod: Mapping[str, Any], tenant: Tenant, namespace: str, scope: Scope
+) -> str | None:
+    """The field validation cannot read in `pod` (an UPDATE's stored pod), or None."""
+    try:
+        validate_pod(plan, pod, tenant, namespace, scope=scope)
+    except UninterpretablePod as exc:
+        return exc.field
+    return None
 
 
 def start_status_pump(

@@ -82,7 +82,8 @@ class WebhookMetrics:
         )
         self.denials = Counter(
             f"{PREFIX}_denials",
-            "Pods denied (dry runs excluded), by rule.",
+            "Pods denied (dry runs excluded), by rule (uninterpretable: a tenant's pod with a "
+            "field validation cannot read).",
             ["rule"],
             registry=reg,
         )
@@ -100,8 +101,9 @@ class WebhookMetrics:
         )
         self.uninterpretable = Counter(
             f"{PREFIX}_uninterpretable",
-            "Well-formed reviews answered without steering because the object could not be "
-            "interpreted (or the namespace is not known yet), by endpoint and field.",
+            "Well-formed reviews answered without steering or validation because the object "
+            "could not be interpreted (or the namespace is not known yet), by endpoint and "
+            "field; validation denies such a pod of a tenant (denials rule uninterpretable).",
             ["endpoint", "reason"],
             registry=reg,
         )

@@ -11,6 +11,10 @@ the mutated pod. Three rules (DESIGN decisions 6 and 7):
   memory is at most 1 + b/100 (b = 0: limits equal requests). A container without a limit is
   unbounded and denied. Init containers count, and pod-level resources when the pod sets them.
 
+No rule is skipped because a field is unusual: a tenant's pod with a field the rules cannot read
+(`UninterpretablePod`) is denied as `uninterpretable`, naming the field (`uninterpretable_denial`);
+the webhook allows such a pod, with a warning, only outside every tenant.
+
 For an UPDATE only what the update introduces is denied: a pod admitted under an older policy
 can still have its labels changed.
 """
@@ -37,6 +41,7 @@ Scope = Literal["all", "security"]
 RULE_SCHEDULER = "scheduler-name"
 RULE_TOLERATION = "reserved-toleration"
 RULE_OVERCOMMIT = "overcommit"
+RULE_UNINTERPRETABLE = "uninterpretable"
 BUDGETED_RESOURCES = ("cpu", "memory")
 
 
@@ -251,6 +256,20 @@ def validate_pod(
         denials += check_scheduler(spec, tenant, namespace)
         denials += check_overcommit(spec, tenant, namespace)
     return denials
+
+
+def uninterpretable_denial(exc: UninterpretablePod, tenant: Tenant, namespace: str) -> Denial:
+    """The denial of a tenant's pod whose field `exc` names cannot be read: none of the
+    tenant's rules could be judged. The field and the fix come first; the reason (which may
+    quote the value) last, where `denial_message` cuts a long one."""
+    return Denial(
+        rule=RULE_UNINTERPRETABLE,
+        message=(
+            f"{exc.field} cannot be read, so no rule of {_tenant_name(tenant, namespace)} "
+            f"can be judged and the pod is not admitted; fix {exc.field}: {exc.reason}"
+        ),
+        subject=(RULE_UNINTERPRETABLE, exc.field),
+    )
 
 
 def introduced_denials(new: Sequence[Denial], old: Sequence[Denial]) -> list[Denial]:

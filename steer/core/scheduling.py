@@ -326,6 +326,7 @@ class UninterpretablePod(ValueError):
     def __init__(self, field: str, message: str) -> None:
         super().__init__(f"{field}: {message}")
         self.field = field
+        self.reason = message
 
 
 def pod_object(parent: Mapping[str, Any], key: str, field: str) -> Mapping[str, Any]:
