@@ -4,6 +4,8 @@
     .venv/bin/python bench/scale.py scheduler --quick     # 200 nodes, 300 pods, 1 round: smoke
     .venv/bin/python bench/scale.py scheduler --nodes 1000 --shapes b-guaranteed,a-gpu
     .venv/bin/python bench/scale.py scheduler --report bench/results/scale-<ts>.json
+    .venv/bin/python bench/scale.py scorer --nodes 5000 --pods 100000   # bench/scale_scorer.py, 20 min
+    .venv/bin/python bench/scale.py webhook                              # bench/webhook_bench.py, 5 min
 
 The full run took 17 min at 1,000 nodes and 30 min at 5,000 on the 2-core machine with other
 work running (the slow steered shapes dominate: 40 pods/s is 75 s a run); --pods 2000 or
@@ -1219,7 +1221,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     sched.add_argument("--workdir", type=Path, help="keep logs here (default: a temporary folder)")
     sched.set_defaults(func=run_scheduler)
-    args = parser.parse_args(argv)
+
+    # The other two sections live in their own modules (bench/ is on sys.path as the script's
+    # folder); imported here so `scale.py scheduler` needs neither.
+    import scale_scorer
+    import webhook_bench
+
+    scorer = sections.add_parser(
+        "scorer",
+        help="the scorer service at 5,000 nodes and 100,000 bound pods (bench/scale_scorer.py)",
+        description=scale_scorer.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    scale_scorer.add_arguments(scorer)
+    scorer.set_defaults(func=scale_scorer.run)
+    sections.add_parser(
+        "webhook",
+        help="webhook latency at fixed rates and throughput against a bare app on the same "
+        "stack (bench/webhook_bench.py: its flags follow)",
+        add_help=False,
+    )
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words[:1] == ["webhook"]:
+        result_code: int = webhook_bench.main(words[1:])
+        return result_code
+    args = parser.parse_args(words)
     result: int = args.func(args)
     return result
 
