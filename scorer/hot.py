@@ -22,8 +22,8 @@ from kubernetes import client
 
 from scorer.kubeapi import PODS_PATH
 from scorer.ledger import PodLedger
-from scorer.listwatch import ListWatcher
 from scorer.model import parse_rfc3339
+from steer.adapters.listwatch import ListWatcher
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ def binding_time(pod: Mapping[str, Any]) -> float | None:
 
 class PodBindingWatcher(ListWatcher):
     """Feeds a `BindingWindow` and, when given, a `PodLedger` from bound pods
-    (`fieldSelector=spec.nodeName!=`), by list + watch (`scorer.listwatch`); until a list
+    (`fieldSelector=spec.nodeName!=`), by list + watch (`steer.adapters.listwatch`); until a list
     completes the ledger is not synced.
 
     The list replays every bound pod into the window; those count only if their PodScheduled

@@ -20,8 +20,8 @@ from typing import Any
 from kubernetes import client
 
 from scorer.kubeapi import node_path
-from scorer.listwatch import ListWatcher
 from scorer.model import NodeState
+from steer.adapters.listwatch import ListWatcher
 
 log = logging.getLogger(__name__)
 

@@ -10,21 +10,18 @@ proves the map was current until then, which is what the cache-age metric report
 
 from __future__ import annotations
 
-import json
 import logging
-import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from kubernetes import client, watch
-from kubernetes.client.exceptions import ApiException
+from kubernetes import client
+
+from steer.adapters.listwatch import ListWatcher
 
 log = logging.getLogger(__name__)
-
-HTTP_GONE = 410
 
 
 class NamespaceSource(Protocol):
@@ -63,8 +60,13 @@ class NamespaceCacheStatus:
 Listener = Callable[[NamespaceCacheStatus], None]
 
 
-class NamespaceCache:
-    """Labels of every namespace, from one list and then a watch, refreshed in a thread."""
+class NamespaceCache(ListWatcher):
+    """Labels of every namespace, from one list and then a watch (`steer.adapters.listwatch`),
+    refreshed in a thread. A broken watch keeps the map it had: namespaces change rarely, and
+    admission goes on with labels a few seconds old rather than none."""
+
+    path = "/api/v1/namespaces"
+    thread_name = "namespace-watch"
 
     def __init__(
         self,
@@ -75,17 +77,15 @@ class NamespaceCache:
         max_backoff_seconds: float = 10.0,
         on_change: Listener | None = None,
     ) -> None:
-        self._factory = api_client_factory
-        self.watch_seconds = watch_seconds
-        self.backoff_seconds = backoff_seconds
-        self.max_backoff_seconds = max_backoff_seconds
+        super().__init__(
+            api_client_factory,  # made in the thread, after the worker's fork
+            timeout_s=watch_seconds,
+            backoff_s=backoff_seconds,
+            max_backoff_s=max_backoff_seconds,
+        )
         self._on_change = on_change
         self._labels: dict[str, dict[str, str]] = {}
         self._synced = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._watch: watch.Watch | None = None
-        self._rv: str | None = None
         self._current_at: float | None = None
         self._relists = 0
         self._last_error: str | None = None
@@ -108,131 +108,47 @@ class NamespaceCache:
             synced=self.synced,
             namespaces=len(self._labels),
             current_at=self._current_at,
-            resource_version=self._rv,
+            resource_version=self.resource_version,
             relists=self._relists,
             last_error=self._last_error,
         )
 
-    # -- lifecycle ------------------------------------------------------------------------
-
-    def start(self) -> None:
-        if self._thread is not None:
-            return
-        self._thread = threading.Thread(target=self._run, name="namespace-watch", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stop the thread; an open watch is cut so the thread does not wait it out."""
-        self._stop.set()
-        thread, self._thread = self._thread, None
-        if thread is None:
-            return
-        # The watch may be between its request and its first byte when stop() runs, so keep
-        # cutting whatever stream is current until the thread notices the stop flag.
-        deadline = time.monotonic() + 5
-        while thread.is_alive() and time.monotonic() < deadline:
-            self._interrupt()
-            thread.join(timeout=0.05)
-
-    def _interrupt(self) -> None:
-        current = self._watch
-        resp = getattr(current, "_resp", None) if current is not None else None
-        if resp is None:
-            return
-        sock = getattr(getattr(resp, "connection", None), "sock", None)
-        try:
-            if sock is not None:
-                sock.shutdown(socket.SHUT_RDWR)  # wakes a recv() blocked in the other thread
-            resp.close()
-        except OSError:
-            log.debug("cutting the namespace watch failed", exc_info=True)
-
-    # -- the loop ---------------------------------------------------------------------------
+    # -- the list and the watch --------------------------------------------------------------
 
     def _touch(self) -> None:
         self._current_at = time.time()
         if self._on_change is not None:
             self._on_change(self.status())
 
-    def _run(self) -> None:
-        backoff = self.backoff_seconds
-        api = client.CoreV1Api(self._factory())
-        need_list = True
-        while not self._stop.is_set():
-            try:
-                if need_list:
-                    self._list(api)
-                    need_list = False
-                self._watch_once(api)
-                backoff = self.backoff_seconds
-            except ApiException as exc:
-                if exc.status == HTTP_GONE:
-                    log.info("namespace watch expired (410 Gone), listing again")
-                    self._last_error = "watch expired (410 Gone)"
-                    need_list = True
-                    continue
-                self._failed(f"apiserver answered {exc.status}: {exc.reason}")
-                need_list = True
-            except Exception as exc:  # connection refused, reset, timeouts: retry, never die
-                if self._stop.is_set():
-                    return
-                self._failed(f"{type(exc).__name__}: {exc}")
-                need_list = True
-            if self._stop.wait(backoff if need_list else 0):
-                return
-            if need_list:
-                backoff = min(backoff * 2, self.max_backoff_seconds)
-
-    def _failed(self, message: str) -> None:
-        if message != self._last_error:
-            log.warning("namespace cache: %s; retrying", message)
-        self._last_error = message
-
-    def _list(self, api: client.CoreV1Api) -> None:
-        # Raw JSON: thousands of namespaces parse far faster than as client model objects.
-        resp: Any = api.list_namespace(_preload_content=False, _request_timeout=(5, 30))
-        try:
-            body = json.loads(resp.data)
-        finally:
-            resp.release_conn()
+    def on_list(self, items: Iterable[dict[str, Any]]) -> None:
         fresh = {
-            item["metadata"]["name"]: dict(item["metadata"].get("labels") or {})
-            for item in body.get("items") or ()
+            str(item["metadata"]["name"]): dict(item["metadata"].get("labels") or {})
+            for item in items
         }
         self._labels = fresh  # one reference swap: readers see the old map or the new one
-        self._rv = str(body.get("metadata", {}).get("resourceVersion") or "") or None
         self._relists += 1
         self._last_error = None
         self._synced.set()
-        log.info("namespace cache listed %d namespaces at resourceVersion %s", len(fresh), self._rv)
-        self._touch()
+        log.info("namespace cache listed %d namespaces", len(fresh))
 
-    def _watch_once(self, api: client.CoreV1Api) -> None:
-        self._watch = watch.Watch()
-        try:
-            stream = self._watch.stream(
-                api.list_namespace,
-                resource_version=self._rv,
-                timeout_seconds=self.watch_seconds,
-                allow_watch_bookmarks=True,
-                _request_timeout=(5, self.watch_seconds + 10),
-            )
-            for event in stream:
-                if self._stop.is_set():
-                    return
-                self._apply(event["type"], event["raw_object"])
-            # A watch that ran its course without error: the map was current until now.
-            self._touch()
-        finally:
-            self._watch = None
+    def relist(self) -> None:
+        super().relist()
+        self._touch()  # now with the list's resourceVersion
 
-    def _apply(self, kind: str, obj: Mapping[str, Any]) -> None:
+    def on_event(self, kind: str, obj: dict[str, Any]) -> None:
         metadata = obj.get("metadata") or {}
-        rv = metadata.get("resourceVersion")
         if kind in ("ADDED", "MODIFIED"):
             self._labels[metadata["name"]] = dict(metadata.get("labels") or {})
         elif kind == "DELETED":
             self._labels.pop(metadata["name"], None)
-        if rv:
-            self._rv = str(rv)
+        if metadata.get("resourceVersion"):
+            self.resource_version = str(metadata["resourceVersion"])
         self._touch()
+
+    def on_watch_end(self) -> None:
+        self._touch()  # a watch that ran its course without error: the map was current until now
+
+    def on_failure(self, message: str) -> None:
+        if message != self._last_error:
+            log.warning("namespace cache: %s; retrying", message)
+        self._last_error = message

@@ -3,8 +3,9 @@
 One list (read page by page, handed to the subclass as a stream), then a watch from the list's
 resourceVersion, resumed from the last version seen whenever the server ends it. A 410 Gone
 (the watch history no longer reaches back that far) or any other failure starts over with a
-list, after a backoff unless it is the first 410 in a row. The scorer keeps two: the bound pods
-(`scorer.hot.PodBindingWatcher`) and the nodes (`scorer.nodes.NodeWatcher`).
+list, after a backoff unless it is the first 410 in a row. The scorer keeps two (the bound
+pods, `scorer/hot.py`; the nodes, `scorer/nodes.py`), the webhook one (namespace labels,
+`webhook/namespaces.py`).
 """
 
 from __future__ import annotations
@@ -12,12 +13,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar
 
 from kubernetes import client
 
-from scorer.kubeapi import KubeApiError, KubeJson, WatchStream
+from steer.adapters.kubejson import KubeApiError, KubeJson, WatchStream
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +31,11 @@ class WatchExpired(Exception):
 
 class ListWatcher:
     """Subclasses say what to list (`path`, `query`) and what to do with the list
-    (`on_list`), each event (`on_event`) and a restart (`on_restart`)."""
+    (`on_list`), each event (`on_event`), a restart (`on_restart`), a failure (`on_failure`)
+    and a watch that ran its course (`on_watch_end`).
+
+    `api_client` may be a factory: the client is then made in the thread, on first use (a
+    gunicorn worker must not share a connection pool made before its fork)."""
 
     path = ""
     query: ClassVar[Mapping[str, str]] = {}
@@ -38,14 +43,15 @@ class ListWatcher:
 
     def __init__(
         self,
-        api_client: client.ApiClient,
+        api_client: client.ApiClient | Callable[[], client.ApiClient],
         *,
         timeout_s: int = 300,
         page_size: int = 500,
         backoff_s: float = 0.5,
         max_backoff_s: float = 30.0,
     ) -> None:
-        self.kube = KubeJson(api_client, timeout_s=60.0)
+        self._api_client = api_client
+        self._kube: KubeJson | None = None
         self.timeout_s = timeout_s
         self.page_size = page_size
         self.backoff_s = backoff_s
@@ -55,6 +61,14 @@ class ListWatcher:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._stream: WatchStream | None = None
+
+    @property
+    def kube(self) -> KubeJson:
+        if self._kube is None:
+            made = self._api_client
+            api = made if isinstance(made, client.ApiClient) else made()
+            self._kube = KubeJson(api, timeout_s=60.0)
+        return self._kube
 
     # -- what subclasses provide -------------------------------------------------------------
 
@@ -68,6 +82,13 @@ class ListWatcher:
 
     def on_restart(self) -> None:
         """The watch broke: what is held is no longer known to be current until a list."""
+
+    def on_failure(self, message: str) -> None:
+        """The list or the watch failed (`message` says how); a list follows after a backoff."""
+        log.info("%s: %s; listing again", self.thread_name, message)
+
+    def on_watch_end(self) -> None:
+        """A watch ended without error: what is held was current until now."""
 
     def before_start(self) -> None:
         """Runs in `start()` before the thread does."""
@@ -107,7 +128,7 @@ class ListWatcher:
                 expired_before = False
                 continue
             except WatchExpired:
-                log.info("%s watch expired (410 Gone); listing again", self.thread_name)
+                self.on_failure("watch expired (410 Gone)")
                 self._restart()
                 if not expired_before:  # at once, unless the fresh list expired right away
                     expired_before = True
@@ -115,9 +136,10 @@ class ListWatcher:
             except Exception as exc:  # a dropped watch or an unreachable apiserver: go on
                 if self._stop.is_set():
                     return
-                log.info(
-                    "%s watch ended (%s); listing again in %.1fs", self.thread_name, exc, backoff
-                )
+                if isinstance(exc, KubeApiError) and exc.status:
+                    self.on_failure(f"apiserver answered {exc.status}: {exc.reason}")
+                else:
+                    self.on_failure(f"{type(exc).__name__}: {exc}")
                 self._restart()
             if self._stop.wait(backoff):
                 return
@@ -173,3 +195,5 @@ class ListWatcher:
                     self.resource_version = str(version)
         finally:
             self._stream = None
+        if not self._stop.is_set():
+            self.on_watch_end()
