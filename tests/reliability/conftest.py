@@ -15,13 +15,18 @@ import pytest
 SUMMARIES: list[str] = []
 
 
+def record_summary(name: str, line: str) -> None:
+    """Print `line` now and again, under `name`, in the terminal summary (for module fixtures)."""
+    print(line)
+    SUMMARIES.append(f"{name}: {line}")
+
+
 @pytest.fixture
 def reliability_summary(request: pytest.FixtureRequest) -> Callable[[str], None]:
     """`reliability_summary(line)`: print `line` now and again in the terminal summary."""
 
     def record(line: str) -> None:
-        print(line)
-        SUMMARIES.append(f"{request.node.name}: {line}")
+        record_summary(request.node.name, line)
 
     return record
 

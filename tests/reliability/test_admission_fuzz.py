@@ -36,6 +36,7 @@ from prometheus_client import CollectorRegistry
 
 from steer.adapters.policy_file import PolicyWatcher
 from tests.conftest import EXAMPLE_POLICY, FIXTURES
+from tests.reliability.conftest import record_summary
 from tests.webhook_harness import NAMESPACES
 from webhook.app import AdmissionHandler, Endpoint, Outcome
 from webhook.metrics import WebhookMetrics
@@ -74,7 +75,7 @@ def handler() -> AdmissionHandler:
 @pytest.fixture(scope="module", autouse=True)
 def report() -> Any:
     yield
-    print(f"\nfuzzed AdmissionReviews: {COUNTS}")
+    record_summary("admission fuzzer", f"fuzzed AdmissionReviews: {COUNTS}")
 
 
 # --- 1. any review ------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -121,7 +121,9 @@ def rss_mb(pid: int) -> float:
     return int(match.group(1)) / 1024
 
 
-def test_a_worker_returns_to_its_baseline_after_large_bodies(tmp_path: Path) -> None:
+def test_a_worker_returns_to_its_baseline_after_large_bodies(
+    tmp_path: Path, reliability_summary: Callable[[str], None]
+) -> None:
     with running_webhook(
         tmp_path, workers=1, extra_args=("--threads", "8", "--max-body-bytes", str(4 << 20))
     ) as live:
@@ -147,8 +149,8 @@ def test_a_worker_returns_to_its_baseline_after_large_bodies(tmp_path: Path) -> 
             for _ in range(10):
                 session.post(f"{live.url}/mutate", data=small, timeout=5).raise_for_status()
         after = rss_mb(pid)
-        print(
-            f"\nworker RSS: baseline {baseline:.0f} MB, right after {len(bodies) * 8} bodies "
+        reliability_summary(
+            f"worker RSS: baseline {baseline:.0f} MB, right after {len(bodies) * 8} bodies "
             f"of 1-3 MB {peak:.0f} MB, a second later {after:.0f} MB"
         )
         assert after - baseline <= RSS_SLACK_MB, (baseline, peak, after)

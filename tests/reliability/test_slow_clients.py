@@ -74,7 +74,7 @@ def timeout_log_lines(hook: Webhook) -> list[str]:
 
 
 def test_slow_handshakes_and_partial_requests_do_not_starve_a_normal_client(
-    hook: Webhook,
+    hook: Webhook, reliability_summary: Callable[[str], None]
 ) -> None:
     hello = client_hello(hook.ca_file)
     body = review_bytes()
@@ -99,9 +99,9 @@ def test_slow_handshakes_and_partial_requests_do_not_starve_a_normal_client(
         sock.close()
 
     summary = client.summary()
-    print(f"\nsteady client during {len(stuck) + len(tricklers)} stuck connections: {summary}")
     closed = sorted(watch.closed_after.values())
-    print(
+    reliability_summary(
+        f"steady client during {len(stuck) + len(tricklers)} stuck connections: {summary}; "
         f"stuck connections closed by the server: {len(closed)}/{len(stuck) + len(tricklers)}, "
         f"after {closed[0] if closed else 0:.2f}..{closed[-1] if closed else 0:.2f} s "
         f"(read timeout {READ_TIMEOUT_S} s)"
@@ -134,7 +134,9 @@ def test_slow_handshakes_and_partial_requests_do_not_starve_a_normal_client(
     assert metric_value(text, "steer_webhook_connections_timed_out_total", phase="request") >= 48
 
 
-def test_a_connection_flood_is_shed_oldest_idle_first(tmp_path: Path) -> None:
+def test_a_connection_flood_is_shed_oldest_idle_first(
+    tmp_path: Path, reliability_summary: Callable[[str], None]
+) -> None:
     """More connections than `--max-connections`: idle ones are closed to make room, so new
     connections (the apiserver's) are still accepted and answered."""
     with running_webhook(
@@ -161,8 +163,8 @@ def test_a_connection_flood_is_shed_oldest_idle_first(tmp_path: Path) -> None:
         open_now = watch.still_open
         watch.stop()
         summary = client.summary()
-        print(
-            f"\nsteady client during a flood of {len(flood)} connections "
+        reliability_summary(
+            f"steady client during a flood of {len(flood)} connections "
             f"(--max-connections {MAX_CONNECTIONS}): {summary}; closed by the server during "
             f"their handshake: {len(attempts) - len(flood)}, still open after 1.5 s: {open_now}"
         )
