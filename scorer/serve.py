@@ -65,7 +65,7 @@ def open_sources(sources: Sources) -> Iterator[tuple[str, str | None, str | None
             raise ValueError("a policy file is required unless the demo runs")
         yield sources.policy_file, sources.prometheus_url, sources.kubeconfig
         return
-    from scorer.demo import demo_environment  # needs the prometheus binary: import on demand
+    from kits.demo import demo_environment  # needs the prometheus binary: import on demand
 
     log.info("starting the demo: synthetic exporter, Prometheus, Kubernetes API stand-in")
     with demo_environment() as env:

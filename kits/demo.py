@@ -13,11 +13,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from kits.apistub import ApiStub
+from kits.apistub.synthetic import synthetic_node
+from kits.prometheus_server import scraped_cluster
+from kits.synthetic_exporter import GIB, SyntheticCluster
 from scorer.presets import demo_policy_text
-from steer.apistub import ApiStub
-from steer.apistub.synthetic import synthetic_node
-from steer.testing.exporter import GIB, SyntheticCluster
-from steer.testing.prom import scraped_cluster
 
 DEMO_NODES = 6
 

@@ -1,4 +1,4 @@
-"""`steer apistub` and `python -m steer.apistub`: serve a synthetic cluster until interrupted."""
+"""`steer apistub` and `python -m kits.apistub`: serve a synthetic cluster until interrupted."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from steer.apistub.server import ApiStub
-from steer.apistub.synthetic import DEFAULT_ZONES, seed_nodes
+from kits.apistub.server import ApiStub
+from kits.apistub.synthetic import DEFAULT_ZONES, seed_nodes
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -84,7 +84,7 @@ def register(subparsers: Any) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m steer.apistub",
+        prog="python -m kits.apistub",
         description="Serve a synthetic Kubernetes API (nodes, namespaces, pods, leases) that "
         "enforces the apiserver's label, conflict and patch rules.",
     )
