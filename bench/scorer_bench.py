@@ -37,10 +37,10 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from kits.demo import demo_policy_text  # noqa: E402
 from kits.prometheus_server import PrometheusServer  # noqa: E402
 from kits.synthetic_exporter import GIB, SyntheticCluster  # noqa: E402
 from scorer.kubeapi import KubeJson  # noqa: E402
-from scorer.presets import demo_policy_text  # noqa: E402
 from scorer.service import Scorer  # noqa: E402
 from scorer.writer import NodeApi  # noqa: E402
 from steer.adapters.kube import make_api_client  # noqa: E402

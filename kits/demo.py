@@ -1,25 +1,62 @@
-"""A self-contained synthetic cluster for `steer scorer once --demo` (and `run --demo`).
+"""The no-cluster demo: the scorer on a synthetic cluster, nothing outside this machine.
+
+    python -m kits.demo scorer once --dry-run            # `make demo`: print the plan
+    python -m kits.demo scorer run --listen 127.0.0.1:8080
 
 It starts the synthetic exporter (DCGM, Kepler, kube-state-metrics, blackbox series), a real
-Prometheus scraping it, and the Kubernetes API stand-in holding matching Node objects, then
-hands back a policy and a kubeconfig pointing at them. Nothing outside this machine is used.
+Prometheus scraping it, and the Kubernetes API stand-in holding matching Node objects, then runs
+the given `steer scorer once|run` command line with `--policy`, `--prometheus` and
+`--kubeconfig` pointing at them. It lives in the kits, not in the product CLI: the wheel and
+the image carry no stand-in to run it on.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+import yaml
 
 from kits.apistub import ApiStub
 from kits.apistub.synthetic import synthetic_node
 from kits.prometheus_server import scraped_cluster
 from kits.synthetic_exporter import GIB, SyntheticCluster
-from scorer.presets import demo_policy_text
+from scorer.presets import example_policy_text
+from steer.cli import main as steer_main
+from steer.core.policy import Policy, parse_policy
 
 DEMO_NODES = 6
+# What `python -m kits.demo` runs when given no command line.
+DEFAULT_COMMAND = ("scorer", "once", "--dry-run")
+USAGE = """\
+usage: python -m kits.demo [scorer once|run [FLAG ...]]
+
+Run a `steer scorer once` or `steer scorer run` command line on a synthetic 6-node GPU cluster:
+a synthetic exporter, a real Prometheus and the Kubernetes API stand-in (no external services).
+--policy, --prometheus and --kubeconfig are the demo's; every other flag is the command's
+(`steer scorer once --help`). Default: scorer once --dry-run."""
+
+
+def demo_policy_text(
+    prometheus_url: str = "http://127.0.0.1:9090", *, interval_seconds: float = 30
+) -> str:
+    """The example policy, pointed at a local Prometheus and renamed `demo`."""
+    doc = yaml.safe_load(example_policy_text())
+    doc["metadata"]["name"] = "demo"
+    doc["spec"]["prometheus"]["url"] = prometheus_url
+    doc["spec"]["scoring"]["intervalSeconds"] = interval_seconds
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+def demo_policy(
+    prometheus_url: str = "http://127.0.0.1:9090", *, interval_seconds: float = 30
+) -> Policy:
+    return parse_policy(demo_policy_text(prometheus_url, interval_seconds=interval_seconds))
 
 
 @dataclass(frozen=True)
@@ -89,3 +126,35 @@ def demo_environment(
         policy_file.write_text(demo_policy_text(prom.url, interval_seconds=interval_seconds))
         kubeconfig = stub.kubeconfig(Path(tmp) / "kubeconfig")
         yield DemoEnvironment(cluster, prom.url, kubeconfig, policy_file, stub)
+
+
+def demo_command(command: Sequence[str], env: DemoEnvironment) -> list[str]:
+    """The `steer` command line that runs `command` (`scorer once|run ...`) on `env`."""
+    args = [*command, "--policy", str(env.policy_file), "--prometheus", env.prometheus_url]
+    args += ["--kubeconfig", str(env.kubeconfig)]
+    if command[1] == "once" and "--cycles" not in command:
+        args += ["--cycles", "2"]  # the second cycle sets the debounced taints
+    if command[1] == "run" and "--lease-namespace" not in command:
+        # the stand-in has no project namespace; the Lease goes where a pod would put it
+        args += ["--lease-namespace", os.environ.get("POD_NAMESPACE", "default")]
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    command = list(sys.argv[1:] if argv is None else argv) or list(DEFAULT_COMMAND)
+    if command[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0
+    if command[:2] not in (["scorer", "once"], ["scorer", "run"]):
+        print(USAGE, file=sys.stderr)
+        return 2
+    print(
+        "starting the demo: synthetic exporter, Prometheus, Kubernetes API stand-in ...",
+        file=sys.stderr,
+    )
+    with demo_environment() as env:
+        return steer_main(demo_command(command, env))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,4 +1,5 @@
-"""`steer apistub` and `python -m kits.apistub`: serve a synthetic cluster until interrupted."""
+"""`python -m kits.apistub`: serve a synthetic cluster until interrupted (for the demo and local
+runs of the webhook against a stand-in apiserver)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import contextlib
 import signal
 import threading
 from collections.abc import Sequence
-from typing import Any
 
 from kits.apistub.server import ApiStub
 from kits.apistub.synthetic import DEFAULT_ZONES, seed_nodes
@@ -71,15 +71,6 @@ def run(args: argparse.Namespace) -> int:
     finally:
         stub.stop()
     return 0
-
-
-def register(subparsers: Any) -> None:
-    """Add `apistub` to a parent CLI's subcommands (`steer apistub ...`)."""
-    parser = subparsers.add_parser(
-        "apistub", help="serve a synthetic Kubernetes API (nodes, namespaces, pods, leases)"
-    )
-    _add_arguments(parser)
-    parser.set_defaults(func=run)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
