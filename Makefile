@@ -37,8 +37,9 @@ e2e: venv
 	$(BIN)/pytest -q tests/e2e
 
 # The no-cluster demo: synthetic exporter, real Prometheus, API stand-in; prints the plan.
+# It runs from the checkout: the kits (kits/) are not in the wheel.
 demo: venv
-	$(BIN)/steer scorer once --demo --dry-run
+	$(BIN)/python -m kits.demo scorer once --dry-run
 
 bench-scorer: venv
 	$(BIN)/python bench/scorer_bench.py

@@ -12,7 +12,7 @@ left Pending) is written to bench/results/placement-<UTC timestamp>.json (or --j
 
 Scenario
 --------
-One control plane for the whole benchmark (steer.testing.cluster). Each run starts from the
+One control plane for the whole benchmark (kits.control_plane). Each run starts from the
 same state, rebuilt from scratch:
 
 - **16 fake nodes in 3 zones** (Node objects with a Ready condition, capacity = allocatable):
@@ -27,10 +27,10 @@ same state, rebuilt from scratch:
   full but not over (cpu-2 cpu 97 %, cpu-5 memory 98 %), and smaller pods on cpu-4, cpu-9,
   gpu-1 and gpu-2 (no GPU node is over budget, so every tenant may use all four cool ones).
   See PREEXISTING.
-- **Power model** (steer.testing.simcluster.PowerModel): a node draws idle watts (CPU nodes 150,
+- **Power model** (kits.simulated_cluster.PowerModel): a node draws idle watts (CPU nodes 150,
   GPU nodes 800) + 6 W per requested CPU core of its bound pods + 300 W per GPU times its busy
   share (1 when allocated to a pod; the external utilisation, 0.95, on the two hot nodes).
-- **Exporter** (steer.testing.simcluster, steered mode only): lists nodes and pods every 1 s and
+- **Exporter** (kits.simulated_cluster, steered mode only): lists nodes and pods every 1 s and
   serves DCGM (GPUs given to bound pods: 85 % util, 60,000 MiB used), Kepler 0.7 platform joules
   integrating the power model, kube-state-metrics allocatable and per-container requests/limits
   with the `node` label, and blackbox `probe_success{job="node-health"}`. A fresh real
@@ -146,18 +146,18 @@ from kubernetes import client, watch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from steer.adapters.kube import make_api_client  # noqa: E402
-from steer.core.quantity import parse_quantity  # noqa: E402
-from steer.testing.cluster import ControlPlane  # noqa: E402
-from steer.testing.prom import PrometheusServer  # noqa: E402
-from steer.testing.services import (  # noqa: E402
+from kits.control_plane import ControlPlane  # noqa: E402
+from kits.prometheus_server import PrometheusServer  # noqa: E402
+from kits.service_processes import (  # noqa: E402
     RunningWebhook,
     register_admission,
     running_scorer,
     running_webhook,
     unregister_admission,
 )
-from steer.testing.simcluster import ApiPoller, PowerModel, SimCluster, SimExporter  # noqa: E402
+from kits.simulated_cluster import ApiPoller, PowerModel, SimCluster, SimExporter  # noqa: E402
+from steer.adapters.kube import make_api_client  # noqa: E402
+from steer.core.quantity import parse_quantity  # noqa: E402
 
 PROFILES = ROOT / "manifests" / "scheduler" / "profiles.yaml"
 EXAMPLE_POLICY = ROOT / "examples" / "policy.yaml"

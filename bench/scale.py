@@ -126,6 +126,7 @@ from prometheus_client.parser import text_string_to_metric_families
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from kits.control_plane import ControlPlane  # noqa: E402
 from scorer.kubeapi import KubeJson  # noqa: E402
 from scorer.ledger import PodLedger  # noqa: E402
 from scorer.model import NodeState  # noqa: E402
@@ -135,7 +136,6 @@ from scorer.sources import Readings  # noqa: E402
 from scorer.writer import NodeApi  # noqa: E402
 from steer.adapters.prometheus import Sample  # noqa: E402
 from steer.core.policy import Dimension, Policy, parse_policy  # noqa: E402
-from steer.testing.cluster import ControlPlane  # noqa: E402
 from webhook.mutate import MutationPlan, mutate_pod  # noqa: E402
 
 PROFILES = ROOT / "manifests" / "scheduler" / "profiles.yaml"

@@ -25,7 +25,7 @@ Goals (the project's scale issue):
 
 The cluster (no kubelets, no scheduler, no controller manager):
 - etcd (backend quota raised to 8 GiB) and kube-apiserver v1.36.2 with raised inflight limits
-  (APISERVER_ARGS), from steer.testing.cluster.
+  (APISERVER_ARGS), from kits.control_plane.
 - N Nodes created with their status (capacity = allocatable: 64 cores, 256 GiB, 110 pods; every
   4th node 8 `nvidia.com/gpu`; Ready; nodeInfo, addresses, ~35 images, cloud-style labels and
   annotations: 8-10 KB a Node, as real ones are).
@@ -40,8 +40,8 @@ The cluster (no kubelets, no scheduler, no controller manager):
   the webhook adds: `webhook.mutate.mutate_pod(MutationPlan.from_policy(policy), pod, tenant)`
   applied with jsonpatch, so the shape follows the product. Non-GPU pods are spread evenly
   over all nodes.
-- Prometheus 2.x backfilled with promtool (steer.testing.prom, as bench/scorer_bench.py does)
-  from a `SyntheticCluster` (steer.testing.exporter) with the same node names: DCGM series for
+- Prometheus 2.x backfilled with promtool (kits.prometheus_server, as bench/scorer_bench.py does)
+  from a `SyntheticCluster` (kits.synthetic_exporter) with the same node names: DCGM series for
   the GPU nodes, Kepler 0.7, kube-state-metrics allocatable, blackbox probes (3 % failing),
   ±2 % noise on every gauge at every sample, one sample every --prom-step s from 6 minutes
   before the scorer starts to --horizon minutes after (Prometheus answers "now" from the
@@ -117,12 +117,12 @@ from requests.adapters import HTTPAdapter
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from kits.control_plane import ControlPlane, free_port  # noqa: E402
+from kits.prometheus_server import PrometheusServer  # noqa: E402
+from kits.synthetic_exporter import SyntheticCluster  # noqa: E402
 from steer.core.budget import pod_usage, pool_resource  # noqa: E402
 from steer.core.policy import Policy, parse_policy  # noqa: E402
 from steer.core.steering import composite_key  # noqa: E402
-from steer.testing.cluster import ControlPlane, free_port  # noqa: E402
-from steer.testing.exporter import SyntheticCluster  # noqa: E402
-from steer.testing.prom import PrometheusServer  # noqa: E402
 from webhook.mutate import MutationPlan, mutate_pod  # noqa: E402
 
 EXAMPLE_POLICY = ROOT / "examples" / "policy.yaml"

@@ -37,14 +37,14 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from kits.demo import demo_policy_text  # noqa: E402
+from kits.prometheus_server import PrometheusServer  # noqa: E402
+from kits.synthetic_exporter import GIB, SyntheticCluster  # noqa: E402
 from scorer.kubeapi import KubeJson  # noqa: E402
-from scorer.presets import demo_policy_text  # noqa: E402
 from scorer.service import Scorer  # noqa: E402
 from scorer.writer import NodeApi  # noqa: E402
 from steer.adapters.kube import make_api_client  # noqa: E402
 from steer.core.policy import parse_policy  # noqa: E402
-from steer.testing.exporter import GIB, SyntheticCluster  # noqa: E402
-from steer.testing.prom import PrometheusServer  # noqa: E402
 
 STEP_S = 30.0  # one scoring cycle per sample time, as with intervalSeconds: 30
 NOISE_PCT = 2.0
@@ -100,8 +100,8 @@ def shaped_cluster(nodes: int, seed: int) -> SyntheticCluster:
 
 def serve_stub(nodes: int, kubeconfig: str, ready: Any, stop: Any) -> None:
     """Runs in a child process: the API stand-in with node-1..N."""
-    from steer.apistub import ApiStub
-    from steer.apistub.synthetic import synthetic_node
+    from kits.apistub import ApiStub
+    from kits.apistub.synthetic import synthetic_node
 
     stub = ApiStub.start()
     for i in range(1, nodes + 1):

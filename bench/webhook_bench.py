@@ -320,7 +320,7 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
         if shutil.which(tool) is None:
             raise SystemExit(f"{tool} is not installed: apt-get install -y wrk hey")
     from certs import WebhookIdentity, issue_webhook_certs, write_webhook_certs
-    from steer.apistub import ApiStub
+    from kits.apistub import ApiStub
 
     load_before = os.getloadavg()
     tmp = Path(tempfile.mkdtemp(prefix="steer-webhook-bench-"))

@@ -28,7 +28,6 @@ from scorer.serve import (
     ScorerOptions,
     Sources,
     node_api,
-    open_sources,
     serve_scorer,
 )
 from scorer.service import CycleError, CycleResult, Scorer
@@ -103,7 +102,7 @@ def register(subparsers: Any) -> None:
         "--cycles",
         type=int,
         default=None,
-        help="cycles to run; the last plan is printed (default: 1, 2 with --demo)",
+        help="cycles to run; the last plan is printed (default: 1)",
     )
     once.add_argument(
         "--changes-only",
@@ -176,63 +175,52 @@ def _source_args(parser: argparse.ArgumentParser) -> None:
         "--prometheus", metavar="URL", help="Prometheus base URL (default: the policy's)"
     )
     add_kubeconfig_flag(parser)
-    parser.add_argument(
-        "--demo",
-        action="store_true",
-        help="start a synthetic exporter, a real Prometheus and the API stand-in with a 6-node "
-        "GPU cluster, and use them (no external services)",
-    )
 
 
 # ------------------------------------------------------------------------------ sources
 
 
 def _sources(args: argparse.Namespace) -> Sources:
-    if not args.demo and not args.policy:
-        raise SystemExit("--policy FILE is required (or --demo)")
-    return Sources(args.policy, args.prometheus, args.kubeconfig, demo=args.demo)
+    if not args.policy:
+        raise SystemExit("--policy FILE is required")
+    return Sources(args.policy, args.prometheus, args.kubeconfig)
 
 
 # ------------------------------------------------------------------------------ once
 
 
 def _cmd_once(args: argparse.Namespace) -> int:
-    if args.demo:
-        print(
-            "starting the demo: synthetic exporter, Prometheus, Kubernetes API stand-in ...",
-            file=sys.stderr,
-        )
+    given = _sources(args)
     try:
-        with open_sources(_sources(args)) as (policy_file, prometheus, kubeconfig):
-            policy = load_policy_file(policy_file)
-            scorer = Scorer(
-                lambda: policy,
-                node_api(kubeconfig),
-                prometheus_url=prometheus,
-                dry_run=args.dry_run,
+        policy = load_policy_file(given.policy_file)
+        scorer = Scorer(
+            lambda: policy,
+            node_api(given.kubeconfig),
+            prometheus_url=given.prometheus_url,
+            dry_run=args.dry_run,
+        )
+        cycles = args.cycles if args.cycles is not None else 1
+        result = None
+        try:
+            for _ in range(max(1, cycles)):
+                result = scorer.run_cycle()
+        finally:
+            scorer.close()
+        assert result is not None
+        _print_once(args, policy, result)
+        if all(not d.ok for d in result.plan.dimensions):
+            sources = sorted({d.source for d in policy.spec.dimensions})
+            hint = {
+                "prometheus": "--prometheus / spec.prometheus.url",
+                "kubernetes": "--kubeconfig and the scorer's RBAC",
+                "http": "each http dimension's url",
+            }
+            print(
+                "every dimension failed: check " + "; ".join(hint[s] for s in sources),
+                file=sys.stderr,
             )
-            cycles = args.cycles if args.cycles is not None else (2 if args.demo else 1)
-            result = None
-            try:
-                for _ in range(max(1, cycles)):
-                    result = scorer.run_cycle()
-            finally:
-                scorer.close()
-            assert result is not None
-            _print_once(args, policy, result)
-            if all(not d.ok for d in result.plan.dimensions):
-                sources = sorted({d.source for d in policy.spec.dimensions})
-                hint = {
-                    "prometheus": "--prometheus / spec.prometheus.url",
-                    "kubernetes": "--kubeconfig and the scorer's RBAC",
-                    "http": "each http dimension's url",
-                }
-                print(
-                    "every dimension failed: check " + "; ".join(hint[s] for s in sources),
-                    file=sys.stderr,
-                )
-                return 1
-            return 1 if result.report is not None and result.report.errors else 0
+            return 1
+        return 1 if result.report is not None and result.report.errors else 0
     except PolicyError as exc:
         print(f"invalid policy:\n{exc}", file=sys.stderr)
         return 2

@@ -2,16 +2,12 @@
 
 The example policy is the one copy of the default dimensions (DCGM GPU utilisation, free GPUs,
 fragmentation; Kepler power; kube-state-metrics overcommit; blackbox health). It ships inside
-the package so `steer scorer once --demo` runs from an installed wheel too.
+the package (`steer/presets/policy.yaml`); the no-cluster demo (`kits.demo`) runs it.
 """
 
 from __future__ import annotations
 
 from importlib import resources
-
-import yaml
-
-from steer.core.policy import Policy, parse_policy
 
 
 def example_policy_text() -> str:
@@ -39,20 +35,3 @@ POWER_KEPLER_010 = """\
       normalization: {method: minMax}
       weight: 1
 """
-
-
-def demo_policy_text(
-    prometheus_url: str = "http://127.0.0.1:9090", *, interval_seconds: float = 30
-) -> str:
-    """The example policy, pointed at a local Prometheus and renamed `demo`."""
-    doc = yaml.safe_load(example_policy_text())
-    doc["metadata"]["name"] = "demo"
-    doc["spec"]["prometheus"]["url"] = prometheus_url
-    doc["spec"]["scoring"]["intervalSeconds"] = interval_seconds
-    return yaml.safe_dump(doc, sort_keys=False)
-
-
-def demo_policy(
-    prometheus_url: str = "http://127.0.0.1:9090", *, interval_seconds: float = 30
-) -> Policy:
-    return parse_policy(demo_policy_text(prometheus_url, interval_seconds=interval_seconds))

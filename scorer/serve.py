@@ -7,12 +7,11 @@ CLI (`scorer.cli`) only parses flags into `ScorerOptions` and calls `serve_score
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,10 +38,9 @@ DEFAULT_LISTEN = "0.0.0.0:8080"
 class Sources:
     """Where the scorer reads: the policy file, a Prometheus URL override, a kubeconfig."""
 
-    policy_file: str | None
+    policy_file: str
     prometheus_url: str | None = None
     kubeconfig: str | None = None
-    demo: bool = False
 
 
 @dataclass(frozen=True)
@@ -57,32 +55,17 @@ class ScorerOptions:
     dry_run: bool = False
 
 
-@contextlib.contextmanager
-def open_sources(sources: Sources) -> Iterator[tuple[str, str | None, str | None]]:
-    """(policy file, prometheus URL override, kubeconfig) — as given, or from a demo environment."""
-    if not sources.demo:
-        if not sources.policy_file:
-            raise ValueError("a policy file is required unless the demo runs")
-        yield sources.policy_file, sources.prometheus_url, sources.kubeconfig
-        return
-    from scorer.demo import demo_environment  # needs the prometheus binary: import on demand
-
-    log.info("starting the demo: synthetic exporter, Prometheus, Kubernetes API stand-in")
-    with demo_environment() as env:
-        yield str(env.policy_file), env.prometheus_url, str(env.kubeconfig)
-
-
 def node_api(kubeconfig: str | None) -> NodeApi:
     return NodeApi(KubeJson(make_api_client(kubeconfig)))
 
 
 def serve_scorer(options: ScorerOptions) -> None:
     """Score and serve until SIGTERM/SIGINT; `PolicyError`/`KubeConfigError` when it cannot start."""
-    with open_sources(options.sources) as (policy_file, prometheus, kubeconfig):
-        metrics = ScorerMetrics()
-        watcher = PolicyWatcher(policy_file)
-        watcher.on_reload_error(lambda _message: metrics.policy_reload_errors.inc())
-        _serve(options, watcher, metrics, prometheus, kubeconfig)
+    sources = options.sources
+    metrics = ScorerMetrics()
+    watcher = PolicyWatcher(sources.policy_file)
+    watcher.on_reload_error(lambda _message: metrics.policy_reload_errors.inc())
+    _serve(options, watcher, metrics, sources.prometheus_url, sources.kubeconfig)
 
 
 def _serve(
@@ -98,7 +81,7 @@ def _serve(
         namespace = (
             options.lease_namespace
             or os.environ.get("POD_NAMESPACE")
-            or ("default" if options.sources.demo else watcher.current.spec.project_namespace)
+            or watcher.current.spec.project_namespace
         )
         elector = LeaseElector(
             KubeJson(make_api_client(kubeconfig)),

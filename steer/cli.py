@@ -26,7 +26,7 @@ from steer.core.admission_policy import (
 from steer.core.policy import PolicyError
 
 # Modules that add subcommands; each exposes `register(subparsers)`.
-SUBCOMMAND_MODULES = ("scorer.cli", "webhook.cli", "certs.cli", "steer.apistub.cli")
+SUBCOMMAND_MODULES = ("scorer.cli", "webhook.cli", "certs.cli")
 
 
 def _cmd_version(args: argparse.Namespace) -> int:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from steer.apistub import ApiStub
+from kits.apistub import ApiStub
 
 # Bodies captured from a real kube-apiserver v1.36.2, copied into the repository.
 API_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "api"

@@ -10,14 +10,14 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from kits.apistub import ApiStub
+from kits.apistub.synthetic import synthetic_node
+from kits.prometheus_server import PrometheusServer
+from kits.synthetic_exporter import SyntheticCluster
 from scorer.model import NodeState
 from scorer.observe import DimensionReading, NodeIndex, read_dimension
 from scorer.plan import CyclePlan, NodePlan, observed_at_key
-from steer.apistub import ApiStub
-from steer.apistub.synthetic import synthetic_node
 from steer.core.policy import Policy, parse_policy
-from steer.testing.exporter import SyntheticCluster
-from steer.testing.prom import PrometheusServer
 
 SMALL_POLICY = """\
 apiVersion: kube-steer.github.io/v1alpha1

@@ -15,9 +15,9 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from certs.pki import WebhookIdentity, issue_webhook_certs
-from steer.apistub import ApiStub
-from steer.apistub.__main__ import main as runner_main
-from steer.apistub.synthetic import seed_nodes, synthetic_node
+from kits.apistub import ApiStub
+from kits.apistub.__main__ import main as runner_main
+from kits.apistub.synthetic import seed_nodes, synthetic_node
 from tests.apistub_fixtures import client_for, load_api_fixture
 
 STRATEGIC = "application/strategic-merge-patch+json"

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import requests
 
-from steer.apistub import ApiStub
+from kits.apistub import ApiStub
 from tests.apistub_fixtures import API_FIXTURES, load_api_fixture, seed_fixture_workers
 
 VOLATILE = {"uid", "resourceVersion", "creationTimestamp", "managedFields"}

@@ -108,8 +108,25 @@ def _make_recipe(target: str) -> list[str]:
 def test_make_demo_runs_a_command_that_exists() -> None:
     (command,) = _make_recipe("demo")
     program, *args = shlex.split(command)
-    assert program == "$(BIN)/steer"
-    build_parser().parse_args(args)  # exits 2 on an unknown command or flag
-    result = steer(*args, "--help")
+    assert program == "$(BIN)/python"
+    assert args[:2] == ["-m", "kits.demo"]
+    # `kits.demo` adds --policy, --prometheus and --kubeconfig to a `steer` command line
+    build_parser().parse_args(args[2:])  # exits 2 on an unknown command or flag
+    result = subprocess.run(
+        [sys.executable, "-m", "kits.demo", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
     assert result.returncode == 0, result.stderr
-    assert "--demo" in result.stdout
+    assert "scorer once" in result.stdout
+
+
+def test_the_kits_are_no_user_command() -> None:
+    """The API stand-in and the demo run from the checkout (`python -m kits...`), not `steer`."""
+    result = steer("--help")
+    assert result.returncode == 0, result.stderr
+    assert "apistub" not in result.stdout
+    once = steer("scorer", "once", "--help")
+    assert once.returncode == 0 and "--demo" not in once.stdout

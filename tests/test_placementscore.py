@@ -12,6 +12,9 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 
+from kits.apistub import ApiStub
+from kits.apistub.status import ApiError
+from kits.apistub.synthetic import synthetic_node
 from scorer.app import create_app
 from scorer.clusterscore import ClusterScoreValue
 from scorer.kubeapi import KubeApiError, KubeJson
@@ -20,9 +23,6 @@ from scorer.placementscore import PlacementScorePublisher, PublishError
 from scorer.service import Scorer
 from scorer.writer import NodeApi
 from steer.adapters.kube import KubeConfigError
-from steer.apistub import ApiStub
-from steer.apistub.status import ApiError
-from steer.apistub.synthetic import synthetic_node
 from steer.core.policy import Policy, parse_policy
 from tests.apistub_fixtures import client_for
 from tests.scorer_support import SMALL_POLICY

@@ -19,6 +19,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from kits.prometheus_server import WARNING_PROBE_LABEL, PrometheusServer, scraped_cluster
+from kits.synthetic_exporter import SyntheticCluster, SyntheticExporter
 from steer.adapters.prometheus import (
     PrometheusAuthError,
     PrometheusClient,
@@ -26,8 +28,6 @@ from steer.adapters.prometheus import (
     PrometheusResponseError,
     PrometheusUnavailable,
 )
-from steer.testing.exporter import SyntheticCluster, SyntheticExporter
-from steer.testing.prom import WARNING_PROBE_LABEL, PrometheusServer, scraped_cluster
 
 GPU_UTIL = {"node-1": (10, 30), "node-2": (50, 50), "node-3": (90, 70)}
 

@@ -13,17 +13,17 @@ import pytest
 import requests
 import yaml
 
+from kits.apistub import ApiStub
+from kits.prometheus_server import PrometheusServer
+from kits.synthetic_exporter import SyntheticCluster
 from scorer.app import HttpServer, create_app
 from scorer.kubeapi import KubeJson
 from scorer.leader import LeaseElector
 from scorer.loop import ScorerLoop
 from scorer.service import Scorer
 from scorer.writer import NodeApi
-from steer.apistub import ApiStub
 from steer.cli import main
 from steer.core.policy import parse_policy
-from steer.testing.exporter import SyntheticCluster
-from steer.testing.prom import PrometheusServer
 from tests.apistub_fixtures import client_for
 from tests.scorer_support import SMALL_POLICY, backfilled_prometheus, stub_nodes
 

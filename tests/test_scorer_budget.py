@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from kits.apistub import ApiStub
+from kits.apistub.synthetic import synthetic_node
 from scorer.explain import explain_pod, node_detail
 from scorer.hot import BindingWindow, PodBindingWatcher
 from scorer.kubeapi import MERGE_PATCH, KubeJson, pod_path
@@ -22,8 +24,6 @@ from scorer.model import NodeState
 from scorer.plan import ManagedRecord, NodePlan, ScorerMemory, managed_key, plan_cycle
 from scorer.service import Scorer
 from scorer.writer import NodeApi, NodeWriter, RateLimiter
-from steer.apistub import ApiStub
-from steer.apistub.synthetic import synthetic_node
 from steer.core.budget import FLOOR_SETTLE_S, PodUsage, pod_usage, tenant_budget
 from steer.core.policy import Policy, parse_policy
 from tests.scorer_support import SMALL_POLICY

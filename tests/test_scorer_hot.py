@@ -8,14 +8,14 @@ from pathlib import Path
 
 from kubernetes import client
 
+from kits.apistub import ApiStub
+from kits.apistub.synthetic import synthetic_node
+from kits.synthetic_exporter import SyntheticCluster
 from scorer.hot import BindingWindow, PodBindingWatcher, binding_time
 from scorer.kubeapi import KubeJson
 from scorer.service import Scorer
 from scorer.writer import NodeApi
-from steer.apistub import ApiStub
-from steer.apistub.synthetic import synthetic_node
 from steer.core.policy import parse_policy
-from steer.testing.exporter import SyntheticCluster
 from tests.scorer_support import SMALL_POLICY, backfilled_prometheus
 
 POLICY = parse_policy(SMALL_POLICY)

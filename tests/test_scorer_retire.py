@@ -6,6 +6,8 @@ import json
 
 from kubernetes import client
 
+from kits.apistub import ApiStub
+from kits.apistub.synthetic import synthetic_node
 from scorer.cleanup import clean_nodes
 from scorer.kubeapi import KubeJson
 from scorer.model import NodeState
@@ -17,8 +19,6 @@ from scorer.retire import (
     retire_old_prefixes,
 )
 from scorer.writer import NodeApi, NodeWriter, RateLimiter
-from steer.apistub import ApiStub
-from steer.apistub.synthetic import synthetic_node
 from steer.core.scheduling import Taint
 from tests.scorer_support import apply_node_plan, readings_for, small_policy
 

@@ -16,9 +16,9 @@ from typing import Any
 
 import requests
 
+from kits.apistub import ApiStub
+from kits.apistub.synthetic import synthetic_node
 from steer import __version__
-from steer.apistub import ApiStub
-from steer.apistub.synthetic import synthetic_node
 from tests.conftest import EXAMPLE_POLICY
 from tests.webhook_harness import ROOT, assert_json_lines, free_port, metric_families
 

@@ -12,6 +12,10 @@ from pathlib import Path
 import pytest
 import requests
 
+from kits.apistub import ApiStub
+from kits.apistub.synthetic import synthetic_node
+from kits.prometheus_server import PrometheusServer, scraped_cluster
+from kits.synthetic_exporter import GIB, SyntheticCluster
 from scorer.kubeapi import MERGE_PATCH, KubeJson
 from scorer.leader import LeaseElector
 from scorer.ledger import PodLedger
@@ -22,11 +26,7 @@ from scorer.presets import POWER_KEPLER_010, POWER_KEPLER_07
 from scorer.service import Scorer
 from scorer.writer import NodeApi
 from steer.adapters.prometheus import QueryResult
-from steer.apistub import ApiStub
-from steer.apistub.synthetic import synthetic_node
 from steer.core.policy import Policy, parse_policy
-from steer.testing.exporter import GIB, SyntheticCluster
-from steer.testing.prom import PrometheusServer, scraped_cluster
 from tests.apistub_fixtures import client_for
 from tests.scorer_support import (
     FOREIGN_LABELS,

@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from kits.apistub import ApiStub
+from kits.apistub.synthetic import synthetic_node
 from scorer.kubeapi import KubeApiError, KubeJson
 from scorer.ledger import PodLedger
 from scorer.model import NodeState
@@ -21,8 +23,6 @@ from scorer.sources import SourceContext
 from scorer.sources.http_json import HttpJsonSource, field_at, node_values
 from scorer.sources.kubernetes import KubernetesSource, endpoint_readiness
 from scorer.writer import NodeApi
-from steer.apistub import ApiStub
-from steer.apistub.synthetic import synthetic_node
 from steer.core.budget import Amount, limit_overcommit_pct
 from steer.core.policy import PolicyError, parse_policy
 from tests.apistub_fixtures import client_for

@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
+from kits.apistub import ApiStub
 from steer.adapters.kube import make_api_client
 from steer.adapters.policy_file import PolicyWatcher
-from steer.apistub import ApiStub
 from tests.conftest import EXAMPLE_POLICY
 from tests.webhook_harness import NAMESPACES, review_for
 from webhook.app import AdmissionHandler

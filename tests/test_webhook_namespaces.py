@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from kits.apistub import ApiStub
 from steer.adapters.kube import make_api_client
-from steer.apistub import ApiStub
 from tests.webhook_harness import free_port
 from webhook.namespaces import NamespaceCache
 

@@ -25,7 +25,7 @@ from typing import Any
 import requests
 
 from certs import WebhookIdentity, issue_webhook_certs, write_webhook_certs
-from steer.apistub import ApiStub
+from kits.apistub import ApiStub
 from tests.conftest import EXAMPLE_POLICY, FIXTURES
 
 ROOT = Path(__file__).resolve().parent.parent

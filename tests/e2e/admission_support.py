@@ -22,8 +22,8 @@ from typing import Any
 from kubernetes import client
 
 from certs import issue_webhook_certs, write_webhook_certs
-from steer.testing.cluster import ControlPlane
-from steer.testing.services import LOOPBACK_IDENTITY
+from kits.control_plane import ControlPlane
+from kits.service_processes import LOOPBACK_IDENTITY
 
 RELABEL_CONFIGURATION = "zz-e2e-relabel"  # sorts after "steer-webhook": runs after it
 RELABEL_NAMESPACE_LABEL = "e2e.kube-steer.github.io/relabel"

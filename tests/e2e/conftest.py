@@ -1,6 +1,6 @@
 """End-to-end fixtures: one real control plane (etcd, kube-apiserver, kube-scheduler with the
 project's profiles, kube-controller-manager) for the whole session, from `KUBE_BIN_DIR` or
-`../shared/kube` (see steer/testing/cluster.py). Run with `make e2e`.
+`../shared/kube` (see kits/control_plane.py). Run with `make e2e`.
 
 Tests that schedule pods own the node set while they run: `make_node` deletes its nodes at
 teardown, so one test's nodes never receive another test's pods. Namespaces from `make_namespace`
@@ -20,10 +20,10 @@ import pytest
 import yaml
 from kubernetes import client
 
+from kits.control_plane import ControlPlane
+from kits.hollow_nodes import HollowNode
 from steer.adapters.kube import make_api_client
 from steer.adapters.kubejson import KubeApiError, KubeJson
-from steer.testing.cluster import ControlPlane
-from steer.testing.kubelets import HollowNode
 from tests.e2e.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]

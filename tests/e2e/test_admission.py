@@ -25,6 +25,15 @@ import pytest
 import requests
 from kubernetes import client
 
+from kits.control_plane import ControlPlane
+from kits.service_processes import (
+    RunningWebhook,
+    apply_security_policy,
+    register_admission,
+    remove_security_policy,
+    running_webhook,
+    unregister_admission,
+)
 from steer.core.budget import tenant_budget
 from steer.core.policy import parse_policy
 from steer.core.steering import (
@@ -38,15 +47,6 @@ from steer.core.steering import (
     scheduler_for,
     tenant_for,
     trace_annotation_key,
-)
-from steer.testing.cluster import ControlPlane
-from steer.testing.services import (
-    RunningWebhook,
-    apply_security_policy,
-    register_admission,
-    remove_security_policy,
-    running_webhook,
-    unregister_admission,
 )
 from tests.e2e.admission_support import (
     RELABEL_NAMESPACE_LABEL,

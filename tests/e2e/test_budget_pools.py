@@ -16,11 +16,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from kits.control_plane import ROOT, ControlPlane
+from kits.service_processes import running_scorer
 from scorer.kubeapi import KubeJson, node_path, pod_path
 from steer.core.budget import FLOOR_SETTLE_S, tenant_budget
 from steer.core.policy import Policy, Tenant, parse_policy
-from steer.testing.cluster import ROOT, ControlPlane
-from steer.testing.services import running_scorer
 from tests.e2e.waiting import metric, wait_until
 from tests.scorer_support import SMALL_POLICY
 

@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
+from kits.control_plane import ControlPlane
+from kits.service_processes import apply_admission_policies, remove_admission_policies
 from steer.adapters.kube import make_api_client
 from steer.adapters.kubejson import KubeApiError, KubeJson
 from steer.core.budget import pod_usage
-from steer.testing.cluster import ControlPlane
-from steer.testing.services import apply_admission_policies, remove_admission_policies
 
 from .conftest import ROOT
 

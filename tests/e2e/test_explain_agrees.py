@@ -32,6 +32,7 @@ import jsonpatch
 import requests
 from kubernetes import client
 
+from kits.control_plane import ControlPlane
 from scorer.app import HttpServer, create_app
 from scorer.kubeapi import KubeJson
 from scorer.ledger import PodLedger
@@ -43,7 +44,6 @@ from scorer.writer import NodeApi
 from steer.core.admission import ValidationPlan, validate_pod
 from steer.core.policy import Dimension, Policy, parse_policy
 from steer.core.steering import condition_key
-from steer.testing.cluster import ControlPlane
 from tests.e2e.test_scheduler import SET_KEY
 from tests.scorer_support import readings_for
 from webhook.mutate import MutationPlan, mutate_pod

@@ -45,14 +45,9 @@ import yaml
 from cryptography import x509
 from kubernetes import client
 
-from steer.cli import build_parser
-from steer.core.admission import ValidationPlan, validate_pod
-from steer.core.policy import Policy, parse_policy
-from steer.core.steering import condition_key, tenant_for, trace_annotation_key
-from steer.testing.cluster import ControlPlane
-from steer.testing.exporter import SyntheticCluster
-from steer.testing.prom import PrometheusServer, scraped_cluster
-from steer.testing.services import (
+from kits.control_plane import ControlPlane
+from kits.prometheus_server import PrometheusServer, scraped_cluster
+from kits.service_processes import (
     RunningScorer,
     RunningWebhook,
     ServingCertificate,
@@ -60,6 +55,11 @@ from steer.testing.services import (
     running_webhook,
     security_policy_documents,
 )
+from kits.synthetic_exporter import SyntheticCluster
+from steer.cli import build_parser
+from steer.core.admission import ValidationPlan, validate_pod
+from steer.core.policy import Policy, parse_policy
+from steer.core.steering import condition_key, tenant_for, trace_annotation_key
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "manifests"

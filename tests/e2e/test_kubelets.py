@@ -1,4 +1,4 @@
-"""Real kubelets in the kit (steer/testing/kubelets.py): kubemark hollow nodes against the
+"""Real kubelets in the kit (kits/hollow_nodes.py): kubemark hollow nodes against the
 session control plane. A pod on one runs; a kubelet restart admits every bound pod again
 against the node as it is *now*, which fake Node objects cannot show.
 
@@ -29,9 +29,8 @@ from typing import Any
 
 import pytest
 
-from steer.adapters.kubejson import KubeJson
-from steer.testing.cluster import ControlPlane
-from steer.testing.kubelets import (
+from kits.control_plane import ControlPlane
+from kits.hollow_nodes import (
     ZONE,
     HollowNode,
     PodState,
@@ -42,6 +41,7 @@ from steer.testing.kubelets import (
     wait_pods_phase,
     wait_pods_running,
 )
+from steer.adapters.kubejson import KubeJson
 from tests.e2e.conftest import node_name
 
 FOO = "example.com/foo"  # an extended resource: requests need an equal limit

@@ -35,11 +35,11 @@ from kubernetes import client
 
 from certs.pki import CertificateAuthority, WebhookIdentity, issue_serving_cert, new_ca
 from certs.store import CaStore
+from kits.control_plane import ROOT, ControlPlane, free_port
+from kits.prometheus_server import PrometheusServer, scraped_cluster
+from kits.service_processes import _spawn, _wait_http, running_scorer
+from kits.synthetic_exporter import SyntheticCluster
 from scorer.kubeapi import MERGE_PATCH, KubeJson, node_path
-from steer.testing.cluster import ROOT, ControlPlane, free_port
-from steer.testing.exporter import SyntheticCluster
-from steer.testing.prom import PrometheusServer, scraped_cluster
-from steer.testing.services import _spawn, _wait_http, running_scorer
 from tests.e2e.waiting import wait_until
 from tests.scorer_support import SMALL_POLICY
 

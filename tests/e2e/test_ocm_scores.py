@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 import yaml
 
+from kits.control_plane import ROOT, ControlPlane
+from kits.service_processes import running_scorer
 from scorer.kubeapi import MERGE_PATCH, KubeApiError, KubeJson, placement_score_path, pod_path
 from scorer.model import parse_rfc3339
-from steer.testing.cluster import ROOT, ControlPlane
-from steer.testing.services import running_scorer
 from tests.e2e.waiting import metric, wait_until
 from tests.scorer_support import SMALL_POLICY
 

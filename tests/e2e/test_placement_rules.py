@@ -20,11 +20,11 @@ from typing import Any
 
 from kubernetes import client
 
+from kits.control_plane import ControlPlane
 from scorer.model import NodeState
 from scorer.plan import ScorerMemory, plan_cycle
 from steer.core.policy import parse_policy
 from steer.core.steering import class_preferences, composite_key, pod_gates, reserved_key
-from steer.testing.cluster import ControlPlane
 from tests.e2e.test_scheduler import (
     SET_KEY,
     bare_pod,

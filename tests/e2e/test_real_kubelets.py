@@ -1,6 +1,6 @@
 """A kubelet never refuses a running pod because of kube-steer (issue: safe on a real cluster).
 
-Four kubemark hollow nodes (the real kubelet code, steer/testing/kubelets.py), the session's
+Four kubemark hollow nodes (the real kubelet code, kits/hollow_nodes.py), the session's
 real scheduler with the steer profiles, the real webhook registered for the example policy, its
 admission policies applied, and the real scorer (in process, reading recorded observations, as
 the RBAC-limited scorer identity the node-writes policy confines). Tenant pods of both budgets,
@@ -25,6 +25,15 @@ from typing import Any
 import pytest
 import yaml
 
+from kits.control_plane import ControlPlane
+from kits.hollow_nodes import HollowNode, pod_state, rolling_restart, start_all
+from kits.service_processes import (
+    apply_admission_policies,
+    register_admission,
+    remove_admission_policies,
+    running_webhook,
+    unregister_admission,
+)
 from scorer.hot import BindingWindow, PodBindingWatcher
 from scorer.kubeapi import KubeJson
 from scorer.ledger import PodLedger
@@ -37,15 +46,6 @@ from steer.adapters.kube import make_api_client
 from steer.core.budget import pod_limits
 from steer.core.policy import Dimension, Policy, parse_policy
 from steer.core.quantity import parse_quantity
-from steer.testing.cluster import ControlPlane
-from steer.testing.kubelets import HollowNode, pod_state, rolling_restart, start_all
-from steer.testing.services import (
-    apply_admission_policies,
-    register_admission,
-    remove_admission_policies,
-    running_webhook,
-    unregister_admission,
-)
 from tests.e2e.waiting import wait_until
 from tests.scorer_support import readings_for
 

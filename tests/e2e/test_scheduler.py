@@ -27,9 +27,9 @@ import pytest
 import yaml
 from kubernetes import client
 
+from kits.control_plane import ControlPlane, ControlPlaneError
 from steer.core.policy import parse_policy
 from steer.core.steering import GPU_RESOURCE, class_preferences, classify_pod, composite_key
-from steer.testing.cluster import ControlPlane, ControlPlaneError
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILES = ROOT / "manifests" / "scheduler" / "profiles.yaml"

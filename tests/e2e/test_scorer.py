@@ -25,6 +25,10 @@ import pytest
 import yaml
 from kubernetes import client
 
+from kits.control_plane import ROOT, ControlPlane
+from kits.prometheus_server import PrometheusServer, scraped_cluster
+from kits.service_processes import RunningScorer, running_scorer
+from kits.synthetic_exporter import GIB, SyntheticCluster
 from scorer.kubeapi import MERGE_PATCH, KubeApiError, KubeJson, lease_path, node_path
 from scorer.leader import DEFAULT_LEASE_NAME
 from scorer.model import parse_rfc3339
@@ -33,10 +37,6 @@ from scorer.service import Scorer
 from scorer.writer import NodeApi
 from steer.adapters.kube import make_api_client
 from steer.core.policy import Policy, parse_policy
-from steer.testing.cluster import ROOT, ControlPlane
-from steer.testing.exporter import GIB, SyntheticCluster
-from steer.testing.prom import PrometheusServer, scraped_cluster
-from steer.testing.services import RunningScorer, running_scorer
 from tests.e2e.waiting import metric, wait_until
 from tests.scorer_support import SMALL_POLICY
 

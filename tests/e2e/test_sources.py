@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from kits.control_plane import ControlPlane
+from kits.service_processes import running_scorer
 from scorer.kubeapi import KubeJson, node_path
-from steer.testing.cluster import ControlPlane
-from steer.testing.services import running_scorer
 from tests.e2e.test_budget_pools import NO_PROMETHEUS
 from tests.e2e.waiting import wait_until
 from tests.json_server import json_server

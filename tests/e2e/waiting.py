@@ -10,8 +10,8 @@ from typing import Any
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from kits.service_processes import RunningScorer
 from scorer.kubeapi import KubeApiError
-from steer.testing.services import RunningScorer
 
 
 def wait_until(

@@ -29,6 +29,10 @@ from typing import Any
 import pytest
 import requests
 
+from kits.apistub import ApiStub
+from kits.apistub.synthetic import synthetic_node
+from kits.prometheus_server import PrometheusServer, scraped_cluster
+from kits.synthetic_exporter import GIB, SyntheticCluster
 from scorer.kubeapi import KubeJson
 from scorer.leader import LeaseElector
 from scorer.ledger import PodLedger
@@ -39,8 +43,6 @@ from scorer.service import Scorer
 from scorer.sources import Readings, SourceContext
 from scorer.sources.prometheus import PrometheusSource
 from scorer.writer import NodeApi
-from steer.apistub import ApiStub
-from steer.apistub.synthetic import synthetic_node
 from steer.core.encoding import bucket_values
 from steer.core.policy import Dimension, Policy, parse_policy
 from steer.core.steering import (
@@ -51,8 +53,6 @@ from steer.core.steering import (
     owned_resource_keys,
     owned_taint_keys,
 )
-from steer.testing.exporter import GIB, SyntheticCluster
-from steer.testing.prom import PrometheusServer, scraped_cluster
 from tests.apistub_fixtures import client_for
 from tests.scorer_support import (
     FOREIGN_LABELS,

@@ -1,4 +1,5 @@
-"""The presets agree with the example policy, and the self-contained demo runs end to end."""
+"""The demo policy agrees with the example policy, and the self-contained demo (`kits.demo`)
+runs end to end."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from scorer.presets import POWER_KEPLER_07, demo_policy
+from kits.demo import demo_policy, main
+from scorer.presets import POWER_KEPLER_07
 from steer.adapters.policy_file import load_policy_file
-from steer.cli import main
 from tests.conftest import EXAMPLE_POLICY
 
 PREFIX = "kube-steer.github.io/"
@@ -32,7 +33,7 @@ def test_demo_once_runs_with_no_external_services(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the demo makes its folders
-    assert main(["scorer", "once", "--demo", "--dry-run", "--output", "json"]) == 0
+    assert main(["scorer", "once", "--dry-run", "--output", "json"]) == 0
     assert list(tmp_path.iterdir()) == []  # policy, kubeconfig, Prometheus data: all removed
     body = json.loads(capsys.readouterr().out)
     assert body["queries"] == 6 and body["dryRun"] is True
@@ -61,7 +62,7 @@ def test_demo_once_runs_with_no_external_services(
 def test_demo_table_gives_units_and_says_what_the_labels_mean(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    assert main(["scorer", "once", "--demo", "--dry-run"]) == 0
+    assert main(["scorer", "once", "--dry-run"]) == 0
     lines = capsys.readouterr().out.splitlines()
     header = next(line.split("  ") for line in lines if line.startswith("NODE  "))
     assert [c.strip() for c in header if c.strip()] == [

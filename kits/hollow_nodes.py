@@ -38,8 +38,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from steer.adapters.kubejson import MERGE_PATCH, KubeApiError, KubeJson
-from steer.testing.cluster import (
+from kits.control_plane import (
     SHARED_KUBE,
     Component,
     ControlPlane,
@@ -48,6 +47,7 @@ from steer.testing.cluster import (
     free_port,
     kubeconfig_text,
 )
+from steer.adapters.kubejson import MERGE_PATCH, KubeApiError, KubeJson
 
 ZONE = "topology.kubernetes.io/zone"
 NODE_LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"

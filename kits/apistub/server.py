@@ -20,11 +20,11 @@ from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
-from steer.apistub import status
-from steer.apistub.api import WRITE_METHODS, Api, Reply, WatchReply
-from steer.apistub.faults import Faults, RequestRecord
-from steer.apistub.status import ApiError, JsonObject
-from steer.apistub.store import Store, resource_type
+from kits.apistub import status
+from kits.apistub.api import WRITE_METHODS, Api, Reply, WatchReply
+from kits.apistub.faults import Faults, RequestRecord
+from kits.apistub.status import ApiError, JsonObject
+from kits.apistub.store import Store, resource_type
 
 log = logging.getLogger(__name__)
 

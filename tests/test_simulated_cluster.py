@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from steer.testing.exporter import Family
-from steer.testing.simcluster import PowerModel, SimCluster, SimCollector
+from kits.simulated_cluster import PowerModel, SimCluster, SimCollector
+from kits.synthetic_exporter import Family
 
 GIB = 1024**3
 

@@ -14,8 +14,8 @@ from typing import Any
 import jsonpatch
 import yaml
 
-from steer.apistub.status import JsonObject, bad_request, unprocessable_patch
-from steer.apistub.validation import invalid_error, required
+from kits.apistub.status import JsonObject, bad_request, unprocessable_patch
+from kits.apistub.validation import invalid_error, required
 
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"

@@ -12,12 +12,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from steer.apistub import status
-from steer.apistub.faults import Faults
-from steer.apistub.patching import APPLY_PATCH, PATCH_TYPES, apply_patch, parse_body
-from steer.apistub.selectors import Matcher, field_matcher, label_matcher
-from steer.apistub.status import JsonObject
-from steer.apistub.store import PODS, RESOURCES, ResourceType, Store, now_rfc3339
+from kits.apistub import status
+from kits.apistub.faults import Faults
+from kits.apistub.patching import APPLY_PATCH, PATCH_TYPES, apply_patch, parse_body
+from kits.apistub.selectors import Matcher, field_matcher, label_matcher
+from kits.apistub.status import JsonObject
+from kits.apistub.store import PODS, RESOURCES, ResourceType, Store, now_rfc3339
 
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # The apiserver ends a watch without timeoutSeconds after --min-request-timeout (1800 s).

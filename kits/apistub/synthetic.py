@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from steer.apistub.server import ApiStub
-from steer.apistub.status import JsonObject
+from kits.apistub.server import ApiStub
+from kits.apistub.status import JsonObject
 
 DEFAULT_ZONES = ("zone-a", "zone-b", "zone-c")
 

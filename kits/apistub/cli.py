@@ -1,4 +1,5 @@
-"""`steer apistub` and `python -m steer.apistub`: serve a synthetic cluster until interrupted."""
+"""`python -m kits.apistub`: serve a synthetic cluster until interrupted (for the demo and local
+runs of the webhook against a stand-in apiserver)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,9 @@ import contextlib
 import signal
 import threading
 from collections.abc import Sequence
-from typing import Any
 
-from steer.apistub.server import ApiStub
-from steer.apistub.synthetic import DEFAULT_ZONES, seed_nodes
+from kits.apistub.server import ApiStub
+from kits.apistub.synthetic import DEFAULT_ZONES, seed_nodes
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -73,18 +73,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers: Any) -> None:
-    """Add `apistub` to a parent CLI's subcommands (`steer apistub ...`)."""
-    parser = subparsers.add_parser(
-        "apistub", help="serve a synthetic Kubernetes API (nodes, namespaces, pods, leases)"
-    )
-    _add_arguments(parser)
-    parser.set_defaults(func=run)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m steer.apistub",
+        prog="python -m kits.apistub",
         description="Serve a synthetic Kubernetes API (nodes, namespaces, pods, leases) that "
         "enforces the apiserver's label, conflict and patch rules.",
     )

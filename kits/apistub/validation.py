@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from steer.apistub.status import ApiError, JsonObject, failure
+from kits.apistub.status import ApiError, JsonObject, failure
 from steer.core.k8s_names import is_dns1123_subdomain, label_key_errors, label_value_errors
 
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")

@@ -16,7 +16,7 @@ PID and removes the work folder.
 A control plane without kubelets differs from a cluster (see ../shared/kube/README.md): Nodes are
 API objects whose status the tests write (`add_node`), pods are bound but never run and must be
 deleted with grace period 0 (`delete_pods`), and TaintNodesByCondition is off so a Node is not
-born tainted `not-ready`. Real kubelets, kubemark hollow nodes, are in steer.testing.kubelets;
+born tainted `not-ready`. Real kubelets, kubemark hollow nodes, are in kits.hollow_nodes;
 the plane stops them with itself (`attach`).
 """
 
@@ -51,7 +51,7 @@ from kubernetes import client
 
 from steer.adapters.kube import make_api_client
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 SHARED_KUBE = ROOT.parent / "shared" / "kube"
 BINARIES = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager")
 # Controllers that need kubelets or a cloud; the rest (ServiceAccounts, ReplicaSets, GC) run.
@@ -298,7 +298,7 @@ class Component:
 
 
 class Stoppable(Protocol):
-    """Anything `ControlPlane.stop()` ends with it (steer.testing.kubelets.HollowNode)."""
+    """Anything `ControlPlane.stop()` ends with it (kits.hollow_nodes.HollowNode)."""
 
     def stop(self) -> None: ...
 

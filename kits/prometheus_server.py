@@ -33,8 +33,8 @@ import requests
 import yaml
 from urllib3.exceptions import InsecureRequestWarning
 
+from kits.synthetic_exporter import SyntheticCluster, SyntheticExporter
 from steer.adapters.prometheus import PrometheusClient, PrometheusError, QueryResult
-from steer.testing.exporter import SyntheticCluster, SyntheticExporter
 
 INSTALL_HINT = "apt-get install -y prometheus"
 JOB_NAME = "synthetic-cluster"

@@ -6,7 +6,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from steer.apistub.status import JsonObject, bad_request
+from kits.apistub.status import JsonObject, bad_request
 
 Matcher = Callable[[JsonObject], bool]
 

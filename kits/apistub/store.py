@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from steer.apistub import status
-from steer.apistub.selectors import Matcher
-from steer.apistub.status import ApiError, GroupResource, JsonObject
-from steer.apistub.validation import invalid, invalid_error, object_errors
+from kits.apistub import status
+from kits.apistub.selectors import Matcher
+from kits.apistub.status import ApiError, GroupResource, JsonObject
+from kits.apistub.validation import invalid, invalid_error, object_errors
 
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 

@@ -6,7 +6,7 @@ a kubelet-less control plane, for the placement benchmark.
     with ApiPoller(api_client, cluster), SimExporter(cluster) as exporter:
         ...  # a Prometheus scraping exporter.target (honor_labels: true) sees the pods bind
 
-`SyntheticCluster` (steer.testing.exporter) is state a test sets by hand; here the state is what
+`SyntheticCluster` (kits.synthetic_exporter) is state a test sets by hand; here the state is what
 the apiserver holds. `ApiPoller` lists nodes and pods every `interval_s` (1 s) and hands the
 raw JSON to `SimCluster.update`; tests call `update` with dicts directly, no cluster needed.
 Every scrape evaluates the state at that moment:
@@ -52,8 +52,8 @@ from kubernetes import client
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from kits.synthetic_exporter import CollectorServer, Family
 from steer.core.quantity import QuantityError, parse_quantity
-from steer.testing.exporter import CollectorServer, Family
 
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_MODEL = "NVIDIA A100-SXM4-80GB"

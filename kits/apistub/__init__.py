@@ -6,7 +6,7 @@ taint validation (422), resourceVersion conflicts (409), the PATCH flavours' sem
 paging and watches that expire (410). Bodies match those captured from a real apiserver.
 """
 
-from steer.apistub.faults import RequestRecord
-from steer.apistub.server import ApiStub
+from kits.apistub.faults import RequestRecord
+from kits.apistub.server import ApiStub
 
 __all__ = ["ApiStub", "RequestRecord"]

@@ -1,8 +1,0 @@
-"""`python -m steer.apistub`: serve a synthetic cluster until interrupted (for the demo)."""
-
-import sys
-
-from steer.apistub.cli import main
-
-if __name__ == "__main__":
-    sys.exit(main())

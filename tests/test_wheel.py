@@ -1,0 +1,102 @@
+"""The wheel holds the product and nothing else: no test kit, and `steer` runs from it alone.
+
+The kits (`kits/`: the API stand-in, the control-plane launcher, the exporters, the demo) stay
+in the checkout; `[tool.setuptools.packages.find]` in pyproject.toml leaves them out, and the
+image installs this same wheel.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+PRODUCT = {"steer", "scorer", "webhook", "certs"}
+# Where kits lived before they left the product package, and where they live now.
+KIT_PATHS = ("kits/", "steer/testing/", "steer/apistub/", "scorer/demo.py")
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel `pip wheel .` builds, from a copy of every top-level package of the checkout
+    (an in-tree build would leave build/ beside the sources); no network, no build isolation."""
+    src = tmp_path_factory.mktemp("src")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, src / name)
+    packages = sorted(p.parent.name for p in ROOT.glob("*/__init__.py"))
+    assert "kits" in packages  # the build sees the kits and must leave them out
+    for name in packages:
+        shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+    out = tmp_path_factory.mktemp("wheel")
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    build = subprocess.run(
+        [
+            *pip,
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-w",
+            str(out),
+            str(src),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert build.returncode == 0, build.stderr
+    (built,) = out.glob("kube_steer-*.whl")
+    return built
+
+
+def test_the_wheel_holds_the_product_packages_and_no_kit(wheel: Path) -> None:
+    names = zipfile.ZipFile(wheel).namelist()
+    top = {n.split("/")[0] for n in names if ".dist-info/" not in n}
+    assert top == PRODUCT
+    assert [n for n in names if n.startswith(KIT_PATHS)] == []
+    assert "steer/presets/policy.yaml" in names  # the example policy is product data
+    (entry_points,) = (n for n in names if n.endswith(".dist-info/entry_points.txt"))
+    assert "steer = steer.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+
+
+def test_steer_runs_from_the_wheel_alone(wheel: Path, tmp_path: Path) -> None:
+    """Every subcommand module imports from the unpacked wheel: none reaches for a kit."""
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    probe = (
+        "import contextlib, importlib.util, io, json, sys\n"
+        "from steer.cli import main\n"
+        "out = io.StringIO()\n"
+        "with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):\n"
+        "    main(['--help'])\n"
+        "files = {m.__name__: getattr(m, '__file__', None) for m in list(sys.modules.values())\n"
+        "         if m.__name__.split('.')[0] in ('steer', 'scorer', 'webhook', 'certs', 'kits')}\n"
+        "print(json.dumps({'help': out.getvalue(), 'files': files,\n"
+        "                  'kits': importlib.util.find_spec('kits') is not None}))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    # cwd first on sys.path: the wheel's modules win over the editable install of the checkout
+    run = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=site,
+        env=env,
+    )
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout)
+    assert result["help"].startswith("usage: steer ")
+    assert "apistub" not in result["help"]
+    assert {"scorer.cli", "webhook.cli", "certs.cli"} <= set(result["files"])
+    outside = {m: f for m, f in result["files"].items() if f and not f.startswith(str(site))}
+    assert outside == {}
+    assert result["kits"] is False
