@@ -20,7 +20,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from werkzeug.serving import BaseWSGIServer, make_server
 
 from scorer.clusterscore import cluster_detail
-from scorer.explain import explain_pod, node_detail, nodes_table
+from scorer.explain import detail_view, explain_pod, nodes_view
 from scorer.kubeapi import KubeApiError
 from scorer.service import Scorer
 from steer.adapters.policy_file import ReloadStatus
@@ -69,7 +69,7 @@ def create_app(scorer: Scorer, *, policy_status: Callable[[], ReloadStatus] | No
         last = scorer.last
         if last is None:
             return no_cycle()
-        return _json({**cycle_info(), **nodes_table(last.plan)})
+        return _json({**cycle_info(), **nodes_view(last.plan).to_json()})
 
     @app.get("/explain/cluster")
     def explain_cluster() -> Response:
@@ -85,10 +85,10 @@ def create_app(scorer: Scorer, *, policy_status: Callable[[], ReloadStatus] | No
         last = scorer.last
         if last is None:
             return no_cycle()
-        detail = node_detail(scorer.policy, last.plan, name)
+        detail = detail_view(scorer.policy, last.plan, name)
         if detail is None:
             return _error(404, f"node {name!r} was not in the last cycle ({len(last.nodes)} nodes)")
-        return _json({**cycle_info(), **detail})
+        return _json({**cycle_info(), **detail.to_json()})
 
     def explain(
         pod: dict[str, Any], namespace: str | None, labels: dict[str, str] | None
@@ -114,7 +114,7 @@ def create_app(scorer: Scorer, *, policy_status: Callable[[], ReloadStatus] | No
             result = explain_pod(scorer.policy, last.plan, last.nodes, pod, labels, namespace)
         except UninterpretablePod as exc:
             return _error(400, f"body: {exc}")
-        return _json({**cycle_info(), "namespace": namespace, "notes": notes, **result.to_dict()})
+        return _json({**cycle_info(), "namespace": namespace, "notes": notes, **result.to_json()})
 
     @app.post("/explain/pod")
     def explain_posted_pod() -> Response:

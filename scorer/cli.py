@@ -11,7 +11,6 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,8 @@ import yaml
 
 from scorer.cleanup import clean_nodes, live_leader
 from scorer.explain import node_row, plan_table
+from scorer.explain.render import node_text, nodes_text, pod_text
+from scorer.explain.view import NodeDetail, NodesTable, PodExplanation, Served
 from scorer.kubeapi import KubeApiError
 from scorer.leader import DEFAULT_LEASE_NAME
 from scorer.retire import Removal
@@ -411,46 +412,8 @@ def _cmd_explain_node(args: argparse.Namespace) -> int:
     if args.output == "json":
         print(json.dumps(body, indent=2))
         return 0
-    print(f"node {body['node']}  policy {body['policyVersion']}  leader={body.get('leader')}")
-    rows = [("DIMENSION", "STATUS", "RAW", "UNIT", "SCORE", "LABEL", "OBSERVED", "QUERY")]
-    for d in body["dimensions"]:
-        label = f"{_short_key(d['labelKey'])}={d['label']}" if d["label"] is not None else "-"
-        rows.append(
-            (
-                d["dimension"],
-                d["status"],
-                _fmt(d["raw"]),
-                d.get("unit") or "-",
-                _fmt(d["score"]),
-                label,
-                d["observedAt"] or "-",
-                " ".join(d["query"].split()),
-            )
-        )
-    print(_table(rows))
-    for c in body["composites"]:
-        print(
-            f"composite {c['key']} = {c['label'] or '-'} (score {_fmt(c['score'])}, hot penalty {c['hotPenalty']})"
-        )
-    for c in body["conditions"]:
-        print(
-            f"condition {c['rule']}: {c['condition']} observed {_fmt(c['observed'])} active={c['active']}"
-        )
-    print(
-        "taints: "
-        + (
-            ", ".join(f"{t['key']}={t.get('value', '')}:{t['effect']}" for t in body["taints"])
-            or "-"
-        )
-    )
-    for pool in (body.get("budgetPools") or {}).get("pools") or ():
-        print(f"pool {pool['resource']} = {pool['published'] or '-'}: {pool['why']}")
+    print(node_text(NodeDetail.from_json(body), Served.from_json(body)))
     return 0
-
-
-def _short_key(key: str) -> str:
-    """A key without its prefix's domain (`kube-steer.github.io/score-power` → `score-power`)."""
-    return key.rsplit("/", 1)[-1]
 
 
 def _cmd_explain_nodes(args: argparse.Namespace) -> int:
@@ -458,25 +421,7 @@ def _cmd_explain_nodes(args: argparse.Namespace) -> int:
     if args.output == "json":
         print(json.dumps(body, indent=2))
         return 0
-    # Columns named by their labels (`score-gpu-util`, `overcommit-pct`, `score`), not by the
-    # metric, so a low number under a `score-` header reads as "worse", as it is.
-    keys = [d["labelKey"] for d in body["dimensions"]]
-    composites = list(body["nodes"][0]["composite"]) if body["nodes"] else []
-    rows = [("NODE", *(_short_key(k) for k in keys + composites), "TAINTS")]
-    for n in body["nodes"]:
-        rows.append(
-            (
-                n["node"],
-                *(n["labels"].get(key, "-") for key in keys + composites),
-                ",".join(_short_key(t) for t in n["taints"]) or "-",
-            )
-        )
-    print(_table(rows))
-    stale = [d["dimension"] for d in body["dimensions"] if d["stale"]]
-    print(
-        f"policy {body['policyVersion']}, leader={body.get('leader')}"
-        + (f", stale: {', '.join(stale)}" if stale else "")
-    )
+    print(nodes_text(NodesTable.from_json(body), Served.from_json(body)))
     return 0
 
 
@@ -512,39 +457,5 @@ def _cmd_explain_pod(args: argparse.Namespace) -> int:
     if args.output == "json":
         print(json.dumps(body, indent=2))
         return 0
-    print(
-        f"pod class: {body['podClass'] or '-'}  tenant: {body['tenant'] or '-'}  policy {body['policyVersion']}"
-    )
-    for note in body.get("notes") or ():
-        print(f"note: {note}")
-    rows = [("RANK", "NODE", "STEERING", "USER", "SOFT TAINTS")]
-    for a in body["allowed"]:
-        rows.append(
-            (
-                str(a["rank"]),
-                a["node"],
-                str(a["steeringWeight"]),
-                str(a["userWeight"]),
-                ",".join(a["softTaints"]) or "-",
-            )
-        )
-    print(_table(rows))
-    for e in body["excluded"]:
-        for x in e["exclusions"]:
-            print(
-                f"excluded {e['node']}: {x['rule']}: {x['reason']} {json.dumps(x['data'], sort_keys=True)}"
-            )
+    print(pod_text(PodExplanation.from_json(body), Served.from_json(body)))
     return 0
-
-
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
-
-
-def _table(rows: Sequence[tuple[str, ...]]) -> str:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip() for r in rows)

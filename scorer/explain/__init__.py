@@ -1,0 +1,70 @@
+"""Why a node carries its labels, and where a pod may go: the answers behind `/explain`.
+
+One view model, many renderers. The producers build typed views once: `nodes` (a
+`CyclePlan` into the node rows and the node detail) and `pod` (the scheduler's filters and
+ranking on the steered pod); `view` holds the frozen types with their `to_json()` (the HTTP
+answer, `steer scorer once --output json`) and `from_json()` (the CLI reading the answer back);
+`render` draws the CLI's tables from the views; `table` is the text plan of
+`steer scorer once`. All pure: the HTTP and the argument parsing are in scorer/app.py and
+scorer/cli.py.
+"""
+
+from scorer.explain.nodes import (
+    budget_pools,
+    detail_view,
+    node_detail,
+    node_row,
+    nodes_table,
+    nodes_view,
+    row_view,
+)
+from scorer.explain.pod import effective_labels, effective_taints, explain_pod
+from scorer.explain.table import plan_table
+from scorer.explain.view import (
+    BudgetPools,
+    CompositeValue,
+    ConditionValue,
+    DimensionCell,
+    DimensionStatus,
+    DimensionValue,
+    Exclusion,
+    FloorView,
+    GateView,
+    NodeDetail,
+    NodeRow,
+    NodesTable,
+    NodeVerdict,
+    PodExplanation,
+    PoolView,
+    Served,
+)
+
+__all__ = [
+    "BudgetPools",
+    "CompositeValue",
+    "ConditionValue",
+    "DimensionCell",
+    "DimensionStatus",
+    "DimensionValue",
+    "Exclusion",
+    "FloorView",
+    "GateView",
+    "NodeDetail",
+    "NodeRow",
+    "NodeVerdict",
+    "NodesTable",
+    "PodExplanation",
+    "PoolView",
+    "Served",
+    "budget_pools",
+    "detail_view",
+    "effective_labels",
+    "effective_taints",
+    "explain_pod",
+    "node_detail",
+    "node_row",
+    "nodes_table",
+    "nodes_view",
+    "plan_table",
+    "row_view",
+]

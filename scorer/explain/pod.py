@@ -1,0 +1,380 @@
+"""Where a pod may go: the scheduler's filters and NodeAffinity's ranking, simulated on the
+labels, taints and resources each node carries once the plan is applied.
+
+Pure: a `CyclePlan`, the nodes as read and a pod spec in, a `PodExplanation`
+(scorer/explain/view.py) out. The pod is evaluated exactly as the webhook mutates it
+(`steer.core.steering`), so the answer matches what the stock scheduler does with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from fractions import Fraction
+from typing import Any
+
+from scorer.explain.nodes import condition_text, gate_view, pool_view, time_text
+from scorer.explain.view import Exclusion, NodeVerdict, PodExplanation
+from scorer.model import NodeState
+from scorer.plan import CyclePlan, NodePlan
+from steer.core.admission import ValidationPlan, validate_pod
+from steer.core.encoding import preference_weight
+from steer.core.policy import Policy, Tenant
+from steer.core.quantity import QuantityError, parse_quantity
+from steer.core.scheduling import (
+    UNSCHEDULABLE_TAINT,
+    Taint,
+    blocking_taints,
+    node_selector_matches,
+    pod_spec_of,
+    preferred_terms,
+    required_terms,
+    selector_problems,
+    term_matches,
+    terms_match,
+    tolerated,
+    toleration_problems,
+)
+from steer.core.steering import (
+    NodeConstraints,
+    class_preferences,
+    classify_pod,
+    condition_key,
+    dimension_key,
+    excluded_namespaces,
+    opted_in,
+    overcommit_key,
+    owned_label_keys,
+    owned_taint_keys,
+    pod_constraints,
+    pod_gates,
+    steered_constraints,
+    tenant_for,
+)
+
+
+def effective_labels(
+    node: NodeState, plan: NodePlan | None, owned: frozenset[str]
+) -> dict[str, str]:
+    """The node's labels once `plan` is applied (its own view when this replica does not write)."""
+    if plan is None:
+        return dict(node.labels)
+    labels = {k: v for k, v in node.labels.items() if k not in owned}
+    labels.update(plan.labels)
+    return labels
+
+
+def effective_taints(
+    node: NodeState, plan: NodePlan | None, owned: frozenset[str]
+) -> tuple[Taint, ...]:
+    if plan is None:
+        return node.taints
+    replaced = owned | plan.retired_taint_keys
+    return tuple(t for t in node.taints if t.key not in replaced) + plan.taints
+
+
+def _key_data(
+    policy: Policy, plan: NodePlan | None, key: str, labels: Mapping[str, str]
+) -> dict[str, Any]:
+    """The data behind one label key on one node: the label, and the observation behind it."""
+    data: dict[str, Any] = {"key": key, "label": labels.get(key)}
+    if plan is None:
+        return data
+    for dim in policy.spec.dimensions:
+        if dimension_key(policy, dim) == key and dim.name in plan.dimensions:
+            entry = plan.dimensions[dim.name]
+            data.update(
+                dimension=dim.name,
+                raw=entry.raw,
+                status=str(entry.status),
+                observedAt=time_text(entry.observed_at),
+            )
+    for rule in policy.spec.taints:
+        if condition_key(policy, rule) == key and rule.name in plan.conditions:
+            cond = plan.conditions[rule.name]
+            data.update(
+                condition=condition_text(policy, rule.name),
+                observed=cond.observed,
+                status=str(cond.status),
+            )
+    return data
+
+
+def _gate_label(policy: Policy, rule: str) -> str | None:
+    """The label whose data closes a gate: the taint rule's condition, or `overcommit-pct`."""
+    kind, _, name = rule.partition(":")
+    if kind == "avoid":
+        return condition_key(policy, policy.taint_rule(name))
+    if kind == "overcommit":
+        return overcommit_key(policy)
+    return None
+
+
+def _resource_exclusions(
+    policy: Policy, plan: NodePlan, requests: Mapping[str, Fraction], labels: Mapping[str, str]
+) -> list[Exclusion]:
+    """What NodeResourcesFit refuses of the gates and pools this plan publishes: a request above
+    what is free there (capacity - what the node's bound pods hold)."""
+    out = []
+    for gate in plan.gates:
+        need = requests.get(gate.resource, Fraction(0))
+        if need > 0 and need > gate.free:
+            data: dict[str, Any] = {"gate": gate_view(gate).to_json()}
+            key = _gate_label(policy, gate.rule)
+            if key is not None:
+                data["label"] = _key_data(policy, plan, key, labels)
+            out.append(
+                Exclusion(
+                    rule=gate.rule,
+                    reason=f"{gate.resource} is {'open' if gate.open else 'closed'} "
+                    f"({gate.why}): {max(gate.free, 0)} free",
+                    data=data,
+                )
+            )
+    for pool in plan.pools:
+        need = requests.get(pool.resource, Fraction(0))
+        if need > 0 and need > pool.free:
+            out.append(
+                Exclusion(
+                    rule="budget:pool",
+                    reason=(
+                        f"{pool.resource}: the pod needs {_quantity_text(need)} {pool.unit}, "
+                        f"{max(pool.free, 0)} free ({pool.capacity} published - {pool.taken} "
+                        "held by pods in the pool)"
+                    ),
+                    data={"needs": int(need), "pool": pool_view(pool).to_json()},
+                )
+            )
+    return out
+
+
+def explain_pod(
+    policy: Policy,
+    cycle: CyclePlan | None,
+    nodes: Sequence[NodeState],
+    pod: Mapping[str, Any],
+    namespace_labels: Mapping[str, str],
+    namespace: str | None = None,
+) -> PodExplanation:
+    """Which nodes the scheduler's filters leave for the pod once the webhook has steered it,
+    their rank, and why the others are excluded.
+
+    The pod is evaluated as mutated: its required terms with the policy's rules merged in and
+    its tolerations with the injected ones appended, by the functions the webhook applies
+    (`steered_constraints`), under Kubernetes' rules (`steer.core.scheduling`). A node is
+    excluded by NodeAffinity (nodeSelector and required terms; the reasons name the policy rule
+    or the pod's own field that fails), NoSchedule/NoExecute taints and cordons the pod does not
+    tolerate, and the overcommit pools. Rank is by the weight the NodeAffinity plugin would add
+    up: the injected preference terms plus the pod's own preferred terms (ties share a rank).
+    A pod of a namespace that is not opted in is evaluated as it is: the webhook leaves it alone.
+    Raises UninterpretablePod for a malformed field.
+    """
+    spec = pod_spec_of(pod)
+    pod_class = classify_pod(policy, spec)
+    tenant = tenant_for(policy, namespace_labels)
+    steers = opted_in(policy, namespace, namespace_labels)
+    if steers:
+        preferences = class_preferences(policy, pod_class)
+        steered = steered_constraints(policy, tenant, pod_class, spec)
+    else:
+        preferences, steered = (), pod_constraints(spec)
+    gate_rules = (
+        {g.resource: g.rule for g in pod_gates(policy, tenant, pod_class)} if steers else {}
+    )
+    gates = tuple(sorted(n for n in steered.requests if n in gate_rules))
+    user_terms = required_terms(spec)
+    problems = (
+        toleration_problems(steered.tolerations)
+        + selector_problems(user_terms, "spec.affinity.nodeAffinity.required.nodeSelectorTerms")
+        + _denials(policy, spec, steered, tenant, namespace)
+    )
+    owned_labels = owned_label_keys(policy)
+    owned_taints = owned_taint_keys(policy)
+    user_prefs = preferred_terms(spec)
+    verdicts = []
+    for node in nodes:
+        plan = cycle.node(node.name) if cycle is not None else None
+        labels = effective_labels(node, plan, owned_labels)
+        taints = effective_taints(node, plan, owned_taints)
+        exclusions: list[Exclusion] = []
+        if problems:
+            exclusions.append(
+                Exclusion(
+                    rule="admission", reason="the pod is not admitted: " + "; ".join(problems)
+                )
+            )
+        exclusions += _affinity_exclusions(
+            policy,
+            plan,
+            node.name,
+            labels,
+            steered.node_selector,
+            user_terms,
+            steered.required_terms,
+        )
+        for taint in blocking_taints(steered.tolerations, taints, unschedulable=node.unschedulable):
+            if taint == UNSCHEDULABLE_TAINT and node.unschedulable:
+                exclusions.append(
+                    Exclusion(
+                        rule="node.spec.unschedulable",
+                        reason=f"the node is cordoned and the pod does not tolerate {taint}",
+                    )
+                )
+                continue
+            data: dict[str, Any] = {"taint": taint.to_k8s()}
+            if taint.key in owned_taints:
+                data.update(_key_data(policy, plan, taint.key, labels))
+            exclusions.append(
+                Exclusion(rule=f"taint {taint}", reason="the pod does not tolerate it", data=data)
+            )
+        soft = [str(t) for t in taints if not t.blocks and not tolerated(steered.tolerations, t)]
+        exclusions += _fit_exclusions(node, plan, steered.requests, gate_rules)
+        if plan is not None:
+            exclusions += _resource_exclusions(policy, plan, steered.requests, labels)
+        user_weight = sum(
+            int(p.get("weight", 0))
+            for p in user_prefs
+            if term_matches(p.get("preference") or {}, labels, node.name)
+        )
+        verdicts.append(
+            NodeVerdict(
+                node=node.name,
+                exclusions=tuple(exclusions),
+                steering_weight=preference_weight(labels, preferences),
+                user_weight=user_weight,
+                soft_taints=tuple(soft),
+            )
+        )
+
+    allowed = sorted(
+        (v for v in verdicts if v.allowed),
+        key=lambda v: (-(v.steering_weight + v.user_weight), v.node),
+    )
+    ranked: list[NodeVerdict] = []
+    for i, verdict in enumerate(allowed):
+        total = verdict.steering_weight + verdict.user_weight
+        if ranked and ranked[-1].steering_weight + ranked[-1].user_weight == total:
+            rank = ranked[-1].rank
+        else:
+            rank = i + 1
+        ranked.append(
+            NodeVerdict(
+                verdict.node,
+                (),
+                verdict.steering_weight,
+                verdict.user_weight,
+                rank,
+                verdict.soft_taints,
+            )
+        )
+    excluded = sorted((v for v in verdicts if not v.allowed), key=lambda v: v.node)
+    return PodExplanation(
+        policy_version=policy.version,
+        pod_class=pod_class.name if pod_class else None,
+        tenant=tenant.name if tenant else None,
+        preferences=preferences,
+        gates=gates,
+        verdicts=tuple(ranked + excluded),
+        injected_tolerations=steered.injected_tolerations,
+        problems=problems,
+        steered=steers,
+    )
+
+
+def _denials(
+    policy: Policy,
+    spec: Mapping[str, Any],
+    steered: NodeConstraints,
+    tenant: Tenant | None,
+    namespace: str | None,
+) -> tuple[str, ...]:
+    """What the webhook's validation denies in the pod as mutated (validation runs after every
+    mutation): its tolerations and schedulerName are the steered ones."""
+    if namespace is not None and namespace in excluded_namespaces(policy):
+        return ()
+    admitted = {**spec, "tolerations": list(steered.tolerations)}
+    if steered.scheduler_name:
+        admitted["schedulerName"] = steered.scheduler_name
+    denials = validate_pod(
+        ValidationPlan.from_policy(policy), {"spec": admitted}, tenant, namespace or "?"
+    )
+    return tuple(f"the webhook denies it: {d.message}" for d in denials)
+
+
+def _fit_exclusions(
+    node: NodeState,
+    plan: NodePlan | None,
+    requests: Mapping[str, Fraction],
+    gate_rules: Mapping[str, str],
+) -> list[Exclusion]:
+    """NodeResourcesFit against the node's allocatable, before other pods take their share
+    (the scorer does not track cpu and memory in use). A gate or pool this cycle publishes is
+    judged by `_resource_exclusions` instead, with what the node's pods hold. A node whose
+    allocatable was not read (empty) is not judged."""
+    if not node.allocatable:
+        return []
+    planned = {p.resource for p in plan.pools} | {g.resource for g in plan.gates} if plan else set()
+    out = []
+    for name, need in requests.items():
+        if need <= 0 or name in planned:
+            continue
+        try:
+            offered = parse_quantity(node.allocatable.get(name, "0"))
+        except QuantityError:
+            offered = Fraction(0)
+        if need > offered and name in gate_rules:
+            out.append(
+                Exclusion(
+                    rule=gate_rules[name],
+                    reason=f"the gate {name} is {node.allocatable.get(name, 'not published')} on "
+                    "the node (the scorer publishes it once it has seen the node's pods)",
+                    data={"resource": name, "allocatable": node.allocatable.get(name)},
+                )
+            )
+        elif need > offered:
+            out.append(
+                Exclusion(
+                    rule="resources",
+                    reason=f"{name}: the pod requests {_quantity_text(need)}, the node's "
+                    f"allocatable is {node.allocatable.get(name, '0')}",
+                    data={"resource": name, "allocatable": node.allocatable.get(name)},
+                )
+            )
+    return out
+
+
+def _quantity_text(value: Fraction) -> str:
+    return str(value.numerator) if value.denominator == 1 else f"{float(value):g}"
+
+
+def _affinity_exclusions(
+    policy: Policy,
+    plan: NodePlan | None,
+    node: str,
+    labels: Mapping[str, str],
+    node_selector: Mapping[str, Any],
+    user_terms: Sequence[Mapping[str, Any]] | None,
+    steered_terms: Sequence[Mapping[str, Any]] | None,
+) -> list[Exclusion]:
+    """NodeAffinity's verdict on the mutated pod, with the policy rules and the pod's own
+    fields that fail as reasons (the merged terms fail exactly when one of those does)."""
+    out = []
+    if not node_selector_matches(node_selector, labels):
+        mismatched = {k: v for k, v in node_selector.items() if labels.get(k) != str(v)}
+        out.append(
+            Exclusion(
+                rule="pod.spec.nodeSelector",
+                reason="node labels do not match the pod's nodeSelector",
+                data={"wanted": mismatched, "node": {k: labels.get(k) for k in mismatched}},
+            )
+        )
+    if terms_match(steered_terms, labels, node):
+        return out
+    if not terms_match(user_terms, labels, node):
+        out.append(
+            Exclusion(
+                rule="pod.spec.affinity.nodeAffinity.required",
+                reason="no nodeSelectorTerm of the pod matches the node",
+                data={"terms": list(user_terms or ())},
+            )
+        )
+    return out

@@ -1,0 +1,107 @@
+"""Text for people: the tables `steer explain node|nodes|pod` prints, rendered from the view
+model (scorer/explain/view.py) the CLI reads back from the scorer's answer."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from scorer.explain.view import NodeDetail, NodesTable, PodExplanation, Served
+
+
+def short_key(key: str) -> str:
+    """A key without its prefix's domain (`kube-steer.github.io/score-power` → `score-power`)."""
+    return key.rsplit("/", 1)[-1]
+
+
+def node_text(detail: NodeDetail, served: Served) -> str:
+    lines = [f"node {detail.node}  policy {detail.policy_version}  leader={served.leader}"]
+    rows = [("DIMENSION", "STATUS", "RAW", "UNIT", "SCORE", "LABEL", "OBSERVED", "QUERY")]
+    for d in detail.dimensions:
+        label = f"{short_key(d.label_key)}={d.label}" if d.label is not None else "-"
+        rows.append(
+            (
+                d.dimension,
+                d.status,
+                _fmt(d.raw),
+                d.unit or "-",
+                _fmt(d.score),
+                label,
+                d.observed_at or "-",
+                " ".join(d.query.split()),
+            )
+        )
+    lines.append(_table(rows))
+    for c in detail.composites:
+        lines.append(
+            f"composite {c.key} = {c.label or '-'} (score {_fmt(c.score)}, hot penalty {c.hot_penalty})"
+        )
+    for cond in detail.conditions:
+        lines.append(
+            f"condition {cond.rule}: {cond.condition} observed {_fmt(cond.observed)} active={cond.active}"
+        )
+    lines.append(
+        "taints: " + (", ".join(f"{t.key}={t.value}:{t.effect}" for t in detail.taints) or "-")
+    )
+    for pool in detail.budget_pools.pools:
+        lines.append(f"pool {pool.resource} = {pool.published or '-'}: {pool.why}")
+    return "\n".join(lines)
+
+
+def nodes_text(table: NodesTable, served: Served) -> str:
+    # Columns named by their labels (`score-gpu-util`, `overcommit-pct`, `score`), not by the
+    # metric, so a low number under a `score-` header reads as "worse", as it is.
+    keys = [d.label_key for d in table.dimensions]
+    composites = list(table.nodes[0].composites) if table.nodes else []
+    rows = [("NODE", *(short_key(k) for k in keys + composites), "TAINTS")]
+    for n in table.nodes:
+        rows.append(
+            (
+                n.node,
+                *(n.labels.get(key, "-") for key in keys + composites),
+                ",".join(short_key(str(t)) for t in n.taints) or "-",
+            )
+        )
+    stale = [d.dimension for d in table.dimensions if d.stale]
+    footer = f"policy {table.policy_version}, leader={served.leader}" + (
+        f", stale: {', '.join(stale)}" if stale else ""
+    )
+    return f"{_table(rows)}\n{footer}"
+
+
+def pod_text(pod: PodExplanation, served: Served) -> str:
+    lines = [
+        f"pod class: {pod.pod_class or '-'}  tenant: {pod.tenant or '-'}  policy {pod.policy_version}"
+    ]
+    lines += [f"note: {note}" for note in served.notes]
+    rows = [("RANK", "NODE", "STEERING", "USER", "SOFT TAINTS")]
+    for a in pod.allowed:
+        rows.append(
+            (
+                str(a.rank),
+                a.node,
+                str(a.steering_weight),
+                str(a.user_weight),
+                ",".join(a.soft_taints) or "-",
+            )
+        )
+    lines.append(_table(rows))
+    for e in pod.excluded:
+        for x in e.exclusions:
+            lines.append(
+                f"excluded {e.node}: {x.rule}: {x.reason} {json.dumps(x.data, sort_keys=True)}"
+            )
+    return "\n".join(lines)
+
+
+def _fmt(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def _table(rows: Sequence[tuple[str, ...]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip() for r in rows)

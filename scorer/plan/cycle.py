@@ -1,0 +1,115 @@
+"""One scoring cycle: every node's plan, each dimension's summary, and the memory for the next.
+
+Pure: no clock, no network (the rules are in scorer/plan/__init__.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from types import MappingProxyType
+
+from scorer.model import NodeState
+from scorer.observe import DimensionFailure, DimensionReading
+from scorer.plan.layout import CycleContext, CycleLayout
+from scorer.plan.model import CyclePlan, DimensionSummary, ScorerMemory, TaintCounter
+from scorer.plan.node import plan_node
+from steer.core.budget import Floor, PodUsage
+from steer.core.policy import Policy
+
+
+def plan_cycle(
+    policy: Policy,
+    nodes: Sequence[NodeState],
+    readings: Mapping[str, DimensionReading],
+    memory: ScorerMemory,
+    now: float,
+    *,
+    failures: Mapping[str, DimensionFailure] | None = None,
+    hot: Mapping[str, int] | None = None,
+    pod_usages: Mapping[str, Sequence[PodUsage]] | None = None,
+    known: Iterable[str] | None = None,
+) -> tuple[CyclePlan, ScorerMemory]:
+    """Plan one cycle. `readings` holds the dimensions queried successfully this cycle; a
+    dimension absent from it counts as not observed (its data ages). Pass no readings to
+    recompute composites from memory alone (e.g. for new hot-node counts): taint debounce
+    counters only advance on fresh observations.
+
+    `pod_usages` holds the pods bound to each node (a node absent from it has none), from a
+    complete pod ledger; None when there is none, and then no gate or pool is set.
+
+    `known` names every node of the cluster when `nodes` is only some of them (a refresh after
+    pod events replans just the nodes whose pods changed): the memory of the others is kept,
+    and their scores still count in every normalisation."""
+    failures = failures or {}
+    hot = hot or {}
+    layout = CycleLayout.of(policy)
+    names = {n.name for n in nodes} if known is None else set(known)
+    context = CycleContext.of(layout, names, readings, memory, now)
+    planned = {n.name for n in nodes}
+    # Nodes not replanned now keep their debounce state and floor.
+    counters: dict[tuple[str, str], TaintCounter] = {
+        k: v for k, v in memory.counters.items() if k[1] in names and k[1] not in planned
+    }
+    floors: dict[str, Floor] = {
+        k: v for k, v in memory.floors.items() if k in names and k not in planned
+    }
+    node_plans = []
+    for node in nodes:
+        pods = None if pod_usages is None else pod_usages.get(node.name, ())
+        plan = plan_node(context, node, hot.get(node.name, 0), pods)
+        node_plans.append(plan)
+        for rule, state in plan.conditions.items():
+            counters[(rule, node.name)] = TaintCounter(state.active, state.streak)
+        if plan.floor is not None:
+            floors[node.name] = plan.floor
+
+    last_success = dict(memory.last_success)
+    for name, done in readings.items():
+        last_success[name] = max(done.observed_at, last_success.get(name, done.observed_at))
+    summaries = []
+    for d in layout.dims:
+        reading = readings.get(d.name)
+        failure = failures.get(d.name)
+        success = last_success.get(d.name)
+        age = None if success is None else max(0.0, now - success)
+        summaries.append(
+            DimensionSummary(
+                dimension=d.name,
+                label_key=d.key,
+                query=d.dim.what,
+                unit=d.dim.raw_unit,
+                ok=reading is not None,
+                stale=age is None or age > d.ttl,
+                last_success=success,
+                age_s=age,
+                nodes=sum(1 for p in node_plans if d.key in p.labels),
+                samples=reading.samples if reading else 0,
+                unknown=reading.unknown if reading else 0,
+                unknown_examples=reading.unknown_examples if reading else (),
+                duration_s=reading.duration_s
+                if reading
+                else failure.duration_s
+                if failure
+                else 0.0,
+                error=failure.message if failure else None,
+                error_kind=failure.kind if failure else None,
+            )
+        )
+    cycle = CyclePlan(
+        policy_version=policy.version,
+        planned_at=now,
+        nodes=tuple(node_plans),
+        dimensions=tuple(summaries),
+        pods_known=pod_usages is not None,
+    )
+    new_memory = ScorerMemory(
+        observations=MappingProxyType(context.observations),
+        counters=MappingProxyType(counters),
+        last_success=MappingProxyType(last_success),
+        floors=MappingProxyType(
+            floors
+            if pod_usages is not None
+            else {k: v for k, v in memory.floors.items() if k in names}
+        ),
+    )
+    return cycle, new_memory

@@ -1,0 +1,152 @@
+"""One node's plan: its dimension labels, composites, taint conditions, reserved-class labels,
+gates and pools, and the annotations that record them, against what the node carries now."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from scorer.model import NodeState, rfc3339
+from scorer.plan.conditions import plan_condition
+from scorer.plan.dimensions import bucket, observed_times, score_dimension
+from scorer.plan.layout import CycleContext
+from scorer.plan.model import CompositeScore, ConditionState, DimensionScore, NodePlan
+from scorer.plan.record import ManagedRecord
+from scorer.plan.resources import plan_resources
+from steer.core.budget import PodUsage
+from steer.core.encoding import composite, quantise
+from steer.core.scheduling import Taint
+from steer.core.steering import CONDITION_VALUE, offers
+
+
+def plan_node(
+    cycle: CycleContext, node: NodeState, hot_pods: int, pods: Sequence[PodUsage] | None
+) -> NodePlan:
+    """What one node should carry: `hot_pods` pods bound to it in the hot-node window, `pods`
+    its bound pods from a complete pod ledger (None: there is none, gates and pools stay)."""
+    layout, memory = cycle.layout, cycle.memory
+    current = node.labels
+    times = observed_times(node, layout.annotation_key)
+    desired: dict[str, str] = {}
+    dims: dict[str, DimensionScore] = {}
+    for d in layout.dims:
+        entry = score_dimension(d, node, cycle, times)
+        dims[d.name] = entry
+        if entry.label is not None:
+            desired[d.key] = entry.label
+
+    comps = []
+    usable = {n: e.score for n, e in dims.items() if e.score is not None and e.label is not None}
+    for class_name, key, weights in layout.composites:
+        penalty = 0.0 if class_name in layout.packing else hot_pods * layout.penalty_per_pod
+        value = composite(usable, weights)
+        label = None
+        penalised = None
+        if value is not None:
+            penalised = max(0.0, value - penalty)
+            label = str(
+                quantise(penalised, layout.step, bucket(current.get(key)), layout.hysteresis)
+            )
+            desired[key] = label
+        comps.append(
+            CompositeScore(
+                key=key,
+                pod_class=class_name,
+                score=penalised,
+                unpenalised=value,
+                penalty=penalty if value is not None else 0.0,
+                label=label,
+            )
+        )
+
+    conditions: dict[str, ConditionState] = {}
+    desired_taints: list[Taint] = []
+    for r in layout.rules:
+        state = plan_condition(r, node, dims, memory, layout.policy.spec.label_prefix)
+        conditions[r.rule.name] = state
+        if state.active:
+            desired[r.key] = CONDITION_VALUE
+            desired_taints.append(Taint(r.key, CONDITION_VALUE, r.rule.effect))
+
+    # Nodes offering a reserved class's resource, from the Node itself (no metric needed),
+    # unless a taint the class avoids is on: the class cannot use the node then, so keeping
+    # other pods off it would only waste it.
+    for pod_class, key in layout.reserving:
+        avoided = any(conditions[n].active for n in pod_class.avoid if n in conditions)
+        if offers(pod_class, node.allocatable) and not avoided:
+            desired[key] = CONDITION_VALUE
+
+    changes: dict[str, str | None] = {}
+    for key in layout.owned_labels:
+        want = desired.get(key)
+        if current.get(key) != want:
+            changes[key] = want
+    record = ManagedRecord.parse(node.annotations.get(layout.record_key))
+    for key in sorted(record.labels.difference(layout.owned_labels)):
+        if key in current:
+            changes[key] = None
+    retired_taints = record.taints - layout.owned_taints
+
+    # Observation times for the labels the node will carry: a changed value takes this
+    # observation's time, an unchanged one keeps the time it was set with.
+    new_times: dict[str, str] = {}
+    for d in layout.dims:
+        entry = dims[d.name]
+        if entry.label is None:
+            continue
+        if d.key not in changes and d.name in times:
+            new_times[d.name] = times[d.name]
+        elif entry.observed_at is not None:
+            new_times[d.name] = rfc3339(entry.observed_at)
+        elif d.name in times:
+            new_times[d.name] = times[d.name]
+    present = layout.annotation_key in node.annotations
+    annotation_changed = (new_times != times or not present) if new_times else present
+    annotation = (
+        json.dumps(new_times, sort_keys=True, separators=(",", ":"))
+        if new_times and annotation_changed
+        else None
+    )
+    if new_times and not annotation_changed:
+        annotation = node.annotations[layout.annotation_key]
+    annotation_changes: dict[str, str | None] = {}
+    if annotation_changed:
+        annotation_changes[layout.annotation_key] = annotation
+    resources = plan_resources(
+        layout, node, pods, record, conditions, desired, memory.floors.get(node.name), cycle.now
+    )
+    # Compared as sets, serialised only when the node's key set changed (rarely).
+    new_record = ManagedRecord(
+        labels=frozenset(desired),
+        taints=frozenset(t.key for t in desired_taints),
+        resources=resources.published,
+    )
+    if new_record != record:
+        annotation_changes[layout.record_key] = new_record.text()
+
+    return NodePlan(
+        node=node.name,
+        dimensions=dims,
+        composites=tuple(comps),
+        conditions=conditions,
+        labels=desired,
+        label_changes=changes,
+        taints=tuple(sorted(desired_taints)),
+        current_taints=tuple(
+            sorted(
+                t for t in node.taints if t.key in layout.owned_taints or t.key in retired_taints
+            )
+        ),
+        annotation=annotation,
+        annotation_changed=annotation_changed,
+        hot_pods=hot_pods,
+        annotation_changes=annotation_changes,
+        retired_taint_keys=retired_taints,
+        resource_changes=resources.changes,
+        pools=resources.pools,
+        gates=resources.gates,
+        floor=resources.floor,
+        members=resources.usage.members if resources.usage else {},
+        bursting=resources.usage.bursting if resources.usage else {},
+        held=resources.held,
+    )

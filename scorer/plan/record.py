@@ -1,0 +1,99 @@
+"""The annotations the scorer keeps on a node: which keys it wrote, and when each label's
+observation was made.
+
+The managed record (`<prefix>managed`) lists the label and taint keys and the extended
+resources this scorer has written, so a rule that leaves the policy has its keys removed and
+no key the scorer did not write is ever touched (scorer/retire.py, scorer/cleanup.py).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from scorer.model import NodeState
+from steer.core.policy import Policy
+
+OBSERVED_AT_SUFFIX = "observed-at"
+MANAGED_SUFFIX = "managed"
+
+
+def observed_at_key(policy: Policy) -> str:
+    """The annotation (not a label: it changes with every value) holding, per dimension, the
+    Prometheus evaluation time of the observation behind the node's current label."""
+    return policy.label_key(OBSERVED_AT_SUFFIX)
+
+
+def managed_key(policy: Policy) -> str:
+    """The annotation listing the label and taint keys this scorer has written to the node."""
+    return policy.label_key(MANAGED_SUFFIX)
+
+
+@dataclass(frozen=True)
+class ManagedRecord:
+    """What this scorer wrote to a node: label keys, taint keys and (budget pools) extended
+    resource names. `resources` is left out of the JSON when empty, so records of nodes
+    without pools read exactly as before pools existed."""
+
+    labels: frozenset[str] = frozenset()
+    taints: frozenset[str] = frozenset()
+    resources: frozenset[str] = frozenset()
+
+    @classmethod
+    def parse(cls, text: str | None) -> ManagedRecord:
+        if not text:
+            return cls()
+        try:
+            data = json.loads(text)
+        except ValueError:
+            return cls()  # hand-edited: nothing is known to be ours
+        if not isinstance(data, dict):
+            return cls()
+        return cls(
+            labels=frozenset(str(k) for k in data.get("labels") or () if isinstance(k, str)),
+            taints=frozenset(str(k) for k in data.get("taints") or () if isinstance(k, str)),
+            resources=frozenset(str(k) for k in data.get("resources") or () if isinstance(k, str)),
+        )
+
+    def text(self) -> str | None:
+        if not self.labels and not self.taints and not self.resources:
+            return None
+        data = {"labels": sorted(self.labels), "taints": sorted(self.taints)}
+        if self.resources:
+            data["resources"] = sorted(self.resources)
+        return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+
+_RECORD_FIELDS = frozenset({"labels", "taints", "resources"})
+
+
+def recorded_prefixes(node: NodeState) -> tuple[str, ...]:
+    """The label prefixes under which the node carries a managed record, sorted."""
+    found = []
+    for key, text in node.annotations.items():
+        if not key.endswith(MANAGED_SUFFIX):
+            continue
+        prefix = key[: -len(MANAGED_SUFFIX)]
+        if _is_record(prefix, text):
+            found.append(prefix)
+    return tuple(sorted(found))
+
+
+def _is_record(prefix: str, text: str) -> bool:
+    if "/" not in prefix:
+        return False  # a label prefix always has a domain part
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return False
+    if not isinstance(data, dict) or not data or not set(data) <= _RECORD_FIELDS:
+        return False
+    for name, entries in data.items():
+        if not isinstance(entries, list):
+            return False
+        # Resources live under the resource prefix, labels and taints under this one.
+        if not all(
+            isinstance(e, str) and (name == "resources" or e.startswith(prefix)) for e in entries
+        ):
+            return False
+    return True
