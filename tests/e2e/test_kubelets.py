@@ -43,6 +43,7 @@ from kits.hollow_nodes import (
 )
 from steer.adapters.kubejson import KubeJson
 from tests.e2e.conftest import node_name
+from tests.e2e.waiting import wait_until
 
 FOO = "example.com/foo"  # an extended resource: requests need an equal limit
 NATIVE = "pools.kube-steer.kubernetes.io/cpu"  # "kubernetes.io/" in the name: native, no limit
@@ -192,7 +193,15 @@ def restarted(control_plane: ControlPlane) -> Iterator[dict[str, Scenario]]:
         for s in scenarios.values():
             s.restarted_at = restarted_at
             s.after = pod_state(plane, namespace, s.pod_name)
-            s.node_after_restart = s.node.read()
+            # The node as the restarted kubelet first wrote it (on a loaded machine that write
+            # can come a moment after the pod's verdict).
+            seen = s.node_before_restart["metadata"]["resourceVersion"]
+            s.node_after_restart = wait_until(
+                f"{s.node.name}: the restarted kubelet writes its node",
+                lambda s=s, seen=seen: (
+                    node if (node := s.node.read())["metadata"]["resourceVersion"] != seen else None
+                ),
+            )
         time.sleep(max(0.0, STATUS_WATCH_S - (time.monotonic() - began)))
         for s in scenarios.values():
             s.node_later = s.node.read()
