@@ -1,0 +1,214 @@
+"""A dimension: one per-node value (from Prometheus, the Kubernetes API or an HTTP document),
+how it is normalised to 0..100, and the label it is published as.
+
+The source is picked by `source:` and its settings sit beside it (`query`, `kubernetes:`,
+`http:`), as the policy format has them. `Dimension.issues` checks that exactly the chosen
+source's settings are there, and says so in the source's own words ("required for source:
+http", "not used by source: prometheus"), which a pydantic discriminated union would not.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import Field, field_validator
+from pydantic.alias_generators import to_camel
+
+from steer.core.k8s_names import is_dns1123_label
+from steer.core.policy.contract import KNOWN_UNITS, SCORE_PREFIX
+from steer.core.policy.fields import Hysteresis, PolicyModel, PositiveSeconds, Step, Weight
+from steer.core.policy.issues import PolicyIssue, nested
+
+_PROM_LABEL_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+_UNIT_RE = re.compile(r"^[a-z][a-z0-9]{0,15}$")
+
+
+class Direction(StrEnum):
+    HIGHER_IS_BETTER = "higherIsBetter"
+    LOWER_IS_BETTER = "lowerIsBetter"
+
+
+class Normalization(PolicyModel):
+    """How raw values map onto 0..100 before the direction is applied.
+
+    `minMax` spreads the cluster's current range over 0..100 (relative: the best node is always
+    100); `fixed` uses absolute bounds (a 50 % loaded GPU scores the same in any cluster).
+    """
+
+    method: Literal["minMax", "fixed"] = "minMax"
+    min: float | None = None
+    max: float | None = None
+
+    def issues(self) -> Iterator[PolicyIssue]:
+        if self.method == "fixed":
+            if self.min is None or self.max is None:
+                yield PolicyIssue("", "method fixed needs both min and max")
+            elif not self.min < self.max:
+                yield PolicyIssue("max", f"must be greater than min ({self.min}), got {self.max}")
+        elif self.min is not None or self.max is not None:
+            yield PolicyIssue("", "min/max are only used with method: fixed")
+
+
+class KubernetesSource(PolicyModel):
+    """A value computed from the Kubernetes API (scorer/sources/kubernetes.py).
+
+    `limitOvercommit`: max over cpu and memory of the node's pods' limits / allocatable - 1, in
+    % (a node without pods reads -100). `endpointReadiness`: % of the endpoints of Service
+    `namespace/service` on the node that are ready (no value where it has none).
+    """
+
+    kind: Literal["limitOvercommit", "endpointReadiness"]
+    namespace: str | None = None
+    service: str | None = None
+
+    def issues(self) -> Iterator[PolicyIssue]:
+        """`namespace` and `service` name the Service of `endpointReadiness`, and only there."""
+        for name in ("namespace", "service"):
+            value = getattr(self, name)
+            if self.kind == "endpointReadiness":
+                if not value or not is_dns1123_label(value):
+                    yield PolicyIssue(
+                        name,
+                        f"required for endpointReadiness: the Service's {name} "
+                        f"(lower-case RFC 1123 label), got {value!r}",
+                    )
+            elif value is not None:
+                yield PolicyIssue(name, f"not used by {self.kind}")
+
+
+class HttpSource(PolicyModel):
+    """A JSON document fetched over HTTP (a service registry's REST API), mapped to nodes.
+
+    `items` is the dotted path to the list of entries (empty: the document itself); each entry
+    names its node in `nodeField` (a name or an address) and its value in `valueField`, read as
+    a number, or looked up in `statusValues` (e.g. Consul's `passing: 100`). Several entries on
+    one node combine by `aggregate`.
+    """
+
+    url: str
+    items: str = ""
+    node_field: str
+    value_field: str
+    status_values: dict[str, float] | None = None
+    aggregate: Literal["min", "max", "mean"] = "min"
+    timeout_seconds: PositiveSeconds = 10.0
+    # Sent as `Authorization: Bearer <token>` (Consul accepts an ACL token so).
+    bearer_token_file: str | None = None
+    ca_file: str | None = None
+
+    def issues(self) -> Iterator[PolicyIssue]:
+        if not self.url.startswith(("http://", "https://")):
+            yield PolicyIssue("url", f"must be an http(s) URL, got {self.url!r}")
+        for name in ("node_field", "value_field"):
+            if not getattr(self, name).strip():
+                yield PolicyIssue(to_camel(name), "must name a field")
+
+
+class Dimension(PolicyModel):
+    name: str
+    # Where the raw values come from; `query` is the PromQL of a `prometheus` dimension.
+    source: Literal["prometheus", "kubernetes", "http"] = "prometheus"
+    query: str = ""
+    kubernetes: KubernetesSource | None = None
+    http: HttpSource | None = None
+    node_label: str = "node"
+    direction: Direction = Direction.HIGHER_IS_BETTER
+    normalization: Normalization = Field(default_factory=Normalization)
+    weight: Weight = 1.0
+    # `score` publishes the normalised 0..100 bucket as `<prefix>score-<name>`; `raw` publishes
+    # the raw value rounded to an integer as `<prefix><name>`, and the name must end with the
+    # unit (e.g. overcommit-pct, which the webhook compares with `Lt` against a budget).
+    publish: Literal["score", "raw"] = "score"
+    # The unit of the raw value (`pct`, `watts`, `gpus`, `ratio`, ...), shown by /explain and
+    # `steer scorer once`. A raw dimension's unit is the last part of its name unless set.
+    unit: str | None = None
+    step: Step | None = None
+    hysteresis: Hysteresis | None = None
+    ttl_seconds: PositiveSeconds | None = None
+
+    @field_validator("query")
+    @classmethod
+    def _query_not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must be a PromQL expression, got an empty string")
+        return value
+
+    @property
+    def label_suffix(self) -> str:
+        """The label this dimension writes, after the prefix (steer/core/policy/contract.py)."""
+        return self.name if self.publish == "raw" else SCORE_PREFIX + self.name
+
+    @property
+    def raw_unit(self) -> str | None:
+        """`unit`, else (a raw dimension) the last part of its name if it is a known unit."""
+        if self.unit is not None:
+            return self.unit
+        suffix = self.name.rsplit("-", 1)[-1]
+        if self.publish == "raw" and "-" in self.name and suffix in KNOWN_UNITS:
+            return suffix
+        return None
+
+    @property
+    def what(self) -> str:
+        """What the values are read from, for traces and /explain: the PromQL, or the source."""
+        if self.source == "kubernetes" and self.kubernetes is not None:
+            k = self.kubernetes
+            target = f" {k.namespace}/{k.service}" if k.kind == "endpointReadiness" else ""
+            return f"kubernetes: {k.kind}{target}"
+        if self.source == "http" and self.http is not None:
+            return f"http: GET {self.http.url}"
+        return self.query
+
+    def issues(self) -> Iterator[PolicyIssue]:
+        # A missing `query` of a prometheus dimension is reported with the field errors
+        # (steer/core/policy/references.py): `query` has a default for the other sources.
+        yield from nested("normalization", self.normalization.issues())
+        yield from self._source_issues()
+        yield from self._unit_issues()
+        if not _PROM_LABEL_RE.match(self.node_label):
+            yield PolicyIssue(
+                "nodeLabel",
+                f"must be a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*), got {self.node_label!r}",
+            )
+
+    def _source_issues(self) -> Iterator[PolicyIssue]:
+        """Each source's settings are present, and only its own."""
+        settings = {"kubernetes": self.kubernetes, "http": self.http}
+        for source, value in settings.items():
+            if self.source == source and value is None:
+                yield PolicyIssue(source, f"required for source: {source}")
+            elif self.source != source and value is not None:
+                yield PolicyIssue(source, f"not used by source: {self.source}")
+        if self.source != "prometheus" and self.query:
+            yield PolicyIssue("query", f"not used by source: {self.source}")
+        if self.source == "kubernetes" and self.kubernetes is not None:
+            yield from nested("kubernetes", self.kubernetes.issues())
+        if self.source == "http" and self.http is not None:
+            yield from nested("http", self.http.issues())
+
+    def _unit_issues(self) -> Iterator[PolicyIssue]:
+        """A unit is one lower-case word, and a raw label says its unit in its name."""
+        if self.unit is not None and not _UNIT_RE.match(self.unit):
+            yield PolicyIssue(
+                "unit",
+                f"must be one lower-case word such as pct, watts, gpus or ratio, got {self.unit!r}",
+            )
+        if self.publish != "raw":
+            return
+        unit = self.raw_unit
+        if unit is None or not self.name.endswith(f"-{unit}") or not _UNIT_RE.match(unit):
+            example = f"{self.name}-{self.unit or 'pct'}"
+            known = (
+                ""
+                if self.unit
+                else f", or set unit: (known without it: {', '.join(sorted(KNOWN_UNITS))})"
+            )
+            yield PolicyIssue(
+                "name",
+                f"publish: raw writes the value itself as label {self.name!r}, so the name must "
+                f"end with its unit (e.g. {example!r}) and read apart from the 0..100 scores"
+                f"{known}, got {self.name!r}",
+            )

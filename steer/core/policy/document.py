@@ -1,0 +1,109 @@
+"""A validated policy and its identity, and `parse_policy`: text in, `Policy` or `PolicyError`
+out (pure, so the CLI, the hot-reload helper and the tests share one validator)."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import yaml
+from pydantic import ValidationError
+
+from steer.core.policy.dimensions import Dimension
+from steer.core.policy.issues import PolicyError, PolicyIssue, from_pydantic
+from steer.core.policy.references import reference_issues
+from steer.core.policy.rules import TaintRule
+from steer.core.policy.spec import Spec, SteeringPolicyDoc, composite_suffix
+from steer.core.policy.tenants import Tenant
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A validated policy plus its identity (name and content hash)."""
+
+    doc: SteeringPolicyDoc
+    digest: str
+
+    @property
+    def spec(self) -> Spec:
+        return self.doc.spec
+
+    @property
+    def name(self) -> str:
+        return self.doc.metadata.name
+
+    @property
+    def version(self) -> str:
+        """Short, stable identity written into traces and annotations: `name@hash`."""
+        return f"{self.name}@{self.digest[:10]}"
+
+    def dimension(self, name: str) -> Dimension:
+        for dim in self.spec.dimensions:
+            if dim.name == name:
+                return dim
+        raise KeyError(name)
+
+    def label_key(self, suffix: str) -> str:
+        return self.spec.label_prefix + suffix
+
+    def step_of(self, dim: Dimension) -> int:
+        return dim.step if dim.step is not None else self.spec.scoring.step
+
+    def hysteresis_of(self, dim: Dimension) -> float:
+        return dim.hysteresis if dim.hysteresis is not None else self.spec.scoring.hysteresis
+
+    def ttl_of(self, dim: Dimension) -> float:
+        return dim.ttl_seconds if dim.ttl_seconds is not None else self.spec.scoring.ttl_seconds
+
+    def composite_suffix(self, pod_class: str | None) -> str:
+        return composite_suffix(self.spec.scoring, pod_class)
+
+    def tenant(self, name: str) -> Tenant:
+        for tenant in self.spec.tenants:
+            if tenant.name == name:
+                return tenant
+        raise KeyError(name)
+
+    def taint_rule(self, name: str) -> TaintRule:
+        for rule in self.spec.taints:
+            if rule.name == name:
+                return rule
+        raise KeyError(name)
+
+
+def parse_policy(text: str | bytes) -> Policy:
+    """Parse and validate a policy document; raise `PolicyError` listing every problem.
+
+    Reported in this order: field errors, then references by name (read from the raw document,
+    so they come with the field errors), then the checks that need well-typed fields (the
+    spec's model validator; they run only when there are no field errors).
+    """
+    try:
+        raw = yaml.safe_load(text)
+    except RecursionError:
+        raise PolicyError(
+            [PolicyIssue("", "nested too deeply to be a policy (the YAML parser gave up)")]
+        ) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise PolicyError([PolicyIssue("", f"not valid YAML: {where}{problem}")]) from None
+    if not isinstance(raw, dict):
+        got = type(raw).__name__ if raw is not None else "an empty document"
+        raise PolicyError(
+            [PolicyIssue("", f"must be a YAML mapping (a SteeringPolicy), got {got}")]
+        )
+    spec = raw.get("spec")
+    references = list(reference_issues(spec)) if isinstance(spec, dict) else []
+    try:
+        doc = SteeringPolicyDoc.model_validate(raw)
+    except ValidationError as exc:
+        fields, checks = from_pydantic(exc)
+        raise PolicyError(fields + references + checks) from None
+    except RecursionError:
+        raise PolicyError([PolicyIssue("", "nested too deeply to be a policy")]) from None
+    if references:
+        raise PolicyError(references)
+    data = text.encode() if isinstance(text, str) else text
+    return Policy(doc=doc, digest=hashlib.sha256(data).hexdigest())
