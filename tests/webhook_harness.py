@@ -196,7 +196,7 @@ def running_webhook(
         log_file=log_file,
     )
     try:
-        _wait_ready(hook)
+        _wait_ready(hook, workers)
         yield hook
     finally:
         process.terminate()
@@ -208,21 +208,24 @@ def running_webhook(
         stub.stop()
 
 
-def _wait_ready(hook: Webhook, timeout: float = 30.0) -> None:
+def _wait_ready(hook: Webhook, workers: int, timeout: float = 30.0) -> None:
+    """Until every worker says it is ready on /status (each worker's own account), and
+    /readyz on the admission port agrees."""
     deadline = time.monotonic() + timeout
-    session = hook.session()
     while time.monotonic() < deadline:
         if hook.process.poll() is not None:
             raise RuntimeError(f"webhook exited with {hook.process.returncode}:\n{hook.log()}")
         try:
-            # Every worker must be ready: ask on fresh connections until two agree in a row.
-            ok = all(
-                requests.get(f"{hook.url}/readyz", verify=str(hook.ca_file), timeout=2).status_code
+            detail = hook.status()
+            each = detail.get("workers") or []
+            if (
+                len(each) >= workers
+                and all(w.get("ready") for w in each)
+                and requests.get(
+                    f"{hook.url}/readyz", verify=str(hook.ca_file), timeout=2
+                ).status_code
                 == 200
-                for _ in range(4)
-            )
-            if ok:
-                session.close()
+            ):
                 return
         except requests.RequestException:
             pass
