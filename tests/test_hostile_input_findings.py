@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -412,12 +413,20 @@ def test_the_reload_thread_survives_what_loading_raises(
     path.write_text(text)
     watcher = PolicyWatcher(str(path), interval_seconds=0.02)
     first = watcher.current.version
+
+    def replace(content: str) -> None:
+        """As a ConfigMap volume changes: whole, never a truncated file in between (the
+        watcher polls every 20 ms and would count an empty read as a fault of its own)."""
+        staged = tmp_path / "staged.yaml"
+        staged.write_text(content)
+        os.replace(staged, path)
+
     watcher.start()
     try:
-        path.write_text("spec: " + "[" * 5000 + "]" * 5000 + "\n")
+        replace("spec: " + "[" * 5000 + "]" * 5000 + "\n")
         eventually(lambda: watcher.reload_errors == 1)
         assert "RecursionError" in (watcher.last_error or "")
-        path.write_text(text.replace("step: 10 ", "step: 20 "))
+        replace(text.replace("step: 10 ", "step: 20 "))
         eventually(lambda: watcher.current.version != first)
         assert watcher.last_error is None and watcher.reload_errors == 1
     finally:
