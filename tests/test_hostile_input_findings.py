@@ -22,48 +22,28 @@ import base64
 import copy
 import json
 import os
-import shutil
-import subprocess
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
-import yaml
-from prometheus_client import CollectorRegistry
 
 from steer.adapters import policy_file
 from steer.adapters.policy_file import PolicyWatcher
 from steer.core.policy import Policy
 from tests.conftest import EXAMPLE_POLICY, FIXTURES
-from tests.webhook_harness import NAMESPACES, review_for
+from tests.webhook_harness import in_process_handler, review_for
 from webhook.app import AdmissionHandler, Endpoint
-from webhook.metrics import WebhookMetrics
-from webhook.namespaces import NamespaceCacheStatus
 
 ROOT = Path(__file__).resolve().parent.parent
 ENDPOINTS: tuple[Endpoint, ...] = ("mutate", "validate", "validate-security")
 
 
-class FixedNamespaces:
-    """The harness's namespaces, synced from the start (no API server needed)."""
-
-    synced = True
-
-    def labels(self, name: str) -> Mapping[str, str] | None:
-        return NAMESPACES.get(name)
-
-    def status(self) -> NamespaceCacheStatus:
-        return NamespaceCacheStatus(True, len(NAMESPACES), time.time(), "1", 1, None)
-
-
 @pytest.fixture(scope="module")
 def handler() -> AdmissionHandler:
-    return AdmissionHandler(
-        PolicyWatcher(str(EXAMPLE_POLICY)), FixedNamespaces(), WebhookMetrics(CollectorRegistry())
-    )
+    return in_process_handler()
 
 
 def internal_errors(handler: AdmissionHandler) -> float:
@@ -455,50 +435,3 @@ def test_a_policy_deleted_and_restored_is_judged_again(tmp_path: Path) -> None:
     path.write_text(text)
     assert watcher.check() is False
     assert watcher.last_error is None and watcher.status().last_error is None
-
-
-# --- the network-policy component, rendered ------------------------------------------------------
-
-
-def render(overlay: Path) -> list[dict[str, Any]]:
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        pytest.skip("kubectl (its built-in kustomize) is not installed")
-    out = subprocess.run(
-        [kubectl, "kustomize", str(overlay)], check=True, capture_output=True, text=True
-    ).stdout
-    return [d for d in yaml.safe_load_all(out) if d]
-
-
-def test_the_rendered_network_policy_opens_the_webhook_to_no_pod(tmp_path: Path) -> None:
-    """Once every source reached both webhook ports; now the admission port admits only
-    addresses outside the pod network (the apiserver, the kubelet), the metrics port those and
-    Prometheus's pods, with the podCIDR setting as it is edited."""
-    shutil.copytree(ROOT / "manifests", tmp_path / "manifests")
-    component = tmp_path / "manifests" / "components" / "network-policy" / "kustomization.yaml"
-    component.write_text(
-        component.read_text().replace("podCIDR=10.244.0.0/16", "podCIDR=172.31.0.0/16")
-    )
-    overlay = tmp_path / "overlay"
-    overlay.mkdir()
-    (overlay / "kustomization.yaml").write_text(
-        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
-        "resources: [../manifests]\ncomponents: [../manifests/components/network-policy]\n"
-    )
-    rendered = {f"{d['kind']}/{d['metadata']['name']}": d for d in render(overlay)}
-    assert "ConfigMap/steer-network-settings" not in rendered  # local config, never applied
-    policy = rendered["NetworkPolicy/steer-webhook"]
-    webhook = rendered["Deployment/steer-webhook"]["spec"]["template"]["metadata"]["labels"]
-    assert policy["spec"]["podSelector"]["matchLabels"].items() <= webhook.items()
-    assert "Ingress" in policy["spec"]["policyTypes"]
-    outside_pods = {"ipBlock": {"cidr": "0.0.0.0/0", "except": ["172.31.0.0/16"]}}
-    prometheus = {
-        "namespaceSelector": {},
-        "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
-    }
-    sources: dict[int, list[Any]] = {}
-    for rule in policy["spec"]["ingress"]:
-        assert rule.get("from"), f"a rule open to any source: {rule}"
-        for port in rule["ports"]:
-            sources.setdefault(port["port"], []).extend(rule["from"])
-    assert sources == {8443: [outside_pods], 9102: [prometheus, outside_pods]}

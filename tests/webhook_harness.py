@@ -16,17 +16,22 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import requests
+from prometheus_client import CollectorRegistry
 
 from certs import WebhookIdentity, issue_webhook_certs, write_webhook_certs
 from kits.apistub import ApiStub
+from steer.adapters.policy_file import PolicyWatcher
 from tests.conftest import EXAMPLE_POLICY, FIXTURES
+from webhook.app import AdmissionHandler
+from webhook.metrics import WebhookMetrics
+from webhook.namespaces import NamespaceCacheStatus
 
 ROOT = Path(__file__).resolve().parent.parent
 IDENTITY = WebhookIdentity("steer-webhook", "kube-steer", ("localhost",), ("127.0.0.1",))
@@ -38,6 +43,25 @@ NAMESPACES = {
     "plain": {},
     "kube-steer": {"kube-steer.github.io/enabled": "true"},  # the project's own: never mutated
 }
+
+
+class FixedNamespaces:
+    """The harness's namespaces, synced from the start (no API server needed)."""
+
+    synced = True
+
+    def labels(self, name: str) -> Mapping[str, str] | None:
+        return NAMESPACES.get(name)
+
+    def status(self) -> NamespaceCacheStatus:
+        return NamespaceCacheStatus(True, len(NAMESPACES), time.time(), "1", 1, None)
+
+
+def in_process_handler() -> AdmissionHandler:
+    """The webhook's request handler on the example policy and `NAMESPACES`, in this process."""
+    return AdmissionHandler(
+        PolicyWatcher(str(EXAMPLE_POLICY)), FixedNamespaces(), WebhookMetrics(CollectorRegistry())
+    )
 
 
 def admission_fixture(name: str) -> dict[str, Any]:

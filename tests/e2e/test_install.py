@@ -983,3 +983,40 @@ def check_after(run: Installation, command: str) -> None:
             "pods admitted as written after the emergency stop",
         )
         assert "affinity" not in made["spec"]
+
+
+def test_the_rendered_network_policy_opens_the_webhook_to_no_pod(
+    plane: ControlPlane, tmp_path: Path
+) -> None:
+    """Once every source reached both webhook ports; now the admission port admits only
+    addresses outside the pod network (the apiserver, the kubelet), the metrics port those and
+    Prometheus's pods, with the podCIDR setting as it is edited."""
+    shutil.copytree(MANIFESTS, tmp_path / "manifests")
+    component = tmp_path / "manifests" / "components" / "network-policy" / "kustomization.yaml"
+    component.write_text(
+        component.read_text().replace("podCIDR=10.244.0.0/16", "podCIDR=172.31.0.0/16")
+    )
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+        "resources: [../manifests]\ncomponents: [../manifests/components/network-policy]\n"
+    )
+    documents = yaml.safe_load_all(kubectl(plane, "kustomize", str(overlay)))
+    rendered = {f"{d['kind']}/{d['metadata']['name']}": d for d in documents if d}
+    assert "ConfigMap/steer-network-settings" not in rendered  # local config, never applied
+    policy = rendered["NetworkPolicy/steer-webhook"]
+    webhook = rendered["Deployment/steer-webhook"]["spec"]["template"]["metadata"]["labels"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= webhook.items()
+    assert "Ingress" in policy["spec"]["policyTypes"]
+    outside_pods = {"ipBlock": {"cidr": "0.0.0.0/0", "except": ["172.31.0.0/16"]}}
+    prometheus = {
+        "namespaceSelector": {},
+        "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+    }
+    sources: dict[int, list[Any]] = {}
+    for rule in policy["spec"]["ingress"]:
+        assert rule.get("from"), f"a rule open to any source: {rule}"
+        for port in rule["ports"]:
+            sources.setdefault(port["port"], []).extend(rule["from"])
+    assert sources == {8443: [outside_pods], 9102: [prometheus, outside_pods]}

@@ -32,15 +32,11 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from prometheus_client import CollectorRegistry
 
-from steer.adapters.policy_file import PolicyWatcher
-from tests.conftest import EXAMPLE_POLICY, FIXTURES
+from tests.conftest import FIXTURES
 from tests.reliability.conftest import record_summary
-from tests.webhook_harness import NAMESPACES
+from tests.webhook_harness import in_process_handler
 from webhook.app import AdmissionHandler, Endpoint, Outcome
-from webhook.metrics import WebhookMetrics
-from webhook.namespaces import NamespaceCacheStatus
 
 ENDPOINTS: tuple[Endpoint, ...] = ("mutate", "validate", "validate-security")
 FIXTURE_NAMES = sorted(
@@ -53,23 +49,9 @@ COUNTS = {"any-review": 0, "no-bypass": 0}
 SCALE = int(os.environ.get("STEER_FUZZ_SCALE", "1"))
 
 
-class FixedNamespaces:
-    """The harness's namespaces, synced from the start."""
-
-    synced = True
-
-    def labels(self, name: str) -> Mapping[str, str] | None:
-        return NAMESPACES.get(name)
-
-    def status(self) -> NamespaceCacheStatus:
-        return NamespaceCacheStatus(True, len(NAMESPACES), time.time(), "1", 1, None)
-
-
 @pytest.fixture(scope="module")
 def handler() -> AdmissionHandler:
-    return AdmissionHandler(
-        PolicyWatcher(str(EXAMPLE_POLICY)), FixedNamespaces(), WebhookMetrics(CollectorRegistry())
-    )
+    return in_process_handler()
 
 
 @pytest.fixture(scope="module", autouse=True)
