@@ -44,7 +44,7 @@ scheduler's client rate limit cap the bindings. No webhook runs: the pods are mu
 
 **Pod shapes** (--shapes). Each is a base pod in a namespace labelled as the example policy
 expects (opt-in `kube-steer.github.io/enabled=true`; tenants `tenant=dept-a`/`dept-b`),
-mutated by the webhook's own `webhook.mutate.mutate_pod` (`MutationPlan.from_policy` of
+mutated by the webhook's own `steer.core.mutation.mutate_pod` (`MutationPlan.from_policy` of
 examples/policy.yaml, tenant from the namespace labels) and the patch applied with jsonpatch,
 so the bench follows the mechanism as it changes. Requests are small: every pod fits anywhere.
 
@@ -135,8 +135,8 @@ from scorer.service import Scorer  # noqa: E402
 from scorer.sources import Readings  # noqa: E402
 from scorer.writer import NodeApi  # noqa: E402
 from steer.adapters.prometheus import Sample  # noqa: E402
+from steer.core.mutation import MutationPlan, mutate_pod  # noqa: E402
 from steer.core.policy import Dimension, Policy, parse_policy  # noqa: E402
-from webhook.mutate import MutationPlan, mutate_pod  # noqa: E402
 
 PROFILES = ROOT / "manifests" / "scheduler" / "profiles.yaml"
 EXAMPLE_POLICY = ROOT / "examples" / "policy.yaml"

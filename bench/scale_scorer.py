@@ -37,7 +37,7 @@ The cluster (no kubelets, no scheduler, no controller manager):
   in namespaces that are not opted in; ~1/3 tenant pods (`tenant=dept-a` / `dept-b` +
   `kube-steer.github.io/enabled=true`); ~28 % opted-in pods of no tenant; 5 % GPU pods
   (`nvidia.com/gpu: 1`, on GPU nodes only, most of them dept-a). Every opted-in pod carries what
-  the webhook adds: `webhook.mutate.mutate_pod(MutationPlan.from_policy(policy), pod, tenant)`
+  the webhook adds: `steer.core.mutation.mutate_pod(MutationPlan.from_policy(policy), pod, tenant)`
   applied with jsonpatch, so the shape follows the product. Non-GPU pods are spread evenly
   over all nodes.
 - Prometheus 2.x backfilled with promtool (kits.prometheus_server, as bench/scorer_bench.py does)
@@ -121,9 +121,9 @@ from kits.control_plane import ControlPlane, free_port  # noqa: E402
 from kits.prometheus_server import PrometheusServer  # noqa: E402
 from kits.synthetic_exporter import SyntheticCluster  # noqa: E402
 from steer.core.budget import pod_usage, pool_resource  # noqa: E402
+from steer.core.mutation import MutationPlan, mutate_pod  # noqa: E402
 from steer.core.policy import Policy, parse_policy  # noqa: E402
 from steer.core.steering import composite_key  # noqa: E402
-from webhook.mutate import MutationPlan, mutate_pod  # noqa: E402
 
 EXAMPLE_POLICY = ROOT / "examples" / "policy.yaml"
 RESULTS = ROOT / "bench" / "results"

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from steer.cli import main
+from steer.core import mutation as mutate
 from steer.core.admission_policy import (
     DEFAULT_NAME,
     admission_policies,
@@ -29,7 +30,6 @@ from steer.core.admission_policy import (
 from steer.core.infrastructure import exempt_cel
 from steer.core.policy import LabelSelector, Policy, parse_policy
 from tests.conftest import EXAMPLE_POLICY
-from webhook import mutate
 
 ROOT = Path(__file__).resolve().parent.parent
 STARTER_POLICY = ROOT / "manifests" / "policy" / "starter-policy.yaml"

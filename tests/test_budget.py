@@ -38,10 +38,10 @@ from steer.core.budget import (
     wanted_floor,
 )
 from steer.core.gates import gate_capacity
+from steer.core.mutation import MutationPlan, mutate_pod
 from steer.core.policy import Policy, parse_policy
 from steer.core.quantity import QuantityError, parse_quantity
 from tests.conftest import EXAMPLE_POLICY
-from webhook.mutate import MutationPlan, mutate_pod
 
 PREFIX = "kube-steer.kubernetes.io/"
 

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from scorer.explain import explain_pod
 from scorer.model import NodeState
+from steer.core.mutation import MutationPlan, mutate_pod
 from steer.core.policy import parse_policy
 from steer.core.scheduling import (
     UNSCHEDULABLE_TAINT,
@@ -22,18 +23,17 @@ from steer.core.scheduling import (
     expression_matches,
     field_matches,
     merge_required,
+    pod_requests,
     required_terms,
     selector_problems,
     term_matches,
     terms_match,
     tolerates,
     toleration_problems,
-    tolerations_of,
 )
-from steer.core.steering import classify_pod, steered_constraints
+from steer.core.steering import composite_key
 from tests.conftest import EXAMPLE_POLICY
 from tests.scorer_support import SMALL_POLICY
-from webhook.mutate import MutationPlan, mutate_pod
 
 OPTED_IN = {"kube-steer.github.io/enabled": "true"}  # the default opt-in selector
 HOT = Taint("kube-steer.github.io/gpu-hot", "true", "NoSchedule")
@@ -213,11 +213,11 @@ def _pod(drawn: dict[str, Any]) -> dict[str, Any]:
 @given(drawn=pods, tenant=st.sampled_from((None, *POLICY.spec.tenants)))
 def test_explain_reads_the_pod_the_webhook_patch_makes(drawn: dict[str, Any], tenant: Any) -> None:
     pod = _pod(drawn)
-    mutation = mutate_pod(PLAN, copy.deepcopy(pod), tenant)
-    mutated = jsonpatch.apply_patch(pod, list(mutation.ops)) if mutation.ops else pod
-    steered = steered_constraints(POLICY, tenant, classify_pod(POLICY, pod["spec"]), pod["spec"])
-    assert steered.required_terms == required_terms(mutated["spec"])
-    assert list(steered.tolerations) == tolerations_of(mutated["spec"])
+    before = copy.deepcopy(pod)
+    mutation = mutate_pod(PLAN, pod, tenant)
+    # The steered pod /explain evaluates is the webhook's patch as the apiserver applies it.
+    assert mutation.apply(pod) == jsonpatch.apply_patch(before, list(mutation.ops))
+    assert pod == before
 
 
 def test_merge_keeps_empty_terms_empty() -> None:
@@ -350,8 +350,9 @@ def test_steered_requests_carry_the_pools_the_webhook_adds() -> None:
         },
     }
     spec = {"containers": [container]}
-    steered = steered_constraints(POLICY, tenant, None, spec)
-    owned = {k: v for k, v in steered.requests.items() if "kube-steer.kubernetes.io/" in k}
+    pod = {"metadata": {"name": "p"}, "spec": spec}
+    requests = pod_requests(mutate_pod(PLAN, pod, tenant).apply(pod)["spec"])
+    owned = {k: v for k, v in requests.items() if "kube-steer.kubernetes.io/" in k}
     # Its limits from the node's pool, and one unit of the gate of budget 0 %.
     assert owned == {
         "kube-steer.kubernetes.io/pool-cpu": 500,
@@ -393,3 +394,31 @@ def test_explain_reports_what_the_webhooks_validation_denies() -> None:
     assert not denied.allowed and "rule overcommit" in denied.problems[0]
     # The routed schedulerName is what validation sees, not the unset one.
     assert explain_pod(TOLERANT, None, [_hot_node()], _cpu_pod(), dept_b, "team-b").allowed
+
+
+def test_explain_of_a_pod_read_back_after_admission_matches_the_pod_as_created() -> None:
+    """Explain runs the webhook's own mutation, which adds nothing to a pod it has steered: the
+    injected terms a pod carries from admission count once, as the scheduler counts them."""
+    key = composite_key(TOLERANT, None)
+    nodes = [NodeState(f"n{v}", labels={key: str(v)}) for v in (0, 50, 100)]
+    labels = {"tenant": "dept-b", **OPTED_IN}
+    created = _cpu_pod()
+    admitted = mutate_pod(MutationPlan.from_policy(TOLERANT), created, TOLERANT.tenant("dept-b"))
+    read_back = admitted.apply(created)
+    assert admitted.ops and read_back != created
+    first = explain_pod(TOLERANT, None, nodes, created, labels, "team-b")
+    again = explain_pod(TOLERANT, None, nodes, read_back, labels, "team-b")
+    weights = [(v.node, v.steering_weight, v.user_weight, v.rank) for v in first.verdicts]
+    assert weights == [(v.node, v.steering_weight, v.user_weight, v.rank) for v in again.verdicts]
+    assert [v.node for v in first.allowed] == ["n100", "n50", "n0"]
+    assert all(v.user_weight == 0 for v in again.verdicts)
+    assert first.injected_tolerations == again.injected_tolerations != ()
+
+
+def test_explain_leaves_a_pod_spec_without_metadata_as_the_webhook_would() -> None:
+    spec = _cpu_pod()["spec"]
+    labels = {"tenant": "dept-b", **OPTED_IN}
+    bare = explain_pod(TOLERANT, None, [_hot_node()], spec, labels, "team-b")
+    whole = explain_pod(TOLERANT, None, [_hot_node()], {"spec": spec, "kind": "Pod"}, labels)
+    assert bare.steered and whole.steered
+    assert [v.node for v in bare.allowed] == [v.node for v in whole.allowed] == ["hot"]

@@ -13,6 +13,14 @@ from hypothesis import strategies as st
 
 from steer.core.budget import container_pool_units, tenant_budget
 from steer.core.encoding import bucket_values
+from steer.core.mutation import (
+    MutationPlan,
+    UninterpretablePod,
+    UnknownNamespace,
+    mutate_pod,
+    steer_pod,
+)
+from steer.core.patch import PatchBuilder, apply_ops, escape, pointer
 from steer.core.policy import Policy, parse_policy
 from steer.core.scheduling import merge_required, term_matches
 from steer.core.steering import (
@@ -23,12 +31,6 @@ from steer.core.steering import (
 )
 from tests.conftest import EXAMPLE_POLICY
 from tests.webhook_harness import admission_fixture
-from webhook.mutate import (
-    MutationPlan,
-    UninterpretablePod,
-    mutate_pod,
-)
-from webhook.patch import PatchBuilder, escape, pointer
 
 POLICY = parse_policy(EXAMPLE_POLICY.read_text())
 PLAN = MutationPlan.from_policy(POLICY)
@@ -60,8 +62,12 @@ def fixture_pod(name: str) -> dict[str, Any]:
 
 
 def apply(pod: Mapping[str, Any], ops: tuple[dict[str, Any], ...]) -> dict[str, Any]:
-    """Apply like the apiserver: an `add` under a missing parent is an error, not a no-op."""
+    """Apply like the apiserver: an `add` under a missing parent is an error, not a no-op.
+    The steered pod `/explain` reads (`apply_ops`) is the same, and leaves `pod` unchanged."""
+    before = copy.deepcopy(dict(pod))
     patched: dict[str, Any] = jsonpatch.JsonPatch(list(ops)).apply(copy.deepcopy(dict(pod)))
+    assert apply_ops(pod, ops) == patched
+    assert pod == before
     return patched
 
 
@@ -520,3 +526,71 @@ def test_property_injected_weight_orders_nodes_as_scores_do(
     assert (weight(a) > weight(b)) == (score(a) > score(b))
     assert (weight(a) == weight(b)) == (score(a) == score(b))
     assert weight(a) == score(a)
+
+
+# -- steer_pod: the one entry for the webhook and /explain ------------------------------------
+
+OPTED_IN = {"kube-steer.github.io/enabled": "true", "tenant": "dept-a"}
+
+
+def _asked(answer: Mapping[str, str] | None) -> tuple[list[int], Any]:
+    calls: list[int] = []
+
+    def labels() -> Mapping[str, str] | None:
+        calls.append(1)
+        return answer
+
+    return calls, labels
+
+
+def test_steer_pod_skips_what_the_webhook_leaves_alone_and_says_why() -> None:
+    pod = fixture_pod("pod-create-user-mutating.json")
+    calls, labels = _asked(OPTED_IN)
+    # An excluded namespace is decided before its labels are looked up.
+    assert steer_pod(PLAN, pod, "kube-system", labels).skipped == "excluded-namespace"
+    assert steer_pod(PLAN, pod, "kube-steer", labels).skipped == "excluded-namespace"
+    assert calls == []
+    daemon = copy.deepcopy(pod)
+    daemon["metadata"]["ownerReferences"] = [
+        {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d", "uid": "u", "controller": True}
+    ]
+    controller = {"username": "system:serviceaccount:kube-system:daemon-set-controller"}
+    assert steer_pod(PLAN, daemon, "team-a", labels, controller).skipped == "daemonset"
+    # The same owner reference written by a user is steered: who asks decides.
+    forged = steer_pod(PLAN, daemon, "team-a", labels, {"username": "alice"})
+    assert forged.skipped is None and forged.ops
+    _, plain = _asked({"tenant": "dept-a"})
+    assert steer_pod(PLAN, pod, "team-a", plain).skipped == "not-opted-in"
+    _, unknown = _asked(None)
+    with pytest.raises(UnknownNamespace):
+        steer_pod(PLAN, pod, "team-a", unknown)
+
+
+def test_steer_pod_gives_the_patch_the_trace_and_the_steered_pod() -> None:
+    pod = fixture_pod("pod-create-user-mutating.json")
+    before = copy.deepcopy(pod)
+    mutation = steer_pod(PLAN, pod, "team-a", lambda: OPTED_IN)
+    assert mutation.skipped is None and mutation.tenant == "dept-a"
+    assert mutation.ops and mutation.trace is not None
+    steered = mutation.apply(pod)
+    assert pod == before  # the steered pod is a new object; the request's stays as sent
+    assert steered["metadata"]["annotations"][PLAN.trace_key] == mutation.trace
+    assert steered == apply(pod, mutation.ops)
+    # Steering the steered pod again changes nothing and keeps the same trace.
+    again = steer_pod(PLAN, steered, "team-a", lambda: OPTED_IN)
+    assert again.ops == () and again.trace == mutation.trace
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        {"op": "replace", "path": "/spec", "value": {}},
+        {"op": "add", "path": "", "value": {}},
+        {"op": "add", "path": "/spec/missing/deeper", "value": 1},
+        {"op": "remove", "path": "/metadata/absent"},
+    ],
+)
+def test_apply_ops_names_an_op_it_cannot_apply(op: dict[str, Any]) -> None:
+    pod = fixture_pod("pod-create-user-mutating.json")
+    with pytest.raises(ValueError, match="cannot apply"):
+        apply_ops(pod, [op])

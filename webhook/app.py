@@ -12,6 +12,7 @@ by the watch.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -35,12 +36,12 @@ from steer.core.admission import (
     validate_pod,
 )
 from steer.core.infrastructure import exempt_reason
+from steer.core.mutation import MutationPlan, UnknownNamespace, steer_pod
 from steer.core.policy import Policy, Tenant
 from steer.core.scheduling import UninterpretablePod
 from webhook import review as rv
 from webhook.framing import BODY_OVER_LIMIT
 from webhook.metrics import WebhookMetrics
-from webhook.mutate import MutationPlan, mutate_pod
 from webhook.namespaces import NamespaceSource
 
 log = logging.getLogger(__name__)
@@ -188,22 +189,22 @@ class AdmissionHandler:
                 "kind",
                 f"expected a Pod object, got kind {review.kind!r}; not steered",
             )
-        plan = self.plans.mutation
         namespace = self._namespace(review, obj)
-        if namespace in plan.excluded_namespaces:
-            return Outcome(200, rv.allow(review.uid), "skipped")
-        if exempt_reason(plan.policy, obj, review.user_info) is not None:
-            return Outcome(200, rv.allow(review.uid), "skipped")
-        labels = self.namespaces.labels(namespace)
-        if labels is None:
+        try:
+            mutation = steer_pod(
+                self.plans.mutation,
+                obj,
+                namespace,
+                functools.partial(self.namespaces.labels, namespace),
+                review.user_info,
+            )
+        except UnknownNamespace:
             reason, text = self._unknown_namespace(namespace)
             return self._uninterpretable("mutate", review, reason, f"{text}; pod not steered")
-        if not plan.opted_in(namespace, labels):
-            return Outcome(200, rv.allow(review.uid), "skipped")
-        try:
-            mutation = mutate_pod(plan, obj, plan.tenant(labels))
         except UninterpretablePod as exc:
             return self._uninterpretable("mutate", review, exc.field, f"pod not steered: {exc}")
+        if mutation.skipped is not None:
+            return Outcome(200, rv.allow(review.uid), "skipped")
         patch = mutation.patch_bytes()
         if not review.dry_run:
             for rule in mutation.added:

@@ -2,8 +2,9 @@
 labels, taints and resources each node carries once the plan is applied.
 
 Pure: a `CyclePlan`, the nodes as read and a pod spec in, a `PodExplanation`
-(scorer/explain/view.py) out. The pod is evaluated exactly as the webhook mutates it
-(`steer.core.steering`), so the answer matches what the stock scheduler does with it.
+(scorer/explain/view.py) out. The pod evaluated is the one the webhook admits: the patch of
+`steer.core.mutation.steer_pod`, which the webhook sends, applied to the pod; so the answer
+matches what the stock scheduler does with it.
 """
 
 from __future__ import annotations
@@ -18,13 +19,17 @@ from scorer.model import NodeState
 from scorer.plan import CyclePlan, NodePlan
 from steer.core.admission import ValidationPlan, validate_pod
 from steer.core.encoding import preference_weight
+from steer.core.mutation import Mutation, MutationPlan, steer_pod
 from steer.core.policy import Policy, Tenant
 from steer.core.quantity import QuantityError, parse_quantity
 from steer.core.scheduling import (
     UNSCHEDULABLE_TAINT,
     Taint,
+    UninterpretablePod,
     blocking_taints,
     node_selector_matches,
+    node_selector_of,
+    pod_requests,
     pod_spec_of,
     preferred_terms,
     required_terms,
@@ -33,23 +38,29 @@ from steer.core.scheduling import (
     terms_match,
     tolerated,
     toleration_problems,
+    tolerations_of,
 )
 from steer.core.steering import (
-    NodeConstraints,
-    class_preferences,
-    classify_pod,
     condition_key,
     dimension_key,
-    excluded_namespaces,
-    opted_in,
     overcommit_key,
     owned_label_keys,
     owned_taint_keys,
-    pod_constraints,
-    pod_gates,
-    steered_constraints,
-    tenant_for,
 )
+
+# The plans of the last few policies explained against, by content digest: a plan is built
+# once per policy change, as the webhook builds its own.
+_PLANS: dict[str, tuple[MutationPlan, ValidationPlan]] = {}
+
+
+def _plans(policy: Policy) -> tuple[MutationPlan, ValidationPlan]:
+    plans = _PLANS.get(policy.digest)
+    if plans is None:
+        plans = (MutationPlan.from_policy(policy), ValidationPlan.from_policy(policy))
+        if len(_PLANS) >= 4:
+            _PLANS.clear()
+        _PLANS[policy.digest] = plans
+    return plans
 
 
 def effective_labels(
@@ -158,38 +169,51 @@ def explain_pod(
     """Which nodes the scheduler's filters leave for the pod once the webhook has steered it,
     their rank, and why the others are excluded.
 
-    The pod is evaluated as mutated: its required terms with the policy's rules merged in and
-    its tolerations with the injected ones appended, by the functions the webhook applies
-    (`steered_constraints`), under Kubernetes' rules (`steer.core.scheduling`). A node is
-    excluded by NodeAffinity (nodeSelector and required terms; the reasons name the policy rule
-    or the pod's own field that fails), NoSchedule/NoExecute taints and cordons the pod does not
-    tolerate, and the overcommit pools. Rank is by the weight the NodeAffinity plugin would add
-    up: the injected preference terms plus the pod's own preferred terms (ties share a rank).
+    The pod is evaluated as the webhook admits it: `steer_pod`'s patch applied, so with the
+    injected preferred terms, tolerations, gate and pool requests and schedulerName, under
+    Kubernetes' rules (`steer.core.scheduling`), and checked by the webhook's validation. A
+    node is excluded by NodeAffinity (nodeSelector and required terms; the reasons name the
+    pod's own field that fails), NoSchedule/NoExecute taints and cordons the pod does not
+    tolerate, NodeResourcesFit, and the gates and pools this cycle publishes. Rank is by the weight the NodeAffinity plugin would add
+    up: the injected preference terms plus the pod's own other preferred terms (ties share a
+    rank).
     A pod of a namespace that is not opted in is evaluated as it is: the webhook leaves it alone.
     Raises UninterpretablePod for a malformed field.
     """
     spec = pod_spec_of(pod)
-    pod_class = classify_pod(policy, spec)
-    tenant = tenant_for(policy, namespace_labels)
-    steers = opted_in(policy, namespace, namespace_labels)
-    if steers:
-        preferences = class_preferences(policy, pod_class)
-        steered = steered_constraints(policy, tenant, pod_class, spec)
+    if spec is pod:
+        as_pod: Mapping[str, Any] = {"metadata": {}, "spec": spec}
+    elif pod.get("metadata") is None:
+        as_pod = {**pod, "metadata": {}}
     else:
-        preferences, steered = (), pod_constraints(spec)
-    gate_rules = (
-        {g.resource: g.rule for g in pod_gates(policy, tenant, pod_class)} if steers else {}
-    )
-    gates = tuple(sorted(n for n in steered.requests if n in gate_rules))
+        as_pod = pod
+    mutation_plan, validation_plan = _plans(policy)
+    tenant = mutation_plan.tenant(namespace_labels)
+    mutation = steer_pod(mutation_plan, as_pod, namespace, lambda: namespace_labels)
+    pieces = mutation.pieces
+    steered = mutation.apply(as_pod)["spec"]
+    preferences = pieces.preference_terms if pieces else ()
+    gate_rules = {g.resource: g.rule for g in pieces.resources.gates} if pieces else {}
+    try:
+        requests = pod_requests(steered)
+    except QuantityError as exc:
+        raise UninterpretablePod("spec.containers", str(exc)) from None
+    gates = tuple(sorted(n for n in requests if n in gate_rules))
     user_terms = required_terms(spec)
+    steered_terms = required_terms(steered)
+    node_selector = node_selector_of(steered)
+    tolerations = tolerations_of(steered)
+    # The policy's tolerations the pod carries once steered (added now, or at its admission).
+    injected = tuple(t for _, t in pieces.tolerations if t in tolerations) if pieces else ()
     problems = (
-        toleration_problems(steered.tolerations)
+        toleration_problems(tolerations)
         + selector_problems(user_terms, "spec.affinity.nodeAffinity.required.nodeSelectorTerms")
-        + _denials(policy, spec, steered, tenant, namespace)
+        + _denials(validation_plan, mutation, steered, tenant, namespace)
     )
     owned_labels = owned_label_keys(policy)
     owned_taints = owned_taint_keys(policy)
-    user_prefs = preferred_terms(spec)
+    injected_prefs = pieces.preferred if pieces else ()
+    user_prefs = [t for t in preferred_terms(steered) if t not in injected_prefs]
     verdicts = []
     for node in nodes:
         plan = cycle.node(node.name) if cycle is not None else None
@@ -207,11 +231,11 @@ def explain_pod(
             plan,
             node.name,
             labels,
-            steered.node_selector,
+            node_selector,
             user_terms,
-            steered.required_terms,
+            steered_terms,
         )
-        for taint in blocking_taints(steered.tolerations, taints, unschedulable=node.unschedulable):
+        for taint in blocking_taints(tolerations, taints, unschedulable=node.unschedulable):
             if taint == UNSCHEDULABLE_TAINT and node.unschedulable:
                 exclusions.append(
                     Exclusion(
@@ -226,10 +250,10 @@ def explain_pod(
             exclusions.append(
                 Exclusion(rule=f"taint {taint}", reason="the pod does not tolerate it", data=data)
             )
-        soft = [str(t) for t in taints if not t.blocks and not tolerated(steered.tolerations, t)]
-        exclusions += _fit_exclusions(node, plan, steered.requests, gate_rules)
+        soft = [str(t) for t in taints if not t.blocks and not tolerated(tolerations, t)]
+        exclusions += _fit_exclusions(node, plan, requests, gate_rules)
         if plan is not None:
-            exclusions += _resource_exclusions(policy, plan, steered.requests, labels)
+            exclusions += _resource_exclusions(policy, plan, requests, labels)
         user_weight = sum(
             int(p.get("weight", 0))
             for p in user_prefs
@@ -269,34 +293,29 @@ def explain_pod(
     excluded = sorted((v for v in verdicts if not v.allowed), key=lambda v: v.node)
     return PodExplanation(
         policy_version=policy.version,
-        pod_class=pod_class.name if pod_class else None,
+        pod_class=pieces.pod_class if pieces else None,
         tenant=tenant.name if tenant else None,
         preferences=preferences,
         gates=gates,
         verdicts=tuple(ranked + excluded),
-        injected_tolerations=steered.injected_tolerations,
+        injected_tolerations=injected,
         problems=problems,
-        steered=steers,
+        steered=mutation.skipped is None,
     )
 
 
 def _denials(
-    policy: Policy,
-    spec: Mapping[str, Any],
-    steered: NodeConstraints,
+    plan: ValidationPlan,
+    mutation: Mutation,
+    steered: Mapping[str, Any],
     tenant: Tenant | None,
     namespace: str | None,
 ) -> tuple[str, ...]:
     """What the webhook's validation denies in the pod as mutated (validation runs after every
-    mutation): its tolerations and schedulerName are the steered ones."""
-    if namespace is not None and namespace in excluded_namespaces(policy):
+    mutation, in every namespace it does not exclude)."""
+    if mutation.skipped == "excluded-namespace":
         return ()
-    admitted = {**spec, "tolerations": list(steered.tolerations)}
-    if steered.scheduler_name:
-        admitted["schedulerName"] = steered.scheduler_name
-    denials = validate_pod(
-        ValidationPlan.from_policy(policy), {"spec": admitted}, tenant, namespace or "?"
-    )
+    denials = validate_pod(plan, {"spec": steered}, tenant, namespace or "?")
     return tuple(f"the webhook denies it: {d.message}" for d in denials)
 
 

@@ -16,12 +16,14 @@ authenticates as its creator (`spec.infrastructure.daemonSetCreators`) and only 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from steer.core.policy import Policy
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 NODES_GROUP = "system:nodes"
+
+Exemption = Literal["daemonset", "mirror-pod"]
 
 
 def _field(obj: Any, key: str) -> Any:
@@ -41,7 +43,7 @@ def _is_daemonset_pod(pod: Mapping[str, Any]) -> bool:
 
 def exempt_reason(
     policy: Policy, pod: Mapping[str, Any], user_info: Mapping[str, Any] | None
-) -> str | None:
+) -> Exemption | None:
     """Why this pod creation is infrastructure ("daemonset", "mirror-pod"), or None."""
     username = _field(user_info, "username")
     groups = _field(user_info, "groups")

@@ -3,16 +3,14 @@ terms, tolerations.
 
 This is the one place where label and taint keys, preferred-term weights, hard rules and the
 tolerations a tenant gets are derived from the policy. The scorer writes exactly these keys;
-the webhook injects exactly these terms and tolerations, merged by `merge_rules` and
-`missing_tolerations`; `/explain` evaluates the pod those merges make (`steered_constraints`)
-under Kubernetes' rules (steer/core/scheduling.py). Change a rule here and all three follow.
+`steer_pod` (steer/core/mutation.py) merges exactly these terms, requests and tolerations into
+a pod, for the webhook and for `/explain`. Change a rule here and all three follow.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Any
 
 from steer.core.budget import TenantBudget, owned_resources, tenant_budget
@@ -33,13 +31,8 @@ from steer.core.quantity import QuantityError, parse_quantity
 from steer.core.scheduling import (
     Json,
     UninterpretablePod,
-    missing_tolerations,
-    node_selector_of,
     pod_objects,
-    pod_requests,
     requested_resources,
-    required_terms,
-    tolerations_of,
 )
 
 CONDITION_VALUE = "true"
@@ -252,8 +245,8 @@ def steered_container_requests(
 
 
 def excluded_namespace_list(policy: Policy) -> tuple[str, ...]:
-    """Namespaces never mutated or validated, whatever their labels (DESIGN decision 6), in
-    order and without repeats (for objects written out, e.g. the admission policy)."""
+    """Namespaces never mutated or validated, whatever their labels (the control plane's, the
+    project's own and the policy's `optIn.excludedNamespaces`), in order and without repeats (for objects written out, e.g. the admission policy)."""
     spec = policy.spec
     names = (*ALWAYS_EXCLUDED_NAMESPACES, spec.project_namespace, *spec.opt_in.excluded_namespaces)
     return tuple(dict.fromkeys(names))
@@ -320,85 +313,3 @@ def injected_tolerations(
     return tuple(
         (name, injected_toleration(policy, name)) for name in allowed if name not in avoided
     )
-
-
-@dataclass(frozen=True)
-class NodeConstraints:
-    """What of a pod the scheduler's node filters read, once the webhook has steered it."""
-
-    node_selector: Mapping[str, Any]
-    required_terms: list[Json] | None  # None: no required node affinity
-    tolerations: tuple[Json, ...]
-    injected_tolerations: tuple[Json, ...]  # those of `tolerations` the webhook adds
-    requests: Mapping[str, Fraction]  # resources requested, the overcommit pools' included
-    scheduler_name: str | None = None
-
-
-def steered_constraints(
-    policy: Policy, tenant: Tenant | None, pod_class: PodClass | None, spec: Mapping[str, Any]
-) -> NodeConstraints:
-    """The pod's nodeSelector, required terms, tolerations and requests after mutation: the
-    same pieces the webhook applies (`missing_tolerations`, `steered_container_requests`).
-    Raises UninterpretablePod for a malformed field or quantity."""
-    own = tolerations_of(spec)
-    added = missing_tolerations(
-        own, (t for _, t in injected_tolerations(policy, tenant, pod_class))
-    )
-    return NodeConstraints(
-        node_selector=node_selector_of(spec),
-        required_terms=required_terms(spec),
-        tolerations=(*own, *added),
-        injected_tolerations=tuple(added),
-        requests=_steered_requests(resource_steering(policy, tenant, pod_class), spec),
-        scheduler_name=scheduler_after(
-            policy, scheduler_for(policy, tenant, pod_class), spec.get("schedulerName")
-        ),
-    )
-
-
-def pod_constraints(spec: Mapping[str, Any]) -> NodeConstraints:
-    """The same view of a pod the webhook leaves alone (its namespace is not opted in)."""
-    try:
-        requests = pod_requests(spec)
-    except QuantityError as exc:
-        raise UninterpretablePod("spec.containers", str(exc)) from None
-    return NodeConstraints(
-        node_selector=node_selector_of(spec),
-        required_terms=required_terms(spec),
-        tolerations=tuple(tolerations_of(spec)),
-        injected_tolerations=(),
-        requests=requests,
-        scheduler_name=spec.get("schedulerName"),
-    )
-
-
-def steered_spec(steering: ResourceSteering, spec: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of the pod spec's containers with the owned requests the webhook leaves them
-    (others of the container's requests untouched): what the scheduler will read."""
-    wanted = steered_container_requests(steering, spec)
-    out: dict[str, Any] = {}
-    for field in CONTAINER_FIELDS:
-        containers = pod_objects(spec, field, f"spec.{field}")
-        if not containers:
-            continue
-        copies = []
-        for i, container in enumerate(containers):
-            resources = dict(container.get("resources") or {})
-            requests = {
-                k: v
-                for k, v in (resources.get("requests") or {}).items()
-                if k not in steering.owned
-            }
-            requests.update({k: str(v) for k, v in wanted[(field, i)].items()})
-            resources["requests"] = requests
-            copies.append({**container, "resources": resources})
-        out[field] = copies
-    return out
-
-
-def _steered_requests(steering: ResourceSteering, spec: Mapping[str, Any]) -> dict[str, Fraction]:
-    """The pod's requests as the scheduler sums them once the webhook has steered it."""
-    try:
-        return pod_requests(steered_spec(steering, spec))
-    except QuantityError as exc:
-        raise UninterpretablePod("spec.containers", str(exc)) from None

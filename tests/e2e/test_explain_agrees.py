@@ -42,11 +42,11 @@ from scorer.service import Scorer
 from scorer.sources import Readings
 from scorer.writer import NodeApi
 from steer.core.admission import ValidationPlan, validate_pod
+from steer.core.mutation import MutationPlan, mutate_pod
 from steer.core.policy import Dimension, Policy, parse_policy
 from steer.core.steering import condition_key
 from tests.e2e.test_scheduler import SET_KEY
 from tests.scorer_support import readings_for
-from webhook.mutate import MutationPlan, mutate_pod
 
 from .conftest import ROOT
 

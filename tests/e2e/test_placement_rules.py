@@ -9,7 +9,7 @@
   for whole-node jobs, which then bind.
 
 Pods carry what the webhook injects, built by the same core functions (steer/core/steering.py,
-webhook/mutate.py), and are confined to this test's nodes by a node-set label.
+steer/core/mutation.py), and are confined to this test's nodes by a node-set label.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from kubernetes import client
 from kits.control_plane import ControlPlane
 from scorer.model import NodeState
 from scorer.plan import ScorerMemory, plan_cycle
+from steer.core.mutation import spread_constraint
 from steer.core.policy import parse_policy
 from steer.core.steering import class_preferences, composite_key, pod_gates, reserved_key
 from tests.e2e.test_scheduler import (
@@ -32,7 +33,6 @@ from tests.e2e.test_scheduler import (
     wait_bound,
 )
 from tests.scorer_support import readings_for
-from webhook.mutate import spread_constraint
 
 from .conftest import ROOT
 

@@ -1,4 +1,5 @@
-"""JSON Patch (RFC 6902) built from intended field values, without diffing the whole pod.
+"""JSON Patch (RFC 6902) built from intended field values, without diffing the whole pod, and
+applied to a pod without copying it whole.
 
 The apiserver rejects a patch whose `add` target has no parent ("doc is missing path"), so a
 value under a missing object is added as one nested object at the first missing ancestor. Keys
@@ -32,6 +33,11 @@ def escape(token: str) -> str:
 def pointer(path: tuple[str, ...]) -> str:
     """The JSON Pointer of `path` (cached: the webhook patches the same few paths)."""
     return "".join("/" + escape(part) for part in path)
+
+
+def unescape(token: str) -> str:
+    """The inverse of `escape`: `~1` first, so `~01` stays `~1`."""
+    return token.replace("~1", "/").replace("~0", "~")
 
 
 def _dotted(path: Sequence[str]) -> str:
@@ -104,4 +110,45 @@ def _merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
             out[key] = _merge(out[key], value)
         else:
             out[key] = value
+    return out
+
+
+def apply_ops(doc: Mapping[str, Any], ops: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """`doc` with `ops` applied: the `add` and `remove` ops `PatchBuilder` emits (`add` sets an
+    object member, appends at `-` or inserts at a list index; `remove` deletes a member or an
+    item). Objects and lists on an op's path are copied once; everything else is shared with
+    `doc`, which is left unchanged. Raises ValueError for an op this module does not emit or a
+    path that does not resolve."""
+    out: dict[str, Any] = dict(doc)
+    own = {id(out)}  # the containers copied here, which may be changed in place
+
+    for op in ops:
+        kind, where = op.get("op"), str(op.get("path", ""))
+        tokens = [unescape(t) for t in where.split("/")[1:]]
+        if kind not in ("add", "remove") or not tokens:
+            raise ValueError(f"cannot apply {kind!r} at {where!r}")
+        parent: Any = out
+        try:
+            for token in tokens[:-1]:
+                key: Any = int(token) if isinstance(parent, list) else token
+                child = parent[key]
+                if id(child) not in own:
+                    child = dict(child) if isinstance(child, Mapping) else list(child)
+                    own.add(id(child))
+                    parent[key] = child
+                parent = child
+            last = tokens[-1]
+            if isinstance(parent, list):
+                if kind == "remove":
+                    del parent[int(last)]
+                elif last == "-":
+                    parent.append(op["value"])
+                else:
+                    parent.insert(int(last), op["value"])
+            elif kind == "remove":
+                del parent[last]
+            else:
+                parent[last] = op["value"]
+        except (KeyError, IndexError, ValueError, TypeError) as exc:
+            raise ValueError(f"cannot apply {kind!r} at {where!r}: {exc!r}") from None
     return out

@@ -1,10 +1,12 @@
-"""Pod mutation: merge the policy's steering into a pod and express it as a JSON Patch.
+"""The steered pod: what the policy makes of a pod, as a JSON Patch, the pod it makes and the
+trace the pod carries. The webhook's `/mutate` (webhook/app.py) and `/explain/pod`
+(scorer/explain/pod.py) both call `steer_pod`, so the pod explained is the pod admitted.
 
 Pure. `MutationPlan.from_policy` runs once per policy change and precomputes, for every
 (tenant, pod class), the preferred terms, the required rules, the tolerations and the
 schedulerName, so a request only looks them up and merges.
 
-Merge rules (DESIGN decision 4, "merge, never clobber"):
+Merge, never clobber:
 - preferred terms are appended; the user's stay, and terms already present are not repeated;
 - hard rules are gates and budget pools (steer/core/gates.py, budget.py): resource requests
   set on the containers, never required node-affinity terms on labels that move with load
@@ -22,12 +24,15 @@ reinvocation (reinvocationPolicy: IfNeeded) computes the same pod and an empty p
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
+from steer.core.encoding import PreferenceTerm
+from steer.core.infrastructure import Exemption, exempt_reason
+from steer.core.patch import PatchBuilder, ShapeError, apply_ops
 from steer.core.policy import PodClass, Policy, SpreadRule, Tenant
 from steer.core.quantity import QuantityError, parse_quantity
 from steer.core.scheduling import (
@@ -54,7 +59,6 @@ from steer.core.steering import (
     tenant_for,
     trace_annotation_key,
 )
-from webhook.patch import PatchBuilder, ShapeError
 
 NODE_AFFINITY = ("spec", "affinity", "nodeAffinity")
 PREFERRED = (*NODE_AFFINITY, "preferredDuringSchedulingIgnoredDuringExecution")
@@ -67,6 +71,7 @@ class Pieces:
     tenant: str | None
     pod_class: str | None
     preferred: tuple[Json, ...]
+    preference_terms: tuple[PreferenceTerm, ...]  # `preferred`, as the scorer's labels read
     preferred_rule: str
     tolerations: tuple[tuple[str, Json], ...]
     scheduler: str | None
@@ -76,17 +81,47 @@ class Pieces:
     resources: ResourceSteering
 
 
+Skip = Literal["excluded-namespace", "not-opted-in"] | Exemption
+
+
 @dataclass(frozen=True)
 class Mutation:
-    """The patch for one pod, the rules in effect (trace) and the rules this pass added."""
+    """The patch for one pod, the rules in effect (its trace) and the rules this pass added;
+    or, when `skipped` says why, no patch: the pod is left as it is."""
 
     ops: tuple[Json, ...]
     in_effect: tuple[str, ...]
     added: tuple[str, ...]
-    pod_class: str | None
+    pieces: Pieces | None = None  # what the policy injects into a pod of its tenant and class
+    trace: str | None = None  # the trace annotation's text, None when no rule is in effect
+    skipped: Skip | None = None
+
+    @property
+    def pod_class(self) -> str | None:
+        return self.pieces.pod_class if self.pieces else None
+
+    @property
+    def tenant(self) -> str | None:
+        return self.pieces.tenant if self.pieces else None
 
     def patch_bytes(self) -> bytes | None:
         return orjson.dumps(list(self.ops)) if self.ops else None
+
+    def apply(self, pod: Mapping[str, Any]) -> dict[str, Any]:
+        """The steered pod: `pod` with this patch applied (`pod` itself is not changed)."""
+        return apply_ops(pod, self.ops)
+
+
+def _skipped(why: Skip) -> Mutation:
+    return Mutation(ops=(), in_effect=(), added=(), skipped=why)
+
+
+class UnknownNamespace(LookupError):
+    """The labels of the pod's namespace are not known, so whether it is steered is not known."""
+
+    def __init__(self, namespace: str | None) -> None:
+        super().__init__(f"namespace {namespace!r} is not known")
+        self.namespace = namespace
 
 
 def build_pieces(policy: Policy, tenant: Tenant | None, pod_class: PodClass | None) -> Pieces:
@@ -102,6 +137,7 @@ def build_pieces(policy: Policy, tenant: Tenant | None, pod_class: PodClass | No
         tenant=tenant.name if tenant else None,
         pod_class=pod_class.name if pod_class else None,
         preferred=tuple(t.to_k8s() for t in preferred),
+        preference_terms=preferred,
         preferred_rule=f"prefer:{preferred[0].key}" if preferred else "prefer",
         tolerations=injected_tolerations(policy, tenant, pod_class),
         scheduler=scheduler_for(policy, tenant, pod_class),
@@ -142,11 +178,37 @@ class MutationPlan:
     def version(self) -> str:
         return self.policy.version
 
-    def opted_in(self, namespace: str, labels: Mapping[str, str]) -> bool:
+    def opted_in(self, namespace: str | None, labels: Mapping[str, str]) -> bool:
         return opted_in(self.policy, namespace, labels, self.excluded_namespaces)
 
     def tenant(self, labels: Mapping[str, str]) -> Tenant | None:
         return tenant_for(self.policy, labels)
+
+
+def steer_pod(
+    plan: MutationPlan,
+    pod: Mapping[str, Any],
+    namespace: str | None,
+    namespace_labels: Callable[[], Mapping[str, str] | None],
+    user_info: Mapping[str, Any] | None = None,
+) -> Mutation:
+    """What the policy makes of a pod created in `namespace` (None: its name is not known, so
+    only its labels decide) by `user_info`: nothing for an excluded namespace, infrastructure
+    (steer/core/infrastructure.py) or a namespace not opted in; else the patch, the rules in
+    effect and the trace. `namespace_labels` gives the namespace's labels; it is called only
+    when the answer depends on them. Raises UnknownNamespace when it has none, UninterpretablePod for a malformed field.
+    """
+    if namespace in plan.excluded_namespaces:
+        return _skipped("excluded-namespace")
+    exempt = exempt_reason(plan.policy, pod, user_info)
+    if exempt is not None:
+        return _skipped(exempt)
+    labels = namespace_labels()
+    if labels is None:
+        raise UnknownNamespace(namespace)
+    if not plan.opted_in(namespace, labels):
+        return _skipped("not-opted-in")
+    return mutate_pod(plan, pod, plan.tenant(labels))
 
 
 # --- merge functions: pure, each idempotent on its own output -----------------------------
@@ -259,6 +321,7 @@ def mutate_pod(plan: MutationPlan, pod: Mapping[str, Any], tenant: Tenant | None
                 builder.set(("spec", "schedulerName"), pieces.scheduler)
                 note(f"scheduler:{pieces.scheduler}", True)
 
+        trace = None
         if in_effect:
             trace = trace_text(plan.version, tuple(in_effect), pieces.term_notes)
             annotations = pod_object(metadata, "annotations", "metadata.annotations")
@@ -271,7 +334,8 @@ def mutate_pod(plan: MutationPlan, pod: Mapping[str, Any], tenant: Tenant | None
         ops=tuple(ops),
         in_effect=tuple(in_effect),
         added=tuple(added),
-        pod_class=pieces.pod_class,
+        pieces=pieces,
+        trace=trace,
     )
 
 
