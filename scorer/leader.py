@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from scorer.kubeapi import KubeApiError, KubeJson, lease_path
+from steer.adapters.periodic import Periodic
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +73,8 @@ class LeaseElector:
         self._observed_at = 0.0
         self.holder: str | None = None
         self.transitions = 0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        # The election thread survives anything a round throws (logged by Periodic).
+        self._rounds = Periodic("lease-election", retry_period_s, self.try_acquire_or_renew)
         self._listeners: list[Callable[[bool], None]] = []
 
     # ---------------------------------------------------------------- state
@@ -234,24 +235,9 @@ class LeaseElector:
     # ------------------------------------------------------------ background
 
     def start(self) -> None:
-        if self._thread is not None:
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="lease-election", daemon=True)
-        self._thread.start()
+        self._rounds.start()
 
     def stop(self, *, release: bool = True) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-            self._thread = None
+        self._rounds.stop()
         if release:
             self.release()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.try_acquire_or_renew()
-            except Exception:  # the election thread must survive anything a round throws
-                log.exception("leader election round failed")
-            self._stop.wait(self.retry_period_s)

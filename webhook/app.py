@@ -15,7 +15,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ import orjson
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
+from steer.adapters.periodic import Periodic
 from steer.core.admission import (
     Denial,
     Scope,
@@ -322,27 +322,19 @@ def _unreadable_field(
 
 def start_status_pump(
     handler: AdmissionHandler, interval: float = 2.0, *, status_dir: str | None = None
-) -> threading.Event:
+) -> Periodic:
     """Publish `handler`'s status gauges every `interval` seconds, and its readiness detail to
-    `status_dir` for the metrics listener's /status (`webhook.status`); set the event to stop."""
+    `status_dir` for the metrics listener's /status (`webhook.status`); `stop()` ends it. A
+    metrics hiccup is logged and the next round goes on."""
     from webhook.status import write_worker_status
 
-    stop = threading.Event()
+    def publish() -> None:
+        handler.publish_status()
+        if status_dir is not None:
+            ready, detail = handler.readiness()
+            write_worker_status(status_dir, {**detail, "ready": ready})
 
-    def run() -> None:
-        while True:
-            try:
-                handler.publish_status()
-                if status_dir is not None:
-                    ready, detail = handler.readiness()
-                    write_worker_status(status_dir, {**detail, "ready": ready})
-            except Exception:  # a metrics hiccup must not end the pump
-                log.exception("publishing webhook status failed")
-            if stop.wait(interval):
-                return
-
-    threading.Thread(target=run, name="webhook-status", daemon=True).start()
-    return stop
+    return Periodic("webhook-status", interval, publish).start()
 
 
 def content_length(environ: Mapping[str, Any]) -> int | None:

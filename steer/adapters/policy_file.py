@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from steer.adapters.periodic import Periodic
 from steer.core.policy import Policy, PolicyError, PolicyIssue, parse_policy
 
 log = logging.getLogger(__name__)
@@ -76,8 +77,17 @@ class PolicyWatcher:
         self._lock = threading.Lock()
         self._listeners: list[Listener] = []
         self._error_listeners: list[ErrorListener] = []
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._poller = Periodic(
+            "policy-reload",
+            interval_seconds,
+            self.check,
+            at_once=False,
+            # Whatever a file does (a nesting too deep, an unreadable mount), the next valid
+            # edit is served.
+            on_error=lambda exc: self._failed(
+                f"policy file {self.path!r} could not be loaded: {exc!r}", None
+            ),
+        )
         self.reload_errors = 0
         self.last_error: str | None = None
         self._last_seen_digest: str | None = None
@@ -170,20 +180,7 @@ class PolicyWatcher:
             )
 
     def start(self) -> None:
-        if self._thread is not None:
-            return
-        self._thread = threading.Thread(target=self._run, name="policy-reload", daemon=True)
-        self._thread.start()
+        self._poller.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_seconds):
-            try:
-                self.check()
-            except Exception as exc:  # whatever a file does, the next valid edit is served
-                self._failed(f"policy file {self.path!r} could not be loaded: {exc!r}", None)
+        self._poller.stop(timeout_s=5)
