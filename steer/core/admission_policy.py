@@ -147,6 +147,84 @@ def _choose(cases: Sequence[tuple[str, str]], otherwise: str) -> str:
 # --- objects -----------------------------------------------------------------------------------
 
 
+def _resource_rule(
+    operations: Sequence[str], resources: Sequence[str], scope: str = "Namespaced"
+) -> Json:
+    """One `matchConstraints.resourceRules` entry of the core API group (v1)."""
+    return {
+        "apiGroups": [""],
+        "apiVersions": ["v1"],
+        "operations": list(operations),
+        "resources": list(resources),
+        "scope": scope,
+    }
+
+
+def _pods_constraints(policy: Policy, rules: Sequence[Json]) -> Json:
+    """`matchConstraints` for pod requests in every namespace the webhook validates."""
+    return {
+        "namespaceSelector": {
+            "matchExpressions": [
+                {
+                    "key": NAMESPACE_NAME_LABEL,
+                    "operator": "NotIn",
+                    "values": list(excluded_namespaces(policy)),
+                }
+            ]
+        },
+        "resourceRules": list(rules),
+        "matchPolicy": "Equivalent",
+    }
+
+
+def _not_infrastructure(policy: Policy) -> list[Json]:
+    """DaemonSet pods (node-exporter, CNI, CSI, GPU operator: `operator: Exists` tolerations)
+    and mirror pods are infrastructure: never refused."""
+    return [{"name": "not-infrastructure", "expression": f"!({exempt_cel(policy)})"}]
+
+
+def _policy_and_binding(
+    policy: Policy,
+    name: str,
+    *,
+    match_constraints: Json,
+    match_conditions: list[Json],
+    variables: list[Json],
+    validations: list[Json],
+) -> tuple[Json, Json]:
+    """A ValidatingAdmissionPolicy and the binding that denies what it does not validate, both
+    named `name` and annotated with the policy version they were made from."""
+    metadata = {
+        "name": name,
+        "labels": {"app.kubernetes.io/part-of": "kube-steer"},
+        "annotations": {policy.label_key("policy-version"): policy.version},
+    }
+    vap: Json = {
+        "apiVersion": API_VERSION,
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": dict(metadata),
+        "spec": {
+            # Fail: an expression error (never expected) refuses the request rather than let
+            # through what the rules guard (a reserved toleration, a forged pod, a node write).
+            "failurePolicy": "Fail",
+            "matchConstraints": match_constraints,
+            "matchConditions": match_conditions,
+            "variables": variables,
+            "validations": validations,
+        },
+    }
+    binding: Json = {
+        "apiVersion": API_VERSION,
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": dict(metadata),
+        "spec": {"policyName": name, "validationActions": ["Deny"]},
+    }
+    return vap, binding
+
+
+# --- the security rules ------------------------------------------------------------------------
+
+
 def _variables(policy: Policy) -> list[Json]:
     tenants = policy.spec.tenants
     described = toleration_described("t")
@@ -240,64 +318,23 @@ def security_admission_policy(policy: Policy, name: str = DEFAULT_NAME) -> tuple
     A policy without security rules still gets both objects (one validation that always
     holds), so applying the output after any policy change replaces the previous rules."""
     taints = security_taints(policy)
-    annotations = {policy.label_key("policy-version"): policy.version}
     validations = [_validation(t) for t in taints] or [
         {
             "expression": "true",
             "message": f"policy {policy.name} has no security taint rules",
         }
     ]
-    metadata = {
-        "name": name,
-        "labels": {"app.kubernetes.io/part-of": "kube-steer"},
-        "annotations": annotations,
-    }
-    vap: Json = {
-        "apiVersion": API_VERSION,
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": dict(metadata),
-        "spec": {
-            # Fail: an expression error (never expected) refuses the pod rather than let a
-            # reserved toleration through.
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "namespaceSelector": {
-                    "matchExpressions": [
-                        {
-                            "key": NAMESPACE_NAME_LABEL,
-                            "operator": "NotIn",
-                            "values": list(excluded_namespaces(policy)),
-                        }
-                    ]
-                },
-                "resourceRules": [
-                    {
-                        "apiGroups": [""],
-                        "apiVersions": ["v1"],
-                        "operations": ["CREATE", "UPDATE"],
-                        "resources": ["pods"],
-                        "scope": "Namespaced",
-                    }
-                ],
-                "matchPolicy": "Equivalent",
-            },
-            # DaemonSet pods (node-exporter, CNI, CSI, GPU operator: `operator: Exists`
-            # tolerations) and mirror pods are infrastructure: never refused.
-            "matchConditions": [
-                {"name": "not-infrastructure", "expression": f"!({exempt_cel(policy)})"}
-            ],
-            # Variables are evaluated only when a validation reads them.
-            "variables": _variables(policy) if taints else [],
-            "validations": validations,
-        },
-    }
-    binding: Json = {
-        "apiVersion": API_VERSION,
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": dict(metadata),
-        "spec": {"policyName": name, "validationActions": ["Deny"]},
-    }
-    return vap, binding
+    return _policy_and_binding(
+        policy,
+        name,
+        match_constraints=_pods_constraints(
+            policy, [_resource_rule(["CREATE", "UPDATE"], ["pods"])]
+        ),
+        match_conditions=_not_infrastructure(policy),
+        # Variables are evaluated only when a validation reads them.
+        variables=_variables(policy) if taints else [],
+        validations=validations,
+    )
 
 
 # --- the budget's currency ---------------------------------------------------------------------
@@ -354,11 +391,6 @@ def budget_admission_policy(policy: Policy, name: str = BUDGET_POLICY_NAME) -> t
     pools = [pool_resource(policy, kind) for kind in POOL_KINDS]
     gates = [budget_gate(policy, lv).resource for lv in gated_levels(policy)]
     currency = [*pools, *gates]
-    metadata = {
-        "name": name,
-        "labels": {"app.kubernetes.io/part-of": "kube-steer"},
-        "annotations": {policy.label_key("policy-version"): policy.version},
-    }
     containers = "variables.containers"
     if not enforced(policy) or not budgeted:
         validations: list[Json] = [
@@ -471,55 +503,17 @@ def budget_admission_policy(policy: Policy, name: str = BUDGET_POLICY_NAME) -> t
         ]
         for validation, message in zip(validations, static, strict=True):
             validation["message"] = message  # if the messageExpression fails
-    vap: Json = {
-        "apiVersion": API_VERSION,
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": dict(metadata),
-        "spec": {
-            # Fail: an expression error refuses the pod rather than let a forged one through.
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "namespaceSelector": {
-                    "matchExpressions": [
-                        {
-                            "key": NAMESPACE_NAME_LABEL,
-                            "operator": "NotIn",
-                            "values": list(excluded_namespaces(policy)),
-                        }
-                    ]
-                },
-                "resourceRules": [
-                    {
-                        "apiGroups": [""],
-                        "apiVersions": ["v1"],
-                        "operations": ["CREATE"],
-                        "resources": ["pods"],
-                        "scope": "Namespaced",
-                    },
-                    {
-                        "apiGroups": [""],
-                        "apiVersions": ["v1"],
-                        "operations": ["UPDATE"],
-                        "resources": ["pods/resize"],
-                        "scope": "Namespaced",
-                    },
-                ],
-                "matchPolicy": "Equivalent",
-            },
-            "matchConditions": [
-                {"name": "not-infrastructure", "expression": f"!({exempt_cel(policy)})"}
-            ],
-            "variables": variables,
-            "validations": validations,
-        },
-    }
-    binding: Json = {
-        "apiVersion": API_VERSION,
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": dict(metadata),
-        "spec": {"policyName": name, "validationActions": ["Deny"]},
-    }
-    return vap, binding
+    return _policy_and_binding(
+        policy,
+        name,
+        match_constraints=_pods_constraints(
+            policy,
+            [_resource_rule(["CREATE"], ["pods"]), _resource_rule(["UPDATE"], ["pods/resize"])],
+        ),
+        match_conditions=_not_infrastructure(policy),
+        variables=variables,
+        validations=validations,
+    )
 
 
 # --- the scorer's own node writes --------------------------------------------------------------
@@ -627,47 +621,25 @@ def node_writes_admission_policy(
         }
         for part, expression in checks
     ]
-    metadata = {
-        "name": name,
-        "labels": {"app.kubernetes.io/part-of": "kube-steer"},
-        "annotations": {policy.label_key("policy-version"): policy.version},
-    }
-    vap: Json = {
-        "apiVersion": API_VERSION,
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": dict(metadata),
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "resourceRules": [
-                    {
-                        "apiGroups": [""],
-                        "apiVersions": ["v1"],
-                        "operations": ["UPDATE"],
-                        "resources": ["nodes", "nodes/status"],
-                        "scope": "Cluster",
-                    }
-                ],
-                "matchPolicy": "Equivalent",
-            },
-            "matchConditions": [
-                {
-                    "name": "the-scorer",
-                    "expression": "request.userInfo.username == "
-                    + cel_string(username or scorer_username(policy)),
-                }
+    return _policy_and_binding(
+        policy,
+        name,
+        match_constraints={
+            "resourceRules": [
+                _resource_rule(["UPDATE"], ["nodes", "nodes/status"], scope="Cluster")
             ],
-            "variables": variables,
-            "validations": validations,
+            "matchPolicy": "Equivalent",
         },
-    }
-    binding: Json = {
-        "apiVersion": API_VERSION,
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": dict(metadata),
-        "spec": {"policyName": name, "validationActions": ["Deny"]},
-    }
-    return vap, binding
+        match_conditions=[
+            {
+                "name": "the-scorer",
+                "expression": "request.userInfo.username == "
+                + cel_string(username or scorer_username(policy)),
+            }
+        ],
+        variables=variables,
+        validations=validations,
+    )
 
 
 def admission_policies(
