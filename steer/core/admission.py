@@ -6,7 +6,7 @@ the mutated pod. Three rules (DESIGN decisions 6 and 7):
 - `reserved-toleration`: a toleration that tolerates a taint the scorer owns needs the
   tenant's permission (a pod outside every tenant has none); for rules the policy marks
   `security: true` the apiserver enforces the same check itself, webhook up or down, as the
-  ValidatingAdmissionPolicy steer/core/admission_policy.py writes in CEL;
+  ValidatingAdmissionPolicy steer/core/admission_policy/security.py writes in CEL;
 - `overcommit`: for a tenant with budget b %, each container's limit/request ratio for cpu and
   memory is at most 1 + b/100 (b = 0: limits equal requests). A container without a limit is
   unbounded and denied. Init containers count, and pod-level resources when the pod sets them.
