@@ -1,7 +1,9 @@
 """Pod validation: the policy's denial rules, each denial naming the rule, the field and values.
 
 Pure, in the core: the webhook's `/validate` serves it, and `/explain` reports what it denies in
-the mutated pod. Three rules (DESIGN decisions 6 and 7):
+the mutated pod. Three rules, one per tenant field that limits a pod
+(steer/core/policy/tenants.py: `allowedSchedulerNames`, `allowedTolerations`,
+`overcommitPercent`):
 - `scheduler-name`: the namespace's tenant may use only its allowed schedulerNames;
 - `reserved-toleration`: a toleration that tolerates a taint the scorer owns needs the
   tenant's permission (a pod outside every tenant has none); for rules the policy marks
