@@ -37,11 +37,8 @@ from urllib3.exceptions import InsecureRequestWarning
 from certs import WebhookIdentity, issue_webhook_certs, write_webhook_certs
 from kits.control_plane import ROOT, ControlPlane, free_port
 from steer.adapters.policy_file import load_policy_file
-from steer.core.admission_policy import (
-    DEFAULT_NAME,
-    admission_policies,
-    security_admission_policy,
-)
+from steer.core.admission_policy import admission_policies
+from steer.core.admission_policy.security import DEFAULT_NAME, security_admission_policy
 
 ADMISSION_MANIFEST = ROOT / "manifests" / "webhook" / "admission.yaml"
 LOOPBACK_IDENTITY = WebhookIdentity("steer-webhook", "kube-steer", ("localhost",), ("127.0.0.1",))

@@ -26,8 +26,8 @@ from scorer.leader import DEFAULT_LEASE_NAME
 from scorer.retire import Removal
 from scorer.serve import (
     DEFAULT_LISTEN,
+    ScorerInputs,
     ScorerOptions,
-    Sources,
     node_api,
     serve_scorer,
 )
@@ -178,20 +178,20 @@ def _source_args(parser: argparse.ArgumentParser) -> None:
     add_kubeconfig_flag(parser)
 
 
-# ------------------------------------------------------------------------------ sources
+# ------------------------------------------------------------------------------ inputs
 
 
-def _sources(args: argparse.Namespace) -> Sources:
+def _inputs(args: argparse.Namespace) -> ScorerInputs:
     if not args.policy:
         raise SystemExit("--policy FILE is required")
-    return Sources(args.policy, args.prometheus, args.kubeconfig)
+    return ScorerInputs(args.policy, args.prometheus, args.kubeconfig)
 
 
 # ------------------------------------------------------------------------------ once
 
 
 def _cmd_once(args: argparse.Namespace) -> int:
-    given = _sources(args)
+    given = _inputs(args)
     try:
         policy = load_policy_file(given.policy_file)
         scorer = Scorer(
@@ -360,7 +360,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         logging.getLogger("apscheduler").setLevel(logging.WARNING)
     host, port = _split_listen(args.listen)
     options = ScorerOptions(
-        _sources(args),
+        _inputs(args),
         host=host,
         port=port,
         lease_namespace=args.lease_namespace,

@@ -35,8 +35,9 @@ DEFAULT_LISTEN = "0.0.0.0:8080"
 
 
 @dataclass(frozen=True)
-class Sources:
-    """Where the scorer reads: the policy file, a Prometheus URL override, a kubeconfig."""
+class ScorerInputs:
+    """What the scorer is pointed at: the policy file, a Prometheus URL override, a kubeconfig
+    (the data sources of the dimensions are in scorer/sources/)."""
 
     policy_file: str
     prometheus_url: str | None = None
@@ -45,7 +46,7 @@ class Sources:
 
 @dataclass(frozen=True)
 class ScorerOptions:
-    sources: Sources
+    inputs: ScorerInputs
     host: str = "0.0.0.0"
     port: int = 8080
     lease_namespace: str | None = None
@@ -61,11 +62,11 @@ def node_api(kubeconfig: str | None) -> NodeApi:
 
 def serve_scorer(options: ScorerOptions) -> None:
     """Score and serve until SIGTERM/SIGINT; `PolicyError`/`KubeConfigError` when it cannot start."""
-    sources = options.sources
+    inputs = options.inputs
     metrics = ScorerMetrics()
-    watcher = PolicyWatcher(sources.policy_file)
+    watcher = PolicyWatcher(inputs.policy_file)
     watcher.on_reload_error(lambda _message: metrics.policy_reload_errors.inc())
-    _serve(options, watcher, metrics, sources.prometheus_url, sources.kubeconfig)
+    _serve(options, watcher, metrics, inputs.prometheus_url, inputs.kubeconfig)
 
 
 def _serve(

@@ -17,12 +17,9 @@ import yaml
 
 from steer import __version__
 from steer.adapters.policy_file import load_policy_file
-from steer.core.admission_policy import (
-    DEFAULT_NAME,
-    admission_policies,
-    scorer_username,
-    security_taints,
-)
+from steer.core.admission_policy import admission_policies
+from steer.core.admission_policy.node_writes import scorer_username
+from steer.core.admission_policy.security import DEFAULT_NAME, security_taints
 from steer.core.policy import PolicyError
 
 # Modules that add subcommands; each exposes `register(subparsers)`.

@@ -1,4 +1,4 @@
-"""The security rules' ValidatingAdmissionPolicy (steer/core/admission_policy.py): its shape.
+"""The ValidatingAdmissionPolicies (steer/core/admission_policy/): their shape.
 
 What the CEL decides is checked where CEL runs, on the real apiserver, against the webhook's
 own verdicts (tests/e2e/test_install.py); here: which objects, which pods and namespaces they
@@ -16,19 +16,18 @@ import yaml
 
 from steer.cli import main
 from steer.core import mutation as mutate
-from steer.core.admission_policy import (
+from steer.core.admission_policy import admission_policies
+from steer.core.admission_policy.budget import budget_admission_policy
+from steer.core.admission_policy.cel import cel_string, selector_cel
+from steer.core.admission_policy.node_writes import node_writes_admission_policy
+from steer.core.admission_policy.security import (
     DEFAULT_NAME,
-    admission_policies,
-    budget_admission_policy,
-    cel_string,
-    excluded_namespaces,
-    node_writes_admission_policy,
     security_admission_policy,
     security_taints,
-    selector_cel,
 )
 from steer.core.infrastructure import exempt_cel
 from steer.core.policy import LabelSelector, Policy, parse_policy
+from steer.core.steering import excluded_namespace_list as excluded_namespaces
 from tests.conftest import EXAMPLE_POLICY
 
 ROOT = Path(__file__).resolve().parent.parent

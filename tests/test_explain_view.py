@@ -1,5 +1,5 @@
 """The explain view model: the JSON answer is rendered from it and read back into it, so the
-CLI's tables and the HTTP answer say the same thing (scorer/explain/view.py)."""
+CLI's tables and the HTTP answer say the same thing (scorer/explain/view/)."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from steer.core.admission_policy import security_taints
+from steer.core.admission_policy.security import security_taints
 from steer.core.policy import parse_policy
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -27,8 +27,9 @@ API_VERSION = "kubescheduler.config.k8s.io/v1"
 INT32_MAX = 2**31 - 1
 STEER_PROFILES = ("steer-spread", "steer-binpack")
 
-# DESIGN decision 10: weight 25 already put every steered pod on the top bucket; above ~120
-# NodeAffinity would outweigh PreferNoSchedule taints and users' own preferences.
+# The weight window of docs/scheduler-profiles.md ("Why profiles are needed"): weight 25 already
+# put every steered pod on the top bucket; above ~120 NodeAffinity would outweigh
+# PreferNoSchedule taints and users' own preferences.
 NODE_AFFINITY_WEIGHT = 50
 MIN_EFFECTIVE_WEIGHT, MAX_SAFE_WEIGHT = 25, 120
 

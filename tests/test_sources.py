@@ -21,7 +21,7 @@ from scorer.observe import NodeIndex
 from scorer.service import Scorer
 from scorer.sources import SourceContext
 from scorer.sources.http_json import HttpJsonSource, field_at, node_values
-from scorer.sources.kubernetes import KubernetesSource, endpoint_readiness
+from scorer.sources.kubernetes import KubernetesApiSource, endpoint_readiness
 from scorer.writer import NodeApi
 from steer.core.budget import Amount, limit_overcommit_pct
 from steer.core.policy import PolicyError, parse_policy
@@ -225,7 +225,7 @@ def test_limit_overcommit_is_the_larger_of_cpu_and_memory() -> None:
 
 def test_kubernetes_source_reads_the_ledger_exactly() -> None:
     ledger = PodLedger()
-    source = KubernetesSource(SourceContext(ledger=ledger))
+    source = KubernetesApiSource(SourceContext(ledger=ledger))
     policy = parse_policy(POLICY.replace("URL", "http://x"))
     dims = policy.spec.dimensions[:1]
     nodes = [node("node-1"), node("node-2"), node("node-3", cpu="0", memory="0")]
@@ -303,7 +303,7 @@ def test_endpoint_readiness_source_lists_the_services_slices() -> None:
     dims = policy.spec.dimensions[:1]
     nodes = [node("node-1"), node("node-2")]
     kube = FakeKube([SLICE])
-    source = KubernetesSource(SourceContext(kube=lambda: kube))  # type: ignore[arg-type,return-value]
+    source = KubernetesApiSource(SourceContext(kube=lambda: kube))  # type: ignore[arg-type,return-value]
     reading = source.read(policy, dims, nodes, NodeIndex(nodes), 5.0).readings["overcommit-pct"]
     assert dict(reading.values) == {"node-1": 50.0, "node-2": 100.0}
     assert kube.asked == [
@@ -448,7 +448,7 @@ def test_without_a_pod_watch_the_pods_are_listed_once_per_read() -> None:
     policy = parse_policy(POLICY.replace("URL", "http://x"))
     nodes = [node("node-1"), node("node-2")]
     kube = FakeKube([pod("a", "node-1", {"cpu": "2", "memory": "12Gi"})])
-    source = KubernetesSource(SourceContext(kube=lambda: kube))  # type: ignore[arg-type,return-value]
+    source = KubernetesApiSource(SourceContext(kube=lambda: kube))  # type: ignore[arg-type,return-value]
     reading = source.read(policy, policy.spec.dimensions[:1], nodes, NodeIndex(nodes), 1.0)
     assert dict(reading.readings["overcommit-pct"].values) == {"node-1": 50.0, "node-2": -100.0}
     assert kube.asked == [("/api/v1/pods", None)]
@@ -535,7 +535,7 @@ def test_sources_and_their_requests_are_in_flight_at_once(apistub: ApiStub, tmp_
         return 200, json.dumps(CONSUL_STATE_ANY).encode()
 
     kube = KubeJson(client_for(apistub, tmp_path / "kc"))
-    kubernetes = KubernetesSource(SourceContext(kube=lambda: kube))
+    kubernetes = KubernetesApiSource(SourceContext(kube=lambda: kube))
 
     class MeetingKubernetes:
         def read(self, *args: Any) -> Any:

@@ -2,11 +2,11 @@
 
 One view model, many renderers. The producers build typed views once: `nodes` (a
 `CyclePlan` into the node rows and the node detail) and `pod` (the scheduler's filters and
-ranking on the steered pod); `view` holds the frozen types with their `to_json()` (the HTTP
-answer, `steer scorer once --output json`) and `from_json()` (the CLI reading the answer back);
-`render` draws the CLI's tables from the views; `table` is the text plan of
-`steer scorer once`. All pure: the HTTP and the argument parsing are in scorer/app.py and
-scorer/cli.py.
+ranking on the steered pod); `view` (a package, one module a view) holds the frozen types with
+their `to_json()` (the HTTP answer, `steer scorer once --output json`) and `from_json()` (the
+CLI reading the answer back); `render` draws the CLI's tables from the views; `table` is the
+text plan of `steer scorer once`. All pure: the HTTP and the argument parsing are in
+scorer/app.py and scorer/cli.py.
 """
 
 from scorer.explain.nodes import (

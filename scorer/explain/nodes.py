@@ -1,5 +1,5 @@
 """Why a node carries its labels: a `CyclePlan` into the node views of `/explain/nodes` and
-`/explain/node/NAME` (scorer/explain/view.py).
+`/explain/node/NAME` (scorer/explain/view/nodes_table.py, node_detail.py).
 
 Pure: the plan and the policy in, frozen views out. Values are rounded here, once, for every
 renderer.

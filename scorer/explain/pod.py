@@ -2,7 +2,7 @@
 labels, taints and resources each node carries once the plan is applied.
 
 Pure: a `CyclePlan`, the nodes as read and a pod spec in, a `PodExplanation`
-(scorer/explain/view.py) out. The pod evaluated is the one the webhook admits: the patch of
+(scorer/explain/view/) out. The pod evaluated is the one the webhook admits: the patch of
 `steer.core.mutation.steer_pod`, which the webhook sends, applied to the pod; so the answer
 matches what the stock scheduler does with it.
 """

@@ -1,5 +1,5 @@
 """Text for people: the tables `steer explain node|nodes|pod` prints, rendered from the view
-model (scorer/explain/view.py) the CLI reads back from the scorer's answer."""
+model (scorer/explain/view/) the CLI reads back from the scorer's answer."""
 
 from __future__ import annotations
 

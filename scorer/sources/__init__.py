@@ -9,12 +9,12 @@ from collections.abc import Callable
 
 from scorer.sources.base import Readings, Source, SourceContext, SourceFailed
 from scorer.sources.http_json import HttpJsonSource
-from scorer.sources.kubernetes import KubernetesSource
+from scorer.sources.kubernetes import KubernetesApiSource
 from scorer.sources.prometheus import PrometheusSource
 
 SOURCES: dict[str, Callable[[SourceContext], Source]] = {
     "prometheus": PrometheusSource,
-    "kubernetes": KubernetesSource,
+    "kubernetes": KubernetesApiSource,
     "http": HttpJsonSource,
 }
 

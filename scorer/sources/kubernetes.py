@@ -26,7 +26,10 @@ SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 _ZERO = Amount()
 
 
-class KubernetesSource:
+class KubernetesApiSource:
+    """The `kubernetes` source: values read from the Kubernetes API, for the dimensions the
+    policy describes with `steer.core.policy.KubernetesSource`."""
+
     def __init__(self, context: SourceContext) -> None:
         self.context = context
 

@@ -1,12 +1,14 @@
 """Pod validation: the policy's denial rules, each denial naming the rule, the field and values.
 
 Pure, in the core: the webhook's `/validate` serves it, and `/explain` reports what it denies in
-the mutated pod. Three rules (DESIGN decisions 6 and 7):
+the mutated pod. Three rules, one per tenant field that limits a pod
+(steer/core/policy/tenants.py: `allowedSchedulerNames`, `allowedTolerations`,
+`overcommitPercent`):
 - `scheduler-name`: the namespace's tenant may use only its allowed schedulerNames;
 - `reserved-toleration`: a toleration that tolerates a taint the scorer owns needs the
   tenant's permission (a pod outside every tenant has none); for rules the policy marks
   `security: true` the apiserver enforces the same check itself, webhook up or down, as the
-  ValidatingAdmissionPolicy steer/core/admission_policy.py writes in CEL;
+  ValidatingAdmissionPolicy steer/core/admission_policy/security.py writes in CEL;
 - `overcommit`: for a tenant with budget b %, each container's limit/request ratio for cpu and
   memory is at most 1 + b/100 (b = 0: limits equal requests). A container without a limit is
   unbounded and denied. Init containers count, and pod-level resources when the pod sets them.

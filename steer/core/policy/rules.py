@@ -53,7 +53,7 @@ class TaintRule(PolicyModel):
     clear_after_cycles: Cycles = 3
     # Security rules deny tolerations of this taint even when the webhook is down: the
     # apiserver enforces them itself through the ValidatingAdmissionPolicy that
-    # `steer policy admission-policy` generates (steer/core/admission_policy.py).
+    # `steer policy admission-policy` generates (steer/core/admission_policy/security.py).
     security: bool = False
 
     def issues(self) -> Iterator[PolicyIssue]:

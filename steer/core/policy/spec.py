@@ -132,7 +132,8 @@ class Spec(PolicyModel):
     opt_in: OptIn = Field(default_factory=OptIn)
     overcommit: Overcommit = Field(default_factory=Overcommit)
     # What a node that was never scored (no label) does under a required rule: `allow` keeps
-    # new nodes schedulable (DESIGN decision 5); `deny` is for clusters that prefer safety.
+    # new nodes schedulable (their overcommit gates open: scorer/plan/resources.py); `deny` is
+    # for clusters that prefer safety.
     unscored_nodes: Literal["allow", "deny"] = "allow"
     project_namespace: str = "kube-steer"
     infrastructure: Infrastructure = Field(default_factory=Infrastructure)

@@ -1,0 +1,45 @@
+"""What `/explain` says, as typed values: built once by the producers (scorer/explain/nodes.py,
+pod.py), rendered by `to_json()` for the HTTP answer and `steer scorer once --output json`, and
+read back by `from_json()` where the CLI renders its tables from the scorer's answer
+(scorer/explain/render.py).
+
+Pure data: no planning, no I/O. Numbers are as answered (rounded by the producer); times are
+RFC 3339 text. `to_json()` returns keys in the order the answer has always had, so the JSON is
+unchanged; `from_json(x.to_json()) == x` for every type of the package.
+
+One module a view: `nodes_table` (`/explain/nodes`), `node_detail` (`/explain/node/NAME`),
+`pod_explanation` (`/explain/pod`) and `served` (what the answering replica adds to each).
+"""
+
+from scorer.explain.view.node_detail import (
+    BudgetPools,
+    CompositeValue,
+    ConditionValue,
+    DimensionValue,
+    FloorView,
+    GateView,
+    NodeDetail,
+    PoolView,
+)
+from scorer.explain.view.nodes_table import DimensionCell, DimensionStatus, NodeRow, NodesTable
+from scorer.explain.view.pod_explanation import Exclusion, NodeVerdict, PodExplanation
+from scorer.explain.view.served import Served
+
+__all__ = [
+    "BudgetPools",
+    "CompositeValue",
+    "ConditionValue",
+    "DimensionCell",
+    "DimensionStatus",
+    "DimensionValue",
+    "Exclusion",
+    "FloorView",
+    "GateView",
+    "NodeDetail",
+    "NodeRow",
+    "NodeVerdict",
+    "NodesTable",
+    "PodExplanation",
+    "PoolView",
+    "Served",
+]

@@ -1,0 +1,170 @@
+"""`/explain/nodes` (and `steer scorer once --output json`): every dimension's query status and
+every node's row."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from steer.core.scheduling import Taint
+
+Json = Mapping[str, Any]  # a JSON object as answered, read back
+
+
+def _taint_from_text(text: str) -> Taint:
+    """`key=value:Effect` or `key:Effect` (`str(Taint)`) back to the taint."""
+    head, _, effect = text.rpartition(":")
+    key, _, value = head.partition("=")
+    return Taint(key, value, effect)
+
+
+@dataclass(frozen=True)
+class DimensionStatus:
+    """One dimension's query this cycle, across the cluster."""
+
+    dimension: str
+    label_key: str
+    query: str
+    unit: str | None  # of the raw values
+    ok: bool  # this cycle's query succeeded
+    stale: bool  # never succeeded, or the last success is older than the TTL
+    last_success: str | None
+    age_s: float | None
+    nodes: int  # nodes labelled for it after this cycle
+    samples: int
+    unknown_nodes: int
+    unknown_examples: tuple[str, ...]
+    query_duration_s: float | None
+    error: str | None
+    error_kind: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "dimension": self.dimension,
+            "labelKey": self.label_key,
+            "query": self.query,
+            "unit": self.unit,
+            "ok": self.ok,
+            "stale": self.stale,
+            "lastSuccess": self.last_success,
+            "ageSeconds": self.age_s,
+            "nodes": self.nodes,
+            "samples": self.samples,
+            "unknownNodes": self.unknown_nodes,
+            "unknownExamples": list(self.unknown_examples),
+            "queryDurationSeconds": self.query_duration_s,
+            "error": self.error,
+            "errorKind": self.error_kind,
+        }
+
+    @classmethod
+    def from_json(cls, obj: Json) -> DimensionStatus:
+        return cls(
+            dimension=obj["dimension"],
+            label_key=obj["labelKey"],
+            query=obj["query"],
+            unit=obj.get("unit"),
+            ok=obj["ok"],
+            stale=obj["stale"],
+            last_success=obj.get("lastSuccess"),
+            age_s=obj.get("ageSeconds"),
+            nodes=obj["nodes"],
+            samples=obj["samples"],
+            unknown_nodes=obj["unknownNodes"],
+            unknown_examples=tuple(obj.get("unknownExamples") or ()),
+            query_duration_s=obj.get("queryDurationSeconds"),
+            error=obj.get("error"),
+            error_kind=obj.get("errorKind"),
+        )
+
+
+@dataclass(frozen=True)
+class DimensionCell:
+    """One dimension on one node in the table: the raw value (unit in `DimensionStatus`), its
+    0..100 score, how fresh its data is and its age."""
+
+    dimension: str
+    raw: float | None
+    score: float | None
+    status: str  # fresh, retained, carried, stale, missing (scorer.plan.DataStatus)
+    age_s: float | None
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    """One node of `/explain/nodes` (and of `steer scorer once --output json`)."""
+
+    node: str
+    cells: tuple[DimensionCell, ...]  # in the policy's dimension order
+    composites: Mapping[str, float | None]  # composite label key → score after the penalty
+    hot_pods: int
+    labels: Mapping[str, str]  # every owned label once the plan is written, sorted by key
+    taints: tuple[Taint, ...]
+    pending_label_changes: Mapping[str, str | None]  # set (value) or remove (None)
+    pending_taint_change: bool
+    pools: Mapping[str, str] = field(default_factory=dict)  # resource → capacity published
+    gates: Mapping[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "raw": {c.dimension: c.raw for c in self.cells},
+            "score": {c.dimension: c.score for c in self.cells},
+            "status": {c.dimension: c.status for c in self.cells},
+            "ageSeconds": {c.dimension: c.age_s for c in self.cells},
+            "composite": dict(self.composites),
+            "hotPods": self.hot_pods,
+            "labels": dict(self.labels),
+            "taints": [str(t) for t in self.taints],
+            "pendingLabelChanges": dict(self.pending_label_changes),
+            "pendingTaintChange": self.pending_taint_change,
+            **({"pools": dict(self.pools)} if self.pools else {}),
+            **({"gates": dict(self.gates)} if self.gates else {}),
+        }
+
+    @classmethod
+    def from_json(cls, obj: Json) -> NodeRow:
+        raw, score = obj.get("raw") or {}, obj.get("score") or {}
+        status, age = obj.get("status") or {}, obj.get("ageSeconds") or {}
+        return cls(
+            node=obj["node"],
+            cells=tuple(
+                DimensionCell(n, raw[n], score.get(n), status.get(n, ""), age.get(n)) for n in raw
+            ),
+            composites=dict(obj.get("composite") or {}),
+            hot_pods=obj["hotPods"],
+            labels=dict(obj.get("labels") or {}),
+            taints=tuple(_taint_from_text(t) for t in obj.get("taints") or ()),
+            pending_label_changes=dict(obj.get("pendingLabelChanges") or {}),
+            pending_taint_change=obj["pendingTaintChange"],
+            pools=dict(obj.get("pools") or {}),
+            gates=dict(obj.get("gates") or {}),
+        )
+
+
+@dataclass(frozen=True)
+class NodesTable:
+    """`/explain/nodes`: every dimension's query status and every node's row."""
+
+    policy_version: str
+    planned_at: str | None
+    dimensions: tuple[DimensionStatus, ...]
+    nodes: tuple[NodeRow, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "policyVersion": self.policy_version,
+            "plannedAt": self.planned_at,
+            "dimensions": [d.to_json() for d in self.dimensions],
+            "nodes": [n.to_json() for n in self.nodes],
+        }
+
+    @classmethod
+    def from_json(cls, obj: Json) -> NodesTable:
+        return cls(
+            policy_version=obj["policyVersion"],
+            planned_at=obj.get("plannedAt"),
+            dimensions=tuple(DimensionStatus.from_json(d) for d in obj["dimensions"]),
+            nodes=tuple(NodeRow.from_json(n) for n in obj["nodes"]),
+        )

@@ -1,0 +1,144 @@
+"""`/explain/pod`: where a pod may go once the webhook has steered it, node by node."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from steer.core.encoding import PreferenceTerm
+
+Json = Mapping[str, Any]  # a JSON object as answered, read back
+
+
+def _preference_from_k8s(term: Json) -> PreferenceTerm:
+    (expr,) = term["preference"]["matchExpressions"]
+    operator: Literal["In", "DoesNotExist"] = (
+        "DoesNotExist" if expr["operator"] == "DoesNotExist" else "In"
+    )
+    return PreferenceTerm(
+        weight=int(term["weight"]),
+        key=str(expr["key"]),
+        values=tuple(str(v) for v in expr.get("values") or ()),
+        operator=operator,
+    )
+
+
+@dataclass(frozen=True)
+class Exclusion:
+    """Why one node is not a place for the pod: the rule (a policy rule, a pod field, a taint,
+    a resource) and the data behind it (JSON-shaped evidence: a gate, a pool, a label)."""
+
+    rule: str
+    reason: str
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rule": self.rule, "reason": self.reason, "data": dict(self.data)}
+
+    @classmethod
+    def from_json(cls, obj: Json) -> Exclusion:
+        return cls(obj["rule"], obj["reason"], dict(obj.get("data") or {}))
+
+
+@dataclass(frozen=True)
+class NodeVerdict:
+    """One node for the pod: allowed (ranked by the NodeAffinity weight it adds up) or excluded."""
+
+    node: str
+    exclusions: tuple[Exclusion, ...]
+    steering_weight: int  # of the injected preference terms
+    user_weight: int  # of the pod's own preferred terms
+    rank: int | None = None  # allowed nodes only; ties share a rank
+    soft_taints: tuple[str, ...] = ()  # PreferNoSchedule taints the pod does not tolerate
+
+    @property
+    def allowed(self) -> bool:
+        return not self.exclusions
+
+
+@dataclass(frozen=True)
+class PodExplanation:
+    """`/explain/pod`: where the pod may go once the webhook has steered it."""
+
+    policy_version: str
+    pod_class: str | None
+    tenant: str | None
+    preferences: tuple[PreferenceTerm, ...]
+    gates: tuple[str, ...]  # the gate resources the steered pod requests
+    verdicts: tuple[NodeVerdict, ...]  # allowed nodes by rank, then excluded nodes by name
+    injected_tolerations: tuple[Mapping[str, Any], ...] = ()
+    # Why the apiserver or the webhook's validation refuses the pod (then it goes nowhere).
+    problems: tuple[str, ...] = ()
+    steered: bool = True  # False: the namespace is not opted in, the webhook leaves the pod
+
+    @property
+    def allowed(self) -> tuple[NodeVerdict, ...]:
+        return tuple(v for v in self.verdicts if v.allowed)
+
+    @property
+    def excluded(self) -> tuple[NodeVerdict, ...]:
+        return tuple(v for v in self.verdicts if not v.allowed)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "policyVersion": self.policy_version,
+            "podClass": self.pod_class,
+            "tenant": self.tenant,
+            "steered": self.steered,
+            "preferences": [t.to_k8s() for t in self.preferences],
+            "gates": list(self.gates),
+            "injectedTolerations": [dict(t) for t in self.injected_tolerations],
+            "problems": list(self.problems),
+            "allowed": [
+                {
+                    "node": v.node,
+                    "rank": v.rank,
+                    "steeringWeight": v.steering_weight,
+                    "userWeight": v.user_weight,
+                    "softTaints": list(v.soft_taints),
+                }
+                for v in self.allowed
+            ],
+            "excluded": [
+                {"node": v.node, "exclusions": [e.to_json() for e in v.exclusions]}
+                for v in self.excluded
+            ],
+        }
+
+    to_dict = to_json  # the name it had before the view model
+
+    @classmethod
+    def from_json(cls, obj: Json) -> PodExplanation:
+        """The answer read back; the JSON carries no weights for excluded nodes (0 here)."""
+        allowed = tuple(
+            NodeVerdict(
+                node=a["node"],
+                exclusions=(),
+                steering_weight=a["steeringWeight"],
+                user_weight=a["userWeight"],
+                rank=a.get("rank"),
+                soft_taints=tuple(a.get("softTaints") or ()),
+            )
+            for a in obj.get("allowed") or ()
+        )
+        excluded = tuple(
+            NodeVerdict(
+                node=e["node"],
+                exclusions=tuple(Exclusion.from_json(x) for x in e.get("exclusions") or ()),
+                steering_weight=0,
+                user_weight=0,
+            )
+            for e in obj.get("excluded") or ()
+        )
+        return cls(
+            policy_version=obj["policyVersion"],
+            pod_class=obj.get("podClass"),
+            tenant=obj.get("tenant"),
+            preferences=tuple(_preference_from_k8s(t) for t in obj.get("preferences") or ()),
+            gates=tuple(obj.get("gates") or ()),
+            verdicts=allowed + excluded,
+            injected_tolerations=tuple(dict(t) for t in obj.get("injectedTolerations") or ()),
+            problems=tuple(obj.get("problems") or ()),
+            steered=obj.get("steered", True),
+        )
