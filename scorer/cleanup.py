@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from scorer.hot import BOUND_PODS
+from scorer.bindings import BOUND_PODS
 from scorer.kubeapi import PODS_PATH, KubeApiError, lease_path
 from scorer.leader import DEFAULT_LEASE_NAME
 from scorer.ledger import BoundPod

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scorer.app import HttpServer, create_app
-from scorer.hot import BindingWindow, PodBindingWatcher
+from scorer.bindings import BindingWindow, PodBindingWatcher
 from scorer.kubeapi import KubeJson
 from scorer.leader import DEFAULT_LEASE_NAME, LeaseElector
 from scorer.ledger import PodLedger

@@ -15,8 +15,8 @@ from kubernetes import client
 
 from kits.apistub import ApiStub
 from kits.apistub.synthetic import synthetic_node
+from scorer.bindings import BindingWindow, PodBindingWatcher
 from scorer.explain import explain_pod, node_detail
-from scorer.hot import BindingWindow, PodBindingWatcher
 from scorer.kubeapi import MERGE_PATCH, KubeJson, pod_path
 from scorer.ledger import BoundPod, PodLedger
 from scorer.loop import ScorerLoop

@@ -4,7 +4,7 @@ One list (read page by page, handed to the subclass as a stream), then a watch f
 resourceVersion, resumed from the last version seen whenever the server ends it. A 410 Gone
 (the watch history no longer reaches back that far) or any other failure starts over with a
 list, after a backoff unless it is the first 410 in a row. The scorer keeps two (the bound
-pods, `scorer/hot.py`; the nodes, `scorer/nodes.py`), the webhook one (namespace labels,
+pods, `scorer/bindings.py`; the nodes, `scorer/nodes.py`), the webhook one (namespace labels,
 `webhook/namespaces.py`).
 """
 

@@ -276,7 +276,7 @@ class Access:
 
 
 COORD = "coordination.k8s.io"
-# What each service's code does with the API (scorer/writer.py, hot.py, leader.py;
+# What each service's code does with the API (scorer/writer.py, bindings.py, leader.py;
 # webhook/namespaces.py), and what neither may do.
 SCORER_MAY = [
     Access("get", "nodes"),

@@ -34,7 +34,7 @@ from kits.service_processes import (
     running_webhook,
     unregister_admission,
 )
-from scorer.hot import BindingWindow, PodBindingWatcher
+from scorer.bindings import BindingWindow, PodBindingWatcher
 from scorer.kubeapi import KubeJson
 from scorer.ledger import PodLedger
 from scorer.model import NodeState

@@ -11,7 +11,7 @@ from kubernetes import client
 from kits.apistub import ApiStub
 from kits.apistub.synthetic import synthetic_node
 from kits.synthetic_exporter import SyntheticCluster
-from scorer.hot import BindingWindow, PodBindingWatcher, binding_time
+from scorer.bindings import BindingWindow, PodBindingWatcher, binding_time
 from scorer.kubeapi import KubeJson
 from scorer.service import Scorer
 from scorer.writer import NodeApi
