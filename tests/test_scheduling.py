@@ -7,11 +7,12 @@ import copy
 from typing import Any
 
 import jsonpatch
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scorer.explain import explain_pod
+from scorer.explain import PodExplanation, explain_pod
 from scorer.model import NodeState
 from steer.core.mutation import MutationPlan, mutate_pod
 from steer.core.policy import parse_policy
@@ -31,7 +32,7 @@ from steer.core.scheduling import (
     tolerates,
     toleration_problems,
 )
-from steer.core.steering import composite_key
+from steer.core.steering import composite_key, trace_annotation_key
 from tests.conftest import EXAMPLE_POLICY
 from tests.scorer_support import SMALL_POLICY
 
@@ -371,11 +372,12 @@ def test_explain_leaves_a_pod_alone_where_the_webhook_does() -> None:
     tenant = {"tenant": "dept-b"}  # in the tenant, but not opted in
     result = explain_pod(TOLERANT, None, [_hot_node()], _cpu_pod(), tenant, "team-b")
     assert not result.steered and not result.gates and not result.injected_tolerations
+    assert result.skipped == "not-opted-in" and result.rules == ()
     assert not result.allowed  # no injected toleration for the hot node
     system = explain_pod(
         TOLERANT, None, [_hot_node()], _cpu_pod(), {**tenant, **OPTED_IN}, "kube-system"
     )
-    assert not system.steered
+    assert not system.steered and system.skipped == "excluded-namespace"
     steered = explain_pod(
         TOLERANT, None, [_hot_node()], _cpu_pod(), {**tenant, **OPTED_IN}, "team-b"
     )
@@ -413,6 +415,12 @@ def test_explain_of_a_pod_read_back_after_admission_matches_the_pod_as_created()
     assert [v.node for v in first.allowed] == ["n100", "n50", "n0"]
     assert all(v.user_weight == 0 for v in again.verdicts)
     assert first.injected_tolerations == again.injected_tolerations != ()
+    # The rules in effect are the trace the pod carries from admission.
+    trace = orjson.loads(read_back["metadata"]["annotations"][trace_annotation_key(TOLERANT)])
+    assert first.rules == again.rules == tuple(trace["rules"])
+    assert "tolerate:gpu-hot" in first.rules and first.skipped is None
+    back = PodExplanation.from_json(first.to_json())
+    assert (back.rules, back.skipped) == (first.rules, first.skipped)
 
 
 def test_explain_leaves_a_pod_spec_without_metadata_as_the_webhook_would() -> None:

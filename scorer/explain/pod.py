@@ -301,6 +301,8 @@ def explain_pod(
         injected_tolerations=injected,
         problems=problems,
         steered=mutation.skipped is None,
+        rules=mutation.in_effect,
+        skipped=mutation.skipped,
     )
 
 

@@ -74,6 +74,10 @@ def pod_text(pod: PodExplanation, served: Served) -> str:
         f"pod class: {pod.pod_class or '-'}  tenant: {pod.tenant or '-'}  policy {pod.policy_version}"
     ]
     lines += [f"note: {note}" for note in served.notes]
+    if pod.skipped is not None:
+        lines.append(f"not steered: {pod.skipped}")
+    elif pod.rules:
+        lines.append(f"rules in effect: {', '.join(pod.rules)}")
     rows = [("RANK", "NODE", "STEERING", "USER", "SOFT TAINTS")]
     for a in pod.allowed:
         rows.append(

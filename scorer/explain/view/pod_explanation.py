@@ -71,6 +71,10 @@ class PodExplanation:
     # Why the apiserver or the webhook's validation refuses the pod (then it goes nowhere).
     problems: tuple[str, ...] = ()
     steered: bool = True  # False: the namespace is not opted in, the webhook leaves the pod
+    # The rules the webhook puts in effect, as the pod's trace annotation records them.
+    rules: tuple[str, ...] = ()
+    # Why the webhook leaves the pod as it is (`excluded-namespace`, `not-opted-in`), if it does.
+    skipped: str | None = None
 
     @property
     def allowed(self) -> tuple[NodeVerdict, ...]:
@@ -86,6 +90,8 @@ class PodExplanation:
             "podClass": self.pod_class,
             "tenant": self.tenant,
             "steered": self.steered,
+            "skipped": self.skipped,
+            "rules": list(self.rules),
             "preferences": [t.to_k8s() for t in self.preferences],
             "gates": list(self.gates),
             "injectedTolerations": [dict(t) for t in self.injected_tolerations],
@@ -141,4 +147,6 @@ class PodExplanation:
             injected_tolerations=tuple(dict(t) for t in obj.get("injectedTolerations") or ()),
             problems=tuple(obj.get("problems") or ()),
             steered=obj.get("steered", True),
+            rules=tuple(obj.get("rules") or ()),
+            skipped=obj.get("skipped"),
         )
