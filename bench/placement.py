@@ -157,6 +157,7 @@ from kits.service_processes import (  # noqa: E402
 )
 from kits.simulated_cluster import ApiPoller, PowerModel, SimCluster, SimExporter  # noqa: E402
 from steer.adapters.kube import make_api_client  # noqa: E402
+from steer.core import scheduling  # noqa: E402
 from steer.core.quantity import parse_quantity  # noqa: E402
 
 PROFILES = ROOT / "manifests" / "scheduler" / "profiles.yaml"
@@ -359,13 +360,9 @@ def _q(value: Any) -> Fraction:
 
 
 def pod_amount(pod: Mapping[str, Any], part: str, resource: str) -> Fraction:
-    return sum(
-        (
-            _q(((c.get("resources") or {}).get(part) or {}).get(resource))
-            for c in pod["spec"].get("containers") or ()
-        ),
-        Fraction(0),
-    )
+    """What the pod requests (or limits) of `resource`, as the scheduler and the budget rule sum
+    it (steer/core/scheduling.py)."""
+    return scheduling.pod_amount(pod["spec"], part, resource)
 
 
 def node_overcommit_pct(node: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> float:
