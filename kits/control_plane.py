@@ -30,7 +30,6 @@ import ipaddress
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tarfile
 import tempfile
@@ -49,6 +48,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from kubernetes import client
 
+from kits.net import free_port
 from steer.adapters.kube import make_api_client
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -239,14 +239,6 @@ def kubeconfig_text(server: str, ca_pem: bytes, user: str, pem: Pem) -> str:
             "current-context": "e2e",
         }
     )
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port free on `host` now (a kubelet binds 0.0.0.0, so ask for that one there)."""
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 # -- processes ----------------------------------------------------------------------------------

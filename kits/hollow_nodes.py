@@ -44,9 +44,9 @@ from kits.control_plane import (
     ControlPlane,
     ControlPlaneError,
     cache_root,
-    free_port,
     kubeconfig_text,
 )
+from kits.net import free_port
 from steer.adapters.kubejson import MERGE_PATCH, KubeApiError, KubeJson
 
 ZONE = "topology.kubernetes.io/zone"

@@ -19,7 +19,6 @@ import atexit
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -33,6 +32,7 @@ import requests
 import yaml
 from urllib3.exceptions import InsecureRequestWarning
 
+from kits.net import free_port
 from kits.synthetic_exporter import SyntheticCluster, SyntheticExporter
 from steer.adapters.prometheus import PrometheusClient, PrometheusError, QueryResult
 
@@ -50,13 +50,6 @@ class PrometheusNotInstalled(RuntimeError):
 
 class PrometheusStartError(RuntimeError):
     pass
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _duration(seconds: float) -> str:
@@ -206,7 +199,7 @@ class PrometheusServer:
         if self.web_config is not None:
             (self._workdir / "web.yml").write_text(yaml.safe_dump(self.web_config))
         for _attempt in range(3):  # the free port can be taken between probe and bind
-            self.port = _free_port()
+            self.port = free_port()
             self._write_config()
             if self._spawn():
                 atexit.register(self.stop)

@@ -18,9 +18,10 @@ import requests
 
 from kits.apistub import ApiStub
 from kits.apistub.synthetic import synthetic_node
+from kits.net import free_port
 from steer import __version__
 from tests.conftest import EXAMPLE_POLICY
-from tests.webhook_harness import ROOT, assert_json_lines, free_port, metric_families
+from tests.webhook_harness import ROOT, assert_json_lines, metric_families
 
 
 def eventually(check: Callable[[], bool], timeout: float = 20.0) -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from kits.apistub import ApiStub
+from kits.net import free_port
 from steer.adapters.kube import make_api_client
-from tests.webhook_harness import free_port
 from webhook.namespaces import NamespaceCache
 
 

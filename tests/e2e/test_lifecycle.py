@@ -35,7 +35,8 @@ from kubernetes import client
 
 from certs.pki import CertificateAuthority, WebhookIdentity, issue_serving_cert, new_ca
 from certs.store import CaStore
-from kits.control_plane import ROOT, ControlPlane, free_port
+from kits.control_plane import ROOT, ControlPlane
+from kits.net import free_port
 from kits.prometheus_server import PrometheusServer, scraped_cluster
 from kits.service_processes import _spawn, _wait_http, running_scorer
 from kits.synthetic_exporter import SyntheticCluster
