@@ -34,6 +34,7 @@ from urllib3.exceptions import InsecureRequestWarning
 
 from kits.net import free_port
 from kits.synthetic_exporter import SyntheticCluster, SyntheticExporter
+from kits.waiting import wait_until
 from steer.adapters.prometheus import PrometheusClient, PrometheusError, QueryResult
 
 INSTALL_HINT = "apt-get install -y prometheus"
@@ -302,27 +303,17 @@ class PrometheusServer:
         interval_s: float = 0.1,
     ) -> QueryResult:
         """Poll `query` until `predicate(result)` holds; return that result. Query errors, and
-        IndexError/KeyError from the predicate (`r.samples[0]` on an empty result), count as
-        "not yet"; on timeout the last result or error is in the message."""
-        deadline = time.monotonic() + timeout_s
-        last: str = "no answer yet"
+        IndexError/KeyError from the predicate (`r.samples[0]` before the first scrape), count
+        as "not yet"; on timeout the last result or error is in the message."""
         with self.client(timeout_s=min(5.0, timeout_s)) as client:
-            while True:
-                try:
-                    result = client.query(query)
-                    shown = [(dict(s.labels), s.value) for s in result.samples[:10]]
-                    last = f"last result: {shown}"
-                    if predicate(result):
-                        return result
-                except PrometheusError as exc:
-                    last = f"last error: {exc}"
-                except (IndexError, KeyError):
-                    pass  # `r.samples[0]` before the first scrape: not there yet
-                if time.monotonic() >= deadline:
-                    raise TimeoutError(
-                        f"query {query!r} did not satisfy the predicate within {timeout_s}s; {last}"
-                    )
-                time.sleep(interval_s)
+            return wait_until(
+                f"query {query!r} satisfies the predicate",
+                lambda: client.query(query),
+                timeout=timeout_s,
+                interval=interval_s,
+                until=predicate,
+                ignoring=(PrometheusError, IndexError, KeyError),
+            )
 
 
 @contextmanager
