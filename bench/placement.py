@@ -155,7 +155,8 @@ from kits.service_processes import (  # noqa: E402
     running_webhook,
     unregister_admission,
 )
-from kits.simulated_cluster import ApiPoller, PowerModel, SimCluster, SimExporter  # noqa: E402
+from kits.simulated_cluster import ApiPoller, PowerModel, SimCluster  # noqa: E402
+from kits.synthetic_exporter import SyntheticExporter  # noqa: E402
 from kits.waiting import wait_until  # noqa: E402
 from steer.adapters.kube import make_api_client  # noqa: E402
 from steer.core.quantity import parse_quantity  # noqa: E402
@@ -702,7 +703,7 @@ class Bench:
         wait_until("webhook mutating pods", self.mutation_active, timeout=30, interval=0.5)
         sim = SimCluster(POWER, external_gpu_util={s.name: HOT_UTIL for s in self.specs if s.hot})
         stack.enter_context(ApiPoller(make_api_client(str(self.plane.kubeconfig)), sim))
-        exporter = stack.enter_context(SimExporter(sim))
+        exporter = stack.enter_context(SyntheticExporter(sim))
         prom = stack.enter_context(
             PrometheusServer([exporter.target], scrape_interval_s=SCRAPE_INTERVAL_S)
         )
