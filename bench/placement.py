@@ -155,7 +155,9 @@ from kits.service_processes import (  # noqa: E402
     running_webhook,
     unregister_admission,
 )
-from kits.simulated_cluster import ApiPoller, PowerModel, SimCluster, SimExporter  # noqa: E402
+from kits.simulated_cluster import ApiPoller, PowerModel, SimCluster  # noqa: E402
+from kits.synthetic_exporter import SyntheticExporter  # noqa: E402
+from kits.waiting import wait_until  # noqa: E402
 from steer.adapters.kube import make_api_client  # noqa: E402
 from steer.core import scheduling  # noqa: E402
 from steer.core.quantity import parse_quantity  # noqa: E402
@@ -598,18 +600,6 @@ def steer_labels(node: Mapping[str, Any]) -> dict[str, str]:
 # -- running -------------------------------------------------------------------------------------
 
 
-def wait_until(
-    what: str, check: Callable[[], bool], timeout: float, interval: float = 0.5
-) -> float:
-    start = time.monotonic()
-    while True:
-        if check():
-            return time.monotonic() - start
-        if time.monotonic() - start > timeout:
-            raise TimeoutError(f"{what}: not within {timeout:.0f}s")
-        time.sleep(interval)
-
-
 class Bench:
     def __init__(self, plane: ControlPlane, workdir: Path, args: argparse.Namespace) -> None:
         self.plane = plane
@@ -644,11 +634,13 @@ class Bench:
                         self.core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
             return left == 0
 
-        wait_until("bench pods deleted", pods_left, 120, 1.0)
+        wait_until("bench pods deleted", pods_left, timeout=120, interval=1.0)
         for node in self.core.list_node().items:
             with contextlib.suppress(client.ApiException):
                 self.core.delete_node(node.metadata.name)
-        wait_until("nodes deleted", lambda: not self.core.list_node().items, 60)
+        wait_until(
+            "nodes deleted", lambda: not self.core.list_node().items, timeout=60, interval=0.5
+        )
         for s in self.specs:
             self.plane.add_node(
                 s.name,
@@ -705,10 +697,10 @@ class Bench:
         info: dict[str, Any] = {}
         t0 = time.monotonic()
         register_admission(self.plane, self.webhook)
-        wait_until("webhook mutating pods", self.mutation_active, 30)
+        wait_until("webhook mutating pods", self.mutation_active, timeout=30, interval=0.5)
         sim = SimCluster(POWER, external_gpu_util={s.name: HOT_UTIL for s in self.specs if s.hot})
         stack.enter_context(ApiPoller(make_api_client(str(self.plane.kubeconfig)), sim))
-        exporter = stack.enter_context(SimExporter(sim))
+        exporter = stack.enter_context(SyntheticExporter(sim))
         prom = stack.enter_context(
             PrometheusServer([exporter.target], scrape_interval_s=SCRAPE_INTERVAL_S)
         )
@@ -758,9 +750,9 @@ class Bench:
             }
             return scored and set(hot) <= tainted
 
-        info["scorer_wait_s"] = round(
-            wait_until("scorer labels and gpu-hot taints", primed, 120), 1
-        )
+        waited_from = time.monotonic()
+        wait_until("scorer labels and gpu-hot taints", primed, timeout=120, interval=0.5)
+        info["scorer_wait_s"] = round(time.monotonic() - waited_from, 1)
         info["labels_at_start"] = {
             n["metadata"]["name"]: steer_labels(n) for n in snapshot(self.core).nodes
         }
@@ -839,7 +831,9 @@ class Bench:
                 log(f"run {index} {mode}: priming (exporter, Prometheus, scorer: two 30 s cycles)")
                 result["priming"] = self.prime_steered(stack, run_dir)
             else:
-                wait_until("no mutation", lambda: not self.mutation_active(), 30)
+                wait_until(
+                    "no mutation", lambda: not self.mutation_active(), timeout=30, interval=0.5
+                )
             result["prime_s"] = round(time.monotonic() - t1, 1)
             log(f"run {index} {mode}: trace of {trace_pods(self.trace)} pods")
             recorder = stack.enter_context(BindRecorder(self.plane.kubeconfig))

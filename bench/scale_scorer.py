@@ -117,7 +117,8 @@ from requests.adapters import HTTPAdapter
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kits.control_plane import ControlPlane, free_port  # noqa: E402
+from kits.control_plane import ControlPlane  # noqa: E402
+from kits.net import free_port  # noqa: E402
 from kits.prometheus_server import PrometheusServer  # noqa: E402
 from kits.synthetic_exporter import SyntheticCluster  # noqa: E402
 from steer.core.budget import pod_usage, pool_resource  # noqa: E402

@@ -179,15 +179,6 @@ def flask_bare_app() -> Any:
 # --- measuring ------------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def wait_ready(url: str, ca: Path, process: subprocess.Popen[bytes], timeout: float = 60) -> None:
     import requests
 
@@ -321,6 +312,7 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
             raise SystemExit(f"{tool} is not installed: apt-get install -y wrk hey")
     from certs import WebhookIdentity, issue_webhook_certs, write_webhook_certs
     from kits.apistub import ApiStub
+    from kits.net import free_port
 
     load_before = os.getloadavg()
     tmp = Path(tempfile.mkdtemp(prefix="steer-webhook-bench-"))

@@ -1,6 +1,8 @@
 """Issue the webhook's serving certificate and the CA the apiserver trusts it by.
 
 Pure cryptography, no files: `issue_webhook_certs` returns PEM bytes, `certs.files` writes them.
+`issue_cert` is the one leaf issuer underneath: a server certificate for given names, or a
+client certificate for a Kubernetes user and its groups.
 
 The kube-apiserver calls a webhook Service at `https://SERVICE.NAMESPACE.svc:PORT` and verifies
 the certificate with Go's crypto/x509, which ignores the Common Name and matches only the
@@ -14,6 +16,7 @@ from __future__ import annotations
 import base64
 import ipaddress
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Literal, get_args
@@ -183,16 +186,30 @@ def new_ca(
     )
 
 
-def issue_serving_cert(
+@dataclass(frozen=True)
+class IssuedCert:
+    """A leaf certificate and its private key, PEM."""
+
+    cert_pem: bytes
+    key_pem: bytes = field(repr=False)
+
+
+def issue_cert(
     ca: CertificateAuthority,
-    identity: WebhookIdentity,
+    common_name: str,
     *,
+    purpose: Literal["server", "client"] = "server",
+    organizations: Sequence[str] = (),
+    dns_names: Sequence[str] = (),
+    ips: Sequence[str | ipaddress.IPv4Address | ipaddress.IPv6Address] = (),
     days: int = DEFAULT_DAYS,
     key_type: KeyType = "ecdsa",
     now: datetime | None = None,
-) -> WebhookCerts:
-    """A serverAuth certificate for `identity` signed by `ca`, valid for `days` (never past
-    the CA's own expiry: a chain is only as valid as its shortest link)."""
+) -> IssuedCert:
+    """A leaf certificate signed by `ca`, valid for `days` (never past the CA's own expiry: a
+    chain is only as valid as its shortest link). A server certificate is verified by its
+    subjectAltNames (`dns_names`, `ips`); a client certificate names a Kubernetes user by its
+    Common Name and the user's groups by its Organizations."""
     if not 1 <= days <= MAX_DAYS:
         raise CertError(f"days: must be 1..{MAX_DAYS}, got {days}")
     if key_type not in KEY_TYPES:
@@ -208,11 +225,14 @@ def issue_serving_cert(
         )
     ca_ski = x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key())
     key = _new_key(key_type)
-    sans: list[x509.GeneralName] = [x509.DNSName(n) for n in identity.dns_names()]
-    sans += [x509.IPAddress(ip) for ip in identity.ip_addresses()]
-    cert = (
+    subject = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in organizations]
+    subject.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
+    usage = (
+        ExtendedKeyUsageOID.SERVER_AUTH if purpose == "server" else ExtendedKeyUsageOID.CLIENT_AUTH
+    )
+    builder = (
         x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, identity.service_host)]))
+        .subject_name(x509.Name(subject))
         .issuer_name(ca_cert.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
@@ -223,20 +243,41 @@ def issue_serving_cert(
         .add_extension(
             _key_usage(cert_sign=False, key_encipherment=key_type == "rsa"), critical=True
         )
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .add_extension(
             x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski),
             critical=False,
         )
-        .sign(ca_key, hashes.SHA256())
     )
-    return WebhookCerts(
-        ca_cert_pem=ca.cert_pem,
-        cert_pem=cert.public_bytes(serialization.Encoding.PEM),
-        key_pem=_key_pem(key),
+    sans: list[x509.GeneralName] = [x509.DNSName(n) for n in dns_names]
+    sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]
+    if sans:  # an empty subjectAltName extension is invalid (RFC 5280 4.2.1.6)
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    cert = builder.sign(ca_key, hashes.SHA256())
+    return IssuedCert(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
+
+
+def issue_serving_cert(
+    ca: CertificateAuthority,
+    identity: WebhookIdentity,
+    *,
+    days: int = DEFAULT_DAYS,
+    key_type: KeyType = "ecdsa",
+    now: datetime | None = None,
+) -> WebhookCerts:
+    """A serverAuth certificate for `identity` signed by `ca`, valid for `days` (never past
+    the CA's own expiry)."""
+    leaf = issue_cert(
+        ca,
+        identity.service_host,
+        dns_names=identity.dns_names(),
+        ips=identity.ip_addresses(),
+        days=days,
+        key_type=key_type,
+        now=now,
     )
+    return WebhookCerts(ca_cert_pem=ca.cert_pem, cert_pem=leaf.cert_pem, key_pem=leaf.key_pem)
 
 
 def issue_webhook_certs(

@@ -9,9 +9,9 @@ asked, kube-controller-manager, for the end-to-end suite and the placement bench
 The shape is an envtest's: anyone holding the four binaries can run it. They come from
 `KUBE_BIN_DIR` when set, or else from the `kube-v*-linux-amd64.tar.xz` beside the repository
 (`../shared/kube/`, as CI lays it out), unpacked once into a cache folder (`KUBE_CACHE_DIR`,
-default `~/.cache/kube-steer`). The PKI is made here with `cryptography`; every listener takes a
-free loopback port, so two control planes can run side by side; `stop()` ends every process by
-PID and removes the work folder.
+default `~/.cache/kube-steer`). The PKI is made by the product's `certs.pki`; every listener
+takes a free loopback port, so two control planes can run side by side; `stop()` ends every
+process by PID and removes the work folder.
 
 A control plane without kubelets differs from a cluster (see ../shared/kube/README.md): Nodes are
 API objects whose status the tests write (`add_node`), pods are bound but never run and must be
@@ -26,29 +26,27 @@ import atexit
 import base64
 import contextlib
 import fcntl
-import ipaddress
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tarfile
 import tempfile
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
 import requests
 import yaml
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
 from kubernetes import client
 
+from certs.pki import IssuedCert, issue_cert, new_ca
+from kits.net import free_port
 from steer.adapters.kube import make_api_client
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -136,74 +134,41 @@ def unpack_release(kube_dir: Path) -> Path:
 # -- PKI ----------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Pem:
-    cert: bytes
-    key: bytes
-
-
-def _pem_key(key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> bytes:
+def _pem_key(key: rsa.RSAPrivateKey) -> bytes:  # the service-account signing key
     return key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
 
 
 class Pki:
-    """One CA and the leaf certificates a control plane needs, all ECDSA P-256, valid 2 days."""
+    """One CA and the leaf certificates a control plane needs, made by the product's own issuer
+    (`certs.pki`: ECDSA P-256), valid 2 days."""
+
+    DAYS = 2
 
     def __init__(self) -> None:
-        self._now = datetime.now(UTC) - timedelta(minutes=5)
-        self._ca_key = ec.generate_private_key(ec.SECP256R1())
-        self._ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-steer-e2e-ca")])
-        ca = (
-            self._builder(self._ca_name, self._ca_key.public_key())
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(
-                x509.KeyUsage(False, False, False, False, False, True, True, False, False), True
-            )
-            .sign(self._ca_key, hashes.SHA256())
-        )
-        self.ca = Pem(ca.public_bytes(serialization.Encoding.PEM), _pem_key(self._ca_key))
-
-    def _builder(self, subject: x509.Name, public_key: Any) -> x509.CertificateBuilder:
-        return (
-            x509.CertificateBuilder()
-            .subject_name(subject)
-            .issuer_name(self._ca_name)
-            .public_key(public_key)
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(self._now)
-            .not_valid_after(self._now + timedelta(days=2))
-        )
+        self.ca = new_ca(days=self.DAYS)
 
     def leaf(
         self,
         common_name: str,
         *,
-        organization: str | None = None,
+        groups: Sequence[str] = (),
         server: bool = False,
         dns: Sequence[str] = (),
         ips: Sequence[str] = (),
-    ) -> Pem:
-        key = ec.generate_private_key(ec.SECP256R1())
-        attrs = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
-        if organization:
-            attrs.insert(0, x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization))
-        usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
-        builder = (
-            self._builder(x509.Name(attrs), key.public_key())
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(
-                x509.KeyUsage(True, False, False, False, False, False, False, False, False), True
-            )
-            .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+    ) -> IssuedCert:
+        """A serving certificate for `dns`/`ips`, or (`server=False`) a client certificate for
+        the user `common_name` in `groups`."""
+        return issue_cert(
+            self.ca,
+            common_name,
+            purpose="server" if server else "client",
+            organizations=groups,
+            dns_names=dns,
+            ips=ips,
+            days=self.DAYS,
         )
-        if dns or ips:
-            names: list[x509.GeneralName] = [x509.DNSName(d) for d in dns]
-            names += [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]
-            builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
-        cert = builder.sign(self._ca_key, hashes.SHA256())
-        return Pem(cert.public_bytes(serialization.Encoding.PEM), _pem_key(key))
 
 
 def _write(path: Path, data: bytes | str, mode: int = 0o600) -> Path:
@@ -212,7 +177,7 @@ def _write(path: Path, data: bytes | str, mode: int = 0o600) -> Path:
     return path
 
 
-def kubeconfig_text(server: str, ca_pem: bytes, user: str, pem: Pem) -> str:
+def kubeconfig_text(server: str, ca_pem: bytes, user: str, pem: IssuedCert) -> str:
     def b64(data: bytes) -> str:
         return base64.b64encode(data).decode()
 
@@ -230,8 +195,8 @@ def kubeconfig_text(server: str, ca_pem: bytes, user: str, pem: Pem) -> str:
                 {
                     "name": user,
                     "user": {
-                        "client-certificate-data": b64(pem.cert),
-                        "client-key-data": b64(pem.key),
+                        "client-certificate-data": b64(pem.cert_pem),
+                        "client-key-data": b64(pem.key_pem),
                     },
                 }
             ],
@@ -239,14 +204,6 @@ def kubeconfig_text(server: str, ca_pem: bytes, user: str, pem: Pem) -> str:
             "current-context": "e2e",
         }
     )
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port free on `host` now (a kubelet binds 0.0.0.0, so ask for that one there)."""
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 # -- processes ----------------------------------------------------------------------------------
@@ -418,9 +375,9 @@ class ControlPlane:
     def user_kubeconfig(self, user: str, groups: Sequence[str] = ()) -> Path:
         """A kubeconfig for a client-certificate user (RBAC applies), e.g. to test a role."""
         safe = user.replace(":", "_").replace("/", "_")
-        pem = self.pki.leaf(user, organization=",".join(groups) or None)
+        pem = self.pki.leaf(user, groups=groups)
         path = self.workdir / f"{safe}.kubeconfig"
-        return _write(path, kubeconfig_text(self.url, self.pki.ca.cert, user, pem))
+        return _write(path, kubeconfig_text(self.url, self.pki.ca.cert_pem, user, pem))
 
     def kubectl(self, *args: str, check: bool = True, input: str | None = None) -> str:
         """Run the kubectl shipped beside the binaries (if any) with the admin kubeconfig."""
@@ -446,7 +403,7 @@ class ControlPlane:
     def _write_pki(self) -> None:
         pki = self.pki_dir
         pki.mkdir(parents=True, exist_ok=True)
-        _write(pki / "ca.crt", self.pki.ca.cert, 0o644)
+        _write(pki / "ca.crt", self.pki.ca.cert_pem, 0o644)
         serving = self.pki.leaf(
             "kube-apiserver",
             server=True,
@@ -459,15 +416,15 @@ class ControlPlane:
             ),
             ips=("127.0.0.1", "10.96.0.1"),
         )
-        _write(pki / "apiserver.crt", serving.cert, 0o644)
-        _write(pki / "apiserver.key", serving.key)
+        _write(pki / "apiserver.crt", serving.cert_pem, 0o644)
+        _write(pki / "apiserver.key", serving.key_pem)
         for name, cn in (
             ("scheduler", "kube-scheduler"),
             ("controller-manager", "kube-controller-manager"),
         ):
             pem = self.pki.leaf(cn, server=True, dns=("localhost",), ips=("127.0.0.1",))
-            _write(pki / f"{name}-serving.crt", pem.cert, 0o644)
-            _write(pki / f"{name}-serving.key", pem.key)
+            _write(pki / f"{name}-serving.crt", pem.cert_pem, 0o644)
+            _write(pki / f"{name}-serving.key", pem.key_pem)
         sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         _write(pki / "sa.key", _pem_key(sa_key))
         _write(
@@ -477,10 +434,10 @@ class ControlPlane:
             ),
             0o644,
         )
-        admin = self.pki.leaf("admin", organization="system:masters")
-        _write(pki / "admin.crt", admin.cert, 0o644)
-        _write(pki / "admin.key", admin.key)
-        _write(self.kubeconfig, kubeconfig_text(self.url, self.pki.ca.cert, "admin", admin))
+        admin = self.pki.leaf("admin", groups=["system:masters"])
+        _write(pki / "admin.crt", admin.cert_pem, 0o644)
+        _write(pki / "admin.key", admin.key_pem)
+        _write(self.kubeconfig, kubeconfig_text(self.url, self.pki.ca.cert_pem, "admin", admin))
         for name, user in (
             ("scheduler", "system:kube-scheduler"),
             ("controller-manager", "system:kube-controller-manager"),
@@ -488,7 +445,7 @@ class ControlPlane:
             pem = self.pki.leaf(user)
             _write(
                 self.workdir / f"{name}.kubeconfig",
-                kubeconfig_text(self.url, self.pki.ca.cert, user, pem),
+                kubeconfig_text(self.url, self.pki.ca.cert_pem, user, pem),
             )
 
     def _launch(self, name: str, args: list[str], ready_url: str, timeout: float) -> Component:
@@ -639,7 +596,7 @@ class ControlPlane:
     def _start_controller_manager(self) -> None:
         pki = self.pki_dir
         kubeconfig = self.workdir / "controller-manager.kubeconfig"
-        _write(pki / "ca.key", self.pki.ca.key)
+        _write(pki / "ca.key", self.pki.ca.key_pem)
         self._launch(
             "kube-controller-manager",
             [

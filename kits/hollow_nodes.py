@@ -44,9 +44,9 @@ from kits.control_plane import (
     ControlPlane,
     ControlPlaneError,
     cache_root,
-    free_port,
     kubeconfig_text,
 )
+from kits.net import free_port
 from steer.adapters.kubejson import MERGE_PATCH, KubeApiError, KubeJson
 
 ZONE = "topology.kubernetes.io/zone"
@@ -261,9 +261,11 @@ class HollowNode:
         kubemark = find_kubemark()
         self.folder.mkdir(parents=True, exist_ok=True)
         user = f"system:node:{self.name}"
-        pem = self.plane.pki.leaf(user, organization="system:nodes")
+        pem = self.plane.pki.leaf(user, groups=["system:nodes"])
         kubeconfig = self.folder / "kubeconfig"
-        kubeconfig.write_text(kubeconfig_text(self.plane.url, self.plane.pki.ca.cert, user, pem))
+        kubeconfig.write_text(
+            kubeconfig_text(self.plane.url, self.plane.pki.ca.cert_pem, user, pem)
+        )
         kubeconfig.chmod(0o600)
         prefix = _namespace_prefix()
         self._private_tmp = bool(prefix)

@@ -19,7 +19,6 @@ import atexit
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -33,7 +32,9 @@ import requests
 import yaml
 from urllib3.exceptions import InsecureRequestWarning
 
+from kits.net import free_port
 from kits.synthetic_exporter import SyntheticCluster, SyntheticExporter
+from kits.waiting import wait_until
 from steer.adapters.prometheus import PrometheusClient, PrometheusError, QueryResult
 
 INSTALL_HINT = "apt-get install -y prometheus"
@@ -50,13 +51,6 @@ class PrometheusNotInstalled(RuntimeError):
 
 class PrometheusStartError(RuntimeError):
     pass
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _duration(seconds: float) -> str:
@@ -206,7 +200,7 @@ class PrometheusServer:
         if self.web_config is not None:
             (self._workdir / "web.yml").write_text(yaml.safe_dump(self.web_config))
         for _attempt in range(3):  # the free port can be taken between probe and bind
-            self.port = _free_port()
+            self.port = free_port()
             self._write_config()
             if self._spawn():
                 atexit.register(self.stop)
@@ -309,27 +303,17 @@ class PrometheusServer:
         interval_s: float = 0.1,
     ) -> QueryResult:
         """Poll `query` until `predicate(result)` holds; return that result. Query errors, and
-        IndexError/KeyError from the predicate (`r.samples[0]` on an empty result), count as
-        "not yet"; on timeout the last result or error is in the message."""
-        deadline = time.monotonic() + timeout_s
-        last: str = "no answer yet"
+        IndexError/KeyError from the predicate (`r.samples[0]` before the first scrape), count
+        as "not yet"; on timeout the last result or error is in the message."""
         with self.client(timeout_s=min(5.0, timeout_s)) as client:
-            while True:
-                try:
-                    result = client.query(query)
-                    shown = [(dict(s.labels), s.value) for s in result.samples[:10]]
-                    last = f"last result: {shown}"
-                    if predicate(result):
-                        return result
-                except PrometheusError as exc:
-                    last = f"last error: {exc}"
-                except (IndexError, KeyError):
-                    pass  # `r.samples[0]` before the first scrape: not there yet
-                if time.monotonic() >= deadline:
-                    raise TimeoutError(
-                        f"query {query!r} did not satisfy the predicate within {timeout_s}s; {last}"
-                    )
-                time.sleep(interval_s)
+            return wait_until(
+                f"query {query!r} satisfies the predicate",
+                lambda: client.query(query),
+                timeout=timeout_s,
+                interval=interval_s,
+                until=predicate,
+                ignoring=(PrometheusError, IndexError, KeyError),
+            )
 
 
 @contextmanager

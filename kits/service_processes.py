@@ -35,7 +35,8 @@ from kubernetes import client
 from urllib3.exceptions import InsecureRequestWarning
 
 from certs import WebhookIdentity, issue_webhook_certs, write_webhook_certs
-from kits.control_plane import ROOT, ControlPlane, free_port
+from kits.control_plane import ROOT, ControlPlane
+from kits.net import free_port
 from steer.adapters.policy_file import load_policy_file
 from steer.core.admission_policy import admission_policies
 from steer.core.admission_policy.security import DEFAULT_NAME, security_admission_policy

@@ -3,11 +3,12 @@ would run (DCGM, Kepler, kube-state-metrics, blackbox), derived from the Node an
 a kubelet-less control plane, for the placement benchmark.
 
     cluster = SimCluster(PowerModel(), external_gpu_util={"gpu-5": 95})
-    with ApiPoller(api_client, cluster), SimExporter(cluster) as exporter:
+    with ApiPoller(api_client, cluster), SyntheticExporter(cluster) as exporter:
         ...  # a Prometheus scraping exporter.target (honor_labels: true) sees the pods bind
 
 `SyntheticCluster` (kits.synthetic_exporter) is state a test sets by hand; here the state is what
-the apiserver holds. `ApiPoller` lists nodes and pods every `interval_s` (1 s) and hands the
+the apiserver holds. Both render through `kits.synthetic_exporter.Exposition` (the series
+names, types and labels written once) and are served by its `SyntheticExporter`. `ApiPoller` lists nodes and pods every `interval_s` (1 s) and hands the
 raw JSON to `SimCluster.update`; tests call `update` with dicts directly, no cluster needed.
 Every scrape evaluates the state at that moment:
 
@@ -44,22 +45,17 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from kubernetes import client
-from prometheus_client.metrics_core import Metric
-from prometheus_client.registry import Collector
 
-from kits.synthetic_exporter import CollectorServer, Family
+from kits.synthetic_exporter import Exposition, Family, dcgm_labels
 from steer.core.quantity import QuantityError, parse_quantity
 
 GPU_RESOURCE = "nvidia.com/gpu"
-GPU_MODEL = "NVIDIA A100-SXM4-80GB"
 FB_TOTAL_MIB = 81920.0
-HEALTH_JOB = "node-health"
-_KSM_UNITS = {"cpu": "core", "memory": "byte", "nvidia_com_gpu": "integer", "pods": "integer"}
 _FINISHED = ("Succeeded", "Failed")
 
 Json = Mapping[str, Any]
@@ -307,17 +303,7 @@ class SimCluster:
         moment = time.time() if now is None else now
         with self._lock:
             self._advance(moment)
-            out: dict[str, Family] = {}
-
-            def add(
-                name: str,
-                kind: Literal["gauge", "counter"],
-                help_: str,
-                labels: dict[str, str],
-                v: float,
-            ) -> None:
-                out.setdefault(name, Family(name, kind, help_, [])).samples.append((labels, v))
-
+            out = Exposition()
             for node in self._nodes.values():
                 for i, gpu in enumerate(self._gpus(node)):
                     labels = dcgm_labels(node.name, i)
@@ -330,90 +316,31 @@ class SimCluster:
                             pod=holder.name,
                             container=holder.containers[0].name if holder.containers else "",
                         )
-                    add(
-                        "DCGM_FI_DEV_GPU_UTIL",
-                        "gauge",
-                        "GPU utilization (in %).",
+                    out.gpu(
                         labels,
-                        round(gpu.util),
+                        util_pct=round(gpu.util),
+                        fb_used_mib=round(gpu.fb_used),
+                        fb_free_mib=round(self.fb_total_mib - gpu.fb_used),
                     )
-                    add(
-                        "DCGM_FI_DEV_FB_USED",
-                        "gauge",
-                        "Framebuffer memory used (in MiB).",
-                        labels,
-                        round(gpu.fb_used),
-                    )
-                    add(
-                        "DCGM_FI_DEV_FB_FREE",
-                        "gauge",
-                        "Framebuffer memory free (in MiB).",
-                        labels,
-                        round(self.fb_total_mib - gpu.fb_used),
-                    )
-                for mode, joules in (
-                    ("dynamic", node.platform_joules - node.idle_joules),
-                    ("idle", node.idle_joules),
-                ):
-                    add(
-                        "kepler_node_platform_joules_total",
-                        "counter",
-                        "Aggregated value in platform_joules",
-                        {"instance": node.name, "mode": mode, "source": "acpi"},
-                        joules,
-                    )
-                for resource, amount in node.allocatable.items():
-                    add(
-                        "kube_node_status_allocatable",
-                        "gauge",
-                        "The allocatable for different resources of a node.",
-                        {"node": node.name, "resource": resource, "unit": _unit(resource)},
-                        amount,
-                    )
-                add(
-                    "probe_success",
-                    "gauge",
-                    "Displays whether or not the probe was a success",
-                    {"instance": node.name, "node": node.name, "job": HEALTH_JOB},
-                    1.0 if node.ready else 0.0,
+                out.platform_joules(
+                    node.name,
+                    dynamic=node.platform_joules - node.idle_joules,
+                    idle=node.idle_joules,
                 )
+                out.allocatable(node.name, node.allocatable)
+                out.probe(node.name, node.ready)
             for pod in self._pods.values():
                 for c in pod.containers:
-                    base = {
-                        "namespace": pod.namespace,
-                        "pod": pod.name,
-                        "uid": pod.uid,
-                        "container": c.name,
-                        "node": pod.node,
-                    }
-                    for series, amounts in (
-                        ("kube_pod_container_resource_requests", c.requests),
-                        ("kube_pod_container_resource_limits", c.limits),
-                    ):
-                        for resource, amount in amounts.items():
-                            add(
-                                series,
-                                "gauge",
-                                f"The number of {series.rsplit('_', 1)[1]} resource.",
-                                {**base, "resource": resource, "unit": _unit(resource)},
-                                amount,
-                            )
-            return list(out.values())
-
-
-def _unit(resource: str) -> str:
-    return _KSM_UNITS.get(resource, "integer")
-
-
-def dcgm_labels(node: str, index: int, model: str = GPU_MODEL) -> dict[str, str]:
-    return {
-        "gpu": str(index),
-        "UUID": f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{node}/{index}')}",
-        "pci_bus_id": f"00000000:{0x07 + index:02X}:00.0",
-        "device": f"nvidia{index}",
-        "modelName": model,
-        "Hostname": node,
-    }
+                    out.container_resources(
+                        namespace=pod.namespace,
+                        pod=pod.name,
+                        uid=pod.uid,
+                        container=c.name,
+                        node=pod.node,
+                        requests=c.requests,
+                        limits=c.limits,
+                    )
+            return out.families()
 
 
 # -- live wiring ---------------------------------------------------------------------------------
@@ -467,24 +394,3 @@ class ApiPoller:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-class SimCollector(Collector):
-    def __init__(self, cluster: SimCluster) -> None:
-        self.cluster = cluster
-
-    def collect(self) -> Iterator[Metric]:
-        for fam in self.cluster.families():
-            family_name = fam.name.removesuffix("_total") if fam.kind == "counter" else fam.name
-            metric = Metric(family_name, fam.help, fam.kind)
-            for labels, value in fam.samples:
-                metric.add_sample(fam.name, labels, value)
-            yield metric
-
-
-class SimExporter(CollectorServer):
-    """Serves a `SimCluster` on 127.0.0.1 (a free port) until `stop()`; `target` for Prometheus."""
-
-    def __init__(self, cluster: SimCluster) -> None:
-        super().__init__(SimCollector(cluster))
-        self.cluster = cluster

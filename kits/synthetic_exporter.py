@@ -43,6 +43,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import IO, Literal, Protocol, Self
 from wsgiref.simple_server import WSGIServer
@@ -52,6 +53,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 GIB = 1024**3
+GPU_MODEL = "NVIDIA A100-SXM4-80GB"
 KeplerStyle = Literal["0.7", "0.10"]
 _KSM_UNITS = {"cpu": "core", "memory": "byte", "nvidia_com_gpu": "integer", "pods": "integer"}
 _IDLE_SHARE = 0.4  # Kepler 0.7 splits node energy into idle and dynamic parts
@@ -95,14 +97,129 @@ class Node:
     package_joules: float = 0.0
 
 
+Kind = Literal["gauge", "counter"]
+
+
 @dataclass(frozen=True)
 class Family:
     """Exporter-neutral metric family; `name` is the full series name (counters end in _total)."""
 
     name: str
-    kind: Literal["gauge", "counter"]
+    kind: Kind
     help: str
     samples: list[tuple[dict[str, str], float]]
+
+
+# Every series the synthetic exporters publish: its type and HELP text, as the real exporter
+# writes them.
+SERIES: dict[str, tuple[Kind, str]] = {
+    "DCGM_FI_DEV_GPU_UTIL": ("gauge", "GPU utilization (in %)."),
+    "DCGM_FI_DEV_FB_USED": ("gauge", "Framebuffer memory used (in MiB)."),
+    "DCGM_FI_DEV_FB_FREE": ("gauge", "Framebuffer memory free (in MiB)."),
+    "DCGM_FI_DEV_POWER_USAGE": ("gauge", "Power draw (in W)."),
+    "kepler_node_platform_joules_total": ("counter", "Aggregated value in platform_joules"),
+    "kepler_node_package_joules_total": ("counter", "Aggregated value in package_joules"),
+    "kepler_node_cpu_joules_total": (
+        "counter",
+        "Energy consumption of cpu at node level in joules",
+    ),
+    "kepler_node_cpu_watts": ("gauge", "Power consumption of cpu at node level in watts"),
+    "kube_node_status_allocatable": (
+        "gauge",
+        "The allocatable for different resources of a node.",
+    ),
+    "kube_pod_container_resource_requests": ("gauge", "The number of requests resource."),
+    "kube_pod_container_resource_limits": ("gauge", "The number of limits resource."),
+    "probe_success": ("gauge", "Displays whether or not the probe was a success"),
+}
+# The job name the example policy's health query selects (honor_labels keeps it).
+HEALTH_JOB = "node-health"
+
+
+class Exposition:
+    """The families of one scrape, built sample by sample under the real exporters' names and
+    labels: `SyntheticCluster` (state set by hand) and `SimCluster` (state read from an API)
+    both render through it. Series named in `hidden` are dropped (set it per node: a node
+    that stops exporting a series)."""
+
+    def __init__(self) -> None:
+        self.hidden: AbstractSet[str] = frozenset()
+        self._families: dict[str, Family] = {}
+
+    def add(self, name: str, labels: dict[str, str], value: float) -> None:
+        if name in self.hidden:
+            return
+        family = self._families.get(name)
+        if family is None:
+            kind, help_ = SERIES[name]
+            family = self._families[name] = Family(name, kind, help_, [])
+        family.samples.append((labels, value))
+
+    def gpu(
+        self, labels: dict[str, str], *, util_pct: float, fb_used_mib: float, fb_free_mib: float
+    ) -> None:
+        """One GPU's DCGM utilisation and framebuffer series."""
+        self.add("DCGM_FI_DEV_GPU_UTIL", labels, util_pct)
+        self.add("DCGM_FI_DEV_FB_USED", labels, fb_used_mib)
+        self.add("DCGM_FI_DEV_FB_FREE", labels, fb_free_mib)
+
+    def platform_joules(self, node: str, *, dynamic: float, idle: float) -> None:
+        """Kepler 0.7's node energy counter, split into its dynamic and idle parts."""
+        for mode, joules in (("dynamic", dynamic), ("idle", idle)):
+            labels = {"instance": node, "mode": mode, "source": "acpi"}
+            self.add("kepler_node_platform_joules_total", labels, joules)
+
+    def allocatable(self, node: str, amounts: Mapping[str, float]) -> None:
+        """kube-state-metrics' allocatable, keyed by its resource names (`nvidia_com_gpu`)."""
+        for resource, amount in amounts.items():
+            labels = {"node": node, "resource": resource, "unit": ksm_unit(resource)}
+            self.add("kube_node_status_allocatable", labels, amount)
+
+    def container_resources(
+        self,
+        *,
+        namespace: str,
+        pod: str,
+        uid: str,
+        container: str,
+        node: str,
+        requests: Mapping[str, float],
+        limits: Mapping[str, float],
+    ) -> None:
+        """kube-state-metrics' requests and limits of one container (`node=""` while unbound)."""
+        base = {"namespace": namespace, "pod": pod, "uid": uid, "container": container}
+        for series, amounts in (
+            ("kube_pod_container_resource_requests", requests),
+            ("kube_pod_container_resource_limits", limits),
+        ):
+            for resource, amount in amounts.items():
+                labels = {**base, "node": node, "resource": resource, "unit": ksm_unit(resource)}
+                self.add(series, labels, amount)
+
+    def probe(self, node: str, ok: bool) -> None:
+        """The blackbox exporter's probe of a node."""
+        labels = {"instance": node, "node": node, "job": HEALTH_JOB}
+        self.add("probe_success", labels, 1.0 if ok else 0.0)
+
+    def families(self) -> list[Family]:
+        return list(self._families.values())
+
+
+def ksm_unit(resource: str) -> str:
+    """The `unit` label kube-state-metrics gives a resource."""
+    return _KSM_UNITS.get(resource, "integer")
+
+
+def dcgm_labels(node: str, index: int, model: str = GPU_MODEL) -> dict[str, str]:
+    """DCGM's identifying labels of a GPU, stable for a node name and index."""
+    return {
+        "gpu": str(index),
+        "UUID": f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{node}/{index}')}",
+        "pci_bus_id": f"00000000:{0x07 + index:02X}:00.0",
+        "device": f"nvidia{index}",
+        "modelName": model,
+        "Hostname": node,
+    }
 
 
 class SyntheticCluster:
@@ -136,7 +253,7 @@ class SyntheticCluster:
         name: str,
         *,
         gpus: int = 8,
-        gpu_model: str = "NVIDIA A100-SXM4-80GB",
+        gpu_model: str = GPU_MODEL,
         cpu_cores: float = 64,
         memory_gib: float = 512,
     ) -> None:
@@ -144,7 +261,7 @@ class SyntheticCluster:
             alloc = {"cpu": cpu_cores, "memory": memory_gib * GIB, "pods": 110.0}
             if gpus:
                 alloc["nvidia_com_gpu"] = float(gpus)
-            gpu_list = [Gpu(_dcgm_labels(name, i, gpu_model)) for i in range(gpus)]
+            gpu_list = [Gpu(dcgm_labels(name, i, gpu_model)) for i in range(gpus)]
             self._nodes[name] = Node(name, gpu_list, allocatable=alloc)
 
     def remove_node(self, name: str) -> None:
@@ -230,150 +347,58 @@ class SyntheticCluster:
         with self._lock:
             dt = 0.0 if self._last_eval is None else max(0.0, now - self._last_eval)
             self._last_eval = now
-            out: dict[str, Family] = {}
-
-            def add(
-                name: str,
-                kind: Literal["gauge", "counter"],
-                help_: str,
-                node: Node,
-                labels: dict[str, str],
-                value: float,
-            ) -> None:
-                if name in node.hidden:
-                    return
-                fam = out.setdefault(name, Family(name, kind, help_, []))
-                fam.samples.append((labels, value))
-
+            out = Exposition()
             for n in self._nodes.values():
                 platform_w, package_w = self._noisy(n.platform_watts), self._noisy(n.package_watts)
                 n.platform_joules += platform_w * dt
                 n.package_joules += package_w * dt
-                self._dcgm(n, add)
-                self._kepler(n, add, package_w)
-                self._ksm(n, add)
-                add(
-                    "probe_success",
-                    "gauge",
-                    "Displays whether or not the probe was a success",
-                    n,
-                    # The job name the example policy's health query selects (honor_labels keeps it).
-                    {"instance": n.name, "node": n.name, "job": "node-health"},
-                    1.0 if n.probe_ok else 0.0,
-                )
-            return list(out.values())
+                out.hidden = n.hidden
+                self._dcgm(n, out)
+                self._kepler(n, out, package_w)
+                out.allocatable(n.name, n.allocatable)
+                for c in n.containers:
+                    out.container_resources(
+                        namespace=c.namespace,
+                        pod=c.pod,
+                        uid=c.uid,
+                        container=c.container,
+                        node=n.name,
+                        requests=c.requests,
+                        limits=c.limits,
+                    )
+                out.probe(n.name, n.probe_ok)
+            return out.families()
 
-    def _dcgm(self, n: Node, add: _Add) -> None:
+    def _dcgm(self, n: Node, out: Exposition) -> None:
         for g in n.gpus:
-            labels = g.labels
             util = self._noisy(g.util_pct)
             if math.isfinite(util):  # NaN and ±Inf go out as set: what a failing GPU reads
                 util = round(min(100.0, max(0.0, util)))
-            add("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", n, labels, util)
-            add(
-                "DCGM_FI_DEV_FB_USED",
-                "gauge",
-                "Framebuffer memory used (in MiB).",
-                n,
-                labels,
-                round(g.fb_used_mib),
+            out.gpu(
+                g.labels,
+                util_pct=util,
+                fb_used_mib=round(g.fb_used_mib),
+                fb_free_mib=round(g.fb_total_mib - g.fb_used_mib),
             )
-            add(
-                "DCGM_FI_DEV_FB_FREE",
-                "gauge",
-                "Framebuffer memory free (in MiB).",
-                n,
-                labels,
-                round(g.fb_total_mib - g.fb_used_mib),
-            )
-            add(
-                "DCGM_FI_DEV_POWER_USAGE",
-                "gauge",
-                "Power draw (in W).",
-                n,
-                labels,
-                self._noisy(g.power_w),
-            )
+            out.add("DCGM_FI_DEV_POWER_USAGE", g.labels, self._noisy(g.power_w))
 
-    def _kepler(self, n: Node, add: _Add, package_w: float) -> None:
+    def _kepler(self, n: Node, out: Exposition, package_w: float) -> None:
         if "0.7" in self.kepler_styles:
+            platform, package = n.platform_joules, n.package_joules
+            out.platform_joules(
+                n.name, dynamic=platform * (1 - _IDLE_SHARE), idle=platform * _IDLE_SHARE
+            )
             for mode, share in (("dynamic", 1 - _IDLE_SHARE), ("idle", _IDLE_SHARE)):
-                base = {"instance": n.name, "mode": mode}
-                add(
-                    "kepler_node_platform_joules_total",
-                    "counter",
-                    "Aggregated value in platform_joules",
-                    n,
-                    {**base, "source": "acpi"},
-                    n.platform_joules * share,
-                )
-                add(
-                    "kepler_node_package_joules_total",
-                    "counter",
-                    "Aggregated value in package_joules",
-                    n,
-                    {**base, "package": "0", "source": "rapl-sysfs"},
-                    n.package_joules * share,
-                )
+                labels = {"instance": n.name, "mode": mode, "package": "0", "source": "rapl-sysfs"}
+                out.add("kepler_node_package_joules_total", labels, package * share)
         if "0.10" in self.kepler_styles:
             labels = {
                 "zone": "package",
                 "path": "/sys/class/powercap/intel-rapl:0",
                 "node_name": n.name,
             }
-            add(
-                "kepler_node_cpu_joules_total",
-                "counter",
-                "Energy consumption of cpu at node level in joules",
-                n,
-                labels,
-                n.package_joules,
-            )
-            add(
-                "kepler_node_cpu_watts",
-                "gauge",
-                "Power consumption of cpu at node level in watts",
-                n,
-                labels,
-                package_w,
-            )
-
-    def _ksm(self, n: Node, add: _Add) -> None:
-        for resource, amount in n.allocatable.items():
-            add(
-                "kube_node_status_allocatable",
-                "gauge",
-                "The allocatable for different resources of a node.",
-                n,
-                {"node": n.name, "resource": resource, "unit": _KSM_UNITS.get(resource, "integer")},
-                amount,
-            )
-        for c in n.containers:
-            base = {
-                "namespace": c.namespace,
-                "pod": c.pod,
-                "container": c.container,
-                "node": n.name,
-                "uid": c.uid,
-            }
-            for series, amounts in (
-                ("kube_pod_container_resource_requests", c.requests),
-                ("kube_pod_container_resource_limits", c.limits),
-            ):
-                for resource, amount in amounts.items():
-                    labels = {
-                        **base,
-                        "resource": resource,
-                        "unit": _KSM_UNITS.get(resource, "integer"),
-                    }
-                    add(
-                        series,
-                        "gauge",
-                        f"The number of {series.rsplit('_', 1)[1]} resource.",
-                        n,
-                        labels,
-                        amount,
-                    )
+            out.add("kepler_node_cpu_joules_total", labels, n.package_joules)
+            out.add("kepler_node_cpu_watts", labels, package_w)
 
     def write_openmetrics(self, out: IO[str], timestamps: Iterable[float]) -> None:
         """Write the series at each timestamp (ascending, unix seconds) as OpenMetrics text for
@@ -412,29 +437,6 @@ class SyntheticCluster:
         return clone
 
 
-class _Add(Protocol):  # the `add` callback of `families`
-    def __call__(
-        self,
-        name: str,
-        kind: Literal["gauge", "counter"],
-        help_: str,
-        node: Node,
-        labels: dict[str, str],
-        value: float,
-    ) -> None: ...
-
-
-def _dcgm_labels(node: str, index: int, model: str) -> dict[str, str]:
-    return {
-        "gpu": str(index),
-        "UUID": f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{node}/{index}')}",
-        "pci_bus_id": f"00000000:{0x07 + index:02X}:00.0",
-        "device": f"nvidia{index}",
-        "modelName": model,
-        "Hostname": node,
-    }
-
-
 def _label_text(labels: Mapping[str, str]) -> str:
     return ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(labels.items()))
 
@@ -451,10 +453,16 @@ def _format(value: float) -> str:
     return repr(float(value))
 
 
-class SyntheticCollector(Collector):
-    """prometheus-client collector that renders the cluster at scrape time."""
+class FamilySource(Protocol):
+    """What an exporter serves: `SyntheticCluster`, `kits.simulated_cluster.SimCluster`."""
 
-    def __init__(self, cluster: SyntheticCluster) -> None:
+    def families(self, now: float) -> list[Family]: ...
+
+
+class SyntheticCollector(Collector):
+    """prometheus-client collector that renders a cluster's families at scrape time."""
+
+    def __init__(self, cluster: FamilySource) -> None:
         self.cluster = cluster
 
     def collect(self) -> Iterator[Metric]:
@@ -466,14 +474,16 @@ class SyntheticCollector(Collector):
             yield metric
 
 
-class CollectorServer:
-    """Serves one prometheus-client collector on 127.0.0.1 (port 0 = a free port) until
-    `stop()`: the HTTP side of every exporter the tests and benchmarks start."""
+class SyntheticExporter:
+    """Serves a cluster's families (a `SyntheticCluster` or a `SimCluster`) on 127.0.0.1
+    (port 0 = a free port) until `stop()`: the one exporter the tests, the demo and the
+    benchmarks start."""
 
-    def __init__(self, collector: Collector, *, port: int = 0) -> None:
+    def __init__(self, cluster: FamilySource, *, port: int = 0) -> None:
+        self.cluster = cluster
         self._requested_port = port
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(collector)
+        self.registry.register(SyntheticCollector(cluster))
         self._server: WSGIServer | None = None
         self.port = 0
 
@@ -505,11 +515,3 @@ class CollectorServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-class SyntheticExporter(CollectorServer):
-    """Serves a `SyntheticCluster` on 127.0.0.1 (port 0 = a free port) until `stop()`."""
-
-    def __init__(self, cluster: SyntheticCluster, *, port: int = 0) -> None:
-        super().__init__(SyntheticCollector(cluster), port=port)
-        self.cluster = cluster

@@ -18,6 +18,7 @@ from certs.pki import WebhookIdentity, issue_webhook_certs
 from kits.apistub import ApiStub
 from kits.apistub.__main__ import main as runner_main
 from kits.apistub.synthetic import seed_nodes, synthetic_node
+from kits.waiting import wait_until
 from tests.apistub_fixtures import client_for, load_api_fixture
 
 STRATEGIC = "application/strategic-merge-patch+json"
@@ -333,19 +334,15 @@ def test_drop_watches_ends_open_streams(apistub: ApiStub, core: client.CoreV1Api
     watcher = threading.Thread(target=follow, daemon=True)
     apistub.clear_requests()
     watcher.start()
-    _wait_for(lambda: any("watch=" in r.query for r in apistub.requests))
+    wait_until(
+        "the client's watch request is seen",
+        lambda: any("watch=" in r.query for r in apistub.requests),
+        timeout=5,
+        interval=0.01,
+    )
     apistub.drop_watches()
     watcher.join(timeout=10)
     assert ended.is_set()
-
-
-def _wait_for(condition: Any) -> None:
-    done = threading.Event()
-    for _ in range(500):
-        if condition():
-            return
-        done.wait(0.01)
-    raise AssertionError("condition never became true")
 
 
 # --------------------------------------------------------------- faults

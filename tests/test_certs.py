@@ -20,7 +20,7 @@ import requests
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
-from cryptography.x509.oid import ExtendedKeyUsageOID
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from cryptography.x509.verification import PolicyBuilder, Store, VerificationError
 
 from certs import (
@@ -33,7 +33,7 @@ from certs import (
     write_webhook_certs,
 )
 from certs.cli import register
-from certs.pki import CertificateAuthority, issue_serving_cert, new_ca
+from certs.pki import CertificateAuthority, issue_cert, issue_serving_cert, new_ca
 from certs.renewal import ServingPems, renewal_reasons
 from certs.store import CaStore, default_ca_dir, unsafe_key_location
 
@@ -85,6 +85,21 @@ def test_default_is_ecdsa_p256_with_server_auth_usages() -> None:
     ca = x509.load_pem_x509_certificate(certs.ca_cert_pem)
     constraints = ca.extensions.get_extension_for_class(x509.BasicConstraints).value
     assert constraints.ca and constraints.path_length == 0
+
+
+def test_a_client_certificate_names_the_user_and_its_groups_and_no_address() -> None:
+    ca = new_ca(days=2)
+    issued = issue_cert(ca, "system:node:n1", purpose="client", organizations=["system:nodes"])
+    cert = x509.load_pem_x509_certificate(issued.cert_pem)
+    assert cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == "system:node:n1"
+    groups = cert.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)
+    assert [g.value for g in groups] == ["system:nodes"]
+    eku = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert list(eku) == [ExtendedKeyUsageOID.CLIENT_AUTH]
+    with pytest.raises(x509.ExtensionNotFound):
+        cert.extensions.get_extension_for_class(x509.SubjectAlternativeName)
+    server = issue_cert(ca, "prometheus", ips=["127.0.0.1"])
+    _verify(ca.cert_pem, server.cert_pem, x509.IPAddress(ipaddress.ip_address("127.0.0.1")))
 
 
 def test_rsa_option_gives_2048_bit_key() -> None:

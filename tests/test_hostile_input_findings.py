@@ -22,7 +22,6 @@ import base64
 import copy
 import json
 import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from typing import Any
 import orjson
 import pytest
 
+from kits.waiting import wait_until
 from steer.adapters import policy_file
 from steer.adapters.policy_file import PolicyWatcher
 from steer.core.policy import Policy
@@ -369,13 +369,6 @@ def test_a_type_confused_field_is_uninterpretable_and_named(
 # --- the reload thread ---------------------------------------------------------------------------
 
 
-def eventually(condition: Any, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
-
-
 def test_the_reload_thread_survives_what_loading_raises(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -404,10 +397,20 @@ def test_the_reload_thread_survives_what_loading_raises(
     watcher.start()
     try:
         replace("spec: " + "[" * 5000 + "]" * 5000 + "\n")
-        eventually(lambda: watcher.reload_errors == 1)
+        wait_until(
+            "the deep file counted as a reload error",
+            lambda: watcher.reload_errors == 1,
+            timeout=5,
+            interval=0.02,
+        )
         assert "RecursionError" in (watcher.last_error or "")
         replace(text.replace("step: 10 ", "step: 20 "))
-        eventually(lambda: watcher.current.version != first)
+        wait_until(
+            "the good edit loaded",
+            lambda: watcher.current.version != first,
+            timeout=5,
+            interval=0.02,
+        )
         assert watcher.last_error is None and watcher.reload_errors == 1
     finally:
         watcher.stop()

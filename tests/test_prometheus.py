@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import io
-import ipaddress
 import json
 import math
 import socket
@@ -14,11 +13,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
+from certs.pki import issue_cert, new_ca
 from kits.prometheus_server import WARNING_PROBE_LABEL, PrometheusServer, scraped_cluster
 from kits.synthetic_exporter import SyntheticCluster, SyntheticExporter
 from steer.adapters.prometheus import (
@@ -249,52 +245,16 @@ SCORER_HASH = "$2b$04$JPLoom7GsV2gllbeM4qGHupbUUi8rEE8Tfb.uD6n1BgYF6zecyuRu"
 
 def _tls_files(directory: Path) -> tuple[Path, Path, Path]:
     """A CA and a server certificate for 127.0.0.1 signed by it."""
-    now = dt.datetime.now(dt.UTC)
-    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "steer test CA")])
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(hours=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(False, False, False, False, False, True, True, False, False),
-            critical=True,
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "prometheus")]))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(hours=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
+    ca = new_ca(days=1)
+    served = issue_cert(ca, "prometheus", ips=["127.0.0.1"], days=1)
     ca_file, cert_file, key_file = (
         directory / "ca.pem",
         directory / "tls.crt",
         directory / "tls.key",
     )
-    ca_file.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
+    ca_file.write_bytes(ca.cert_pem)
+    cert_file.write_bytes(served.cert_pem)
+    key_file.write_bytes(served.key_pem)
     return ca_file, cert_file, key_file
 
 

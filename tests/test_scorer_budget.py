@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -15,6 +15,7 @@ from kubernetes import client
 
 from kits.apistub import ApiStub
 from kits.apistub.synthetic import synthetic_node
+from kits.waiting import wait_until
 from scorer.bindings import BindingWindow, PodBindingWatcher
 from scorer.explain import explain_pod, node_detail
 from scorer.kubeapi import MERGE_PATCH, KubeJson, pod_path
@@ -386,17 +387,6 @@ def stub_pod(name: str, node: str, spec: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def wait_for(what: str, check: Callable[[], Any], timeout_s: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout_s}s (last {value!r})")
-        time.sleep(0.02)
-
-
 @pytest.fixture
 def watched(
     apistub: ApiStub, kube_client: client.ApiClient
@@ -438,22 +428,24 @@ def test_watcher_lists_then_follows_pods(
         },
     )
     watcher.start()
-    wait_for("synced", lambda: ledger.synced)
+    wait_until("synced", lambda: ledger.synced, timeout=10, interval=0.02)
     assert node_pods(ledger) == {"node-1": 3}
 
     changed.clear()
     apistub.create("pods", stub_pod("late", "node-2", FOREIGN))
-    wait_for("late pod", lambda: node_pods(ledger).get("node-2") == 1)
+    wait_until("late pod", lambda: node_pods(ledger).get("node-2") == 1, timeout=10, interval=0.02)
     assert changed.wait(5)
     apistub.delete("pods", "early-0", "default")
-    wait_for("deletion", lambda: node_pods(ledger).get("node-1") == 2)
+    wait_until("deletion", lambda: node_pods(ledger).get("node-1") == 2, timeout=10, interval=0.02)
     KubeJson(kube_client).request(
         "PATCH",
         pod_path("default", "early-1") + "/status",
         body={"status": {"phase": "Succeeded"}},
         content_type=MERGE_PATCH,
     )
-    wait_for("completion", lambda: node_pods(ledger).get("node-1") == 1)
+    wait_until(
+        "completion", lambda: node_pods(ledger).get("node-1") == 1, timeout=10, interval=0.02
+    )
     assert watcher.lists == 1
 
 
@@ -463,14 +455,19 @@ def test_watcher_lists_again_after_410(
     ledger, watcher, _ = watched
     apistub.create("pods", stub_pod("a", "node-1", FOREIGN))
     watcher.start()
-    wait_for("synced", lambda: ledger.synced and node_pods(ledger) == {"node-1": 1})
+    wait_until(
+        "synced",
+        lambda: ledger.synced and node_pods(ledger) == {"node-1": 1},
+        timeout=10,
+        interval=0.02,
+    )
     watcher.stop()
     # Changes the watcher cannot see, and history that no longer reaches back to it.
     apistub.delete("pods", "a", "default")
     apistub.create("pods", stub_pod("b", "node-2", FOREIGN))
     apistub.expire_watch_history()
     watcher.start()
-    wait_for("re-list", lambda: watcher.lists == 2 and ledger.synced)
+    wait_until("re-list", lambda: watcher.lists == 2 and ledger.synced, timeout=10, interval=0.02)
     assert node_pods(ledger) == {"node-2": 1}
 
 
@@ -566,32 +563,43 @@ def test_scorer_publishes_pools_and_republishes_on_a_binding(
         loop.start()  # runs a first cycle at once
         watcher.start()
         try:
-            wait_for(
+            wait_until(
                 "pools published",
                 lambda: all(
                     status_of(apistub, n)["allocatable"].get(CPU) == "4000"
                     for n in ("node-1", "node-2")
                 ),
-                timeout_s=30,  # generous: the suite runs on shared 2-core machines
+                timeout=30,  # generous: the suite runs on shared 2-core machines
+                interval=0.02,
             )
             assert status_of(apistub, "node-1")["capacity"][MEM] == "8192"
             requests = scorer.metrics.write_requests._value.get
-            wait_for("status + metadata per node counted", lambda: requests() == 4)
+            wait_until(
+                "status + metadata per node counted",
+                lambda: requests() == 4,
+                timeout=10,
+                interval=0.02,
+            )
             apistub.create("pods", stub_pod("foreign", "node-1", FOREIGN))
             started = time.monotonic()
-            wait_for(
+            wait_until(
                 "pool shrunk",
                 lambda: status_of(apistub, "node-1")["allocatable"][CPU] == "2000",
-                timeout_s=30,
+                timeout=30,
+                interval=0.02,
             )
             # The wake-up, not the 600 s refresh job (a liveness bound, not a benchmark).
             assert time.monotonic() - started < 30
             assert status_of(apistub, "node-2")["allocatable"][CPU] == "4000"
-            wait_for("one status patch counted", lambda: requests() == 5)
+            wait_until(
+                "one status patch counted", lambda: requests() == 5, timeout=10, interval=0.02
+            )
             apistub.delete("pods", "foreign", "default")
-            wait_for(
+            wait_until(
                 "pool restored",
                 lambda: status_of(apistub, "node-1")["allocatable"][CPU] == "4000",
+                timeout=10,
+                interval=0.02,
             )
         finally:
             loop.stop()

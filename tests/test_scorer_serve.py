@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,22 +17,11 @@ import requests
 
 from kits.apistub import ApiStub
 from kits.apistub.synthetic import synthetic_node
+from kits.net import free_port
+from kits.waiting import wait_until
 from steer import __version__
 from tests.conftest import EXAMPLE_POLICY
-from tests.webhook_harness import ROOT, assert_json_lines, free_port, metric_families
-
-
-def eventually(check: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if check():
-                return
-        except requests.RequestException:
-            pass
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached")
-        time.sleep(0.2)
+from tests.webhook_harness import ROOT, assert_json_lines, metric_families
 
 
 def scrape(url: str) -> dict[str, Any]:
@@ -71,17 +59,35 @@ def test_run_logs_json_counts_reload_errors_and_exports_build_info(
     with log_file.open("wb") as log:
         process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=log)
     try:
-        eventually(lambda: reload_errors(url) == 0)
+        wait_until(
+            "the scorer serves /metrics, no reload error",
+            lambda: reload_errors(url) == 0,
+            timeout=20,
+            interval=0.2,
+            ignoring=(requests.RequestException,),
+        )
         build = scrape(url)["steer_scorer_build_info"]
         assert [s.labels for s in build.samples] == [
             {"version": __version__, "python": platform.python_version()}
         ]
         policy_file.write_text("spec: {dimensions: []}\n")
-        eventually(lambda: reload_errors(url) == 1)
+        wait_until(
+            "the bad policy counted once",
+            lambda: reload_errors(url) == 1,
+            timeout=20,
+            interval=0.2,
+            ignoring=(requests.RequestException,),
+        )
         time.sleep(2.5)  # another poll of the same bad content is not another error
         assert reload_errors(url) == 1
         policy_file.write_text("spec: {tenants: 3}\n")
-        eventually(lambda: reload_errors(url) == 2)
+        wait_until(
+            "the second bad policy counted",
+            lambda: reload_errors(url) == 2,
+            timeout=20,
+            interval=0.2,
+            ignoring=(requests.RequestException,),
+        )
     finally:
         process.send_signal(signal.SIGTERM)
         returncode = process.wait(timeout=20)

@@ -16,6 +16,7 @@ from kits.apistub import ApiStub
 from kits.apistub.synthetic import synthetic_node
 from kits.prometheus_server import PrometheusServer, scraped_cluster
 from kits.synthetic_exporter import GIB, SyntheticCluster
+from kits.waiting import wait_until
 from scorer.kubeapi import MERGE_PATCH, KubeJson
 from scorer.leader import LeaseElector
 from scorer.ledger import PodLedger
@@ -384,14 +385,6 @@ def test_a_shutdown_ends_a_paced_cycle_after_the_node_being_written(
         assert gates == record == (name in written), name
 
 
-def wait_for(what: str, check: Callable[[], object], timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout_s}s")
-        time.sleep(0.02)
-
-
 def node_lists(stub: ApiStub) -> int:
     """LISTs of the node collection (a watch of it is a GET with watch=true, not counted)."""
     return sum(
@@ -419,7 +412,7 @@ def test_with_the_node_watch_cycles_list_no_node_and_follow_nodes_added_changed_
         # What the cycle wrote is in the cache at once, and the watch's later events of the
         # same writes do not move it back.
         written = apistub.get("nodes", "node-3")
-        wait_for("the write's event", lambda: cache.generation > 0)
+        wait_until("the write's event", lambda: cache.generation > 0, timeout=10, interval=0.02)
         held = cache.get("node-3")
         assert held is not None
         assert held.resource_version == written["metadata"]["resourceVersion"]
@@ -435,10 +428,14 @@ def test_with_the_node_watch_cycles_list_no_node_and_follow_nodes_added_changed_
         cluster.add_node("node-4", gpus=2)
         stub_nodes(apistub, ["node-4"])
         prom.wait_for("count(DCGM_FI_DEV_GPU_UTIL)", lambda r: r.samples[0].value == 8)
-        wait_for("node-4 watched", lambda: cache.get("node-4") is not None)
-        wait_for(
+        wait_until(
+            "node-4 watched", lambda: cache.get("node-4") is not None, timeout=10, interval=0.02
+        )
+        wait_until(
             "the label watched",
             lambda: "team.example.com/late" in getattr(cache.get("node-2"), "labels", {}),
+            timeout=10,
+            interval=0.02,
         )
         result = scorer.run_cycle()
         assert [n.name for n in result.nodes] == [*NODES, "node-4"]
@@ -446,7 +443,7 @@ def test_with_the_node_watch_cycles_list_no_node_and_follow_nodes_added_changed_
         assert apistub.get("nodes", "node-2")["metadata"]["labels"]["team.example.com/late"]
 
         apistub.delete("nodes", "node-4")
-        wait_for("node-4 gone", lambda: cache.get("node-4") is None)
+        wait_until("node-4 gone", lambda: cache.get("node-4") is None, timeout=10, interval=0.02)
         assert [n.name for n in scorer.run_cycle().nodes] == list(NODES)
         assert node_lists(apistub) == 1  # four cycles, still only the watcher's list
     finally:

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from kits.simulated_cluster import PowerModel, SimCluster, SimCollector
-from kits.synthetic_exporter import Family
+from kits.simulated_cluster import PowerModel, SimCluster
+from kits.synthetic_exporter import Family, SyntheticCollector
 
 GIB = 1024**3
 
@@ -176,7 +176,7 @@ def test_exposition_text_has_the_names_real_exporters_use() -> None:
     sim = SimCluster()
     sim.update([node("gpu-1", gpus=1)], [pod("x", "gpu-1", gpus=1)], now=0)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SimCollector(sim))
+    registry.register(SyntheticCollector(sim))
     text = generate_latest(registry).decode()
     for name in (
         "DCGM_FI_DEV_GPU_UTIL{",

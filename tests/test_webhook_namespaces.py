@@ -2,24 +2,16 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from kits.apistub import ApiStub
+from kits.net import free_port
+from kits.waiting import wait_until
 from steer.adapters.kube import make_api_client
-from tests.webhook_harness import free_port
 from webhook.namespaces import NamespaceCache
-
-
-def eventually(check: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached")
-        time.sleep(0.02)
 
 
 @pytest.fixture
@@ -64,15 +56,25 @@ def test_lists_then_follows_adds_changes_and_deletes(stub: ApiStub, cache: Names
     assert own(cache, "kube-system") == {}  # known, with only the name label
     assert cache.labels("nope") is None
     stub.add_namespace("team-b", {"tenant": "dept-b"})
-    eventually(lambda: own(cache, "team-b") == {"tenant": "dept-b"})
+    wait_until(
+        "team-b added",
+        lambda: own(cache, "team-b") == {"tenant": "dept-b"},
+        timeout=10,
+        interval=0.02,
+    )
     stub.modify(
         "namespaces",
         "team-b",
         lambda ns: {**ns, "metadata": {**ns["metadata"], "labels": {"tenant": "dept-a"}}},
     )
-    eventually(lambda: own(cache, "team-b") == {"tenant": "dept-a"})
+    wait_until(
+        "team-b relabelled",
+        lambda: own(cache, "team-b") == {"tenant": "dept-a"},
+        timeout=10,
+        interval=0.02,
+    )
     stub.delete("namespaces", "team-b")
-    eventually(lambda: cache.labels("team-b") is None)
+    wait_until("team-b deleted", lambda: cache.labels("team-b") is None, timeout=10, interval=0.02)
     status = cache.status()
     assert status.synced and status.relists == 1 and status.last_error is None
     assert status.resource_version == str(stub.resource_version)
@@ -82,7 +84,12 @@ def test_lists_then_follows_adds_changes_and_deletes(stub: ApiStub, cache: Names
 def test_dropped_watch_resumes_without_a_new_list(stub: ApiStub, cache: NamespaceCache) -> None:
     stub.drop_watches()
     stub.add_namespace("after-drop", {"x": "1"})
-    eventually(lambda: own(cache, "after-drop") == {"x": "1"})
+    wait_until(
+        "after-drop added",
+        lambda: own(cache, "after-drop") == {"x": "1"},
+        timeout=10,
+        interval=0.02,
+    )
     assert lists(stub) == 1 and cache.status().relists == 1
 
 
@@ -93,7 +100,12 @@ def test_gone_watch_history_triggers_a_relist(stub: ApiStub, cache: NamespaceCac
     stub.drop_watches()
     stub.add_namespace("while-away", {"tenant": "dept-b"})
     stub.expire_watch_history()
-    eventually(lambda: own(cache, "while-away") == {"tenant": "dept-b"})
+    wait_until(
+        "while-away added after the re-list",
+        lambda: own(cache, "while-away") == {"tenant": "dept-b"},
+        timeout=10,
+        interval=0.02,
+    )
     stub.delay(0)
     assert cache.status().relists == 2
     assert lists(stub) == 2
@@ -106,7 +118,12 @@ def test_unreachable_apiserver_is_retried_not_fatal(tmp_path: Path) -> None:
     ns_cache = NamespaceCache(lambda: make_api_client(kubeconfig), backoff_seconds=0.05)
     ns_cache.start()
     try:
-        eventually(lambda: ns_cache.status().last_error is not None)
+        wait_until(
+            "the unreachable apiserver reported",
+            lambda: ns_cache.status().last_error is not None,
+            timeout=10,
+            interval=0.02,
+        )
         assert not ns_cache.synced and ns_cache.labels("default") is None
     finally:
         ns_cache.stop()

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ import pytest
 import requests
 
 from certs import issue_webhook_certs, write_webhook_certs
+from kits.waiting import wait_until
 from steer import __version__
 from tests.webhook_harness import (
     IDENTITY,
@@ -85,14 +86,6 @@ def patch_of(response: dict[str, Any]) -> list[dict[str, Any]]:
     return ops
 
 
-def eventually(check: Callable[[], bool], timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached")
-        time.sleep(0.1)
-
-
 # --- golden reviews -----------------------------------------------------------------------------
 
 
@@ -146,7 +139,7 @@ def test_dry_run_is_answered_the_same_but_counted_apart(
             == metric_value(before, "steer_webhook_mutations_total", rule=rule) + 1
         )
 
-    eventually(counted)
+    wait_until("the dry run and the real review counted alike", counted, timeout=15)
 
 
 @pytest.mark.parametrize(
@@ -190,7 +183,8 @@ def test_unknown_namespace_and_foreign_kind_are_allowed_with_warning(
     body["request"]["object"]["spec"]["tolerations"] = "everything"
     response = response_of(post(session, hook, "/mutate", body))
     assert response["allowed"] is True and "spec.tolerations" in response["warnings"][0]
-    eventually(
+    wait_until(
+        "the uninterpretable tolerations counted",
         lambda: (
             metric_value(
                 hook.metrics(),
@@ -199,7 +193,8 @@ def test_unknown_namespace_and_foreign_kind_are_allowed_with_warning(
                 reason="spec.tolerations",
             )
             >= 1
-        )
+        ),
+        timeout=15,
     )
 
 
@@ -208,7 +203,11 @@ def test_namespace_label_change_is_seen_without_restart(
 ) -> None:
     hook.stub.add_namespace("late", {"tenant": "dept-b"})
     body = review_for("pod-create-user-mutating.json", "late")
-    eventually(lambda: "warnings" not in response_of(post(session, hook, "/mutate", body)))
+    wait_until(
+        "the late namespace's labels seen (no warning)",
+        lambda: "warnings" not in response_of(post(session, hook, "/mutate", body)),
+        timeout=15,
+    )
     assert patch_of(response_of(post(session, hook, "/mutate", body))) == []  # not opted in
     hook.stub.modify(
         "namespaces",
@@ -221,7 +220,11 @@ def test_namespace_label_change_is_seen_without_restart(
             },
         },
     )
-    eventually(lambda: bool(patch_of(response_of(post(session, hook, "/mutate", body)))))
+    wait_until(
+        "the opted-in namespace's pods patched",
+        lambda: bool(patch_of(response_of(post(session, hook, "/mutate", body)))),
+        timeout=15,
+    )
     ops = patch_of(response_of(post(session, hook, "/mutate", body)))
     assert "budget-0pct" in json.dumps(ops)  # dept-b: the gate of budget 0 %
 
@@ -260,13 +263,15 @@ def test_oversized_body_is_a_413_and_the_server_keeps_serving(
     assert reply.headers["Connection"] == "close"  # the dropped body cannot be followed
     ok = post(hook.session(), hook, "/mutate", review_for("pod-create-user-mutating.json"))
     assert response_of(ok)["allowed"] is True
-    eventually(
+    wait_until(
+        "the oversized body counted",
         lambda: (
             metric_value(
                 hook.metrics(), "steer_webhook_bad_requests_total", reason="body-too-large"
             )
             >= 1
-        )
+        ),
+        timeout=15,
     )
 
 
@@ -367,7 +372,7 @@ def test_health_and_readiness_say_ready_and_nothing_more(
 
 
 def test_the_detail_is_on_the_metrics_listener_per_worker(hook: Webhook) -> None:
-    eventually(lambda: len(hook.status()["workers"]) == 2)
+    wait_until("both workers in /status", lambda: len(hook.status()["workers"]) == 2, timeout=15)
     status = hook.status()
     assert status["ready"] is True
     for detail in status["workers"]:
@@ -420,7 +425,7 @@ def test_metrics_on_the_plain_http_port(hook: Webhook, session: requests.Session
             )
         )
 
-    eventually(complete)
+    wait_until("every series on the metrics listener", complete, timeout=15)
     text = hook.metrics()
     assert 'steer_webhook_policy_info{version="gpu-cluster@' in text
     assert 0 <= metric_value(text, "steer_webhook_namespace_cache_age_seconds") < 300
@@ -430,7 +435,7 @@ def test_metrics_on_the_plain_http_port(hook: Webhook, session: requests.Session
 
 
 def policy_versions(hook: Webhook) -> set[str]:
-    eventually(lambda: bool(hook.status()["workers"]))
+    wait_until("a worker in /status", lambda: bool(hook.status()["workers"]), timeout=15)
     return {w["policy"]["version"] for w in hook.status()["workers"]}
 
 
@@ -444,20 +449,32 @@ def test_policy_hot_reload_changes_patches_and_metrics(tmp_path: Path) -> None:
         text = live.policy_file.read_text()
         # dept-b now has the highest budget, so dept-a pods carry the gate of 5 %.
         live.policy_file.write_text(text.replace("overcommitPercent: 0", "overcommitPercent: 9"))
-        eventually(
+        wait_until(
+            "the edited policy's gate in the patch",
             lambda: (
                 "budget-5pct" in json.dumps(patch_of(response_of(post(s, live, "/mutate", body))))
-            )
+            ),
+            timeout=15,
         )
-        eventually(lambda: policy_versions(live) != {old_version})
+        wait_until(
+            "every worker on the edited policy",
+            lambda: policy_versions(live) != {old_version},
+            timeout=15,
+        )
         (new_version,) = policy_versions(live)
         live.policy_file.write_text(
             "spec: {dimensions: []}\n"
         )  # a bad edit keeps the last good policy
-        eventually(lambda: [w["policy"]["reloadErrors"] for w in live.status()["workers"]] == [1])
+        wait_until(
+            "the bad edit in the worker's /status",
+            lambda: [w["policy"]["reloadErrors"] for w in live.status()["workers"]] == [1],
+            timeout=15,
+        )
         assert "budget-5pct" in json.dumps(patch_of(response_of(post(s, live, "/mutate", body))))
-        eventually(
-            lambda: metric_value(live.metrics(), "steer_webhook_policy_reload_errors_total") == 1
+        wait_until(
+            "the bad edit in the reload-error metric",
+            lambda: metric_value(live.metrics(), "steer_webhook_policy_reload_errors_total") == 1,
+            timeout=15,
         )
         text = live.metrics()
         assert metric_value(text, "steer_webhook_policy_info", version=new_version) == 1
@@ -475,8 +492,10 @@ def test_metrics_on_the_listen_host_counters_build_info_and_json_logs(tmp_path: 
             requests.get(f"http://127.0.0.2:{port}/metrics", timeout=5)
 
         live.policy_file.write_text("spec: {dimensions: []}\n")  # rejected by both workers
-        eventually(
-            lambda: metric_value(live.metrics(), "steer_webhook_policy_reload_errors_total") == 1
+        wait_until(
+            "the bad edit in the reload-error metric",
+            lambda: metric_value(live.metrics(), "steer_webhook_policy_reload_errors_total") == 1,
+            timeout=15,
         )
         time.sleep(2.5)  # one more status round: still counted once, not once per worker
         families = metric_families(live.metrics())
@@ -532,11 +551,13 @@ def test_certificate_rotation_while_serving(tmp_path: Path) -> None:
         threads = [threading.Thread(target=client) for _ in range(3)]
         for thread in threads:
             thread.start()
-        eventually(lambda: done >= 20)
+        wait_until("20 requests answered", lambda: done >= 20, timeout=15)
         write_webhook_certs(live.cert_dir, new)  # key first, then certificate, each atomically
         first_after = peer_fingerprint(host, port, both)
         counted = done
-        eventually(lambda: done >= counted + 20)
+        wait_until(
+            "20 more requests answered after the rotation", lambda: done >= counted + 20, timeout=15
+        )
         stop.set()
         for thread in threads:
             thread.join()
@@ -547,7 +568,11 @@ def test_certificate_rotation_while_serving(tmp_path: Path) -> None:
         new_ca.write_bytes(new.ca_cert_pem)
         assert peer_fingerprint(host, port, new_ca) == first_after
         assert keep_alive.get(f"{live.url}/healthz", timeout=5).status_code == 200
-        eventually(lambda: max(w["certificate"]["loads"] for w in live.status()["workers"]) >= 2)
+        wait_until(
+            "a worker loaded the certificate again",
+            lambda: max(w["certificate"]["loads"] for w in live.status()["workers"]) >= 2,
+            timeout=15,
+        )
 
 
 def test_idle_tls_connection_does_not_hold_the_only_thread(tmp_path: Path) -> None:

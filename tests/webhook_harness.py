@@ -27,6 +27,7 @@ from prometheus_client import CollectorRegistry
 
 from certs import WebhookIdentity, issue_webhook_certs, write_webhook_certs
 from kits.apistub import ApiStub
+from kits.net import free_port
 from steer.adapters.policy_file import PolicyWatcher
 from tests.conftest import EXAMPLE_POLICY, FIXTURES
 from webhook.app import AdmissionHandler
@@ -81,13 +82,6 @@ def review_for(name: str, namespace: str | None = None, **changes: Any) -> dict[
                 request[key]["metadata"]["namespace"] = namespace
     request.update(changes)
     return body
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def make_certs(directory: Path) -> Path:

@@ -22,9 +22,10 @@ from kubernetes import client
 
 from kits.control_plane import ControlPlane
 from kits.hollow_nodes import HollowNode
+from kits.waiting import wait_until
 from steer.adapters.kube import make_api_client
 from steer.adapters.kubejson import KubeApiError, KubeJson
-from tests.e2e.waiting import wait_until
+from tests.e2e.waiting import NOT_YET
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILES = ROOT / "manifests" / "scheduler" / "profiles.yaml"
@@ -89,7 +90,12 @@ def scorer_user(control_plane: ControlPlane, admin: KubeJson) -> Iterator[Path]:
     admin.request("POST", f"{rbac}/clusterroles", body=role)
     admin.request("POST", f"{rbac}/clusterrolebindings", body=binding)
     try:
-        wait_until("the binding is in force", lambda: as_user.request("GET", "/api/v1/pods"))
+        wait_until(
+            "the binding is in force",
+            lambda: as_user.request("GET", "/api/v1/pods"),
+            timeout=30,
+            ignoring=NOT_YET,
+        )
         yield kubeconfig
     finally:
         for path in (

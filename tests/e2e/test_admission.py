@@ -15,7 +15,6 @@ from __future__ import annotations
 import base64
 import json
 import tempfile
-import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -34,6 +33,7 @@ from kits.service_processes import (
     running_webhook,
     unregister_admission,
 )
+from kits.waiting import wait_until
 from steer.core.budget import tenant_budget
 from steer.core.policy import parse_policy
 from steer.core.steering import (
@@ -169,15 +169,6 @@ def trace(pod: Mapping[str, Any]) -> dict[str, Any] | None:
     return None if text is None else dict(json.loads(text))
 
 
-def wait_until(check: Callable[[], bool], what: str, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"not true after {timeout}s: {what}")
-
-
 def steered_by_webhook(api: client.ApiClient, namespace: str) -> bool:
     """A dry-run probe in `namespace` comes back steered (the webhook knows the namespace and
     the apiserver calls it)."""
@@ -235,13 +226,17 @@ def namespace_for(
             labels.update(OPT_IN)
         ns = make_namespace(labels, prefix=f"adm-{tenant_name or 'plain'}")
         if opted_in:
-            wait_until(lambda: steered_by_webhook(api, ns), f"webhook steers pods in {ns}")
+            wait_until(
+                f"webhook steers pods in {ns}", lambda: steered_by_webhook(api, ns), timeout=15
+            )
         else:
-            wait_until(lambda: admitted(api, ns), f"pods admitted in {ns}")
+            wait_until(f"pods admitted in {ns}", lambda: admitted(api, ns), timeout=15)
         # The security rules' admission policy is in force (the apiserver loads it from a
         # watch): an ownerless wildcard toleration is refused in every namespace.
         wait_until(
-            lambda: refused_by_security_policy(api, ns), "the security admission policy is used"
+            "the security admission policy is used",
+            lambda: refused_by_security_policy(api, ns),
+            timeout=15,
         )
         return ns
 
@@ -505,11 +500,12 @@ def test_reinvocation_after_a_later_webhook_changes_nothing(
     ns = namespace_for("dept-a", **{RELABEL_NAMESPACE_LABEL: "on"})
     with relabel_webhook(control_plane, tmp_path) as relabel:
         wait_until(
+            "the relabelling webhook is called",
             lambda: (
                 RELABEL_POD_LABEL
                 in (create(api, ns, make_pod("p"), dry_run=True)["metadata"]["labels"])
             ),
-            "the relabelling webhook is called",
+            timeout=15,
         )
         unchanged = webhook_metric(
             webhook,
@@ -778,10 +774,16 @@ def test_webhook_down_every_namespace_admits_pods_and_the_security_policy_still_
         with running_webhook(control_plane, POLICY_FILE, tmp_path) as doomed:
             register_admission(control_plane, doomed)
             # The apiserver picks configurations up from a watch: wait until it calls `doomed`.
-            wait_until(lambda: steered_by_webhook(api, steered_ns), "the new registration is used")
+            wait_until(
+                "the new registration is used",
+                lambda: steered_by_webhook(api, steered_ns),
+                timeout=15,
+            )
         # `doomed` is stopped now; wait until the apiserver's calls fail (and are ignored).
         wait_until(
-            lambda: not steered_by_webhook(api, steered_ns), "mutation fails open, webhook down"
+            "mutation fails open, webhook down",
+            lambda: not steered_by_webhook(api, steered_ns),
+            timeout=15,
         )
 
         failed_open = apiserver_fail_open_count(control_plane, "validate.pods.kube-steer.github.io")
@@ -825,4 +827,6 @@ def test_webhook_down_every_namespace_admits_pods_and_the_security_policy_still_
         assert made["spec"]["schedulerName"] == "default-scheduler"
     finally:
         register_admission(control_plane, webhook)
-        wait_until(lambda: steered_by_webhook(api, steered_ns), "the module's webhook is back")
+        wait_until(
+            "the module's webhook is back", lambda: steered_by_webhook(api, steered_ns), timeout=15
+        )

@@ -18,10 +18,11 @@ from typing import Any
 
 from kits.control_plane import ROOT, ControlPlane
 from kits.service_processes import running_scorer
+from kits.waiting import wait_until
 from scorer.kubeapi import KubeJson, node_path, pod_path
 from steer.core.budget import FLOOR_SETTLE_S, tenant_budget
 from steer.core.policy import Policy, Tenant, parse_policy
-from tests.e2e.waiting import metric, wait_until
+from tests.e2e.waiting import NOT_YET, metric
 from tests.scorer_support import SMALL_POLICY
 
 SCORER_MANIFEST = ROOT / "manifests" / "scorer" / "scorer.yaml"
@@ -161,10 +162,17 @@ def test_scheduler_enforces_the_pool_and_gates_the_scorer_publishes(
         extra_args=["--kubeconfig", str(scorer_user), "--no-leader-election"],
     ) as scorer:
         scorer.wait_ready()
-        wait_until("pool and gates on N1", lambda: pools(admin, N1) == both(empty_n1))
+        wait_until(
+            "pool and gates on N1",
+            lambda: pools(admin, N1) == both(empty_n1),
+            timeout=30,
+            ignoring=NOT_YET,
+        )
         wait_until(
             "pool and gates on N2",
             lambda: pools(admin, N2) == both({**empty_n1, CPU: "20k"}),
+            timeout=30,
+            ignoring=NOT_YET,
         )
         status = admin.request("GET", node_path(N1))["status"]
         assert status["allocatable"]["example.com/dongle"] == "4"  # foreign resources stay
@@ -189,14 +197,19 @@ def test_scheduler_enforces_the_pool_and_gates_the_scorer_publishes(
             ),
         )
         wait_until(
-            "burstable pod bound", lambda: bound_node(admin, foreign_ns, "burstable"), 30, 0.01
+            "burstable pod bound",
+            lambda: bound_node(admin, foreign_ns, "burstable"),
+            timeout=30,
+            interval=0.01,
+            ignoring=NOT_YET,
         )
         bound_at = time.monotonic()
         wait_until(
             "N1 pool shrunk",
             lambda: pools(admin, N1)["allocatable"] == {**empty_n1, CPU: "2k", MEM: "32256"},
-            timeout_s=10,
-            interval_s=0.02,
+            timeout=10,
+            interval=0.02,
+            ignoring=NOT_YET,
         )
         republish_s = time.monotonic() - bound_at
         print(f"N1 pool republished {republish_s:.2f}s after the foreign pod was bound")
@@ -240,19 +253,30 @@ def test_scheduler_enforces_the_pool_and_gates_the_scorer_publishes(
         requests = pod["spec"]["containers"][0]["resources"]["requests"]
         assert requests[CPU] == "2520" and GATE0 not in requests  # the highest budget: no gate
         assert (
-            wait_until("small pod bound", lambda: bound_node(admin, tenant_ns, "small-burst"), 30)
+            wait_until(
+                "small pod bound",
+                lambda: bound_node(admin, tenant_ns, "small-burst"),
+                timeout=30,
+                ignoring=NOT_YET,
+            )
             == N1
         )
         message = wait_until(
             "big pod unschedulable",
             lambda: unschedulable_message(admin, tenant_ns, "big-burst"),
-            30,
+            timeout=30,
+            ignoring=NOT_YET,
         )
         assert f"Insufficient {CPU}" in message, message
         print(f"big-burst: {message}")
         # A 5 % pod bursts on N1 and no dept-b pod is there: the floor rises. The gate of 0 %
         # closes at once; the room of 105 % follows FLOOR_SETTLE_S later, at a later write.
-        wait_until("N1 gate 0 % closed", lambda: pools(admin, N1)["allocatable"][GATE0] == "0", 10)
+        wait_until(
+            "N1 gate 0 % closed",
+            lambda: pools(admin, N1)["allocatable"][GATE0] == "0",
+            timeout=10,
+            ignoring=NOT_YET,
+        )
         assert pools(admin, N1)["allocatable"][CPU] == "2k"
 
         # A dept-b (budget 0) pod: N1's gate is closed, N2's open.
@@ -272,9 +296,20 @@ def test_scheduler_enforces_the_pool_and_gates_the_scorer_publishes(
         )
         create_pod(admin, zero_ns, zero)
         create_pod(admin, zero_ns, zero_n2)
-        assert wait_until("dept-b on N2", lambda: bound_node(admin, zero_ns, "zero-n2"), 30) == N2
+        assert (
+            wait_until(
+                "dept-b on N2",
+                lambda: bound_node(admin, zero_ns, "zero-n2"),
+                timeout=30,
+                ignoring=NOT_YET,
+            )
+            == N2
+        )
         message = wait_until(
-            "dept-b unschedulable on N1", lambda: unschedulable_message(admin, zero_ns, "zero"), 30
+            "dept-b unschedulable on N1",
+            lambda: unschedulable_message(admin, zero_ns, "zero"),
+            timeout=30,
+            ignoring=NOT_YET,
         )
         assert f"Insufficient {GATE0}" in message, message
 
@@ -282,16 +317,35 @@ def test_scheduler_enforces_the_pool_and_gates_the_scorer_publishes(
         # deletion): 8400 m of room, and the waiting 2520 m pod binds.
         time.sleep(FLOOR_SETTLE_S)
         control_plane.delete_pods(foreign_ns, None)
-        wait_until("N1 pool at 105 %", lambda: pools(admin, N1)["allocatable"][CPU] == "8400", 15)
+        wait_until(
+            "N1 pool at 105 %",
+            lambda: pools(admin, N1)["allocatable"][CPU] == "8400",
+            timeout=15,
+            ignoring=NOT_YET,
+        )
         assert (
-            wait_until("big pod bound", lambda: bound_node(admin, tenant_ns, "big-burst"), 60) == N1
+            wait_until(
+                "big pod bound",
+                lambda: bound_node(admin, tenant_ns, "big-burst"),
+                timeout=60,
+                ignoring=NOT_YET,
+            )
+            == N1
         )
         assert bound_node(admin, zero_ns, "zero") is None
         assert pools(admin, N1)["allocatable"][GATE0] == "0"
 
         # The 5 % pods go: the floor falls at once, the gate opens, the dept-b pod binds.
         control_plane.delete_pods(tenant_ns, None)
-        assert wait_until("dept-b on N1", lambda: bound_node(admin, zero_ns, "zero"), 60) == N1
+        assert (
+            wait_until(
+                "dept-b on N1",
+                lambda: bound_node(admin, zero_ns, "zero"),
+                timeout=60,
+                ignoring=NOT_YET,
+            )
+            == N1
+        )
         assert pools(admin, N1)["allocatable"][CPU] == "8k"
         scorer.stop()
         log = scorer.log(100_000)

@@ -32,7 +32,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -56,6 +55,7 @@ from kits.service_processes import (
     security_policy_documents,
 )
 from kits.synthetic_exporter import SyntheticCluster
+from kits.waiting import wait_until
 from steer.cli import build_parser
 from steer.core.admission import ValidationPlan, validate_pod
 from steer.core.policy import Policy, parse_policy
@@ -136,16 +136,6 @@ def no_pods_here(plane: ControlPlane) -> None:
     )
     # Pods made before the quota are not bound yet (nodes come later): they go at once.
     plane.delete_pods(NS)
-
-
-def wait_until(check: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(0.2)
-    raise AssertionError(f"not true after {timeout:.0f}s: {what}")
 
 
 def namespace(plane: ControlPlane, labels: Mapping[str, str] | None = None) -> str:
@@ -383,7 +373,12 @@ def test_with_the_webhook_down_pods_are_created_and_the_admission_policy_still_d
     install_base(plane)
     plain = namespace(plane)
     opted_in = namespace(plane, {"kube-steer.github.io/enabled": "true"})
-    wait_until(lambda: refusal(api, plain, pod("probe")) is None, "pods are admitted")
+    wait_until(
+        "pods are admitted",
+        lambda: refusal(api, plain, pod("probe")) is None,
+        timeout=30,
+        interval=0.2,
+    )
 
     before = fail_open_count(plane, "validate.pods.kube-steer.github.io")
     made = create(api, plain, pod("plain"))
@@ -403,8 +398,10 @@ def test_with_the_webhook_down_pods_are_created_and_the_admission_policy_still_d
     try:
         for ns in (plain, opted_in):
             message = wait_until(
-                lambda ns=ns: refusal(api, ns, pod("reserved", tolerations=reserved)),
                 "the admission policy is in force",
+                lambda ns=ns: refusal(api, ns, pod("reserved", tolerations=reserved)),
+                timeout=30,
+                interval=0.2,
             )
             assert "ValidatingAdmissionPolicy 'steer-security'" in message, message
             assert 'reserved by taint rule "unhealthy"' in message, message
@@ -528,12 +525,24 @@ def test_the_admission_policy_denies_exactly_what_the_webhook_security_rules_den
     namespaces = {namespace(plane, labels): labels for labels in NAMESPACE_LABELS}
     plain = next(ns for ns, labels in namespaces.items() if not labels)
     wildcard = pod("probe", tolerations=[{"operator": "Exists"}])
-    wait_until(lambda: refusal(api, plain, wildcard) is None, "no admission policy in force")
+    wait_until(
+        "no admission policy in force",
+        lambda: refusal(api, plain, wildcard) is None,
+        timeout=30,
+        interval=0.2,
+    )
     kubectl(plane, "apply", "-f", "-", input=security_policy_documents(policy_file, name))
     try:
-        wait_until(lambda: f"'{name}'" in (refusal(api, plain, wildcard) or ""), f"{name} in force")
+        wait_until(
+            f"{name} in force",
+            lambda: f"'{name}'" in (refusal(api, plain, wildcard) or ""),
+            timeout=30,
+            interval=0.2,
+        )
         # The controller manager type-checks every expression against the Pod schema.
-        (checked,) = wait_until(lambda: type_check(plane, name), f"{name} type-checked")
+        (checked,) = wait_until(
+            f"{name} type-checked", lambda: type_check(plane, name), timeout=30, interval=0.2
+        )
         assert not checked.get("expressionWarnings"), checked
         judged = []
         for ns, labels in namespaces.items():
@@ -552,7 +561,12 @@ def test_the_admission_policy_denies_exactly_what_the_webhook_security_rules_den
                 assert "rule reserved-toleration: spec.tolerations {" in j.message, j.message
     finally:
         kubectl(plane, "delete", "-f", "-", input=security_policy_documents(policy_file, name))
-        wait_until(lambda: refusal(api, plain, wildcard) is None, f"{name} removed")
+        wait_until(
+            f"{name} removed",
+            lambda: refusal(api, plain, wildcard) is None,
+            timeout=30,
+            interval=0.2,
+        )
 
 
 def test_an_update_is_judged_only_on_the_tolerations_it_adds(
@@ -565,12 +579,22 @@ def test_an_update_is_judged_only_on_the_tolerations_it_adds(
     hot = condition_key(policy, policy.taint_rule("gpu-hot"))
     core = client.CoreV1Api(api)
     ns = namespace(plane, {"tenant": "dept-a"})
-    wait_until(lambda: refusal(api, ns, pod("probe")) is None, "pods are admitted")
+    wait_until(
+        "pods are admitted",
+        lambda: refusal(api, ns, pod("probe")) is None,
+        timeout=30,
+        interval=0.2,
+    )
     create(api, ns, pod("old", tolerations=[{"key": sick, "operator": "Exists"}]))
     kubectl(plane, "apply", "-f", "-", input=security_policy_documents(EXAMPLE_POLICY))
     try:
         wildcard = pod("probe", tolerations=[{"operator": "Exists"}])
-        wait_until(lambda: refusal(api, ns, wildcard), "the admission policy is in force")
+        wait_until(
+            "the admission policy is in force",
+            lambda: refusal(api, ns, wildcard),
+            timeout=30,
+            interval=0.2,
+        )
         core.patch_namespaced_pod("old", ns, {"metadata": {"labels": {"touched": "yes"}}})
 
         def add(toleration: dict[str, Any]) -> None:
@@ -747,11 +771,13 @@ def start_scorer(run: Installation) -> None:
     )
     run.scorer.wait_ready()
     wait_until(
+        "the scorer labelled every node",
         lambda: all(
             "kube-steer.github.io/score" in (n.metadata.labels or {})
             for n in client.CoreV1Api(run.plane.api_client()).list_node().items
         ),
-        "the scorer labelled every node",
+        timeout=30,
+        interval=0.2,
     )
 
 
@@ -881,7 +907,7 @@ def test_install_md_runs_verbatim_and_ends_with_a_steered_pod_bound(
                 continue
             if command.startswith(EVENTUALLY):
                 run.outputs[command] = wait_until(
-                    lambda command=command: _try(run, command), command, timeout=30
+                    command, lambda command=command: _try(run, command), timeout=30, interval=0.2
                 )
             else:
                 run.outputs[command] = shell(run, command)
@@ -937,7 +963,7 @@ def check_after(run: Installation, command: str) -> None:
             )
             return pods if ok else None
 
-        pods = wait_until(steered_and_bound, "web pods steered and bound", timeout=60)
+        pods = wait_until("web pods steered and bound", steered_and_bound, timeout=60, interval=0.2)
         for p in pods:
             assert p.spec.node_name in NODES
             assert p.spec.scheduler_name == "default-scheduler"
@@ -969,6 +995,7 @@ def check_after(run: Installation, command: str) -> None:
             "spec": {"containers": [{"name": "c", "image": PAUSE}]},
         }
         made = wait_until(
+            "pods admitted as written after the emergency stop",
             lambda: (
                 m
                 if "kube-steer.github.io/trace"
@@ -980,7 +1007,8 @@ def check_after(run: Installation, command: str) -> None:
                 )
                 else None
             ),
-            "pods admitted as written after the emergency stop",
+            timeout=30,
+            interval=0.2,
         )
         assert "affinity" not in made["spec"]
 

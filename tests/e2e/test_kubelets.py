@@ -41,9 +41,10 @@ from kits.hollow_nodes import (
     wait_pods_phase,
     wait_pods_running,
 )
+from kits.waiting import wait_until
 from steer.adapters.kubejson import KubeJson
 from tests.e2e.conftest import node_name
-from tests.e2e.waiting import wait_until
+from tests.e2e.waiting import NOT_YET
 
 FOO = "example.com/foo"  # an extended resource: requests need an equal limit
 NATIVE = "pools.kube-steer.kubernetes.io/cpu"  # "kubernetes.io/" in the name: native, no limit
@@ -259,7 +260,8 @@ def test_prefixed_native_resource_runs_and_survives_the_kubelets_status_writes(
     after = wait_until(
         "the restarted kubelet writes its node",
         lambda: node if (node := s.node.read())["metadata"]["resourceVersion"] != seen else None,
-        timeout_s=120,
+        timeout=120,
+        ignoring=NOT_YET,
     )
     for node in (after, s.node_later):
         assert node["status"]["capacity"][NATIVE] == "1k"

@@ -35,12 +35,14 @@ from kubernetes import client
 
 from certs.pki import CertificateAuthority, WebhookIdentity, issue_serving_cert, new_ca
 from certs.store import CaStore
-from kits.control_plane import ROOT, ControlPlane, free_port
+from kits.control_plane import ROOT, ControlPlane
+from kits.net import free_port
 from kits.prometheus_server import PrometheusServer, scraped_cluster
 from kits.service_processes import _spawn, _wait_http, running_scorer
 from kits.synthetic_exporter import SyntheticCluster
+from kits.waiting import wait_until
 from scorer.kubeapi import MERGE_PATCH, KubeJson, node_path
-from tests.e2e.waiting import wait_until
+from tests.e2e.waiting import NOT_YET
 from tests.scorer_support import SMALL_POLICY
 
 EXAMPLE_POLICY = ROOT / "examples" / "policy.yaml"
@@ -350,7 +352,7 @@ def test_the_apiserver_calls_the_webhook_serving_the_rotated_certificate(
                 return False
             return True
 
-        wait_until("pod admitted through the webhook", created)
+        wait_until("pod admitted through the webhook", created, timeout=30, ignoring=NOT_YET)
         # The apiserver did call it (the pod was not admitted around it).
         with requests.Session() as session:
             session.trust_env = False
@@ -512,7 +514,10 @@ def test_cleanup_after_real_cycles_leaves_foreign_keys_byte_identical_and_none_o
 ) -> None:
     with lifecycle_scorer(control_plane, scraped[1], tmp_path) as policy:
         wait_until(
-            "the scorer wrote every kind of key", lambda: written(admin, "kube-steer.github.io/")
+            "the scorer wrote every kind of key",
+            lambda: written(admin, "kube-steer.github.io/"),
+            timeout=30,
+            ignoring=NOT_YET,
         )
     kubeconfig = str(control_plane.kubeconfig)
 
@@ -554,7 +559,10 @@ def test_a_label_prefix_change_takes_the_old_prefix_off_every_node(
 ) -> None:
     with lifecycle_scorer(control_plane, scraped[1], tmp_path) as policy:
         wait_until(
-            "keys under kube-steer.github.io/", lambda: written(admin, "kube-steer.github.io/")
+            "keys under kube-steer.github.io/",
+            lambda: written(admin, "kube-steer.github.io/"),
+            timeout=30,
+            ignoring=NOT_YET,
         )
         # The running scorer hot-reloads the policy with the new prefix.
         policy.write_text(lifecycle_policy(NEW_PREFIX))
@@ -563,7 +571,7 @@ def test_a_label_prefix_change_takes_the_old_prefix_off_every_node(
             old = [ours(admin.request("GET", node_path(n)), "kube-steer.github.io/") for n in NODES]
             return written(admin, NEW_PREFIX) and all(not any(o.values()) for o in old)
 
-        wait_until("old prefix retired, new one written", moved, timeout_s=45)
+        wait_until("old prefix retired, new one written", moved, timeout=45, ignoring=NOT_YET)
     for name in NODES:
         node = admin.request("GET", node_path(name))
         # Foreign keys (including the kube-steer.github.io/not-ours label and annotation) are still there.
@@ -635,7 +643,7 @@ def test_an_upgrade_from_0_1_0_moves_every_key_and_never_lifts_the_hot_taint(
             old = [ours(admin.request("GET", node_path(n)), OLD_PREFIX) for n in NODES]
             return written(admin, new) and all(not any(o.values()) for o in old)
 
-        wait_until("0.1.0 keys replaced by the label contract", moved, timeout_s=45)
+        wait_until("0.1.0 keys replaced by the label contract", moved, timeout=45, ignoring=NOT_YET)
     assert observed >= 1
     for name in NODES:
         node = admin.request("GET", node_path(name))

@@ -24,9 +24,10 @@ import yaml
 
 from kits.control_plane import ROOT, ControlPlane
 from kits.service_processes import running_scorer
+from kits.waiting import wait_until
 from scorer.kubeapi import MERGE_PATCH, KubeApiError, KubeJson, placement_score_path, pod_path
 from scorer.model import parse_rfc3339
-from tests.e2e.waiting import metric, wait_until
+from tests.e2e.waiting import NOT_YET, metric
 from tests.scorer_support import SMALL_POLICY
 
 CRD_FILE = ROOT / "manifests" / "ocm" / "addonplacementscore-crd.yaml"
@@ -70,7 +71,7 @@ def crd(admin: KubeJson) -> Iterator[dict[str, Any]]:
         )
 
     try:
-        wait_until("the CRD is established", established)
+        wait_until("the CRD is established", established, timeout=30, ignoring=NOT_YET)
         yield body
     finally:
         with contextlib.suppress(KubeApiError):
@@ -78,7 +79,8 @@ def crd(admin: KubeJson) -> Iterator[dict[str, Any]]:
         wait_until(
             "the CRD is gone",
             lambda: _gone(admin, f"{CRD_PATH}/{CRD_NAME}"),
-            timeout_s=30,
+            timeout=30,
+            ignoring=NOT_YET,
         )
 
 
@@ -162,7 +164,9 @@ def test_scores_are_written_updated_and_expire(
         # 12 free GPUs of 16 -> 50; 8 on one node -> 100; dept-b (0 % budget) has 48 cores of
         # room for limits of 64 -> 50; no power data: watts-per-core is left out.
         expected = {"free-gpus": 50, "gpu-block": 100, "dept-b-cpu": 50}
-        wait_until("the object is created", lambda: scores() == expected)
+        wait_until(
+            "the object is created", lambda: scores() == expected, timeout=30, ignoring=NOT_YET
+        )
         obj = admin.request("GET", obj_path)
         assert obj["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "kube-steer"}
         first_until = valid_until()
@@ -174,20 +178,32 @@ def test_scores_are_written_updated_and_expire(
         wait_until(
             "the job is bound",
             lambda: admin.request("GET", pod_path(jobs, "job"))["spec"].get("nodeName"),
-            timeout_s=30,
+            timeout=30,
+            ignoring=NOT_YET,
         )
         updated = {"free-gpus": -25, "gpu-block": 0, "dept-b-cpu": 38}
-        wait_until("the scores follow the binding", lambda: scores() == updated, timeout_s=10)
+        wait_until(
+            "the scores follow the binding",
+            lambda: scores() == updated,
+            timeout=10,
+            ignoring=NOT_YET,
+        )
 
         # Unchanged scores are rewritten before they expire: validUntil moves forward.
-        wait_until("validUntil moves forward", lambda: valid_until() > first_until + 1)
+        wait_until(
+            "validUntil moves forward",
+            lambda: valid_until() > first_until + 1,
+            timeout=30,
+            ignoring=NOT_YET,
+        )
         # The counter moves just after the write that the object already shows.
         wait_until(
             "three writes counted",
             lambda: (
                 metric(scorer, "steer_scorer_cluster_score_writes_total", {"result": "ok"}) >= 3
             ),
-            timeout_s=10,
+            timeout=10,
+            ignoring=NOT_YET,
         )
         assert metric(scorer, "steer_scorer_cluster_score_writes_total", {"result": "error"}) == 0
         assert metric(scorer, "steer_scorer_cluster_score", {"name": "free-gpus"}) == -25
@@ -205,7 +221,8 @@ def test_scores_are_written_updated_and_expire(
     wait_until(
         "validUntil passes",
         lambda: time.time() > last_until + 0.5,
-        timeout_s=VALID_FOR_S + 2,
+        timeout=VALID_FOR_S + 2,
+        ignoring=NOT_YET,
     )
     assert valid_until() == last_until
     assert datetime.fromtimestamp(valid_until(), UTC) < datetime.now(UTC)

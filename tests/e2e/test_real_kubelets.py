@@ -34,6 +34,7 @@ from kits.service_processes import (
     running_webhook,
     unregister_admission,
 )
+from kits.waiting import wait_until
 from scorer.bindings import BindingWindow, PodBindingWatcher
 from scorer.kubeapi import KubeJson
 from scorer.ledger import PodLedger
@@ -46,7 +47,7 @@ from steer.adapters.kube import make_api_client
 from steer.core.budget import pod_limits
 from steer.core.policy import Dimension, Policy, parse_policy
 from steer.core.quantity import parse_quantity
-from tests.e2e.waiting import wait_until
+from tests.e2e.waiting import NOT_YET
 from tests.scorer_support import readings_for
 
 from .conftest import ROOT
@@ -233,7 +234,7 @@ def test_a_rolling_kubelet_restart_after_every_mechanism_moved_fails_no_pod(
 
     watcher.start()
     try:
-        wait_until("pod ledger synced", lambda: ledger.synced)
+        wait_until("pod ledger synced", lambda: ledger.synced, timeout=30, ignoring=NOT_YET)
         cycle()
         cycle()
         for name in names:
@@ -243,6 +244,8 @@ def test_a_rolling_kubelet_restart_after_every_mechanism_moved_fails_no_pod(
                     "kube-steer.kubernetes.io/pool-cpu"  # type: ignore[misc]
                     in admin.request("GET", f"/api/v1/nodes/{n}")["status"]["allocatable"]
                 ),
+                timeout=30,
+                ignoring=NOT_YET,
             )
 
         # --- workloads --------------------------------------------------------------------
@@ -281,7 +284,8 @@ def test_a_rolling_kubelet_restart_after_every_mechanism_moved_fails_no_pod(
         wait_until(
             "every pod Running",
             lambda: all(pod_state(plane, ns, n).phase == "Running" for ns, n in every),
-            timeout_s=90,
+            timeout=90,
+            ignoring=NOT_YET,
         )
         wait_until(
             "the DaemonSet on every hollow node (wildcard toleration, security policy applied)",
@@ -293,7 +297,8 @@ def test_a_rolling_kubelet_restart_after_every_mechanism_moved_fails_no_pod(
                 }
                 >= set(names)
             ),
-            timeout_s=60,
+            timeout=60,
+            ignoring=NOT_YET,
         )
         stored = admin.request("GET", f"/api/v1/namespaces/{team_b}/pods/b-0")
         requests = stored["spec"]["containers"][0]["resources"]["requests"]
@@ -386,7 +391,8 @@ def test_a_rolling_kubelet_restart_after_every_mechanism_moved_fails_no_pod(
         wait_until(
             "the control pod refused (its required term no longer matches)",
             lambda: pod_state(plane, legacy, "control").phase == "Failed",
-            timeout_s=60,
+            timeout=60,
+            ignoring=NOT_YET,
         )
         assert pod_state(plane, legacy, "control").reason == "NodeAffinity"
         time.sleep(12)  # a refused pod shows Failed about 10 s after its kubelet restarts

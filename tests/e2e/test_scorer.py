@@ -29,6 +29,7 @@ from kits.control_plane import ROOT, ControlPlane
 from kits.prometheus_server import PrometheusServer, scraped_cluster
 from kits.service_processes import RunningScorer, running_scorer
 from kits.synthetic_exporter import GIB, SyntheticCluster
+from kits.waiting import wait_until
 from scorer.kubeapi import MERGE_PATCH, KubeApiError, KubeJson, lease_path, node_path
 from scorer.leader import DEFAULT_LEASE_NAME
 from scorer.model import parse_rfc3339
@@ -37,7 +38,7 @@ from scorer.service import Scorer
 from scorer.writer import NodeApi
 from steer.adapters.kube import make_api_client
 from steer.core.policy import Policy, parse_policy
-from tests.e2e.waiting import metric, wait_until
+from tests.e2e.waiting import NOT_YET, metric
 from tests.scorer_support import SMALL_POLICY
 
 NODES = ("scorer-e2e-1", "scorer-e2e-2", "scorer-e2e-3")
@@ -494,6 +495,8 @@ def test_two_scorer_processes_one_lease_one_writer_and_takeover_after_the_lease_
         wait_until(
             "scorer-b ran 3 cycles",
             lambda: metric(b, "steer_scorer_cycles_total", {"result": "ok"}) >= 3,
+            timeout=30,
+            ignoring=NOT_YET,
         )
         lease = read_lease(admin, namespace)
         assert lease["holderIdentity"] == "scorer-a"
@@ -516,8 +519,9 @@ def test_two_scorer_processes_one_lease_one_writer_and_takeover_after_the_lease_
             wait_until(
                 "scorer-b leads",
                 lambda: metric(b, "steer_scorer_leader") == 1,
-                timeout_s=25,
-                interval_s=0.25,
+                timeout=25,
+                interval=0.25,
+                ignoring=NOT_YET,
             )
             took = time.monotonic() - killed
             lease = read_lease(admin, namespace)
@@ -534,6 +538,8 @@ def test_two_scorer_processes_one_lease_one_writer_and_takeover_after_the_lease_
                     owned(admin.request("GET", node_path(N2)))["kube-steer.github.io/score-util"]
                     == "80"
                 ),
+                timeout=30,
+                ignoring=NOT_YET,
             )
             assert metric(b, "steer_scorer_write_requests_total") >= 1
         finally:
@@ -607,7 +613,12 @@ def test_the_scorer_runs_with_only_the_permissions_of_its_manifest(
         admin.request("POST", f"{rbac}/clusterrolebindings", body=cluster_binding)
         admin.request("POST", f"{rbac}/namespaces/{namespace}/roles", body=role)
         admin.request("POST", f"{rbac}/namespaces/{namespace}/rolebindings", body=role_binding)
-        wait_until("the bindings are in force", lambda: as_user.request("GET", node_path()))
+        wait_until(
+            "the bindings are in force",
+            lambda: as_user.request("GET", node_path()),
+            timeout=30,
+            ignoring=NOT_YET,
+        )
         with pytest.raises(KubeApiError) as other_lease:
             as_user.request("GET", lease_path(namespace, "someone-else"))
         assert other_lease.value.status == 403  # the Role names its Lease
@@ -640,6 +651,8 @@ def test_the_scorer_runs_with_only_the_permissions_of_its_manifest(
                     in ((node := admin.request("GET", node_path(N3)))["spec"]).get("taints", [])
                     else None
                 ),
+                timeout=30,
+                ignoring=NOT_YET,
             )
             assert owned(stored) == EXPECTED[N3]
             for name, node in get_nodes(admin).items():

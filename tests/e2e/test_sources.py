@@ -13,9 +13,10 @@ import pytest
 
 from kits.control_plane import ControlPlane
 from kits.service_processes import running_scorer
+from kits.waiting import wait_until
 from scorer.kubeapi import KubeJson, node_path
 from tests.e2e.test_budget_pools import NO_PROMETHEUS
-from tests.e2e.waiting import wait_until
+from tests.e2e.waiting import NOT_YET
 from tests.json_server import json_server
 
 N1, N2, N3 = "src-1", "src-2", "src-3"
@@ -164,6 +165,8 @@ def test_kubernetes_and_http_dimensions_label_nodes(
             wait_until(
                 f"labels of {name}",
                 lambda n=name, e=expected: {k: v for k, v in labels(n).items() if k in e} == e,
+                timeout=30,
+                ignoring=NOT_YET,
             )
         assert "score-endpoints-ready" not in labels(N3)  # no endpoint there: no value
         explained = scorer.get(f"/explain/node/{N3}")

@@ -1,11 +1,9 @@
-"""Waiting on the real control plane and reading a running scorer's /metrics: the helpers the
-e2e tests share."""
+"""Waiting on the real control plane and reading a running scorer's /metrics: what the e2e
+tests share beside `kits.waiting.wait_until`."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Mapping
 
 import requests
 from prometheus_client.parser import text_string_to_metric_families
@@ -13,26 +11,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from kits.service_processes import RunningScorer
 from scorer.kubeapi import KubeApiError
 
-
-def wait_until(
-    what: str, check: Callable[[], Any], timeout_s: float = 30.0, interval_s: float = 0.1
-) -> Any:
-    """Poll `check` until it returns something truthy and return that; an API error, a
-    connection error or a missing key counts as "not yet". TimeoutError names `what` and the
-    last answer."""
-    deadline = time.monotonic() + timeout_s
-    last: Any = None
-    while True:
-        try:
-            last = check()
-        except (KubeApiError, requests.RequestException, KeyError) as exc:
-            last = exc
-        else:
-            if last:
-                return last
-        if time.monotonic() >= deadline:
-            raise TimeoutError(f"{what}: not within {timeout_s}s (last: {last!r})")
-        time.sleep(interval_s)
+# What a check against the control plane or a running scorer raises while the change it waits
+# for is on its way (an object not created yet, a listener not up, a key not written): for
+# `kits.waiting.wait_until(..., ignoring=NOT_YET)`, "not yet", not a failure.
+NOT_YET = (KubeApiError, requests.RequestException, KeyError)
 
 
 def metric(scorer: RunningScorer, name: str, labels: Mapping[str, str] | None = None) -> float:

@@ -32,6 +32,7 @@ from cryptography.hazmat.primitives import hashes
 
 from certs import issue_webhook_certs, write_webhook_certs
 from certs.files import CERT_FILE, KEY_FILE, atomic_write
+from kits.waiting import wait_until
 from steer.core.policy import parse_policy
 from tests.reliability.apiserver_load import (
     CLOSED_BEFORE_ANSWER,
@@ -56,16 +57,6 @@ HUGE_POLICY_BYTES = 4 << 20
 
 
 Summary = Callable[[str], None]
-
-
-def wait_for(what: str, done: Callable[[], bool], timeout: float) -> float:
-    """Seconds until `done()`; fails the test after `timeout`."""
-    started = time.monotonic()
-    while not done():
-        if time.monotonic() - started > timeout:
-            raise AssertionError(f"not within {timeout:g} s: {what}")
-        time.sleep(0.1)
-    return time.monotonic() - started
 
 
 def pem_fingerprint(pem: bytes) -> str:
@@ -147,14 +138,16 @@ def test_certificate_rotation_under_load(tmp_path: Path, reliability_summary: Su
             rotated_at = time.monotonic()
             write_webhook_certs(hook.cert_dir, rotated)  # key, then certificate
             new = pem_fingerprint(rotated.cert_pem)
-            wait_for(
-                "a new connection is served the rotated certificate", lambda: served() == new, 3
+            wait_until(
+                "a new connection is served the rotated certificate",
+                lambda: served() == new,
+                timeout=3,
             )
             assert [served() for _ in range(6)] == [new] * 6
-            wait_for(
+            wait_until(
                 "the load's new connections get the rotated certificate",
                 lambda: load.answered_since(rotated_at, new, reused=False) >= 10,
-                5,
+                timeout=5,
             )
             # Connections made before the rotation are still answered (on the old session).
             assert load.answered_since(rotated_at, original, reused=True) >= 1
@@ -171,26 +164,26 @@ def test_certificate_rotation_under_load(tmp_path: Path, reliability_summary: Su
             # 2. The certificate file missing for a moment (moved away and back, same inode).
             moved = crt.with_name(CERT_FILE + ".moving")
             os.rename(crt, moved)
-            wait_for(
+            wait_until(
                 "a worker reports the missing certificate file",
                 lambda: any("cannot stat" in e for e in cert_errors(hook)),
-                STATUS_BOUND_S,
+                timeout=STATUS_BOUND_S,
             )
             assert served() == new
             assert ready(hook, cas)
             os.rename(moved, crt)
-            wait_for(
+            wait_until(
                 "every worker forgets the error once the file is back",
                 lambda: all(e == "" for e in cert_errors(hook)),
-                STATUS_BOUND_S,
+                timeout=STATUS_BOUND_S,
             )
 
             # 3. The key rotated, the certificate not: the pair does not match.
             atomic_write(key, stranger.key_pem, 0o600)
-            wait_for(
+            wait_until(
                 "a worker reports the mismatched key",
                 lambda: any("KEY_VALUES_MISMATCH" in e for e in cert_errors(hook)),
-                STATUS_BOUND_S,
+                timeout=STATUS_BOUND_S,
             )
             assert [served() for _ in range(4)] == [new] * 4
             assert ready(hook, cas)
@@ -198,10 +191,10 @@ def test_certificate_rotation_under_load(tmp_path: Path, reliability_summary: Su
             # 4. A truncated certificate (beside the key it will match).
             atomic_write(key, final.key_pem, 0o600)
             atomic_write(crt, final.cert_pem[: len(final.cert_pem) // 2], 0o644)
-            wait_for(
+            wait_until(
                 "a worker reports the truncated certificate",
                 lambda: any("PEM lib" in e for e in cert_errors(hook)),
-                STATUS_BOUND_S,
+                timeout=STATUS_BOUND_S,
             )
             assert [served() for _ in range(4)] == [new] * 4
             assert ready(hook, cas)
@@ -210,20 +203,20 @@ def test_certificate_rotation_under_load(tmp_path: Path, reliability_summary: Su
             final_at = time.monotonic()
             write_webhook_certs(hook.cert_dir, final)
             last = pem_fingerprint(final.cert_pem)
-            wait_for("the next good pair is served", lambda: served() == last, 3)
-            wait_for(
+            wait_until("the next good pair is served", lambda: served() == last, timeout=3)
+            wait_until(
                 "every worker serves the last pair and shows no error",
                 lambda: all(
                     w["certificate"]["lastError"] is None
                     and w["certificate"]["fingerprintSHA256"].replace(":", "").lower() == last
                     for w in workers(hook)
                 ),
-                STATUS_BOUND_S,
+                timeout=STATUS_BOUND_S,
             )
-            wait_for(
+            wait_until(
                 "the load's new connections get the last pair",
                 lambda: load.answered_since(final_at, last, reused=False) >= 10,
-                5,
+                timeout=5,
             )
         finally:
             load.stop()
@@ -281,15 +274,15 @@ def inject_policy_fault(
         hook.policy_file.unlink()
     else:
         atomic_write(hook.policy_file, content.encode(), 0o644)
-    wait_for(
+    wait_until(
         f"{name}: the reload-error metric counts it",
         lambda: metric_value(hook.metrics(), RELOAD_ERRORS) >= count,
-        EDIT_BOUND_S,
+        timeout=EDIT_BOUND_S,
     )
-    wait_for(
+    wait_until(
         f"{name}: every worker's /status shows {reason!r}",
         lambda: all(reason in e for e in policy_errors(hook)),
-        STATUS_BOUND_S,
+        timeout=STATUS_BOUND_S,
     )
     assert metric_value(hook.metrics(), RELOAD_ERRORS) == count, name  # once, not per poll
     assert ready(hook, hook.ca_file), name
@@ -331,19 +324,19 @@ def test_policy_file_faults_under_load(tmp_path: Path, reliability_summary: Summ
             load.deny_until_edit.clear()
             written = time.monotonic()
             atomic_write(hook.policy_file, edited.encode(), 0o644)
-            wait_for(
+            wait_until(
                 "every worker serves the edited policy",
                 lambda: all(w["policy"]["version"] == new_version for w in workers(hook)),
-                EDIT_BOUND_S,
+                timeout=EDIT_BOUND_S,
             )
             took = time.monotonic() - written
             time.sleep(0.3)  # /status can name the version a moment before its plans are built
             load.edit_served.set()
             allowed_after = load.decisions[("dept-b-validate", True)]
-            wait_for(
+            wait_until(
                 "the load's dept-b reviews are allowed under the edit",
                 lambda: load.decisions[("dept-b-validate", True)] >= allowed_after + 20,
-                5,
+                timeout=5,
             )
         finally:
             load.stop()

@@ -31,6 +31,7 @@ import requests
 
 from kits.apistub import ApiStub
 from kits.apistub.synthetic import synthetic_node
+from kits.net import free_port
 from kits.prometheus_server import PrometheusServer, scraped_cluster
 from kits.synthetic_exporter import GIB, SyntheticCluster
 from scorer.kubeapi import KubeJson
@@ -61,7 +62,7 @@ from tests.scorer_support import (
     backfilled_prometheus,
     owned_labels,
 )
-from tests.webhook_harness import ROOT, assert_json_lines, free_port
+from tests.webhook_harness import ROOT, assert_json_lines
 
 NODES = ("node-1", "node-2", "node-3")
 UTILS = (20.0, 50.0, 95.0)
