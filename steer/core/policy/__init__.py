@@ -5,7 +5,7 @@ One module per part, each model with its checks beside it:
 - `contract.py`: API version, label and resource prefixes, the label contract;
 - `fields.py`: the base model and the constrained number types;
 - `issues.py`: `PolicyIssue`, `PolicyError`, pydantic errors as issues with field paths;
-- `selectors.py`: label selectors; `dimensions.py`: dimensions and their sources;
+- `selectors.py`: label selectors; `dimensions.py`: dimensions, one model per source;
 - `rules.py`: taint rules, pod classes, spread rules; `tenants.py`: tenants;
 - `routing.py`: scheduler profiles and which scheduler a pod is routed to;
 - `cluster_scores.py`: scores for Open Cluster Management's Placement;
@@ -36,10 +36,14 @@ from steer.core.policy.contract import (
 )
 from steer.core.policy.dimensions import (
     Dimension,
+    DimensionBase,
     Direction,
+    HttpDimension,
     HttpSource,
+    KubernetesDimension,
     KubernetesSource,
     Normalization,
+    PrometheusDimension,
 )
 from steer.core.policy.document import Policy, parse_policy
 from steer.core.policy.issues import PolicyError, PolicyIssue
@@ -79,9 +83,12 @@ __all__ = [
     "ClusterScores",
     "Condition",
     "Dimension",
+    "DimensionBase",
     "Direction",
+    "HttpDimension",
     "HttpSource",
     "Infrastructure",
+    "KubernetesDimension",
     "KubernetesSource",
     "LabelSelector",
     "Metadata",
@@ -93,6 +100,7 @@ __all__ = [
     "PolicyError",
     "PolicyIssue",
     "Prometheus",
+    "PrometheusDimension",
     "SchedulerProfiles",
     "Scoring",
     "SelectorRequirement",

@@ -54,10 +54,6 @@ def reference_issues(spec: Mapping[str, Any]) -> Iterator[PolicyIssue]:
                 yield PolicyIssue(
                     f"spec.podClasses[{i}].avoid[{j}]", f"unknown taint rule {name!r}"
                 )
-    # `query` defaults to "" for the other sources, so pydantic does not report it missing.
-    for i, dim, _ in _named(spec, "dimensions"):
-        if dim.get("source", "prometheus") == "prometheus" and "query" not in dim:
-            yield PolicyIssue(f"spec.dimensions[{i}].query", "required field is missing")
     for i, tenant, _ in _named(spec, "tenants"):
         for j, name in _strings(tenant.get("allowedTolerations")):
             if name not in rule_names:
