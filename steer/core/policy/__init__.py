@@ -8,7 +8,7 @@ One module per part, each model with its checks beside it:
 - `selectors.py`: label selectors; `dimensions.py`: dimensions, one model per source;
 - `rules.py`: taint rules, pod classes, spread rules; `tenants.py`: tenants;
 - `routing.py`: scheduler profiles and which scheduler a pod is routed to;
-- `cluster_scores.py`: scores for Open Cluster Management's Placement;
+- `cluster_scores.py`: scores for Open Cluster Management's Placement, one model per kind;
 - `spec.py`: the spec, its cluster-wide sections and the checks across them;
 - `references.py`: unique names and references by name, on the raw document;
 - `document.py`: `Policy` and `parse_policy`.
@@ -16,7 +16,14 @@ One module per part, each model with its checks beside it:
 Importers use this package (`from steer.core.policy import Policy, parse_policy`).
 """
 
-from steer.core.policy.cluster_scores import ClusterScore, ClusterScores
+from steer.core.policy.cluster_scores import (
+    ClusterScore,
+    ClusterScoreBase,
+    ClusterScores,
+    FreeResourceScore,
+    PowerPerCoreScore,
+    TenantHeadroomScore,
+)
 from steer.core.policy.contract import (
     ALWAYS_EXCLUDED_NAMESPACES,
     API_VERSION,
@@ -80,11 +87,13 @@ __all__ = [
     "RESERVED_PREFIX",
     "SCORE_PREFIX",
     "ClusterScore",
+    "ClusterScoreBase",
     "ClusterScores",
     "Condition",
     "Dimension",
     "DimensionBase",
     "Direction",
+    "FreeResourceScore",
     "HttpDimension",
     "HttpSource",
     "Infrastructure",
@@ -99,6 +108,7 @@ __all__ = [
     "Policy",
     "PolicyError",
     "PolicyIssue",
+    "PowerPerCoreScore",
     "Prometheus",
     "PrometheusDimension",
     "SchedulerProfiles",
@@ -109,6 +119,7 @@ __all__ = [
     "SteeringPolicyDoc",
     "TaintRule",
     "Tenant",
+    "TenantHeadroomScore",
     "composite_suffix",
     "parse_policy",
     "routed_scheduler",
