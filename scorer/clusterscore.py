@@ -39,7 +39,13 @@ from fractions import Fraction
 from scorer.model import NodeState, rfc3339
 from scorer.plan import CyclePlan, NodePlan
 from steer.core.budget import MIB, POOL_KINDS, PodUsage, level_text
-from steer.core.policy import ClusterScore, Policy
+from steer.core.policy import (
+    ClusterScore,
+    FreeResourceScore,
+    Policy,
+    PowerPerCoreScore,
+    TenantHeadroomScore,
+)
 from steer.core.quantity import QuantityError, parse_quantity
 
 SCORE_MIN = -100
@@ -140,7 +146,7 @@ def _quantity(values: Mapping[str, str], name: str) -> Fraction:
 
 def _free_resource(
     policy: Policy,
-    score: ClusterScore,
+    score: FreeResourceScore,
     nodes: Sequence[NodeState],
     plans: Mapping[str, NodePlan],
     requests: Mapping[str, Mapping[str, Fraction]] | None,
@@ -173,7 +179,7 @@ def _free_resource(
 
 def _tenant_headroom(
     policy: Policy,
-    score: ClusterScore,
+    score: TenantHeadroomScore,
     nodes: Sequence[NodeState],
     plans: Mapping[str, NodePlan],
     usages: Mapping[str, Sequence[PodUsage]] | None,
@@ -182,7 +188,7 @@ def _tenant_headroom(
     unit = "cores" if kind == "cpu" else "GiB"
     if usages is None:
         return _value(score, unit, None, 0, "bound pods not known yet")
-    tenant = policy.tenant(score.tenant or "")
+    tenant = policy.tenant(score.tenant)
     budget = Fraction(level_text(tenant.overcommit_percent or 0.0))
     allowed = set(tenant.allowed_tolerations)
     total = 0  # millicores or MiB
@@ -212,7 +218,7 @@ def _tenant_headroom(
 
 
 def _power_per_core(
-    score: ClusterScore,
+    score: PowerPerCoreScore,
     nodes: Sequence[NodeState],
     plans: Mapping[str, NodePlan],
     requests: Mapping[str, Mapping[str, Fraction]] | None,
@@ -220,7 +226,7 @@ def _power_per_core(
     unit = "watts per requested core"
     if requests is None:
         return _value(score, unit, None, 0, "bound pods not known yet")
-    dimension = score.dimension or ""
+    dimension = score.dimension
     watts = 0.0
     cores = Fraction(0)
     counted = 0

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from steer.core.policy import PolicyError, parse_policy
+from steer.core.policy import (
+    FreeResourceScore,
+    PolicyError,
+    PowerPerCoreScore,
+    TenantHeadroomScore,
+    parse_policy,
+)
+from steer.core.policy.cluster_scores import SCORE_KINDS
 from tests.scorer_support import SMALL_POLICY
 
 
@@ -150,3 +157,75 @@ def test_unknown_fields_and_kinds_are_rejected() -> None:
     )
     assert got["spec.clusterScores.hub"].startswith("unknown field")
     assert "freeResource" in got["spec.clusterScores.scores[0].kind"]
+
+
+def scores(*entries: str, enabled: str = "true") -> str:
+    listed = "".join(f"      - {e}\n" for e in entries)
+    return f"  clusterScores:\n    enabled: {enabled}\n    clusterName: c\n    scores:\n{listed}"
+
+
+def test_each_kind_is_its_own_model() -> None:
+    config = parse_policy(
+        SMALL_POLICY
+        + scores(
+            "{name: f, kind: freeResource, best: 8, aggregate: max}",
+            # Defaults written out (a dumped policy read back) are not settings of the kind.
+            "{name: h, kind: tenantHeadroom, tenant: dept-b, best: 1, aggregate: sum}",
+            "{name: p, kind: powerPerCore, dimension: power, worst: 40, best: 5, tenant: null}",
+        )
+    ).spec.cluster_scores
+    free, headroom, power = config.scores
+    assert isinstance(free, FreeResourceScore) and free.aggregate == "max"
+    assert isinstance(headroom, TenantHeadroomScore) and headroom.tenant == "dept-b"
+    assert isinstance(power, PowerPerCoreScore) and power.dimension == "power"
+    assert [s.target for s in config.scores] == ["nvidia.com/gpu", "cpu", "cpu"]
+    assert SCORE_KINDS.settings == {"resource", "aggregate", "tenant", "dimension"}
+
+
+@pytest.mark.parametrize(
+    ("entry", "path", "expected"),
+    [
+        ("{name: f, kind: freeResource, best: 1, tenant: dept-b}", "tenant", "not used by freeResource"),
+        ("{name: f, kind: tenantHeadroom, tenant: dept-b, best: 1, dimension: power}", "dimension", "not used by tenantHeadroom"),
+        ("{name: f, kind: powerPerCore, dimension: power, worst: 9, best: 1, resource: cpu}", "resource", "not used by powerPerCore"),
+        ("{name: f, kind: powerPerCore, dimension: power, worst: 9, best: 1, aggregate: max}", "aggregate", "not used by powerPerCore"),
+        ("{name: f, kind: tenantHeadroom, best: 1, tenant: null}", "tenant", "required for tenantHeadroom"),
+        ("{name: f, kind: powerPerCore, worst: 9, best: 1}", "dimension", "required for powerPerCore: the dimension of node watts"),
+        ("{name: f, kind: powerPerCore, dimension: power, best: 1}", "worst", "required for powerPerCore: the watts per core worth -100"),
+        ("{name: f, kind: tenantHeadroom, tenant: dept-b, best: null}", "best", "required: the raw value worth 100 (keep it the same in every cluster)"),
+        ("{name: f, kind: freeResource, best: 0}", "best", "must differ from worst (0)"),
+        ("{name: f, kind: freeResource, best: 1, aggregate: min}", "aggregate", "input should be 'sum' or 'max', got 'min'"),
+        ("{name: f, kind: tenantHeadroom, tenant: 5, best: 1}", "tenant", "input should be a valid string, got 5"),
+        ("{name: f, kind: freeResource, best: 1, bset: 2}", "bset", "unknown field (check the spelling; fields are camelCase)"),
+        ("{name: f, best: 1}", "kind", "required field is missing"),
+        ("{name: f, kind: null, best: 1}", "kind", "input should be 'freeResource', 'tenantHeadroom' or 'powerPerCore', got None"),
+        ("{name: f, kind: freeGpus, best: 1}", "kind", "input should be 'freeResource', 'tenantHeadroom' or 'powerPerCore', got 'freeGpus'"),
+        ("nope", "", "input should be a valid dictionary or instance of ClusterScore, got 'nope'"),
+    ],
+)  # fmt: skip
+def test_the_kind_settings_errors_read_as_before(entry: str, path: str, expected: str) -> None:
+    got = issues(scores(entry))
+    assert got == {f"spec.clusterScores.scores[0]{'.' if path else ''}{path}": expected}
+
+
+def test_references_are_reported_beside_field_errors() -> None:
+    got = issues(
+        scores(
+            "{name: f, kind: tenantHeadroom, tenant: nobody, best: 1}",
+            "{name: f, kind: powerPerCore, dimension: watts, best: 1}",
+        )
+    )
+    s = "spec.clusterScores.scores"
+    assert got == {
+        f"{s}[1].worst": "required for powerPerCore: the watts per core worth -100",
+        f"{s}[0].name": "duplicate score name 'f'",
+        f"{s}[1].name": "duplicate score name 'f'",
+        f"{s}[0].tenant": "unknown tenant 'nobody'; known: ['dept-b']",
+        f"{s}[1].dimension": (
+            "unknown dimension 'watts'; known: ['overcommit-pct', 'power', 'util']"
+        ),
+    }
+    disabled = scores("{name: f, kind: tenantHeadroom, tenant: nobody, best: 1}", enabled="false")
+    assert (
+        parse_policy(SMALL_POLICY + disabled).spec.cluster_scores.scores[0].kind == "tenantHeadroom"
+    )

@@ -3,7 +3,8 @@
 A source reads the dimensions of the policy that name it, for the nodes listed this cycle,
 and maps its answer onto them (`NodeIndex`, scorer/observe.py). The scorer counts, times and
 plans the same way whatever the source; a new source is one module under `scorer/sources/`,
-a settings model on `Dimension`, and its line in the registry (`scorer/sources/__init__.py`).
+a variant of `Dimension` with its settings (steer/core/policy/dimensions.py), and its line in
+the registry (`scorer/sources/__init__.py`).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from scorer.sources.base import (
     SourceFailed,
     concurrently,
 )
-from steer.core.policy import Dimension, HttpSource, Policy
+from steer.core.policy import Dimension, HttpDimension, HttpSource, Policy
 
 _MISSING = object()
 
@@ -49,8 +49,8 @@ class HttpJsonSource:
     ) -> Readings:
         def fetch(dim: Dimension) -> tuple[float, float, Any]:
             """(observed at, seconds taken, the node values or the failure)."""
+            assert isinstance(dim, HttpDimension)  # grouped by source (scorer/service.py)
             settings = dim.http
-            assert settings is not None  # validated with the policy
             t0 = time.perf_counter()
             observed_at = time.time() if at is None else at
             try:

@@ -20,7 +20,7 @@ from scorer.model import NodeState
 from scorer.observe import DimensionFailure, NodeIndex, read_dimension
 from scorer.sources.base import NodeValue, Readings, SourceContext, SourceFailed
 from steer.core.budget import Amount, limit_overcommit_pct
-from steer.core.policy import Dimension, Policy
+from steer.core.policy import Dimension, KubernetesDimension, Policy
 
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 _ZERO = Amount()
@@ -66,8 +66,8 @@ class KubernetesApiSource:
         return out
 
     def _values(self, dim: Dimension, nodes: Sequence[NodeState]) -> dict[str, float]:
+        assert isinstance(dim, KubernetesDimension)  # grouped by source (scorer/service.py)
         settings = dim.kubernetes
-        assert settings is not None  # validated with the policy
         if settings.kind == "limitOvercommit":
             return self._limit_overcommit(nodes)
         return self._endpoint_readiness(settings.namespace or "", settings.service or "")

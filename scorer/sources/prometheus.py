@@ -16,7 +16,7 @@ from steer.adapters.prometheus import (
     PrometheusUnavailable,
     QueryResult,
 )
-from steer.core.policy import Dimension, Policy
+from steer.core.policy import Dimension, Policy, PrometheusDimension
 
 
 def failure_kind(exc: PrometheusError) -> str:
@@ -71,6 +71,7 @@ class PrometheusSource:
         client = self.client(policy)
 
         def ask(dim: Dimension) -> QueryResult | DimensionFailure:
+            assert isinstance(dim, PrometheusDimension)  # grouped by source (scorer/service.py)
             t0 = time.perf_counter()
             try:
                 return client.query(dim.query, time=at)

@@ -5,10 +5,10 @@ One module per part, each model with its checks beside it:
 - `contract.py`: API version, label and resource prefixes, the label contract;
 - `fields.py`: the base model and the constrained number types;
 - `issues.py`: `PolicyIssue`, `PolicyError`, pydantic errors as issues with field paths;
-- `selectors.py`: label selectors; `dimensions.py`: dimensions and their sources;
+- `selectors.py`: label selectors; `dimensions.py`: dimensions, one model per source;
 - `rules.py`: taint rules, pod classes, spread rules; `tenants.py`: tenants;
 - `routing.py`: scheduler profiles and which scheduler a pod is routed to;
-- `cluster_scores.py`: scores for Open Cluster Management's Placement;
+- `cluster_scores.py`: scores for Open Cluster Management's Placement, one model per kind;
 - `spec.py`: the spec, its cluster-wide sections and the checks across them;
 - `references.py`: unique names and references by name, on the raw document;
 - `document.py`: `Policy` and `parse_policy`.
@@ -16,7 +16,14 @@ One module per part, each model with its checks beside it:
 Importers use this package (`from steer.core.policy import Policy, parse_policy`).
 """
 
-from steer.core.policy.cluster_scores import ClusterScore, ClusterScores
+from steer.core.policy.cluster_scores import (
+    ClusterScore,
+    ClusterScoreBase,
+    ClusterScores,
+    FreeResourceScore,
+    PowerPerCoreScore,
+    TenantHeadroomScore,
+)
 from steer.core.policy.contract import (
     ALWAYS_EXCLUDED_NAMESPACES,
     API_VERSION,
@@ -36,10 +43,14 @@ from steer.core.policy.contract import (
 )
 from steer.core.policy.dimensions import (
     Dimension,
+    DimensionBase,
     Direction,
+    HttpDimension,
     HttpSource,
+    KubernetesDimension,
     KubernetesSource,
     Normalization,
+    PrometheusDimension,
 )
 from steer.core.policy.document import Policy, parse_policy
 from steer.core.policy.issues import PolicyError, PolicyIssue
@@ -76,12 +87,17 @@ __all__ = [
     "RESERVED_PREFIX",
     "SCORE_PREFIX",
     "ClusterScore",
+    "ClusterScoreBase",
     "ClusterScores",
     "Condition",
     "Dimension",
+    "DimensionBase",
     "Direction",
+    "FreeResourceScore",
+    "HttpDimension",
     "HttpSource",
     "Infrastructure",
+    "KubernetesDimension",
     "KubernetesSource",
     "LabelSelector",
     "Metadata",
@@ -92,7 +108,9 @@ __all__ = [
     "Policy",
     "PolicyError",
     "PolicyIssue",
+    "PowerPerCoreScore",
     "Prometheus",
+    "PrometheusDimension",
     "SchedulerProfiles",
     "Scoring",
     "SelectorRequirement",
@@ -101,6 +119,7 @@ __all__ = [
     "SteeringPolicyDoc",
     "TaintRule",
     "Tenant",
+    "TenantHeadroomScore",
     "composite_suffix",
     "parse_policy",
     "routed_scheduler",

@@ -1,28 +1,32 @@
 """Cluster-level scores for Open Cluster Management's Placement (scorer/clusterscore.py
 computes them).
 
-Each kind reads its own settings (`resource`, `tenant`, `dimension`, `aggregate`), which sit
-beside `kind:` in the policy format; `ClusterScore.issues` says which a kind needs and which it
-does not use ("required for tenantHeadroom", "not used by powerPerCore"): a pydantic
-discriminated union would call the latter an unknown field.
+`kind:` picks the model: `ClusterScore` is the discriminated union of one model per kind, each
+with the settings it reads beside `kind:` as the policy format has them (`resource`, `tenant`,
+`dimension`, `aggregate`) and the bounds they share in `ClusterScoreBase`. `SCORE_KINDS` says
+the union's errors in the kind's words ("required for tenantHeadroom", "not used by
+powerPerCore"; steer/core/policy/issues.py). Each score checks itself as it is validated; the
+names it refers to (tenants, dimensions) and duplicate names are checked on the raw document
+(steer/core/policy/references.py), so that all of it is reported with the field errors.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Set
-from typing import TYPE_CHECKING, Literal
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import Tag, ValidationInfo, field_validator, model_validator
 
 from steer.core.k8s_names import is_dns1123_label, is_dns1123_subdomain
 from steer.core.policy.contract import CORE_RESOURCES
 from steer.core.policy.fields import Finite, PolicyModel, PositiveSeconds, fmt
-from steer.core.policy.issues import PolicyIssue, duplicates
+from steer.core.policy.issues import PolicyIssue, Variants, raise_issues
 
 if TYPE_CHECKING:
     from steer.core.policy.spec import Spec
-    from steer.core.policy.tenants import Tenant
 
 
-class ClusterScore(PolicyModel):
+class ClusterScoreBase(PolicyModel):
     """One cluster-level score in the AddOnPlacementScore (scorer/clusterscore.py computes it).
 
     The raw value (`freeResource`: whole units; `tenantHeadroom`: cores or GiB;
@@ -32,101 +36,131 @@ class ClusterScore(PolicyModel):
 
     # What a Placement names in `scoreCoordinate.addOn.scoreName`.
     name: str
-    kind: Literal["freeResource", "tenantHeadroom", "powerPerCore"]
-    # freeResource: the extended resource counted (whole units); tenantHeadroom: cpu | memory.
-    resource: str | None = None
-    # freeResource: `sum` over eligible nodes, or `max`, the most free on one node (the
-    # largest job that still fits whole).
-    aggregate: Literal["sum", "max"] = "sum"
-    tenant: str | None = None  # tenantHeadroom: whose budget
-    dimension: str | None = None  # powerPerCore: the dimension holding node watts
     worst: Finite | None = None
-    best: Finite | None = None
+    best: Finite
 
-    @property
-    def target(self) -> str:
-        """The resource the score counts, with the kind's default."""
-        if self.resource:
-            return self.resource
-        return "nvidia.com/gpu" if self.kind == "freeResource" else "cpu"
+    @model_validator(mode="before")
+    @classmethod
+    def _defaults_are_absent(cls, data: Any) -> Any:
+        """A setting written out at its default reads as absent, whatever the kind (a dumped
+        policy of the time when every score had every setting, read back): null, and
+        `aggregate: sum`."""
+        if isinstance(data, dict):
+            return {
+                k: v
+                for k, v in data.items()
+                if not ((v is None and k in _OPTIONAL) or (k == "aggregate" and v == "sum"))
+            }
+        return data
+
+    @field_validator("name")
+    @classmethod
+    def _name_not_blank(cls, value: str) -> str:
+        if not value.strip() or value != value.strip():
+            raise ValueError(f"must be a non-blank name, got {value!r}")
+        return value
+
+    @field_validator("best")
+    @classmethod
+    def _best_not_worst(cls, value: float, info: ValidationInfo) -> float:
+        # An invalid or missing `worst` is not in `info.data`: reads as 0, its default.
+        worst = info.data.get("worst")
+        worst = 0.0 if worst is None else worst
+        if value == worst:
+            # As a policy issue: a value error's message would end in ", got <best>".
+            raise_issues([PolicyIssue("", f"must differ from worst ({fmt(worst)})")])
+        return value
 
     @property
     def bounds(self) -> tuple[float, float]:
         """(worst, best): the raw values that map to -100 and 100 (validated to differ)."""
-        return (0.0 if self.worst is None else self.worst, 0.0 if self.best is None else self.best)
+        return (0.0 if self.worst is None else self.worst, self.best)
 
-    def issues(
-        self,
-        *,
-        enabled: bool,
-        duplicated: bool,
-        tenants: Mapping[str, Tenant],
-        dimensions: Set[str],
-    ) -> Iterator[PolicyIssue]:
-        """The kind's settings; names of tenants and dimensions only when `enabled` (a disabled
-        section may name what is not there yet)."""
-        if not self.name.strip() or self.name != self.name.strip():
-            yield PolicyIssue("name", f"must be a non-blank name, got {self.name!r}")
-        if duplicated:
-            yield PolicyIssue("name", f"duplicate score name {self.name!r}")
-        if self.best is None:
-            yield PolicyIssue(
-                "best", "required: the raw value worth 100 (keep it the same in every cluster)"
+
+_OPTIONAL = ("resource", "tenant", "dimension", "worst", "best")
+
+
+class FreeResourceScore(ClusterScoreBase):
+    """Whole units of an extended resource free on eligible nodes."""
+
+    kind: Literal["freeResource"]
+    # The extended resource counted (whole units).
+    resource: str | None = None
+    # `sum` over eligible nodes, or `max`, the most free on one node (the largest job that
+    # still fits whole).
+    aggregate: Literal["sum", "max"] = "sum"
+
+    @field_validator("resource")
+    @classmethod
+    def _extended(cls, value: str | None) -> str | None:
+        if value in CORE_RESOURCES:
+            raise ValueError(
+                f"counts whole units of an extended resource (e.g. nvidia.com/gpu), got {value!r}"
             )
-        if self.kind == "powerPerCore" and self.worst is None:
-            yield PolicyIssue("worst", "required for powerPerCore: the watts per core worth -100")
-        if self.best is not None and self.bounds[0] == self.bounds[1]:
-            yield PolicyIssue("best", f"must differ from worst ({fmt(self.bounds[0])})")
-        yield from self._resource_issues()
-        yield from self._tenant_issues(enabled, tenants)
-        yield from self._dimension_issues(enabled, dimensions)
-        # A default written out (a dumped policy read back) is not a mistake; `max` is.
-        if self.kind != "freeResource" and self.aggregate != "sum":
-            yield PolicyIssue("aggregate", f"not used by {self.kind}")
+        return value
 
-    def _resource_issues(self) -> Iterator[PolicyIssue]:
-        if self.kind == "freeResource":
-            if self.target in CORE_RESOURCES:
-                yield PolicyIssue(
-                    "resource",
-                    f"counts whole units of an extended resource (e.g. nvidia.com/gpu), "
-                    f"got {self.target!r}",
-                )
-        elif self.resource is not None and self.kind == "tenantHeadroom":
-            if self.resource not in ("cpu", "memory"):
-                yield PolicyIssue("resource", f"must be cpu or memory, got {self.resource!r}")
-        elif self.resource is not None:
-            yield PolicyIssue("resource", f"not used by {self.kind}")
+    @property
+    def target(self) -> str:
+        """The resource the score counts."""
+        return self.resource or "nvidia.com/gpu"
 
-    def _tenant_issues(self, enabled: bool, tenants: Mapping[str, Tenant]) -> Iterator[PolicyIssue]:
-        if self.kind != "tenantHeadroom":
-            if self.tenant is not None:
-                yield PolicyIssue("tenant", f"not used by {self.kind}")
-            return
-        tenant = tenants.get(self.tenant or "")
-        if self.tenant is None:
-            yield PolicyIssue("tenant", "required for tenantHeadroom")
-        elif tenant is None and enabled:
-            yield PolicyIssue("tenant", f"unknown tenant {self.tenant!r}; known: {sorted(tenants)}")
-        elif tenant is not None and tenant.overcommit_percent is None:
-            yield PolicyIssue(
-                "tenant",
-                f"tenant {self.tenant!r} has no overcommitPercent: its headroom is "
-                "measured against its budget",
-            )
 
-    def _dimension_issues(self, enabled: bool, dimensions: Set[str]) -> Iterator[PolicyIssue]:
-        if self.kind != "powerPerCore":
-            if self.dimension is not None:
-                yield PolicyIssue("dimension", f"not used by {self.kind}")
-            return
-        if self.dimension is None:
-            yield PolicyIssue("dimension", "required for powerPerCore: the dimension of node watts")
-        elif self.dimension not in dimensions and enabled:
-            yield PolicyIssue(
-                "dimension",
-                f"unknown dimension {self.dimension!r}; known: {sorted(dimensions)}",
-            )
+class TenantHeadroomScore(ClusterScoreBase):
+    """Room left within a tenant's budget (its `overcommitPercent`) on the nodes it may use."""
+
+    kind: Literal["tenantHeadroom"]
+    tenant: str  # whose budget
+    resource: str | None = None  # cpu | memory
+
+    @field_validator("resource")
+    @classmethod
+    def _cpu_or_memory(cls, value: str | None) -> str | None:
+        if value is not None and value not in ("cpu", "memory"):
+            raise ValueError(f"must be cpu or memory, got {value!r}")
+        return value
+
+    @property
+    def target(self) -> str:
+        """The resource the score counts."""
+        return self.resource or "cpu"
+
+
+class PowerPerCoreScore(ClusterScoreBase):
+    """Watts per requested core over the nodes with a value of `dimension`."""
+
+    kind: Literal["powerPerCore"]
+    dimension: str  # the dimension holding node watts
+    worst: Finite
+
+    @property
+    def target(self) -> str:
+        """The resource the score counts: requested cores."""
+        return "cpu"
+
+
+SCORE_KINDS = Variants(
+    key="kind",
+    models={
+        "freeResource": FreeResourceScore,
+        "tenantHeadroom": TenantHeadroomScore,
+        "powerPerCore": PowerPerCoreScore,
+    },
+    name="ClusterScore",
+    not_used="not used by {tag}",
+    missing={
+        "best": "required: the raw value worth 100 (keep it the same in every cluster)",
+        "tenant": "required for tenantHeadroom",
+        "worst": "required for powerPerCore: the watts per core worth -100",
+        "dimension": "required for powerPerCore: the dimension of node watts",
+    },
+)
+
+ClusterScore = Annotated[
+    Annotated[FreeResourceScore, Tag("freeResource")]
+    | Annotated[TenantHeadroomScore, Tag("tenantHeadroom")]
+    | Annotated[PowerPerCoreScore, Tag("powerPerCore")],
+    SCORE_KINDS.discriminator,
+]
 
 
 class ClusterScores(PolicyModel):
@@ -147,8 +181,8 @@ class ClusterScores(PolicyModel):
     scores: tuple[ClusterScore, ...] = ()
 
     def issues(self, spec: Spec) -> Iterator[PolicyIssue]:
-        """Entries are checked even while disabled; the cluster name and references to tenants
-        and dimensions (of `spec`, the spec this section belongs to) only when enabled."""
+        """The section's own problems; `spec` is the spec it belongs to. Each score checked
+        itself when validated; the names the scores use are checked on the raw document."""
         if self.enabled and not self.cluster_name:
             yield PolicyIssue(
                 "clusterName",
@@ -174,14 +208,3 @@ class ClusterScores(PolicyModel):
             )
         if self.enabled and not self.scores:
             yield PolicyIssue("scores", "must list at least one score when enabled")
-        dups = duplicates(s.name for s in self.scores)
-        dimensions = {d.name for d in spec.dimensions}
-        tenants = {t.name: t for t in spec.tenants}
-        for i, score in enumerate(self.scores):
-            for issue in score.issues(
-                enabled=self.enabled,
-                duplicated=score.name in dups,
-                tenants=tenants,
-                dimensions=dimensions,
-            ):
-                yield PolicyIssue(f"scores[{i}].{issue.path}", issue.message)

@@ -1,10 +1,12 @@
 """A dimension: one per-node value (from Prometheus, the Kubernetes API or an HTTP document),
 how it is normalised to 0..100, and the label it is published as.
 
-The source is picked by `source:` and its settings sit beside it (`query`, `kubernetes:`,
-`http:`), as the policy format has them. `Dimension.issues` checks that exactly the chosen
-source's settings are there, and says so in the source's own words ("required for source:
-http", "not used by source: prometheus"), which a pydantic discriminated union would not.
+`source:` picks the model (`PrometheusDimension` without it): `Dimension` is their
+discriminated union, each variant with its own settings beside `source:` as the policy format
+has them (`query`, `kubernetes:`, `http:`), and the fields they share in `DimensionBase`.
+`SOURCES` says the union's errors in the source's words ("required for source: http", "not
+used by source: prometheus"; steer/core/policy/issues.py). The settings of a source check
+themselves as they are validated, so their problems come with the other field errors.
 """
 
 from __future__ import annotations
@@ -12,15 +14,15 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from enum import StrEnum
-from typing import Literal
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import Field, field_validator
+from pydantic import Field, Tag, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from steer.core.k8s_names import is_dns1123_label
 from steer.core.policy.contract import KNOWN_UNITS, SCORE_PREFIX
 from steer.core.policy.fields import Hysteresis, PolicyModel, PositiveSeconds, Step, Weight
-from steer.core.policy.issues import PolicyIssue, nested
+from steer.core.policy.issues import PolicyIssue, Variants, nested, raise_issues
 
 _PROM_LABEL_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _UNIT_RE = re.compile(r"^[a-z][a-z0-9]{0,15}$")
@@ -64,6 +66,11 @@ class KubernetesSource(PolicyModel):
     namespace: str | None = None
     service: str | None = None
 
+    @model_validator(mode="after")
+    def _checked(self) -> Self:
+        raise_issues(self.issues())
+        return self
+
     def issues(self) -> Iterator[PolicyIssue]:
         """`namespace` and `service` name the Service of `endpointReadiness`, and only there."""
         for name in ("namespace", "service"):
@@ -99,6 +106,11 @@ class HttpSource(PolicyModel):
     bearer_token_file: str | None = None
     ca_file: str | None = None
 
+    @model_validator(mode="after")
+    def _checked(self) -> Self:
+        raise_issues(self.issues())
+        return self
+
     def issues(self) -> Iterator[PolicyIssue]:
         if not self.url.startswith(("http://", "https://")):
             yield PolicyIssue("url", f"must be an http(s) URL, got {self.url!r}")
@@ -107,13 +119,10 @@ class HttpSource(PolicyModel):
                 yield PolicyIssue(to_camel(name), "must name a field")
 
 
-class Dimension(PolicyModel):
+class DimensionBase(PolicyModel):
+    """What every dimension has, whatever its source."""
+
     name: str
-    # Where the raw values come from; `query` is the PromQL of a `prometheus` dimension.
-    source: Literal["prometheus", "kubernetes", "http"] = "prometheus"
-    query: str = ""
-    kubernetes: KubernetesSource | None = None
-    http: HttpSource | None = None
     node_label: str = "node"
     direction: Direction = Direction.HIGHER_IS_BETTER
     normalization: Normalization = Field(default_factory=Normalization)
@@ -129,12 +138,16 @@ class Dimension(PolicyModel):
     hysteresis: Hysteresis | None = None
     ttl_seconds: PositiveSeconds | None = None
 
-    @field_validator("query")
+    @model_validator(mode="before")
     @classmethod
-    def _query_not_blank(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("must be a PromQL expression, got an empty string")
-        return value
+    def _null_is_absent(cls, data: Any) -> Any:
+        """`kubernetes: null` and `http: null` read as absent, whatever the source (a dumped
+        policy of the time when every dimension had both, read back)."""
+        if isinstance(data, dict):
+            return {
+                k: v for k, v in data.items() if v is not None or k not in ("kubernetes", "http")
+            }
+        return data
 
     @property
     def label_suffix(self) -> str:
@@ -151,43 +164,14 @@ class Dimension(PolicyModel):
             return suffix
         return None
 
-    @property
-    def what(self) -> str:
-        """What the values are read from, for traces and /explain: the PromQL, or the source."""
-        if self.source == "kubernetes" and self.kubernetes is not None:
-            k = self.kubernetes
-            target = f" {k.namespace}/{k.service}" if k.kind == "endpointReadiness" else ""
-            return f"kubernetes: {k.kind}{target}"
-        if self.source == "http" and self.http is not None:
-            return f"http: GET {self.http.url}"
-        return self.query
-
     def issues(self) -> Iterator[PolicyIssue]:
-        # A missing `query` of a prometheus dimension is reported with the field errors
-        # (steer/core/policy/references.py): `query` has a default for the other sources.
         yield from nested("normalization", self.normalization.issues())
-        yield from self._source_issues()
         yield from self._unit_issues()
         if not _PROM_LABEL_RE.match(self.node_label):
             yield PolicyIssue(
                 "nodeLabel",
                 f"must be a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*), got {self.node_label!r}",
             )
-
-    def _source_issues(self) -> Iterator[PolicyIssue]:
-        """Each source's settings are present, and only its own."""
-        settings = {"kubernetes": self.kubernetes, "http": self.http}
-        for source, value in settings.items():
-            if self.source == source and value is None:
-                yield PolicyIssue(source, f"required for source: {source}")
-            elif self.source != source and value is not None:
-                yield PolicyIssue(source, f"not used by source: {self.source}")
-        if self.source != "prometheus" and self.query:
-            yield PolicyIssue("query", f"not used by source: {self.source}")
-        if self.source == "kubernetes" and self.kubernetes is not None:
-            yield from nested("kubernetes", self.kubernetes.issues())
-        if self.source == "http" and self.http is not None:
-            yield from nested("http", self.http.issues())
 
     def _unit_issues(self) -> Iterator[PolicyIssue]:
         """A unit is one lower-case word, and a raw label says its unit in its name."""
@@ -212,3 +196,70 @@ class Dimension(PolicyModel):
                 f"end with its unit (e.g. {example!r}) and read apart from the 0..100 scores"
                 f"{known}, got {self.name!r}",
             )
+
+
+class PrometheusDimension(DimensionBase):
+    """Values from a PromQL query, one sample per node (the source when `source:` is absent)."""
+
+    source: Literal["prometheus"] = "prometheus"
+    query: str
+
+    @field_validator("query")
+    @classmethod
+    def _query_not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must be a PromQL expression, got an empty string")
+        return value
+
+    @property
+    def what(self) -> str:
+        """What the values are read from, for traces and /explain."""
+        return self.query
+
+
+class KubernetesDimension(DimensionBase):
+    """Values computed from the Kubernetes API (`kubernetes:` says which)."""
+
+    source: Literal["kubernetes"]
+    kubernetes: KubernetesSource
+
+    @property
+    def what(self) -> str:
+        k = self.kubernetes
+        target = f" {k.namespace}/{k.service}" if k.kind == "endpointReadiness" else ""
+        return f"kubernetes: {k.kind}{target}"
+
+
+class HttpDimension(DimensionBase):
+    """Values read from a JSON document fetched over HTTP (`http:` says where and how)."""
+
+    source: Literal["http"]
+    http: HttpSource
+
+    @property
+    def what(self) -> str:
+        return f"http: GET {self.http.url}"
+
+
+SOURCES = Variants(
+    key="source",
+    default="prometheus",
+    models={
+        "prometheus": PrometheusDimension,
+        "kubernetes": KubernetesDimension,
+        "http": HttpDimension,
+    },
+    name="Dimension",
+    not_used="not used by source: {tag}",
+    missing={
+        "kubernetes": "required for source: kubernetes",
+        "http": "required for source: http",
+    },
+)
+
+Dimension = Annotated[
+    Annotated[PrometheusDimension, Tag("prometheus")]
+    | Annotated[KubernetesDimension, Tag("kubernetes")]
+    | Annotated[HttpDimension, Tag("http")],
+    SOURCES.discriminator,
+]

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 import yaml
 from pydantic import ValidationError
 
-from steer.core.policy.dimensions import Dimension
+from steer.core.policy.cluster_scores import SCORE_KINDS
+from steer.core.policy.dimensions import SOURCES, Dimension
 from steer.core.policy.issues import PolicyError, PolicyIssue, from_pydantic
 from steer.core.policy.references import reference_issues
 from steer.core.policy.rules import TaintRule
@@ -99,7 +100,7 @@ def parse_policy(text: str | bytes) -> Policy:
     try:
         doc = SteeringPolicyDoc.model_validate(raw)
     except ValidationError as exc:
-        fields, checks = from_pydantic(exc)
+        fields, checks = from_pydantic(exc, (SOURCES, SCORE_KINDS))
         raise PolicyError(fields + references + checks) from None
     except RecursionError:
         raise PolicyError([PolicyIssue("", "nested too deeply to be a policy")]) from None

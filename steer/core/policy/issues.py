@@ -5,18 +5,27 @@ Checks that span fields are methods beside the model they check (`issues()`), yi
 relative to it; `Spec`'s model validator runs them once every field is well-typed and raises
 them as one pydantic error of type `policy_issues` (`raise_issues`), which `from_pydantic`
 unfolds again under the spec's own path.
+
+Where one key picks the model (a dimension's `source:`, a cluster score's `kind:`), the models
+form a discriminated union described by `Variants`, which says pydantic's errors of the union
+in the policy's words: the union's tag is left out of the path, a setting of another variant
+is "not used by ...", a missing one reads as the variant's message for it, and a bad key reads
+as the error of a `Literal` field.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, Discriminator, ValidationError
 from pydantic_core import PydanticCustomError
 
 CHECKS_ERROR = "policy_issues"
+# The error of a union input whose key names no variant (`Variants.discriminator`).
+VARIANT_ERROR = "policy_variant"
 
 
 @dataclass(frozen=True)
@@ -60,17 +69,99 @@ def raise_issues(issues: Iterable[PolicyIssue]) -> None:
         )
 
 
-def from_pydantic(exc: ValidationError) -> tuple[list[PolicyIssue], list[PolicyIssue]]:
-    """(field errors, cross-field issues) of a failed validation."""
+@dataclass(frozen=True)
+class Variants:
+    """A discriminated union of policy models picked by the value of one key.
+
+    `models` maps each value of `key` (the union's tag) to its model; `default` is the tag of
+    an input without the key. `not_used` is the message for a setting of another variant
+    (`{tag}` is the variant's), `missing` the message for a required field that is absent.
+    """
+
+    key: str
+    models: Mapping[str, type[BaseModel]]
+    name: str  # what the union is called in errors: "a valid dictionary or instance of ..."
+    not_used: str
+    missing: Mapping[str, str] = field(default_factory=dict)
+    default: str | None = None
+
+    def tag(self, value: Any) -> str | None:
+        """The variant of an input, a mapping or a model (None: none, an error of type
+        `VARIANT_ERROR`)."""
+        if isinstance(value, Mapping):
+            got = value.get(self.key, self.default)
+        else:
+            got = getattr(value, self.key, None)
+        return got if isinstance(got, str) and got in self.models else None
+
+    @cached_property
+    def discriminator(self) -> Discriminator:
+        return Discriminator(
+            self.tag,
+            custom_error_type=VARIANT_ERROR,
+            custom_error_message=f"no {self.name} variant for the input",
+            custom_error_context={"union": self.name},
+        )
+
+    @cached_property
+    def settings(self) -> frozenset[str]:
+        """The fields (as written) that some variants have and others do not."""
+        names = [
+            {f.alias or name for name, f in model.model_fields.items()}
+            for model in self.models.values()
+        ]
+        shared = names[0].intersection(*names[1:])
+        return frozenset(name for own in names for name in own - shared)
+
+    def field_message(self, tag: str, name: str, error: str) -> str | None:
+        """The message for error type `error` of field `name` of variant `tag`, if its own."""
+        if error == "extra_forbidden" and name in self.settings:
+            return self.not_used.format(tag=tag)
+        if error == "missing":
+            return self.missing.get(name)
+        return None
+
+    def tag_issue(self, value: Any) -> PolicyIssue:
+        """An input that names no variant, as a `Literal` key (or a model) would say it."""
+        if not isinstance(value, Mapping):
+            return PolicyIssue(
+                "",
+                f"input should be a valid dictionary or instance of {self.name}, got "
+                f"{_short(value)}",
+            )
+        if self.key not in value:
+            return PolicyIssue(self.key, "required field is missing")
+        tags = [repr(t) for t in self.models]
+        expected = f"{', '.join(tags[:-1])} or {tags[-1]}" if len(tags) > 1 else tags[0]
+        return PolicyIssue(self.key, f"input should be {expected}, got {value[self.key]!r}")
+
+
+def from_pydantic(
+    exc: ValidationError, unions: Sequence[Variants] = ()
+) -> tuple[list[PolicyIssue], list[PolicyIssue]]:
+    """(field errors, cross-field issues) of a failed validation; `unions` are the unions the
+    validated model holds."""
     fields: list[PolicyIssue] = []
     checks: list[PolicyIssue] = []
+    by_tag = {tag: union for union in unions for tag in union.models}
+    by_name = {union.name: union for union in unions}
     for err in exc.errors(include_url=False):
-        path = _path(err["loc"])
+        loc, tagged = _untagged(err["loc"], by_tag)
+        path = _path(loc)
         if err["type"] == CHECKS_ERROR:
             checks.extend(nested(path, err.get("ctx", {}).get("issues", ())))
             continue
+        if err["type"] == VARIANT_ERROR:
+            union = by_name[err.get("ctx", {})["union"]]
+            fields.extend(nested(path, [union.tag_issue(err["input"])]))
+            continue
         message = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
+        own = None
+        if tagged is not None and len(loc) == tagged[1] + 1 and isinstance(loc[-1], str):
+            own = by_tag[tagged[0]].field_message(tagged[0], loc[-1], err["type"])
+        if own is not None:
+            message = own
+        elif err["type"] == "extra_forbidden":
             message = "unknown field (check the spelling; fields are camelCase)"
         elif err["type"] == "missing":
             message = "required field is missing"
@@ -87,6 +178,22 @@ def from_pydantic(exc: ValidationError) -> tuple[list[PolicyIssue], list[PolicyI
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _untagged(
+    loc: tuple[int | str, ...], by_tag: Mapping[str, Variants]
+) -> tuple[tuple[int | str, ...], tuple[str, int] | None]:
+    """`loc` without the tags of unions, and the innermost tag with its position in the
+    returned location (the fields of that variant start there). A union's tag starts the
+    location or follows a list index: the unions are list items."""
+    out: list[int | str] = []
+    last: tuple[str, int] | None = None
+    for i, part in enumerate(loc):
+        if isinstance(part, str) and part in by_tag and (i == 0 or isinstance(loc[i - 1], int)):
+            last = (part, len(out))
+            continue
+        out.append(part)
+    return tuple(out), last
 
 
 def _path(loc: tuple[int | str, ...]) -> str:

@@ -1,6 +1,6 @@
-"""Names that must be unique, and references to dimensions and taint rules by name, checked on
-the raw document so that they are reported together with pydantic's field errors (a typo in one
-tenant should not hide a dangling reference in another).
+"""Names that must be unique, and references to dimensions, taint rules and tenants by name,
+checked on the raw document so that they are reported together with pydantic's field errors (a
+typo in one tenant should not hide a dangling reference in another).
 
 Malformed entries are skipped here: the field validation reports them.
 """
@@ -10,9 +10,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from pydantic import TypeAdapter, ValidationError
+
 from steer.core.policy.issues import PolicyIssue, duplicates
 
 _UNIQUE = ("dimensions", "taints", "tenants", "podClasses", "spread")
+_BOOL = TypeAdapter(bool)
 
 
 def reference_issues(spec: Mapping[str, Any]) -> Iterator[PolicyIssue]:
@@ -54,10 +57,6 @@ def reference_issues(spec: Mapping[str, Any]) -> Iterator[PolicyIssue]:
                 yield PolicyIssue(
                     f"spec.podClasses[{i}].avoid[{j}]", f"unknown taint rule {name!r}"
                 )
-    # `query` defaults to "" for the other sources, so pydantic does not report it missing.
-    for i, dim, _ in _named(spec, "dimensions"):
-        if dim.get("source", "prometheus") == "prometheus" and "query" not in dim:
-            yield PolicyIssue(f"spec.dimensions[{i}].query", "required field is missing")
     for i, tenant, _ in _named(spec, "tenants"):
         for j, name in _strings(tenant.get("allowedTolerations")):
             if name not in rule_names:
@@ -65,6 +64,55 @@ def reference_issues(spec: Mapping[str, Any]) -> Iterator[PolicyIssue]:
                     f"spec.tenants[{i}].allowedTolerations[{j}]",
                     f"unknown taint rule {name!r}; known: {sorted(rule_names)}",
                 )
+    section = spec.get("clusterScores")
+    if isinstance(section, dict):
+        yield from _cluster_score_issues(spec, section, dim_names)
+
+
+def _cluster_score_issues(
+    spec: Mapping[str, Any], section: Mapping[str, Any], dim_names: set[str]
+) -> Iterator[PolicyIssue]:
+    """Score names are unique; the tenants and dimensions the scores name exist when the
+    section is enabled (a disabled one may name what is not there yet), and a tenant's
+    headroom needs its budget."""
+    base = "spec.clusterScores.scores"
+    scores = _named(section, "scores")
+    dups = duplicates(name for _, _, name in scores)
+    tenants = {name: tenant for _, tenant, name in _named(spec, "tenants")}
+    enabled = _flag(section.get("enabled", False))
+    for i, score, name in scores:
+        if name in dups:
+            yield PolicyIssue(f"{base}[{i}].name", f"duplicate score name {name!r}")
+        tenant, dimension = score.get("tenant"), score.get("dimension")
+        if score.get("kind") == "tenantHeadroom" and isinstance(tenant, str):
+            if tenant not in tenants and enabled:
+                yield PolicyIssue(
+                    f"{base}[{i}].tenant", f"unknown tenant {tenant!r}; known: {sorted(tenants)}"
+                )
+            elif tenant in tenants and tenants[tenant].get("overcommitPercent") is None:
+                yield PolicyIssue(
+                    f"{base}[{i}].tenant",
+                    f"tenant {tenant!r} has no overcommitPercent: its headroom is "
+                    "measured against its budget",
+                )
+        if (
+            score.get("kind") == "powerPerCore"
+            and isinstance(dimension, str)
+            and dimension not in dim_names
+            and enabled
+        ):
+            yield PolicyIssue(
+                f"{base}[{i}].dimension",
+                f"unknown dimension {dimension!r}; known: {sorted(dim_names)}",
+            )
+
+
+def _flag(value: Any) -> bool:
+    """A raw boolean as the model reads it (false where it is not one: a field error)."""
+    try:
+        return _BOOL.validate_python(value)
+    except ValidationError:
+        return False
 
 
 def _named(spec: Mapping[str, Any], field: str) -> list[tuple[int, Mapping[str, Any], str]]:
