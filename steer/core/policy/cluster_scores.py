@@ -156,9 +156,9 @@ SCORE_KINDS = Variants(
 )
 
 ClusterScore = Annotated[
-    Annotated[FreeResourceScore, Tag("freeResource")]
-    | Annotated[TenantHeadroomScore, Tag("tenantHeadroom")]
-    | Annotated[PowerPerCoreScore, Tag("powerPerCore")],
+    Annotated[FreeResourceScore, Tag(SCORE_KINDS.label("freeResource"))]
+    | Annotated[TenantHeadroomScore, Tag(SCORE_KINDS.label("tenantHeadroom"))]
+    | Annotated[PowerPerCoreScore, Tag(SCORE_KINDS.label("powerPerCore"))],
     SCORE_KINDS.discriminator,
 ]
 

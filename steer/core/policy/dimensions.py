@@ -258,8 +258,8 @@ SOURCES = Variants(
 )
 
 Dimension = Annotated[
-    Annotated[PrometheusDimension, Tag("prometheus")]
-    | Annotated[KubernetesDimension, Tag("kubernetes")]
-    | Annotated[HttpDimension, Tag("http")],
+    Annotated[PrometheusDimension, Tag(SOURCES.label("prometheus"))]
+    | Annotated[KubernetesDimension, Tag(SOURCES.label("kubernetes"))]
+    | Annotated[HttpDimension, Tag(SOURCES.label("http"))],
     SOURCES.discriminator,
 ]

@@ -85,14 +85,19 @@ class Variants:
     missing: Mapping[str, str] = field(default_factory=dict)
     default: str | None = None
 
+    def label(self, tag: str) -> str:
+        """The `Tag` of variant `tag` in the union, as pydantic puts it into error locations:
+        `source=http`, which no field name can be, so `from_pydantic` finds it anywhere."""
+        return f"{self.key}={tag}"
+
     def tag(self, value: Any) -> str | None:
-        """The variant of an input, a mapping or a model (None: none, an error of type
+        """The label of an input's variant, a mapping or a model (None: none, an error of type
         `VARIANT_ERROR`)."""
         if isinstance(value, Mapping):
             got = value.get(self.key, self.default)
         else:
             got = getattr(value, self.key, None)
-        return got if isinstance(got, str) and got in self.models else None
+        return self.label(got) if isinstance(got, str) and got in self.models else None
 
     @cached_property
     def discriminator(self) -> Discriminator:
@@ -143,10 +148,10 @@ def from_pydantic(
     validated model holds."""
     fields: list[PolicyIssue] = []
     checks: list[PolicyIssue] = []
-    by_tag = {tag: union for union in unions for tag in union.models}
+    by_label = {union.label(tag): (union, tag) for union in unions for tag in union.models}
     by_name = {union.name: union for union in unions}
     for err in exc.errors(include_url=False):
-        loc, tagged = _untagged(err["loc"], by_tag)
+        loc, tagged = _untagged(err["loc"], by_label)
         path = _path(loc)
         if err["type"] == CHECKS_ERROR:
             checks.extend(nested(path, err.get("ctx", {}).get("issues", ())))
@@ -158,7 +163,8 @@ def from_pydantic(
         message = err["msg"].removeprefix("Value error, ")
         own = None
         if tagged is not None and len(loc) == tagged[1] + 1 and isinstance(loc[-1], str):
-            own = by_tag[tagged[0]].field_message(tagged[0], loc[-1], err["type"])
+            union, tag = by_label[tagged[0]]
+            own = union.field_message(tag, loc[-1], err["type"])
         if own is not None:
             message = own
         elif err["type"] == "extra_forbidden":
@@ -181,15 +187,14 @@ def _short(value: Any) -> str:
 
 
 def _untagged(
-    loc: tuple[int | str, ...], by_tag: Mapping[str, Variants]
+    loc: tuple[int | str, ...], labels: Mapping[str, object]
 ) -> tuple[tuple[int | str, ...], tuple[str, int] | None]:
-    """`loc` without the tags of unions, and the innermost tag with its position in the
-    returned location (the fields of that variant start there). A union's tag starts the
-    location or follows a list index: the unions are list items."""
+    """`loc` without the labels of union variants (`Variants.label`), and the innermost label
+    with its position in the returned location (the fields of that variant start there)."""
     out: list[int | str] = []
     last: tuple[str, int] | None = None
-    for i, part in enumerate(loc):
-        if isinstance(part, str) and part in by_tag and (i == 0 or isinstance(loc[i - 1], int)):
+    for part in loc:
+        if isinstance(part, str) and part in labels:
             last = (part, len(out))
             continue
         out.append(part)
