@@ -1,0 +1,19 @@
+"""What the benchmark scripts in bench/ share, one module a job.
+
+The scripts run as files (`python bench/scale_scorer.py`) and put the checkout first on
+`sys.path`, so this package is `bench.benchkit` to them. The modules:
+
+- `api`: a raw JSON client of the kube-apiserver (bulk requests, retries, watches, /metrics);
+- `plane`: the test kit's control plane with etcd sized for 100,000 pods;
+- `nodes`, `pods`: fake Nodes and bound pods shaped like a busy cluster's;
+- `backfill`: a Prometheus backfilled with a synthetic cluster's series;
+- `node_watch`, `procstat`, `scorer_process`, `metrics_text`: what the scorer bench observes;
+- `publication`, `bursts`: the scorer bench's phases;
+- `scorer_summary`, `scorer_report`: its results document and its tables;
+- `progress`, `provenance`, `stats`, `results`: logging and the thread pool, the commit and
+  machine load a result was measured on, order statistics, the results file and work folder.
+"""
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]  # the checkout
