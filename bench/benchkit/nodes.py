@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from .api import Api
-from .progress import in_parallel
+from .progress import WORKERS, in_parallel
 
 GPU = "nvidia.com/gpu"
 ZONES = ("zone-a", "zone-b", "zone-c")
@@ -217,8 +217,71 @@ def fake_nodes(count: int) -> list[FakeNode]:
     ]
 
 
-def create_nodes(api: Api, nodes: Sequence[FakeNode]) -> None:
+@dataclass(frozen=True)
+class BareNode:
+    """A Ready Node with capacity, zone and hostname only: for the scheduler bench,
+    where what the scheduler reads of a Node matters, not its size."""
+
+    name: str
+    zone: str
+    gpus: int = 0
+    cpu: str = "64"
+    memory: str = "256Gi"
+    pods: int = 110
+
+    def body(self) -> dict[str, Any]:
+        """A Node with its status: a Node's status may be set on create (there is no kubelet
+        to report it), which halves the requests of `ControlPlane.add_node`."""
+        capacity = {"cpu": self.cpu, "memory": self.memory, "pods": str(self.pods)}
+        if self.gpus:
+            capacity[GPU] = str(self.gpus)
+        now = rfc3339(time.time())
+        return {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": self.name,
+                "labels": {
+                    "kubernetes.io/hostname": self.name,
+                    "kubernetes.io/os": "linux",
+                    "topology.kubernetes.io/zone": self.zone,
+                },
+            },
+            "status": {
+                "capacity": capacity,
+                "allocatable": capacity,
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "True",
+                        "reason": "KubeletReady",
+                        "message": "fake node",
+                        "lastHeartbeatTime": now,
+                        "lastTransitionTime": now,
+                    }
+                ],
+                "addresses": [{"type": "Hostname", "address": self.name}],
+            },
+        }
+
+
+def bare_nodes(count: int, gpus_per_node: int, gpu_every: int = GPU_EVERY) -> list[BareNode]:
+    return [
+        BareNode(
+            name=f"node-{i:05d}",
+            zone=ZONES[i % len(ZONES)],
+            gpus=gpus_per_node if i % gpu_every == 0 else 0,
+        )
+        for i in range(count)
+    ]
+
+
+def create_nodes(api: Api, nodes: Sequence[FakeNode | BareNode], workers: int = WORKERS) -> None:
+    """One POST a Node, status included (there is no kubelet to report it); the first alone,
+    to check that the apiserver kept the status."""
     made = api.json("POST", "/api/v1/nodes", nodes[0].body())
     if not (made.get("status") or {}).get("conditions"):
         raise RuntimeError("the apiserver dropped the status of a created Node")
-    in_parallel(lambda n: api.send("POST", "/api/v1/nodes", orjson.dumps(n.body())), nodes[1:])
+    in_parallel(
+        lambda n: api.send("POST", "/api/v1/nodes", orjson.dumps(n.body())), nodes[1:], workers
+    )
