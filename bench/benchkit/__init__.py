@@ -14,6 +14,8 @@ The scripts run as files (`python bench/scale_scorer.py`) and put the checkout f
   nodes carry);
 - `shapes`, `bind_watch`, `scheduler_metrics`, `scheduler_report`: the scheduler bench's pod
   shapes, its watch of binds, the scheduler's /metrics and its scoreboard;
+- `placement_scenario`, `placement_measure`, `placement_report`: the placement bench's
+  cluster and pod trace, what a run measures, and its scoreboard;
 - `progress`, `provenance`, `stats`, `results`: logging and the thread pool, the commit and
   machine load a result was measured on, order statistics, the results file and work folder.
 """
