@@ -125,27 +125,53 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import random
-import statistics
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import yaml
-from kubernetes import client, watch
+from kubernetes import client
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.benchkit.placement_measure import (  # noqa: E402
+    BindRecorder,
+    measure,
+    snapshot,
+    steer_labels,
+)
+from bench.benchkit.placement_report import node_table, summary, table  # noqa: E402
+from bench.benchkit.placement_scenario import (  # noqa: E402
+    HOT_UTIL,
+    IMAGE,
+    NAMESPACES,
+    NS_A,
+    NS_LEGACY,
+    POWER,
+    PREEXISTING,
+    PREFIX,
+    SCRAPE_INTERVAL_S,
+    Arrival,
+    build_trace,
+    cluster_nodes,
+    deployment_body,
+    pod_body,
+    trace_pods,
+)
+from bench.benchkit.progress import log  # noqa: E402
+from bench.benchkit.results import (  # noqa: E402
+    recorded_args,
+    results_file,
+    run_workdir,
+    utc_stamp,
+    write_results,
+)
 from kits.control_plane import ControlPlane  # noqa: E402
 from kits.prometheus_server import PrometheusServer  # noqa: E402
 from kits.service_processes import (  # noqa: E402
@@ -155,446 +181,14 @@ from kits.service_processes import (  # noqa: E402
     running_webhook,
     unregister_admission,
 )
-from kits.simulated_cluster import ApiPoller, PowerModel, SimCluster  # noqa: E402
+from kits.simulated_cluster import ApiPoller, SimCluster  # noqa: E402
 from kits.synthetic_exporter import SyntheticExporter  # noqa: E402
 from kits.waiting import wait_until  # noqa: E402
 from steer.adapters.kube import make_api_client  # noqa: E402
-from steer.core import scheduling  # noqa: E402
-from steer.core.quantity import parse_quantity  # noqa: E402
 
 PROFILES = ROOT / "manifests" / "scheduler" / "profiles.yaml"
 EXAMPLE_POLICY = ROOT / "examples" / "policy.yaml"
-RESULTS = ROOT / "bench" / "results"
 MODES = ("stock", "steered")
-ZONES = ("zone-a", "zone-b", "zone-c")
-PREFIX = "kube-steer.github.io/"
-GPU = "nvidia.com/gpu"
-TRACE_LABEL = "bench.kube-steer.github.io/trace"
-KIND_LABEL = "bench.kube-steer.github.io/kind"
-NS_A, NS_B, NS_LEGACY = "team-a", "team-b", "legacy"
-NAMESPACES = {
-    NS_A: {"tenant": "dept-a", "kube-steer.github.io/enabled": "true"},
-    NS_B: {"tenant": "dept-b", "kube-steer.github.io/enabled": "true"},
-    NS_LEGACY: {},
-}
-BUDGET = {NS_A: 5.0, NS_B: 0.0}
-CHAIN = "checkout"
-IMAGE = "registry.k8s.io/pause:3.10"
-HOT_UTIL = 95.0
-POWER = PowerModel(cpu_node_idle_w=150, gpu_node_idle_w=800, per_core_w=6, per_gpu_w=300)
-SCRAPE_INTERVAL_S = 1.0
-
-
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-# -- the cluster ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class NodeSpec:
-    name: str
-    zone: str
-    cpu: int
-    memory_gi: int
-    gpus: int = 0
-    hot: bool = False
-
-
-def cluster_nodes() -> list[NodeSpec]:
-    nodes = [
-        NodeSpec(f"gpu-{i}", ZONES[(i - 1) % 3], 64, 512, gpus=8, hot=i in (5, 6))
-        for i in range(1, 7)
-    ]
-    nodes += [
-        NodeSpec(f"cpu-{i}", ZONES[(i - 1) % 3], 16 if i <= 6 else 32, 64 if i <= 6 else 128)
-        for i in range(1, 11)
-    ]
-    return nodes
-
-
-# (node, cpu request, cpu limit, memory request, memory limit): one pod each, namespace legacy.
-PREEXISTING = (
-    ("cpu-1", "4", "24", "16Gi", "48Gi"),  # cpu limits 150 % of allocatable
-    ("cpu-2", "8", "15500m", "24Gi", "60Gi"),  # cpu 96.9 %: full, not over
-    ("cpu-3", "4", "16500m", "16Gi", "32Gi"),  # cpu 103.1 %: dept-a may, dept-b may not
-    ("cpu-4", "2", "4", "4Gi", "8Gi"),
-    ("cpu-5", "6", "12", "16Gi", "63Gi"),  # memory 98.4 %: full, not over
-    ("cpu-8", "10", "20", "64Gi", "150Gi"),  # memory 117 %
-    ("cpu-9", "2", "4", "4Gi", "8Gi"),
-    ("gpu-1", "8", "24", "64Gi", "192Gi"),
-    ("gpu-2", "8", "16", "32Gi", "64Gi"),
-)
-
-
-# -- the trace -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Arrival:
-    at: float  # seconds after the first arrival
-    kind: str  # svc-a | svc-b | gpu-1 | gpu-8 | chain
-    namespace: str
-    name: str
-    cpu_m: int
-    cpu_limit_m: int
-    mem_mi: int
-    mem_limit_mi: int
-    gpus: int = 0
-    replicas: int = 1  # > 1 only for the chain's Deployment
-
-    def resources(self) -> dict[str, dict[str, str]]:
-        requests = {"cpu": f"{self.cpu_m}m", "memory": f"{self.mem_mi}Mi"}
-        limits = {"cpu": f"{self.cpu_limit_m}m", "memory": f"{self.mem_limit_mi}Mi"}
-        if self.gpus:
-            requests[GPU] = limits[GPU] = str(self.gpus)
-        return {"requests": requests, "limits": limits}
-
-    def pod_spec(self) -> dict[str, Any]:
-        return {
-            "terminationGracePeriodSeconds": 0,
-            "containers": [{"name": "main", "image": IMAGE, "resources": self.resources()}],
-        }
-
-
-SIZES = ((500, 25), (1000, 30), (2000, 25), (4000, 15), (8000, 5))  # (millicores, weight %)
-
-
-def burst(amount: int) -> int:
-    """The largest integer limit within dept-a's 5 % budget (the webhook admits ratio <= 1.05)."""
-    return amount * 105 // 100
-
-
-def build_trace(
-    seed: int,
-    rate: float,
-    *,
-    services_a: int = 38,
-    services_b: int = 36,
-    gpu1_jobs: int = 8,
-    gpu8_jobs: int = 2,
-    chain_replicas: int = 12,
-) -> list[Arrival]:
-    rng = random.Random(seed)
-    total = services_a + services_b + gpu1_jobs + gpu8_jobs + 1
-    slots: list[str | None] = [None] * total
-    chain_at = rng.randrange(int(total * 0.25), int(total * 0.35))
-    slots[chain_at] = "chain"
-    early = [i for i in range(int(total * 0.5)) if slots[i] is None]
-    for i in rng.sample(early, gpu1_jobs):
-        slots[i] = "gpu-1"
-    late = [i for i in range(int(total * 0.67), total) if slots[i] is None]
-    for i in rng.sample(late, gpu8_jobs):
-        slots[i] = "gpu-8"
-    services = ["svc-a"] * services_a + ["svc-b"] * services_b
-    rng.shuffle(services)
-    it = iter(services)
-    kinds = [slot if slot is not None else next(it) for slot in slots]
-    counters: Counter[str] = Counter()
-    out: list[Arrival] = []
-    at = 0.0
-    for kind in kinds:
-        counters[kind] += 1
-        n = counters[kind]
-        if kind in ("svc-a", "svc-b"):
-            cpu = rng.choices([s for s, _ in SIZES], weights=[w for _, w in SIZES])[0]
-            mem = 2 * cpu * 1024 // 1000  # 2 GiB per core, in MiB
-            if kind == "svc-a":
-                arrival = Arrival(
-                    at, kind, NS_A, f"a-svc-{n:03d}", cpu, burst(cpu), mem, burst(mem)
-                )
-            else:
-                arrival = Arrival(at, kind, NS_B, f"b-svc-{n:03d}", cpu, cpu, mem, mem)
-        elif kind == "gpu-1":
-            arrival = Arrival(
-                at, kind, NS_A, f"a-train-1g-{n:02d}", 4000, 4200, 32768, burst(32768), gpus=1
-            )
-        elif kind == "gpu-8":
-            arrival = Arrival(
-                at, kind, NS_B, f"b-train-8g-{n:02d}", 32000, 32000, 262144, 262144, 8
-            )
-        else:
-            arrival = Arrival(
-                at, kind, NS_A, CHAIN, 1000, 1000, 2048, 2048, replicas=chain_replicas
-            )
-        out.append(arrival)
-        at += rng.expovariate(rate)
-    return out
-
-
-def trace_pods(trace: Sequence[Arrival]) -> int:
-    return sum(a.replicas for a in trace)
-
-
-def deployment_body(a: Arrival) -> dict[str, Any]:
-    labels = {"order-chain": a.name, "app": a.name, TRACE_LABEL: "1", KIND_LABEL: a.kind}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": a.name, "namespace": a.namespace},
-        "spec": {
-            "replicas": a.replicas,
-            "selector": {"matchLabels": {"order-chain": a.name}},
-            "template": {"metadata": {"labels": labels}, "spec": a.pod_spec()},
-        },
-    }
-
-
-def pod_body(a: Arrival) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": a.name,
-            "namespace": a.namespace,
-            "labels": {TRACE_LABEL: "1", KIND_LABEL: a.kind},
-        },
-        "spec": a.pod_spec(),
-    }
-
-
-# -- measuring -----------------------------------------------------------------------------------
-
-
-def _q(value: Any) -> Fraction:
-    return parse_quantity(value) if value is not None else Fraction(0)
-
-
-def pod_amount(pod: Mapping[str, Any], part: str, resource: str) -> Fraction:
-    """What the pod requests (or limits) of `resource`, as the scheduler and the budget rule sum
-    it (steer/core/scheduling.py)."""
-    return scheduling.pod_amount(pod["spec"], part, resource)
-
-
-def node_overcommit_pct(node: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> float:
-    """max over cpu/memory of sum(limits of the node's pods) / allocatable - 1, in %."""
-    alloc = node["status"]["allocatable"]
-    worst = None
-    for resource in ("cpu", "memory"):
-        total = sum((pod_amount(p, "limits", resource) for p in pods), Fraction(0))
-        ratio = total / _q(alloc[resource]) - 1
-        worst = ratio if worst is None else max(worst, ratio)
-    return float(100 * (worst or 0))
-
-
-class BindRecorder:
-    """Watches trace pods (label TRACE_LABEL) and notes when each is first seen, and first seen
-    bound, on this process' monotonic clock."""
-
-    def __init__(self, kubeconfig: Path) -> None:
-        self.api = make_api_client(str(kubeconfig))
-        self.seen: dict[str, float] = {}
-        self.bound: dict[str, float] = {}
-        self.last_change = time.monotonic()
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="bind-recorder", daemon=True)
-
-    def _run(self) -> None:
-        core = client.CoreV1Api(self.api)
-        while not self._stop.is_set():
-            w = watch.Watch()
-            try:
-                for event in w.stream(
-                    core.list_pod_for_all_namespaces,
-                    label_selector=TRACE_LABEL,
-                    timeout_seconds=3,
-                    _request_timeout=10,
-                ):
-                    pod = event["object"]
-                    key = f"{pod.metadata.namespace}/{pod.metadata.name}"
-                    now = time.monotonic()
-                    with self._lock:
-                        if event["type"] != "DELETED":
-                            self.seen.setdefault(key, now)
-                            if pod.spec.node_name and key not in self.bound:
-                                self.bound[key] = now
-                                self.last_change = now
-                    if self._stop.is_set():
-                        w.stop()
-                        break
-            except Exception:  # a dropped watch: start a new one
-                time.sleep(0.2)
-
-    def bind_times(self) -> dict[str, float]:
-        with self._lock:
-            return dict(self.bound)
-
-    def counts(self) -> tuple[int, int, float]:
-        with self._lock:
-            return len(self.seen), len(self.bound), self.last_change
-
-    def __enter__(self) -> BindRecorder:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-        self.api.close()
-
-
-@dataclass
-class Snapshot:
-    nodes: list[dict[str, Any]]
-    pods: list[dict[str, Any]]
-
-
-def snapshot(core: client.CoreV1Api) -> Snapshot:
-    nodes: Any = core.list_node(_preload_content=False)
-    pods: Any = core.list_pod_for_all_namespaces(_preload_content=False)
-    return Snapshot(json.loads(nodes.data)["items"], json.loads(pods.data)["items"])
-
-
-def natural(name: str) -> tuple[str, int]:
-    stem, _, num = name.rpartition("-")
-    return (stem, int(num)) if num.isdigit() else (name, 0)
-
-
-def measure(
-    snap: Snapshot, specs: Sequence[NodeSpec], bind_times: Mapping[str, float] | None = None
-) -> dict[str, Any]:
-    """The scoreboard of one run, from one snapshot (see the module docstring). `bind_times`
-    (namespace/name → when first seen bound) orders the bindings for the at-bind attribution."""
-    spec_of = {s.name: s for s in specs}
-    hot = {s.name for s in specs if s.hot}
-    by_node: dict[str, list[dict[str, Any]]] = {n["metadata"]["name"]: [] for n in snap.nodes}
-    for pod in snap.pods:
-        node = pod["spec"].get("nodeName")
-        if node in by_node and pod["metadata"].get("deletionTimestamp") is None:
-            by_node[node].append(pod)
-    over = {
-        n["metadata"]["name"]: node_overcommit_pct(n, by_node[n["metadata"]["name"]])
-        for n in snap.nodes
-    }
-    trace = [p for p in snap.pods if (p["metadata"].get("labels") or {}).get(TRACE_LABEL) == "1"]
-
-    def kind(p: Mapping[str, Any]) -> str:
-        return str(p["metadata"]["labels"].get(KIND_LABEL))
-
-    bound = [p for p in trace if p["spec"].get("nodeName")]
-    pending = [p for p in trace if not p["spec"].get("nodeName")]
-    gpus_of = {id(p): int(pod_amount(p, "requests", GPU)) for p in snap.pods}
-    out: dict[str, Any] = {
-        "trace_pods_seen": len(trace),
-        "bound": len(bound),
-        "pending": len(pending),
-        "cores": float(sum((pod_amount(p, "requests", "cpu") for p in bound), Fraction(0))),
-    }
-    times = bind_times or {}
-
-    def key(p: Mapping[str, Any]) -> str:
-        return f"{p['metadata']['namespace']}/{p['metadata']['name']}"
-
-    def over_before(p: Mapping[str, Any]) -> float:
-        """The node's overcommit from the pods bound to it before `p` (pre-existing ones first)."""
-        mine = times.get(key(p), float("inf"))
-        node = p["spec"]["nodeName"]
-        earlier = [
-            q for q in by_node[node] if q is not p and times.get(key(q), float("-inf")) < mine
-        ]
-        return node_overcommit_pct(node_by_name[node], earlier)
-
-    node_by_name = {n["metadata"]["name"]: n for n in snap.nodes}
-    violations = []
-    for ns, budget in BUDGET.items():
-        tenant = [p for p in bound if p["metadata"]["namespace"] == ns]
-        before = {key(p): over_before(p) for p in tenant}
-        out[f"over_budget_{ns}"] = sum(1 for p in tenant if over[p["spec"]["nodeName"]] > budget)
-        out[f"over_budget_at_bind_{ns}"] = sum(1 for p in tenant if before[key(p)] > budget)
-        out[f"bound_{ns}"] = len(tenant)
-        violations += [
-            {
-                "pod": key(p),
-                "node": p["spec"]["nodeName"],
-                "budget_pct": budget,
-                "overcommit_before_bind_pct": round(before[key(p)], 1),
-                "overcommit_end_pct": round(over[p["spec"]["nodeName"]], 1),
-                "node_label_end": (node_by_name[p["spec"]["nodeName"]]["metadata"]["labels"]).get(
-                    f"{PREFIX}overcommit-pct"
-                ),
-            }
-            for p in tenant
-            if over[p["spec"]["nodeName"]] > budget
-        ]
-    out["budget_violations"] = violations
-    out["gpu_on_hot"] = sum(1 for p in bound if gpus_of[id(p)] and p["spec"]["nodeName"] in hot)
-    zones = Counter(spec_of[p["spec"]["nodeName"]].zone for p in bound if kind(p) == "chain")
-    out["chain_per_zone"] = [zones.get(z, 0) for z in ZONES]
-    out["chain_skew"] = max(out["chain_per_zone"]) - min(out["chain_per_zone"])
-    out["gpu8_pending"] = sum(1 for p in pending if kind(p) == "gpu-8")
-    allocated = {name: sum(gpus_of[id(p)] for p in pods) for name, pods in by_node.items()}
-    gpu_nodes = [s for s in specs if s.gpus]
-    out["whole_gpu_nodes"] = sum(1 for s in gpu_nodes if not s.hot and allocated[s.name] == 0)
-    out["stranded_gpus"] = sum(
-        s.gpus - allocated[s.name] for s in gpu_nodes if 0 < allocated[s.name] < s.gpus
-    )
-    cpu_on_gpu = [p for p in bound if not gpus_of[id(p)] and spec_of[p["spec"]["nodeName"]].gpus]
-    out["cpu_pods_on_gpu_nodes"] = len(cpu_on_gpu)
-    out["cpu_cores_on_gpu_nodes"] = float(
-        sum((pod_amount(p, "requests", "cpu") for p in cpu_on_gpu), Fraction(0))
-    )
-    out["scheduler_names"] = dict(Counter(p["spec"].get("schedulerName", "") for p in trace))
-    out["mutated"] = sum(
-        1 for p in trace if f"{PREFIX}trace" in (p["metadata"].get("annotations") or {})
-    )
-    sim = SimCluster(POWER, external_gpu_util={s.name: HOT_UTIL for s in specs if s.hot})
-    sim.update(snap.nodes, snap.pods, now=0.0)
-    watts = sim.node_watts()
-    active = [name for name, pods in by_node.items() if pods or name in hot]
-    all_cores = float(
-        sum(
-            (pod_amount(p, "requests", "cpu") for pods in by_node.values() for p in pods),
-            Fraction(0),
-        )
-    )
-    out["active_nodes"] = len(active)
-    out["active_kw"] = sum(watts[n] for n in active) / 1000
-    out["w_per_core"] = 1000 * out["active_kw"] / all_cores if all_cores else 0.0
-    out["idle_w"] = sum(POWER.idle_watts(spec_of[n].gpus > 0) for n in active)
-    reasons: Counter[str] = Counter()
-    for p in pending:
-        message = next(
-            (
-                c.get("message", "")
-                for c in (p.get("status") or {}).get("conditions") or ()
-                if c.get("type") == "PodScheduled"
-            ),
-            "(no PodScheduled condition yet)",
-        )
-        reasons[f"{kind(p)}: {message}"] += 1
-    out["pending_reasons"] = dict(reasons)
-    out["nodes"] = {
-        name: {
-            "zone": spec_of[name].zone,
-            "hot": name in hot,
-            "overcommit_pct": round(over[name], 2),
-            "watts": round(watts[name], 1),
-            "gpus_allocated": allocated[name],
-            "cores_requested": float(
-                sum((pod_amount(p, "requests", "cpu") for p in pods), Fraction(0))
-            ),
-            "trace_pods": dict(
-                Counter(kind(p) for p in pods if p["metadata"].get("labels", {}).get(TRACE_LABEL))
-            ),
-            "labels": steer_labels(next(n for n in snap.nodes if n["metadata"]["name"] == name)),
-        }
-        for name, pods in sorted(by_node.items(), key=lambda item: natural(item[0]))
-    }
-    return out
-
-
-def steer_labels(node: Mapping[str, Any]) -> dict[str, str]:
-    labels = {
-        k.removeprefix(PREFIX): v
-        for k, v in (node["metadata"].get("labels") or {}).items()
-        if k.startswith(PREFIX)
-    }
-    for taint in node.get("spec", {}).get("taints") or ():
-        if taint["key"].startswith(PREFIX):
-            labels[f"taint:{taint['key'].removeprefix(PREFIX)}"] = taint["effect"]
-    return labels
 
 
 # -- running -------------------------------------------------------------------------------------
@@ -854,118 +448,6 @@ class Bench:
         return result
 
 
-# -- reporting -----------------------------------------------------------------------------------
-
-COLUMNS: tuple[tuple[str, str, Callable[[dict[str, Any]], float], str], ...] = (
-    ("bound", "bound", lambda r: r["bound"], "{:.0f}"),
-    ("pending", "pend", lambda r: r["pending"], "{:.0f}"),
-    ("rejected", "rej", lambda r: r["rejected_count"], "{:.0f}"),
-    ("cores", "cores", lambda r: r["cores"], "{:.1f}"),
-    ("a_over", "A>5%", lambda r: r["over_budget_team-a"], "{:.0f}"),
-    ("a_bind", "A@bind", lambda r: r["over_budget_at_bind_team-a"], "{:.0f}"),
-    ("b_over", "B>0%", lambda r: r["over_budget_team-b"], "{:.0f}"),
-    ("b_bind", "B@bind", lambda r: r["over_budget_at_bind_team-b"], "{:.0f}"),
-    ("gpu_hot", "GPU@hot", lambda r: r["gpu_on_hot"], "{:.0f}"),
-    ("skew", "skew", lambda r: r["chain_skew"], "{:.0f}"),
-    ("gpu8", "8G pend", lambda r: r["gpu8_pending"], "{:.0f}"),
-    ("whole", "whole", lambda r: r["whole_gpu_nodes"], "{:.0f}"),
-    ("strand", "strand", lambda r: r["stranded_gpus"], "{:.0f}"),
-    ("cpu_gpu", "CPU@GPU", lambda r: r["cpu_pods_on_gpu_nodes"], "{:.0f}"),
-    ("cpu_gpu_cores", "CPU@GPU cores", lambda r: r["cpu_cores_on_gpu_nodes"], "{:.1f}"),
-    ("active", "active", lambda r: r["active_nodes"], "{:.0f}"),
-    ("kw", "kW", lambda r: r["active_kw"], "{:.2f}"),
-    ("wcore", "W/core", lambda r: r["w_per_core"], "{:.1f}"),
-    ("idle", "idleW", lambda r: r["idle_w"], "{:.0f}"),
-    ("c2b", "c→b s", lambda r: r["create_to_last_bind_s"], "{:.1f}"),
-)
-
-
-def run_row(r: dict[str, Any]) -> str:
-    cells = [r["mode"], str(r["run"])]
-    for key, _, get, fmt in COLUMNS:
-        value = fmt.format(get(r))
-        if key == "a_over":
-            value += f"/{r['bound_team-a']}"
-        elif key == "b_over":
-            value += f"/{r['bound_team-b']}"
-        elif key == "skew":
-            value += " (" + "/".join(map(str, r["chain_per_zone"])) + ")"
-        cells.append(value)
-    return "| " + " | ".join(cells) + " |"
-
-
-def table(results: Sequence[dict[str, Any]], modes: Sequence[str]) -> str:
-    head = ["mode", "run", *(title for _, title, _, _ in COLUMNS)]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * 2 + "---:|" * len(COLUMNS)]
-    ordered = sorted(results, key=lambda r: (modes.index(r["mode"]), r["run"]))
-    lines += [run_row(r) for r in ordered]
-    lines.append("")
-    lines.append("Summary per mode: min / median / max over runs.")
-    lines.append("")
-    lines.append("| mode | runs | " + " | ".join(title for _, title, _, _ in COLUMNS) + " |")
-    lines.append("|---|---:|" + "---:|" * len(COLUMNS))
-    for mode in modes:
-        rows = [r for r in results if r["mode"] == mode]
-        if not rows:
-            continue
-        cells = [mode, str(len(rows))]
-        for _, _, get, fmt in COLUMNS:
-            values = [float(get(r)) for r in rows]
-            trio = (min(values), statistics.median(values), max(values))
-            cells.append(
-                " / ".join(fmt.format(v) for v in trio) if len(rows) > 1 else fmt.format(values[0])
-            )
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def summary(results: Sequence[dict[str, Any]], modes: Sequence[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for mode in modes:
-        rows = [r for r in results if r["mode"] == mode]
-        if rows:
-            out[mode] = {
-                key: {
-                    "min": min(float(get(r)) for r in rows),
-                    "median": statistics.median(float(get(r)) for r in rows),
-                    "max": max(float(get(r)) for r in rows),
-                }
-                for key, _, get, _ in COLUMNS
-            }
-    return out
-
-
-def node_table(result: dict[str, Any]) -> str:
-    """Where things went in one run: per node, its labels at trace start and the final state."""
-    start = (result.get("priming") or {}).get("labels_at_start") or {}
-    lines = [
-        f"Nodes, {result['mode']} run {result['run']}: steer labels at trace start "
-        "(score / score-class-gpu / overcommit-pct, taints) and the final state.",
-        "",
-        "| node | zone | at start | end labels | overcommit % | cores req | GPUs alloc | trace pods |",
-        "|---|---|---|---|---:|---:|---:|---|",
-    ]
-
-    def short(labels: Mapping[str, str]) -> str:
-        if not labels:
-            return "-"
-        parts = [
-            f"{labels.get('score', '·')}/{labels.get('score-class-gpu', '·')}/"
-            f"{labels.get('overcommit-pct', '·')}"
-        ]
-        parts += [k.removeprefix("taint:") for k in labels if k.startswith("taint:")]
-        return " ".join(parts)
-
-    for name, n in result["nodes"].items():
-        pods = ", ".join(f"{k} {v}" for k, v in sorted(n["trace_pods"].items())) or "-"
-        lines.append(
-            f"| {name}{' (hot)' if n['hot'] else ''} | {n['zone']} | {short(start.get(name, {}))} | "
-            f"{short(n['labels'])} | {n['overcommit_pct']:.1f} | {n['cores_requested']:g} | "
-            f"{n['gpus_allocated']} | {pods} |"
-        )
-    return "\n".join(lines)
-
-
 # -- main ----------------------------------------------------------------------------------------
 
 
@@ -1011,19 +493,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = set(modes) - set(MODES)
     if unknown or not modes:
         parser.error(f"--modes: unknown {sorted(unknown)}; choose from {', '.join(MODES)}")
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    out_file = args.json or RESULTS / f"placement-{stamp}.json"
+    stamp = utc_stamp()
+    out_file = results_file(args.json, "placement", stamp)
     began = time.monotonic()
     results: list[dict[str, Any]] = []
     failures: list[dict[str, Any]] = []
     with contextlib.ExitStack() as stack:
-        if args.workdir:
-            workdir = args.workdir
-            workdir.mkdir(parents=True, exist_ok=True)
-        else:
-            workdir = Path(
-                stack.enter_context(tempfile.TemporaryDirectory(prefix="steer-placement-"))
-            )
+        workdir = run_workdir(stack, args.workdir, "steer-placement-")
         log("starting the control plane (etcd, apiserver, scheduler, controller manager)")
         plane = stack.enter_context(
             ControlPlane.start(workdir / "control-plane", controller_manager=True)
@@ -1062,24 +538,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"- {count} x {text[:300]}")
             print()
     print(f"Total runtime {elapsed / 60:.1f} min.")
-    out_file.parent.mkdir(parents=True, exist_ok=True)
-    out_file.write_text(
-        json.dumps(
-            {
-                "started": stamp,
-                "runtime_s": round(elapsed, 1),
-                "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-                "trace": [a.__dict__ for a in bench.trace],
-                "nodes": [s.__dict__ for s in bench.specs],
-                "preexisting": PREEXISTING,
-                "power_model": POWER.__dict__,
-                "summary": summary(results, modes),
-                "runs": results,
-                "failures": failures,
-            },
-            indent=1,
-            default=str,
-        )
+    write_results(
+        out_file,
+        {
+            "started": stamp,
+            "runtime_s": round(elapsed, 1),
+            "args": recorded_args(args),
+            "trace": [a.__dict__ for a in bench.trace],
+            "nodes": [s.__dict__ for s in bench.specs],
+            "preexisting": PREEXISTING,
+            "power_model": POWER.__dict__,
+            "summary": summary(results, modes),
+            "runs": results,
+            "failures": failures,
+        },
     )
     log(f"results written to {out_file}")
     return 1 if failures else 0

@@ -15,8 +15,8 @@ Not a test: it asserts nothing, it measures, and it reports what it measures (as
 bench/placement.py). The scoreboard is printed as markdown on stdout, progress goes to stderr,
 and everything (every run, the scheduler's metrics per run, the messages of pods left Pending)
 is written to bench/results/scale-<UTC timestamp>.json (or --json PATH). One subcommand per
-section; the helpers before the first section (control plane, raw API client, fake nodes, the
-real scorer on recorded readings) are shared by all sections.
+section; what the sections share (raw API client, fake nodes, the real scorer on recorded
+readings, results files) is in bench/benchkit/.
 
 Section `scheduler`: scheduling throughput per steered pod shape
 -----------------------------------------------------------------
@@ -100,50 +100,53 @@ import argparse
 import contextlib
 import copy
 import json
-import math
 import os
-import random
-import statistics
-import subprocess
 import sys
-import tempfile
-import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
-
-import jsonpatch
-import orjson
-import requests
-import yaml
-from prometheus_client.parser import text_string_to_metric_families
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.benchkit.api import Api  # noqa: E402
+from bench.benchkit.bind_watch import BindWatch  # noqa: E402
+from bench.benchkit.nodes import bare_nodes, create_nodes  # noqa: E402
+from bench.benchkit.progress import in_parallel, log  # noqa: E402
+from bench.benchkit.provenance import source_version  # noqa: E402
+from bench.benchkit.recorded_scorer import (  # noqa: E402
+    SCORER_READINGS,
+    bench_policy_text,
+    node_summary,
+    score_nodes,
+    scorer_readings,
+)
+from bench.benchkit.results import (  # noqa: E402
+    recorded_args,
+    results_file,
+    run_workdir,
+    utc_stamp,
+    write_results,
+)
+from bench.benchkit.scheduler_metrics import METRICS_FLUSH_S, scheduler_time  # noqa: E402
+from bench.benchkit.scheduler_report import print_report, shape_summary  # noqa: E402
+from bench.benchkit.shapes import (  # noqa: E402
+    SHAPES,
+    VARIANTS,
+    Shape,
+    ShapePods,
+    gpus_per_node,
+    shape_pods,
+)
 from kits.control_plane import ControlPlane  # noqa: E402
-from scorer.kubeapi import KubeJson  # noqa: E402
-from scorer.ledger import PodLedger  # noqa: E402
-from scorer.model import NodeState  # noqa: E402
-from scorer.observe import NodeIndex, read_dimension  # noqa: E402
-from scorer.service import Scorer  # noqa: E402
-from scorer.sources import Readings  # noqa: E402
-from scorer.writer import NodeApi  # noqa: E402
-from steer.adapters.prometheus import Sample  # noqa: E402
-from steer.core.mutation import MutationPlan, mutate_pod  # noqa: E402
-from steer.core.policy import Dimension, Policy, parse_policy  # noqa: E402
+from steer.core.mutation import MutationPlan  # noqa: E402
+from steer.core.policy import parse_policy  # noqa: E402
 
 PROFILES = ROOT / "manifests" / "scheduler" / "profiles.yaml"
 EXAMPLE_POLICY = ROOT / "examples" / "policy.yaml"
-RESULTS = ROOT / "bench" / "results"
-ZONES = ("zone-a", "zone-b", "zone-c")
-GPU = "nvidia.com/gpu"
-IMAGE = "registry.k8s.io/pause:3.10"
 RUN_LABEL = "bench.kube-steer.github.io/run"
 APISERVER_ARGS = (
     "--max-requests-inflight=3000",
@@ -151,116 +154,14 @@ APISERVER_ARGS = (
     "--delete-collection-workers=8",  # default 1: deleting 3,000 pods took 12 s
 )
 SCHEDULER_QPS = 5000
-SCORER_WRITE_QPS = 1000  # the policy's maximum; the example's 20 would take minutes
 WORKERS = 16  # parallel requests when creating nodes and pods
-
-T = TypeVar("T")
-R = TypeVar("R")
-
-
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-# -- shared: the API, nodes, the scorer ------------------------------------------------------
-
-
-class ApiError(RuntimeError):
-    def __init__(self, method: str, path: str, status: int, body: str) -> None:
-        super().__init__(f"{method} {path}: HTTP {status}: {body[:300]}")
-        self.status = status
-
-
-class RawApi:
-    """JSON over HTTPS with the admin certificate, one requests.Session per thread. The
-    kubernetes client's model (de)serialisation costs more CPU than the apiserver's own work
-    on this 2-core machine, and the client shares those cores with what it measures."""
-
-    def __init__(self, plane: ControlPlane) -> None:
-        self.base = plane.url
-        self._cert = (str(plane.pki_dir / "admin.crt"), str(plane.pki_dir / "admin.key"))
-        self._ca = str(plane.ca_file)
-        self._local = threading.local()
-        self._sessions: list[requests.Session] = []
-        self._lock = threading.Lock()
-
-    def new_session(self) -> requests.Session:
-        """A session of its own (the caller closes it), e.g. for a long watch."""
-        session = requests.Session()
-        session.trust_env = False  # this machine sets REQUESTS_CA_BUNDLE
-        session.verify = self._ca
-        session.cert = self._cert
-        return session
-
-    def session(self) -> requests.Session:
-        """This thread's session, closed by `close()`."""
-        session: requests.Session | None = getattr(self._local, "session", None)
-        if session is None:
-            session = self._local.session = self.new_session()
-            with self._lock:
-                self._sessions.append(session)
-        return session
-
-    def request(
-        self,
-        method: str,
-        path: str,
-        body: Any = None,
-        params: Mapping[str, str] | None = None,
-    ) -> dict[str, Any]:
-        resp = self.session().request(
-            method,
-            self.base + path,
-            data=orjson.dumps(body) if body is not None else None,
-            headers={"Content-Type": "application/json"},
-            params=params,
-            timeout=120,
-        )
-        if resp.status_code >= 300:
-            raise ApiError(method, path, resp.status_code, resp.text)
-        result: dict[str, Any] = orjson.loads(resp.content) if resp.content else {}
-        return result
-
-    def list(self, path: str, **params: str) -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = []
-        query = {"limit": "2000", **params}
-        while True:
-            page = self.request("GET", path, params=query)
-            items += page.get("items") or []
-            token = (page.get("metadata") or {}).get("continue")
-            if not token:
-                return items
-            query["continue"] = token
-
-    def close(self) -> None:
-        with self._lock:
-            for session in self._sessions:
-                session.close()
-            self._sessions.clear()
-
-
-def source_version() -> str:
-    """The commit measured, `-dirty` when the working tree differs from it (the mutated pods
-    themselves are in the results too)."""
-    done = subprocess.run(
-        ["git", "-C", str(ROOT), "describe", "--always", "--dirty", "--abbrev=12"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    return done.stdout.strip() or "unknown"
-
-
-def in_parallel(fn: Callable[[T], R], items: Iterable[T], workers: int = WORKERS) -> list[R]:
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bench") as pool:
-        return list(pool.map(fn, items))
 
 
 @contextlib.contextmanager
-def bench_plane(workdir: Path) -> Iterator[tuple[ControlPlane, RawApi]]:
+def bench_plane(workdir: Path) -> Iterator[tuple[ControlPlane, Api]]:
     """etcd + kube-apiserver with raised inflight limits, no scheduler yet, and a raw client."""
     plane = ControlPlane.start(workdir, scheduler=False, apiserver_args=list(APISERVER_ARGS))
-    raw = RawApi(plane)
+    raw = Api(plane, pool=2 * WORKERS)
     try:
         yield plane, raw
     finally:
@@ -268,445 +169,9 @@ def bench_plane(workdir: Path) -> Iterator[tuple[ControlPlane, RawApi]]:
         plane.stop()
 
 
-@dataclass(frozen=True)
-class FakeNode:
-    name: str
-    zone: str
-    gpus: int = 0
-    cpu: str = "64"
-    memory: str = "256Gi"
-    pods: int = 110
-
-    def body(self) -> dict[str, Any]:
-        """A Node with its status: a Node's status may be set on create (there is no kubelet
-        to report it), which halves the requests of `ControlPlane.add_node`."""
-        capacity = {"cpu": self.cpu, "memory": self.memory, "pods": str(self.pods)}
-        if self.gpus:
-            capacity[GPU] = str(self.gpus)
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        return {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {
-                "name": self.name,
-                "labels": {
-                    "kubernetes.io/hostname": self.name,
-                    "kubernetes.io/os": "linux",
-                    "topology.kubernetes.io/zone": self.zone,
-                },
-            },
-            "status": {
-                "capacity": capacity,
-                "allocatable": capacity,
-                "conditions": [
-                    {
-                        "type": "Ready",
-                        "status": "True",
-                        "reason": "KubeletReady",
-                        "message": "fake node",
-                        "lastHeartbeatTime": now,
-                        "lastTransitionTime": now,
-                    }
-                ],
-                "addresses": [{"type": "Hostname", "address": self.name}],
-            },
-        }
-
-
-def fake_nodes(count: int, gpus_per_node: int, gpu_every: int = 4) -> list[FakeNode]:
-    return [
-        FakeNode(
-            name=f"node-{i:05d}",
-            zone=ZONES[i % len(ZONES)],
-            gpus=gpus_per_node if i % gpu_every == 0 else 0,
-        )
-        for i in range(count)
-    ]
-
-
-def create_nodes(raw: RawApi, nodes: Sequence[FakeNode]) -> None:
-    made = [raw.request("POST", "/api/v1/nodes", n.body()) for n in nodes[:1]]
-    if not made[0].get("status", {}).get("conditions"):
-        raise RuntimeError("the apiserver dropped the status of a created Node")
-    in_parallel(lambda n: raw.request("POST", "/api/v1/nodes", n.body()), nodes[1:])
-
-
-class RecordedSource:
-    """Fixed readings, `values[dimension][node]`, answered as the Prometheus source answers a
-    cycle (each node identified by its name in the dimension's nodeLabel)."""
-
-    def __init__(self, values: Mapping[str, Mapping[str, float]]) -> None:
-        self.values = values
-
-    def read(
-        self,
-        policy: Policy,
-        dimensions: Sequence[Dimension],
-        nodes: Sequence[NodeState],
-        index: NodeIndex,
-        at: float | None,
-    ) -> Readings:
-        observed_at = time.time() if at is None else at
-        out = Readings()
-        for dim in dimensions:
-            samples = [
-                Sample({dim.node_label: node}, value)
-                for node, value in self.values.get(dim.name, {}).items()
-            ]
-            out.readings[dim.name] = read_dimension(
-                dim, samples, observed_at=observed_at, index=index
-            )
-        return out
-
-    def close(self) -> None:
-        pass
-
-
-def bench_policy_text(write_qps: int = SCORER_WRITE_QPS) -> str:
-    """examples/policy.yaml with the scorer's write rates raised (labels, and the status
-    resources written first at their own rate), nothing else changed."""
-    doc = yaml.safe_load(EXAMPLE_POLICY.read_text())
-    scoring = doc["spec"]["scoring"]
-    for key in ("writeQps", "writeBurst", "resourceWriteQps", "resourceWriteBurst"):
-        scoring[key] = write_qps
-    return yaml.safe_dump(doc, sort_keys=False)
-
-
-def score_nodes(
-    plane: ControlPlane,
-    policy: Policy,
-    values: Mapping[str, Mapping[str, float]],
-    cycles: int = 2,
-) -> list[dict[str, Any]]:
-    """Run the real scorer `cycles` times on recorded readings and no pods (a synced, empty
-    ledger, so the budget pools are published); its write reports, one per cycle."""
-    ledger = PodLedger()
-    ledger.replace([])
-    scorer = Scorer(
-        lambda: policy,
-        NodeApi(KubeJson(plane.api_client())),
-        ledger=ledger,
-        sources={"prometheus": RecordedSource(values)},
-    )
-    reports = []
-    try:
-        for _ in range(cycles):
-            result = scorer.run_cycle(at=time.time())
-            report = result.report
-            if report is None or report.errors:
-                errors = report.errors[:3] if report else "nothing written"
-                raise RuntimeError(f"scorer cycle failed: {errors}")
-            reports.append(
-                {
-                    "nodes_written": report.nodes_written,
-                    "requests": report.requests,
-                    "list_s": round(result.list_s, 2),
-                    "compute_s": round(result.compute_s, 2),
-                    "write_s": round(result.write_s, 2),
-                }
-            )
-    finally:
-        scorer.close()
-    return reports
-
-
-# Seeded readings for the scorer: spread so the score buckets vary, some nodes over each
-# tenant's budget, a few unhealthy ones, a few GPU nodes hot.
-UNHEALTHY_SHARE = 0.05
-HOT_SHARE = 0.10
-OVERCOMMIT_SHARE = 0.8  # nodes with a reading at all: the others carry no overcommit-pct
-
-
-def scorer_readings(nodes: Sequence[FakeNode], seed: int) -> dict[str, dict[str, float]]:
-    rng = random.Random(seed)
-    gpu = [n.name for n in nodes if n.gpus]
-    names = [n.name for n in nodes]
-    return {
-        "gpu-util": {
-            n: 97.0 if rng.random() < HOT_SHARE else float(rng.randint(0, 85)) for n in gpu
-        },
-        "gpu-free": {n: float(rng.randint(0, 8)) for n in gpu},
-        "gpu-frag": {n: rng.random() for n in gpu},
-        "power": {n: float(rng.randint(100, 900)) for n in names},
-        "overcommit-pct": {
-            n: float(rng.randint(-30, 15)) for n in names if rng.random() < OVERCOMMIT_SHARE
-        },
-        "health": {n: 0.0 if rng.random() < UNHEALTHY_SHARE else 1.0 for n in names},
-    }
-
-
-SCORER_READINGS = (
-    f"power 100-900 W and health 1 on every node ({UNHEALTHY_SHARE:.0%} at 0), overcommit-pct "
-    f"-30..15 on {OVERCOMMIT_SHARE:.0%}, GPU nodes gpu-util 0..85 ({HOT_SHARE:.0%} at 97), "
-    "gpu-free 0..8, gpu-frag 0..1"
-)
-
-
-def node_summary(policy: Policy, nodes: Sequence[Mapping[str, Any]]) -> dict[str, int]:
-    """How many nodes carry each of the scorer's labels, taints and resources (pools, gates)."""
-    prefix = policy.spec.label_prefix
-    # Resources may live under their own prefix (one with `kubernetes.io/` in it).
-    resource_prefix: str = getattr(policy.spec, "resource_prefix", prefix)
-    counts: Counter[str] = Counter()
-    for node in nodes:
-        for key in node["metadata"].get("labels") or {}:
-            if key.startswith(prefix):
-                counts["label " + key.removeprefix(prefix)] += 1
-        for taint in node.get("spec", {}).get("taints") or ():
-            if taint["key"].startswith(prefix):
-                counts[f"taint {taint['key'].removeprefix(prefix)}:{taint['effect']}"] += 1
-        for resource in node.get("status", {}).get("allocatable") or {}:
-            if resource.startswith((prefix, resource_prefix)):
-                counts["resource " + resource] += 1
-    return dict(sorted(counts.items()))
-
-
-# -- the scheduler's /metrics ------------------------------------------------------------------
-
-PLUGIN_METRIC = "scheduler_plugin_execution_duration_seconds"
-POINT_METRIC = "scheduler_framework_extension_point_duration_seconds"
-ALGORITHM_METRIC = "scheduler_scheduling_algorithm_duration_seconds"
-ATTEMPTS_METRIC = "scheduler_schedule_attempts"  # counters lose "_total" in the parser
-BATCH_METRIC = "scheduler_batch_attempts"
-# The scheduling pipeline in order. Bind (and PreBind, PostBind) run asynchronously and wait on
-# the apiserver: their wall time is latency, overlapping between pods, not scheduler work.
-POINTS = (
-    "PreEnqueue",
-    "Sign",
-    "PreFilter",
-    "Filter",
-    "PostFilter",
-    "PreScore",
-    "Score",
-    "Reserve",
-    "Permit",
-    "PreBind",
-    "Bind",
-)
-CPU_POINTS = frozenset(POINTS[:8])
-# The scheduler buffers plugin observations (1,000 at most) and flushes them every second.
-METRICS_FLUSH_S = 1.5
-
-
-def metric_sums(text: str, name: str, key: str) -> dict[str, tuple[float, float]]:
-    """(sum, count) of histogram or counter `name` per value of label `key` (others summed;
-    a counter's count is 0)."""
-    out: dict[str, list[float]] = {}
-    for family in text_string_to_metric_families(text):
-        if family.name != name:
-            continue
-        for sample in family.samples:
-            if sample.name.endswith("_bucket") or sample.name.endswith("_created"):
-                continue
-            slot = out.setdefault(sample.labels.get(key, ""), [0.0, 0.0])
-            slot[1 if sample.name.endswith("_count") else 0] += sample.value
-    return {k: (v[0], v[1]) for k, v in out.items()}
-
-
-def plugin_means(text: str) -> dict[str, tuple[float, int]]:
-    """`Point/Plugin` -> (mean µs per call, calls kept). Only ~10 % of cycles record plugin
-    times, Filter and Score once per node, and the scheduler drops what exceeds its buffer of
-    1,000 per second: sums and counts are truncated, the mean per call is not."""
-    out: dict[str, list[float]] = {}
-    for family in text_string_to_metric_families(text):
-        if family.name != PLUGIN_METRIC:
-            continue
-        for sample in family.samples:
-            if not sample.name.endswith(("_sum", "_count")):
-                continue
-            key = f"{sample.labels['extension_point']}/{sample.labels['plugin']}"
-            slot = out.setdefault(key, [0.0, 0.0])
-            slot[1 if sample.name.endswith("_count") else 0] += sample.value
-    return {k: (round(v[0] / v[1] * 1e6, 2), int(v[1])) for k, v in out.items() if v[1]}
-
-
-def scheduler_time(text: str) -> dict[str, Any]:
-    """Where a run's scheduling time went, from the scheduler's /metrics: per pod, the
-    algorithm (filter + score) and each extension point in µs (every cycle records these);
-    per plugin call, the mean µs; attempts and batching results by result."""
-    attempts = {k: int(v[0]) for k, v in metric_sums(text, ATTEMPTS_METRIC, "result").items()}
-    tried = sum(attempts.values()) or 1
-    points = metric_sums(text, POINT_METRIC, "extension_point")
-    algorithm = metric_sums(text, ALGORITHM_METRIC, "")
-    algorithm_s = sum(s for s, _ in algorithm.values())
-    return {
-        "attempts": attempts,
-        "batch": {k: int(v[0]) for k, v in metric_sums(text, BATCH_METRIC, "result").items()},
-        "algorithm_us": round(algorithm_s / tried * 1e6, 1),
-        "extension_point_us": {
-            p: round(points[p][0] / tried * 1e6, 1) for p in POINTS if p in points
-        },
-        "plugin_us_per_call": {k: v[0] for k, v in plugin_means(text).items()},
-        "plugin_calls_kept": {k: v[1] for k, v in plugin_means(text).items()},
-    }
-
-
-# -- section: scheduler ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Shape:
-    name: str
-    namespace: str
-    namespace_labels: Mapping[str, str]
-    cpu_m: int = 100
-    memory_mi: int = 128
-    burst: bool = False  # limits = floor(1.05 x requests) for cpu and memory
-    gpus: int = 0
-    labels: Mapping[str, str] | None = None
-
-    def base_pod(self) -> dict[str, Any]:
-        requests_ = {"cpu": f"{self.cpu_m}m", "memory": f"{self.memory_mi}Mi"}
-        limits = dict(requests_)
-        if self.burst:
-            limits = {
-                "cpu": f"{math.floor(self.cpu_m * 1.05)}m",
-                "memory": f"{math.floor(self.memory_mi * 1.05)}Mi",
-            }
-        if self.gpus:
-            requests_[GPU] = limits[GPU] = str(self.gpus)
-        return {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "namespace": self.namespace,
-                "labels": {"app": f"scale-{self.name}", **(self.labels or {})},
-            },
-            "spec": {
-                "terminationGracePeriodSeconds": 0,
-                "containers": [
-                    {
-                        "name": "main",
-                        "image": IMAGE,
-                        "resources": {"requests": requests_, "limits": limits},
-                    }
-                ],
-            },
-        }
-
-
-OPT_IN = {"kube-steer.github.io/enabled": "true"}
-NS_NONE = {**OPT_IN}
-NS_A = {"tenant": "dept-a", **OPT_IN}
-NS_B = {"tenant": "dept-b", **OPT_IN}
-SHAPES = (
-    Shape("no-tenant", "scale-none", NS_NONE),
-    Shape("a-burstable", "scale-a", NS_A, burst=True),
-    Shape("b-guaranteed", "scale-b", NS_B),
-    Shape("a-gpu", "scale-a", NS_A, burst=True, gpus=1),
-    Shape(
-        "a-chain",
-        "scale-a",
-        NS_A,
-        labels={"order-chain": "x", "pod-template-hash": "6d4b8c7f9"},
-    ),
-)
-VARIANTS = ("twin", "steered")
-
-
-@dataclass(frozen=True)
-class ShapePods:
-    """A shape's two pods (names left out) and what the mutation did."""
-
-    shape: Shape
-    steered: dict[str, Any]
-    twin: dict[str, Any]
-    rules: tuple[str, ...]
-    patch_ops: int
-
-    def pod(self, variant: str) -> dict[str, Any]:
-        return self.steered if variant == "steered" else self.twin
-
-
-def shape_pods(plan: MutationPlan, shape: Shape) -> ShapePods:
-    """The base pod mutated by the webhook's own code, and its unsteered twin: the base pod
-    with the schedulerName the mutation ends with."""
-    base = shape.base_pod()
-    if not plan.opted_in(shape.namespace, shape.namespace_labels):
-        raise RuntimeError(f"{shape.name}: namespace {shape.namespace} is not opted in")
-    mutation = mutate_pod(plan, base, plan.tenant(shape.namespace_labels))
-    steered = jsonpatch.apply_patch(base, list(mutation.ops))
-    twin = copy.deepcopy(base)
-    scheduler = steered["spec"].get("schedulerName")
-    if scheduler:
-        twin["spec"]["schedulerName"] = scheduler
-    return ShapePods(shape, steered, twin, mutation.in_effect, len(mutation.ops))
-
-
-def gpus_per_node(nodes: int, pods: int, gpu_every: int = 4) -> int:
-    """8, or enough that the GPU pods of one run take at most half of all GPUs (some GPU
-    nodes are hot, over dept-a's budget or unhealthy, so not every GPU is usable)."""
-    gpu_nodes = max(1, math.ceil(nodes / gpu_every))
-    return max(8, math.ceil(2 * pods / gpu_nodes))
-
-
-class BindWatch:
-    """Watches the pods of one run from a resourceVersion and notes when this process first
-    received each of them bound (spec.nodeName set), on the monotonic clock."""
-
-    def __init__(self, raw: RawApi, selector: str, resource_version: str) -> None:
-        self.raw = raw
-        self.selector = selector
-        self.resource_version = resource_version
-        self.bound: dict[str, float] = {}
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._response: requests.Response | None = None
-        self._thread = threading.Thread(target=self._run, name="bind-watch", daemon=True)
-
-    def _run(self) -> None:
-        session = self.raw.new_session()
-        # A short server-side timeout: the thread ends within that time of `__exit__`.
-        params = {"watch": "1", "labelSelector": self.selector, "timeoutSeconds": "5"}
-        try:
-            while not self._stop.is_set():
-                params["resourceVersion"] = self.resource_version
-                try:
-                    with session.get(
-                        f"{self.raw.base}/api/v1/pods", params=params, stream=True, timeout=60
-                    ) as resp:
-                        self._response = resp
-                        for line in resp.iter_lines(chunk_size=None):
-                            if line:
-                                self._event(orjson.loads(line), time.monotonic())
-                            if self._stop.is_set():
-                                return
-                except (requests.RequestException, AttributeError, ValueError):
-                    if not self._stop.is_set():
-                        time.sleep(0.1)
-        finally:
-            session.close()
-
-    def _event(self, event: Mapping[str, Any], now: float) -> None:
-        obj = event.get("object") or {}
-        if event.get("type") == "ERROR":
-            raise ValueError(f"watch error: {obj.get('message')}")  # restart from the last RV
-        version = (obj.get("metadata") or {}).get("resourceVersion")
-        if version:
-            self.resource_version = version
-        if event.get("type") in ("ADDED", "MODIFIED") and (obj.get("spec") or {}).get("nodeName"):
-            with self._lock:
-                self.bound.setdefault(obj["metadata"]["name"], now)
-
-    def times(self) -> list[float]:
-        with self._lock:
-            return sorted(self.bound.values())
-
-    def __enter__(self) -> BindWatch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        with contextlib.suppress(Exception):
-            if self._response is not None:
-                self._response.close()
-        self._thread.join(timeout=15)
-
-
 class SchedulerBench:
     def __init__(
-        self, plane: ControlPlane, raw: RawApi, args: argparse.Namespace, workdir: Path
+        self, plane: ControlPlane, raw: Api, args: argparse.Namespace, workdir: Path
     ) -> None:
         self.plane = plane
         self.workdir = workdir
@@ -743,10 +208,10 @@ class SchedulerBench:
             pod = copy.deepcopy(body)
             pod["metadata"]["name"] = f"{run_id}-{i:05d}"
             pod["metadata"]["labels"][RUN_LABEL] = run_id
-            self.raw.request("POST", path, pod)
+            self.raw.json("POST", path, pod)
 
         t0 = time.monotonic()
-        in_parallel(create, range(self.args.pods))
+        in_parallel(create, range(self.args.pods), WORKERS)
         return time.monotonic() - t0
 
     def wait_bound(self, watch: BindWatch, started: float) -> None:
@@ -761,7 +226,11 @@ class SchedulerBench:
 
     def pending_reasons(self, selector: str) -> dict[str, int]:
         reasons: Counter[str] = Counter()
-        pods = self.raw.list("/api/v1/pods", labelSelector=selector, fieldSelector="spec.nodeName=")
+        pods = self.raw.pages(
+            "/api/v1/pods",
+            {"labelSelector": selector, "fieldSelector": "spec.nodeName="},
+            limit=2000,
+        )[0]
         for pod in pods:
             conditions = (pod.get("status") or {}).get("conditions") or ()
             message = next(
@@ -777,7 +246,7 @@ class SchedulerBench:
 
     def delete_pods(self, namespace: str, selector: str) -> float:
         t0 = time.monotonic()
-        self.raw.request(
+        self.raw.json(
             "DELETE",
             f"/api/v1/namespaces/{namespace}/pods",
             {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0},
@@ -785,7 +254,7 @@ class SchedulerBench:
         )
         deadline = t0 + 300
         params = {"labelSelector": selector, "limit": "1"}
-        while self.raw.request("GET", "/api/v1/pods", params=params).get("items"):
+        while self.raw.json("GET", "/api/v1/pods", params=params).get("items"):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"pods {selector} not deleted within 300 s")
             time.sleep(0.5)
@@ -800,7 +269,7 @@ class SchedulerBench:
         load_before = round(os.getloadavg()[0], 2)
         create_s = self.create_pods(pods, variant, run_id)
         self.settle_deletion()
-        version = self.raw.request("GET", "/api/v1/pods", params={"limit": "1"})["metadata"][
+        version = self.raw.json("GET", "/api/v1/pods", params={"limit": "1"})["metadata"][
             "resourceVersion"
         ]
         with BindWatch(self.raw, selector, version) as watch:
@@ -883,7 +352,7 @@ def measure_size(
     out: dict[str, Any] = {"nodes": nodes}
     t_size = time.monotonic()
     gpus = gpus_per_node(nodes, args.pods)
-    fleet = fake_nodes(nodes, gpus)
+    fleet = bare_nodes(nodes, gpus)
     out["gpus_per_gpu_node"] = gpus
     out["gpu_nodes"] = sum(1 for n in fleet if n.gpus)
     log(f"{nodes} nodes: control plane")
@@ -891,14 +360,14 @@ def measure_size(
         for shape in shapes:
             plane.ensure_namespace(shape.namespace, shape.namespace_labels)
         t0 = time.monotonic()
-        create_nodes(raw, fleet)
+        create_nodes(raw, fleet, WORKERS)
         out["create_nodes_s"] = round(time.monotonic() - t0, 1)
         log(f"{nodes} nodes created in {out['create_nodes_s']} s ({gpus} GPUs on every 4th)")
         scorer_policy = parse_policy(bench_policy_text())
         t0 = time.monotonic()
         out["scorer_cycles"] = score_nodes(plane, scorer_policy, scorer_readings(fleet, args.seed))
         out["score_nodes_s"] = round(time.monotonic() - t0, 1)
-        out["node_summary"] = node_summary(scorer_policy, raw.list("/api/v1/nodes"))
+        out["node_summary"] = node_summary(scorer_policy, raw.pages("/api/v1/nodes", limit=2000)[0])
         log(f"scorer: 2 cycles in {out['score_nodes_s']} s; nodes carry {out['node_summary']}")
         plan = MutationPlan.from_policy(parse_policy(EXAMPLE_POLICY.read_text()))
         pods = {s.name: shape_pods(plan, s) for s in shapes}
@@ -910,223 +379,6 @@ def measure_size(
     out["runtime_s"] = round(time.monotonic() - t_size, 1)
     log(f"{nodes} nodes done in {out['runtime_s'] / 60:.1f} min")
     return out
-
-
-# -- reporting ---------------------------------------------------------------------------------
-
-
-def trio(values: Sequence[float], fmt: str = "{:.2f}") -> str:
-    if not values:
-        return "-"
-    if len(values) == 1:
-        return fmt.format(values[0])
-    return " / ".join(fmt.format(v) for v in (min(values), statistics.median(values), max(values)))
-
-
-def shape_summary(size: Mapping[str, Any], shape: str) -> dict[str, Any]:
-    runs = [r for r in size["runs"] if r["shape"] == shape and "error" not in r]
-    by_round: dict[int, dict[str, dict[str, Any]]] = {}
-    for r in runs:
-        by_round.setdefault(r["round"], {})[r["variant"]] = r
-    ratios = [
-        pair["steered"]["pods_per_s"] / pair["twin"]["pods_per_s"]
-        for pair in by_round.values()
-        if "steered" in pair and "twin" in pair and pair["twin"]["pods_per_s"] > 0
-    ]
-    return {
-        "steered_pods_per_s": [r["pods_per_s"] for r in runs if r["variant"] == "steered"],
-        "twin_pods_per_s": [r["pods_per_s"] for r in runs if r["variant"] == "twin"],
-        "ratios": [round(x, 3) for x in ratios],
-        "ratio_min": round(min(ratios), 3) if ratios else None,
-        "ratio_median": round(statistics.median(ratios), 3) if ratios else None,
-        "unbound": sum(r["pods"] - r["bound"] for r in runs),
-    }
-
-
-def throughput_table(size: Mapping[str, Any], shapes: Sequence[Shape], goal: float) -> str:
-    lines = [
-        f"Scheduling throughput at {size['nodes']} nodes, pods/s (min / median / max over "
-        "rounds); ratio = steered / twin of the same round.",
-        "",
-        "| shape | scheduler | injected | twin pods/s | steered pods/s | ratio | "
-        f"≥ {goal}x | algorithm µs/pod | unbound |",
-        "|---|---|---|---:|---:|---:|:-:|---:|---:|",
-    ]
-    runs = [r for r in size["runs"] if "scheduler" in r]
-    for shape in shapes:
-        s = shape_summary(size, shape.name)
-        pod = size["pods"][shape.name]
-        resources = pod["steered"]["spec"]["containers"][0]["resources"]["requests"]
-        extended = sum(1 for k in resources if "/" in k and k != GPU)
-        affinity = pod["steered"]["spec"].get("affinity") or {}
-        preferred = len(
-            (affinity.get("nodeAffinity") or {}).get(
-                "preferredDuringSchedulingIgnoredDuringExecution"
-            )
-            or ()
-        )
-        required = (affinity.get("nodeAffinity") or {}).get(
-            "requiredDuringSchedulingIgnoredDuringExecution"
-        )
-        terms = len(required["nodeSelectorTerms"]) if required else 0
-        anti = len(
-            (affinity.get("podAntiAffinity") or {}).get(
-                "requiredDuringSchedulingIgnoredDuringExecution"
-            )
-            or ()
-        )
-        spread = len(pod["steered"]["spec"].get("topologySpreadConstraints") or ())
-        tolerations = len(pod["steered"]["spec"].get("tolerations") or ())
-        injected = f"{preferred} pref, {terms} req terms, {extended} resources"
-        if anti:
-            injected += f", {anti} anti-aff"
-        if spread:
-            injected += f", {spread} spread"
-        if tolerations:
-            injected += f", {tolerations} tol"
-        median = s["ratio_median"]
-        verdict = "-" if median is None else ("yes" if median >= goal else "**no**")
-        lines.append(
-            f"| {shape.name} | {pod['steered']['spec'].get('schedulerName', 'default')} | "
-            f"{injected} | {trio(s['twin_pods_per_s'], '{:.0f}')} | "
-            f"{trio(s['steered_pods_per_s'], '{:.0f}')} | {trio(s['ratios'])} | {verdict} | "
-            f"{pair_cells(runs, [shape], metric('algorithm_us'))[0]} | {s['unbound']} |"
-        )
-    return "\n".join(lines)
-
-
-def metric(part: str, key: str | None = None) -> Callable[[Mapping[str, Any]], Any]:
-    """A getter of one value of a run's scheduler metrics: `part`, or `part[key]` (or None)."""
-    if key is None:
-        return lambda m: m[part]
-    return lambda m: m[part].get(key)
-
-
-def median_of(runs: Sequence[Mapping[str, Any]], get: Callable[[Any], Any]) -> float | None:
-    values = [get(r["scheduler"]) for r in runs if "scheduler" in r]
-    present = [v for v in values if v is not None]
-    return statistics.median(present) if present else None
-
-
-def pair_cells(
-    runs: Sequence[Mapping[str, Any]],
-    shapes: Sequence[Shape],
-    get: Callable[[Any], Any],
-    fmt: str = "{:.0f}",
-) -> list[str]:
-    """Per shape, "twin → steered" of the median of `get(run metrics)` over rounds."""
-    cells = []
-    for shape in shapes:
-        pair = []
-        for variant in VARIANTS:
-            chosen = [r for r in runs if r["shape"] == shape.name and r["variant"] == variant]
-            value = median_of(chosen, get)
-            pair.append("·" if value is None else fmt.format(value))
-        cells.append(" → ".join(pair))
-    return cells
-
-
-def point_table(size: Mapping[str, Any], shapes: Sequence[Shape]) -> str:
-    runs = [r for r in size["runs"] if "scheduler" in r]
-    lines = [
-        f"Where the time goes at {size['nodes']} nodes: µs per pod, twin → steered (median over "
-        "rounds). The algorithm is filter + score; extension points are wall time, every "
-        "cycle; Bind waits on the apiserver, asynchronously.",
-        "",
-        "| µs per pod | " + " | ".join(s.name for s in shapes) + " |",
-        "|---|" + "---:|" * len(shapes),
-        "| **algorithm** | " + " | ".join(pair_cells(runs, shapes, metric("algorithm_us"))) + " |",
-    ]
-    for point in POINTS:
-        if not any(point in r["scheduler"]["extension_point_us"] for r in runs):
-            continue
-        cells = pair_cells(runs, shapes, metric("extension_point_us", point))
-        label = point if point in CPU_POINTS else f"{point} (async)"
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-MIN_PLUGIN_CALLS = 20  # fewer kept calls: the mean is one descheduled goroutine or two
-
-
-def plugin_mean(key: str) -> Callable[[Mapping[str, Any]], Any]:
-    """A getter of a plugin's mean µs per call in a run's metrics, None on too few calls."""
-
-    def get(m: Mapping[str, Any]) -> Any:
-        if m["plugin_calls_kept"].get(key, 0) < MIN_PLUGIN_CALLS:
-            return None
-        return m["plugin_us_per_call"].get(key)
-
-    return get
-
-
-def plugin_table(size: Mapping[str, Any], shapes: Sequence[Shape], top: int) -> str:
-    """The `top` plugins by time kept over all runs (scheduling points only), mean µs per
-    call: per node for Filter and Score, per pod elsewhere."""
-    runs = [r for r in size["runs"] if "scheduler" in r]
-    kept: Counter[str] = Counter()
-    for r in runs:
-        means = r["scheduler"]["plugin_us_per_call"]
-        for key, calls in r["scheduler"]["plugin_calls_kept"].items():
-            if key.split("/")[0] in CPU_POINTS:
-                kept[key] += means[key] * calls
-    lines = [
-        f"Plugins at {size['nodes']} nodes: mean µs per call (Filter, Score: per node "
-        "evaluated), twin → steered; sampled cycles only, top by time recorded; · where fewer "
-        f"than {MIN_PLUGIN_CALLS} calls were kept.",
-        "",
-        "| µs per call | " + " | ".join(s.name for s in shapes) + " |",
-        "|---|" + "---:|" * len(shapes),
-    ]
-    for key, _ in kept.most_common(top):
-        cells = pair_cells(runs, shapes, plugin_mean(key), "{:.1f}")
-        lines.append(f"| {key} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def pending_report(size: Mapping[str, Any]) -> list[str]:
-    lines = []
-    for r in size["runs"]:
-        for message, count in (r.get("pending_reasons") or {}).items():
-            lines.append(
-                f"- {size['nodes']} nodes, {r['shape']} {r['variant']} round {r['round']}: "
-                f"{count} x {message[:300]}"
-            )
-    return lines
-
-
-def print_report(doc: Mapping[str, Any], goal: float, top_plugins: int) -> None:
-    """The markdown scoreboard of a results document (a run just made, or --report FILE)."""
-    known = {s.name: s for s in SHAPES}
-    shapes = [known.get(n) or Shape(n, "?", {}) for n in doc["shapes"]]
-    args = doc["args"]
-    print(
-        f"Source {doc['source']}; kube-scheduler v1.36.2 with manifests/scheduler/"
-        f"profiles.yaml, client qps/burst {doc['scheduler_qps']}; {args['pods']} pods per run, "
-        f"{args['rounds']} round(s); twin = the base pod unmutated but with the mutated pod's "
-        f"schedulerName (profile differences not counted). Scorer readings: "
-        f"{doc['scorer_readings']}."
-    )
-    print()
-    for size in doc["sizes"]:
-        print(
-            f"{size['nodes']} nodes ({size['gpu_nodes']} with {size['gpus_per_gpu_node']} GPUs), "
-            f"setup: nodes {size['create_nodes_s']} s, scorer {size['score_nodes_s']} s; "
-            f"scorer wrote: {size['node_summary']}; size runtime {size['runtime_s'] / 60:.1f} min."
-        )
-        print()
-        print(throughput_table(size, shapes, goal))
-        print()
-        print(point_table(size, shapes))
-        print()
-        print(plugin_table(size, shapes, top_plugins))
-        print()
-        pending = pending_report(size)
-        if pending:
-            print("Pods left Pending (scheduler message):")
-            print("\n".join(pending))
-            print()
-    print(f"Total runtime {doc['runtime_s'] / 60:.1f} min.")
 
 
 def run_scheduler(args: argparse.Namespace) -> int:
@@ -1144,17 +396,13 @@ def run_scheduler(args: argparse.Namespace) -> int:
         if unknown or not wanted:
             raise SystemExit(f"--shapes: unknown {unknown}; choose from {', '.join(known)}")
     shapes = [known[n] for n in wanted] if wanted else list(SHAPES)
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    stamp = utc_stamp()
     source = source_version()  # now: others may commit while it runs
-    out_file = args.json or RESULTS / f"scale-{stamp}.json"
+    out_file = results_file(args.json, "scale", stamp)
     began = time.monotonic()
     results: list[dict[str, Any]] = []
     with contextlib.ExitStack() as stack:
-        if args.workdir:
-            workdir = args.workdir
-            workdir.mkdir(parents=True, exist_ok=True)
-        else:
-            workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="steer-scale-")))
+        workdir = run_workdir(stack, args.workdir, "steer-scale-")
         for nodes in sizes:
             results.append(measure_size(nodes, shapes, args, workdir))
     elapsed = time.monotonic() - began
@@ -1163,9 +411,7 @@ def run_scheduler(args: argparse.Namespace) -> int:
         "started": stamp,
         "source": source,
         "runtime_s": round(elapsed, 1),
-        "args": {
-            k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k != "func"
-        },
+        "args": recorded_args(args),
         "scheduler_qps": SCHEDULER_QPS,
         "apiserver_args": list(APISERVER_ARGS),
         "scorer_readings": SCORER_READINGS,
@@ -1176,8 +422,7 @@ def run_scheduler(args: argparse.Namespace) -> int:
         },
         "sizes": results,
     }
-    out_file.parent.mkdir(parents=True, exist_ok=True)
-    out_file.write_text(json.dumps(doc, indent=1, default=str))
+    write_results(out_file, doc)
     print_report(doc, args.goal, args.top_plugins)
     log(f"results written to {out_file}")
     failed = any("error" in r for size in results for r in size["runs"])

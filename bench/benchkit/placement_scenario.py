@@ -1,0 +1,190 @@
+"""The placement bench's scenario: 16 fake nodes in 3 zones, the pods there before the trace,
+the power model, and the seeded pod trace both modes replay (bench/placement.py describes it).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kits.simulated_cluster import PowerModel
+
+ZONES = ("zone-a", "zone-b", "zone-c")
+PREFIX = "kube-steer.github.io/"
+GPU = "nvidia.com/gpu"
+TRACE_LABEL = "bench.kube-steer.github.io/trace"
+KIND_LABEL = "bench.kube-steer.github.io/kind"
+NS_A, NS_B, NS_LEGACY = "team-a", "team-b", "legacy"
+NAMESPACES = {
+    NS_A: {"tenant": "dept-a", "kube-steer.github.io/enabled": "true"},
+    NS_B: {"tenant": "dept-b", "kube-steer.github.io/enabled": "true"},
+    NS_LEGACY: {},
+}
+BUDGET = {NS_A: 5.0, NS_B: 0.0}
+CHAIN = "checkout"
+IMAGE = "registry.k8s.io/pause:3.10"
+HOT_UTIL = 95.0
+POWER = PowerModel(cpu_node_idle_w=150, gpu_node_idle_w=800, per_core_w=6, per_gpu_w=300)
+SCRAPE_INTERVAL_S = 1.0
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    name: str
+    zone: str
+    cpu: int
+    memory_gi: int
+    gpus: int = 0
+    hot: bool = False
+
+
+def cluster_nodes() -> list[NodeSpec]:
+    nodes = [
+        NodeSpec(f"gpu-{i}", ZONES[(i - 1) % 3], 64, 512, gpus=8, hot=i in (5, 6))
+        for i in range(1, 7)
+    ]
+    nodes += [
+        NodeSpec(f"cpu-{i}", ZONES[(i - 1) % 3], 16 if i <= 6 else 32, 64 if i <= 6 else 128)
+        for i in range(1, 11)
+    ]
+    return nodes
+
+
+# (node, cpu request, cpu limit, memory request, memory limit): one pod each, namespace legacy.
+PREEXISTING = (
+    ("cpu-1", "4", "24", "16Gi", "48Gi"),  # cpu limits 150 % of allocatable
+    ("cpu-2", "8", "15500m", "24Gi", "60Gi"),  # cpu 96.9 %: full, not over
+    ("cpu-3", "4", "16500m", "16Gi", "32Gi"),  # cpu 103.1 %: dept-a may, dept-b may not
+    ("cpu-4", "2", "4", "4Gi", "8Gi"),
+    ("cpu-5", "6", "12", "16Gi", "63Gi"),  # memory 98.4 %: full, not over
+    ("cpu-8", "10", "20", "64Gi", "150Gi"),  # memory 117 %
+    ("cpu-9", "2", "4", "4Gi", "8Gi"),
+    ("gpu-1", "8", "24", "64Gi", "192Gi"),
+    ("gpu-2", "8", "16", "32Gi", "64Gi"),
+)
+
+
+@dataclass(frozen=True)
+class Arrival:
+    at: float  # seconds after the first arrival
+    kind: str  # svc-a | svc-b | gpu-1 | gpu-8 | chain
+    namespace: str
+    name: str
+    cpu_m: int
+    cpu_limit_m: int
+    mem_mi: int
+    mem_limit_mi: int
+    gpus: int = 0
+    replicas: int = 1  # > 1 only for the chain's Deployment
+
+    def resources(self) -> dict[str, dict[str, str]]:
+        requests = {"cpu": f"{self.cpu_m}m", "memory": f"{self.mem_mi}Mi"}
+        limits = {"cpu": f"{self.cpu_limit_m}m", "memory": f"{self.mem_limit_mi}Mi"}
+        if self.gpus:
+            requests[GPU] = limits[GPU] = str(self.gpus)
+        return {"requests": requests, "limits": limits}
+
+    def pod_spec(self) -> dict[str, Any]:
+        return {
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "main", "image": IMAGE, "resources": self.resources()}],
+        }
+
+
+SIZES = ((500, 25), (1000, 30), (2000, 25), (4000, 15), (8000, 5))  # (millicores, weight %)
+
+
+def burst(amount: int) -> int:
+    """The largest integer limit within dept-a's 5 % budget (the webhook admits ratio <= 1.05)."""
+    return amount * 105 // 100
+
+
+def build_trace(
+    seed: int,
+    rate: float,
+    *,
+    services_a: int = 38,
+    services_b: int = 36,
+    gpu1_jobs: int = 8,
+    gpu8_jobs: int = 2,
+    chain_replicas: int = 12,
+) -> list[Arrival]:
+    rng = random.Random(seed)
+    total = services_a + services_b + gpu1_jobs + gpu8_jobs + 1
+    slots: list[str | None] = [None] * total
+    chain_at = rng.randrange(int(total * 0.25), int(total * 0.35))
+    slots[chain_at] = "chain"
+    early = [i for i in range(int(total * 0.5)) if slots[i] is None]
+    for i in rng.sample(early, gpu1_jobs):
+        slots[i] = "gpu-1"
+    late = [i for i in range(int(total * 0.67), total) if slots[i] is None]
+    for i in rng.sample(late, gpu8_jobs):
+        slots[i] = "gpu-8"
+    services = ["svc-a"] * services_a + ["svc-b"] * services_b
+    rng.shuffle(services)
+    it = iter(services)
+    kinds = [slot if slot is not None else next(it) for slot in slots]
+    counters: Counter[str] = Counter()
+    out: list[Arrival] = []
+    at = 0.0
+    for kind in kinds:
+        counters[kind] += 1
+        n = counters[kind]
+        if kind in ("svc-a", "svc-b"):
+            cpu = rng.choices([s for s, _ in SIZES], weights=[w for _, w in SIZES])[0]
+            mem = 2 * cpu * 1024 // 1000  # 2 GiB per core, in MiB
+            if kind == "svc-a":
+                arrival = Arrival(
+                    at, kind, NS_A, f"a-svc-{n:03d}", cpu, burst(cpu), mem, burst(mem)
+                )
+            else:
+                arrival = Arrival(at, kind, NS_B, f"b-svc-{n:03d}", cpu, cpu, mem, mem)
+        elif kind == "gpu-1":
+            arrival = Arrival(
+                at, kind, NS_A, f"a-train-1g-{n:02d}", 4000, 4200, 32768, burst(32768), gpus=1
+            )
+        elif kind == "gpu-8":
+            arrival = Arrival(
+                at, kind, NS_B, f"b-train-8g-{n:02d}", 32000, 32000, 262144, 262144, 8
+            )
+        else:
+            arrival = Arrival(
+                at, kind, NS_A, CHAIN, 1000, 1000, 2048, 2048, replicas=chain_replicas
+            )
+        out.append(arrival)
+        at += rng.expovariate(rate)
+    return out
+
+
+def trace_pods(trace: Sequence[Arrival]) -> int:
+    return sum(a.replicas for a in trace)
+
+
+def deployment_body(a: Arrival) -> dict[str, Any]:
+    labels = {"order-chain": a.name, "app": a.name, TRACE_LABEL: "1", KIND_LABEL: a.kind}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": a.name, "namespace": a.namespace},
+        "spec": {
+            "replicas": a.replicas,
+            "selector": {"matchLabels": {"order-chain": a.name}},
+            "template": {"metadata": {"labels": labels}, "spec": a.pod_spec()},
+        },
+    }
+
+
+def pod_body(a: Arrival) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": a.name,
+            "namespace": a.namespace,
+            "labels": {TRACE_LABEL: "1", KIND_LABEL: a.kind},
+        },
+        "spec": a.pod_spec(),
+    }
