@@ -27,6 +27,7 @@ from werkzeug.exceptions import HTTPException
 
 from steer.adapters.periodic import Periodic
 from steer.core.admission import (
+    MAX_DENIALS_SHOWN,
     Denial,
     Scope,
     ValidationPlan,
@@ -36,6 +37,7 @@ from steer.core.admission import (
     validate_pod,
 )
 from steer.core.infrastructure import exempt_reason
+from steer.core.mode import audits
 from steer.core.mutation import MutationPlan, UnknownNamespace, steer_pod
 from steer.core.policy import Policy, Tenant
 from steer.core.scheduling import UninterpretablePod
@@ -209,7 +211,10 @@ class AdmissionHandler:
         if not review.dry_run:
             for rule in mutation.added:
                 self.metrics.mutated(rule)
-        return Outcome(200, rv.allow(review.uid, patch=patch), "mutated" if patch else "unchanged")
+            for rule in mutation.would_add:
+                self.metrics.audited("mutate", rule)
+        result = "audited" if mutation.audit else "mutated" if patch else "unchanged"
+        return Outcome(200, rv.allow(review.uid, patch=patch), result)
 
     # -- validation ------------------------------------------------------------------------
 
@@ -240,6 +245,10 @@ class AdmissionHandler:
             return Outcome(503, rv.error_body(reason, f"{text}; retry shortly"), "unavailable")
         tenant = self.plans.mutation.tenant(labels)
         old = review.old_object if review.operation == "UPDATE" else None
+        if review.operation == "CREATE" and audits(plan.policy, tenant):
+            # Audit mode: judge the pod enforce mode would have made, so a warning names only
+            # what enforcing would deny (a routed schedulerName is no violation).
+            obj = self._as_enforced(obj, namespace, labels, review.user_info)
         try:
             denials = validate_pod(plan, obj, tenant, namespace, scope=scope)
         except UninterpretablePod as exc:
@@ -256,7 +265,10 @@ class AdmissionHandler:
             self.metrics.uninterpretable_review(endpoint, exc.field)
             log.warning("%s %s: pod denied, not validated: %s", endpoint, review.uid, exc)
             return self._deny(
-                review, [uninterpretable_denial(exc, tenant, namespace)], "denied-uninterpretable"
+                review,
+                [uninterpretable_denial(exc, tenant, namespace)],
+                "denied-uninterpretable",
+                tenant,
             )
         if denials and old is not None:
             try:
@@ -272,13 +284,43 @@ class AdmissionHandler:
                     )
         if not denials:
             return Outcome(200, rv.allow(review.uid), "allowed")
-        return self._deny(review, denials, "denied")
+        return self._deny(review, denials, "denied", tenant)
 
-    def _deny(self, review: rv.Review, denials: list[Denial], result: str) -> Outcome:
+    def _as_enforced(
+        self,
+        pod: Mapping[str, Any],
+        namespace: str,
+        labels: Mapping[str, str],
+        user_info: Mapping[str, Any] | None,
+    ) -> Mapping[str, Any]:
+        """`pod` as the mutation would leave it in enforce mode (as it is where it cannot)."""
+        try:
+            mutation = steer_pod(
+                self.plans.mutation, pod, namespace, lambda: labels, user_info, mode="enforce"
+            )
+        except UninterpretablePod:
+            return pod  # validation names the field
+        return mutation.apply(pod)
+
+    def _deny(
+        self, review: rv.Review, denials: list[Denial], result: str, tenant: Tenant | None
+    ) -> Outcome:
+        """Deny; in audit mode (steer/core/mode.py) allow, and say in a warning what would be
+        denied, unless a security taint rule denies: those hold in every mode."""
+        warnings: list[str] = []
+        if audits(self.plans.validation.policy, tenant):
+            audited = [d for d in denials if not d.security]
+            if not review.dry_run:
+                for denial in audited:
+                    self.metrics.audited("deny", denial.rule)
+            warnings += audit_warnings(audited)
+            denials = [d for d in denials if d.security]  # security rules hold in every mode
+            if not denials:
+                return Outcome(200, rv.allow(review.uid, warnings=warnings), "audited")
         if not review.dry_run:
             for denial in denials:
                 self.metrics.denied(denial.rule)
-        return Outcome(200, rv.deny(review.uid, denial_message(denials)), result)
+        return Outcome(200, rv.deny(review.uid, denial_message(denials), warnings=warnings), result)
 
     # -- health ------------------------------------------------------------------------------
 
@@ -335,6 +377,14 @@ def start_status_pump(
             write_worker_status(status_dir, {**detail, "ready": ready})
 
     return Periodic("webhook-status", interval, publish).start()
+
+
+def audit_warnings(denials: list[Denial]) -> list[str]:
+    """What audit mode would deny, a warning a rule (kubectl prints each; the apiserver keeps
+    256 characters of each): at most MAX_DENIALS_SHOWN, then how many more."""
+    shown = [f"kube-steer audit: would deny: {d.message}" for d in denials[:MAX_DENIALS_SHOWN]]
+    more = len(denials) - MAX_DENIALS_SHOWN
+    return shown + ([f"kube-steer audit: would deny {more} more"] if more > 0 else [])
 
 
 def content_length(environ: Mapping[str, Any]) -> int | None:

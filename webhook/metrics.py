@@ -87,6 +87,13 @@ class WebhookMetrics:
             ["rule"],
             registry=reg,
         )
+        self.audits = Counter(
+            f"{PREFIX}_audited",
+            "Audit mode: what the webhook would have done (dry runs excluded), by action "
+            "(mutate: a rule it would have added; deny: a rule it would have denied by) and rule.",
+            ["action", "rule"],
+            registry=reg,
+        )
         self.dry_runs = Counter(
             f"{PREFIX}_dry_run_reviews",
             "Dry-run admission requests, answered like real ones but counted only here.",
@@ -157,6 +164,9 @@ class WebhookMetrics:
 
     def denied(self, rule: str) -> None:
         self._child(self.denials, rule).inc()
+
+    def audited(self, action: str, rule: str) -> None:
+        self._child(self.audits, action, rule).inc()
 
     def uninterpretable_review(self, endpoint: str, reason: str) -> None:
         self._child(self.uninterpretable, endpoint, uninterpretable_reason(reason)).inc()

@@ -66,7 +66,8 @@ def plan_node(
         conditions[r.rule.name] = state
         if state.active:
             desired[r.key] = CONDITION_VALUE
-            desired_taints.append(Taint(r.key, CONDITION_VALUE, r.rule.effect))
+            if layout.taints_written:
+                desired_taints.append(Taint(r.key, CONDITION_VALUE, r.rule.effect))
 
     # Nodes offering a reserved class's resource, from the Node itself (no metric needed),
     # unless a taint the class avoids is on: the class cannot use the node then, so keeping

@@ -54,6 +54,8 @@ class Denial:
     rule: str
     message: str
     subject: tuple[str, ...]
+    # A security taint rule's: denied in every mode, audit too (steer/core/mode.py).
+    security: bool = False
 
 
 @dataclass(frozen=True)
@@ -149,6 +151,7 @@ def check_tolerations(
                     f'"{reserved.rule}"; {_tenant_name(tenant, namespace)} may tolerate only: {may}'
                 ),
                 subject=(RULE_TOLERATION, _describe_toleration(toleration), reserved.rule),
+                security=reserved.security,
             )
 
 

@@ -32,8 +32,10 @@ import orjson
 
 from steer.core.encoding import PreferenceTerm
 from steer.core.infrastructure import Exemption, exempt_reason
+from steer.core.mode import AUDIT, audits
 from steer.core.patch import PatchBuilder, ShapeError, apply_ops
 from steer.core.policy import PodClass, Policy, SpreadRule, Tenant
+from steer.core.policy.spec import Mode
 from steer.core.quantity import QuantityError, parse_quantity
 from steer.core.scheduling import (
     Json,
@@ -79,6 +81,8 @@ class Pieces:
     term_notes: tuple[str, ...]
     # Budget pools and gates the pod's containers request.
     resources: ResourceSteering
+    # Audit mode (steer/core/mode.py): only the trace is patched, saying what would be added.
+    audit: bool = False
 
 
 Skip = Literal["excluded-namespace", "not-opted-in"] | Exemption
@@ -95,6 +99,10 @@ class Mutation:
     pieces: Pieces | None = None  # what the policy injects into a pod of its tenant and class
     trace: str | None = None  # the trace annotation's text, None when no rule is in effect
     skipped: Skip | None = None
+    # Audit mode (steer/core/mode.py): only the trace is patched; `would_add` holds the rules
+    # this pass would have added (`added` is empty: nothing is).
+    audit: bool = False
+    would_add: tuple[str, ...] = ()
 
     @property
     def pod_class(self) -> str | None:
@@ -143,6 +151,7 @@ def build_pieces(policy: Policy, tenant: Tenant | None, pod_class: PodClass | No
         scheduler=scheduler_for(policy, tenant, pod_class),
         term_notes=tuple(notes),
         resources=resources,
+        audit=audits(policy, tenant),
     )
 
 
@@ -191,12 +200,15 @@ def steer_pod(
     namespace: str | None,
     namespace_labels: Callable[[], Mapping[str, str] | None],
     user_info: Mapping[str, Any] | None = None,
+    mode: Mode | None = None,
 ) -> Mutation:
     """What the policy makes of a pod created in `namespace` (None: its name is not known, so
     only its labels decide) by `user_info`: nothing for an excluded namespace, infrastructure
     (steer/core/infrastructure.py) or a namespace not opted in; else the patch, the rules in
     effect and the trace. `namespace_labels` gives the namespace's labels; it is called only
-    when the answer depends on them. Raises UnknownNamespace when it has none, UninterpretablePod for a malformed field.
+    when the answer depends on them. `mode` overrides the policy's mode for the tenant (the
+    audit report asks what enforcing would do). Raises UnknownNamespace when it has none,
+    UninterpretablePod for a malformed field.
     """
     if namespace in plan.excluded_namespaces:
         return _skipped("excluded-namespace")
@@ -208,7 +220,7 @@ def steer_pod(
         raise UnknownNamespace(namespace)
     if not plan.opted_in(namespace, labels):
         return _skipped("not-opted-in")
-    return mutate_pod(plan, pod, plan.tenant(labels))
+    return mutate_pod(plan, pod, plan.tenant(labels), mode=mode)
 
 
 # --- merge functions: pure, each idempotent on its own output -----------------------------
@@ -248,8 +260,11 @@ def _check_containers(spec: Mapping[str, Any]) -> None:
                 pod_object(resources, part, f"spec.{field}[{i}].resources.{part}")
 
 
-def mutate_pod(plan: MutationPlan, pod: Mapping[str, Any], tenant: Tenant | None) -> Mutation:
-    """The patch that steers `pod` (already known to be in an opted-in namespace)."""
+def mutate_pod(
+    plan: MutationPlan, pod: Mapping[str, Any], tenant: Tenant | None, *, mode: Mode | None = None
+) -> Mutation:
+    """The patch that steers `pod` (already known to be in an opted-in namespace); in audit
+    mode (the tenant's, or `mode`), the patch of its trace alone."""
     if not isinstance(pod.get("metadata"), dict):
         raise UninterpretablePod("metadata", "a pod needs a metadata object")
     if not isinstance(pod.get("spec"), dict):
@@ -259,6 +274,7 @@ def mutate_pod(plan: MutationPlan, pod: Mapping[str, Any], tenant: Tenant | None
     _check_containers(spec)
     pod_class = classify_pod(plan.policy, spec)
     pieces = plan.pieces[(tenant.name if tenant else None, pod_class.name if pod_class else None)]
+    audit = pieces.audit if mode is None else mode == AUDIT
     labels = pod_object(metadata, "labels", "metadata.labels")
     affinity = pod_object(spec, "affinity", "spec.affinity")
     node_affinity = pod_object(affinity, "nodeAffinity", "spec.affinity.nodeAffinity")
@@ -322,8 +338,11 @@ def mutate_pod(plan: MutationPlan, pod: Mapping[str, Any], tenant: Tenant | None
                 note(f"scheduler:{pieces.scheduler}", True)
 
         trace = None
+        if audit:
+            builder = PatchBuilder(pod)  # nothing the scheduler reads changes: the trace alone
         if in_effect:
-            trace = trace_text(plan.version, tuple(in_effect), pieces.term_notes)
+            would_add = tuple(added) if audit else None
+            trace = trace_text(plan.version, tuple(in_effect), pieces.term_notes, would_add)
             annotations = pod_object(metadata, "annotations", "metadata.annotations")
             if annotations.get(plan.trace_key) != trace:
                 builder.set(("metadata", "annotations", plan.trace_key), trace)
@@ -333,9 +352,11 @@ def mutate_pod(plan: MutationPlan, pod: Mapping[str, Any], tenant: Tenant | None
     return Mutation(
         ops=tuple(ops),
         in_effect=tuple(in_effect),
-        added=tuple(added),
+        added=() if audit else tuple(added),
         pieces=pieces,
         trace=trace,
+        audit=audit,
+        would_add=tuple(added) if audit else (),
     )
 
 
@@ -391,9 +412,18 @@ def _merge_resources(
 
 
 @functools.lru_cache(maxsize=256)
-def trace_text(version: str, rules: tuple[str, ...], terms: tuple[str, ...]) -> str:
-    """Compact JSON for the trace annotation: policy version, rules in effect, terms.
+def trace_text(
+    version: str,
+    rules: tuple[str, ...],
+    terms: tuple[str, ...],
+    would_add: tuple[str, ...] | None = None,
+) -> str:
+    """Compact JSON for the trace annotation: policy version, rules in effect, terms; in audit
+    mode (`would_add` given) `"mode": "audit"` and the rules that would have been added.
 
     Few distinct (tenant, class, rules) combinations exist, so the text is cached.
     """
-    return orjson.dumps({"policy": version, "rules": list(rules), "terms": list(terms)}).decode()
+    doc: dict[str, Any] = {"policy": version, "rules": list(rules), "terms": list(terms)}
+    if would_add is not None:
+        doc.update(mode=AUDIT, wouldAdd=list(would_add))
+    return orjson.dumps(doc).decode()

@@ -19,6 +19,7 @@ from steer.core.admission_policy.objects import (
     resource_rule,
 )
 from steer.core.budget import POOL_KINDS, budget_gate, enforced, gated_levels, pool_resource
+from steer.core.mode import audits
 from steer.core.policy import Policy
 
 BUDGET_POLICY_NAME = "steer-budget"
@@ -69,7 +70,11 @@ def budget_admission_policy(policy: Policy, name: str = BUDGET_POLICY_NAME) -> t
     outside `matchConditions`. Quantities are compared as floats with half a pool unit of
     slack (a pod's cpu is counted in whole millicores everywhere else anyway)."""
     spec = policy.spec
-    budgeted = [t for t in spec.tenants if t.overcommit_percent is not None]
+    # An audited tenant's pods are steered by nothing, so they are outside every budget here
+    # (steer/core/mode.py).
+    budgeted = [
+        t for t in spec.tenants if t.overcommit_percent is not None and not audits(policy, t)
+    ]
     pools = [pool_resource(policy, kind) for kind in POOL_KINDS]
     gates = [budget_gate(policy, lv).resource for lv in gated_levels(policy)]
     currency = [*pools, *gates]

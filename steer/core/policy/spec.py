@@ -118,7 +118,14 @@ class OptIn(PolicyModel):
     excluded_namespaces: tuple[str, ...] = ()
 
 
+Mode = Literal["enforce", "audit"]
+
+
 class Spec(PolicyModel):
+    # `enforce` steers pods and denies what the rules deny. `audit` changes nothing the
+    # scheduler reads: the webhook records what it would have done in the pod's trace and warns
+    # where it would deny, the scorer writes labels and pools but no taint (steer/core/mode.py).
+    mode: Mode = "enforce"
     label_prefix: str = DEFAULT_LABEL_PREFIX
     resource_prefix: str = DEFAULT_RESOURCE_PREFIX
     prometheus: Prometheus = Field(default_factory=Prometheus)

@@ -4,7 +4,7 @@ name, with the checks that keep every one of its pods admissible."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from steer.core.policy.contract import DEFAULT_SCHEDULER
 from steer.core.policy.fields import Percent, PolicyModel
@@ -23,6 +23,8 @@ class Tenant(PolicyModel):
     default_scheduler_name: str | None = None
     allowed_scheduler_names: tuple[str, ...] = ("default-scheduler",)
     allowed_tolerations: tuple[str, ...] = ()
+    # `audit` for this tenant's pods alone; unset, the tenant follows `spec.mode`.
+    mode: Literal["enforce", "audit"] | None = None
 
     def issues(self, spec: Spec) -> Iterator[PolicyIssue]:
         """Checks of this tenant; `spec` is the one it belongs to (its dimensions, opt-in and
