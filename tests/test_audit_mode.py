@@ -25,7 +25,7 @@ from steer.core.scheduling import Taint
 from steer.core.steering import trace_annotation_key
 from tests.conftest import EXAMPLE_POLICY
 from tests.scorer_support import SMALL_POLICY, apply_plan, readings_for
-from tests.webhook_harness import FixedNamespaces, review_for
+from tests.webhook_harness import FixedNamespaces, counted, review_for
 from webhook.app import AdmissionHandler
 from webhook.metrics import WebhookMetrics
 
@@ -142,16 +142,6 @@ def _mutated(handler: AdmissionHandler, body: bytes) -> bytes:
     return json.dumps(review).encode()
 
 
-def _counted(handler: AdmissionHandler, metric: str, **labels: str) -> float:
-    return sum(
-        sample.value
-        for family in getattr(handler.metrics, metric).collect()
-        for sample in family.samples
-        if sample.name.endswith("_total")
-        and all(sample.labels.get(k) == v for k, v in labels.items())
-    )
-
-
 def test_audit_allows_what_enforce_denies_and_warns_with_the_same_reasons(
     tmp_path: Path,
 ) -> None:
@@ -175,15 +165,15 @@ def test_audit_allows_what_enforce_denies_and_warns_with_the_same_reasons(
     for warning in response["warnings"]:
         assert warning.startswith("kube-steer audit: would deny: rule overcommit: ")
         assert warning[len("kube-steer audit: would deny: ") :].rstrip(".") in reasons
-    assert _counted(audit, "audits", action="deny", rule="overcommit") == 2
-    assert _counted(audit, "denials") == 0
+    assert counted(audit, "audits", action="deny", rule="overcommit") == 2
+    assert counted(audit, "denials") == 0
 
     mutated = audit.handle("mutate", body)
     assert mutated.result == "audited"
     ops = json.loads(base64.b64decode(orjson.loads(mutated.body)["response"]["patch"]))
     assert [op["path"].split("/")[1:3] for op in ops] == [["metadata", "annotations"]]
-    assert _counted(audit, "audits", action="mutate", rule="budget:pool") == 2  # two reviews
-    assert _counted(audit, "mutations") == 0
+    assert counted(audit, "audits", action="mutate", rule="budget:pool") == 2  # two reviews
+    assert counted(audit, "mutations") == 0
 
 
 def test_a_security_taint_rule_denies_in_audit_mode_too(tmp_path: Path) -> None:

@@ -34,7 +34,7 @@ from steer.adapters import policy_file
 from steer.adapters.policy_file import PolicyWatcher
 from steer.core.policy import Policy
 from tests.conftest import EXAMPLE_POLICY, FIXTURES
-from tests.webhook_harness import in_process_handler, review_for
+from tests.webhook_harness import counted, in_process_handler, review_for
 from webhook.app import AdmissionHandler, Endpoint
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -108,16 +108,6 @@ def test_a_limit_the_apiserver_stores_skips_no_rule(
 # --- a tenant pod the webhook cannot read -----------------------------------------------------
 
 DAEMONSET_CONTROLLER = "system:serviceaccount:kube-system:daemon-set-controller"
-
-
-def counted(handler: AdmissionHandler, metric: str, **labels: str) -> float:
-    return sum(
-        sample.value
-        for family in getattr(handler.metrics, metric).collect()
-        for sample in family.samples
-        if sample.name.endswith("_total")
-        and all(sample.labels.get(k) == v for k, v in labels.items())
-    )
 
 
 def unreadable_limit(namespace: str, **changes: Any) -> dict[str, Any]:

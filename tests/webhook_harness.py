@@ -65,6 +65,17 @@ def in_process_handler() -> AdmissionHandler:
     )
 
 
+def counted(handler: AdmissionHandler, metric: str, **labels: str) -> float:
+    """The total of one of `handler.metrics`' counters over the samples with these labels."""
+    return sum(
+        sample.value
+        for family in getattr(handler.metrics, metric).collect()
+        for sample in family.samples
+        if sample.name.endswith("_total")
+        and all(sample.labels.get(k) == v for k, v in labels.items())
+    )
+
+
 def admission_fixture(name: str) -> dict[str, Any]:
     """A captured request: {'path', 'headers', 'body'} exactly as the apiserver sent it."""
     data: dict[str, Any] = json.loads((FIXTURES / "admission" / name).read_text())

@@ -23,7 +23,17 @@ from kubernetes import client
 
 from certs import issue_webhook_certs, write_webhook_certs
 from kits.control_plane import ControlPlane
-from kits.service_processes import LOOPBACK_IDENTITY
+from kits.service_processes import (
+    LOOPBACK_IDENTITY,
+    RunningWebhook,
+    apply_admission_policies,
+    apply_security_policy,
+    register_admission,
+    remove_admission_policies,
+    remove_security_policy,
+    running_webhook,
+    unregister_admission,
+)
 
 RELABEL_CONFIGURATION = "zz-e2e-relabel"  # sorts after "steer-webhook": runs after it
 RELABEL_NAMESPACE_LABEL = "e2e.kube-steer.github.io/relabel"
@@ -130,3 +140,25 @@ def relabel_webhook(plane: ControlPlane, workdir: Path) -> Iterator[RelabelWebho
             admission.delete_mutating_webhook_configuration(RELABEL_CONFIGURATION)
         server.shutdown()
         server.server_close()
+
+
+@contextlib.contextmanager
+def registered_webhook(
+    plane: ControlPlane, policy_file: Path, workdir: Path, *, every_policy: bool = False
+) -> Iterator[RunningWebhook]:
+    """`steer webhook serve` for `policy_file`, registered with the apiserver by the project's
+    manifests/webhook/admission.yaml, with the policy's security ValidatingAdmissionPolicy (or,
+    `every_policy`, every one `steer policy admission-policy` prints); all removed at the end."""
+    with running_webhook(plane, policy_file, workdir) as hook:
+        register_admission(plane, hook)
+        names = apply_admission_policies(plane, policy_file) if every_policy else []
+        if not every_policy:
+            apply_security_policy(plane, policy_file)
+        try:
+            yield hook
+        finally:
+            if every_policy:
+                remove_admission_policies(plane, names)
+            else:
+                remove_security_policy(plane)
+            unregister_admission(plane)

@@ -27,11 +27,8 @@ from kubernetes import client
 from kits.control_plane import ControlPlane
 from kits.service_processes import (
     RunningWebhook,
-    apply_security_policy,
     register_admission,
-    remove_security_policy,
     running_webhook,
-    unregister_admission,
 )
 from kits.waiting import wait_until
 from steer.core.budget import tenant_budget
@@ -51,6 +48,7 @@ from steer.core.steering import (
 from tests.e2e.admission_support import (
     RELABEL_NAMESPACE_LABEL,
     RELABEL_POD_LABEL,
+    registered_webhook,
     relabel_webhook,
 )
 
@@ -201,14 +199,8 @@ def admitted(api: client.ApiClient, namespace: str) -> bool:
 def webhook(
     control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[RunningWebhook]:
-    with running_webhook(control_plane, POLICY_FILE, tmp_path_factory.mktemp("webhook")) as hook:
-        register_admission(control_plane, hook)
-        apply_security_policy(control_plane, POLICY_FILE)
-        try:
-            yield hook
-        finally:
-            remove_security_policy(control_plane)
-            unregister_admission(control_plane)
+    with registered_webhook(control_plane, POLICY_FILE, tmp_path_factory.mktemp("webhook")) as hook:
+        yield hook
 
 
 @pytest.fixture

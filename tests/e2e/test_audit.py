@@ -21,18 +21,12 @@ import pytest
 from kubernetes import client
 
 from kits.control_plane import ControlPlane
-from kits.service_processes import (
-    RunningWebhook,
-    apply_admission_policies,
-    register_admission,
-    remove_admission_policies,
-    running_webhook,
-    unregister_admission,
-)
+from kits.service_processes import RunningWebhook
 from kits.waiting import wait_until
 from steer.core.budget import pool_resource
 from steer.core.policy import parse_policy
 from steer.core.steering import trace_annotation_key
+from tests.e2e.admission_support import registered_webhook
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = (ROOT / "examples" / "policy.yaml").read_text()
@@ -51,14 +45,10 @@ OPT_IN = {"kube-steer.github.io/enabled": "true"}
 def webhook(
     control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[RunningWebhook]:
-    with running_webhook(control_plane, POLICY_FILE, tmp_path_factory.mktemp("webhook")) as hook:
-        register_admission(control_plane, hook)
-        names = apply_admission_policies(control_plane, POLICY_FILE)
-        try:
-            yield hook
-        finally:
-            remove_admission_policies(control_plane, names)
-            unregister_admission(control_plane)
+    with registered_webhook(
+        control_plane, POLICY_FILE, tmp_path_factory.mktemp("webhook"), every_policy=True
+    ) as hook:
+        yield hook
 
 
 def make_pod(name: str, *, cpu_limit: str = "100m", **spec: Any) -> dict[str, Any]:
