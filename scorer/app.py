@@ -1,4 +1,5 @@
-"""The scorer's HTTP surface: `/explain`, `/metrics`, `/healthz`, `/readyz`.
+"""The scorer's HTTP surface: `/explain` (nodes, node, pod, cluster, audit), `/metrics`,
+`/healthz`, `/readyz`.
 
 Every answer comes from the scorer's last computed cycle (its own, also on a replica that is
 not the leader), so `/explain` never waits on Prometheus. Explaining an existing pod reads the
@@ -20,7 +21,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from werkzeug.serving import BaseWSGIServer, make_server
 
 from scorer.clusterscore import cluster_detail
-from scorer.explain import detail_view, explain_pod, nodes_view
+from scorer.explain import audit_report, detail_view, explain_pod, nodes_view
+from scorer.explain.audit import DEFAULT_LIMIT
 from scorer.kubeapi import KubeApiError
 from scorer.service import Scorer
 from steer.adapters.policy_file import ReloadStatus
@@ -142,6 +144,24 @@ def create_app(scorer: Scorer, *, policy_status: Callable[[], ReloadStatus] | No
             code = 404 if exc.status == 404 else 502
             return _error(code, f"pod {namespace}/{name}: {exc}")
         return explain(pod, namespace, None)
+
+    @app.get("/explain/audit")
+    def explain_audit() -> Response:
+        last = scorer.last
+        if last is None:
+            return no_cycle()
+        raw_limit = request.args.get("limit", str(DEFAULT_LIMIT))
+        if not raw_limit.isdigit() or int(raw_limit) < 1:
+            return _error(400, f"limit: a positive whole number of pods, got {raw_limit!r}")
+        try:
+            labels = scorer.node_api.all_namespace_labels()
+            pods = scorer.node_api.bound_pods()
+            report = audit_report(
+                scorer.policy, last.plan, last.nodes, pods, labels, limit=int(raw_limit)
+            )
+        except KubeApiError as exc:
+            return _error(502, f"pods and namespaces could not be read: {exc}")
+        return _json({**cycle_info(), "notes": [], **report.to_json()})
 
     @app.get("/metrics")
     def metrics() -> Response:

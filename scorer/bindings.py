@@ -20,14 +20,12 @@ from typing import Any, ClassVar
 
 from kubernetes import client
 
-from scorer.kubeapi import PODS_PATH
+from scorer.kubeapi import BOUND_PODS, PODS_PATH
 from scorer.ledger import PodLedger
 from scorer.model import parse_rfc3339
 from steer.adapters.listwatch import ListWatcher
 
 log = logging.getLogger(__name__)
-
-BOUND_PODS = "spec.nodeName!="
 
 
 class BindingWindow:

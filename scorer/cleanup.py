@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from scorer.bindings import BOUND_PODS
-from scorer.kubeapi import PODS_PATH, KubeApiError, lease_path
+from scorer.kubeapi import BOUND_PODS, PODS_PATH, KubeApiError, lease_path
 from scorer.leader import DEFAULT_LEASE_NAME
 from scorer.ledger import BoundPod
 from scorer.model import parse_rfc3339

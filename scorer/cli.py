@@ -19,8 +19,9 @@ import yaml
 
 from scorer.cleanup import clean_nodes, live_leader
 from scorer.explain import node_row, plan_table
-from scorer.explain.render import node_text, nodes_text, pod_text
-from scorer.explain.view import NodeDetail, NodesTable, PodExplanation, Served
+from scorer.explain.audit import DEFAULT_LIMIT
+from scorer.explain.render import audit_text, node_text, nodes_text, pod_text
+from scorer.explain.view import AuditReport, NodeDetail, NodesTable, PodExplanation, Served
 from scorer.kubeapi import KubeApiError
 from scorer.leader import DEFAULT_LEASE_NAME
 from scorer.retire import Removal
@@ -151,7 +152,26 @@ def register(subparsers: Any) -> None:
         "--ref", metavar="NAMESPACE/NAME", help="explain an existing pod instead of a file"
     )
     pod.add_argument("--namespace", help="namespace whose tenant applies (default: the manifest's)")
-    for p in (node, nodes, pod):
+    audit = subparsers.add_parser(
+        "audit",
+        help="what an audit-mode policy would have changed (ask a running scorer)",
+        description="Audit mode (spec.mode or tenants[].mode: audit) steers nothing. Ask a "
+        "running scorer how the scheduler's choices for the audited pods compare with what "
+        "enforce mode would have allowed and ranked first.",
+    )
+    asub = audit.add_subparsers(dest="audit_command", metavar="WHAT", required=True)
+    report = asub.add_parser(
+        "report",
+        help="pods on nodes a rule would exclude, and the chosen node's rank, per rule",
+    )
+    report.add_argument(
+        "--limit",
+        type=int,
+        default=DEFAULT_LIMIT,
+        help=f"judge at most this many pods, the last bound first (default {DEFAULT_LIMIT})",
+    )
+    report.set_defaults(func=_cmd_audit_report)
+    for p in (node, nodes, pod, report):
         p.add_argument(
             "--scorer",
             default=os.environ.get("STEER_SCORER_URL", DEFAULT_SCORER_URL),
@@ -458,4 +478,15 @@ def _cmd_explain_pod(args: argparse.Namespace) -> int:
         print(json.dumps(body, indent=2))
         return 0
     print(pod_text(PodExplanation.from_json(body), Served.from_json(body)))
+    return 0
+
+
+def _cmd_audit_report(args: argparse.Namespace) -> int:
+    if args.limit < 1:
+        raise SystemExit(f"--limit: a positive number of pods, got {args.limit}")
+    body = _get(f"{args.scorer.rstrip('/')}/explain/audit?limit={args.limit}")
+    if args.output == "json":
+        print(json.dumps(body, indent=2))
+        return 0
+    print(audit_text(AuditReport.from_json(body), Served.from_json(body)))
     return 0

@@ -8,8 +8,10 @@ from urllib.parse import quote
 from steer.adapters.kubejson import JSON, MERGE_PATCH, KubeApiError, KubeJson, WatchStream
 
 __all__ = [
+    "BOUND_PODS",
     "JSON",
     "MERGE_PATCH",
+    "NAMESPACES_PATH",
     "PLACEMENT_SCORE_API",
     "PODS_PATH",
     "KubeApiError",
@@ -33,6 +35,8 @@ def node_status_path(name: str) -> str:
 
 
 PODS_PATH = "/api/v1/pods"
+NAMESPACES_PATH = "/api/v1/namespaces"
+BOUND_PODS = "spec.nodeName!="  # the field selector of pods bound to a node
 
 
 def pod_path(namespace: str, name: str) -> str:

@@ -20,9 +20,9 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
-from scorer.bindings import BOUND_PODS, BindingWindow
+from scorer.bindings import BindingWindow
 from scorer.clusterscore import ClusterScoreValue, cluster_scores, requested_resources
-from scorer.kubeapi import PODS_PATH, KubeApiError, KubeJson
+from scorer.kubeapi import BOUND_PODS, PODS_PATH, KubeApiError, KubeJson
 from scorer.leader import LeaseElector
 from scorer.ledger import PodLedger
 from scorer.metrics import ScorerMetrics

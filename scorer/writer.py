@@ -25,13 +25,16 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from scorer.kubeapi import (
+    BOUND_PODS,
     MERGE_PATCH,
+    NAMESPACES_PATH,
+    PODS_PATH,
     KubeApiError,
     KubeJson,
     namespace_path,
@@ -117,6 +120,21 @@ class NodeApi:
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
         return self.kube.request("GET", pod_path(namespace, name))
+
+    def bound_pods(self) -> Iterator[dict[str, Any]]:
+        """Every pod bound to a node, page by page (the audit report reads them on demand)."""
+        return iter(
+            self.kube.stream_list(
+                PODS_PATH, page_size=self.page_size, query={"fieldSelector": BOUND_PODS}
+            )
+        )
+
+    def all_namespace_labels(self) -> dict[str, dict[str, str]]:
+        """Every namespace's labels, by name."""
+        return {
+            str(obj["metadata"]["name"]): dict(obj["metadata"].get("labels") or {})
+            for obj in self.kube.stream_list(NAMESPACES_PATH, page_size=self.page_size)
+        }
 
     def namespace_labels(self, namespace: str) -> dict[str, str]:
         obj = self.kube.request("GET", namespace_path(namespace))

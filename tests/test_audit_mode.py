@@ -14,6 +14,8 @@ import orjson
 import pytest
 from prometheus_client import CollectorRegistry
 
+from scorer.explain import AuditReport, Served, audit_report
+from scorer.explain.render import audit_text
 from scorer.model import NodeState
 from scorer.plan import ScorerMemory, plan_cycle
 from steer.adapters.policy_file import PolicyWatcher
@@ -228,3 +230,78 @@ def test_an_audited_policy_labels_a_condition_and_withdraws_its_taint() -> None:
     assert enforced.spec.mode == "enforce"
     plan, _ = plan_cycle(enforced, cluster, readings, memory, T0 + 3)
     assert all(p.taints == (Taint(key, "true", "NoSchedule"),) for p in plan.nodes)
+
+
+# -- the audit report ------------------------------------------------------------------------
+
+GPU_NODE = {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "4", "pods": "110"}
+OPTED_IN = {"kube-steer.github.io/enabled": "true"}
+
+
+def _audited_gpu_pod(policy: Any, name: str, node: str | None, at: str) -> dict[str, Any]:
+    """A GPU pod as the webhook stored it in audit mode, then bound to `node` at `at`."""
+    pod: dict[str, Any] = {
+        "metadata": {"name": name, "namespace": "ml"},
+        "spec": {
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "x",
+                    "resources": {
+                        "limits": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"},
+                    },
+                }
+            ]
+        },
+    }
+    mutation = mutate_pod(MutationPlan.from_policy(policy), pod, None)
+    assert mutation.audit
+    stored = mutation.apply(pod)
+    if node is not None:
+        stored["spec"]["nodeName"] = node
+        stored["status"] = {"conditions": [{"type": "PodScheduled", "lastTransitionTime": at}]}
+    return stored
+
+
+def test_the_audit_report_says_where_the_scheduler_and_the_policy_disagree() -> None:
+    policy = parse_policy(SMALL_POLICY.replace("spec:\n", "spec:\n  mode: audit\n", 1))
+    cluster = [
+        NodeState(n, allocatable=dict(GPU_NODE), capacity=dict(GPU_NODE)) for n in ("a", "b", "c")
+    ]
+    memory = ScorerMemory()
+    for i in range(3):  # "c" runs hot past setAfterCycles: its avoid:gpu-hot gate closes
+        values = {"util": {"a": 10.0, "b": 50.0, "c": 95.0}}
+        plan, memory = plan_cycle(
+            policy,
+            cluster,
+            readings_for(policy, cluster, values, T0 + i),
+            memory,
+            T0 + i,
+            pod_usages={},  # the pods are seen: gates are published
+        )
+        cluster = apply_plan(policy, cluster, plan)
+    assert all(n.taints == () for n in cluster)  # audit mode: labelled, not tainted
+    pods = [
+        _audited_gpu_pod(policy, "on-hot", "c", "2026-12-01T10:00:03Z"),
+        _audited_gpu_pod(policy, "on-best", "a", "2026-12-01T10:00:02Z"),
+        _audited_gpu_pod(policy, "on-second", "b", "2026-12-01T10:00:01Z"),
+        _audited_gpu_pod(policy, "pending", None, ""),
+    ]
+    plain = _audited_gpu_pod(policy, "not-audited", "a", "2026-12-01T10:00:00Z")
+    plain["metadata"]["annotations"] = {}
+    labels = {"ml": OPTED_IN}
+    report = audit_report(policy, plan, cluster, [*pods, plain], labels)
+    assert (report.pods, report.agreed, report.on_excluded) == (3, 1, 1)
+    assert {r.rule: r.pods for r in report.by_rule} == {"avoid:gpu-hot": 1, "rank": 1}
+    assert report.ranks == {1: 1, 2: 1}
+    assert [(p.name, p.excluded_by, p.rank) for p in report.divergent] == [
+        ("on-hot", ("avoid:gpu-hot",), None),
+        ("on-second", (), 2),
+    ]
+    assert AuditReport.from_json(report.to_json()) == report
+    text = audit_text(report, Served(leader=True))
+    assert "3 audited pods judged, 1 on the policy's first choice (33 %)" in text
+    assert "ml/on-hot" in text and "avoid:gpu-hot" in text
+    # The limit judges the last bound first and says how many it left out.
+    limited = audit_report(policy, plan, cluster, [*pods, plain], labels, limit=1)
+    assert (limited.pods, limited.left_out, limited.divergent[0].name) == (1, 2, "on-hot")

@@ -3,6 +3,7 @@ commands, over real HTTP against a real (backfilled) Prometheus and the API stan
 
 from __future__ import annotations
 
+import copy
 import json
 import time
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ from scorer.loop import ScorerLoop
 from scorer.service import Scorer
 from scorer.writer import NodeApi
 from steer.cli import main
+from steer.core.mutation import MutationPlan, mutate_pod
 from steer.core.policy import parse_policy
 from tests.apistub_fixtures import client_for
 from tests.scorer_support import SMALL_POLICY, backfilled_prometheus, stub_nodes
@@ -311,3 +313,43 @@ def test_cli_explain_queries_a_running_scorer(
     assert util_row.split()[:6] == ["util", "fresh", "95", "pct", "5", "score-util=10"]
     assert "excluded node-3: avoid:gpu-hot" in pod_out
     assert [a["node"] for a in pod_json["allowed"]] == ["node-2"]
+
+
+def test_explain_audit_and_the_report_command(
+    cluster_api: ApiStub,
+    tmp_path: Path,
+    prom: PrometheusServer,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`/explain/audit` reads the bound pods and namespaces from the API and judges the audited
+    ones; `steer audit report` prints it."""
+    audit_policy = parse_policy(SMALL_POLICY.replace("spec:\n", "spec:\n  mode: audit\n", 1))
+    kube = client_for(cluster_api, tmp_path / "kubeconfig-audit")
+    scorer = Scorer(lambda: audit_policy, NodeApi(KubeJson(kube)), prometheus_url=prom.url)
+    scorer.run_cycle()
+    scorer.run_cycle()
+    plan = MutationPlan.from_policy(audit_policy)
+    # node-1 carries foreign taints the pod does not tolerate (tests/scorer_support.py):
+    # node-2 is the only node enforce mode would allow.
+    for name, node in (("on-hot", "node-3"), ("on-best", "node-2"), ("waiting", None)):
+        pod = copy.deepcopy({**GPU_POD, "metadata": {**GPU_POD["metadata"], "name": name}})
+        stored = mutate_pod(plan, pod, audit_policy.tenant("dept-b")).apply(pod)
+        if node is not None:
+            stored["spec"]["nodeName"] = node
+        cluster_api.create("pods", stored)
+    cluster_api.create(
+        "pods", {**GPU_POD, "metadata": {"name": "plain", "namespace": "team-b"}}
+    )  # no trace: not audited
+    http = session()
+    with HttpServer(create_app(scorer)) as server:
+        report = http.get(f"{server.url}/explain/audit").json()
+        refused = http.get(f"{server.url}/explain/audit?limit=0")
+        assert main(["audit", "report", "--scorer", server.url]) == 0
+    assert report["pods"] == 2 and report["leader"] is True
+    assert [(p["name"], p["node"]) for p in report["divergent"]] == [("on-hot", "node-3")]
+    assert "avoid:gpu-hot" in report["divergent"][0]["excludedBy"]
+    assert report["policyVersion"] == audit_policy.version
+    assert refused.status_code == 400 and "limit" in refused.json()["error"]
+    out = capsys.readouterr().out
+    assert "2 audited pods judged, 1 on the policy's first choice (50 %)" in out
+    assert "team-b/on-hot" in out

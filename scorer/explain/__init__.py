@@ -2,13 +2,15 @@
 
 One view model, many renderers. The producers build typed views once: `nodes` (a
 `CyclePlan` into the node rows and the node detail) and `pod` (the scheduler's filters and
-ranking on the steered pod); `view` (a package, one module a view) holds the frozen types with
+ranking on the steered pod), and `audit` (the audited pods as placed, judged by `pod` as
+enforce mode would have steered them); `view` (a package, one module a view) holds the frozen types with
 their `to_json()` (the HTTP answer, `steer scorer once --output json`) and `from_json()` (the
 CLI reading the answer back); `render` draws the CLI's tables from the views; `table` is the
 text plan of `steer scorer once`. All pure: the HTTP and the argument parsing are in
 scorer/app.py and scorer/cli.py.
 """
 
+from scorer.explain.audit import audit_report
 from scorer.explain.nodes import (
     budget_pools,
     detail_view,
@@ -21,6 +23,8 @@ from scorer.explain.nodes import (
 from scorer.explain.pod import effective_labels, effective_taints, explain_pod
 from scorer.explain.table import plan_table
 from scorer.explain.view import (
+    AuditedPod,
+    AuditReport,
     BudgetPools,
     CompositeValue,
     ConditionValue,
@@ -36,10 +40,13 @@ from scorer.explain.view import (
     NodeVerdict,
     PodExplanation,
     PoolView,
+    RuleCount,
     Served,
 )
 
 __all__ = [
+    "AuditReport",
+    "AuditedPod",
     "BudgetPools",
     "CompositeValue",
     "ConditionValue",
@@ -55,7 +62,9 @@ __all__ = [
     "NodesTable",
     "PodExplanation",
     "PoolView",
+    "RuleCount",
     "Served",
+    "audit_report",
     "budget_pools",
     "detail_view",
     "effective_labels",

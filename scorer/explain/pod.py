@@ -21,6 +21,7 @@ from steer.core.admission import ValidationPlan, validate_pod
 from steer.core.encoding import preference_weight
 from steer.core.mutation import Mutation, MutationPlan, steer_pod
 from steer.core.policy import Policy, Tenant
+from steer.core.policy.spec import Mode
 from steer.core.quantity import QuantityError, parse_quantity
 from steer.core.scheduling import (
     UNSCHEDULABLE_TAINT,
@@ -165,6 +166,7 @@ def explain_pod(
     pod: Mapping[str, Any],
     namespace_labels: Mapping[str, str],
     namespace: str | None = None,
+    mode: Mode | None = None,
 ) -> PodExplanation:
     """Which nodes the scheduler's filters leave for the pod once the webhook has steered it,
     their rank, and why the others are excluded.
@@ -178,6 +180,8 @@ def explain_pod(
     up: the injected preference terms plus the pod's own other preferred terms (ties share a
     rank).
     A pod of a namespace that is not opted in is evaluated as it is: the webhook leaves it alone.
+    So is a pod of an audited tenant (steer/core/mode.py), unless `mode` asks what the other mode
+    would do (the audit report asks for `enforce`).
     Raises UninterpretablePod for a malformed field.
     """
     spec = pod_spec_of(pod)
@@ -189,7 +193,7 @@ def explain_pod(
         as_pod = pod
     mutation_plan, validation_plan = _plans(policy)
     tenant = mutation_plan.tenant(namespace_labels)
-    mutation = steer_pod(mutation_plan, as_pod, namespace, lambda: namespace_labels)
+    mutation = steer_pod(mutation_plan, as_pod, namespace, lambda: namespace_labels, mode=mode)
     pieces = mutation.pieces
     steered = mutation.apply(as_pod)["spec"]
     preferences = pieces.preference_terms if pieces else ()

@@ -1,12 +1,13 @@
-"""Text for people: the tables `steer explain node|nodes|pod` prints, rendered from the view
-model (scorer/explain/view/) the CLI reads back from the scorer's answer."""
+"""Text for people: the tables `steer explain node|nodes|pod` and `steer audit report` print,
+rendered from the view model (scorer/explain/view/) the CLI reads back from the scorer's
+answer."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
 
-from scorer.explain.view import NodeDetail, NodesTable, PodExplanation, Served
+from scorer.explain.view import AuditReport, NodeDetail, NodesTable, PodExplanation, Served
 
 
 def short_key(key: str) -> str:
@@ -95,6 +96,41 @@ def pod_text(pod: PodExplanation, served: Served) -> str:
             lines.append(
                 f"excluded {e.node}: {x.rule}: {x.reason} {json.dumps(x.data, sort_keys=True)}"
             )
+    return "\n".join(lines)
+
+
+def audit_text(report: AuditReport, served: Served) -> str:
+    """The audit report: how often the scheduler's choice differs from the policy's, by rule."""
+    share = f" ({100 * report.agreed / report.pods:.0f} %)" if report.pods else ""
+    lines = [
+        f"policy {report.policy_version}, leader={served.leader}: {report.pods} audited pods "
+        f"judged, {report.agreed} on the policy's first choice{share}, "
+        f"{report.on_excluded} on a node enforce mode would exclude"
+    ]
+    lines += [f"note: {note}" for note in served.notes]
+    if report.left_out:
+        lines.append(f"note: {report.left_out} audited pods bound earlier were not judged")
+    if report.unjudged:
+        lines.append(f"note: {report.unjudged} pods have a field the policy cannot read")
+    by_rule = [("RULE", "PODS")] + [(r.rule, str(r.pods)) for r in report.by_rule]
+    if len(by_rule) > 1:
+        lines.append(_table(by_rule))
+    if report.ranks:
+        ranks = ", ".join(f"rank {k}: {v}" for k, v in sorted(report.ranks.items()))
+        lines.append(f"chosen node's rank among the allowed ones: {ranks}")
+    if report.divergent:
+        rows = [("POD", "NODE", "TENANT", "EXCLUDED BY", "RANK")]
+        for pod in report.divergent:
+            rows.append(
+                (
+                    f"{pod.namespace}/{pod.name}",
+                    pod.node,
+                    pod.tenant or "-",
+                    ", ".join(pod.excluded_by) or "-",
+                    f"{pod.rank}/{pod.allowed}" if pod.rank is not None else "-",
+                )
+            )
+        lines.append(_table(rows))
     return "\n".join(lines)
 
 

@@ -8,9 +8,11 @@ RFC 3339 text. `to_json()` returns keys in the order the answer has always had, 
 unchanged; `from_json(x.to_json()) == x` for every type of the package.
 
 One module a view: `nodes_table` (`/explain/nodes`), `node_detail` (`/explain/node/NAME`),
-`pod_explanation` (`/explain/pod`) and `served` (what the answering replica adds to each).
+`pod_explanation` (`/explain/pod`), `audit_report` (`/explain/audit`) and `served` (what the
+answering replica adds to each).
 """
 
+from scorer.explain.view.audit_report import AuditedPod, AuditReport, RuleCount
 from scorer.explain.view.node_detail import (
     BudgetPools,
     CompositeValue,
@@ -26,6 +28,8 @@ from scorer.explain.view.pod_explanation import Exclusion, NodeVerdict, PodExpla
 from scorer.explain.view.served import Served
 
 __all__ = [
+    "AuditReport",
+    "AuditedPod",
     "BudgetPools",
     "CompositeValue",
     "ConditionValue",
@@ -41,5 +45,6 @@ __all__ = [
     "NodesTable",
     "PodExplanation",
     "PoolView",
+    "RuleCount",
     "Served",
 ]
