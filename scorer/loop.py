@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -40,9 +41,16 @@ logging.getLogger("apscheduler.scheduler").addFilter(_QuietHotSkips())
 
 class ScorerLoop:
     def __init__(
-        self, scorer: Scorer, *, hot_refresh_seconds: float = 2.0, wake_delay_seconds: float = 0.2
+        self,
+        scorer: Scorer,
+        *,
+        hot_refresh_seconds: float = 2.0,
+        wake_delay_seconds: float = 0.2,
+        after_cycle: Callable[[], object] | None = None,
     ) -> None:
         self.scorer = scorer
+        # Runs after each cycle that completed (the Events on blocked pods: scorer/pending.py).
+        self.after_cycle = after_cycle
         self.hot_refresh_seconds = hot_refresh_seconds
         self.wake_delay_seconds = wake_delay_seconds
         self._wake = threading.Event()
@@ -121,6 +129,12 @@ class ScorerLoop:
         except Exception:  # the job must keep running whatever one cycle hits
             self.failures += 1
             log.exception("cycle failed unexpectedly")
+        else:
+            if self.after_cycle is not None:
+                try:
+                    self.after_cycle()
+                except Exception:
+                    log.exception("after the cycle: reporting blocked pods failed")
         self._follow_interval()
 
     def hot_tick(self) -> None:

@@ -32,6 +32,13 @@ class ScorerMetrics:
             ["result"],
             registry=r,
         )
+        self.blocked_events = Counter(
+            "steer_scorer_blocked_events_total",
+            "Warning Events written on pods a kube-steer rule keeps Pending, by result "
+            "(written, failed).",
+            ["result"],
+            registry=r,
+        )
         self.queries = Counter(
             "steer_scorer_queries_total",
             "PromQL queries sent, per dimension.",

@@ -1,4 +1,5 @@
-"""`steer scorer run`: the scoring loop, leader election, the pod watch and the HTTP surface.
+"""`steer scorer run`: the scoring loop, leader election, the pod watches (bound pods for the
+ledger, unbound ones for the Events on blocked pods) and the HTTP surface.
 
 One process runs everything: the loop must score exactly once per replica, so the HTTP
 server is a threaded WSGI server beside the scheduler thread, not a gunicorn worker. The
@@ -18,16 +19,18 @@ from typing import Any
 from scorer.app import HttpServer, create_app
 from scorer.bindings import BindingWindow, PodBindingWatcher
 from scorer.kubeapi import KubeJson
-from scorer.leader import DEFAULT_LEASE_NAME, LeaseElector
+from scorer.leader import DEFAULT_LEASE_NAME, LeaseElector, default_identity
 from scorer.ledger import PodLedger
 from scorer.loop import ScorerLoop
 from scorer.metrics import ScorerMetrics
 from scorer.nodes import NodeCache, NodeWatcher
+from scorer.pending import PendingPods, PendingPodWatcher, SteeringEvents, report_blocked
 from scorer.service import Scorer
 from scorer.writer import NodeApi
 from steer.adapters.kube import make_api_client
 from steer.adapters.policy_file import PolicyWatcher
 from steer.core.policy import Policy
+from steer.core.steering import trace_annotation_key
 
 log = logging.getLogger(__name__)
 
@@ -104,8 +107,18 @@ def _serve(
         dry_run=options.dry_run,
         node_cache=node_cache,
     )
-    loop = ScorerLoop(scorer)
+    pending = PendingPods()
+    events = SteeringEvents(
+        KubeJson(make_api_client(kubeconfig)),
+        instance=elector.identity if elector is not None else default_identity(),
+    )
+    loop = ScorerLoop(scorer, after_cycle=lambda: report_blocked(scorer, pending, events))
     nodes = NodeWatcher(make_api_client(kubeconfig), node_cache)
+    unbound = PendingPodWatcher(
+        make_api_client(kubeconfig),
+        pending,
+        trace_key=lambda: trace_annotation_key(watcher.current),
+    )
     pods = PodBindingWatcher(
         make_api_client(kubeconfig),
         bindings,
@@ -131,6 +144,7 @@ def _serve(
         elector.start()
     nodes.start()
     pods.start()
+    unbound.start()
     loop.start()
     server.start()
     log.info("scorer serving on %s (policy %s)", server.url, watcher.current.version)
@@ -139,6 +153,7 @@ def _serve(
     finally:
         scorer.request_stop()  # a cycle in flight ends after the node it is writing
         loop.stop()
+        unbound.stop()
         pods.stop()
         nodes.stop()
         if elector is not None:

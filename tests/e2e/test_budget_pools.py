@@ -11,6 +11,7 @@ from the pool, and the budget gate below the highest budget.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -20,8 +21,10 @@ from kits.control_plane import ROOT, ControlPlane
 from kits.service_processes import running_scorer
 from kits.waiting import wait_until
 from scorer.kubeapi import KubeJson, node_path, pod_path
+from scorer.pending import EVENT_COMPONENT, EVENT_REASON
 from steer.core.budget import FLOOR_SETTLE_S, tenant_budget
 from steer.core.policy import Policy, Tenant, parse_policy
+from steer.core.steering import trace_annotation_key
 from tests.e2e.waiting import NOT_YET, metric
 from tests.scorer_support import SMALL_POLICY
 
@@ -123,6 +126,15 @@ def unschedulable_message(admin: KubeJson, namespace: str, name: str) -> str | N
         if cond["type"] == "PodScheduled" and cond["status"] == "False":
             return str(cond.get("message", ""))
     return None
+
+
+def blocked_event(admin: KubeJson, namespace: str, name: str) -> dict[str, Any] | None:
+    events = admin.request(
+        "GET",
+        f"/api/v1/namespaces/{namespace}/events",
+        query={"fieldSelector": f"involvedObject.name={name},reason={EVENT_REASON}"},
+    )["items"]
+    return events[-1] if events else None
 
 
 def test_scheduler_enforces_the_pool_and_gates_the_scorer_publishes(
@@ -294,6 +306,13 @@ def test_scheduler_enforces_the_pool_and_gates_the_scorer_publishes(
             {"cpu": "100m", "memory": "64Mi"},
             tenant=DEPT_B,
         )
+        # As the webhook stores it: its trace says it was steered (scorer/pending.py watches
+        # only those).
+        zero["metadata"]["annotations"] = {
+            trace_annotation_key(POLICY): json.dumps(
+                {"policy": POLICY.version, "rules": ["gate:budget:0"]}
+            )
+        }
         create_pod(admin, zero_ns, zero)
         create_pod(admin, zero_ns, zero_n2)
         assert (
@@ -312,6 +331,17 @@ def test_scheduler_enforces_the_pool_and_gates_the_scorer_publishes(
             ignoring=NOT_YET,
         )
         assert f"Insufficient {GATE0}" in message, message
+        # The scorer says which of its rules keeps the pod Pending, with the data.
+        event = wait_until(
+            "a BlockedBySteering Event on the dept-b pod",
+            lambda: blocked_event(admin, zero_ns, "zero"),
+            timeout=45,
+            ignoring=NOT_YET,
+        )
+        assert event["type"] == "Warning" and event["source"]["component"] == EVENT_COMPONENT
+        assert "kube-steer rules budget:0 keep the pod off 1 of" in event["message"], event
+        assert f"{N1}: budget:0 ({GATE0} is closed" in event["message"], event
+        print(f"zero: {event['message']}")
 
         # The foreign pod goes; the rise has settled (the next write is the wake-up on that
         # deletion): 8400 m of room, and the waiting 2520 m pod binds.

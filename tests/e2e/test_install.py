@@ -278,6 +278,8 @@ SCORER_MAY = [
     Access("list", "pods"),
     Access("watch", "pods"),
     Access("get", "namespaces"),
+    Access("list", "namespaces"),
+    Access("create", "events", namespace="team-a"),
     Access("create", "leases", namespace=NS, group=COORD),
     Access("get", "leases", namespace=NS, group=COORD, name="steer-scorer"),
     Access("update", "leases", namespace=NS, group=COORD, name="steer-scorer"),
