@@ -1,11 +1,13 @@
 """Why a node carries its labels, and where a pod may go: the answers behind `/explain`.
 
 One view model, many renderers. The producers build typed views once: `nodes` (a
-`CyclePlan` into the node rows and the node detail) and `pod` (the scheduler's filters and
-ranking on the steered pod); `view` (a package, one module a view) holds the frozen types with
-their `to_json()` (the HTTP answer, `steer scorer once --output json`) and `from_json()` (the
-CLI reading the answer back); `render` draws the CLI's tables from the views; `table` is the
-text plan of `steer scorer once`. All pure: the HTTP and the argument parsing are in
+`CyclePlan` into the node rows and the node detail), `pod` (the scheduler's filters and
+ranking on the steered pod) and `scheduler` (what the kube-scheduler said of a live pod: its
+`PodScheduled` condition and latest `FailedScheduling` event); `view` (a package, one module a
+view) holds the frozen types with their `to_json()` (the HTTP answer, `steer scorer once
+--output json`) and `from_json()` (the CLI reading the answer back); `render` draws the CLI's
+tables from the views, and the explain page (scorer/page/) draws the same JSON in a browser;
+`table` is the text plan of `steer scorer once`. All pure: the HTTP and the argument parsing are in
 scorer/app.py and scorer/cli.py.
 """
 
@@ -19,6 +21,7 @@ from scorer.explain.nodes import (
     row_view,
 )
 from scorer.explain.pod import effective_labels, effective_taints, explain_pod
+from scorer.explain.scheduler import latest_failed_scheduling, scheduler_verdict
 from scorer.explain.table import plan_table
 from scorer.explain.view import (
     BudgetPools,
@@ -35,7 +38,11 @@ from scorer.explain.view import (
     NodesTable,
     NodeVerdict,
     PodExplanation,
+    PodScheduled,
+    PoolCell,
     PoolView,
+    SchedulerVerdict,
+    SchedulingEvent,
     Served,
 )
 
@@ -54,17 +61,23 @@ __all__ = [
     "NodeVerdict",
     "NodesTable",
     "PodExplanation",
+    "PodScheduled",
+    "PoolCell",
     "PoolView",
+    "SchedulerVerdict",
+    "SchedulingEvent",
     "Served",
     "budget_pools",
     "detail_view",
     "effective_labels",
     "effective_taints",
     "explain_pod",
+    "latest_failed_scheduling",
     "node_detail",
     "node_row",
     "nodes_table",
     "nodes_view",
     "plan_table",
     "row_view",
+    "scheduler_verdict",
 ]
