@@ -1,15 +1,17 @@
-"""The scorer's HTTP surface: `/explain` (nodes, node, pod, cluster, audit), `/metrics`,
-`/healthz`, `/readyz`.
+"""The scorer's HTTP surface: `/explain` (nodes, node, pod, cluster, audit), the explain page
+at `/`, `/metrics`, `/healthz`, `/readyz`.
 
 Every answer comes from the scorer's last computed cycle (its own, also on a replica that is
 not the leader), so `/explain` never waits on Prometheus. Explaining an existing pod reads the
-pod and its namespace from the API. The server is a threaded WSGI server started by
+pod, its namespace and its `FailedScheduling` events from the API. The page (scorer/page/) is
+static files that fetch the `/explain` answers. The server is a threaded WSGI server started by
 `steer scorer run` next to the scheduler thread, not a gunicorn worker: the scoring loop must
 run exactly once per process.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -21,12 +23,24 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from werkzeug.serving import BaseWSGIServer, make_server
 
 from scorer.clusterscore import cluster_detail
-from scorer.explain import audit_report, detail_view, explain_pod, nodes_view
+from scorer.explain import (
+    SchedulerVerdict,
+    audit_report,
+    detail_view,
+    explain_pod,
+    nodes_view,
+    scheduler_verdict,
+)
 from scorer.explain.audit import DEFAULT_LIMIT
 from scorer.kubeapi import KubeApiError
+from scorer.page import page_asset
 from scorer.service import Scorer
 from steer.adapters.policy_file import ReloadStatus
 from steer.core.scheduling import UninterpretablePod, pod_spec_of
+
+PAGE_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'"
+)
 
 
 def _json(body: Any, status: int = 200) -> Response:
@@ -93,7 +107,10 @@ def create_app(scorer: Scorer, *, policy_status: Callable[[], ReloadStatus] | No
         return _json({**cycle_info(), **detail.to_json()})
 
     def explain(
-        pod: dict[str, Any], namespace: str | None, labels: dict[str, str] | None
+        pod: dict[str, Any],
+        namespace: str | None,
+        labels: dict[str, str] | None,
+        scheduler: SchedulerVerdict | None = None,
     ) -> Response:
         last = scorer.last
         if last is None:
@@ -116,6 +133,8 @@ def create_app(scorer: Scorer, *, policy_status: Callable[[], ReloadStatus] | No
             result = explain_pod(scorer.policy, last.plan, last.nodes, pod, labels, namespace)
         except UninterpretablePod as exc:
             return _error(400, f"body: {exc}")
+        if scheduler is not None:
+            result = dataclasses.replace(result, scheduler=scheduler)
         return _json({**cycle_info(), "namespace": namespace, "notes": notes, **result.to_json()})
 
     @app.post("/explain/pod")
@@ -143,7 +162,30 @@ def create_app(scorer: Scorer, *, policy_status: Callable[[], ReloadStatus] | No
         except KubeApiError as exc:
             code = 404 if exc.status == 404 else 502
             return _error(code, f"pod {namespace}/{name}: {exc}")
-        return explain(pod, namespace, None)
+        events: list[dict[str, Any]] = []
+        events_error = None
+        try:
+            events = scorer.node_api.failed_scheduling_events(namespace, name)
+        except KubeApiError as exc:
+            events_error = f"events of {namespace}/{name} not read ({exc.status}): {exc.message}"
+        return explain(pod, namespace, None, scheduler_verdict(pod, events, events_error))
+
+    @app.get("/")
+    def page() -> Response:
+        return page_file("index.html")
+
+    @app.get("/ui/<name>")
+    def page_file(name: str) -> Response:
+        found = page_asset(name)
+        if found is None:
+            return _error(404, f"no page file {name!r}")
+        body, mimetype = found
+        response = Response(body, mimetype=mimetype)
+        response.headers["Cache-Control"] = "no-cache"  # a new scorer version serves a new page
+        # Nothing from elsewhere: the page's own files and the /explain answers only.
+        response.headers["Content-Security-Policy"] = PAGE_POLICY
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        return response
 
     @app.get("/explain/audit")
     def explain_audit() -> Response:

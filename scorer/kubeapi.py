@@ -17,6 +17,8 @@ __all__ = [
     "KubeApiError",
     "KubeJson",
     "WatchStream",
+    "events_path",
+    "failed_scheduling_selector",
     "lease_path",
     "namespace_path",
     "node_path",
@@ -41,6 +43,21 @@ BOUND_PODS = "spec.nodeName!="  # the field selector of pods bound to a node
 
 def pod_path(namespace: str, name: str) -> str:
     return f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}"
+
+
+def events_path(namespace: str) -> str:
+    """The core/v1 Events of a namespace (the scheduler's, written through events.k8s.io, are
+    served here too)."""
+    return f"{namespace_path(namespace)}/events"
+
+
+def failed_scheduling_selector(namespace: str, name: str) -> str:
+    """The fieldSelector of one pod's `FailedScheduling` events (fields the apiserver indexes
+    for core/v1 Events)."""
+    return (
+        f"involvedObject.kind=Pod,involvedObject.namespace={namespace},"
+        f"involvedObject.name={name},reason=FailedScheduling"
+    )
 
 
 def namespace_path(name: str) -> str:

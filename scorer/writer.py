@@ -37,6 +37,8 @@ from scorer.kubeapi import (
     PODS_PATH,
     KubeApiError,
     KubeJson,
+    events_path,
+    failed_scheduling_selector,
     namespace_path,
     node_path,
     node_status_path,
@@ -139,6 +141,15 @@ class NodeApi:
     def namespace_labels(self, namespace: str) -> dict[str, str]:
         obj = self.kube.request("GET", namespace_path(namespace))
         return dict((obj.get("metadata") or {}).get("labels") or {})
+
+    def failed_scheduling_events(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        """The pod's `FailedScheduling` events: one list call, filtered by the apiserver (a
+        pod that waits long has one event, its series counting the repeats)."""
+        return self.kube.list_all(
+            events_path(namespace),
+            page_size=self.page_size,
+            query={"fieldSelector": failed_scheduling_selector(namespace, name)},
+        )
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from kits.apistub import ApiStub
 from kits.prometheus_server import PrometheusServer
 from kits.synthetic_exporter import SyntheticCluster
 from scorer.app import HttpServer, create_app
-from scorer.kubeapi import KubeJson
+from scorer.kubeapi import MERGE_PATCH, KubeJson, pod_path
 from scorer.leader import LeaseElector
 from scorer.loop import ScorerLoop
 from scorer.service import Scorer
@@ -164,6 +164,113 @@ def test_explain_a_posted_and_an_existing_pod(
     assert absent.status_code == 404
     assert bad.status_code == 400 and "body" in bad.json()["error"]
     assert malformed.status_code == 400 and "spec.tolerations" in malformed.json()["error"]
+
+
+def failed_scheduling(name: str, uid: str, message: str, at: str, **extra: Any) -> dict[str, Any]:
+    """A FailedScheduling event as the scheduler's events.k8s.io recorder leaves it in core/v1."""
+    return {
+        "metadata": {"name": name, "namespace": "team-b"},
+        "involvedObject": {"kind": "Pod", "namespace": "team-b", "name": "train", "uid": uid},
+        "reason": "FailedScheduling",
+        "type": "Warning",
+        "message": message,
+        "eventTime": at,
+        "reportingComponent": "default-scheduler",
+        "source": {},
+        **extra,
+    }
+
+
+def test_a_live_pod_answer_carries_the_schedulers_own_verdict(
+    cluster_api: ApiStub, tmp_path: Path, prom: PrometheusServer
+) -> None:
+    scorer = scorer_for(cluster_api, tmp_path, prom)
+    scorer.run_cycle()
+    scorer.run_cycle()
+    uid = cluster_api.create("pods", GPU_POD)["metadata"]["uid"]
+    waiting = "0/3 nodes are available: 1 node(s) had untolerated taint {kube-steer.github.io/gpu-hot: true}."
+    KubeJson(client_for(cluster_api, tmp_path / "kc-scheduler")).request(
+        "PATCH",
+        f"{pod_path('team-b', 'train')}/status",
+        body={
+            "status": {
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": waiting,
+                        "lastTransitionTime": "2026-12-01T10:00:00Z",
+                    }
+                ]
+            }
+        },
+        content_type=MERGE_PATCH,
+    )
+    for event in (
+        failed_scheduling("train.1", uid, "an older verdict", "2026-12-01T10:00:00.000001Z"),
+        failed_scheduling(
+            "train.2",
+            uid,
+            waiting,
+            "2026-12-01T10:00:00.500000Z",
+            series={"count": 4, "lastObservedTime": "2026-12-01T10:05:00.250000Z"},
+        ),
+        # A pod of the same name deleted before, and another reason: not this verdict.
+        failed_scheduling("train.3", "an-earlier-pod", "gone", "2026-12-01T11:00:00.000000Z"),
+        {**failed_scheduling("train.4", uid, "pulled", "2026-12-01T11:00:00Z"), "reason": "Pulled"},
+    ):
+        cluster_api.create("events", event)
+    http = session()
+    cluster_api.clear_requests()
+    with HttpServer(create_app(scorer)) as server:
+        live = http.get(f"{server.url}/explain/pod/team-b/train").json()
+        posted = http.post(f"{server.url}/explain/pod", json=GPU_POD).json()
+    assert live["scheduler"] == {
+        "node": None,
+        "phase": "Pending",
+        "podScheduled": {
+            "status": "False",
+            "reason": "Unschedulable",
+            "message": waiting,
+            "lastTransitionTime": "2026-12-01T10:00:00Z",
+        },
+        "failedScheduling": {
+            "message": waiting,
+            "count": 4,
+            "lastSeen": "2026-12-01T10:05:00.250000Z",
+            "reporter": "default-scheduler",
+        },
+        "eventsError": None,
+    }
+    # Beside kube-steer's own verdict on the node the scheduler names.
+    rules = {e["node"]: {x["rule"] for x in e["exclusions"]} for e in live["excluded"]}
+    assert "taint kube-steer.github.io/gpu-hot=true:NoSchedule" in rules["node-3"]
+    (listed,) = [r for r in cluster_api.requests if r.path.endswith("/events")]
+    assert listed.path == "/api/v1/namespaces/team-b/events"
+    assert "involvedObject.name%3Dtrain" in listed.query and "FailedScheduling" in listed.query
+    assert "scheduler" not in posted  # a pod that is not live has no scheduler verdict
+
+
+def test_the_explain_page_is_served_with_its_own_files_only(
+    cluster_api: ApiStub, tmp_path: Path, prom: PrometheusServer
+) -> None:
+    scorer = scorer_for(cluster_api, tmp_path, prom)
+    http = session()
+    with HttpServer(create_app(scorer)) as server:
+        page = http.get(f"{server.url}/")
+        script = http.get(f"{server.url}/ui/page.js")
+        style = http.get(f"{server.url}/ui/page.css")
+        missing = [http.get(f"{server.url}/ui/{name}") for name in ("nope.js", "__init__.py")]
+    assert page.status_code == 200 and page.headers["Content-Type"].startswith("text/html")
+    # Relative URLs only: the page works behind `kubectl proxy` and port-forwards.
+    assert 'src="ui/page.js"' in page.text and 'href="ui/page.css"' in page.text
+    assert "http://" not in page.text and "https://" not in page.text
+    assert "default-src 'none'" in page.headers["Content-Security-Policy"]
+    assert script.status_code == 200 and "explain/nodes" in script.text
+    assert script.headers["Content-Type"].startswith("text/javascript")
+    assert style.status_code == 200 and style.headers["Content-Type"].startswith("text/css")
+    assert [r.status_code for r in missing] == [404, 404]
 
 
 def test_a_replica_that_is_not_leader_serves_explain_but_never_writes(

@@ -63,6 +63,8 @@ def test_the_wheel_holds_the_product_packages_and_no_kit(wheel: Path) -> None:
     assert top == PRODUCT
     assert [n for n in names if n.startswith(KIT_PATHS)] == []
     assert "steer/presets/policy.yaml" in names  # the example policy is product data
+    for page_file in ("index.html", "page.css", "page.js"):  # the explain page, offline
+        assert f"scorer/page/{page_file}" in names
     (entry_points,) = (n for n in names if n.endswith(".dist-info/entry_points.txt"))
     assert "steer = steer.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 

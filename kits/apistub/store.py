@@ -57,6 +57,7 @@ PODS = ResourceType("pods", "Pod", "", "v1", namespaced=True, has_status=True)
 LEASES = ResourceType(
     "leases", "Lease", "coordination.k8s.io", "v1", namespaced=True, has_status=False
 )
+# core/v1 Events, plain objects: the scorer lists one pod's FailedScheduling events.
 EVENTS = ResourceType("events", "Event", "", "v1", namespaced=True, has_status=False)
 RESOURCES = (NODES, NAMESPACES, PODS, LEASES, EVENTS)
 

@@ -1,11 +1,14 @@
 """Why a node carries its labels, and where a pod may go: the answers behind `/explain`.
 
 One view model, many renderers. The producers build typed views once: `nodes` (a
-`CyclePlan` into the node rows and the node detail) and `pod` (the scheduler's filters and
-ranking on the steered pod), and `audit` (the audited pods as placed, judged by `pod` as
-enforce mode would have steered them); `view` (a package, one module a view) holds the frozen types with
-their `to_json()` (the HTTP answer, `steer scorer once --output json`) and `from_json()` (the
-CLI reading the answer back); `render` draws the CLI's tables from the views; `table` is the
+`CyclePlan` into the node rows and the node detail), `pod` (the scheduler's filters and
+ranking on the steered pod), `scheduler` (what the kube-scheduler said of a live pod: its
+`PodScheduled` condition and latest `FailedScheduling` event), `audit` (the audited pods as
+placed, judged by `pod` as enforce mode would have steered them) and `blocked` (whether
+kube-steer's rules keep a pod Pending); `view` (a package, one module a view) holds the frozen
+types with their `to_json()` (the HTTP answer, `steer scorer once --output json`) and
+`from_json()` (the CLI reading the answer back); `render` draws the CLI's tables from the
+views, and the explain page (scorer/page/) draws the same JSON in a browser; `table` is the
 text plan of `steer scorer once`. All pure: the HTTP and the argument parsing are in
 scorer/app.py and scorer/cli.py.
 """
@@ -21,6 +24,7 @@ from scorer.explain.nodes import (
     row_view,
 )
 from scorer.explain.pod import effective_labels, effective_taints, explain_pod
+from scorer.explain.scheduler import latest_failed_scheduling, scheduler_verdict
 from scorer.explain.table import plan_table
 from scorer.explain.view import (
     AuditedPod,
@@ -39,8 +43,12 @@ from scorer.explain.view import (
     NodesTable,
     NodeVerdict,
     PodExplanation,
+    PodScheduled,
+    PoolCell,
     PoolView,
     RuleCount,
+    SchedulerVerdict,
+    SchedulingEvent,
     Served,
 )
 
@@ -61,8 +69,12 @@ __all__ = [
     "NodeVerdict",
     "NodesTable",
     "PodExplanation",
+    "PodScheduled",
+    "PoolCell",
     "PoolView",
     "RuleCount",
+    "SchedulerVerdict",
+    "SchedulingEvent",
     "Served",
     "audit_report",
     "budget_pools",
@@ -70,10 +82,12 @@ __all__ = [
     "effective_labels",
     "effective_taints",
     "explain_pod",
+    "latest_failed_scheduling",
     "node_detail",
     "node_row",
     "nodes_table",
     "nodes_view",
     "plan_table",
     "row_view",
+    "scheduler_verdict",
 ]

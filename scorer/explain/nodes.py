@@ -21,6 +21,7 @@ from scorer.explain.view import (
     NodeDetail,
     NodeRow,
     NodesTable,
+    PoolCell,
     PoolView,
 )
 from scorer.model import rfc3339
@@ -38,7 +39,8 @@ def time_text(ts: float | None) -> str | None:
 
 
 def row_view(plan: NodePlan) -> NodeRow:
-    """One line of `/explain/nodes`: raw values, scores, composites, labels, taints, ages."""
+    """One line of `/explain/nodes`: raw values, scores, composites, labels, taints, ages,
+    and each budget pool's room, take and what is free."""
     return NodeRow(
         node=plan.node,
         cells=tuple(
@@ -59,6 +61,7 @@ def row_view(plan: NodePlan) -> NodeRow:
         pending_taint_change=plan.taints_changed,
         pools={p.resource: p.capacity for p in plan.pools},
         gates={g.resource: g.capacity for g in plan.gates},
+        pool_usage=tuple(PoolCell(p.resource, p.unit, p.room, p.taken, p.free) for p in plan.pools),
     )
 
 

@@ -7,7 +7,14 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from scorer.explain.view import AuditReport, NodeDetail, NodesTable, PodExplanation, Served
+from scorer.explain.view import (
+    AuditReport,
+    NodeDetail,
+    NodesTable,
+    PodExplanation,
+    SchedulerVerdict,
+    Served,
+)
 
 
 def short_key(key: str) -> str:
@@ -79,6 +86,8 @@ def pod_text(pod: PodExplanation, served: Served) -> str:
         lines.append(f"not steered: {pod.skipped}")
     elif pod.rules:
         lines.append(f"rules in effect: {', '.join(pod.rules)}")
+    if pod.scheduler is not None:
+        lines += scheduler_lines(pod.scheduler)
     rows = [("RANK", "NODE", "STEERING", "USER", "SOFT TAINTS")]
     for a in pod.allowed:
         rows.append(
@@ -132,6 +141,29 @@ def audit_text(report: AuditReport, served: Served) -> str:
             )
         lines.append(_table(rows))
     return "\n".join(lines)
+
+
+def scheduler_lines(verdict: SchedulerVerdict) -> list[str]:
+    """What the kube-scheduler said of a live pod, beside kube-steer's verdicts."""
+    if verdict.node is not None:
+        lines = [f"scheduler: bound to {verdict.node} ({verdict.phase or '?'})"]
+    else:
+        lines = [f"scheduler: not bound ({verdict.phase or '?'})"]
+    condition = verdict.pod_scheduled
+    if condition is not None and condition.status != "True":
+        lines.append(
+            f"scheduler: PodScheduled={condition.status} {condition.reason or ''}: "
+            f"{condition.message or '-'}"
+        )
+    event = verdict.failed_scheduling
+    if event is not None:
+        lines.append(
+            f"scheduler: FailedScheduling x{event.count} (last {event.last_seen or '?'}): "
+            f"{event.message}"
+        )
+    if verdict.events_error:
+        lines.append(f"note: {verdict.events_error}")
+    return lines
 
 
 def _fmt(value: object) -> str:

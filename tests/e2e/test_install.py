@@ -279,6 +279,7 @@ SCORER_MAY = [
     Access("watch", "pods"),
     Access("get", "namespaces"),
     Access("list", "namespaces"),
+    Access("list", "events", namespace="team-a"),
     Access("create", "events", namespace="team-a"),
     Access("create", "leases", namespace=NS, group=COORD),
     Access("get", "leases", namespace=NS, group=COORD, name="steer-scorer"),

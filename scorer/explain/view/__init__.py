@@ -8,8 +8,8 @@ RFC 3339 text. `to_json()` returns keys in the order the answer has always had, 
 unchanged; `from_json(x.to_json()) == x` for every type of the package.
 
 One module a view: `nodes_table` (`/explain/nodes`), `node_detail` (`/explain/node/NAME`),
-`pod_explanation` (`/explain/pod`), `audit_report` (`/explain/audit`) and `served` (what the
-answering replica adds to each).
+`pod_explanation` (`/explain/pod`, with the scheduler's own verdict on a live pod),
+`audit_report` (`/explain/audit`) and `served` (what the answering replica adds to each).
 """
 
 from scorer.explain.view.audit_report import AuditedPod, AuditReport, RuleCount
@@ -23,8 +23,21 @@ from scorer.explain.view.node_detail import (
     NodeDetail,
     PoolView,
 )
-from scorer.explain.view.nodes_table import DimensionCell, DimensionStatus, NodeRow, NodesTable
-from scorer.explain.view.pod_explanation import Exclusion, NodeVerdict, PodExplanation
+from scorer.explain.view.nodes_table import (
+    DimensionCell,
+    DimensionStatus,
+    NodeRow,
+    NodesTable,
+    PoolCell,
+)
+from scorer.explain.view.pod_explanation import (
+    Exclusion,
+    NodeVerdict,
+    PodExplanation,
+    PodScheduled,
+    SchedulerVerdict,
+    SchedulingEvent,
+)
 from scorer.explain.view.served import Served
 
 __all__ = [
@@ -44,7 +57,11 @@ __all__ = [
     "NodeVerdict",
     "NodesTable",
     "PodExplanation",
+    "PodScheduled",
+    "PoolCell",
     "PoolView",
     "RuleCount",
+    "SchedulerVerdict",
+    "SchedulingEvent",
     "Served",
 ]

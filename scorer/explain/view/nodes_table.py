@@ -92,6 +92,21 @@ class DimensionCell:
 
 
 @dataclass(frozen=True)
+class PoolCell:
+    """A budget pool on one node in the table, in its unit (millicores, MiB): the room its
+    budget leaves, what the pool's pods take of it and what a new pod may still request."""
+
+    resource: str
+    unit: str
+    room: int
+    taken: int
+    free: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"unit": self.unit, "room": self.room, "taken": self.taken, "free": self.free}
+
+
+@dataclass(frozen=True)
 class NodeRow:
     """One node of `/explain/nodes` (and of `steer scorer once --output json`)."""
 
@@ -105,6 +120,7 @@ class NodeRow:
     pending_taint_change: bool
     pools: Mapping[str, str] = field(default_factory=dict)  # resource → capacity published
     gates: Mapping[str, str] = field(default_factory=dict)
+    pool_usage: tuple[PoolCell, ...] = ()  # one per pool in `pools`
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -121,6 +137,11 @@ class NodeRow:
             "pendingTaintChange": self.pending_taint_change,
             **({"pools": dict(self.pools)} if self.pools else {}),
             **({"gates": dict(self.gates)} if self.gates else {}),
+            **(
+                {"poolUsage": {p.resource: p.to_json() for p in self.pool_usage}}
+                if self.pool_usage
+                else {}
+            ),
         }
 
     @classmethod
@@ -140,6 +161,10 @@ class NodeRow:
             pending_taint_change=obj["pendingTaintChange"],
             pools=dict(obj.get("pools") or {}),
             gates=dict(obj.get("gates") or {}),
+            pool_usage=tuple(
+                PoolCell(r, p["unit"], p["room"], p["taken"], p["free"])
+                for r, p in (obj.get("poolUsage") or {}).items()
+            ),
         )
 
 

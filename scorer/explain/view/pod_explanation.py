@@ -1,4 +1,5 @@
-"""`/explain/pod`: where a pod may go once the webhook has steered it, node by node."""
+"""`/explain/pod`: where a pod may go once the webhook has steered it, node by node, and, for a
+live pod (`/explain/pod/NS/NAME`), what the kube-scheduler itself said about it."""
 
 from __future__ import annotations
 
@@ -58,6 +59,88 @@ class NodeVerdict:
 
 
 @dataclass(frozen=True)
+class PodScheduled:
+    """The pod's `PodScheduled` condition as the scheduler set it (`False`, `Unschedulable`
+    and the scheduler's summary of every node's verdict, while the pod waits)."""
+
+    status: str  # "True" or "False"
+    reason: str | None
+    message: str | None
+    since: str | None  # lastTransitionTime, RFC 3339
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "reason": self.reason,
+            "message": self.message,
+            "lastTransitionTime": self.since,
+        }
+
+    @classmethod
+    def from_json(cls, obj: Json) -> PodScheduled:
+        return cls(
+            obj["status"], obj.get("reason"), obj.get("message"), obj.get("lastTransitionTime")
+        )
+
+
+@dataclass(frozen=True)
+class SchedulingEvent:
+    """The latest `FailedScheduling` event of the pod."""
+
+    message: str
+    count: int  # how often the scheduler reported it (the event's series)
+    last_seen: str | None  # RFC 3339
+    reporter: str | None  # the component that wrote it (`default-scheduler`)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "message": self.message,
+            "count": self.count,
+            "lastSeen": self.last_seen,
+            "reporter": self.reporter,
+        }
+
+    @classmethod
+    def from_json(cls, obj: Json) -> SchedulingEvent:
+        return cls(obj["message"], obj["count"], obj.get("lastSeen"), obj.get("reporter"))
+
+
+@dataclass(frozen=True)
+class SchedulerVerdict:
+    """What the kube-scheduler says of a live pod: the node it is bound to (if any), its
+    `PodScheduled` condition and its latest `FailedScheduling` event; beside kube-steer's own
+    verdicts it shows whether the two agree on why a pod waits."""
+
+    node: str | None  # spec.nodeName
+    phase: str | None
+    pod_scheduled: PodScheduled | None  # None before the scheduler has looked at the pod
+    failed_scheduling: SchedulingEvent | None
+    events_error: str | None = None  # why the events were not read, if they were not
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "phase": self.phase,
+            "podScheduled": self.pod_scheduled.to_json() if self.pod_scheduled else None,
+            "failedScheduling": (
+                self.failed_scheduling.to_json() if self.failed_scheduling else None
+            ),
+            "eventsError": self.events_error,
+        }
+
+    @classmethod
+    def from_json(cls, obj: Json) -> SchedulerVerdict:
+        condition, event = obj.get("podScheduled"), obj.get("failedScheduling")
+        return cls(
+            node=obj.get("node"),
+            phase=obj.get("phase"),
+            pod_scheduled=PodScheduled.from_json(condition) if condition else None,
+            failed_scheduling=SchedulingEvent.from_json(event) if event else None,
+            events_error=obj.get("eventsError"),
+        )
+
+
+@dataclass(frozen=True)
 class PodExplanation:
     """`/explain/pod`: where the pod may go once the webhook has steered it."""
 
@@ -75,6 +158,8 @@ class PodExplanation:
     rules: tuple[str, ...] = ()
     # Why the webhook leaves the pod as it is (`excluded-namespace`, `not-opted-in`), if it does.
     skipped: str | None = None
+    # A live pod only (`/explain/pod/NS/NAME`): what the scheduler said of it.
+    scheduler: SchedulerVerdict | None = None
 
     @property
     def allowed(self) -> tuple[NodeVerdict, ...]:
@@ -85,7 +170,7 @@ class PodExplanation:
         return tuple(v for v in self.verdicts if not v.allowed)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "policyVersion": self.policy_version,
             "podClass": self.pod_class,
             "tenant": self.tenant,
@@ -111,6 +196,9 @@ class PodExplanation:
                 for v in self.excluded
             ],
         }
+        if self.scheduler is not None:
+            out["scheduler"] = self.scheduler.to_json()
+        return out
 
     to_dict = to_json  # the name it had before the view model
 
@@ -149,4 +237,7 @@ class PodExplanation:
             steered=obj.get("steered", True),
             rules=tuple(obj.get("rules") or ()),
             skipped=obj.get("skipped"),
+            scheduler=SchedulerVerdict.from_json(obj["scheduler"])
+            if obj.get("scheduler")
+            else None,
         )
