@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
-import orjson
 from kubernetes import client
 
 from scorer.explain.blocked import blocking_message
@@ -28,6 +27,7 @@ from scorer.kubeapi import PODS_PATH, KubeApiError, KubeJson
 from scorer.service import Scorer
 from steer.adapters.listwatch import ListWatcher
 from steer.core.mode import AUDIT
+from steer.core.mutation import read_trace
 from steer.core.scheduling import UninterpretablePod
 from steer.core.steering import owned_taint_keys
 
@@ -55,14 +55,9 @@ def _unschedulable_since(pod: Mapping[str, Any]) -> str | None:
 
 
 def _steered(pod: Mapping[str, Any], trace_key: str) -> bool:
-    text = ((pod.get("metadata") or {}).get("annotations") or {}).get(trace_key)
-    if not isinstance(text, str):
-        return False
-    try:
-        trace = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return False
-    return isinstance(trace, dict) and trace.get("mode") != AUDIT
+    """Whether the webhook steered the pod: it wrote a trace, not in audit mode."""
+    trace = read_trace(pod, trace_key)
+    return trace is not None and trace.get("mode") != AUDIT
 
 
 class PendingPods:

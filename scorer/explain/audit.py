@@ -15,13 +15,12 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-import orjson
-
 from scorer.explain.pod import explain_pod
 from scorer.explain.view import AuditedPod, AuditReport, RuleCount
 from scorer.model import NodeState
 from scorer.plan import CyclePlan
 from steer.core.mode import AUDIT
+from steer.core.mutation import read_trace
 from steer.core.policy import Policy
 from steer.core.scheduling import UninterpretablePod
 from steer.core.steering import trace_annotation_key
@@ -32,14 +31,8 @@ DEFAULT_LIMIT = 200
 
 def audit_mode_of(pod: Mapping[str, Any], trace_key: str) -> bool:
     """Whether the pod's trace says the webhook audited it."""
-    text = ((pod.get("metadata") or {}).get("annotations") or {}).get(trace_key)
-    if not isinstance(text, str):
-        return False
-    try:
-        trace = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return False
-    return isinstance(trace, dict) and trace.get("mode") == AUDIT
+    trace = read_trace(pod, trace_key)
+    return trace is not None and trace.get("mode") == AUDIT
 
 
 def _bound_at(pod: Mapping[str, Any]) -> str:

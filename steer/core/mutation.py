@@ -411,6 +411,21 @@ def _merge_resources(
         note("resources:removed", True)
 
 
+def read_trace(pod: Mapping[str, Any], trace_key: str) -> dict[str, Any] | None:
+    """The trace the webhook wrote on a pod (`trace_text`), or None: absent, or not a JSON
+    object."""
+    metadata = pod.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    text = annotations.get(trace_key) if isinstance(annotations, Mapping) else None
+    if not isinstance(text, str):
+        return None
+    try:
+        trace = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    return trace if isinstance(trace, dict) else None
+
+
 @functools.lru_cache(maxsize=256)
 def trace_text(
     version: str,
