@@ -325,19 +325,62 @@ async function whatIf() {
   renderPod(answer, $("whatif-result"));
 }
 
+// -------------------------------------------------------------------------------- audit mode
+
+function renderAudit(answer) {
+  served(answer);
+  const share = answer.pods ? ` (${Math.round((100 * answer.agreed) / answer.pods)} %)` : "";
+  const summary = el("dl", { class: "audit-summary" },
+    el("dt", {}, "audited pods judged"), el("dd", {}, answer.pods),
+    el("dt", {}, "on the policy's first choice"), el("dd", {}, `${answer.agreed}${share}`),
+    el("dt", {}, "on a node enforce mode excludes"), el("dd", {}, answer.onExcluded));
+  const notes = [];
+  if (answer.leftOut) notes.push(`${answer.leftOut} audited pods bound earlier were not judged`);
+  if (answer.unjudged) notes.push(`${answer.unjudged} pods have a field the policy cannot read`);
+  const byRule = el("table", { class: "audit-rules" },
+    el("thead", {}, el("tr", {}, el("th", {}, "rule"), el("th", {}, "pods"))),
+    el("tbody", {}, (answer.byRule || []).map((r) => el("tr", { dataset: { rule: r.rule } }, el("td", { class: "rule" }, r.rule), el("td", {}, r.pods)))));
+  const ranks = Object.entries(answer.ranks || {}).map(([rank, pods]) => `rank ${rank}: ${pods}`).join(", ");
+  const divergent = el("table", { class: "audit-divergent" },
+    el("thead", {}, el("tr", {}, ["pod", "node", "tenant", "excluded by", "rank"].map((h) => el("th", {}, h)))),
+    el("tbody", {}, (answer.divergent || []).map((p) =>
+      el("tr", { dataset: { pod: `${p.namespace}/${p.name}` } },
+        el("td", {}, el("a", { href: `#pod/${encodeURIComponent(p.namespace)}/${encodeURIComponent(p.name)}` }, `${p.namespace}/${p.name}`)),
+        el("td", {}, p.node), el("td", {}, p.tenant || "–"),
+        el("td", { class: "rule" }, (p.excludedBy || []).join(", ") || "–"),
+        el("td", {}, p.rank === null || p.rank === undefined ? "–" : `${p.rank} of ${p.allowed}`)))));
+  $("audit-result").replaceChildren(
+    el("div", { class: "cols" },
+      el("div", { class: "panel" }, el("h2", {}, "Scheduler against policy"), summary,
+        ranks ? el("p", {}, `chosen node's rank among the allowed ones: ${ranks}`) : null,
+        notes.map((n) => el("p", { class: "hint" }, `note: ${n}`))),
+      el("div", { class: "panel" }, el("h2", {}, "Where a rule would disagree"),
+        (answer.byRule || []).length ? byRule : el("p", { class: "hint" }, "nowhere"))),
+    el("div", { class: "panel" }, el("h2", {}, "Pods that disagree"),
+      (answer.divergent || []).length ? divergent : el("p", { class: "hint" }, "none")));
+}
+
+async function loadAudit() {
+  $("audit-result").replaceChildren(el("p", { class: "hint" }, "reading the bound pods…"));
+  renderAudit(await getJson("explain/audit"));
+}
+
 // ---------------------------------------------------------------------------------- routing
 
-// #nodes, #pod, #pod/NAMESPACE/NAME, #whatif
+// #nodes, #pod, #pod/NAMESPACE/NAME, #whatif, #audit
+const VIEWS = ["nodes", "pod", "whatif", "audit"];
+
 function route() {
   const [view, ...rest] = (location.hash.slice(1) || "nodes").split("/");
-  const shown = ["nodes", "pod", "whatif"].includes(view) ? view : "nodes";
-  for (const v of ["nodes", "pod", "whatif"]) {
+  const shown = VIEWS.includes(view) ? view : "nodes";
+  for (const v of VIEWS) {
     $(`view-${v}`).hidden = v !== shown;
     $(`tab-${v}`).classList.toggle("active", v === shown);
   }
   showError(null);
   let work = Promise.resolve();
   if (shown === "nodes") work = loadNodes();
+  if (shown === "audit") work = loadAudit();
   if (shown === "pod" && rest.length === 2) {
     const [namespace, name] = rest.map(decodeURIComponent);
     $("pod-namespace").value = namespace;

@@ -43,6 +43,7 @@ from kits.service_processes import (
 from kits.synthetic_exporter import SyntheticCluster
 from kits.waiting import wait_until
 from scorer.kubeapi import KubeApiError, KubeJson, events_path, node_path, pod_path
+from scorer.pending import EVENT_REASON
 from steer.core.policy import parse_policy
 from steer.core.steering import trace_annotation_key
 from tests.e2e.waiting import NOT_YET
@@ -56,6 +57,7 @@ POLICY_TEXT = SMALL_POLICY.replace("intervalSeconds: 30}", "intervalSeconds: 1}"
     "  overcommit: {enforcement: scheduler}\n"
 )
 POLICY = parse_policy(POLICY_TEXT)
+AUDIT_TEXT = POLICY_TEXT.replace("spec:\n", "spec:\n  mode: audit\n", 1)
 HOT_TAINT = "taint kube-steer.github.io/gpu-hot=true:NoSchedule"
 OPT_IN = {"kube-steer.github.io/enabled": "true"}
 ARTIFACTS = Path(os.environ.get("STEER_E2E_ARTIFACTS", ROOT / "tests" / "e2e" / "artifacts"))
@@ -134,13 +136,17 @@ def gpu_spec(**extra: Any) -> dict[str, Any]:
     }
 
 
-def failed_scheduling(admin: KubeJson, namespace: str, name: str) -> str | None:
+def event_message(admin: KubeJson, namespace: str, name: str, reason: str) -> str | None:
     events = admin.request(
         "GET",
         events_path(namespace),
-        query={"fieldSelector": f"involvedObject.name={name},reason=FailedScheduling"},
+        query={"fieldSelector": f"involvedObject.name={name},reason={reason}"},
     )["items"]
     return str(events[-1]["message"]) if events else None
+
+
+def failed_scheduling(admin: KubeJson, namespace: str, name: str) -> str | None:
+    return event_message(admin, namespace, name, "FailedScheduling")
 
 
 def wait_for(
@@ -212,6 +218,14 @@ def test_the_page_shows_every_node_and_why_a_tenant_pod_waits(
         assert "untolerated taint" in message, message
         live = admin.request("GET", pod_path(namespace, "train"))
         assert not live["spec"].get("nodeName")
+        # The scorer's own Event says which of its rules keeps the pod off the hot node.
+        blocked = wait_until(
+            "the scorer's BlockedBySteering Event",
+            lambda: event_message(admin, namespace, "train", EVENT_REASON),
+            timeout=30,
+            ignoring=NOT_YET,
+        )
+        assert f"{N3}: " in blocked and "avoid:gpu-hot" in blocked, blocked
 
         # -- nodes view: every node of the cluster, with its scores, taints and pools
         browser.get(f"{scorer.url}/")
@@ -303,3 +317,85 @@ def test_the_page_shows_every_node_and_why_a_tenant_pod_waits(
         assert not browser.find_element(By.ID, "error").is_displayed()
         with contextlib.suppress(KubeApiError):
             admin.request("DELETE", pod_path(namespace, "train"))
+
+
+def test_the_audit_tab_says_what_enforce_mode_would_have_refused(
+    scraped: PrometheusServer,
+    control_plane: ControlPlane,
+    make_node: Callable[..., dict[str, Any]],
+    make_namespace: Callable[..., str],
+    admin: KubeJson,
+    scorer_user: Path,
+    browser: WebDriver,
+    tmp_path: Path,
+) -> None:
+    """The same cluster and pod in audit mode: no taint, so the pod binds on the hot node, and
+    the page's Audit tab says enforce mode would have kept it off by `avoid:gpu-hot`."""
+    for name in NODES:
+        make_node(name, cpu="16", memory="64Gi", gpus=2, labels={SET_KEY: "1"})
+    namespace = make_namespace({"tenant": "dept-b", **OPT_IN}, prefix="page-audit")
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text(AUDIT_TEXT)
+    with (
+        running_webhook(control_plane, policy_file, tmp_path / "webhook") as hook,
+        running_scorer(
+            control_plane,
+            policy_file,
+            scraped.url,
+            tmp_path,
+            name="scorer-page-audit",
+            extra_args=["--kubeconfig", str(scorer_user), "--no-leader-election"],
+        ) as scorer,
+    ):
+        register_admission(control_plane, hook)
+        try:
+            scorer.wait_ready()
+            # Audit mode labels the hot node's condition and closes its gate, but taints nothing.
+            wait_until(
+                "the scorer labels the hot node's condition",
+                lambda: (
+                    admin.request("GET", node_path(N3))["metadata"]["labels"].get(
+                        "kube-steer.github.io/gpu-hot"
+                    )
+                    == "true"
+                ),
+                timeout=30,
+                ignoring=NOT_YET,
+            )
+            wait_until(
+                "the webhook traces the namespace",
+                lambda: steered(admin, namespace),
+                timeout=20,
+            )
+            pinned = gpu_spec(nodeSelector={"kubernetes.io/hostname": N3})
+            admin.request(
+                "POST",
+                f"/api/v1/namespaces/{namespace}/pods",
+                body={"metadata": {"name": "train"}, "spec": pinned},
+            )
+            wait_until(
+                "the audited pod binds on the hot node",
+                lambda: (
+                    admin.request("GET", pod_path(namespace, "train"))["spec"].get("nodeName") == N3
+                ),
+                timeout=30,
+            )
+            assert not admin.request("GET", node_path(N3))["spec"].get("taints")
+
+            browser.get(f"{scorer.url}/#audit")
+            row = wait_for(
+                browser,
+                "the audited pod in the report",
+                lambda d: d.find_elements(
+                    By.CSS_SELECTOR, f'#audit-result tr[data-pod="{namespace}/train"]'
+                ),
+            )[0]
+            assert N3 in row.text and "avoid:gpu-hot" in row.text, row.text
+            rules = browser.find_element(By.CSS_SELECTOR, "#audit-result table.audit-rules")
+            assert "avoid:gpu-hot" in rules.text, rules.text
+            screenshot(browser, "page-audit.png")
+            assert not browser.find_element(By.ID, "error").is_displayed()
+        finally:
+            unregister_admission(control_plane)
+            with contextlib.suppress(KubeApiError):
+                admin.request("DELETE", pod_path(namespace, "train"))
