@@ -15,7 +15,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from scorer.explain import AuditReport, Served, audit_report
-from scorer.explain.render import audit_text
+from scorer.explain.render import audit_text, pod_text
 from scorer.model import NodeState
 from scorer.plan import ScorerMemory, plan_cycle
 from steer.adapters.policy_file import PolicyWatcher
@@ -305,3 +305,21 @@ def test_the_audit_report_says_where_the_scheduler_and_the_policy_disagree() -> 
     # The limit judges the last bound first and says how many it left out.
     limited = audit_report(policy, plan, cluster, [*pods, plain], labels, limit=1)
     assert (limited.pods, limited.left_out, limited.divergent[0].name) == (1, 2, "on-hot")
+
+
+def test_explain_of_an_audited_pod_shows_it_as_the_scheduler_sees_it() -> None:
+    """/explain/pod of an audited tenant's pod: not steered, the rules it would get named."""
+    from scorer.explain import explain_pod
+
+    nodes = [NodeState("a", allocatable=dict(GPU_NODE), capacity=dict(GPU_NODE))]
+    pod = _pod()
+    labels = {"tenant": "dept-b", "kube-steer.github.io/enabled": "true"}
+    audited = explain_pod(DEPT_B_AUDIT, None, nodes, pod, labels, "team-b")
+    enforced = explain_pod(ENFORCE, None, nodes, pod, labels, "team-b")
+    assert audited.audit and not audited.steered and audited.gates == ()
+    assert audited.rules == enforced.rules and enforced.steered and enforced.gates
+    assert "not steered: audit mode; enforce mode would apply" in pod_text(
+        audited, Served(leader=True)
+    )
+    forced = explain_pod(DEPT_B_AUDIT, None, nodes, pod, labels, "team-b", mode="enforce")
+    assert forced.steered and forced.gates == enforced.gates

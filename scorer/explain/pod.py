@@ -304,7 +304,8 @@ def explain_pod(
         verdicts=tuple(ranked + excluded),
         injected_tolerations=injected,
         problems=problems,
-        steered=mutation.skipped is None,
+        steered=mutation.skipped is None and not mutation.audit,
+        audit=mutation.audit,
         rules=mutation.in_effect,
         skipped=mutation.skipped,
     )

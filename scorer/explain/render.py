@@ -84,6 +84,8 @@ def pod_text(pod: PodExplanation, served: Served) -> str:
     lines += [f"note: {note}" for note in served.notes]
     if pod.skipped is not None:
         lines.append(f"not steered: {pod.skipped}")
+    elif pod.audit:
+        lines.append(f"not steered: audit mode; enforce mode would apply {', '.join(pod.rules)}")
     elif pod.rules:
         lines.append(f"rules in effect: {', '.join(pod.rules)}")
     if pod.scheduler is not None:

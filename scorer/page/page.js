@@ -256,7 +256,7 @@ function steerPanel(answer) {
   const facts = [
     ["tenant", answer.tenant || "none"],
     ["pod class", answer.podClass || "none"],
-    ["steered", answer.steered ? "yes" : `no (${answer.skipped || "not steered"})`],
+    ["steered", answer.steered ? "yes" : `no (${answer.audit ? "audit mode: the rules below are recorded, not applied" : answer.skipped || "not steered"})`],
     ["allowed nodes", `${(answer.allowed || []).length} of ${(answer.allowed || []).length + (answer.excluded || []).length}`],
   ];
   if ((answer.gates || []).length) facts.push(["gates requested", answer.gates.map(shortKey).join(", ")]);

@@ -153,11 +153,14 @@ class PodExplanation:
     injected_tolerations: tuple[Mapping[str, Any], ...] = ()
     # Why the apiserver or the webhook's validation refuses the pod (then it goes nowhere).
     problems: tuple[str, ...] = ()
-    steered: bool = True  # False: the namespace is not opted in, the webhook leaves the pod
+    # False: the webhook leaves the pod (its namespace is not opted in, or audit mode)
+    steered: bool = True
     # The rules the webhook puts in effect, as the pod's trace annotation records them.
     rules: tuple[str, ...] = ()
     # Why the webhook leaves the pod as it is (`excluded-namespace`, `not-opted-in`), if it does.
     skipped: str | None = None
+    # Audit mode (steer/core/mode.py): the webhook records `rules` in the trace, applies none.
+    audit: bool = False
     # A live pod only (`/explain/pod/NS/NAME`): what the scheduler said of it.
     scheduler: SchedulerVerdict | None = None
 
@@ -176,6 +179,7 @@ class PodExplanation:
             "tenant": self.tenant,
             "steered": self.steered,
             "skipped": self.skipped,
+            "audit": self.audit,
             "rules": list(self.rules),
             "preferences": [t.to_k8s() for t in self.preferences],
             "gates": list(self.gates),
@@ -237,6 +241,7 @@ class PodExplanation:
             steered=obj.get("steered", True),
             rules=tuple(obj.get("rules") or ()),
             skipped=obj.get("skipped"),
+            audit=bool(obj.get("audit", False)),
             scheduler=SchedulerVerdict.from_json(obj["scheduler"])
             if obj.get("scheduler")
             else None,
