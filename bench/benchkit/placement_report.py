@@ -1,5 +1,5 @@
-"""The placement bench's markdown scoreboard: one row per run, min / median / max per mode, and
-per-node detail.
+"""The placement bench's markdown scoreboard: one row per run, min / median / max per mode,
+per-node detail, and the scorer's audit report of each audit run.
 """
 
 from __future__ import annotations
@@ -7,6 +7,9 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+from scorer.explain.render import audit_text
+from scorer.explain.view import AuditReport, Served
 
 COLUMNS: tuple[tuple[str, str, Callable[[dict[str, Any]], float], str], ...] = (
     ("bound", "bound", lambda r: r["bound"], "{:.0f}"),
@@ -115,4 +118,20 @@ def node_table(result: dict[str, Any]) -> str:
             f"{short(n['labels'])} | {n['overcommit_pct']:.1f} | {n['cores_requested']:g} | "
             f"{n['gpus_allocated']} | {pods} |"
         )
+    return "\n".join(lines)
+
+
+def audit_section(result: dict[str, Any]) -> str:
+    """The scorer's audit report of one audit run, as `steer audit report` prints it."""
+    body = result["audit"]
+    lines = [
+        f"Audit report, {result['mode']} run {result['run']}: `GET /explain/audit` once binding "
+        f"settled; the webhook audited {result['audited']} trace pods and mutated "
+        f"{result['mutated']}.",
+        "",
+    ]
+    if "error" in body:
+        lines.append(f"Not read: {body['error']}")
+    else:
+        lines += ["```text", audit_text(AuditReport.from_json(body), Served.from_json(body)), "```"]
     return "\n".join(lines)
