@@ -11,6 +11,9 @@ from typing import Any
 from scorer.explain.render import audit_text
 from scorer.explain.view import AuditReport, Served
 
+# The example policy's taint rules: their condition labels carry the rule's name.
+TAINT_RULES = ("gpu-hot", "unhealthy")
+
 COLUMNS: tuple[tuple[str, str, Callable[[dict[str, Any]], float], str], ...] = (
     ("bound", "bound", lambda r: r["bound"], "{:.0f}"),
     ("pending", "pend", lambda r: r["pending"], "{:.0f}"),
@@ -95,7 +98,8 @@ def node_table(result: dict[str, Any]) -> str:
     start = (result.get("priming") or {}).get("labels_at_start") or {}
     lines = [
         f"Nodes, {result['mode']} run {result['run']}: steer labels at trace start "
-        "(score / score-class-gpu / overcommit-pct, taints) and the final state.",
+        "(score / score-class-gpu / overcommit-pct, taints; a taint rule's condition label "
+        "without its taint, as audit mode writes it, reads `(label)`) and the final state.",
         "",
         "| node | zone | at start | end labels | overcommit % | cores req | GPUs alloc | trace pods |",
         "|---|---|---|---|---:|---:|---:|---|",
@@ -109,6 +113,11 @@ def node_table(result: dict[str, Any]) -> str:
             f"{labels.get('overcommit-pct', '·')}"
         ]
         parts += [k.removeprefix("taint:") for k in labels if k.startswith("taint:")]
+        parts += [
+            f"{rule} (label)"
+            for rule in TAINT_RULES
+            if rule in labels and f"taint:{rule}" not in labels
+        ]
         return " ".join(parts)
 
     for name, n in result["nodes"].items():
