@@ -2,13 +2,15 @@
 (scorer + admission webhook + scheduler profiles), on the same pod trace, on a real
 kube-apiserver + kube-scheduler + kube-controller-manager v1.36.2 and a real Prometheus.
 
-    .venv/bin/python bench/placement.py                       # 3 runs of each mode, ~8-10 min
+    .venv/bin/python bench/placement.py                       # 3 runs of stock and steered, ~5 min
+    .venv/bin/python bench/placement.py --modes stock,steered,audit   # and audit mode, ~8 min
     .venv/bin/python bench/placement.py --runs 1 --modes steered --seed 7 --rate 8
 
 Not a test: it asserts nothing, it measures, and it reports what it measures. The scoreboard is
-printed as markdown on stdout (one row per run, then min / median / max per mode), progress goes
-to stderr, and everything (per-node detail, labels at trace start, scheduler messages of pods
-left Pending) is written to bench/results/placement-<UTC timestamp>.json (or --json PATH).
+printed as markdown on stdout (one row per run, then min / median / max per mode, then each
+audit run's audit report), progress goes to stderr, and everything (per-node detail, labels at
+trace start, scheduler messages of pods left Pending, audit reports) is written to
+bench/results/placement-<UTC timestamp>.json (or --json PATH).
 
 Scenario
 --------
@@ -30,11 +32,11 @@ same state, rebuilt from scratch:
 - **Power model** (kits.simulated_cluster.PowerModel): a node draws idle watts (CPU nodes 150,
   GPU nodes 800) + 6 W per requested CPU core of its bound pods + 300 W per GPU times its busy
   share (1 when allocated to a pod; the external utilisation, 0.95, on the two hot nodes).
-- **Exporter** (kits.simulated_cluster, steered mode only): lists nodes and pods every 1 s and
-  serves DCGM (GPUs given to bound pods: 85 % util, 60,000 MiB used), Kepler 0.7 platform joules
-  integrating the power model, kube-state-metrics allocatable and per-container requests/limits
-  with the `node` label, and blackbox `probe_success{job="node-health"}`. A fresh real
-  Prometheus scrapes it every 1 s (honor_labels). Before the trace, every query of the policy
+- **Exporter** (kits.simulated_cluster, steered and audit modes only): lists nodes and pods
+  every 1 s and serves DCGM (GPUs given to bound pods: 85 % util, 60,000 MiB used), Kepler 0.7
+  platform joules integrating the power model, kube-state-metrics allocatable and per-container
+  requests/limits with the `node` label, and blackbox `probe_success{job="node-health"}`. A
+  fresh real Prometheus scrapes it every 1 s (honor_labels). Before the trace, every query of the policy
   is run and must return a value for the nodes it should cover (GPU dimensions: 6 nodes; power
   and health: 16; overcommit: the 9 nodes with pods).
 - **The trace** (seeded; the same for both modes): arrivals at `--rate` per second (exponential
@@ -54,7 +56,8 @@ same state, rebuilt from scratch:
     rules apply; the pods carry `pod-template-hash`), created at ~30 % of the trace; the
     controller manager creates its pods.
 
-Modes (alternated run by run: stock, steered, stock, steered, ...):
+Modes (`--modes`, default stock,steered; alternated run by run in the order given: stock,
+steered, stock, steered, ...):
 
 - `stock`: kube-scheduler with its default configuration, no admission webhook configurations,
   no scorer; pods keep `schedulerName: default-scheduler`.
@@ -66,11 +69,22 @@ Modes (alternated run by run: stock, steered, stock, steered, ...):
   has run two cycles, 30 s apart: in production it runs all the time). The next cycle therefore
   comes ~30 s later, after the last arrival; between cycles only the scorer's hot-node penalty
   (pods bound in the last 60 s) rewrites composites.
+- `audit`: everything `steered` runs, with the policy copies (the webhook's and the scorer's) in
+  `spec.mode: audit` (steer/core/mode.py; a webhook of its own, started with the one for
+  `steered`). The webhook patches only each pod's trace annotation (`"mode": "audit"`), so the
+  pods keep `schedulerName: default-scheduler` and are placed by the profile that is the stock
+  scheduler: the figures should look like `stock`'s. The scorer labels the hot nodes `gpu-hot`
+  but taints none, so the trace starts once every node is scored and both hot nodes carry the
+  label. Once binding settles, the scorer's audit report (`GET /explain/audit`: every bound
+  audited pod judged as enforce mode would have steered it, pods on a node a rule excludes, per
+  rule, and the chosen node's rank among the allowed ones) is saved as the run's `audit` and
+  printed as `steer audit report` prints it.
 
 Reset before every run: admission configurations removed, the Deployment and every pod of the
 bench namespaces deleted (grace 0) and gone, every Node deleted and recreated (so no steer
 label, taint or annotation survives), pre-existing pods recreated, the scheduler restarted with
-the mode's configuration; a steered run also gets a fresh exporter state, Prometheus and scorer.
+the mode's configuration; a steered or audit run also gets a fresh exporter state, Prometheus
+and scorer.
 
 Metrics
 -------
@@ -112,12 +126,15 @@ adds the pre-existing ones. A pod counts as bound when `spec.nodeName` is set.
 - `c→b s`: wall time from the first create request of the trace to the last binding of a
   trace pod (bindings seen by a watch in this process).
 
-JSON only, per run: schedulerName counts and how many trace pods carry the webhook's trace
-annotation (`mutated`: all of them when steered, none when stock), per node the final state and
+JSON only, per run: schedulerName counts, how many trace pods the webhook steered (`mutated`:
+their trace annotation says what it applied; all of them when steered, none otherwise) and how
+many it only audited (`audited`: their trace says `"mode": "audit"`; all of them in audit mode),
+per node the final state and
 the steer labels/taints at trace start, the scheduler's message for each Pending pod, the
-query coverage check, and the timings: reset, priming (steered: exporter, Prometheus, two
-scorer cycles), trace, settle. Runs are noisy on a 2-core machine shared with other work; the scheduler breaks ties at
-random, hence several runs and the min / median / max summary.
+query coverage check, the audit report (audit runs), and the timings: reset, priming (steered
+and audit: exporter, Prometheus, two scorer cycles), trace, settle. Runs are noisy on a 2-core
+machine shared with other work; the scheduler breaks ties at random, hence several runs and the
+min / median / max summary.
 """
 
 from __future__ import annotations
@@ -134,6 +151,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import requests
 import yaml
 from kubernetes import client
 
@@ -142,11 +160,19 @@ sys.path.insert(0, str(ROOT))
 
 from bench.benchkit.placement_measure import (  # noqa: E402
     BindRecorder,
+    WebhookEffect,
     measure,
     snapshot,
     steer_labels,
+    webhook_effect,
 )
-from bench.benchkit.placement_report import node_table, summary, table  # noqa: E402
+from bench.benchkit.placement_modes import MODES, Mode  # noqa: E402
+from bench.benchkit.placement_report import (  # noqa: E402
+    audit_section,
+    node_table,
+    summary,
+    table,
+)
 from bench.benchkit.placement_scenario import (  # noqa: E402
     HOT_UTIL,
     IMAGE,
@@ -175,6 +201,7 @@ from bench.benchkit.results import (  # noqa: E402
 from kits.control_plane import ControlPlane  # noqa: E402
 from kits.prometheus_server import PrometheusServer  # noqa: E402
 from kits.service_processes import (  # noqa: E402
+    RunningScorer,
     RunningWebhook,
     register_admission,
     running_scorer,
@@ -188,7 +215,7 @@ from steer.adapters.kube import make_api_client  # noqa: E402
 
 PROFILES = ROOT / "manifests" / "scheduler" / "profiles.yaml"
 EXAMPLE_POLICY = ROOT / "examples" / "policy.yaml"
-MODES = ("stock", "steered")
+DEFAULT_MODES = "stock,steered"
 
 
 # -- running -------------------------------------------------------------------------------------
@@ -204,7 +231,7 @@ class Bench:
         self.specs = cluster_nodes()
         self.trace = build_trace(args.seed, args.rate)
         self.policy_doc = yaml.safe_load(EXAMPLE_POLICY.read_text())
-        self.webhook: RunningWebhook | None = None
+        self.webhooks: dict[str, RunningWebhook] = {}  # by mode: each serves its mode's policy
 
     # -- state ------------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -266,7 +293,8 @@ class Bench:
                 },
             )
 
-    def mutation_active(self) -> bool:
+    def webhook_probe(self) -> WebhookEffect:
+        """What the webhook does to a dept-a pod now (a dry-run create)."""
         probe = {
             "metadata": {"generateName": "probe-", "namespace": NS_A},
             "spec": {
@@ -282,16 +310,27 @@ class Bench:
                 ]
             },
         }
-        made = self.core.create_namespaced_pod(NS_A, probe, dry_run="All")
-        return made.spec.scheduler_name != "default-scheduler"
+        made: Any = self.core.create_namespaced_pod(
+            NS_A, probe, dry_run="All", _preload_content=False
+        )
+        return webhook_effect(json.loads(made.data))
 
-    # -- steered priming ----------------------------------------------------------------------------
-    def prime_steered(self, stack: contextlib.ExitStack, run_dir: Path) -> dict[str, Any]:
-        assert self.webhook is not None
+    def wait_webhook(self, mode: Mode) -> None:
+        wait_until(
+            f"webhook effect {mode.webhook_effect!r}",
+            lambda: self.webhook_probe() == mode.webhook_effect,
+            timeout=30,
+            interval=0.5,
+        )
+
+    # -- priming (steered, audit) ------------------------------------------------------------------
+    def prime(
+        self, stack: contextlib.ExitStack, run_dir: Path, mode: Mode
+    ) -> tuple[dict[str, Any], RunningScorer]:
         info: dict[str, Any] = {}
         t0 = time.monotonic()
-        register_admission(self.plane, self.webhook)
-        wait_until("webhook mutating pods", self.mutation_active, timeout=30, interval=0.5)
+        register_admission(self.plane, self.webhooks[mode.name])
+        self.wait_webhook(mode)
         sim = SimCluster(POWER, external_gpu_util={s.name: HOT_UTIL for s in self.specs if s.hot})
         stack.enter_context(ApiPoller(make_api_client(str(self.plane.kubeconfig)), sim))
         exporter = stack.enter_context(SyntheticExporter(sim))
@@ -317,7 +356,7 @@ class Bench:
             coverage[dim["name"]] = len(result.values_by(dim["nodeLabel"]))
         info["query_coverage"] = coverage
         info["prometheus_s"] = round(time.monotonic() - t0, 1)
-        doc = json.loads(json.dumps(self.policy_doc))
+        doc = mode.policy(self.policy_doc)
         doc["spec"]["prometheus"]["url"] = prom.url
         policy_file = run_dir / "policy.yaml"
         policy_file.write_text(yaml.safe_dump(doc, sort_keys=False))
@@ -332,27 +371,46 @@ class Bench:
         )
         scorer.wait_ready(90)
         hot = [s.name for s in self.specs if s.hot]
+        gpu_hot = f"{PREFIX}gpu-hot"
+
+        def flagged(node: Any) -> bool:
+            # Audit mode sets no taint (it would act on every pod), only the condition's label.
+            if mode.writes_taints:
+                return any(t.key == gpu_hot for t in node.spec.taints or ())
+            return gpu_hot in (node.metadata.labels or {})
 
         def primed() -> bool:
             nodes = self.core.list_node().items
             scored = all(f"{PREFIX}score" in (n.metadata.labels or {}) for n in nodes)
-            tainted = {
-                n.metadata.name
-                for n in nodes
-                for t in n.spec.taints or ()
-                if t.key == f"{PREFIX}gpu-hot"
-            }
-            return scored and set(hot) <= tainted
+            return scored and set(hot) <= {n.metadata.name for n in nodes if flagged(n)}
 
         waited_from = time.monotonic()
-        wait_until("scorer labels and gpu-hot taints", primed, timeout=120, interval=0.5)
+        wait_until(
+            f"scorer labels and gpu-hot {'taints' if mode.writes_taints else 'labels'}",
+            primed,
+            timeout=120,
+            interval=0.5,
+        )
         info["scorer_wait_s"] = round(time.monotonic() - waited_from, 1)
         info["labels_at_start"] = {
             n["metadata"]["name"]: steer_labels(n) for n in snapshot(self.core).nodes
         }
         info["explain_at_start"] = scorer.get("/explain/nodes")
         info["scorer_log"] = str(run_dir / "scorer.log")
-        return info
+        return info, scorer
+
+    def audit_report(self, scorer: RunningScorer) -> dict[str, Any]:
+        """The scorer's `/explain/audit` answer, or why it could not be read. Each audited pod
+        is one explanation over every node, hence a longer timeout than `scorer.get`'s."""
+        try:
+            with requests.Session() as session:
+                session.trust_env = False  # this machine sets proxies and REQUESTS_CA_BUNDLE
+                resp = session.get(f"{scorer.url}/explain/audit", timeout=60)
+            resp.raise_for_status()
+            body: dict[str, Any] = resp.json()
+        except (requests.RequestException, ValueError) as exc:
+            return {"error": repr(exc)}
+        return body
 
     # -- the trace ----------------------------------------------------------------------------------
     def play(self, recorder: BindRecorder) -> dict[str, Any]:
@@ -407,42 +465,49 @@ class Bench:
         }
 
     # -- one run --------------------------------------------------------------------------------
-    def run(self, mode: str, index: int) -> dict[str, Any]:
-        log(f"run {index} {mode}: reset")
+    def run(self, mode: Mode, index: int) -> dict[str, Any]:
+        log(f"run {index} {mode.name}: reset")
         t0 = time.monotonic()
-        run_dir = self.workdir / f"run-{index}-{mode}"
+        run_dir = self.workdir / f"run-{index}-{mode.name}"
         run_dir.mkdir(parents=True, exist_ok=True)
         self.reset()
-        self.plane.restart_scheduler(PROFILES if mode == "steered" else None)
+        self.plane.restart_scheduler(PROFILES if mode.steers else None)
         result: dict[str, Any] = {
-            "mode": mode,
+            "mode": mode.name,
             "run": index,
             "reset_s": round(time.monotonic() - t0, 1),
         }
         with contextlib.ExitStack() as stack:
             t1 = time.monotonic()
-            if mode == "steered":
-                log(f"run {index} {mode}: priming (exporter, Prometheus, scorer: two 30 s cycles)")
-                result["priming"] = self.prime_steered(stack, run_dir)
-            else:
-                wait_until(
-                    "no mutation", lambda: not self.mutation_active(), timeout=30, interval=0.5
+            scorer = None
+            if mode.steers:
+                log(
+                    f"run {index} {mode.name}: priming "
+                    "(exporter, Prometheus, scorer: two 30 s cycles)"
                 )
+                result["priming"], scorer = self.prime(stack, run_dir, mode)
+            else:
+                self.wait_webhook(mode)
             result["prime_s"] = round(time.monotonic() - t1, 1)
-            log(f"run {index} {mode}: trace of {trace_pods(self.trace)} pods")
+            log(f"run {index} {mode.name}: trace of {trace_pods(self.trace)} pods")
             recorder = stack.enter_context(BindRecorder(self.plane.kubeconfig))
             result.update(self.play(recorder))
             snap = snapshot(self.core)
             bind_times = recorder.bind_times()
+            if scorer is not None and not mode.writes_taints:
+                t2 = time.monotonic()
+                result["audit"] = self.audit_report(scorer)
+                result["audit_s"] = round(time.monotonic() - t2, 1)
         result.update(measure(snap, self.specs, bind_times))
         result["rejected_count"] = len(result["rejected"])
         result["total_s"] = round(time.monotonic() - t0, 1)
         log(
-            f"run {index} {mode}: bound {result['bound']}, pending {result['pending']}, "
+            f"run {index} {mode.name}: bound {result['bound']}, pending {result['pending']}, "
             f"A>5% {result['over_budget_team-a']}, B>0% {result['over_budget_team-b']}, "
             f"GPU@hot {result['gpu_on_hot']}, chain {result['chain_per_zone']}, "
             f"8G pending {result['gpu8_pending']}, CPU@GPU {result['cpu_pods_on_gpu_nodes']}, "
-            f"mutated {result['mutated']}, schedulers {result['scheduler_names']} "
+            f"mutated {result['mutated']}, audited {result['audited']}, "
+            f"schedulers {result['scheduler_names']} "
             f"({result['total_s']} s)"
         )
         return result
@@ -452,13 +517,16 @@ class Bench:
 
 
 @contextlib.contextmanager
-def maybe_webhook(bench: Bench, needed: bool, workdir: Path) -> Iterator[RunningWebhook | None]:
-    if not needed:
-        yield None
-        return
-    policy_file = workdir / "webhook-policy.yaml"
-    policy_file.write_text(EXAMPLE_POLICY.read_text())
-    with running_webhook(bench.plane, policy_file, workdir) as hook:
+def mode_webhook(bench: Bench, mode: Mode, workdir: Path) -> Iterator[RunningWebhook]:
+    """One webhook per steering mode, for the whole benchmark: its policy is the mode's."""
+    hook_dir = workdir / f"webhook-{mode.name}"
+    hook_dir.mkdir(parents=True, exist_ok=True)
+    policy_file = hook_dir / "policy.yaml"
+    if mode.policy_mode is None:
+        policy_file.write_text(EXAMPLE_POLICY.read_text())
+    else:
+        policy_file.write_text(yaml.safe_dump(mode.policy(bench.policy_doc), sort_keys=False))
+    with running_webhook(bench.plane, policy_file, hook_dir) as hook:
         yield hook
 
 
@@ -471,8 +539,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=4.0, help="arrivals per second (default 4)")
     parser.add_argument(
         "--modes",
-        default="stock,steered",
-        help="comma-separated, from stock,steered (default both)",
+        default=DEFAULT_MODES,
+        help=f"comma-separated, from {','.join(MODES)} (default {DEFAULT_MODES})",
     )
     parser.add_argument(
         "--json", type=Path, help="results file (default bench/results/placement-<ts>.json)"
@@ -493,6 +561,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = set(modes) - set(MODES)
     if unknown or not modes:
         parser.error(f"--modes: unknown {sorted(unknown)}; choose from {', '.join(MODES)}")
+    if len(set(modes)) < len(modes):
+        parser.error(f"--modes: {args.modes!r} names a mode twice")
     stamp = utc_stamp()
     out_file = results_file(args.json, "placement", stamp)
     began = time.monotonic()
@@ -506,7 +576,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         bench = Bench(plane, workdir, args)
         bench.setup()
-        bench.webhook = stack.enter_context(maybe_webhook(bench, "steered" in modes, workdir))
+        for name in modes:
+            if MODES[name].steers:
+                bench.webhooks[name] = stack.enter_context(
+                    mode_webhook(bench, MODES[name], workdir)
+                )
         log(
             f"trace: {len(bench.trace)} arrivals, {trace_pods(bench.trace)} pods over "
             f"{bench.trace[-1].at:.1f} s (seed {args.seed}, {args.rate}/s)"
@@ -514,7 +588,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for run in range(1, args.runs + 1):
             for mode in modes:
                 try:
-                    results.append(bench.run(mode, run))
+                    results.append(bench.run(MODES[mode], run))
                 except Exception as exc:
                     failures.append({"mode": mode, "run": run, "error": repr(exc)})
                     log(f"run {run} {mode} FAILED: {exc!r}")
@@ -527,6 +601,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         first = next((r for r in results if r["mode"] == mode), None)
         if first is not None:
             print(node_table(first))
+            print()
+    for r in results:
+        if "audit" in r:
+            print(audit_section(r))
             print()
     reasons: dict[str, Counter[str]] = {}
     for r in results:

@@ -12,11 +12,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from kubernetes import client, watch
 
 from kits.simulated_cluster import SimCluster
+from scorer.explain.audit import audit_mode_of
 from steer.adapters.kube import make_api_client
 from steer.core import scheduling
 from steer.core.quantity import parse_quantity
@@ -32,6 +33,17 @@ from .placement_scenario import (
     ZONES,
     NodeSpec,
 )
+
+TRACE_ANNOTATION = f"{PREFIX}trace"
+WebhookEffect = Literal["none", "mutated", "audited"]
+
+
+def webhook_effect(pod: Mapping[str, Any]) -> WebhookEffect:
+    """What the mutating webhook did to a pod: "mutated" (enforce mode: its trace says what it
+    applied), "audited" (its trace says `"mode": "audit"`: nothing else changed) or "none"."""
+    if TRACE_ANNOTATION not in ((pod.get("metadata") or {}).get("annotations") or {}):
+        return "none"
+    return "audited" if audit_mode_of(pod, TRACE_ANNOTATION) else "mutated"
 
 
 def _q(value: Any) -> Fraction:
@@ -213,9 +225,9 @@ def measure(
         sum((pod_amount(p, "requests", "cpu") for p in cpu_on_gpu), Fraction(0))
     )
     out["scheduler_names"] = dict(Counter(p["spec"].get("schedulerName", "") for p in trace))
-    out["mutated"] = sum(
-        1 for p in trace if f"{PREFIX}trace" in (p["metadata"].get("annotations") or {})
-    )
+    effects = Counter(webhook_effect(p) for p in trace)
+    out["mutated"] = effects["mutated"]
+    out["audited"] = effects["audited"]
     sim = SimCluster(POWER, external_gpu_util={s.name: HOT_UTIL for s in specs if s.hot})
     sim.update(snap.nodes, snap.pods, now=0.0)
     watts = sim.node_watts()

@@ -1,5 +1,5 @@
-"""The placement bench's markdown scoreboard: one row per run, min / median / max per mode, and
-per-node detail.
+"""The placement bench's markdown scoreboard: one row per run, min / median / max per mode,
+per-node detail, and the scorer's audit report of each audit run.
 """
 
 from __future__ import annotations
@@ -7,6 +7,12 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+from scorer.explain.render import audit_text
+from scorer.explain.view import AuditReport, Served
+
+# The example policy's taint rules: their condition labels carry the rule's name.
+TAINT_RULES = ("gpu-hot", "unhealthy")
 
 COLUMNS: tuple[tuple[str, str, Callable[[dict[str, Any]], float], str], ...] = (
     ("bound", "bound", lambda r: r["bound"], "{:.0f}"),
@@ -92,7 +98,8 @@ def node_table(result: dict[str, Any]) -> str:
     start = (result.get("priming") or {}).get("labels_at_start") or {}
     lines = [
         f"Nodes, {result['mode']} run {result['run']}: steer labels at trace start "
-        "(score / score-class-gpu / overcommit-pct, taints) and the final state.",
+        "(score / score-class-gpu / overcommit-pct, taints; a taint rule's condition label "
+        "without its taint, as audit mode writes it, reads `(label)`) and the final state.",
         "",
         "| node | zone | at start | end labels | overcommit % | cores req | GPUs alloc | trace pods |",
         "|---|---|---|---|---:|---:|---:|---|",
@@ -106,6 +113,11 @@ def node_table(result: dict[str, Any]) -> str:
             f"{labels.get('overcommit-pct', '·')}"
         ]
         parts += [k.removeprefix("taint:") for k in labels if k.startswith("taint:")]
+        parts += [
+            f"{rule} (label)"
+            for rule in TAINT_RULES
+            if rule in labels and f"taint:{rule}" not in labels
+        ]
         return " ".join(parts)
 
     for name, n in result["nodes"].items():
@@ -115,4 +127,20 @@ def node_table(result: dict[str, Any]) -> str:
             f"{short(n['labels'])} | {n['overcommit_pct']:.1f} | {n['cores_requested']:g} | "
             f"{n['gpus_allocated']} | {pods} |"
         )
+    return "\n".join(lines)
+
+
+def audit_section(result: dict[str, Any]) -> str:
+    """The scorer's audit report of one audit run, as `steer audit report` prints it."""
+    body = result["audit"]
+    lines = [
+        f"Audit report, {result['mode']} run {result['run']}: `GET /explain/audit` once binding "
+        f"settled; the webhook audited {result['audited']} trace pods and mutated "
+        f"{result['mutated']}.",
+        "",
+    ]
+    if "error" in body:
+        lines.append(f"Not read: {body['error']}")
+    else:
+        lines += ["```text", audit_text(AuditReport.from_json(body), Served.from_json(body)), "```"]
     return "\n".join(lines)
