@@ -36,10 +36,12 @@ pytest: venv
 e2e: venv
 	$(BIN)/pytest -q tests/e2e
 
-# The no-cluster demo: synthetic exporter, real Prometheus, API stand-in; prints the plan.
-# It runs from the checkout: the kits (kits/) are not in the wheel.
+# The no-cluster demo, the whole loop: synthetic exporter, real Prometheus, API stand-in, the
+# scorer and the TLS webhook; example pods through admission, their verdicts, the node table.
+# `python -m kits.demo --serve` keeps it up until Ctrl-C. It runs from the checkout: the kits
+# (kits/) are not in the wheel.
 demo: venv
-	$(BIN)/python -m kits.demo scorer once --dry-run
+	$(BIN)/python -m kits.demo
 
 bench-scorer: venv
 	$(BIN)/python bench/scorer_bench.py

@@ -37,7 +37,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kits.demo import demo_policy_text  # noqa: E402
+from kits.demo.environment import demo_policy_text  # noqa: E402
 from kits.prometheus_server import PrometheusServer  # noqa: E402
 from kits.synthetic_exporter import GIB, SyntheticCluster  # noqa: E402
 from scorer.kubeapi import KubeJson  # noqa: E402

@@ -9,7 +9,7 @@
   `kits.simulated_cluster`: the same series derived from a live API.
 - `kits.prometheus_server`: the real Prometheus server started on loopback.
 - `kits.service_processes`: the scorer and the webhook run as an operator runs them.
-- `kits.demo`: the no-cluster demo (`python -m kits.demo scorer once --dry-run`).
+- `kits.demo`: the no-cluster demo, the whole loop (`python -m kits.demo`, `make demo`).
 - `kits.waiting`: the one polling wait (`wait_until`); `kits.net`: free loopback ports.
 
 The wheel and the image ship `steer`, `scorer`, `webhook` and `certs` only; an import-linter

@@ -119,6 +119,11 @@ class PrometheusServer:
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
+    @property
+    def pid(self) -> int | None:
+        """The server's process id while it runs."""
+        return self._proc.pid if self._proc is not None and self.running else None
+
     # -- configuration ------------------------------------------------------------------------
     def config(self) -> dict[str, Any]:
         interval = _duration(self.scrape_interval_s)

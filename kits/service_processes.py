@@ -9,6 +9,9 @@ benchmark share this.
     with running_scorer(plane, policy_file, prom.url, workdir) as scorer:
         scorer.wait_ready()
 
+Neither service needs the control plane itself, only its kubeconfig: the no-cluster demo
+(kits/demo/) runs both against the Kubernetes API stand-in the same way.
+
 The webhook's admission configurations are the project's own manifests with each
 `clientConfig.service` replaced by `clientConfig.url` (https://127.0.0.1:PORT/path) and the
 `caBundle` filled in, so the apiserver calls the real server over TLS exactly as in a cluster.
@@ -22,12 +25,13 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import requests
 import yaml
@@ -43,6 +47,13 @@ from steer.core.admission_policy.security import DEFAULT_NAME, security_admissio
 
 ADMISSION_MANIFEST = ROOT / "manifests" / "webhook" / "admission.yaml"
 LOOPBACK_IDENTITY = WebhookIdentity("steer-webhook", "kube-steer", ("localhost",), ("127.0.0.1",))
+
+
+class ApiServer(Protocol):
+    """Where a service finds the Kubernetes API: a ControlPlane, or the demo's stand-in."""
+
+    @property
+    def kubeconfig(self) -> Path: ...
 
 
 class ServiceError(RuntimeError):
@@ -78,6 +89,8 @@ class Service:
 
 def _spawn(name: str, args: Sequence[str], log_file: Path) -> Service:
     env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
+    # The service's own temporary folders (the webhook's metrics) go where the caller's go.
+    env["TMPDIR"] = tempfile.gettempdir()
     with log_file.open("ab") as log:
         process = subprocess.Popen(
             [sys.executable, "-m", "steer.cli", *args],
@@ -145,7 +158,7 @@ class ServingCertificate:
 
 @contextlib.contextmanager
 def running_webhook(
-    plane: ControlPlane,
+    plane: ApiServer,
     policy_file: Path,
     workdir: Path,
     *,
@@ -351,7 +364,7 @@ class RunningScorer(Service):
 
 @contextlib.contextmanager
 def running_scorer(
-    plane: ControlPlane,
+    plane: ApiServer,
     policy_file: Path,
     prometheus_url: str,
     workdir: Path,

@@ -1,18 +1,29 @@
 """The demo policy agrees with the example policy, and the self-contained demo (`kits.demo`)
-runs end to end."""
+runs end to end: `scorer once`, and the whole loop (`make demo`), which leaves no process and
+no temporary folder behind, also when a signal stops it."""
 
 from __future__ import annotations
 
 import json
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 import pytest
+import requests
 
-from kits.demo import demo_policy, main
+from kits.demo.cli import main
+from kits.demo.environment import demo_policy
 from scorer.presets import POWER_KEPLER_07
 from steer.adapters.policy_file import load_policy_file
-from tests.conftest import EXAMPLE_POLICY
+from tests.conftest import EXAMPLE_POLICY, ROOT
 
 PREFIX = "kube-steer.github.io/"
 # Names the scorer wrote before scores were named as scores: none may come back.
@@ -81,3 +92,189 @@ def test_demo_table_gives_units_and_says_what_the_labels_mean(
     )
     hot = next(line for line in lines if line.startswith("node-3 ") and "score-" in line)
     assert "score-gpu-util=10" in hot and "gpu-hot=true" in hot
+
+
+# -- the whole loop ------------------------------------------------------------------------------
+
+
+def _running_parents() -> dict[int, int]:
+    """pid → parent pid of every process that has not exited (zombies have)."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # gone meanwhile
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses
+        state, ppid = stat.rpartition(")")[2].split()[:2]
+        if state != "Z":
+            parents[int(entry.name)] = int(ppid)
+    return parents
+
+
+def descendants(pid: int) -> set[int]:
+    """The running processes started by `pid`, at any depth."""
+    parents = _running_parents()
+    found: set[int] = set()
+    frontier = {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def test_demo_runs_the_whole_loop(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Scorer, TLS webhook and example pods through admission: each pod's verdict, and where
+    the scorer says it may go."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the services' folders go here too
+    before = descendants(os.getpid())
+    assert main(["--output", "json"]) == 0
+    assert descendants(os.getpid()) - before == set()  # Prometheus, scorer, gunicorn: all ended
+    assert list(tmp_path.iterdir()) == []
+    doc = json.loads(capsys.readouterr().out)
+    nodes = {n["node"] for n in doc["nodes"]["nodes"]}
+    assert nodes == {f"node-{i}" for i in range(1, 7)}
+    pods = {p["pod"]: p for p in doc["pods"]}
+
+    gpu = pods["ml/train-resnet"]
+    assert gpu["mutated"] and gpu["allowed"]
+    assert gpu["steering"]["schedulerName"] == "steer-binpack"
+    assert gpu["steering"]["preferences"] == {"score-class-gpu": 4}  # the class's own score
+    assert gpu["steering"]["requests"] == {"avoid-gpu-hot": "1"}
+    assert "scheduler:steer-binpack" in gpu["rules"]
+    # node-3's GPUs are 95 % busy (gate closed), node-6 fails its probe (tainted)
+    assert gpu["placement"]["excluded"] == {
+        "avoid:gpu-hot": ["node-3"],
+        "taint kube-steer.github.io/unhealthy=true:NoSchedule": ["node-6"],
+    }
+    assert gpu["placement"]["allowed"][0] == {"node": "node-5", "rank": 1}  # idlest GPUs
+
+    chain = [p for name, p in pods.items() if name.startswith("team-a/checkout-")]
+    assert len(chain) == 3
+    for replica in chain:
+        assert replica["allowed"]
+        assert {"spread:order-chain", "spread:order-chain-hosts"} <= set(replica["rules"])
+        assert replica["steering"]["spread"] == [
+            "topology.kubernetes.io/zone:DoNotSchedule",
+            "kubernetes.io/hostname:ScheduleAnyway",
+        ]
+
+    dept_a = pods["team-a/web"]
+    assert dept_a["allowed"] and dept_a["steering"]["schedulerName"] == "steer-spread"
+    # limits drawn from the pool: 1050m of cpu, 1 GiB in MiB; dept-a has the highest budget,
+    # so no budget gate
+    assert dept_a["steering"]["requests"] == {"pool-cpu": "1050", "pool-memory": "1024"}
+    dept_b = pods["team-b/api"]
+    assert dept_b["allowed"] and "gate:budget:0" in dept_b["rules"]
+    assert dept_b["steering"]["requests"] == {
+        "pool-cpu": "500",
+        "pool-memory": "512",
+        "budget-0pct": "1",
+    }
+
+    denied = pods["team-b/batch-burst"]
+    assert denied["mutated"] and not denied["allowed"]
+    assert denied["message"].startswith("rule overcommit: ")
+    assert 'tenant "dept-b"' in denied["message"] and "overcommitPercent 0" in denied["message"]
+    assert denied["placement"]["allowed"] == [] and denied["placement"]["problems"]
+
+    for pod in doc["pods"]:
+        placement = pod["placement"]
+        placed = {a["node"] for a in placement["allowed"]}
+        excluded = {n for held in placement["excluded"].values() for n in held}
+        assert placed | excluded == nodes and not placed & excluded  # every node, real ones
+        if pod["allowed"]:
+            assert placed and "node-6" in excluded
+
+
+def assert_verdicts_printed(out: str) -> None:
+    """The text form of what `test_demo_runs_the_whole_loop` checks in JSON."""
+    assert "ml/train-resnet: GPU job" in out
+    assert "schedulerName steer-binpack; 4 preferred terms (score-class-gpu x4)" in out
+    assert "spread topology.kubernetes.io/zone:DoNotSchedule" in out
+    assert "  admitted: DENIED: rule overcommit: " in out
+    assert "  may go:   node-5 (rank 1)" in out
+    assert re.search(r"^NODE +score-gpu-util .* TAINTS$", out, re.M)  # `steer explain nodes`
+    assert re.search(r"^node-3 .* gpu-hot=true:PreferNoSchedule$", out, re.M)
+
+
+class OutputLines:
+    """A process's output read line by line in a thread, so waiting for one can time out."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        self.process = process
+        self.lines: list[str] = []
+        self._queue: queue.Queue[str] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self._queue.put(line)
+
+    def wait_for(self, text: str, timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = self._queue.get(timeout=0.5)
+            except queue.Empty:
+                assert self.process.poll() is None, "exited:\n" + "".join(self.lines)
+                continue
+            self.lines.append(line)
+            if text in line:
+                return line
+        raise AssertionError(f"no {text!r} after {timeout:.0f}s:\n" + "".join(self.lines))
+
+    def rest(self) -> str:
+        """Everything after the last line read, once the process has closed its output."""
+        self._reader.join(timeout=10)
+        while not self._queue.empty():
+            self.lines.append(self._queue.get())
+        return "".join(self.lines)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_demo_serve_stops_every_process_on_a_signal(tmp_path: Path, signum: int) -> None:
+    """`--serve` keeps the services up, the explain page served, until Ctrl-C or SIGTERM; then
+    every process it started has ended and every temporary folder is gone. What it printed
+    before serving is the verdicts, in text."""
+    env = {**os.environ, "TMPDIR": str(tmp_path), "PYTHONUNBUFFERED": "1"}
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "kits.demo", "--serve"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        output = OutputLines(demo)
+        serving = output.wait_for("serving until Ctrl-C", timeout=90)
+        match = re.search(r"explain page (\S+) \(pids ([\d ]+)\)", serving)
+        assert match, serving
+        assert_verdicts_printed("".join(output.lines))
+        session = requests.Session()
+        session.trust_env = False
+        page = session.get(match.group(1), timeout=5)
+        assert page.status_code == 200 and page.headers["Content-Type"].startswith("text/html")
+        children = descendants(demo.pid)
+        # Prometheus, the scorer, the webhook's gunicorn and its two workers
+        assert {int(p) for p in match.group(2).split()} <= children and len(children) >= 5
+        demo.send_signal(signum)
+        assert demo.wait(timeout=60) == 0
+        assert (
+            output.rest()
+            .rstrip()
+            .endswith("stopped: every process ended, temporary folders removed")
+        )
+        assert children & set(_running_parents()) == set()
+        assert list(tmp_path.iterdir()) == []
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+            demo.wait()

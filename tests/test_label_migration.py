@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from kits.demo import demo_environment
+from kits.demo.environment import demo_environment
 from scorer.serve import node_api
 from scorer.service import Scorer
 from steer.adapters.policy_file import load_policy_file

@@ -1,22 +1,12 @@
-"""The no-cluster demo: the scorer on a synthetic cluster, nothing outside this machine.
-
-    python -m kits.demo scorer once --dry-run            # `make demo`: print the plan
-    python -m kits.demo scorer run --listen 127.0.0.1:8080
-
-It starts the synthetic exporter (DCGM, Kepler, kube-state-metrics, blackbox series), a real
-Prometheus scraping it, and the Kubernetes API stand-in holding matching Node objects, then runs
-the given `steer scorer once|run` command line with `--policy`, `--prometheus` and
-`--kubeconfig` pointing at them. It lives in the kits, not in the product CLI: the wheel and
-the image carry no stand-in to run it on.
-"""
+"""The demo's cluster: a synthetic exporter, a real Prometheus scraping it, and the Kubernetes
+API stand-in holding matching Node objects and the demo's namespaces (kits/demo/pods.py), with
+the example policy pointed at that Prometheus."""
 
 from __future__ import annotations
 
 import contextlib
-import os
-import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,22 +14,13 @@ import yaml
 
 from kits.apistub import ApiStub
 from kits.apistub.synthetic import synthetic_node
-from kits.prometheus_server import scraped_cluster
+from kits.demo.pods import DEMO_NAMESPACES
+from kits.prometheus_server import PrometheusServer, scraped_cluster
 from kits.synthetic_exporter import GIB, SyntheticCluster
 from scorer.presets import example_policy_text
-from steer.cli import main as steer_main
 from steer.core.policy import Policy, parse_policy
 
 DEMO_NODES = 6
-# What `python -m kits.demo` runs when given no command line.
-DEFAULT_COMMAND = ("scorer", "once", "--dry-run")
-USAGE = """\
-usage: python -m kits.demo [scorer once|run [FLAG ...]]
-
-Run a `steer scorer once` or `steer scorer run` command line on a synthetic 6-node GPU cluster:
-a synthetic exporter, a real Prometheus and the Kubernetes API stand-in (no external services).
---policy, --prometheus and --kubeconfig are the demo's; every other flag is the command's
-(`steer scorer once --help`). Default: scorer once --dry-run."""
 
 
 def demo_policy_text(
@@ -62,10 +43,18 @@ def demo_policy(
 @dataclass(frozen=True)
 class DemoEnvironment:
     cluster: SyntheticCluster
-    prometheus_url: str
+    prometheus: PrometheusServer
     kubeconfig: Path
     policy_file: Path
     stub: ApiStub
+
+    @property
+    def prometheus_url(self) -> str:
+        return self.prometheus.url
+
+    @property
+    def policy(self) -> Policy:
+        return parse_policy(self.policy_file.read_text())
 
 
 def demo_cluster(nodes: int = DEMO_NODES) -> SyntheticCluster:
@@ -99,6 +88,7 @@ def demo_cluster(nodes: int = DEMO_NODES) -> SyntheticCluster:
 def demo_environment(
     nodes: int = DEMO_NODES, *, interval_seconds: float = 30
 ) -> Iterator[DemoEnvironment]:
+    """Yields once Prometheus holds two scrapes of every node; removes everything on exit."""
     cluster = demo_cluster(nodes)
     with (
         tempfile.TemporaryDirectory(prefix="steer-demo-") as tmp,
@@ -114,8 +104,8 @@ def demo_environment(
                     {"key": "dedicated", "value": "ml", "effect": "PreferNoSchedule"}
                 ]
             stub.add_node(node)
-        for tenant in ("dept-a", "dept-b"):
-            stub.add_namespace(tenant, {"tenant": tenant, "kube-steer.github.io/enabled": "true"})
+        for namespace, labels in DEMO_NAMESPACES.items():
+            stub.add_namespace(namespace, dict(labels))
         # rate() over the energy counters needs two scrapes of every node
         prom.wait_for(
             "sum by (instance) (irate(kepler_node_platform_joules_total[5m]))",
@@ -125,36 +115,4 @@ def demo_environment(
         policy_file = Path(tmp) / "policy.yaml"
         policy_file.write_text(demo_policy_text(prom.url, interval_seconds=interval_seconds))
         kubeconfig = stub.kubeconfig(Path(tmp) / "kubeconfig")
-        yield DemoEnvironment(cluster, prom.url, kubeconfig, policy_file, stub)
-
-
-def demo_command(command: Sequence[str], env: DemoEnvironment) -> list[str]:
-    """The `steer` command line that runs `command` (`scorer once|run ...`) on `env`."""
-    args = [*command, "--policy", str(env.policy_file), "--prometheus", env.prometheus_url]
-    args += ["--kubeconfig", str(env.kubeconfig)]
-    if command[1] == "once" and "--cycles" not in command:
-        args += ["--cycles", "2"]  # the second cycle sets the debounced taints
-    if command[1] == "run" and "--lease-namespace" not in command:
-        # the stand-in has no project namespace; the Lease goes where a pod would put it
-        args += ["--lease-namespace", os.environ.get("POD_NAMESPACE", "default")]
-    return args
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    command = list(sys.argv[1:] if argv is None else argv) or list(DEFAULT_COMMAND)
-    if command[0] in ("-h", "--help"):
-        print(USAGE)
-        return 0
-    if command[:2] not in (["scorer", "once"], ["scorer", "run"]):
-        print(USAGE, file=sys.stderr)
-        return 2
-    print(
-        "starting the demo: synthetic exporter, Prometheus, Kubernetes API stand-in ...",
-        file=sys.stderr,
-    )
-    with demo_environment() as env:
-        return steer_main(demo_command(command, env))
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        yield DemoEnvironment(cluster, prom, kubeconfig, policy_file, stub)

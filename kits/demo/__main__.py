@@ -1,0 +1,5 @@
+import sys
+
+from kits.demo.cli import main
+
+sys.exit(main())
