@@ -106,7 +106,32 @@ def namespaces(
     audited = make_namespace({"tenant": "dept-b", **OPT_IN}, prefix="audit-b")
     for ns in (enforced, audited):
         wait_until(f"the webhook traces pods in {ns}", lambda ns=ns: traced(api, ns), timeout=15)
+    # The apiserver loads the admission policies from a watch: the budget's is in force once a
+    # forged pool request is refused where no budget applies.
+    wait_until(
+        "the budget admission policy is in force",
+        lambda: forged_refused(api, plain),
+        timeout=15,
+    )
     return {"plain": plain, "enforced": enforced, "audited": audited}
+
+
+def forged(name: str) -> dict[str, Any]:
+    """A pod that requests the budget's pool itself, as only the webhook may."""
+    pod = make_pod(name)
+    pool = pool_resource(POLICY, "cpu")
+    pod["spec"]["containers"][0]["resources"]["requests"][pool] = "100"
+    pod["spec"]["containers"][0]["resources"]["limits"][pool] = "100"
+    return pod
+
+
+def forged_refused(api: client.ApiClient, namespace: str) -> bool:
+    probe = forged(f"probe-{uuid.uuid4().hex[:6]}")
+    try:
+        client.CoreV1Api(api).create_namespaced_pod(namespace, probe, dry_run="All")
+    except client.ApiException as exc:
+        return "has no budget" in str(exc.body)
+    return False
 
 
 def scheduler_view(pod: Mapping[str, Any]) -> dict[str, Any]:
@@ -176,9 +201,5 @@ def test_an_audited_tenant_may_not_forge_the_budgets_currency(
 ) -> None:
     """Its pods are outside every budget: a pool request of their own would take room from
     the enforced tenants, and the apiserver's policy refuses it."""
-    pool = pool_resource(POLICY, "cpu")
-    forged = make_pod("forged")
-    forged["spec"]["containers"][0]["resources"]["requests"][pool] = "100"
-    forged["spec"]["containers"][0]["resources"]["limits"][pool] = "100"
-    status, message = refusal(api, namespaces["audited"], forged)
+    status, message = refusal(api, namespaces["audited"], forged("forged"))
     assert status == 403 and "has no budget" in message, message
