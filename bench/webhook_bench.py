@@ -127,7 +127,7 @@ class AllowAll:
     def handle(self, endpoint: str, body: bytes | None) -> Any:
         import orjson
 
-        from webhook.app import Outcome
+        from webhook.handler import Outcome
         from webhook.review import allow
 
         review = orjson.loads(body or b"{}")

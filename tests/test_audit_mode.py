@@ -28,7 +28,7 @@ from steer.core.steering import trace_annotation_key
 from tests.conftest import EXAMPLE_POLICY
 from tests.scorer_support import SMALL_POLICY, apply_plan, readings_for
 from tests.webhook_harness import FixedNamespaces, counted, review_for
-from webhook.app import AdmissionHandler
+from webhook.handler import AdmissionHandler
 from webhook.metrics import WebhookMetrics
 
 T0 = 1_800_000_000.0

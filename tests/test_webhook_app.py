@@ -22,7 +22,7 @@ from steer.adapters.kube import make_api_client
 from steer.adapters.policy_file import PolicyWatcher
 from tests.conftest import EXAMPLE_POLICY
 from tests.webhook_harness import NAMESPACES, review_for
-from webhook.app import AdmissionHandler
+from webhook.handler import AdmissionHandler
 from webhook.metrics import UNINTERPRETABLE_REASONS, WebhookMetrics
 from webhook.namespaces import NamespaceCache
 

@@ -10,8 +10,9 @@ import orjson
 import pytest
 
 from webhook import review as rv
-from webhook.app import AdmissionApp, Outcome, create_app, read_body
+from webhook.app import AdmissionApp, create_app, read_body
 from webhook.framing import BODY_OVER_LIMIT
+from webhook.handler import Outcome
 
 LIMIT = 1024
 

@@ -30,7 +30,7 @@ from kits.apistub import ApiStub
 from kits.net import free_port
 from steer.adapters.policy_file import PolicyWatcher
 from tests.conftest import EXAMPLE_POLICY, FIXTURES
-from webhook.app import AdmissionHandler
+from webhook.handler import AdmissionHandler
 from webhook.metrics import WebhookMetrics
 from webhook.namespaces import NamespaceCacheStatus
 

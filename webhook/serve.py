@@ -355,7 +355,8 @@ def build_worker_app(options: WebhookOptions, reloader: CertReloader) -> WSGIApp
     """Everything one worker needs, started after the fork: policy reload, namespace watch."""
     from steer.adapters.kube import make_api_client
     from steer.adapters.policy_file import PolicyWatcher
-    from webhook.app import AdmissionHandler, create_app, start_status_pump
+    from webhook.app import create_app
+    from webhook.handler import AdmissionHandler, start_status_pump
     from webhook.metrics import WebhookMetrics
     from webhook.namespaces import NamespaceCache
 

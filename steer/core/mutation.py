@@ -1,5 +1,5 @@
 """The steered pod: what the policy makes of a pod, as a JSON Patch, the pod it makes and the
-trace the pod carries. The webhook's `/mutate` (webhook/app.py) and `/explain/pod`
+trace the pod carries. The webhook's `/mutate` (webhook/handler.py) and `/explain/pod`
 (scorer/explain/pod.py) both call `steer_pod`, so the pod explained is the pod admitted.
 
 Pure. `MutationPlan.from_policy` runs once per policy change and precomputes, for every

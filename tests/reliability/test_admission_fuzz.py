@@ -36,7 +36,7 @@ from hypothesis import strategies as st
 from tests.conftest import FIXTURES
 from tests.reliability.conftest import record_summary
 from tests.webhook_harness import in_process_handler
-from webhook.app import AdmissionHandler, Endpoint, Outcome
+from webhook.handler import AdmissionHandler, Endpoint, Outcome
 
 ENDPOINTS: tuple[Endpoint, ...] = ("mutate", "validate", "validate-security")
 FIXTURE_NAMES = sorted(
