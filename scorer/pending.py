@@ -3,10 +3,12 @@ which kube-steer rule keeps a steered one Pending.
 
 `PendingPodWatcher` keeps the unbound pods whose PodScheduled condition is False with reason
 Unschedulable and which the webhook steered (their trace, not in audit mode); a pod leaves as
-soon as it is bound or deleted. After each cycle the leader explains up to `MAX_JUDGED` of them
-(the longest waiting first) against the plan (scorer/explain/blocked.py), and `SteeringEvents`
-writes a Warning Event on each pod a kube-steer rule blocks: one per pod and message, again
-after `REPEAT_S` if it still waits, at most `MAX_EVENTS` a cycle.
+soon as it is bound or deleted. After each cycle the leader explains some of them against the
+plan (scorer/explain/blocked.py), the longest waiting first, each at most once a `REJUDGE_S`.
+An explanation reads every node (about 80 ms at 5,000 nodes), so a cycle explains
+`NODE_VISITS` / nodes pods at most (4 at 5,000 nodes, `MAX_JUDGED` on a small cluster).
+`SteeringEvents` writes a Warning Event on each pod a kube-steer rule blocks: one per pod and
+message, again after `REPEAT_S` if it still waits, at most `MAX_EVENTS` a cycle.
 """
 
 from __future__ import annotations
@@ -36,7 +38,9 @@ log = logging.getLogger(__name__)
 UNBOUND_PODS = "spec.nodeName="
 EVENT_REASON = "BlockedBySteering"
 EVENT_COMPONENT = "kube-steer-scorer"
-MAX_JUDGED = 50  # pods explained after a cycle (each explanation reads every node)
+MAX_JUDGED = 50  # pods explained after a cycle, at most
+NODE_VISITS = 20_000  # nodes read by the explanations after one cycle, at most
+REJUDGE_S = 60.0  # a pod is explained again this long after its last explanation
 MAX_EVENTS = 20  # Events written after a cycle
 REPEAT_S = 600.0  # the same message again for a pod that still waits
 MAX_PENDING = 10_000  # pods kept; beyond, the oldest are dropped (counted, logged)
@@ -66,6 +70,7 @@ class PendingPods:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._pods: dict[str, tuple[str, dict[str, Any]]] = {}
+        self._judged: dict[str, float] = {}  # uid -> when last explained
         self.dropped = 0
 
     def __len__(self) -> int:
@@ -79,17 +84,18 @@ class PendingPods:
         with self._lock:
             if event_type == "DELETED" or since is None or not _steered(pod, trace_key):
                 self._pods.pop(uid, None)
+                self._judged.pop(uid, None)
+                return
+            if uid not in self._pods and len(self._pods) >= MAX_PENDING:
+                self.dropped += 1  # the longest waiting are kept: they matter most
                 return
             kept = {"metadata": pod.get("metadata") or {}, "spec": pod.get("spec") or {}}
             self._pods[uid] = (since, kept)
-            if len(self._pods) > MAX_PENDING:
-                oldest = min(self._pods, key=lambda u: self._pods[u][0])
-                del self._pods[oldest]
-                self.dropped += 1
 
     def replace(self, pods: Iterable[Mapping[str, Any]], trace_key: str) -> None:
         with self._lock:
             self._pods.clear()
+            self._judged.clear()
         for pod in pods:
             self.apply("ADDED", pod, trace_key)
 
@@ -97,10 +103,19 @@ class PendingPods:
         with self._lock:
             return set(self._pods)
 
-    def longest_waiting(self, count: int) -> list[dict[str, Any]]:
+    def due(self, count: int, now: float, every_s: float = REJUDGE_S) -> list[dict[str, Any]]:
+        """Up to `count` pods to explain now, the longest waiting first, skipping those
+        explained less than `every_s` ago; they count as explained now."""
         with self._lock:
-            ordered = sorted(self._pods.values(), key=lambda entry: entry[0])
-        return [pod for _, pod in ordered[:count]]
+            ordered = sorted(self._pods.items(), key=lambda item: item[1][0])
+            chosen = [
+                (uid, pod)
+                for uid, (_, pod) in ordered
+                if now - self._judged.get(uid, float("-inf")) >= every_s
+            ][:count]
+            for uid, _ in chosen:
+                self._judged[uid] = now
+        return [pod for _, pod in chosen]
 
 
 class PendingPodWatcher(ListWatcher):
@@ -231,7 +246,8 @@ def report_blocked(scorer: Scorer, pending: PendingPods, events: SteeringEvents)
     owned = owned_taint_keys(policy)
     labels: dict[str, dict[str, str] | None] = {}
     blocked: list[tuple[Mapping[str, Any], str]] = []
-    for pod in pending.longest_waiting(MAX_JUDGED):
+    count = max(1, min(MAX_JUDGED, NODE_VISITS // max(1, len(last.nodes))))
+    for pod in pending.due(count, time.time()):
         namespace = str((pod.get("metadata") or {}).get("namespace") or "")
         if namespace not in labels:
             try:

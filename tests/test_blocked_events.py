@@ -11,7 +11,7 @@ from kits.apistub import ApiStub
 from scorer.explain.blocked import blocking_message
 from scorer.explain.view import Exclusion, NodeVerdict, PodExplanation
 from scorer.kubeapi import KubeJson
-from scorer.pending import EVENT_REASON, PendingPods, SteeringEvents
+from scorer.pending import EVENT_REASON, REJUDGE_S, PendingPods, SteeringEvents
 from tests.apistub_fixtures import client_for
 
 TRACE = "kube-steer.github.io/trace"
@@ -111,8 +111,12 @@ def test_pending_pods_keep_the_steered_unschedulable_ones_until_bound() -> None:
     pending.apply("ADDED", _pod("audited", trace='{"policy":"p","mode":"audit"}'), TRACE)
     pending.apply("ADDED", _pod("plain", trace=None), TRACE)
     pending.apply("ADDED", _pod("fresh", trace='{"policy":"p"}', condition=None), TRACE)
-    assert [p["metadata"]["name"] for p in pending.longest_waiting(10)] == ["steered"]
-    assert "status" not in pending.longest_waiting(1)[0]  # only metadata and spec are kept
+    (kept,) = pending.due(10, now=100.0)
+    assert kept["metadata"]["name"] == "steered"
+    assert "status" not in kept  # only metadata and spec are kept
+    # Explained now: not again before REJUDGE_S, then again.
+    assert pending.due(10, now=100.0 + REJUDGE_S - 1) == []
+    assert [p["metadata"]["name"] for p in pending.due(10, now=100.0 + REJUDGE_S)] == ["steered"]
     bound = copy.deepcopy(steered)
     bound["spec"]["nodeName"] = "a"
     bound["status"] = {"conditions": [{"type": "PodScheduled", "status": "True"}]}
@@ -157,3 +161,14 @@ def test_events_are_written_once_per_pod_and_message_and_repeated_later(
     # A pod no longer pending is forgotten: if it waits again, it is said again.
     events.forget(set())
     assert events.emit([(pod, "rule B")]) == 1
+
+
+def test_the_longest_waiting_pods_are_explained_first_a_few_at_a_time() -> None:
+    pending = PendingPods()
+    for i in (3, 1, 2):
+        pod = _pod(f"p{i}", trace="{}")
+        pod["status"]["conditions"][0]["lastTransitionTime"] = f"2026-12-01T10:00:0{i}Z"
+        pending.apply("ADDED", pod, TRACE)
+    first = [p["metadata"]["name"] for p in pending.due(2, now=0.0)]
+    assert first == ["p1", "p2"]
+    assert [p["metadata"]["name"] for p in pending.due(2, now=1.0)] == ["p3"]  # the rest next
