@@ -403,11 +403,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------------------ explain
 
 
-def _get(url: str) -> Any:
+def _get(url: str, timeout_s: float = 10) -> Any:
     session = requests.Session()
     session.trust_env = False
     try:
-        resp = session.get(url, timeout=10)
+        resp = session.get(url, timeout=timeout_s)
     except requests.RequestException as exc:
         raise SystemExit(
             f"cannot reach the scorer at {url}: {exc} (set --scorer or $STEER_SCORER_URL)"
@@ -484,7 +484,11 @@ def _cmd_explain_pod(args: argparse.Namespace) -> int:
 def _cmd_audit_report(args: argparse.Namespace) -> int:
     if args.limit < 1:
         raise SystemExit(f"--limit: a positive number of pods, got {args.limit}")
-    body = _get(f"{args.scorer.rstrip('/')}/explain/audit?limit={args.limit}")
+    # Each pod judged reads every node (about 80 ms at 5,000 nodes): allow for the limit.
+    body = _get(
+        f"{args.scorer.rstrip('/')}/explain/audit?limit={args.limit}",
+        timeout_s=10 + 0.2 * args.limit,
+    )
     if args.output == "json":
         print(json.dumps(body, indent=2))
         return 0

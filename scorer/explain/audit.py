@@ -5,8 +5,9 @@ scheduler chose.
 Pure: the plan, the nodes and the pods as listed in, an `AuditReport`
 (scorer/explain/view/audit_report.py) out. A pod is judged as it was created (without its
 `spec.nodeName`) against the nodes as they are now, with its own usage on its node: a node it
-fills may read as full. Each judgement is one explanation over every node, so at most `limit`
-pods are judged, the last bound first; the report says how many were left out.
+fills may read as full. Each judgement is one explanation over every node (about 80 ms at
+5,000 nodes), so at most `limit` pods are judged, the last bound first; the report says how
+many were left out.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from steer.core.scheduling import UninterpretablePod
 from steer.core.steering import trace_annotation_key
 
 DIVERGENT_SHOWN = 50
-DEFAULT_LIMIT = 200
+DEFAULT_LIMIT = 100  # about 8 s of judging at 5,000 nodes
 
 
 def audit_mode_of(pod: Mapping[str, Any], trace_key: str) -> bool:
