@@ -22,7 +22,7 @@ from kubernetes import client
 
 from scorer.kubeapi import BOUND_PODS, PODS_PATH
 from scorer.ledger import PodLedger
-from scorer.model import parse_rfc3339
+from scorer.model import binding_time
 from steer.adapters.listwatch import ListWatcher
 
 log = logging.getLogger(__name__)
@@ -63,14 +63,6 @@ class BindingWindow:
             horizon = moment - max(window_s, 60.0) * 10
             self._seen = {u: t for u, t in self._seen.items() if t >= horizon}
         return out
-
-
-def binding_time(pod: Mapping[str, Any]) -> float | None:
-    """When the scheduler bound the pod: its PodScheduled condition's transition time."""
-    for cond in (pod.get("status") or {}).get("conditions") or ():
-        if cond.get("type") == "PodScheduled" and cond.get("status") == "True":
-            return parse_rfc3339(str(cond.get("lastTransitionTime") or ""))
-    return None
 
 
 class PodBindingWatcher(ListWatcher):

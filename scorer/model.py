@@ -70,3 +70,11 @@ def parse_rfc3339(text: str) -> float | None:
     if stamp.tzinfo is None:
         stamp = stamp.replace(tzinfo=UTC)
     return stamp.timestamp()
+
+
+def binding_time(pod: Mapping[str, Any]) -> float | None:
+    """When the scheduler bound the pod: its PodScheduled condition's transition time."""
+    for cond in (pod.get("status") or {}).get("conditions") or ():
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "True":
+            return parse_rfc3339(str(cond.get("lastTransitionTime") or ""))
+    return None

@@ -259,7 +259,9 @@ def _audited_gpu_pod(policy: Any, name: str, node: str | None, at: str) -> dict[
     stored = mutation.apply(pod)
     if node is not None:
         stored["spec"]["nodeName"] = node
-        stored["status"] = {"conditions": [{"type": "PodScheduled", "lastTransitionTime": at}]}
+        stored["status"] = {
+            "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": at}]
+        }
     return stored
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from scorer.explain.pod import explain_pod
 from scorer.explain.view import AuditedPod, AuditReport, RuleCount
-from scorer.model import NodeState
+from scorer.model import NodeState, binding_time
 from scorer.plan import CyclePlan
 from steer.core.mode import AUDIT
 from steer.core.mutation import read_trace
@@ -34,13 +34,6 @@ def audit_mode_of(pod: Mapping[str, Any], trace_key: str) -> bool:
     """Whether the pod's trace says the webhook audited it."""
     trace = read_trace(pod, trace_key)
     return trace is not None and trace.get("mode") == AUDIT
-
-
-def _bound_at(pod: Mapping[str, Any]) -> str:
-    for condition in (pod.get("status") or {}).get("conditions") or ():
-        if condition.get("type") == "PodScheduled":
-            return str(condition.get("lastTransitionTime") or "")
-    return ""
 
 
 def audit_pod(
@@ -95,7 +88,7 @@ def audit_report(
     audited = [
         p for p in pods if (p.get("spec") or {}).get("nodeName") and audit_mode_of(p, trace_key)
     ]
-    audited.sort(key=_bound_at, reverse=True)
+    audited.sort(key=lambda p: binding_time(p) or 0.0, reverse=True)
     judged: list[AuditedPod] = []
     unjudged = 0
     for pod in audited[:limit]:
