@@ -60,6 +60,27 @@ KCM_CONTROLLERS = (
 GPU = "nvidia.com/gpu"
 
 
+def ready_node_status(name: str, capacity: Mapping[str, str]) -> dict[str, Any]:
+    """The status of a Ready Node nothing runs on (no kubelet reports it): capacity as
+    allocatable, a Ready condition from now and its hostname address."""
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "capacity": dict(capacity),
+        "allocatable": dict(capacity),
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "True",
+                "reason": "KubeletReady",
+                "message": "fake node",
+                "lastHeartbeatTime": now,
+                "lastTransitionTime": now,
+            }
+        ],
+        "addresses": [{"type": "Hostname", "address": name}],
+    }
+
+
 class ControlPlaneError(RuntimeError):
     """A component could not be found, started, or did not become ready (log tail included)."""
 
@@ -681,24 +702,7 @@ class ControlPlane:
         if gpus:
             capacity[GPU] = str(gpus)
         capacity.update(extra_capacity or {})
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        status = {
-            "status": {
-                "capacity": capacity,
-                "allocatable": capacity,
-                "conditions": [
-                    {
-                        "type": "Ready",
-                        "status": "True",
-                        "reason": "KubeletReady",
-                        "message": "fake node",
-                        "lastHeartbeatTime": now,
-                        "lastTransitionTime": now,
-                    }
-                ],
-                "addresses": [{"type": "Hostname", "address": name}],
-            }
-        }
+        status = {"status": ready_node_status(name, capacity)}
         node: dict[str, Any] = self.api_client().sanitize_for_serialization(
             core.patch_node_status(name, status)
         )

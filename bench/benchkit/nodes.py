@@ -13,6 +13,8 @@ from typing import Any
 
 import orjson
 
+from kits.control_plane import ready_node_status
+
 from .api import Api
 from .progress import WORKERS, in_parallel
 
@@ -235,7 +237,6 @@ class BareNode:
         capacity = {"cpu": self.cpu, "memory": self.memory, "pods": str(self.pods)}
         if self.gpus:
             capacity[GPU] = str(self.gpus)
-        now = rfc3339(time.time())
         return {
             "apiVersion": "v1",
             "kind": "Node",
@@ -247,21 +248,7 @@ class BareNode:
                     "topology.kubernetes.io/zone": self.zone,
                 },
             },
-            "status": {
-                "capacity": capacity,
-                "allocatable": capacity,
-                "conditions": [
-                    {
-                        "type": "Ready",
-                        "status": "True",
-                        "reason": "KubeletReady",
-                        "message": "fake node",
-                        "lastHeartbeatTime": now,
-                        "lastTransitionTime": now,
-                    }
-                ],
-                "addresses": [{"type": "Hostname", "address": self.name}],
-            },
+            "status": ready_node_status(self.name, capacity),
         }
 
 
