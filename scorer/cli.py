@@ -11,13 +11,15 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
-import requests
 import yaml
 
 from scorer.cleanup import clean_nodes, live_leader
+from scorer.client import DirectScorer, ScorerClient, ScorerError
 from scorer.explain import node_row, plan_table
 from scorer.explain.audit import DEFAULT_LIMIT
 from scorer.explain.render import audit_text, node_text, nodes_text, pod_text
@@ -403,94 +405,97 @@ def _cmd_run(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------------------ explain
 
 
-def _get(url: str, timeout_s: float = 10) -> Any:
-    session = requests.Session()
-    session.trust_env = False
-    try:
-        resp = session.get(url, timeout=timeout_s)
-    except requests.RequestException as exc:
-        raise SystemExit(
-            f"cannot reach the scorer at {url}: {exc} (set --scorer or $STEER_SCORER_URL)"
-        ) from None
-    return _decode(resp)
+def _scorer(args: argparse.Namespace) -> DirectScorer:
+    return DirectScorer(args.scorer)
 
 
-def _decode(resp: requests.Response) -> Any:
+def _answer(call: Callable[[], Any]) -> Any:
     try:
-        body = resp.json()
-    except ValueError:
-        raise SystemExit(
-            f"{resp.url}: HTTP {resp.status_code}, not JSON: {resp.text[:200]}"
-        ) from None
-    if resp.status_code != 200:
-        raise SystemExit(f"{resp.url}: HTTP {resp.status_code}: {body.get('error', body)}")
-    return body
+        return call()
+    except ScorerError as exc:
+        raise SystemExit(str(exc)) from None
+
+
+def _print(body: Any, output: str, text: Callable[[Any], str]) -> int:
+    print(json.dumps(body, indent=2) if output == "json" else text(body))
+    return 0
+
+
+# The explain commands over any way of reaching the scorer (`kubectl steer` reuses them).
+
+
+def explain_node(scorer: ScorerClient, name: str, output: str) -> int:
+    body = _answer(lambda: scorer.get(f"/explain/node/{quote(name)}"))
+    return _print(body, output, lambda b: node_text(NodeDetail.from_json(b), Served.from_json(b)))
+
+
+def explain_nodes(scorer: ScorerClient, output: str) -> int:
+    body = _answer(lambda: scorer.get("/explain/nodes"))
+    return _print(body, output, lambda b: nodes_text(NodesTable.from_json(b), Served.from_json(b)))
+
+
+def _pod_text(body: Any) -> str:
+    return pod_text(PodExplanation.from_json(body), Served.from_json(body))
+
+
+def explain_pod_ref(scorer: ScorerClient, namespace: str, name: str, output: str) -> int:
+    body = _answer(lambda: scorer.get(f"/explain/pod/{quote(namespace)}/{quote(name)}"))
+    return _print(body, output, _pod_text)
+
+
+def explain_pod_manifest(
+    scorer: ScorerClient, file: str, namespace: str | None, output: str
+) -> int:
+    """FILE ('-' for stdin) is a Pod or PodSpec in YAML or JSON; `namespace` picks the tenant."""
+    try:
+        text = sys.stdin.read() if file == "-" else Path(file).read_text()
+    except OSError as exc:
+        raise SystemExit(f"{file}: {exc.strerror or exc}") from None
+    try:
+        yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SystemExit(f"{file}: not YAML or JSON: {exc}") from None
+    params = {"namespace": namespace} if namespace else {}
+    body = _answer(
+        lambda: scorer.post(
+            "/explain/pod", text.encode(), params=params, content_type="application/yaml"
+        )
+    )
+    return _print(body, output, _pod_text)
+
+
+def audit_report(scorer: ScorerClient, limit: int, output: str) -> int:
+    if limit < 1:
+        raise SystemExit(f"--limit: a positive number of pods, got {limit}")
+    # Each pod judged reads every node (about 80 ms at 5,000 nodes): allow for the limit.
+    body = _answer(lambda: scorer.get(f"/explain/audit?limit={limit}", timeout_s=10 + 0.2 * limit))
+    return _print(body, output, lambda b: audit_text(AuditReport.from_json(b), Served.from_json(b)))
+
+
+def split_pod_ref(ref: str, flag: str) -> tuple[str, str]:
+    """NAMESPACE/NAME → (namespace, name); `flag` names the argument in the error."""
+    namespace, sep, name = ref.partition("/")
+    if not sep or not namespace or not name or "/" in name:
+        raise SystemExit(f"{flag}: expected NAMESPACE/NAME, got {ref!r}")
+    return namespace, name
 
 
 def _cmd_explain_node(args: argparse.Namespace) -> int:
-    body = _get(f"{args.scorer.rstrip('/')}/explain/node/{args.name}")
-    if args.output == "json":
-        print(json.dumps(body, indent=2))
-        return 0
-    print(node_text(NodeDetail.from_json(body), Served.from_json(body)))
-    return 0
+    return explain_node(_scorer(args), args.name, args.output)
 
 
 def _cmd_explain_nodes(args: argparse.Namespace) -> int:
-    body = _get(f"{args.scorer.rstrip('/')}/explain/nodes")
-    if args.output == "json":
-        print(json.dumps(body, indent=2))
-        return 0
-    print(nodes_text(NodesTable.from_json(body), Served.from_json(body)))
-    return 0
+    return explain_nodes(_scorer(args), args.output)
 
 
 def _cmd_explain_pod(args: argparse.Namespace) -> int:
-    base = args.scorer.rstrip("/")
     if args.ref:
-        namespace, sep, name = args.ref.partition("/")
-        if not sep or not name:
-            raise SystemExit(f"--ref: expected NAMESPACE/NAME, got {args.ref!r}")
-        body = _get(f"{base}/explain/pod/{namespace}/{name}")
-    else:
-        if not args.file:
-            raise SystemExit("give a pod manifest FILE ('-' for stdin) or --ref NAMESPACE/NAME")
-        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
-        try:
-            yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise SystemExit(f"{args.file}: not YAML or JSON: {exc}") from None
-        session = requests.Session()
-        session.trust_env = False
-        params = {"namespace": args.namespace} if args.namespace else {}
-        try:
-            resp = session.post(
-                f"{base}/explain/pod",
-                data=text.encode(),
-                params=params,
-                headers={"Content-Type": "application/yaml"},
-                timeout=10,
-            )
-        except requests.RequestException as exc:
-            raise SystemExit(f"cannot reach the scorer at {base}: {exc}") from None
-        body = _decode(resp)
-    if args.output == "json":
-        print(json.dumps(body, indent=2))
-        return 0
-    print(pod_text(PodExplanation.from_json(body), Served.from_json(body)))
-    return 0
+        namespace, name = split_pod_ref(args.ref, "--ref")
+        return explain_pod_ref(_scorer(args), namespace, name, args.output)
+    if not args.file:
+        raise SystemExit("give a pod manifest FILE ('-' for stdin) or --ref NAMESPACE/NAME")
+    return explain_pod_manifest(_scorer(args), args.file, args.namespace, args.output)
 
 
 def _cmd_audit_report(args: argparse.Namespace) -> int:
-    if args.limit < 1:
-        raise SystemExit(f"--limit: a positive number of pods, got {args.limit}")
-    # Each pod judged reads every node (about 80 ms at 5,000 nodes): allow for the limit.
-    body = _get(
-        f"{args.scorer.rstrip('/')}/explain/audit?limit={args.limit}",
-        timeout_s=10 + 0.2 * args.limit,
-    )
-    if args.output == "json":
-        print(json.dumps(body, indent=2))
-        return 0
-    print(audit_text(AuditReport.from_json(body), Served.from_json(body)))
-    return 0
+    return audit_report(_scorer(args), args.limit, args.output)

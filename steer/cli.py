@@ -32,10 +32,15 @@ def _cmd_version(args: argparse.Namespace) -> int:
 
 
 def _cmd_policy_validate(args: argparse.Namespace) -> int:
+    return validate_policy(args.file, args.output)
+
+
+def validate_policy(file: str, output: str) -> int:
+    """`steer policy validate` (and `kubectl steer policy validate`): 0 valid, 1 invalid."""
     try:
-        policy = load_policy_file(args.file)
+        policy = load_policy_file(file)
     except PolicyError as exc:
-        if args.output == "json":
+        if output == "json":
             print(
                 json.dumps(
                     {
@@ -47,14 +52,14 @@ def _cmd_policy_validate(args: argparse.Namespace) -> int:
             )
         else:
             print(
-                f"{args.file}: invalid policy ({len(exc.issues)} problem{'s' if len(exc.issues) != 1 else ''}):",
+                f"{file}: invalid policy ({len(exc.issues)} problem{'s' if len(exc.issues) != 1 else ''}):",
                 file=sys.stderr,
             )
             for issue in exc.issues:
                 print(f"  {issue}", file=sys.stderr)
         return 1
     spec = policy.spec
-    if args.output == "json":
+    if output == "json":
         print(
             json.dumps(
                 {"valid": True, "version": policy.version, "digest": policy.digest}, indent=2
@@ -62,7 +67,7 @@ def _cmd_policy_validate(args: argparse.Namespace) -> int:
         )
     else:
         print(
-            f"{args.file}: valid policy {policy.version} "
+            f"{file}: valid policy {policy.version} "
             f"({len(spec.dimensions)} dimensions, {len(spec.taints)} taint rules, "
             f"{len(spec.tenants)} tenants, {len(spec.pod_classes)} pod classes, {len(spec.spread)} spread rules)"
         )

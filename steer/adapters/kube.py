@@ -45,3 +45,36 @@ def make_api_client(kubeconfig: str | None = None) -> client.ApiClient:
     # default pool (5 per CPU) would open and discard a connection per write beyond it.
     cfg.connection_pool_maxsize = max(cfg.connection_pool_maxsize or 0, 32)
     return client.ApiClient(cfg)
+
+
+def kubectl_api_client(
+    kubeconfig: str | None = None, context: str | None = None
+) -> tuple[client.ApiClient, str]:
+    """An ApiClient chosen as kubectl chooses it, and the namespace of that context.
+
+    `kubeconfig` (the `--kubeconfig` flag), else $KUBECONFIG (a list of files, merged), else
+    ~/.kube/config; `context` or the file's current-context. Only without any kubeconfig does
+    it fall back to the in-cluster service account (namespace `default`, as kubectl's)."""
+    cfg = client.Configuration()
+    if (
+        kubeconfig is None
+        and os.environ.get("KUBERNETES_SERVICE_HOST")
+        and not os.environ.get("KUBECONFIG")
+        and not os.path.exists(os.path.expanduser(config.kube_config.KUBE_CONFIG_DEFAULT_LOCATION))
+    ):
+        try:
+            config.load_incluster_config(client_configuration=cfg)
+        except config.ConfigException as exc:
+            raise KubeConfigError(f"no Kubernetes credentials: {exc}") from None
+        return client.ApiClient(cfg), "default"
+    where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+    try:
+        config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)
+        contexts, current = config.list_kube_config_contexts(config_file=kubeconfig)
+    except (config.ConfigException, OSError) as exc:
+        raise KubeConfigError(
+            f"no Kubernetes credentials in {where}: {exc} (pass --kubeconfig or set KUBECONFIG)"
+        ) from None
+    chosen = next((c for c in contexts if c.get("name") == context), None) if context else current
+    namespace = ((chosen or {}).get("context") or {}).get("namespace") or "default"
+    return client.ApiClient(cfg), str(namespace)
