@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from steer.adapters.build_info import BuildInfoCollector
@@ -148,7 +150,22 @@ class ScorerMetrics:
             "validUntil of the AddOnPlacementScore as last written.",
             registry=r,
         )
+        self.pool_capacity = Gauge(
+            "steer_scorer_pool_capacity",
+            "Budget pool capacity the last plan publishes, summed over the nodes, per pool "
+            "resource, in its unit (millicores for pool-cpu, MiB for pool-memory).",
+            ["resource"],
+            registry=r,
+        )
+        self.pool_free = Gauge(
+            "steer_scorer_pool_free",
+            "What new pods may still request from each budget pool (capacity minus what its "
+            "bound pods hold), summed over the nodes, in the pool's unit.",
+            ["resource"],
+            registry=r,
+        )
         self._policy_version: str | None = None
+        self._pool_resources: set[str] = set()
 
     def set_policy(self, version: str) -> None:
         if version == self._policy_version:
@@ -157,3 +174,13 @@ class ScorerMetrics:
             self.policy_info.remove(self._policy_version)
         self.policy_info.labels(version=version).set(1)
         self._policy_version = version
+
+    def set_pools(self, capacity: Mapping[str, int], free: Mapping[str, int]) -> None:
+        """The pools of the last plan; a pool the policy no longer has loses its series."""
+        for resource in self._pool_resources - set(capacity):
+            self.pool_capacity.remove(resource)
+            self.pool_free.remove(resource)
+        for resource, value in capacity.items():
+            self.pool_capacity.labels(resource=resource).set(value)
+            self.pool_free.labels(resource=resource).set(free.get(resource, 0))
+        self._pool_resources = set(capacity)

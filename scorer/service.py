@@ -512,6 +512,13 @@ class Scorer:
             m.dimension_stale.labels(dimension=summary.dimension).set(1 if summary.stale else 0)
             if summary.age_s is not None:
                 m.dimension_age.labels(dimension=summary.dimension).set(summary.age_s)
+        capacity: dict[str, int] = {}
+        free: dict[str, int] = {}
+        for node_plan in plan.nodes:
+            for pool in node_plan.pools:
+                capacity[pool.resource] = capacity.get(pool.resource, 0) + int(pool.capacity)
+                free[pool.resource] = free.get(pool.resource, 0) + pool.free
+        m.set_pools(capacity, free)
         m.last_success.set(self._clock())
         return result
 
