@@ -444,17 +444,26 @@ def explain_pod_ref(scorer: ScorerClient, namespace: str, name: str, output: str
 
 
 def explain_pod_manifest(
-    scorer: ScorerClient, file: str, namespace: str | None, output: str
+    scorer: ScorerClient,
+    file: str,
+    namespace: str | None,
+    output: str,
+    fallback_namespace: Callable[[], str] | None = None,
 ) -> int:
-    """FILE ('-' for stdin) is a Pod or PodSpec in YAML or JSON; `namespace` picks the tenant."""
+    """FILE ('-' for stdin) is a Pod or PodSpec in YAML or JSON; `namespace` picks the tenant,
+    else the manifest's own, else `fallback_namespace()` (kubectl's: the context's)."""
     try:
         text = sys.stdin.read() if file == "-" else Path(file).read_text()
     except OSError as exc:
         raise SystemExit(f"{file}: {exc.strerror or exc}") from None
     try:
-        yaml.safe_load(text)
+        doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise SystemExit(f"{file}: not YAML or JSON: {exc}") from None
+    metadata = doc.get("metadata") if isinstance(doc, dict) else None
+    own = metadata.get("namespace") if isinstance(metadata, dict) else None
+    if namespace is None and not own and fallback_namespace is not None:
+        namespace = fallback_namespace()
     params = {"namespace": namespace} if namespace else {}
     body = _answer(
         lambda: scorer.post(

@@ -271,7 +271,10 @@ def _explain_pod(args: argparse.Namespace) -> int:
     if args.filename and args.pod:
         raise SystemExit(f"{PROG} explain pod: give a pod or -f FILE, not both")
     if args.filename:
-        return explain_pod_manifest(_scorer(args), args.filename, pod_namespace(args), args.output)
+        # -n, else the manifest's namespace, else the context's (as `kubectl apply -f`).
+        return explain_pod_manifest(
+            _scorer(args), args.filename, args.namespace, args.output, lambda: pod_namespace(args)
+        )
     if not args.pod:
         raise SystemExit(f"{PROG} explain pod: give [NAMESPACE/]NAME, or -f FILE for a manifest")
     namespace, name = pod_target(args)

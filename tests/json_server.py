@@ -1,5 +1,5 @@
 """A local threaded HTTP server for tests of the HTTP JSON source: every GET is answered by
-`answer(path, headers)` → (status, body)."""
+`answer(path, headers)` → (status, body); a POST too (its body is read and dropped)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,10 @@ def json_server(answer: Answer) -> Iterator[str]:
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.do_GET()
 
         def log_message(self, *args: Any) -> None:
             pass

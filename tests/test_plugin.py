@@ -132,6 +132,28 @@ def test_the_scorer_is_asked_through_the_service_proxy_with_the_kubeconfigs_toke
 
 
 @pytest.mark.parametrize(
+    ("namespace_flag", "manifest_namespace", "sent"),
+    [([], None, "?namespace=apps"), ([], "team-x", ""), (["-n", "z"], "team-x", "?namespace=z")],
+)
+def test_a_posted_pods_namespace_is_the_flag_the_manifests_or_the_contexts(
+    apiserver: tuple[str, list[tuple[str, Message]], dict[str, tuple[int, bytes]]],
+    tmp_path: Path,
+    namespace_flag: list[str],
+    manifest_namespace: str | None,
+    sent: str,
+) -> None:
+    url, seen, answers = apiserver
+    answers[f"{PROXY}/explain/pod{sent}"] = (200, b'{"allowed": []}')
+    kc = str(kubeconfig(tmp_path / "kc", server=url))
+    metadata = {"name": "p", **({"namespace": manifest_namespace} if manifest_namespace else {})}
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text(yaml.safe_dump({"kind": "Pod", "metadata": metadata, "spec": {}}))
+    main(["explain", "pod", "-f", str(manifest), "--kubeconfig", kc, "-o", "json", *namespace_flag])
+    assert seen[-1][0] == f"{PROXY}/explain/pod{sent}"
+    assert seen[-1][1]["Content-Type"] == "application/yaml"
+
+
+@pytest.mark.parametrize(
     ("status", "body", "says"),
     [
         (

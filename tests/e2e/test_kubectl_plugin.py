@@ -273,6 +273,19 @@ def test_kubectl_steer_explains_nodes_and_pods_through_the_apiserver_and_validat
     )
     assert missing.returncode != 0 and "nope" in missing.stderr and "404" in missing.stderr
 
+    # explain pod -f: a pod not created yet, posted through the proxy; the context's namespace.
+    manifest = tmp_path / "what-if.yaml"
+    manifest.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "Pod", **pod}))
+    what_if = kubectl(
+        control_plane,
+        plugin_path,
+        ["steer", "explain", "pod", "-f", str(manifest), "--context", "e2e", "-o", "json", *where],
+        env={"KUBECONFIG": str(kubeconfig)},
+    )
+    assert what_if.returncode == 0, what_if.stderr
+    posted = json.loads(what_if.stdout)
+    assert posted["allowed"] == verdict["allowed"] and "scheduler" not in posted
+
     # policy validate needs no cluster.
     valid = kubectl(
         control_plane, plugin_path, ["steer", "policy", "validate", str(EXAMPLE_POLICY)]
