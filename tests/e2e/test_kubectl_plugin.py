@@ -63,14 +63,19 @@ def scraped() -> Iterator[PrometheusServer]:
 
 
 @pytest.fixture
-def plugin_path(tmp_path: Path) -> str:
-    """PATH with the installed `kubectl-steer` (beside this Python) and nothing else of ours."""
+def plugin_env(tmp_path: Path) -> dict[str, str]:
+    """kubectl's environment: PATH with the installed `kubectl-steer` (beside this Python) and
+    nothing else of ours, and a HOME of its own (no ~/.kube/config to fall back on)."""
     script = Path(sys.executable).parent / "kubectl-steer"
     assert script.exists(), f"{script} missing: install the project (`make venv`)"
     bin_dir = tmp_path / "plugin-bin"
     bin_dir.mkdir()
     (bin_dir / "kubectl-steer").symlink_to(script)
-    return f"{bin_dir}{os.pathsep}/usr/bin{os.pathsep}/bin"
+    (tmp_path / "home").mkdir()
+    return {
+        "PATH": f"{bin_dir}{os.pathsep}/usr/bin{os.pathsep}/bin",
+        "HOME": str(tmp_path / "home"),
+    }
 
 
 def serve_through_service(admin: KubeJson, namespace: str, address: str, port: int) -> None:
@@ -171,14 +176,17 @@ def cluster_scorer(
 
 
 def kubectl(
-    plane: ControlPlane, path: str, args: Sequence[str], env: dict[str, str] | None = None
+    plane: ControlPlane,
+    base: dict[str, str],
+    args: Sequence[str],
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(plane.bin_dir / "kubectl"), *args],
         capture_output=True,
         text=True,
         timeout=60,
-        env={"PATH": path, "HOME": str(plane.pki_dir), **(env or {})},
+        env={**base, **(env or {})},
     )
 
 
@@ -187,7 +195,7 @@ def test_kubectl_steer_explains_nodes_and_pods_through_the_apiserver_and_validat
     control_plane: ControlPlane,
     make_namespace: Callable[..., str],
     admin: KubeJson,
-    plugin_path: str,
+    plugin_env: dict[str, str],
     tmp_path: Path,
 ) -> None:
     scorer, steer_namespace = cluster_scorer
@@ -204,7 +212,7 @@ def test_kubectl_steer_explains_nodes_and_pods_through_the_apiserver_and_validat
     where = ["--scorer-namespace", steer_namespace]
 
     # kubectl hands `steer --help` to the plugin.
-    helped = kubectl(control_plane, plugin_path, ["steer", "--help"])
+    helped = kubectl(control_plane, plugin_env, ["steer", "--help"])
     assert helped.returncode == 0, helped.stderr
     assert helped.stdout.startswith("usage: kubectl steer ")
     for command in ("explain", "policy", "--context", "--kubeconfig", "--namespace"):
@@ -213,7 +221,7 @@ def test_kubectl_steer_explains_nodes_and_pods_through_the_apiserver_and_validat
     # explain node, through the Service proxy, with --kubeconfig and --context after the words.
     node = kubectl(
         control_plane,
-        plugin_path,
+        plugin_env,
         ["steer", "explain", "node", NODES[1], "-o", "json", "--kubeconfig", str(kubeconfig),
          "--context", "e2e", *where],
     )  # fmt: skip
@@ -225,7 +233,7 @@ def test_kubectl_steer_explains_nodes_and_pods_through_the_apiserver_and_validat
     assert answer["labels"]["kube-steer.github.io/score-util"] == "20"  # 80 % busy GPUs
     table = kubectl(
         control_plane,
-        plugin_path,
+        plugin_env,
         ["steer", "--context", "e2e", "explain", "node", NODES[0], *where],
         env={"KUBECONFIG": str(kubeconfig)},
     )
@@ -235,7 +243,7 @@ def test_kubectl_steer_explains_nodes_and_pods_through_the_apiserver_and_validat
     # The current context's apiserver does not exist: the plugin used it, and says so.
     elsewhere = kubectl(
         control_plane,
-        plugin_path,
+        plugin_env,
         ["steer", "explain", "node", NODES[0], *where],
         env={"KUBECONFIG": str(kubeconfig)},
     )
@@ -245,7 +253,7 @@ def test_kubectl_steer_explains_nodes_and_pods_through_the_apiserver_and_validat
     # explain pod NAME: the namespace is the context's (apps), as kubectl's own.
     explained = kubectl(
         control_plane,
-        plugin_path,
+        plugin_env,
         ["steer", "explain", "pod", "web-0", "--context=e2e", "-o", "json", *where],
         env={"KUBECONFIG": str(kubeconfig)},
     )
@@ -258,7 +266,7 @@ def test_kubectl_steer_explains_nodes_and_pods_through_the_apiserver_and_validat
     # NAMESPACE/NAME and -n say the same; a pod that does not exist is named in the error.
     by_ref = kubectl(
         control_plane,
-        plugin_path,
+        plugin_env,
         ["steer", "explain", "pod", f"{apps}/web-0", "--context", "e2e", *where],
         env={"KUBECONFIG": str(kubeconfig)},
     )
@@ -267,7 +275,7 @@ def test_kubectl_steer_explains_nodes_and_pods_through_the_apiserver_and_validat
     assert all(name in by_ref.stdout for name in NODES)
     missing = kubectl(
         control_plane,
-        plugin_path,
+        plugin_env,
         ["steer", "explain", "pod", "-n", "default", "nope", "--context", "e2e", *where],
         env={"KUBECONFIG": str(kubeconfig)},
     )
@@ -278,7 +286,7 @@ def test_kubectl_steer_explains_nodes_and_pods_through_the_apiserver_and_validat
     manifest.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "Pod", **pod}))
     what_if = kubectl(
         control_plane,
-        plugin_path,
+        plugin_env,
         ["steer", "explain", "pod", "-f", str(manifest), "--context", "e2e", "-o", "json", *where],
         env={"KUBECONFIG": str(kubeconfig)},
     )
@@ -287,15 +295,13 @@ def test_kubectl_steer_explains_nodes_and_pods_through_the_apiserver_and_validat
     assert posted["allowed"] == verdict["allowed"] and "scheduler" not in posted
 
     # policy validate needs no cluster.
-    valid = kubectl(
-        control_plane, plugin_path, ["steer", "policy", "validate", str(EXAMPLE_POLICY)]
-    )
+    valid = kubectl(control_plane, plugin_env, ["steer", "policy", "validate", str(EXAMPLE_POLICY)])
     assert valid.returncode == 0, valid.stderr
     assert "valid policy" in valid.stdout
     bad = tmp_path / "bad.yaml"
     bad.write_text(POLICY_TEXT.replace("weight: 3", "weight: -3"))
     invalid = kubectl(
-        control_plane, plugin_path, ["steer", "policy", "validate", str(bad), "-o", "json"]
+        control_plane, plugin_env, ["steer", "policy", "validate", str(bad), "-o", "json"]
     )
     assert invalid.returncode == 1
     errors = json.loads(invalid.stdout)["errors"]
