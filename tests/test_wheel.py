@@ -126,7 +126,7 @@ def dependency_path(tmp_path: Path) -> Path:
     """A folder of links to this environment's installed distributions, without kube-steer
     itself (no dist-info, no editable finder, no .pth that would put the checkout on the
     path): what a venv with only the runtime dependencies would hold."""
-    (installed,) = [Path(p) for p in site.getsitepackages() if Path(p, "pip").exists()]
+    (installed,) = {Path(p).resolve() for p in site.getsitepackages() if Path(p, "pip").exists()}
     deps = tmp_path / "deps"
     deps.mkdir()
     for entry in installed.iterdir():
