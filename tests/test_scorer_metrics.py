@@ -1,0 +1,36 @@
+"""The scorer's budget pool series (scorer/metrics.py `set_pools`): what the dashboard's pool
+panel reads. Summed per resource; a pool the policy dropped loses its series instead of
+showing its last value forever."""
+
+from __future__ import annotations
+
+from scorer.metrics import ScorerMetrics
+
+CPU, MEMORY = "kube-steer.kubernetes.io/pool-cpu", "kube-steer.kubernetes.io/pool-memory"
+
+
+def pool_series(metrics: ScorerMetrics) -> dict[tuple[str, str], float]:
+    return {
+        (s.name, s.labels["resource"]): s.value
+        for family in metrics.registry.collect()
+        if family.name in ("steer_scorer_pool_capacity", "steer_scorer_pool_free")
+        for s in family.samples
+    }
+
+
+def test_pools_are_exported_per_resource_and_a_dropped_pool_disappears() -> None:
+    metrics = ScorerMetrics()
+    metrics.set_pools({CPU: 16_000, MEMORY: 65_536}, {CPU: 4_000, MEMORY: 1_024})
+    assert pool_series(metrics) == {
+        ("steer_scorer_pool_capacity", CPU): 16_000,
+        ("steer_scorer_pool_capacity", MEMORY): 65_536,
+        ("steer_scorer_pool_free", CPU): 4_000,
+        ("steer_scorer_pool_free", MEMORY): 1_024,
+    }
+    metrics.set_pools({CPU: 8_000}, {CPU: 8_000})
+    assert pool_series(metrics) == {
+        ("steer_scorer_pool_capacity", CPU): 8_000,
+        ("steer_scorer_pool_free", CPU): 8_000,
+    }
+    metrics.set_pools({}, {})
+    assert pool_series(metrics) == {}
