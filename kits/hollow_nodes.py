@@ -76,19 +76,24 @@ def find_kubemark() -> Path:
 
 
 def unpack_kubemark(kube_dir: Path) -> Path:
-    """Decompress `kubemark-v*-linux-amd64.xz` into `<cache>/kubemark-v*/kubemark` once.
+    """Decompress `kubemark-v*-linux-amd64.xz` into `<cache>/kubemark-v*/kubemark` once."""
+    return unpack_xz_binary(kube_dir, "kubemark")
+
+
+def unpack_xz_binary(kube_dir: Path, binary: str) -> Path:
+    """Decompress `<binary>-v*-linux-amd64.xz` into `<cache>/<binary>-v*/<binary>` once.
 
     The binary appears by rename, under a file lock, so parallel runs and an interrupted
     unpack never see half of it (as `unpack_release` does for the tarball)."""
-    found = sorted(kube_dir.glob("kubemark-v*-linux-amd64.xz"))
+    found = sorted(kube_dir.glob(f"{binary}-v*-linux-amd64.xz"))
     if not found:
         raise ControlPlaneError(
-            f"no kubemark: set KUBEMARK to the binary, or put kubemark-v*-linux-amd64.xz in "
-            f"{kube_dir}"
+            f"no {binary}: set {binary.upper()} to the binary, or put "
+            f"{binary}-v*-linux-amd64.xz in {kube_dir}"
         )
     packed = found[-1]
     version = packed.name.removesuffix("-linux-amd64.xz")
-    target = cache_root() / version / "kubemark"
+    target = cache_root() / version / binary
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -96,7 +101,7 @@ def unpack_kubemark(kube_dir: Path) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if target.exists():
             return target
-        fd, staging = tempfile.mkstemp(prefix=".kubemark-", dir=target.parent)
+        fd, staging = tempfile.mkstemp(prefix=f".{binary}-", dir=target.parent)
         try:
             with os.fdopen(fd, "wb") as out, lzma.open(packed) as src:
                 shutil.copyfileobj(src, out, 1 << 20)

@@ -23,7 +23,7 @@ from steer.core.admission_policy.security import DEFAULT_NAME, security_taints
 from steer.core.policy import PolicyError
 
 # Modules that add subcommands; each exposes `register(subparsers)`.
-SUBCOMMAND_MODULES = ("scorer.cli", "webhook.cli", "certs.cli")
+SUBCOMMAND_MODULES = ("scorer.cli", "webhook.cli", "certs.cli", "steer.descheduler_cli")
 
 
 def _cmd_version(args: argparse.Namespace) -> int:

@@ -1,0 +1,215 @@
+"""Drift correction through the real descheduler (v0.36, one cycle) on the session control plane,
+with pods running on kubemark hollow nodes (real kubelets).
+
+A node turns hot after its pods were placed: a real Prometheus scrapes a synthetic DCGM exporter
+(95 % GPU load on it), and the real scorer, two cycles later, taints it `gpu-hot` (NoSchedule).
+The DeschedulerPolicy `steer descheduler policy` generates for that steering policy then evicts
+the opted-in ReplicaSet's pod there, and the replacement runs on the other node. It leaves alone
+a pod of a namespace that is not opted in, a DaemonSet's pod, and a pod whose
+PodDisruptionBudget allows no disruption.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from kits.control_plane import ControlPlane
+from kits.descheduler import run_descheduler
+from kits.hollow_nodes import HollowNode, start_all, wait_pods_running
+from kits.prometheus_server import PrometheusServer, scraped_cluster
+from kits.synthetic_exporter import SyntheticCluster
+from kits.waiting import wait_until
+from scorer.service import Scorer
+from scorer.writer import NodeApi
+from steer.adapters.kube import make_api_client
+from steer.adapters.kubejson import KubeJson
+from steer.core.descheduling import correction_policy
+from steer.core.policy import Policy, parse_policy
+from tests.scorer_support import SMALL_POLICY
+
+OPT_IN = {"kube-steer.github.io/enabled": "true"}
+HOT_TAINT = "kube-steer.github.io/gpu-hot"
+SET_KEY = "e2e.kube-steer.github.io/desched-set"
+HOSTNAME = "kubernetes.io/hostname"
+
+
+def steering_policy() -> Policy:
+    """The scorer tests' small policy (`gpu-hot`: NoSchedule above 90 % GPU load, two cycles),
+    with drift correction for pods of any age."""
+    document = yaml.safe_load(SMALL_POLICY)
+    document["spec"]["descheduling"] = {
+        "minPodAgeSeconds": 0,
+        "maxPodsPerNode": 3,
+        "maxPodsPerNamespace": 3,
+    }
+    return parse_policy(yaml.safe_dump(document))
+
+
+@pytest.fixture
+def cluster_nodes(
+    control_plane: ControlPlane,
+) -> Iterator[tuple[SyntheticCluster, PrometheusServer, list[HollowNode]]]:
+    set_id = uuid.uuid4().hex[:5]
+    cluster = SyntheticCluster(nodes=2, gpus_per_node=2, node_prefix=f"desched-{set_id}-")
+    hot, cool = f"desched-{set_id}-1", f"desched-{set_id}-2"
+    cluster.set_gpu_util(hot, 95)
+    cluster.set_gpu_util(cool, 20)
+    nodes = [HollowNode(control_plane, name, labels={SET_KEY: set_id}) for name in (hot, cool)]
+    try:
+        with scraped_cluster(cluster, scrape_interval_s=0.5) as (_exporter, prom):
+            start_all(nodes)
+            yield cluster, prom, nodes
+    finally:
+        for node in nodes:
+            node.delete()
+
+
+def _pod_spec(set_id: str, prefer: str) -> dict[str, Any]:
+    return {
+        "nodeSelector": {SET_KEY: set_id},
+        "affinity": {
+            "nodeAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "weight": 100,
+                        "preference": {
+                            "matchExpressions": [
+                                {"key": HOSTNAME, "operator": "In", "values": [prefer]}
+                            ]
+                        },
+                    }
+                ]
+            }
+        },
+        "terminationGracePeriodSeconds": 0,
+        "containers": [{"name": "app", "image": "registry.invalid/app:1"}],
+    }
+
+
+def _workload(kind: str, name: str, set_id: str, prefer: str) -> dict[str, Any]:
+    labels = {"app": name}
+    spec: dict[str, Any] = {
+        "selector": {"matchLabels": labels},
+        "template": {"metadata": {"labels": labels}, "spec": _pod_spec(set_id, prefer)},
+    }
+    if kind == "ReplicaSet":
+        spec["replicas"] = 1
+    return {"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": name}, "spec": spec}
+
+
+def _pods(core: client.CoreV1Api, namespace: str, app: str) -> list[client.V1Pod]:
+    listed = core.list_namespaced_pod(namespace, label_selector=f"app={app}").items
+    return [p for p in listed if p.metadata.deletion_timestamp is None]
+
+
+def _one_running(core: client.CoreV1Api, namespace: str, app: str) -> client.V1Pod | None:
+    pods = _pods(core, namespace, app)
+    if len(pods) == 1 and pods[0].status.phase == "Running":
+        return pods[0]
+    return None
+
+
+def test_the_descheduler_evicts_from_a_node_the_scorer_tainted_and_spares_what_it_must(
+    control_plane: ControlPlane,
+    make_namespace: Callable[..., str],
+    cluster_nodes: tuple[SyntheticCluster, PrometheusServer, list[HollowNode]],
+) -> None:
+    _cluster, prom, (hot, cool) = cluster_nodes
+    set_id = hot.labels[SET_KEY]
+    api_client = control_plane.api_client()
+    core = client.CoreV1Api(api_client)
+    apps = client.AppsV1Api(api_client)
+    opted = make_namespace(labels=OPT_IN, prefix="desched-in")
+    other = make_namespace(prefix="desched-out")
+
+    apps.create_namespaced_replica_set(opted, _workload("ReplicaSet", "web", set_id, hot.name))
+    apps.create_namespaced_replica_set(opted, _workload("ReplicaSet", "guarded", set_id, hot.name))
+    apps.create_namespaced_daemon_set(opted, _workload("DaemonSet", "agent", set_id, hot.name))
+    apps.create_namespaced_replica_set(other, _workload("ReplicaSet", "other", set_id, hot.name))
+    client.PolicyV1Api(api_client).create_namespaced_pod_disruption_budget(
+        opted,
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "guarded"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}},
+        },
+    )
+
+    def placed() -> dict[tuple[str, str], client.V1Pod] | None:
+        found = {
+            (opted, "web"): _one_running(core, opted, "web"),
+            (opted, "guarded"): _one_running(core, opted, "guarded"),
+            (other, "other"): _one_running(core, other, "other"),
+        }
+        agents = [p for p in _pods(core, opted, "agent") if p.status.phase == "Running"]
+        if None in found.values() or len(agents) != 2:
+            return None
+        found[(opted, "agent")] = next(p for p in agents if p.spec.node_name == hot.name)
+        return {k: v for k, v in found.items() if v is not None}
+
+    before = wait_until("every pod runs", placed, timeout=45)
+    assert {k: p.spec.node_name for k, p in before.items()} == dict.fromkeys(before, hot.name)
+    wait_until(
+        "the PDB allows no disruption",
+        lambda: (
+            (
+                pdb := client.PolicyV1Api(api_client).read_namespaced_pod_disruption_budget(
+                    "guarded", opted
+                )
+            ).status
+            and pdb.status.observed_generation
+            and pdb.status.current_healthy == 1
+            and pdb.status.disruptions_allowed == 0
+        ),
+        timeout=30,
+    )
+
+    # The node turns hot: the real scorer, on the real Prometheus data, taints it.
+    policy = steering_policy()
+    scorer_client = make_api_client(str(control_plane.kubeconfig))
+    try:
+        scorer = Scorer(lambda: policy, NodeApi(KubeJson(scorer_client)), prometheus_url=prom.url)
+        for _ in range(2):  # setAfterCycles: 2
+            scorer.run_cycle()
+    finally:
+        scorer_client.close()
+    taints = {t.key: t.effect for t in core.read_node(hot.name).spec.taints or []}
+    assert taints.get(HOT_TAINT) == "NoSchedule", taints
+    assert HOT_TAINT not in {t.key for t in core.read_node(cool.name).spec.taints or []}
+
+    started = time.monotonic()
+    run = run_descheduler(control_plane, correction_policy(policy))
+    assert run.returncode == 0, run.log[-3000:]
+    assert run.evicted == [(opted, before[(opted, "web")].metadata.name)], run.log[-3000:]
+
+    # The replacement runs on the node the taint allows.
+    replacement = wait_until(
+        "the ReplicaSet's replacement runs",
+        lambda: (
+            (pod := _one_running(core, opted, "web"))
+            and pod.metadata.uid != before[(opted, "web")].metadata.uid
+            and pod
+        ),
+        timeout=30,
+    )
+    assert replacement.spec.node_name == cool.name
+    wait_pods_running(control_plane, opted, [replacement.metadata.name])
+    # Spared: the PDB's pod (its eviction was refused), the DaemonSet's, the one not opted in.
+    for (namespace, app), pod in before.items():
+        if app == "web":
+            continue
+        now = core.read_namespaced_pod(pod.metadata.name, namespace)
+        assert (now.metadata.uid, now.spec.node_name, now.status.phase) == (
+            pod.metadata.uid,
+            hot.name,
+            "Running",
+        ), (namespace, app)
+    assert time.monotonic() - started < 60
