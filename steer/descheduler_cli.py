@@ -26,8 +26,20 @@ def _load(path: str | None) -> Policy:
     return load_policy_file(path)
 
 
+class _Dumper(yaml.SafeDumper):
+    """Multi-line strings (the policies inside the ConfigMap) as literal blocks."""
+
+
+def _literal(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _literal)
+
+
 def _dump(document: Any) -> str:
-    return yaml.safe_dump(document, sort_keys=False, width=1_000_000)
+    return yaml.dump(document, Dumper=_Dumper, sort_keys=False, width=1_000_000)
 
 
 def _source(path: str | None) -> str:
