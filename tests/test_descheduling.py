@@ -1,4 +1,4 @@
-"""The DeschedulerPolicies generated from the steering policy (steer/core/descheduling.py), the
+"""The DeschedulerPolicy generated from the steering policy (steer/core/descheduling.py), the
 `spec.descheduling` section, `steer descheduler`, and the committed descheduler component."""
 
 from __future__ import annotations
@@ -10,11 +10,7 @@ import pytest
 import yaml
 
 from steer.cli import main
-from steer.core.descheduling import (
-    consolidation_policy,
-    correction_policy,
-    evicting_taint_keys,
-)
+from steer.core.descheduling import descheduler_policy, evicting_taint_keys
 from steer.core.policy import Policy, PolicyError, parse_policy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,10 +24,20 @@ def example(**descheduling: Any) -> Policy:
     return parse_policy(yaml.safe_dump(document))
 
 
-def plugin_args(document: dict[str, Any], name: str) -> dict[str, Any]:
-    (profile,) = document["profiles"]
-    args: dict[str, Any] = next(c["args"] for c in profile["pluginConfig"] if c["name"] == name)
+def profile(document: dict[str, Any], name: str) -> dict[str, Any]:
+    found: dict[str, Any] = next(p for p in document["profiles"] if p["name"] == name)
+    return found
+
+
+def plugin_args(
+    document: dict[str, Any], name: str, in_profile: str = "kube-steer-correction"
+) -> dict[str, Any]:
+    config = profile(document, in_profile)["pluginConfig"]
+    args: dict[str, Any] = next(c["args"] for c in config if c["name"] == name)
     return args
+
+
+CONSOLIDATION = "kube-steer-consolidation"
 
 
 def issues_of(policy_text: str) -> dict[str, str]:
@@ -41,12 +47,12 @@ def issues_of(policy_text: str) -> dict[str, str]:
 
 
 def test_correction_evicts_on_required_affinity_and_the_policys_no_schedule_taints_only() -> None:
-    document = correction_policy(example())
+    document = descheduler_policy(example())
     assert document["apiVersion"] == "descheduler/v1alpha2"
     assert document["kind"] == "DeschedulerPolicy"
     assert "nodeSelector" not in document  # every node
-    (profile,) = document["profiles"]
-    assert profile["plugins"] == {
+    (correction,) = document["profiles"]  # consolidation is off in the example
+    assert correction["plugins"] == {
         "deschedule": {
             "enabled": ["RemovePodsViolatingNodeAffinity", "RemovePodsViolatingNodeTaints"]
         }
@@ -67,9 +73,12 @@ def test_correction_evicts_on_required_affinity_and_the_policys_no_schedule_tain
 
 def test_every_policy_keeps_the_safe_limits() -> None:
     policy = example(maxPodsPerNode=1, maxPodsPerNamespace=3, maxPodsTotal=7, minPodAgeSeconds=120)
-    enabled = example(consolidation={"enabled": True, "minPodAgeSeconds": 900})
-    for document in (correction_policy(policy), consolidation_policy(enabled)):
-        evictor = plugin_args(document, "DefaultEvictor")
+    enabled = descheduler_policy(example(consolidation={"enabled": True, "minPodAgeSeconds": 900}))
+    for document, name in (
+        (descheduler_policy(policy), "kube-steer-correction"),
+        (enabled, CONSOLIDATION),
+    ):
+        evictor = plugin_args(document, "DefaultEvictor", name)
         assert evictor["nodeFit"] is True
         assert evictor["namespaceLabelSelector"] == {
             "matchLabels": {"kube-steer.github.io/enabled": "true"}
@@ -78,8 +87,9 @@ def test_every_policy_keeps_the_safe_limits() -> None:
         assert not {"podProtections", "evictDaemonSetPods", "evictSystemCriticalPods"} & set(
             evictor
         )
-    assert plugin_args(correction_policy(policy), "DefaultEvictor")["minPodAge"] == "120s"
-    limits = correction_policy(policy)
+    assert plugin_args(descheduler_policy(policy), "DefaultEvictor")["minPodAge"] == "120s"
+    assert plugin_args(enabled, "DefaultEvictor", CONSOLIDATION)["minPodAge"] == "900s"
+    limits = descheduler_policy(policy)
     assert (
         limits["maxNoOfPodsToEvictPerNode"],
         limits["maxNoOfPodsToEvictPerNamespace"],
@@ -93,7 +103,7 @@ def test_a_prefer_no_schedule_taint_evicts_only_when_the_policy_names_it() -> No
         "kube-steer.github.io/gpu-hot",
         "kube-steer.github.io/unhealthy",
     ]
-    taints = plugin_args(correction_policy(policy), "RemovePodsViolatingNodeTaints")
+    taints = plugin_args(descheduler_policy(policy), "RemovePodsViolatingNodeTaints")
     assert taints["includePreferNoSchedule"] is True
     assert taints["includedTaints"] == evicting_taint_keys(policy)
 
@@ -102,28 +112,35 @@ def test_the_taints_follow_the_label_prefix() -> None:
     text = EXAMPLE.read_text().replace(
         "labelPrefix: kube-steer.github.io/", "labelPrefix: steer.example.com/"
     )
-    policy = parse_policy(text)
-    taints = plugin_args(correction_policy(policy), "RemovePodsViolatingNodeTaints")
+    text = text.replace("consolidation: {enabled: false", "consolidation: {enabled: true")
+    document = descheduler_policy(parse_policy(text))
+    taints = plugin_args(document, "RemovePodsViolatingNodeTaints")
     assert taints["includedTaints"] == ["steer.example.com/unhealthy"]
-    assert consolidation_policy(policy)["nodeSelector"] == "steer.example.com/drain-candidate=true"
+    drain = plugin_args(document, "RemovePodsViolatingNodeTaints", CONSOLIDATION)
+    assert drain["includedTaints"] == ["steer.example.com/drain-candidate"]
 
 
 def test_nothing_enabled_is_a_policy_with_no_profile() -> None:
-    assert correction_policy(example(nodeAffinity=False, taints=False))["profiles"] == []
-    disabled = consolidation_policy(example())
-    assert disabled["profiles"] == []
+    assert descheduler_policy(example(nodeAffinity=False, taints=False))["profiles"] == []
+    # A policy with no NoSchedule taint rule and no named PreferNoSchedule one: affinity only.
+    only = descheduler_policy(example(taints=False))
+    assert profile(only, "kube-steer-correction")["plugins"]["deschedule"]["enabled"] == [
+        "RemovePodsViolatingNodeAffinity"
+    ]
 
 
-def test_consolidation_empties_the_drain_candidates_only() -> None:
-    document = consolidation_policy(
-        example(consolidation={"enabled": True, "minPodAgeSeconds": 900})
-    )
-    assert document["nodeSelector"] == "kube-steer.github.io/drain-candidate=true"
-    (profile,) = document["profiles"]
-    assert profile["plugins"] == {"deschedule": {"enabled": ["PodLifeTime"]}}
-    assert plugin_args(document, "PodLifeTime") == {
-        "maxPodLifeTimeSeconds": 900,
+def test_consolidation_empties_the_drain_candidates_by_their_taint_only() -> None:
+    document = descheduler_policy(example(consolidation={"enabled": True, "minPodAgeSeconds": 900}))
+    # Every node is seen: a nodeSelector on the candidates would skip a cycle with one of them.
+    assert "nodeSelector" not in document
+    consolidation = profile(document, CONSOLIDATION)
+    assert consolidation["plugins"] == {
+        "deschedule": {"enabled": ["RemovePodsViolatingNodeTaints"]}
+    }
+    assert plugin_args(document, "RemovePodsViolatingNodeTaints", CONSOLIDATION) == {
+        "includedTaints": ["kube-steer.github.io/drain-candidate"],
         "namespaces": {"exclude": ["kube-steer", "kube-system"]},
+        "includePreferNoSchedule": True,
     }
 
 
@@ -148,7 +165,7 @@ def test_an_opt_in_selector_without_match_labels_gets_no_descheduler_policy() ->
     )
     policy = parse_policy(text)  # a valid steering policy
     with pytest.raises(PolicyError) as caught:
-        correction_policy(policy)
+        descheduler_policy(policy)
     (issue,) = caught.value.issues
     assert issue.path == "spec.optIn.namespaceSelector.matchLabels"
     assert "every namespace" in issue.message
@@ -158,9 +175,9 @@ def test_the_cli_prints_each_policy_and_refuses_a_bad_one(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["descheduler", "policy", "--policy", str(EXAMPLE)]) == 0
-    assert yaml.safe_load(capsys.readouterr().out) == correction_policy(example())
-    assert main(["descheduler", "policy", "--purpose", "consolidation"]) == 0  # packaged policy
-    assert yaml.safe_load(capsys.readouterr().out) == consolidation_policy(example())
+    assert yaml.safe_load(capsys.readouterr().out) == descheduler_policy(example())
+    assert main(["descheduler", "policy"]) == 0  # the packaged policy: the example
+    assert yaml.safe_load(capsys.readouterr().out) == descheduler_policy(example())
     bad = tmp_path / "bad.yaml"
     bad.write_text(EXAMPLE.read_text().replace("maxPodsTotal: 20", "maxPodsTotal: 0"))
     assert main(["descheduler", "policy", "--policy", str(bad)]) == 1
@@ -179,8 +196,7 @@ def test_the_committed_configmap_is_the_one_generated_from_the_example_policy(
         f"`{command} > manifests/components/descheduler/policy-configmap.yaml`"
     )
     data = yaml.safe_load(committed)["data"]
-    assert yaml.safe_load(data["correction.yaml"]) == correction_policy(example())
-    assert yaml.safe_load(data["consolidation.yaml"]) == consolidation_policy(example())
+    assert yaml.safe_load(data["policy.yaml"]) == descheduler_policy(example())
 
 
 def test_the_component_runs_each_policy_as_the_descheduler_service_account() -> None:
@@ -201,18 +217,18 @@ def test_the_component_runs_each_policy_as_the_descheduler_service_account() -> 
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": "kube-system"}
     ]
-    keys = []
-    for job in by_kind["CronJob"]:
-        assert job["spec"]["concurrencyPolicy"] == "Forbid"
-        pod = job["spec"]["jobTemplate"]["spec"]["template"]["spec"]
-        assert pod["serviceAccountName"] == account["metadata"]["name"]
-        (volume,) = pod["volumes"]
-        assert volume["configMap"]["name"] == configmap["metadata"]["name"]
-        (container,) = pod["containers"]
-        assert "--descheduling-interval=0" in container["args"]
-        (policy_arg,) = [a for a in container["args"] if a.startswith("--policy-config-file=")]
-        keys.append(policy_arg.removeprefix("--policy-config-file=/policy-dir/"))
-    assert sorted(keys) == sorted(configmap["data"])
+    (job,) = by_kind["CronJob"]
+    assert job["spec"]["concurrencyPolicy"] == "Forbid"
+    pod = job["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == account["metadata"]["name"]
+    (volume,) = pod["volumes"]
+    assert volume["configMap"]["name"] == configmap["metadata"]["name"]
+    (container,) = pod["containers"]
+    assert "--descheduling-interval=0" in container["args"]
+    (policy_arg,) = [a for a in container["args"] if a.startswith("--policy-config-file=")]
+    mount = container["volumeMounts"][0]["mountPath"]
+    assert policy_arg == f"--policy-config-file={mount}/policy.yaml"
+    assert list(configmap["data"]) == ["policy.yaml"]
     rules = {
         (group, resource): set(rule["verbs"])
         for rule in by_kind["ClusterRole"][0]["rules"]

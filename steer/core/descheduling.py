@@ -1,16 +1,18 @@
-"""The DeschedulerPolicies (`descheduler/v1alpha2`) that correct placement drift, generated from
-the steering policy (`steer descheduler policy`), so they match its own labels and taints.
+"""The DeschedulerPolicy (`descheduler/v1alpha2`) that corrects placement drift, generated from
+the steering policy (`steer descheduler policy`), so it matches its own labels and taints.
 
-Placement is decided once; these tell the descheduler which pods to evict when a node changes
+Placement is decided once; this tells the descheduler which pods to evict when a node changes
 after they were placed. Their replacements are placed again by the scheduler, steered as any
-new pod. Two policies, because a DeschedulerPolicy's `nodeSelector` applies to all of it:
+new pod. One policy, one descheduler run, two profiles:
 
-- **correction**, every node: a pod whose own required nodeAffinity no longer matches its node
+- **correction**: a pod whose own required nodeAffinity no longer matches its node
   (RemovePodsViolatingNodeAffinity, `requiredDuringSchedulingIgnoredDuringExecution`), and a pod
   on a node that carries one of the policy's taints it does not tolerate
   (RemovePodsViolatingNodeTaints, `includedTaints` restricted to them).
-- **consolidation**, only nodes the scorer marks `<labelPrefix>drain-candidate=true`: their pods
-  older than `consolidation.minPodAgeSeconds` (PodLifeTime), so those nodes empty out.
+- **consolidation** (`descheduling.consolidation.enabled`): the pods of nodes the scorer marks as
+  drain candidates, by their PreferNoSchedule taint `<labelPrefix>drain-candidate` (the same
+  RemovePodsViolatingNodeTaints, with its own `includedTaints`), older than
+  `consolidation.minPodAgeSeconds`; the taint also keeps the scheduler's new pods elsewhere.
 
 Preferred terms evict nothing: kube-steer's score labels move with load, and the webhook's
 binary-weighted preferences would find a better node for most pods after almost every cycle,
@@ -18,11 +20,14 @@ so `preferredDuringSchedulingIgnoredDuringExecution` would turn each score chang
 Where a preference must become an eviction, the policy names it (a PreferNoSchedule taint rule
 in `descheduling.preferNoScheduleTaints`), and its taint, debounced by the scorer, is the signal.
 
-HighNodeUtilization is not used for consolidation: it takes both the nodes it empties and the
-nodes it fills from the policy's node set, so restricted to drain candidates it finds no node
-to fill ("All nodes are underutilized"), and unrestricted it empties nodes the scorer keeps.
+Why consolidation keys on a taint, not on the drain-candidate label: a DeschedulerPolicy's
+`nodeSelector` restricts every profile, and descheduler v0.36 skips the whole cycle when it
+selects fewer than 2 nodes ("requires >=2 nodes"), so a single candidate would never be
+emptied; HighNodeUtilization takes the nodes it empties and the nodes it fills from that same
+set, so restricted to candidates it has nothing to fill, and unrestricted it empties nodes the
+scorer keeps.
 
-Safe limits, in every policy: only opted-in namespaces (the DefaultEvictor's
+Safe limits, in every profile: only opted-in namespaces (the DefaultEvictor's
 `namespaceLabelSelector`, the policy's `optIn` selector) minus `optIn.excludedNamespaces`,
 kube-system and the project's namespace; the DefaultEvictor's default protections (DaemonSet,
 mirror and static pods, system-critical pods, pods with local storage, bare pods);
@@ -32,18 +37,16 @@ caps per cycle; evictions through the Eviction API, so PodDisruptionBudgets hold
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from steer.core.policy import Policy, PolicyError, PolicyIssue
 
 API_VERSION = "descheduler/v1alpha2"
 KIND = "DeschedulerPolicy"
-# The label (after the prefix) the scorer sets to "true" on nodes that could be emptied.
+# The key (after the prefix) of the label the scorer sets to "true" on nodes that could be
+# emptied, and of the PreferNoSchedule taint it sets beside it.
 DRAIN_CANDIDATE = "drain-candidate"
 ALWAYS_EXCLUDED = ("kube-system",)
-
-Purpose = Literal["correction", "consolidation"]
-PURPOSES: tuple[Purpose, ...] = ("correction", "consolidation")
 
 
 def drain_candidate_key(policy: Policy) -> str:
@@ -102,27 +105,26 @@ def _evictor(policy: Policy, min_pod_age_seconds: int) -> dict[str, Any]:
     return {"name": "DefaultEvictor", "args": args}
 
 
-def _document(policy: Policy, profiles: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
-    limits = policy.spec.descheduling
-    return {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        **extra,
-        "maxNoOfPodsToEvictPerNode": limits.max_pods_per_node,
-        "maxNoOfPodsToEvictPerNamespace": limits.max_pods_per_namespace,
-        "maxNoOfPodsToEvictTotal": limits.max_pods_total,
-        "profiles": profiles,
+def _taints_plugin(policy: Policy, keys: list[str], prefer_no_schedule: bool) -> dict[str, Any]:
+    args: dict[str, Any] = {
+        "includedTaints": keys,
+        "namespaces": {"exclude": excluded_namespaces(policy)},
     }
+    if prefer_no_schedule:
+        args["includePreferNoSchedule"] = True
+    return {"name": "RemovePodsViolatingNodeTaints", "args": args}
 
 
-def correction_policy(policy: Policy) -> dict[str, Any]:
-    """Evict from nodes a required rule or one of the policy's taints now excludes. A policy
-    that enables neither gets a document with no profile (the descheduler does nothing)."""
+def _profile(name: str, config: list[dict[str, Any]]) -> dict[str, Any]:
+    enabled = [c["name"] for c in config if c["name"] != "DefaultEvictor"]
+    return {"name": name, "pluginConfig": config, "plugins": {"deschedule": {"enabled": enabled}}}
+
+
+def correction_profile(policy: Policy) -> dict[str, Any] | None:
+    """Evict from nodes a required rule or one of the policy's taints now excludes."""
     settings = policy.spec.descheduling
-    config: list[dict[str, Any]] = [_evictor(policy, settings.min_pod_age_seconds)]
-    enabled: list[str] = []
+    config = [_evictor(policy, settings.min_pod_age_seconds)]
     if settings.node_affinity:
-        enabled.append("RemovePodsViolatingNodeAffinity")
         config.append(
             {
                 "name": "RemovePodsViolatingNodeAffinity",
@@ -134,47 +136,35 @@ def correction_policy(policy: Policy) -> dict[str, Any]:
         )
     taints = evicting_taint_keys(policy)
     if settings.taints and taints:
-        enabled.append("RemovePodsViolatingNodeTaints")
-        args: dict[str, Any] = {
-            "includedTaints": taints,
-            "namespaces": {"exclude": excluded_namespaces(policy)},
-        }
-        if settings.prefer_no_schedule_taints:
-            args["includePreferNoSchedule"] = True
-        config.append({"name": "RemovePodsViolatingNodeTaints", "args": args})
-    if not enabled:
-        return _document(policy, [])
-    profile = {
-        "name": "kube-steer-correction",
-        "pluginConfig": config,
-        "plugins": {"deschedule": {"enabled": enabled}},
-    }
-    return _document(policy, [profile])
+        prefer = bool(settings.prefer_no_schedule_taints)
+        config.append(_taints_plugin(policy, taints, prefer))
+    return _profile("kube-steer-correction", config) if len(config) > 1 else None
 
 
-def consolidation_policy(policy: Policy) -> dict[str, Any]:
-    """Empty the drain candidates, oldest pods first, within the caps. Disabled: a document
-    with no profile."""
+def consolidation_profile(policy: Policy) -> dict[str, Any] | None:
+    """Empty the drain candidates (their PreferNoSchedule taint), a few pods a cycle."""
     settings = policy.spec.descheduling.consolidation
-    selector = f"{drain_candidate_key(policy)}=true"
     if not settings.enabled:
-        return _document(policy, [], nodeSelector=selector)
-    profile = {
-        "name": "kube-steer-consolidation",
-        "pluginConfig": [
-            _evictor(policy, 0),
-            {
-                "name": "PodLifeTime",
-                "args": {
-                    "maxPodLifeTimeSeconds": settings.min_pod_age_seconds,
-                    "namespaces": {"exclude": excluded_namespaces(policy)},
-                },
-            },
-        ],
-        "plugins": {"deschedule": {"enabled": ["PodLifeTime"]}},
+        return None
+    config = [
+        _evictor(policy, settings.min_pod_age_seconds),
+        _taints_plugin(policy, [drain_candidate_key(policy)], True),
+    ]
+    return _profile("kube-steer-consolidation", config)
+
+
+def descheduler_policy(policy: Policy) -> dict[str, Any]:
+    """The DeschedulerPolicy: its profiles and the caps that hold across them. A policy that
+    enables nothing gets a document with no profile (the descheduler then does nothing)."""
+    limits = policy.spec.descheduling
+    profiles = [
+        p for p in (correction_profile(policy), consolidation_profile(policy)) if p is not None
+    ]
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "maxNoOfPodsToEvictPerNode": limits.max_pods_per_node,
+        "maxNoOfPodsToEvictPerNamespace": limits.max_pods_per_namespace,
+        "maxNoOfPodsToEvictTotal": limits.max_pods_total,
+        "profiles": profiles,
     }
-    return _document(policy, [profile], nodeSelector=selector)
-
-
-def descheduler_policy(policy: Policy, purpose: Purpose = "correction") -> dict[str, Any]:
-    return correction_policy(policy) if purpose == "correction" else consolidation_policy(policy)

@@ -7,20 +7,29 @@ The DeschedulerPolicy `steer descheduler policy` generates for that steering pol
 the opted-in ReplicaSet's pod there, and the replacement runs on the other node. It leaves alone
 a pod of a namespace that is not opted in, a DaemonSet's pod, and a pod whose
 PodDisruptionBudget allows no disruption.
+
+Consolidation: from a node marked drain candidate (its PreferNoSchedule taint), the same policy's
+consolidation profile evicts the pods, at most `maxPodsPerNode` a cycle, and their replacements
+run on the other nodes.
+
+The descheduler runs as a user bound to the ClusterRole of manifests/components/descheduler, so
+the component's RBAC is what it has.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from kubernetes import client
 
-from kits.control_plane import ControlPlane
+from kits.control_plane import ROOT, ControlPlane
 from kits.descheduler import run_descheduler
 from kits.hollow_nodes import HollowNode, start_all, wait_pods_running
 from kits.prometheus_server import PrometheusServer, scraped_cluster
@@ -29,8 +38,8 @@ from kits.waiting import wait_until
 from scorer.service import Scorer
 from scorer.writer import NodeApi
 from steer.adapters.kube import make_api_client
-from steer.adapters.kubejson import KubeJson
-from steer.core.descheduling import correction_policy
+from steer.adapters.kubejson import KubeApiError, KubeJson
+from steer.core.descheduling import descheduler_policy, drain_candidate_key
 from steer.core.policy import Policy, parse_policy
 from tests.scorer_support import SMALL_POLICY
 
@@ -38,9 +47,11 @@ OPT_IN = {"kube-steer.github.io/enabled": "true"}
 HOT_TAINT = "kube-steer.github.io/gpu-hot"
 SET_KEY = "e2e.kube-steer.github.io/desched-set"
 HOSTNAME = "kubernetes.io/hostname"
+RBAC = ROOT / "manifests" / "components" / "descheduler" / "rbac.yaml"
+CLOSED = {"key": "e2e.kube-steer.github.io/closed", "value": "true", "effect": "NoSchedule"}
 
 
-def steering_policy() -> Policy:
+def steering_policy(**descheduling: Any) -> Policy:
     """The scorer tests' small policy (`gpu-hot`: NoSchedule above 90 % GPU load, two cycles),
     with drift correction for pods of any age."""
     document = yaml.safe_load(SMALL_POLICY)
@@ -48,8 +59,51 @@ def steering_policy() -> Policy:
         "minPodAgeSeconds": 0,
         "maxPodsPerNode": 3,
         "maxPodsPerNamespace": 3,
+        **descheduling,
     }
     return parse_policy(yaml.safe_dump(document))
+
+
+@pytest.fixture
+def descheduler_user(control_plane: ControlPlane) -> Iterator[Path]:
+    """A kubeconfig for a user bound to the component's ClusterRole, and nothing else."""
+    suffix = uuid.uuid4().hex[:6]
+    user = f"descheduler-{suffix}"
+    role = next(d for d in yaml.safe_load_all(RBAC.read_text()) if d["kind"] == "ClusterRole")
+    role["metadata"]["name"] = f"steer-descheduler-{suffix}"
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": role["metadata"]["name"]},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": role["metadata"]["name"],
+        },
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+    }
+    admin = KubeJson(control_plane.api_client())
+    rbac = "/apis/rbac.authorization.k8s.io/v1"
+    admin.request("POST", f"{rbac}/clusterroles", body=role)
+    admin.request("POST", f"{rbac}/clusterrolebindings", body=binding)
+    kubeconfig = control_plane.user_kubeconfig(user)
+    as_user = KubeJson(make_api_client(str(kubeconfig)))
+    try:
+        wait_until(
+            "the binding is in force",
+            lambda: as_user.request("GET", "/api/v1/pods", query={"limit": "1"}),
+            timeout=30,
+            ignoring=(KubeApiError,),
+        )
+        yield kubeconfig
+    finally:
+        as_user.api_client.close()
+        for path in (
+            f"{rbac}/clusterrolebindings/{binding['metadata']['name']}",
+            f"{rbac}/clusterroles/{role['metadata']['name']}",
+        ):
+            with contextlib.suppress(KubeApiError):
+                admin.request("DELETE", path)
 
 
 @pytest.fixture
@@ -71,36 +125,34 @@ def cluster_nodes(
             node.delete()
 
 
-def _pod_spec(set_id: str, prefer: str) -> dict[str, Any]:
-    return {
+def _pod_spec(set_id: str, prefer: str | None) -> dict[str, Any]:
+    spec: dict[str, Any] = {
         "nodeSelector": {SET_KEY: set_id},
-        "affinity": {
-            "nodeAffinity": {
-                "preferredDuringSchedulingIgnoredDuringExecution": [
-                    {
-                        "weight": 100,
-                        "preference": {
-                            "matchExpressions": [
-                                {"key": HOSTNAME, "operator": "In", "values": [prefer]}
-                            ]
-                        },
-                    }
-                ]
-            }
-        },
         "terminationGracePeriodSeconds": 0,
         "containers": [{"name": "app", "image": "registry.invalid/app:1"}],
     }
+    if prefer:
+        term = {"matchExpressions": [{"key": HOSTNAME, "operator": "In", "values": [prefer]}]}
+        spec["affinity"] = {
+            "nodeAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 100, "preference": term}
+                ]
+            }
+        }
+    return spec
 
 
-def _workload(kind: str, name: str, set_id: str, prefer: str) -> dict[str, Any]:
+def _workload(
+    kind: str, name: str, set_id: str, prefer: str | None, replicas: int = 1
+) -> dict[str, Any]:
     labels = {"app": name}
     spec: dict[str, Any] = {
         "selector": {"matchLabels": labels},
         "template": {"metadata": {"labels": labels}, "spec": _pod_spec(set_id, prefer)},
     }
     if kind == "ReplicaSet":
-        spec["replicas"] = 1
+        spec["replicas"] = replicas
     return {"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": name}, "spec": spec}
 
 
@@ -120,6 +172,7 @@ def test_the_descheduler_evicts_from_a_node_the_scorer_tainted_and_spares_what_i
     control_plane: ControlPlane,
     make_namespace: Callable[..., str],
     cluster_nodes: tuple[SyntheticCluster, PrometheusServer, list[HollowNode]],
+    descheduler_user: Path,
 ) -> None:
     _cluster, prom, (hot, cool) = cluster_nodes
     set_id = hot.labels[SET_KEY]
@@ -186,9 +239,15 @@ def test_the_descheduler_evicts_from_a_node_the_scorer_tainted_and_spares_what_i
     assert HOT_TAINT not in {t.key for t in core.read_node(cool.name).spec.taints or []}
 
     started = time.monotonic()
-    run = run_descheduler(control_plane, correction_policy(policy))
+    run = run_descheduler(control_plane, descheduler_policy(policy), kubeconfig=descheduler_user)
     assert run.returncode == 0, run.log[-3000:]
     assert run.evicted == [(opted, before[(opted, "web")].metadata.name)], run.log[-3000:]
+    # The guarded pod was tried: the Eviction API refused it for its PodDisruptionBudget.
+    guarded = before[(opted, "guarded")].metadata.name
+    assert any(
+        guarded in line and "would violate the pod's disruption budget" in line
+        for line in run.log.splitlines()
+    ), run.log[-3000:]
 
     # The replacement runs on the node the taint allows.
     replacement = wait_until(
@@ -213,3 +272,74 @@ def test_the_descheduler_evicts_from_a_node_the_scorer_tainted_and_spares_what_i
             "Running",
         ), (namespace, app)
     assert time.monotonic() - started < 60
+
+
+def test_consolidation_empties_a_drain_candidate_within_the_per_node_cap(
+    control_plane: ControlPlane,
+    make_namespace: Callable[..., str],
+    descheduler_user: Path,
+) -> None:
+    set_id = uuid.uuid4().hex[:5]
+    # The other nodes refuse pods until the candidate holds them all.
+    candidate = HollowNode(control_plane, f"consol-{set_id}-0", labels={SET_KEY: set_id})
+    others = [
+        HollowNode(control_plane, f"consol-{set_id}-{i}", labels={SET_KEY: set_id}, taints=[CLOSED])
+        for i in (1, 2)
+    ]
+    nodes = [candidate, *others]
+    api_client = control_plane.api_client()
+    core = client.CoreV1Api(api_client)
+    try:
+        start_all(nodes)
+        opted = make_namespace(labels=OPT_IN, prefix="consol")
+        client.AppsV1Api(api_client).create_namespaced_replica_set(
+            opted, _workload("ReplicaSet", "batch", set_id, None, replicas=3)
+        )
+
+        def running() -> list[client.V1Pod] | None:
+            pods = _pods(core, opted, "batch")
+            ok = len(pods) == 3 and all(p.status.phase == "Running" for p in pods)
+            return pods if ok else None
+
+        before = wait_until("three pods run on the candidate", running, timeout=45)
+        assert {p.spec.node_name for p in before} == {candidate.name}
+        for node in others:
+            core.patch_node(node.name, {"spec": {"taints": []}})
+        # The scorer marks a node it would empty with a label and a PreferNoSchedule taint of
+        # the same key; here the test marks it so.
+        policy = steering_policy(
+            maxPodsPerNode=2, consolidation={"enabled": True, "minPodAgeSeconds": 1}
+        )
+        key = drain_candidate_key(policy)
+        core.patch_node(
+            candidate.name,
+            {
+                "metadata": {"labels": {key: "true"}},
+                "spec": {"taints": [{"key": key, "value": "true", "effect": "PreferNoSchedule"}]},
+            },
+        )
+        time.sleep(max(0.0, 2.5 - (time.time() - _latest_start(before))))
+
+        run = run_descheduler(
+            control_plane, descheduler_policy(policy), kubeconfig=descheduler_user
+        )
+        assert run.returncode == 0, run.log[-3000:]
+        assert len(run.evicted) == 2, run.log[-3000:]  # maxPodsPerNode
+        evicted = {name for _ns, name in run.evicted}
+        assert evicted < {p.metadata.name for p in before}
+
+        after = wait_until(
+            "the replacements run",
+            lambda: (pods := running()) and not evicted & {p.metadata.name for p in pods} and pods,
+            timeout=30,
+        )
+        moved = [p for p in after if p.metadata.name not in {b.metadata.name for b in before}]
+        assert len(moved) == 2
+        assert {p.spec.node_name for p in moved} <= {n.name for n in others}
+    finally:
+        for node in nodes:
+            node.delete()
+
+
+def _latest_start(pods: list[client.V1Pod]) -> float:
+    return max(p.status.start_time.timestamp() for p in pods)

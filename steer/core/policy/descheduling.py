@@ -20,14 +20,12 @@ if TYPE_CHECKING:
 
 
 class Consolidation(PolicyModel):
-    """Empty the nodes the scorer marks `<labelPrefix>drain-candidate=true`, a few pods a cycle.
-
-    Its own DeschedulerPolicy (the policy-wide `nodeSelector` picks the candidates), run as a
-    second descheduler job. Off by default: it moves pods that nothing is wrong with."""
+    """Empty the nodes the scorer marks as drain candidates (taint
+    `<labelPrefix>drain-candidate`, PreferNoSchedule), a few pods a cycle. Off by default: it
+    moves pods that nothing is wrong with."""
 
     enabled: bool = False
-    # Pods younger than this stay where they are, so a pod placed back on a candidate is not
-    # moved again at once (the descheduler's PodLifeTime `maxPodLifeTimeSeconds`).
+    # Pods younger than this stay where they are, so a pod just placed is not moved at once.
     min_pod_age_seconds: AgeSeconds = 600
 
 
