@@ -10,7 +10,6 @@ The binary: $DESCHEDULER, else $KUBE_BIN_DIR/descheduler, else the .xz beside th
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import uuid
@@ -21,23 +20,15 @@ from typing import Any
 
 import yaml
 
-from kits.control_plane import SHARED_KUBE, ControlPlane, ControlPlaneError
-from kits.hollow_nodes import unpack_xz_binary
+from kits.control_plane import ControlPlane
+from kits.hollow_nodes import find_xz_binary
 
 # klog's line for a successful eviction: `"Evicted pod" pod="ns/name" reason="..." ...`
 _EVICTED = re.compile(r'"Evicted pod" pod="([^"/]+)/([^"]+)"')
 
 
 def find_descheduler() -> Path:
-    chosen = os.environ.get("DESCHEDULER")
-    if chosen:
-        if not os.access(chosen, os.X_OK):
-            raise ControlPlaneError(f"DESCHEDULER={chosen}: missing or not executable")
-        return Path(chosen)
-    bin_dir = os.environ.get("KUBE_BIN_DIR")
-    if bin_dir and os.access(Path(bin_dir) / "descheduler", os.X_OK):
-        return Path(bin_dir) / "descheduler"
-    return unpack_xz_binary(SHARED_KUBE, "descheduler")
+    return find_xz_binary("descheduler")
 
 
 @dataclass(frozen=True)

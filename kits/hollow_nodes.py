@@ -64,20 +64,22 @@ _FINISHED = ("Succeeded", "Failed")
 def find_kubemark() -> Path:
     """The kubemark binary: $KUBEMARK, else $KUBE_BIN_DIR/kubemark, else the .xz beside the
     repository (../shared/kube) unpacked once into the binaries' cache."""
-    chosen = os.environ.get("KUBEMARK")
+    return find_xz_binary("kubemark")
+
+
+def find_xz_binary(binary: str) -> Path:
+    """A binary shipped as `<binary>-v*-linux-amd64.xz` (kubemark, the descheduler): $BINARY,
+    else $KUBE_BIN_DIR/<binary>, else the .xz in ../shared/kube unpacked once into the cache."""
+    variable = binary.upper()
+    chosen = os.environ.get(variable)
     if chosen:
         if not os.access(chosen, os.X_OK):
-            raise ControlPlaneError(f"KUBEMARK={chosen}: missing or not executable")
+            raise ControlPlaneError(f"{variable}={chosen}: missing or not executable")
         return Path(chosen)
     bin_dir = os.environ.get("KUBE_BIN_DIR")
-    if bin_dir and os.access(Path(bin_dir) / "kubemark", os.X_OK):
-        return Path(bin_dir) / "kubemark"
-    return unpack_kubemark(SHARED_KUBE)
-
-
-def unpack_kubemark(kube_dir: Path) -> Path:
-    """Decompress `kubemark-v*-linux-amd64.xz` into `<cache>/kubemark-v*/kubemark` once."""
-    return unpack_xz_binary(kube_dir, "kubemark")
+    if bin_dir and os.access(Path(bin_dir) / binary, os.X_OK):
+        return Path(bin_dir) / binary
+    return unpack_xz_binary(SHARED_KUBE, binary)
 
 
 def unpack_xz_binary(kube_dir: Path, binary: str) -> Path:

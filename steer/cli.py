@@ -69,9 +69,9 @@ def _cmd_policy_validate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_policy_errors(file: str, exc: PolicyError) -> None:
+def print_policy_errors(file: str, exc: PolicyError, what: str = "invalid policy") -> None:
     count = len(exc.issues)
-    print(f"{file}: invalid policy ({count} problem{'s' if count != 1 else ''}):", file=sys.stderr)
+    print(f"{file}: {what} ({count} problem{'s' if count != 1 else ''}):", file=sys.stderr)
     for issue in exc.issues:
         print(f"  {issue}", file=sys.stderr)
 
@@ -80,7 +80,7 @@ def _cmd_policy_admission_policy(args: argparse.Namespace) -> int:
     try:
         policy = load_policy_file(args.file)
     except PolicyError as exc:
-        _print_policy_errors(args.file, exc)
+        print_policy_errors(args.file, exc)
         return 1
     rules = [t.rule for t in security_taints(policy)]
     user = args.scorer_user or scorer_username(policy)

@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from steer.adapters.policy_file import load_policy_file
+from steer.cli import print_policy_errors
 from steer.core.descheduling import descheduler_policy
 from steer.core.policy import Policy, PolicyError, parse_policy
 
@@ -68,14 +69,7 @@ def _run(args: argparse.Namespace, render: Any) -> int:
         policy = _load(args.policy)
         text = render(policy)
     except PolicyError as exc:
-        count = len(exc.issues)
-        where = args.policy or "the packaged policy"
-        print(
-            f"{where}: cannot generate ({count} problem{'s' if count != 1 else ''}):",
-            file=sys.stderr,
-        )
-        for issue in exc.issues:
-            print(f"  {issue}", file=sys.stderr)
+        print_policy_errors(args.policy or "the packaged policy", exc, "no DeschedulerPolicy")
         return 1
     sys.stdout.write(text)
     return 0

@@ -18,7 +18,6 @@ the component's RBAC is what it has.
 
 from __future__ import annotations
 
-import contextlib
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -38,9 +37,10 @@ from kits.waiting import wait_until
 from scorer.service import Scorer
 from scorer.writer import NodeApi
 from steer.adapters.kube import make_api_client
-from steer.adapters.kubejson import KubeApiError, KubeJson
+from steer.adapters.kubejson import KubeJson
 from steer.core.descheduling import descheduler_policy, drain_candidate_key
 from steer.core.policy import Policy, parse_policy
+from tests.e2e.conftest import user_bound_to
 from tests.scorer_support import SMALL_POLICY
 
 OPT_IN = {"kube-steer.github.io/enabled": "true"}
@@ -65,45 +65,13 @@ def steering_policy(**descheduling: Any) -> Policy:
 
 
 @pytest.fixture
-def descheduler_user(control_plane: ControlPlane) -> Iterator[Path]:
+def descheduler_user(control_plane: ControlPlane, admin: KubeJson) -> Iterator[Path]:
     """A kubeconfig for a user bound to the component's ClusterRole, and nothing else."""
-    suffix = uuid.uuid4().hex[:6]
-    user = f"descheduler-{suffix}"
     role = next(d for d in yaml.safe_load_all(RBAC.read_text()) if d["kind"] == "ClusterRole")
-    role["metadata"]["name"] = f"steer-descheduler-{suffix}"
-    binding = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRoleBinding",
-        "metadata": {"name": role["metadata"]["name"]},
-        "roleRef": {
-            "apiGroup": "rbac.authorization.k8s.io",
-            "kind": "ClusterRole",
-            "name": role["metadata"]["name"],
-        },
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
-    }
-    admin = KubeJson(control_plane.api_client())
-    rbac = "/apis/rbac.authorization.k8s.io/v1"
-    admin.request("POST", f"{rbac}/clusterroles", body=role)
-    admin.request("POST", f"{rbac}/clusterrolebindings", body=binding)
-    kubeconfig = control_plane.user_kubeconfig(user)
-    as_user = KubeJson(make_api_client(str(kubeconfig)))
-    try:
-        wait_until(
-            "the binding is in force",
-            lambda: as_user.request("GET", "/api/v1/pods", query={"limit": "1"}),
-            timeout=30,
-            ignoring=(KubeApiError,),
-        )
+    with user_bound_to(
+        control_plane, admin, role, f"descheduler-{uuid.uuid4().hex[:6]}"
+    ) as kubeconfig:
         yield kubeconfig
-    finally:
-        as_user.api_client.close()
-        for path in (
-            f"{rbac}/clusterrolebindings/{binding['metadata']['name']}",
-            f"{rbac}/clusterroles/{role['metadata']['name']}",
-        ):
-            with contextlib.suppress(KubeApiError):
-                admin.request("DELETE", path)
 
 
 @pytest.fixture
