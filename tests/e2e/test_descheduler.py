@@ -9,7 +9,8 @@ a pod of a namespace that is not opted in, a DaemonSet's pod, and a pod whose
 PodDisruptionBudget allows no disruption.
 
 Consolidation: from a node marked drain candidate (its PreferNoSchedule taint), the same policy's
-consolidation profile evicts the pods, at most `maxPodsPerNode` a cycle, and their replacements
+consolidation profile evicts the pods, none while they are younger than
+`consolidation.minPodAgeSeconds`, then at most `maxPodsPerNode` a cycle, and their replacements
 run on the other nodes.
 
 The descheduler runs as a user bound to the ClusterRole of manifests/components/descheduler, so
@@ -286,6 +287,13 @@ def test_consolidation_empties_a_drain_candidate_within_the_per_node_cap(
                 "spec": {"taints": [{"key": key, "value": "true", "effect": "PreferNoSchedule"}]},
             },
         )
+        # Younger than consolidation.minPodAgeSeconds: nothing moves.
+        young = steering_policy(
+            maxPodsPerNode=2, consolidation={"enabled": True, "minPodAgeSeconds": 3600}
+        )
+        run = run_descheduler(control_plane, descheduler_policy(young), kubeconfig=descheduler_user)
+        assert run.returncode == 0, run.log[-3000:]
+        assert run.evicted == [], run.log[-3000:]
         time.sleep(max(0.0, 2.5 - (time.time() - _latest_start(before))))
 
         run = run_descheduler(
