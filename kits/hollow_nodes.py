@@ -64,31 +64,38 @@ _FINISHED = ("Succeeded", "Failed")
 def find_kubemark() -> Path:
     """The kubemark binary: $KUBEMARK, else $KUBE_BIN_DIR/kubemark, else the .xz beside the
     repository (../shared/kube) unpacked once into the binaries' cache."""
-    chosen = os.environ.get("KUBEMARK")
+    return find_xz_binary("kubemark")
+
+
+def find_xz_binary(binary: str) -> Path:
+    """A binary shipped as `<binary>-v*-linux-amd64.xz` (kubemark, the descheduler): $BINARY,
+    else $KUBE_BIN_DIR/<binary>, else the .xz in ../shared/kube unpacked once into the cache."""
+    variable = binary.upper()
+    chosen = os.environ.get(variable)
     if chosen:
         if not os.access(chosen, os.X_OK):
-            raise ControlPlaneError(f"KUBEMARK={chosen}: missing or not executable")
+            raise ControlPlaneError(f"{variable}={chosen}: missing or not executable")
         return Path(chosen)
     bin_dir = os.environ.get("KUBE_BIN_DIR")
-    if bin_dir and os.access(Path(bin_dir) / "kubemark", os.X_OK):
-        return Path(bin_dir) / "kubemark"
-    return unpack_kubemark(SHARED_KUBE)
+    if bin_dir and os.access(Path(bin_dir) / binary, os.X_OK):
+        return Path(bin_dir) / binary
+    return unpack_xz_binary(SHARED_KUBE, binary)
 
 
-def unpack_kubemark(kube_dir: Path) -> Path:
-    """Decompress `kubemark-v*-linux-amd64.xz` into `<cache>/kubemark-v*/kubemark` once.
+def unpack_xz_binary(kube_dir: Path, binary: str) -> Path:
+    """Decompress `<binary>-v*-linux-amd64.xz` into `<cache>/<binary>-v*/<binary>` once.
 
     The binary appears by rename, under a file lock, so parallel runs and an interrupted
     unpack never see half of it (as `unpack_release` does for the tarball)."""
-    found = sorted(kube_dir.glob("kubemark-v*-linux-amd64.xz"))
+    found = sorted(kube_dir.glob(f"{binary}-v*-linux-amd64.xz"))
     if not found:
         raise ControlPlaneError(
-            f"no kubemark: set KUBEMARK to the binary, or put kubemark-v*-linux-amd64.xz in "
-            f"{kube_dir}"
+            f"no {binary}: set {binary.upper()} to the binary, or put "
+            f"{binary}-v*-linux-amd64.xz in {kube_dir}"
         )
     packed = found[-1]
     version = packed.name.removesuffix("-linux-amd64.xz")
-    target = cache_root() / version / "kubemark"
+    target = cache_root() / version / binary
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -96,7 +103,7 @@ def unpack_kubemark(kube_dir: Path) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if target.exists():
             return target
-        fd, staging = tempfile.mkstemp(prefix=".kubemark-", dir=target.parent)
+        fd, staging = tempfile.mkstemp(prefix=f".{binary}-", dir=target.parent)
         try:
             with os.fdopen(fd, "wb") as out, lzma.open(packed) as src:
                 shutil.copyfileobj(src, out, 1 << 20)

@@ -23,7 +23,7 @@ from steer.core.admission_policy.security import DEFAULT_NAME, security_taints
 from steer.core.policy import PolicyError
 
 # Modules that add subcommands; each exposes `register(subparsers)`.
-SUBCOMMAND_MODULES = ("scorer.cli", "webhook.cli", "certs.cli")
+SUBCOMMAND_MODULES = ("scorer.cli", "webhook.cli", "certs.cli", "steer.descheduler_cli")
 
 
 def _cmd_version(args: argparse.Namespace) -> int:
@@ -74,9 +74,9 @@ def validate_policy(file: str, output: str) -> int:
     return 0
 
 
-def _print_policy_errors(file: str, exc: PolicyError) -> None:
+def print_policy_errors(file: str, exc: PolicyError, what: str = "invalid policy") -> None:
     count = len(exc.issues)
-    print(f"{file}: invalid policy ({count} problem{'s' if count != 1 else ''}):", file=sys.stderr)
+    print(f"{file}: {what} ({count} problem{'s' if count != 1 else ''}):", file=sys.stderr)
     for issue in exc.issues:
         print(f"  {issue}", file=sys.stderr)
 
@@ -85,7 +85,7 @@ def _cmd_policy_admission_policy(args: argparse.Namespace) -> int:
     try:
         policy = load_policy_file(args.file)
     except PolicyError as exc:
-        _print_policy_errors(args.file, exc)
+        print_policy_errors(args.file, exc)
         return 1
     rules = [t.rule for t in security_taints(policy)]
     user = args.scorer_user or scorer_username(policy)

@@ -18,7 +18,13 @@ ROOT = Path(__file__).resolve().parent.parent
 MANIFESTS = ROOT / "manifests"
 STARTER = MANIFESTS / "policy" / "starter-policy.yaml"
 PROFILES_STARTER = MANIFESTS / "components" / "scheduler-profiles" / "starter-policy.yaml"
-COMPONENTS = ("scheduler-profiles", "cert-manager", "prometheus-operator", "network-policy")
+COMPONENTS = (
+    "scheduler-profiles",
+    "cert-manager",
+    "prometheus-operator",
+    "network-policy",
+    "descheduler",
+)
 
 
 def load(path: Path) -> dict[str, Any]:

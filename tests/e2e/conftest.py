@@ -64,24 +64,18 @@ def admin(control_plane: ControlPlane) -> Iterator[KubeJson]:
     api_client.close()
 
 
-@pytest.fixture
-def scorer_user(control_plane: ControlPlane, admin: KubeJson) -> Iterator[Path]:
-    """A kubeconfig for a user bound to the scorer manifest's ClusterRole (and nothing else;
-    a test grants more itself, e.g. the OCM hub Role)."""
-    suffix = uuid.uuid4().hex[:6]
-    user = f"scorer-user-{suffix}"
-    docs = [d for d in yaml.safe_load_all(SCORER_MANIFEST.read_text()) if d]
-    role = next(d for d in docs if d["kind"] == "ClusterRole")
-    role["metadata"]["name"] = f"{role['metadata']['name']}-{suffix}"
+@contextlib.contextmanager
+def user_bound_to(
+    control_plane: ControlPlane, admin: KubeJson, role: Mapping[str, Any], user: str
+) -> Iterator[Path]:
+    """A kubeconfig for `user`, bound to a copy of the ClusterRole `role` (named as the user)
+    and nothing else; the role and its binding go at exit."""
+    role = {**role, "metadata": {**role["metadata"], "name": user}}
     binding = {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRoleBinding",
-        "metadata": {"name": role["metadata"]["name"]},
-        "roleRef": {
-            "apiGroup": "rbac.authorization.k8s.io",
-            "kind": "ClusterRole",
-            "name": role["metadata"]["name"],
-        },
+        "metadata": {"name": user},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": user},
         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
     }
     rbac = "/apis/rbac.authorization.k8s.io/v1"
@@ -98,13 +92,22 @@ def scorer_user(control_plane: ControlPlane, admin: KubeJson) -> Iterator[Path]:
         )
         yield kubeconfig
     finally:
-        for path in (
-            f"{rbac}/clusterrolebindings/{binding['metadata']['name']}",
-            f"{rbac}/clusterroles/{role['metadata']['name']}",
-        ):
+        for path in (f"{rbac}/clusterrolebindings/{user}", f"{rbac}/clusterroles/{user}"):
             with contextlib.suppress(KubeApiError):
                 admin.request("DELETE", path)
         as_user.api_client.close()
+
+
+@pytest.fixture
+def scorer_user(control_plane: ControlPlane, admin: KubeJson) -> Iterator[Path]:
+    """A kubeconfig for a user bound to the scorer manifest's ClusterRole (and nothing else;
+    a test grants more itself, e.g. the OCM hub Role)."""
+    docs = [d for d in yaml.safe_load_all(SCORER_MANIFEST.read_text()) if d]
+    role = next(d for d in docs if d["kind"] == "ClusterRole")
+    with user_bound_to(
+        control_plane, admin, role, f"scorer-user-{uuid.uuid4().hex[:6]}"
+    ) as kubeconfig:
+        yield kubeconfig
 
 
 @pytest.fixture

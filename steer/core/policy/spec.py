@@ -26,6 +26,7 @@ from steer.core.policy.contract import (
     NODE_RESTRICTION_PREFIX,
     RESERVED_PREFIX,
 )
+from steer.core.policy.descheduling import Descheduling
 from steer.core.policy.dimensions import Dimension
 from steer.core.policy.fields import (
     HotPenalty,
@@ -145,6 +146,8 @@ class Spec(PolicyModel):
     project_namespace: str = "kube-steer"
     infrastructure: Infrastructure = Field(default_factory=Infrastructure)
     cluster_scores: ClusterScores = Field(default_factory=ClusterScores)
+    # What the generated DeschedulerPolicies evict (steer/core/descheduling.py).
+    descheduling: Descheduling = Field(default_factory=Descheduling)
 
     def issues(self) -> Iterator[PolicyIssue]:
         """Every problem of a well-typed spec, paths relative to it. Names that must be unique
@@ -175,6 +178,7 @@ class Spec(PolicyModel):
             yield from nested(f"spread[{i}]", spread.issues())
         yield from nested("optIn.namespaceSelector", self.opt_in.namespace_selector.issues())
         yield from nested("clusterScores", self.cluster_scores.issues(self))
+        yield from nested("descheduling", self.descheduling.issues(self))
 
     def _label_prefix_issues(self) -> Iterator[PolicyIssue]:
         prefix = self.label_prefix
