@@ -45,9 +45,8 @@ def tool(name: str) -> Path:
 def run(
     name: str, *args: str, check: bool = True, **kwargs: Any
 ) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HELM_CACHE_HOME": os.environ.get("HELM_CACHE_HOME", "/tmp/helm-cache")}
     done = subprocess.run(
-        [str(tool(name)), *args], capture_output=True, text=True, env=env, timeout=120, **kwargs
+        [str(tool(name)), *args], capture_output=True, text=True, timeout=120, **kwargs
     )
     if check:
         assert done.returncode == 0, f"{name} {' '.join(args)}:\n{done.stdout}\n{done.stderr}"

