@@ -184,6 +184,12 @@ def installed(run: Installation) -> None:
     ns = client.CoreV1Api(run.plane.api_client()).read_namespace(NS)
     assert (ns.metadata.annotations or {}).get("meta.helm.sh/release-name") == "kube-steer"
     run.facts["version"] = policy_version(run.config_map_policy())
+    # The notes name the next steps, and every `steer` command in them exists.
+    notes = run.outputs["helm install kube-steer charts/kube-steer"].split("NOTES:", 1)[1]
+    steps = [line.strip() for line in notes.splitlines() if line.strip().startswith("steer ")]
+    assert {s.split()[1] for s in steps} == {"certs", "explain", "scorer"}, notes
+    assert not missing_commands(steps), missing_commands(steps)
+    assert "kube-steer.github.io/enabled=true" in notes and "http://localhost:8080/" in notes
 
 
 def scorer_started(run: Installation) -> None:
