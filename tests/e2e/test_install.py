@@ -1,37 +1,22 @@
 """The kustomize install on a real control plane: render, apply, RBAC, fail-open, and
 docs/install.md run verbatim.
 
-The module has a control plane of its own (started here, ~10 s), because installing means
-cluster-wide objects named as in production (webhook configurations, ClusterRoles, the
-kube-steer namespace) that the session's shared control plane must not see. Its Service
-ClusterIP range is a /16 inside 127.0.0.0/8: every ClusterIP is then a loopback address of this
-machine, and a local process listening on a Service's ClusterIP and port is reached by the
-apiserver exactly as a pod behind that Service would be. So the installed admission
-configurations are used unmodified (clientConfig.service, caBundle from `steer certs rotate`,
-TLS verified against the Service's DNS name), and "images replaced by local processes" means:
-`steer webhook serve` and `steer scorer run` from this checkout, on their Services' ClusterIPs,
-with their ServiceAccounts' tokens and the policy from the installed ConfigMap.
-
-No kubelet runs here: pods are bound but never run. A ResourceQuota of zero pods in kube-steer
-stands in for "the image does not run", so Deployments there never make pods that nothing could
-stop, and the steps of docs/install.md that wait for or talk to running pods
-(`rollout status`, `port-forward`) are replaced by the equivalent here, each named in
-`INSTEAD` below; every other command of the page runs as written.
+The module has a control plane of its own whose Service ClusterIPs are loopback addresses, so
+`steer webhook serve` and `steer scorer run` from this checkout play the pods on their
+Services' ClusterIPs with their ServiceAccounts' tokens (tests/e2e/install_support.py says
+how). The steps of docs/install.md that wait for or talk to running pods (`rollout status`,
+`port-forward`) are replaced by the equivalent there, each named in `INSTEAD` below; every
+other command of the page runs as written.
 """
 
 from __future__ import annotations
 
-import argparse
 import base64
 import contextlib
 import json
 import os
-import random
-import re
 import shutil
-import socket
 import subprocess
-import sys
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -41,35 +26,45 @@ from typing import Any
 import pytest
 import requests
 import yaml
-from cryptography import x509
 from kubernetes import client
 
 from kits.control_plane import ControlPlane
-from kits.prometheus_server import PrometheusServer, scraped_cluster
-from kits.service_processes import (
-    RunningScorer,
-    RunningWebhook,
-    ServingCertificate,
-    running_scorer,
-    running_webhook,
-    security_policy_documents,
-)
-from kits.synthetic_exporter import SyntheticCluster
+from kits.prometheus_server import PrometheusServer
+from kits.service_processes import security_policy_documents
 from kits.waiting import wait_until
-from steer.cli import build_parser
 from steer.core.admission import ValidationPlan, validate_pod
 from steer.core.policy import Policy, parse_policy
 from steer.core.steering import condition_key, tenant_for, trace_annotation_key
+from tests.e2e.install_support import (
+    HELM_SECTION,
+    MANIFESTS,
+    NODES,
+    NS,
+    PAUSE,
+    ROOT,
+    Installation,
+    doc_commands,
+    exists_node,
+    kubectl,
+    loopback_plane,
+    missing_commands,
+    no_pods_here,
+    port_forward,
+    scorer_stopped,
+    scraped_nodes,
+    shell,
+    shell_env,
+    split_section,
+    start_scorer,
+    start_webhook,
+    steered_and_bound,
+    try_shell,
+)
 
-ROOT = Path(__file__).resolve().parents[2]
-MANIFESTS = ROOT / "manifests"
 COMPONENTS = ("scheduler-profiles", "cert-manager", "prometheus-operator", "network-policy")
 INSTALL_DOC = ROOT / "docs" / "install.md"
 OPERATOR_CRDS = Path(__file__).parent / "fixtures" / "operator-crds.yaml"
 EXAMPLE_POLICY = ROOT / "examples" / "policy.yaml"
-NS = "kube-steer"
-NODES = ("install-e2e-1", "install-e2e-2", "install-e2e-3")
-PAUSE = "registry.k8s.io/pause:3.10"
 
 
 # --- the module's control plane ------------------------------------------------------------------
@@ -77,22 +72,13 @@ PAUSE = "registry.k8s.io/pause:3.10"
 
 @pytest.fixture(scope="module")
 def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    second_octet = random.randint(64, 250)  # two runs side by side rarely share a range
-    with ControlPlane.start(
-        tmp_path_factory.mktemp("install-plane"),
-        controller_manager=True,
-        apiserver_args=[f"--service-cluster-ip-range=127.{second_octet}.0.0/16"],
-    ) as started:
+    with loopback_plane(tmp_path_factory.mktemp("install-plane")) as started:
         yield started
 
 
 @pytest.fixture(scope="module")
 def api(plane: ControlPlane) -> client.ApiClient:
     return plane.api_client()
-
-
-def kubectl(plane: ControlPlane, *args: str, input: str | None = None) -> str:
-    return plane.kubectl(*args, input=input)
 
 
 def render(plane: ControlPlane, workdir: Path, components: Sequence[str]) -> list[dict[str, Any]]:
@@ -116,26 +102,6 @@ def render(plane: ControlPlane, workdir: Path, components: Sequence[str]) -> lis
 def install_base(plane: ControlPlane) -> None:
     kubectl(plane, "apply", "-k", str(MANIFESTS))
     no_pods_here(plane)
-
-
-def no_pods_here(plane: ControlPlane) -> None:
-    """Nothing runs pods here, so none may be made in kube-steer (they could never stop)."""
-    kubectl(
-        plane,
-        "apply",
-        "-f",
-        "-",
-        input=yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "ResourceQuota",
-                "metadata": {"name": "e2e-no-kubelet", "namespace": NS},
-                "spec": {"hard": {"pods": "0"}},
-            }
-        ),
-    )
-    # Pods made before the quota are not bound yet (nodes come later): they go at once.
-    plane.delete_pods(NS)
 
 
 def namespace(plane: ControlPlane, labels: Mapping[str, str] | None = None) -> str:
@@ -623,180 +589,6 @@ def test_an_update_is_judged_only_on_the_tolerations_it_adds(
 # --- 4. docs/install.md, verbatim ---------------------------------------------------------------------
 
 
-def doc_commands(markdown: str) -> list[str]:
-    """Each shell command of the page's `sh` blocks, in order: continuation lines joined,
-    heredocs kept whole, comment lines dropped."""
-    commands: list[str] = []
-    for block in re.findall(r"^```sh\n(.*?)^```", markdown, flags=re.S | re.M):
-        lines = block.splitlines()
-        i = 0
-        while i < len(lines):
-            line = lines[i]
-            i += 1
-            if not line.strip() or line.lstrip().startswith("#"):
-                continue
-            command = line
-            while command.endswith("\\") and i < len(lines):
-                command = command[:-1] + lines[i].strip()
-                i += 1
-            heredoc = re.search(r"<<'?(\w+)'?", command)
-            if heredoc:
-                end = heredoc.group(1)
-                while i < len(lines):
-                    command += "\n" + lines[i]
-                    i += 1
-                    if lines[i - 1] == end:
-                        break
-            commands.append(command)
-    return commands
-
-
-@dataclass
-class Installation:
-    """The state the replaced steps build up while the page runs."""
-
-    plane: ControlPlane
-    workdir: Path
-    prom: PrometheusServer
-    shell_env: dict[str, str]
-    stack: contextlib.ExitStack
-    webhook: RunningWebhook | None = None
-    scorer: RunningScorer | None = None
-    outputs: dict[str, str] = field(default_factory=dict)
-
-    def scratch(self, name: str) -> Path:
-        """A folder for what the test makes (outside the checkout the commands run in)."""
-        folder = self.workdir.parent / name
-        folder.mkdir(exist_ok=True)
-        return folder
-
-    def cluster_ip(self, service: str) -> str:
-        return kubectl(
-            self.plane, "-n", NS, "get", "service", service, "-o=jsonpath={.spec.clusterIP}"
-        )
-
-    def account_kubeconfig(self, account: str) -> Path:
-        """A kubeconfig holding a token of the ServiceAccount, as the pod would mount it."""
-        token = kubectl(self.plane, "-n", NS, "create", "token", account, "--duration=1h").strip()
-        ca = base64.b64encode(self.plane.ca_file.read_bytes()).decode()
-        config = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [
-                {
-                    "name": "e2e",
-                    "cluster": {"server": self.plane.url, "certificate-authority-data": ca},
-                }
-            ],
-            "users": [{"name": account, "user": {"token": token}}],
-            "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": account}}],
-            "current-context": "e2e",
-        }
-        path = self.scratch("accounts") / f"{account}.kubeconfig"
-        path.write_text(yaml.safe_dump(config))
-        path.chmod(0o600)
-        return path
-
-    def installed_policy(self) -> Path:
-        data = kubectl(self.plane, "-n", NS, "get", "configmap", "steer-policy", "-o=json")
-        path = self.scratch("policy") / "installed-policy.yaml"
-        path.write_text(json.loads(data)["data"]["policy.yaml"])
-        return path
-
-
-def _bindable(port: int, host: str) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
-def start_webhook(run: Installation) -> None:
-    """`rollout status deployment/steer-webhook`: the webhook, from this checkout, on its
-    Service's ClusterIP:443 with the certificate `steer certs rotate` put in its Secret."""
-    ip = run.cluster_ip("steer-webhook")
-    # CI runs as root; elsewhere run `make e2e` as root or with CAP_NET_BIND_SERVICE.
-    assert _bindable(443, ip), (
-        "binding port 443 (the Service's port) needs root or CAP_NET_BIND_SERVICE"
-    )
-    secret = json.loads(
-        kubectl(run.plane, "-n", NS, "get", "secret", "steer-webhook-tls", "-o=json")
-    )
-    folder = run.scratch("mounted-tls")
-    folder.chmod(0o700)
-    for key in ("tls.crt", "tls.key"):
-        (folder / key).write_bytes(base64.b64decode(secret["data"][key]))
-    # The CA the apiserver was given: every webhook of both configurations carries it.
-    bundles = set()
-    for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
-        config = json.loads(kubectl(run.plane, "get", kind, "steer-webhook", "-o=json"))
-        bundles |= {h["clientConfig"].get("caBundle") for h in config["webhooks"]}
-    (bundle,) = bundles
-    assert bundle, "steer certs rotate left a webhook without caBundle"
-    (folder / "ca.crt").write_bytes(base64.b64decode(bundle))
-    ca = x509.load_pem_x509_certificate((folder / "ca.crt").read_bytes())
-    served = x509.load_pem_x509_certificate((folder / "tls.crt").read_bytes())
-    served.verify_directly_issued_by(ca)
-    names = served.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    assert "steer-webhook.kube-steer.svc" in names.get_values_for_type(x509.DNSName)
-    run.webhook = run.stack.enter_context(
-        running_webhook(
-            run.plane,
-            run.installed_policy(),
-            run.scratch("webhook"),
-            listen=f"{ip}:443",
-            certificate=ServingCertificate(
-                folder / "tls.crt", folder / "tls.key", folder / "ca.crt"
-            ),
-            kubeconfig=run.account_kubeconfig("steer-webhook"),
-            workers=1,
-        )
-    )
-
-
-def start_scorer(run: Installation) -> None:
-    """`rollout status deployment/steer-scorer`: the nodes appear (no kubelet registers them),
-    then the scorer, from this checkout, on its Service's ClusterIP:8080, as its
-    ServiceAccount, scoring from a Prometheus on loopback (the policy's URL is in-cluster)."""
-    for name in NODES:
-        run.plane.add_node(name, cpu="8", memory="32Gi", zone="zone-a")
-    run.scorer = run.stack.enter_context(
-        running_scorer(
-            run.plane,
-            run.installed_policy(),
-            run.prom.url,
-            run.scratch("scorer"),
-            listen=f"{run.cluster_ip('steer-scorer')}:8080",
-            kubeconfig=run.account_kubeconfig("steer-scorer"),
-        )
-    )
-    run.scorer.wait_ready()
-    wait_until(
-        "the scorer labelled every node",
-        lambda: all(
-            "kube-steer.github.io/score" in (n.metadata.labels or {})
-            for n in client.CoreV1Api(run.plane.api_client()).list_node().items
-        ),
-        timeout=30,
-        interval=0.2,
-    )
-
-
-def port_forward(run: Installation) -> None:
-    """`kubectl port-forward service/steer-scorer 8080:8080`: needs a running pod. The scorer
-    listens on the Service's ClusterIP here, which the `curl` lines are pointed at instead of
-    localhost:8080."""
-    assert run.scorer is not None
-
-
-def scorer_stopped(run: Installation) -> None:
-    """After `scale deployment steer-scorer --replicas=0`: its pods would stop."""
-    assert run.scorer is not None
-    run.scorer.stop()
-
-
 # Steps of the page that need kubelets or the image, and what is done instead (the page's
 # other commands run as written). A step listed here but missing from the page fails the test.
 INSTEAD: dict[str, Callable[[Installation], None]] = {
@@ -814,71 +606,17 @@ AFTER: dict[str, Callable[[Installation], None]] = {
 EVENTUALLY = ("kubectl -n team-a run steer-probe",)
 
 
-def shell(run: Installation, command: str) -> str:
-    if run.scorer is not None and "localhost:8080" in command:
-        command = command.replace("localhost:8080", run.scorer.url.removeprefix("http://"))
-    done = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", command],
-        cwd=run.workdir,
-        env=run.shell_env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert done.returncode == 0, f"{command}\nexit {done.returncode}\n{done.stdout}\n{done.stderr}"
-    return done.stdout
-
-
 @pytest.fixture
 def prometheus() -> Iterator[PrometheusServer]:
-    cluster = SyntheticCluster(nodes=len(NODES), gpus_per_node=0, node_prefix="install-e2e-")
-    for i, name in enumerate(NODES):
-        cluster.set_power(name, platform_watts=300 + 100 * i)
-    with scraped_cluster(cluster, scrape_interval_s=0.5) as (_exporter, prom):
+    with scraped_nodes() as prom:
         yield prom
-
-
-def shell_env(plane: ControlPlane, bin_dir: Path, config_home: Path) -> dict[str, str]:
-    """PATH with `kubectl` (v1.36, beside the binaries) and `steer` (this checkout's code)."""
-    bin_dir.mkdir()
-    kubectl_bin = plane.bin_dir / "kubectl"
-    (bin_dir / "kubectl").write_text(f'#!/bin/sh\nexec "{kubectl_bin}" "$@"\n')
-    (bin_dir / "steer").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m steer.cli "$@"\n')
-    for tool in ("kubectl", "steer"):
-        (bin_dir / tool).chmod(0o755)
-    env = {k: v for k, v in os.environ.items() if k not in ("PROMETHEUS_MULTIPROC_DIR",)}
-    env.update(
-        PATH=f"{bin_dir}:{env.get('PATH', '/usr/bin:/bin')}",
-        KUBECONFIG=str(plane.kubeconfig),
-        PYTHONPATH=str(ROOT),  # `steer` runs this checkout, wherever the shell is
-        XDG_CONFIG_HOME=str(config_home),  # where `steer certs` keeps its CA
-    )
-    return env
-
-
-def missing_commands(commands: Sequence[str]) -> list[str]:
-    """The page's `steer` subcommands this checkout does not have (their --help fails)."""
-    subcommands = {
-        tuple(w for w in command.split()[1:3] if not w.startswith("-"))
-        for command in commands
-        if command.startswith("steer ")
-    }
-    return ["steer " + " ".join(sub) for sub in sorted(subcommands) if not has_subcommand(sub)]
-
-
-def has_subcommand(words: Sequence[str]) -> bool:
-    parser: argparse.ArgumentParser = build_parser()
-    for word in words:
-        (action,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-        if word not in action.choices:
-            return False
-        parser = action.choices[word]
-    return True
 
 
 @pytest.fixture
 def install_commands() -> list[str]:
-    commands = doc_commands(INSTALL_DOC.read_text())
+    # The kustomize path: every section but the Helm one (tests/e2e/test_chart.py runs that).
+    _helm, kustomize_path = split_section(INSTALL_DOC.read_text(), HELM_SECTION)
+    commands = doc_commands(kustomize_path)
     missing = missing_commands(commands)
     # Every `steer` command the page runs must exist, or the page cannot run as written.
     assert not missing, f"docs/install.md runs {', '.join(missing)}, which `steer` lacks"
@@ -902,7 +640,7 @@ def test_install_md_runs_verbatim_and_ends_with_a_steered_pod_bound(
             shell_env(plane, tmp_path / "bin", tmp_path / "config"),
             stack,
         )
-        stack.callback(lambda: [core.delete_node(n) for n in NODES if _exists_node(core, n)])
+        stack.callback(lambda: [core.delete_node(n) for n in NODES if exists_node(core, n)])
         stack.callback(lambda: plane.delete_pods("team-a"))
         for command in commands:
             if command in INSTEAD:
@@ -910,7 +648,10 @@ def test_install_md_runs_verbatim_and_ends_with_a_steered_pod_bound(
                 continue
             if command.startswith(EVENTUALLY):
                 run.outputs[command] = wait_until(
-                    command, lambda command=command: _try(run, command), timeout=30, interval=0.2
+                    command,
+                    lambda command=command: try_shell(run, command),
+                    timeout=30,
+                    interval=0.2,
                 )
             else:
                 run.outputs[command] = shell(run, command)
@@ -934,21 +675,6 @@ def test_install_md_runs_verbatim_and_ends_with_a_steered_pod_bound(
                 )
 
 
-def _exists_node(core: client.CoreV1Api, name: str) -> bool:
-    try:
-        core.read_node(name)
-    except client.ApiException:
-        return False
-    return True
-
-
-def _try(run: Installation, command: str) -> str | None:
-    with contextlib.suppress(AssertionError):
-        out = shell(run, command)
-        return out or None
-    return None
-
-
 def check_after(run: Installation, command: str) -> None:
     """What each step must have achieved, read back from the apiserver."""
     plane, core = run.plane, client.CoreV1Api(run.plane.api_client())
@@ -958,15 +684,12 @@ def check_after(run: Installation, command: str) -> None:
         assert trace["policy"].startswith("starter@"), out
     elif command == "kubectl -n team-a rollout restart deployment/web":
         # Every pod of the workload is steered by the webhook and bound by the scheduler.
-        def steered_and_bound() -> list[Any] | None:
-            pods = core.list_namespaced_pod("team-a", label_selector="app=web").items
-            ok = len(pods) >= 2 and all(
-                p.spec.node_name and "kube-steer.github.io/trace" in (p.metadata.annotations or {})
-                for p in pods
-            )
-            return pods if ok else None
-
-        pods = wait_until("web pods steered and bound", steered_and_bound, timeout=60, interval=0.2)
+        pods = wait_until(
+            "web pods steered and bound",
+            lambda: steered_and_bound(core, "team-a", "app=web"),
+            timeout=60,
+            interval=0.2,
+        )
         for p in pods:
             assert p.spec.node_name in NODES
             assert p.spec.scheduler_name == "default-scheduler"
