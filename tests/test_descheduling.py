@@ -16,6 +16,7 @@ from steer.core.policy import Policy, PolicyError, parse_policy
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "policy.yaml"
 COMPONENT = ROOT / "manifests" / "components" / "descheduler"
+CHART_COPY = ROOT / "charts" / "kube-steer" / "files" / "descheduler" / "policy-configmap.yaml"
 
 
 def example(**descheduling: Any) -> Policy:
@@ -190,11 +191,11 @@ def test_the_committed_configmap_is_the_one_generated_from_the_example_policy(
     command = "steer descheduler configmap --policy examples/policy.yaml"
     assert main(command.split()[1:]) == 0
     generated = capsys.readouterr().out
-    committed = (COMPONENT / "policy-configmap.yaml").read_text()
-    assert committed == generated, (
-        f"manifests/components/descheduler/policy-configmap.yaml is stale: run "
-        f"`{command} > manifests/components/descheduler/policy-configmap.yaml`"
-    )
+    # The component's ConfigMap, and the chart's copy of it (charts/kube-steer/files/).
+    for copy in (COMPONENT / "policy-configmap.yaml", CHART_COPY):
+        where = copy.relative_to(ROOT)
+        assert copy.read_text() == generated, f"{where} is stale: run `{command} > {where}`"
+    committed = CHART_COPY.read_text()
     data = yaml.safe_load(committed)["data"]
     assert yaml.safe_load(data["policy.yaml"]) == descheduler_policy(example())
 
