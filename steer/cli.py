@@ -129,10 +129,9 @@ def migrated_object(text: str, name: str | None) -> dict[str, Any]:
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
-        "metadata": {
-            "name": name or policy.name,
-            "labels": {"app.kubernetes.io/part-of": "kube-steer"},
-        },
+        # The name only: the output is a policy file too (`steer policy validate` and
+        # `admission-policy -f` read it).
+        "metadata": {"name": name or policy.name},
         "spec": raw["spec"],
     }
 
