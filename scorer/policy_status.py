@@ -20,7 +20,8 @@ from typing import Any
 from steer.adapters.kubejson import KubeApiError, KubeJson
 from steer.adapters.periodic import Periodic
 from steer.adapters.policy_resource import PolicyResourceWatcher, Verdict, object_path
-from steer.core.policy.crd import accepted_status, rejected_status
+from steer.core.policy import PolicyError
+from steer.core.policy.crd import accepted_status, previous_condition, rejected_status
 
 log = logging.getLogger(__name__)
 
@@ -126,3 +127,28 @@ class PolicyStatusWriter:
 
     def stop(self) -> None:
         self._retry.stop(timeout_s=5)
+
+
+def report_rejected_at_start(kube: KubeJson, name: str, error: PolicyError) -> None:
+    """A scorer that cannot start because the object's spec is invalid says so in its status
+    (once: not again if it already reports that generation rejected), so a crash-looping
+    replica's reason is on `kubectl get steeringpolicies`. `scorer` keeps what it said: the
+    replicas still running that policy, if any, run it."""
+    try:
+        obj = kube.request("GET", object_path(name))
+    except KubeApiError:
+        return  # no object (the error says so), or no apiserver: nothing to write on
+    generation = int((obj.get("metadata") or {}).get("generation") or 0)
+    before = obj.get("status") or {}
+    told = previous_condition(before)
+    if told.get("status") == "False" and told.get("observedGeneration") == generation:
+        return
+    body = rejected_status(
+        generation=generation, issues=error.issues, running=None, now=_now(), before=before
+    )
+    try:
+        kube.request(
+            "PATCH", f"{object_path(name)}/status", body={"status": body}, content_type=MERGE_PATCH
+        )
+    except KubeApiError as exc:
+        log.warning("SteeringPolicy %s: status not written: %s", name, exc)

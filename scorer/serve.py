@@ -25,13 +25,13 @@ from scorer.loop import ScorerLoop
 from scorer.metrics import ScorerMetrics
 from scorer.nodes import NodeCache, NodeWatcher
 from scorer.pending import PendingPods, PendingPodWatcher, SteeringEvents, report_blocked
-from scorer.policy_status import PolicyStatusWriter
+from scorer.policy_status import PolicyStatusWriter, report_rejected_at_start
 from scorer.service import Scorer
 from scorer.writer import NodeApi
 from steer.adapters.kube import make_api_client
 from steer.adapters.policy_file import PolicyWatcher
 from steer.adapters.policy_resource import PolicyResourceWatcher
-from steer.core.policy import Policy
+from steer.core.policy import Policy, PolicyError
 from steer.core.steering import trace_annotation_key
 
 log = logging.getLogger(__name__)
@@ -71,11 +71,17 @@ def serve_scorer(options: ScorerOptions) -> None:
     """Score and serve until SIGTERM/SIGINT; `PolicyError`/`KubeConfigError` when it cannot start."""
     inputs = options.inputs
     metrics = ScorerMetrics()
-    watcher: PolicyWatcher | PolicyResourceWatcher = (
-        PolicyResourceWatcher(make_api_client(inputs.kubeconfig), inputs.policy_resource)
-        if inputs.policy_resource
-        else PolicyWatcher(inputs.policy_file)
-    )
+    watcher: PolicyWatcher | PolicyResourceWatcher
+    if inputs.policy_resource:
+        api = make_api_client(inputs.kubeconfig)
+        try:
+            watcher = PolicyResourceWatcher(api, inputs.policy_resource)
+        except PolicyError as exc:
+            if not options.dry_run:
+                report_rejected_at_start(KubeJson(api), inputs.policy_resource, exc)
+            raise
+    else:
+        watcher = PolicyWatcher(inputs.policy_file)
     watcher.on_reload_error(lambda _message: metrics.policy_reload_errors.inc())
     _serve(options, watcher, metrics, inputs.prometheus_url, inputs.kubeconfig)
 

@@ -173,10 +173,7 @@ def _cmd_policy_migrate(args: argparse.Namespace) -> int:
             where, text = args.from_file, Path(args.from_file).read_text(encoding="utf-8")
         else:
             where, text = _configmap_policy(args.from_configmap, args.key, args.kubeconfig)
-    except (OSError, KubeApiError, KubeConfigError) as exc:
-        print(f"steer policy migrate: {exc}", file=sys.stderr)
-        return 2
-    except PolicyError as exc:
+    except (OSError, KubeApiError, KubeConfigError, PolicyError) as exc:
         print(f"steer policy migrate: {exc}", file=sys.stderr)
         return 2
     try:

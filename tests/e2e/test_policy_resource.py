@@ -254,3 +254,36 @@ def test_a_steering_policy_is_validated_by_the_apiserver_judged_by_the_services_
             ignoring=NOT_YET,
         )
         assert scorer.process.poll() is None and hook.process.poll() is None
+
+    # 4. With no scorer running, a bad edit is stored; a scorer starting on it cannot run it,
+    #    exits naming the field, and says so in the status (for a crash-looping replica).
+    admin.request(
+        "PATCH",
+        path,
+        body={"spec": {"scoring": {"compositeDimensions": ["nope"]}}},
+        content_type=MERGE,
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "steer.cli",
+            "scorer",
+            "run",
+            "--policy-resource",
+            name,
+            "--kubeconfig",
+            str(scorer_user),
+            "--no-leader-election",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "spec.scoring.compositeDimensions" in done.stderr
+    stuck = admin.request("GET", path)
+    cond = accepted(stuck)
+    assert (cond["status"], cond["observedGeneration"]) == ("False", 4)
+    assert stuck["status"]["problems"][0]["path"].startswith("spec.scoring.compositeDimensions")
+    assert stuck["status"]["scorer"]["version"] == new_version  # what ran last, kept
