@@ -58,8 +58,8 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     serve.add_argument(
         "--kubeconfig",
         metavar="FILE",
-        help="kubeconfig for the namespace watch (default: in-cluster service account, then "
-        "$KUBECONFIG, then ~/.kube/config)",
+        help="kubeconfig for the namespace and SteeringPolicy watches (default: in-cluster "
+        "service account, then $KUBECONFIG, then ~/.kube/config)",
     )
     serve.add_argument(
         "--workers", type=int, default=2, metavar="N", help="gunicorn worker processes"
