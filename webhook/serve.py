@@ -306,12 +306,13 @@ def serve_webhook(options: WebhookOptions) -> None:
     from steer.adapters.policy_resource import fetch_policy_object, parse_policy_object
 
     options.server.check()
-    api = make_api_client(options.kubeconfig)  # KubeConfigError: where credentials were sought
-    # PolicyError names every problem (or the object that is missing).
+    # PolicyError names every problem (or the object that is missing); KubeConfigError says
+    # where credentials were sought. A file is judged before credentials are looked for.
+    if not options.policy_resource:
+        load_policy_file(options.policy_file)
+    api = make_api_client(options.kubeconfig)
     if options.policy_resource:
         parse_policy_object(fetch_policy_object(KubeJson(api), options.policy_resource))
-    else:
-        load_policy_file(options.policy_file)
     api.close()
     metrics_addr = (
         metrics_address(options.server.listen, options.metrics_listen)
