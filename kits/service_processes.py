@@ -156,12 +156,21 @@ class ServingCertificate:
     ca_cert: Path
 
 
+def _policy_args(policy_file: Path | None, policy_resource: str | None) -> list[str]:
+    if policy_resource:
+        return ["--policy-resource", policy_resource]
+    if policy_file is None:
+        raise ValueError("a policy file or a SteeringPolicy name is needed")
+    return ["--policy", str(policy_file)]
+
+
 @contextlib.contextmanager
 def running_webhook(
     plane: ApiServer,
-    policy_file: Path,
+    policy_file: Path | None,
     workdir: Path,
     *,
+    policy_resource: str | None = None,
     workers: int = 2,
     threads: int = 4,
     extra_args: Sequence[str] = (),
@@ -176,7 +185,8 @@ def running_webhook(
     uses the admin kubeconfig. `listen`, `certificate` and `kubeconfig` make it serve as it
     would in the cluster instead: e.g. on its Service's ClusterIP, with the Secret's
     certificate (named for the Service, so /readyz is polled without verifying the name), as
-    its ServiceAccount."""
+    its ServiceAccount. `policy_resource` serves that SteeringPolicy object instead of
+    `policy_file`."""
     if certificate is None:
         issued = issue_webhook_certs(LOOPBACK_IDENTITY)
         paths = write_webhook_certs(workdir / "webhook-certs", issued)
@@ -192,8 +202,7 @@ def running_webhook(
         [
             "webhook",
             "serve",
-            "--policy",
-            str(policy_file),
+            *_policy_args(policy_file, policy_resource),
             "--cert",
             str(certificate.cert),
             "--key",
@@ -365,10 +374,11 @@ class RunningScorer(Service):
 @contextlib.contextmanager
 def running_scorer(
     plane: ApiServer,
-    policy_file: Path,
+    policy_file: Path | None,
     prometheus_url: str,
     workdir: Path,
     *,
+    policy_resource: str | None = None,
     name: str = "scorer",
     extra_args: Sequence[str] = (),
     listen: str | None = None,
@@ -383,8 +393,7 @@ def running_scorer(
         [
             "scorer",
             "run",
-            "--policy",
-            str(policy_file),
+            *_policy_args(policy_file, policy_resource),
             "--prometheus",
             prometheus_url,
             "--kubeconfig",

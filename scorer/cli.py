@@ -36,8 +36,10 @@ from scorer.serve import (
 )
 from scorer.service import CycleError, CycleResult, Scorer
 from scorer.writer import WriteResult
-from steer.adapters.kube import KubeConfigError, add_kubeconfig_flag
+from steer.adapters.kube import KubeConfigError, add_kubeconfig_flag, make_api_client
+from steer.adapters.kubejson import KubeJson
 from steer.adapters.policy_file import load_policy_file
+from steer.adapters.policy_resource import fetch_policy_object, parse_policy_object
 from steer.adapters.service_logs import add_log_flags, configure_logging
 from steer.core.policy import Policy, PolicyError
 
@@ -191,8 +193,15 @@ def register(subparsers: Any) -> None:
 
 
 def _source_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument(
         "--policy", metavar="FILE", help="SteeringPolicy YAML file (hot-reloaded by `run`)"
+    )
+    source.add_argument(
+        "--policy-resource",
+        metavar="NAME",
+        help="the cluster-scoped SteeringPolicy object NAME instead of a file (watched by "
+        '`run`, which writes its status as leader; README "The SteeringPolicy resource")',
     )
     parser.add_argument(
         "--prometheus", metavar="URL", help="Prometheus base URL (default: the policy's)"
@@ -204,9 +213,19 @@ def _source_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _inputs(args: argparse.Namespace) -> ScorerInputs:
-    if not args.policy:
-        raise SystemExit("--policy FILE is required")
-    return ScorerInputs(args.policy, args.prometheus, args.kubeconfig)
+    if not args.policy and not args.policy_resource:
+        raise SystemExit("--policy FILE or --policy-resource NAME is required")
+    return ScorerInputs(
+        args.policy or "", args.prometheus, args.kubeconfig, policy_resource=args.policy_resource
+    )
+
+
+def _load_policy(given: ScorerInputs) -> Policy:
+    """The policy of `once`: the file's, or the SteeringPolicy object's as it is now."""
+    if given.policy_resource:
+        kube = KubeJson(make_api_client(given.kubeconfig))
+        return parse_policy_object(fetch_policy_object(kube, given.policy_resource))
+    return load_policy_file(given.policy_file)
 
 
 # ------------------------------------------------------------------------------ once
@@ -215,7 +234,7 @@ def _inputs(args: argparse.Namespace) -> ScorerInputs:
 def _cmd_once(args: argparse.Namespace) -> int:
     given = _inputs(args)
     try:
-        policy = load_policy_file(given.policy_file)
+        policy = _load_policy(given)
         scorer = Scorer(
             lambda: policy,
             node_api(given.kubeconfig),

@@ -25,11 +25,13 @@ from scorer.loop import ScorerLoop
 from scorer.metrics import ScorerMetrics
 from scorer.nodes import NodeCache, NodeWatcher
 from scorer.pending import PendingPods, PendingPodWatcher, SteeringEvents, report_blocked
+from scorer.policy_status import PolicyStatusWriter, report_rejected_at_start
 from scorer.service import Scorer
 from scorer.writer import NodeApi
 from steer.adapters.kube import make_api_client
 from steer.adapters.policy_file import PolicyWatcher
-from steer.core.policy import Policy
+from steer.adapters.policy_resource import PolicyResourceWatcher
+from steer.core.policy import Policy, PolicyError
 from steer.core.steering import trace_annotation_key
 
 log = logging.getLogger(__name__)
@@ -39,12 +41,14 @@ DEFAULT_LISTEN = "0.0.0.0:8080"
 
 @dataclass(frozen=True)
 class ScorerInputs:
-    """What the scorer is pointed at: the policy file, a Prometheus URL override, a kubeconfig
+    """What the scorer is pointed at: the policy file, or the name of a SteeringPolicy object
+    (`policy_resource`, then `policy_file` is unused), a Prometheus URL override, a kubeconfig
     (the data sources of the dimensions are in scorer/sources/)."""
 
     policy_file: str
     prometheus_url: str | None = None
     kubeconfig: str | None = None
+    policy_resource: str | None = None
 
 
 @dataclass(frozen=True)
@@ -67,14 +71,24 @@ def serve_scorer(options: ScorerOptions) -> None:
     """Score and serve until SIGTERM/SIGINT; `PolicyError`/`KubeConfigError` when it cannot start."""
     inputs = options.inputs
     metrics = ScorerMetrics()
-    watcher = PolicyWatcher(inputs.policy_file)
+    watcher: PolicyWatcher | PolicyResourceWatcher
+    if inputs.policy_resource:
+        api = make_api_client(inputs.kubeconfig)
+        try:
+            watcher = PolicyResourceWatcher(api, inputs.policy_resource)
+        except PolicyError as exc:
+            if not options.dry_run:
+                report_rejected_at_start(KubeJson(api), inputs.policy_resource, exc)
+            raise
+    else:
+        watcher = PolicyWatcher(inputs.policy_file)
     watcher.on_reload_error(lambda _message: metrics.policy_reload_errors.inc())
     _serve(options, watcher, metrics, inputs.prometheus_url, inputs.kubeconfig)
 
 
 def _serve(
     options: ScorerOptions,
-    watcher: PolicyWatcher,
+    watcher: PolicyWatcher | PolicyResourceWatcher,
     metrics: ScorerMetrics,
     prometheus: str | None,
     kubeconfig: str | None,
@@ -129,6 +143,15 @@ def _serve(
     server = HttpServer(
         create_app(scorer, policy_status=watcher.status), options.host, options.port
     )
+    status_writer = None
+    if isinstance(watcher, PolicyResourceWatcher) and not options.dry_run:
+        status_writer = PolicyStatusWriter(
+            KubeJson(make_api_client(kubeconfig)),
+            watcher,
+            is_leader=(lambda: elector.is_leader) if elector is not None else (lambda: True),
+        )
+        if elector is not None:
+            elector.on_change(status_writer.on_leadership)
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: Any) -> None:
@@ -142,6 +165,8 @@ def _serve(
         # One round before the first cycle, so a lone replica writes from its first cycle on.
         elector.try_acquire_or_renew()
         elector.start()
+    if status_writer is not None:
+        status_writer.start()
     nodes.start()
     pods.start()
     unbound.start()
@@ -158,6 +183,8 @@ def _serve(
         nodes.stop()
         if elector is not None:
             elector.stop(release=True)
+        if status_writer is not None:
+            status_writer.stop()
         watcher.stop()
         server.stop()
         scorer.close()

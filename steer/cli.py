@@ -12,15 +12,19 @@ import importlib
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 import yaml
 
 from steer import __version__
+from steer.adapters.kube import add_kubeconfig_flag
 from steer.adapters.policy_file import load_policy_file
 from steer.core.admission_policy import admission_policies
 from steer.core.admission_policy.node_writes import scorer_username
 from steer.core.admission_policy.security import DEFAULT_NAME, security_taints
-from steer.core.policy import PolicyError
+from steer.core.policy import KIND, PolicyError, PolicyIssue, parse_policy
+from steer.core.policy.crd import API_VERSION, CRD_NAME, crd_manifest
 
 # Modules that add subcommands; each exposes `register(subparsers)`.
 SUBCOMMAND_MODULES = ("scorer.cli", "webhook.cli", "certs.cli", "steer.descheduler_cli")
@@ -104,6 +108,105 @@ def _cmd_policy_admission_policy(args: argparse.Namespace) -> int:
     return 0
 
 
+CRD_FILE = "manifests/crd/steeringpolicies.yaml"
+
+
+def crd_yaml() -> str:
+    """What `steer policy crd` prints, and what manifests/crd/steeringpolicies.yaml holds."""
+    header = (
+        f"# The CustomResourceDefinition {CRD_NAME}, generated from the policy model.\n"
+        f"# Regenerate with `steer policy crd > {CRD_FILE}`; do not edit by hand.\n"
+    )
+    return header + yaml.safe_dump(crd_manifest(), sort_keys=False, width=100)
+
+
+def _cmd_policy_crd(args: argparse.Namespace) -> int:
+    sys.stdout.write(crd_yaml())
+    return 0
+
+
+def migrated_object(text: str, name: str | None) -> dict[str, Any]:
+    """The SteeringPolicy object of a policy document (`PolicyError` if it is not a valid
+    policy): its spec as written, not with the defaults filled in, under the object name
+    `name` (default: the document's `metadata.name`)."""
+    policy = parse_policy(text)
+    raw = yaml.safe_load(text)
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        # The name only: the output is a policy file too (`steer policy validate` and
+        # `admission-policy -f` read it).
+        "metadata": {"name": name or policy.name},
+        "spec": raw["spec"],
+    }
+
+
+def _configmap_policy(ref: str, key: str | None, kubeconfig: str | None) -> tuple[str, str]:
+    """(where, text) of the policy in ConfigMap NS/NAME."""
+    from steer.adapters.kube import make_api_client
+    from steer.adapters.kubejson import KubeJson
+
+    namespace, sep, name = ref.partition("/")
+    if not sep or not namespace or not name:
+        raise PolicyError(
+            [PolicyIssue("", f"--from-configmap: expected NAMESPACE/NAME, got {ref!r}")]
+        )
+    kube = KubeJson(make_api_client(kubeconfig))
+    cm = kube.request("GET", f"/api/v1/namespaces/{namespace}/configmaps/{name}")
+    data = cm.get("data") or {}
+    if key is None:
+        key = "policy.yaml" if "policy.yaml" in data or len(data) != 1 else next(iter(data))
+    if key not in data:
+        keys = ", ".join(sorted(data)) or "none"
+        raise PolicyError(
+            [
+                PolicyIssue(
+                    "", f"ConfigMap {ref} has no key {key!r} (keys: {keys}); name it with --key"
+                )
+            ]
+        )
+    return f"ConfigMap {ref} key {key}", str(data[key])
+
+
+def _cmd_policy_migrate(args: argparse.Namespace) -> int:
+    from steer.adapters.kube import KubeConfigError, make_api_client
+    from steer.adapters.kubejson import KubeApiError, KubeJson
+    from steer.adapters.policy_resource import object_path
+
+    try:
+        if args.from_file:
+            where, text = args.from_file, Path(args.from_file).read_text(encoding="utf-8")
+        else:
+            where, text = _configmap_policy(args.from_configmap, args.key, args.kubeconfig)
+    except (OSError, KubeApiError, KubeConfigError, PolicyError) as exc:
+        print(f"steer policy migrate: {exc}", file=sys.stderr)
+        return 2
+    try:
+        obj = migrated_object(text, args.name)
+    except PolicyError as exc:
+        _print_policy_errors(where, exc)
+        return 1
+    if not args.apply:
+        sys.stdout.write(f"# SteeringPolicy from {where}\n")
+        sys.stdout.write(yaml.safe_dump(obj, sort_keys=False, width=1_000_000))
+        return 0
+    name = str(obj["metadata"]["name"])
+    try:
+        kube = KubeJson(make_api_client(args.kubeconfig))
+        kube.request(
+            "PATCH",
+            object_path(name),
+            query={"fieldManager": "steer-policy-migrate", "fieldValidation": "Strict"},
+            body=obj,
+            content_type="application/apply-patch+yaml",
+        )
+    except (KubeApiError, KubeConfigError) as exc:
+        print(f"steer policy migrate: {exc}", file=sys.stderr)
+        return 2
+    print(f"steeringpolicy.{API_VERSION.split('/')[0]}/{name} applied from {where}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="steer",
@@ -162,6 +265,36 @@ def build_parser() -> argparse.ArgumentParser:
         help="an earlier labelPrefix whose keys the scorer still retires (repeatable)",
     )
     admission.set_defaults(func=_cmd_policy_admission_policy)
+    crd = policy_sub.add_parser(
+        "crd",
+        help="print the SteeringPolicy CustomResourceDefinition (schema from the policy model)",
+        description=f"Print, as YAML for `kubectl apply -f -`, the CustomResourceDefinition "
+        f"{CRD_NAME}: a structural schema generated from the policy model, so the apiserver "
+        f"refuses a wrong field with its path; checks across the document stay in the services, "
+        f"which report them in the object's status. {CRD_FILE} is its output.",
+    )
+    crd.set_defaults(func=_cmd_policy_crd)
+    migrate = policy_sub.add_parser(
+        "migrate",
+        help="turn a policy ConfigMap (or file) into a SteeringPolicy object; print or apply it",
+        description="Read the policy from a ConfigMap (or a file), validate it, and print the "
+        "SteeringPolicy object with the same spec (YAML comments are not carried over), or "
+        "apply it with --apply (server-side apply, strict field validation). Then point both "
+        "services at it with --policy-resource NAME.",
+    )
+    origin = migrate.add_mutually_exclusive_group(required=True)
+    origin.add_argument("--from-configmap", metavar="NAMESPACE/NAME", help="the policy ConfigMap")
+    origin.add_argument("--from-file", metavar="FILE", help="a policy YAML file")
+    migrate.add_argument(
+        "--key",
+        help="the ConfigMap key holding the policy (default: policy.yaml, or its only key)",
+    )
+    migrate.add_argument("--name", help="the object's name (default: the policy's metadata.name)")
+    migrate.add_argument(
+        "--apply", action="store_true", help="apply it to the cluster instead of printing it"
+    )
+    add_kubeconfig_flag(migrate)
+    migrate.set_defaults(func=_cmd_policy_migrate)
 
     for module_name in SUBCOMMAND_MODULES:
         try:

@@ -91,8 +91,14 @@ def test_deployment_is_replicated_budgeted_and_least_privileged() -> None:
     pdb = found["PodDisruptionBudget/steer-webhook"]
     assert pdb["spec"]["minAvailable"] == 1
     assert pdb["spec"]["selector"] == deployment["spec"]["selector"]
+    # Read only: the scorer writes the SteeringPolicy's status, the webhook never writes.
     assert found["ClusterRole/steer-webhook"]["rules"] == [
-        {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]}
+        {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]},
+        {
+            "apiGroups": ["kube-steer.github.io"],
+            "resources": ["steeringpolicies"],
+            "verbs": ["get", "list", "watch"],
+        },
     ]
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     args = container["args"]

@@ -36,7 +36,14 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    serve.add_argument("--policy", required=True, metavar="FILE", help="SteeringPolicy YAML file")
+    source = serve.add_mutually_exclusive_group(required=True)
+    source.add_argument("--policy", metavar="FILE", help="SteeringPolicy YAML file")
+    source.add_argument(
+        "--policy-resource",
+        metavar="NAME",
+        help="the cluster-scoped SteeringPolicy object NAME instead of a file (each worker "
+        "watches it; a bad edit keeps the last good policy)",
+    )
     serve.add_argument("--cert", required=True, metavar="FILE", help="serving certificate (PEM)")
     serve.add_argument("--key", required=True, metavar="FILE", help="private key of --cert (PEM)")
     serve.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT", help="TLS address")
@@ -51,8 +58,8 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     serve.add_argument(
         "--kubeconfig",
         metavar="FILE",
-        help="kubeconfig for the namespace watch (default: in-cluster service account, then "
-        "$KUBECONFIG, then ~/.kube/config)",
+        help="kubeconfig for the namespace and SteeringPolicy watches (default: in-cluster "
+        "service account, then $KUBECONFIG, then ~/.kube/config)",
     )
     serve.add_argument(
         "--workers", type=int, default=2, metavar="N", help="gunicorn worker processes"
@@ -106,7 +113,8 @@ def _serve(args: argparse.Namespace) -> int:
 
     configure_logging(args.log_level, args.log_format)
     options = WebhookOptions(
-        policy_file=args.policy,
+        policy_file=args.policy or "",
+        policy_resource=args.policy_resource,
         server=ServerSettings(
             listen=args.listen,
             cert_file=args.cert,
@@ -126,7 +134,8 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         serve_webhook(options)
     except PolicyError as exc:
-        print(f"{args.policy}: invalid policy:", file=sys.stderr)
+        where = args.policy or f"SteeringPolicy {args.policy_resource}"
+        print(f"{where}: invalid policy:", file=sys.stderr)
         for issue in exc.issues:
             print(f"  {issue}", file=sys.stderr)
         return 2

@@ -46,7 +46,8 @@ Endpoint = Literal["mutate", "validate", "validate-security"]
 
 
 class PolicySource(Protocol):
-    """The hot-reload helper's surface (`steer.adapters.policy_file.PolicyWatcher`)."""
+    """The hot-reload helpers' surface (`steer.adapters.policy_file.PolicyWatcher`,
+    `steer.adapters.policy_resource.PolicyResourceWatcher`)."""
 
     @property
     def current(self) -> Policy: ...

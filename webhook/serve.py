@@ -290,6 +290,8 @@ def prepare_multiprocess_metrics() -> str:
 class WebhookOptions:
     policy_file: str
     server: ServerSettings
+    # The SteeringPolicy object to watch instead of `policy_file` (`--policy-resource NAME`).
+    policy_resource: str | None = None
     metrics_listen: str | None = DEFAULT_METRICS_LISTEN
     kubeconfig: str | None = None
     namespace_sync_timeout: float = 10.0
@@ -299,11 +301,19 @@ class WebhookOptions:
 def serve_webhook(options: WebhookOptions) -> None:
     """Check everything that can be checked up front, then serve until SIGTERM/SIGINT."""
     from steer.adapters.kube import make_api_client
+    from steer.adapters.kubejson import KubeJson
     from steer.adapters.policy_file import load_policy_file
+    from steer.adapters.policy_resource import fetch_policy_object, parse_policy_object
 
     options.server.check()
-    load_policy_file(options.policy_file)  # PolicyError names every problem
-    make_api_client(options.kubeconfig)  # KubeConfigError says where credentials were sought
+    # PolicyError names every problem (or the object that is missing); KubeConfigError says
+    # where credentials were sought. A file is judged before credentials are looked for.
+    if not options.policy_resource:
+        load_policy_file(options.policy_file)
+    api = make_api_client(options.kubeconfig)
+    if options.policy_resource:
+        parse_policy_object(fetch_policy_object(KubeJson(api), options.policy_resource))
+    api.close()
     metrics_addr = (
         metrics_address(options.server.listen, options.metrics_listen)
         if options.metrics_listen
@@ -355,12 +365,17 @@ def build_worker_app(options: WebhookOptions, reloader: CertReloader) -> WSGIApp
     """Everything one worker needs, started after the fork: policy reload, namespace watch."""
     from steer.adapters.kube import make_api_client
     from steer.adapters.policy_file import PolicyWatcher
+    from steer.adapters.policy_resource import PolicyResourceWatcher
     from webhook.app import create_app
     from webhook.handler import AdmissionHandler, start_status_pump
     from webhook.metrics import WebhookMetrics
     from webhook.namespaces import NamespaceCache
 
-    policy = PolicyWatcher(options.policy_file)
+    policy: PolicyWatcher | PolicyResourceWatcher = (
+        PolicyResourceWatcher(make_api_client(options.kubeconfig), options.policy_resource)
+        if options.policy_resource
+        else PolicyWatcher(options.policy_file)
+    )
     policy.start()
     cache = NamespaceCache(
         lambda: make_api_client(options.kubeconfig), watch_seconds=options.watch_seconds

@@ -68,33 +68,19 @@ class ReloadStatus:
     last_error: str | None
 
 
-class PolicyWatcher:
-    """Keeps the current policy of one file; `current` is swapped atomically on a good change."""
+class PolicyKeeper:
+    """The policy in force and who hears of a change: what every policy source shares (this
+    file's `PolicyWatcher`, the SteeringPolicy resource's `PolicyResourceWatcher`).
+    `current` is swapped atomically on a good change; a bad one is counted and logged once
+    and never replaces it."""
 
-    def __init__(self, path: str, *, interval_seconds: float = 2.0) -> None:
-        self.path = path
-        self.interval_seconds = interval_seconds
+    def __init__(self, first: Policy) -> None:
         self._lock = threading.Lock()
         self._listeners: list[Listener] = []
         self._error_listeners: list[ErrorListener] = []
-        self._poller = Periodic(
-            "policy-reload",
-            interval_seconds,
-            self.check,
-            at_once=False,
-            # Whatever a file does (a nesting too deep, an unreadable mount), the next valid
-            # edit is served.
-            on_error=lambda exc: self._failed(
-                f"policy file {self.path!r} could not be loaded: {exc!r}", None
-            ),
-        )
         self.reload_errors = 0
         self.last_error: str | None = None
-        self._last_seen_digest: str | None = None
-        # The first load must succeed: a service that starts without a valid policy has
-        # nothing to serve, and saying so at start-up beats serving defaults silently.
-        self._current = load_policy_file(path)
-        self._last_seen_digest = self._current.digest
+        self._current = first
         self.loaded_at = time.time()
 
     @property
@@ -113,6 +99,71 @@ class PolicyWatcher:
         with self._lock:
             self._error_listeners.append(listener)
 
+    def _swap(self, policy: Policy) -> None:
+        with self._lock:
+            self._current = policy
+            self.loaded_at = time.time()
+            self.last_error = None
+            listeners = list(self._listeners)
+        log.info("policy reloaded: %s", policy.version)
+        for listener in listeners:
+            try:
+                listener(policy)
+            except Exception:  # one broken consumer must not stop the others from updating
+                log.exception("policy listener failed for %s", policy.version)
+
+    def _reject(self, message: str) -> None:
+        with self._lock:
+            # Count each bad content (or unreadable state) once, not once per poll.
+            new = message != self.last_error
+            if new:
+                self.reload_errors += 1
+                log.error("policy not reloaded, keeping %s:\n%s", self._current.version, message)
+            self.last_error = message
+            listeners = list(self._error_listeners) if new else []
+        for listener in listeners:
+            try:
+                listener(message)
+            except Exception:
+                log.exception("policy reload-error listener failed")
+
+    def _clear_error(self) -> None:
+        with self._lock:
+            self.last_error = None
+
+    def status(self) -> ReloadStatus:
+        with self._lock:
+            return ReloadStatus(
+                version=self._current.version,
+                digest=self._current.digest,
+                loaded_at=self.loaded_at,
+                reload_errors=self.reload_errors,
+                last_error=self.last_error,
+            )
+
+
+class PolicyWatcher(PolicyKeeper):
+    """Keeps the current policy of one file."""
+
+    def __init__(self, path: str, *, interval_seconds: float = 2.0) -> None:
+        self.path = path
+        self.interval_seconds = interval_seconds
+        # The first load must succeed: a service that starts without a valid policy has
+        # nothing to serve, and saying so at start-up beats serving defaults silently.
+        super().__init__(load_policy_file(path))
+        self._last_seen_digest: str | None = self._current.digest
+        self._poller = Periodic(
+            "policy-reload",
+            interval_seconds,
+            self.check,
+            at_once=False,
+            # Whatever a file does (a nesting too deep, an unreadable mount), the next valid
+            # edit is served.
+            on_error=lambda exc: self._failed(
+                f"policy file {self.path!r} could not be loaded: {exc!r}", None
+            ),
+        )
+
     def check(self) -> bool:
         """Re-read the file once; True when a new policy was swapped in."""
         try:
@@ -130,54 +181,21 @@ class PolicyWatcher:
             if digest == self._current.digest and self.last_error is not None:
                 # The file is back to the policy in force (after a delete or a bad edit
                 # reverted): the error no longer describes the file.
-                with self._lock:
-                    self.last_error = None
+                self._clear_error()
             return False
         try:
             policy = parse_policy(data)
         except PolicyError as exc:
             return self._failed(str(exc), digest)
-        with self._lock:
-            self._current = policy
-            self._last_seen_digest = digest
-            self.loaded_at = time.time()
-            self.last_error = None
-            listeners = list(self._listeners)
-        log.info("policy reloaded: %s", policy.version)
-        for listener in listeners:
-            try:
-                listener(policy)
-            except Exception:  # one broken consumer must not stop the others from updating
-                log.exception("policy listener failed for %s", policy.version)
+        self._last_seen_digest = digest
+        self._swap(policy)
         return True
 
     def _failed(self, message: str, digest: str | None) -> bool:
-        with self._lock:
-            # Count each bad content (or unreadable state) once, not once per poll.
-            new = message != self.last_error
-            if new:
-                self.reload_errors += 1
-                log.error("policy not reloaded, keeping %s:\n%s", self._current.version, message)
-            if digest is not None:
-                self._last_seen_digest = digest
-            self.last_error = message
-            listeners = list(self._error_listeners) if new else []
-        for listener in listeners:
-            try:
-                listener(message)
-            except Exception:
-                log.exception("policy reload-error listener failed")
+        if digest is not None:
+            self._last_seen_digest = digest
+        self._reject(message)
         return False
-
-    def status(self) -> ReloadStatus:
-        with self._lock:
-            return ReloadStatus(
-                version=self._current.version,
-                digest=self._current.digest,
-                loaded_at=self.loaded_at,
-                reload_errors=self.reload_errors,
-                last_error=self.last_error,
-            )
 
     def start(self) -> None:
         self._poller.start()

@@ -232,6 +232,7 @@ class Access:
 
 
 COORD = "coordination.k8s.io"
+STEER = "kube-steer.github.io"
 # What each service's code does with the API (scorer/writer.py, bindings.py, leader.py;
 # webhook/namespaces.py), and what neither may do.
 SCORER_MAY = [
@@ -250,8 +251,12 @@ SCORER_MAY = [
     Access("create", "leases", namespace=NS, group=COORD),
     Access("get", "leases", namespace=NS, group=COORD, name="steer-scorer"),
     Access("update", "leases", namespace=NS, group=COORD, name="steer-scorer"),
+    Access("patch", "steeringpolicies", subresource="status", group=STEER),
 ]
-WEBHOOK_MAY = [Access("list", "namespaces"), Access("watch", "namespaces")]
+# Both read the SteeringPolicy (`--policy-resource`); only the scorer writes its status.
+POLICY_READ = [Access(verb, "steeringpolicies", group=STEER) for verb in ("get", "list", "watch")]
+SCORER_MAY += POLICY_READ
+WEBHOOK_MAY = [Access("list", "namespaces"), Access("watch", "namespaces"), *POLICY_READ]
 NOBODY_MAY = [
     Access("get", "secrets", namespace=NS),
     Access("list", "secrets"),
@@ -265,6 +270,10 @@ NOBODY_MAY = [
     Access("patch", "namespaces"),
     Access("update", "leases", namespace=NS, group=COORD, name="kube-scheduler"),
     Access("patch", "mutatingwebhookconfigurations", group="admissionregistration.k8s.io"),
+    Access("patch", "steeringpolicies", group=STEER),
+    Access("update", "steeringpolicies", group=STEER),
+    Access("create", "steeringpolicies", group=STEER),
+    Access("delete", "steeringpolicies", group=STEER),
 ]
 
 

@@ -4,10 +4,13 @@ constrained number types the fields use."""
 from __future__ import annotations
 
 import math
-from typing import Annotated
+from dataclasses import dataclass
+from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, ConfigDict, GetJsonSchemaHandler
 from pydantic.alias_generators import to_camel
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
 
 class PolicyModel(BaseModel):
@@ -22,6 +25,29 @@ class PolicyModel(BaseModel):
 def fmt(value: float) -> str:
     """A number as a policy author wrote it: `30`, not `30.0`."""
     return str(int(value)) if float(value).is_integer() else str(value)
+
+
+@dataclass(frozen=True)
+class JsonBounds:
+    """What a check below allows, said in the JSON schema too (`minimum`, `maximum`, `enum`),
+    so the SteeringPolicy CRD's schema (steer/core/policy/crd.py) refuses it in the apiserver.
+    The check itself stays the validator's, with its own message."""
+
+    minimum: float | None = None
+    maximum: float | None = None
+    enum: tuple[int, ...] = ()
+
+    def __get_pydantic_json_schema__(
+        self, schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        out: dict[str, Any] = handler(schema)
+        if self.minimum is not None:
+            out["minimum"] = self.minimum
+        if self.maximum is not None:
+            out["maximum"] = self.maximum
+        if self.enum:
+            out["enum"] = list(self.enum)
+        return out
 
 
 def _between(lo: float, hi: float) -> AfterValidator:
@@ -57,17 +83,18 @@ def _step(value: int) -> int:
 
 
 Finite = Annotated[float, AfterValidator(_finite)]
-Percent = Annotated[float, AfterValidator(_finite), _between(0, 100)]
-PositiveSeconds = Annotated[float, AfterValidator(_finite), _at_least(0.001)]
-NonNegative = Annotated[float, AfterValidator(_finite), _at_least(0)]
-Cycles = Annotated[int, _between(1, 1000)]
-Weight = Annotated[float, AfterValidator(_finite), _between(0, 1000)]
-Hysteresis = Annotated[float, _between(0, 49)]
-Step = Annotated[int, AfterValidator(_step)]
-WriteQps = Annotated[float, _between(0.1, 1000)]
-WriteBurst = Annotated[int, _between(1, 1000)]
-MaxSkew = Annotated[int, _between(1, 1000)]
-HotPenalty = Annotated[float, _between(0, 100)]
-HotWindow = Annotated[float, _between(0, 3600)]
-EvictionCap = Annotated[int, _between(1, 10_000)]
-AgeSeconds = Annotated[int, _between(0, 30 * 24 * 3600)]
+Percent = Annotated[float, AfterValidator(_finite), _between(0, 100), JsonBounds(0, 100)]
+PositiveSeconds = Annotated[float, AfterValidator(_finite), _at_least(0.001), JsonBounds(0.001)]
+NonNegative = Annotated[float, AfterValidator(_finite), _at_least(0), JsonBounds(0)]
+Cycles = Annotated[int, _between(1, 1000), JsonBounds(1, 1000)]
+Weight = Annotated[float, AfterValidator(_finite), _between(0, 1000), JsonBounds(0, 1000)]
+Hysteresis = Annotated[float, _between(0, 49), JsonBounds(0, 49)]
+STEPS = (1, 2, 4, 5, 10, 20, 25, 50, 100)  # what divides 100
+Step = Annotated[int, AfterValidator(_step), JsonBounds(enum=STEPS)]
+WriteQps = Annotated[float, _between(0.1, 1000), JsonBounds(0.1, 1000)]
+WriteBurst = Annotated[int, _between(1, 1000), JsonBounds(1, 1000)]
+MaxSkew = Annotated[int, _between(1, 1000), JsonBounds(1, 1000)]
+HotPenalty = Annotated[float, _between(0, 100), JsonBounds(0, 100)]
+HotWindow = Annotated[float, _between(0, 3600), JsonBounds(0, 3600)]
+EvictionCap = Annotated[int, _between(1, 10_000), JsonBounds(1, 10_000)]
+AgeSeconds = Annotated[int, _between(0, 30 * 24 * 3600), JsonBounds(0, 30 * 24 * 3600)]
