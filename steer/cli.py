@@ -184,7 +184,7 @@ def _cmd_policy_migrate(args: argparse.Namespace) -> int:
     try:
         obj = migrated_object(text, args.name)
     except PolicyError as exc:
-        _print_policy_errors(where, exc)
+        print_policy_errors(where, exc)
         return 1
     if not args.apply:
         sys.stdout.write(f"# SteeringPolicy from {where}\n")

@@ -58,8 +58,10 @@ def set_flags(values: Mapping[str, str]) -> list[str]:
 
 
 def helm_template(*args: str, values: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
-    """`helm template` of the chart, with `values` as --set KEY=VALUE."""
-    done = run("helm", "template", RELEASE, str(CHART), *set_flags(values or {}), *args)
+    """`helm template` of the chart (its crds/ included), with `values` as --set KEY=VALUE."""
+    done = run(
+        "helm", "template", RELEASE, str(CHART), "--include-crds", *set_flags(values or {}), *args
+    )
     return parse(done.stdout)
 
 
