@@ -3,15 +3,21 @@ model, consolidation (an "active" term, no hot-node penalty) and drain candidate
 
 from __future__ import annotations
 
+from kubernetes import client
+
+from kits.apistub import ApiStub
+from kits.apistub.synthetic import synthetic_node
 from scorer.explain.nodes import detail_view
 from scorer.explain.render import node_text
 from scorer.explain.view import Served
+from scorer.kubeapi import KubeJson
 from scorer.ledger import BoundPod
 from scorer.model import NodeState
-from scorer.plan import DataStatus, ScorerMemory, plan_cycle
+from scorer.plan import CyclePlan, DataStatus, ScorerMemory, plan_cycle
 from scorer.plan.drain import DrainNode, drain_candidates
+from scorer.writer import NodeApi, NodeWriter, RateLimiter
 from steer.core.budget import PodUsage
-from steer.core.policy import parse_policy
+from steer.core.policy import Policy, parse_policy
 from steer.core.steering import owned_label_keys
 from tests.scorer_support import apply_plan, readings_for
 
@@ -83,6 +89,18 @@ def pod(cores: float, gib: float = 2, *, movable: bool = True, **held: int) -> P
 
 def health(nodes: list[NodeState]) -> dict[str, dict[str, float]]:
     return {"health": {n.name: 1.0 for n in nodes}}
+
+
+def cycle(
+    nodes: list[NodeState],
+    pods: dict[str, list[PodUsage]],
+    memory: ScorerMemory | None = None,
+    at: float = T0,
+    policy: Policy = POLICY,
+) -> tuple[CyclePlan, ScorerMemory]:
+    """One full cycle with every node healthy and no Kepler series (the powerModel's watts)."""
+    readings = readings_for(policy, nodes, health(nodes), at)
+    return plan_cycle(policy, nodes, readings, memory or ScorerMemory(), at, pod_usages=pods)
 
 
 def test_the_power_model_covers_nodes_without_a_measurement_and_a_measurement_wins() -> None:
@@ -168,14 +186,7 @@ def test_a_node_whose_pods_fit_on_cheaper_active_nodes_is_marked_with_the_number
         "l2": [pod(8)],  # 8 cores: no room left on the efficient active nodes
         # e3 is idle: never a target (waking it is what draining avoids)
     }
-    plan, memory = plan_cycle(
-        POLICY,
-        cluster,
-        readings_for(POLICY, cluster, health(cluster), T0),
-        ScorerMemory(),
-        T0,
-        pod_usages=pods,
-    )
+    plan, memory = cycle(cluster, pods)
     marked = {p.node: p.drain_reason for p in plan.nodes if p.drain_reason}
     assert list(marked) == ["l1"]
     assert marked["l1"] == (
@@ -200,14 +211,7 @@ def test_a_node_whose_pods_fit_on_cheaper_active_nodes_is_marked_with_the_number
 
     # The pods moved away: the next full cycle takes the mark and its reason off.
     moved = dict(pods, l1=[pod(1, movable=False)], e1=[pod(15)])
-    after, _ = plan_cycle(
-        POLICY,
-        written,
-        readings_for(POLICY, written, health(written), T0 + 30),
-        memory,
-        T0 + 30,
-        pod_usages=moved,
-    )
+    after, _ = cycle(written, moved, memory, at=T0 + 30)
     gone = after.node("l1")
     assert gone is not None and gone.drain_reason is None
     assert gone.label_changes[DRAIN] is None and gone.annotation_changes[REASON] is None
@@ -267,27 +271,38 @@ def test_daemonset_and_mirror_pods_are_not_movable_in_the_ledger() -> None:
 def test_turning_drain_candidates_off_removes_the_mark() -> None:
     cluster = [node("e1", "efficient"), node("l1", "legacy")]
     pods = {"e1": [pod(2)], "l1": [pod(2)]}
-    plan, memory = plan_cycle(
-        POLICY,
-        cluster,
-        readings_for(POLICY, cluster, health(cluster), T0),
-        ScorerMemory(),
-        T0,
-        pod_usages=pods,
-    )
+    plan, memory = cycle(cluster, pods)
     written = apply_plan(POLICY, cluster, plan)
     l1 = next(n for n in written if n.name == "l1")
     assert l1.labels[DRAIN] == "true" and REASON in l1.annotations
     off = parse_policy(ENERGY_POLICY.replace("enabled: true", "enabled: false"))
-    after, _ = plan_cycle(
-        off,
-        written,
-        readings_for(off, written, health(written), T0 + 30),
-        memory,
-        T0 + 30,
-        pod_usages=pods,
-    )
+    after, _ = cycle(written, pods, memory, at=T0 + 30, policy=off)
     gone = after.node("l1")
     assert gone is not None
     assert gone.label_changes.get(DRAIN, "kept") is None
     assert gone.annotation_changes[REASON] is None
+
+
+def test_the_mark_rides_on_the_nodes_one_label_write(
+    apistub: ApiStub, kube_client: client.ApiClient
+) -> None:
+    """No request of its own: the label and its reason go in the node's one merge patch, and a
+    cycle that changes nothing writes nothing."""
+    for name, kind in (("e1", "efficient"), ("l1", "legacy")):
+        apistub.add_node(synthetic_node(name, cpu="16", memory="64Gi", labels={TYPE: kind}))
+    api = NodeApi(KubeJson(kube_client))
+    nodes = api.list_nodes()
+    pods = {"e1": [pod(2)], "l1": [pod(2)]}
+    plan, memory = cycle(nodes, pods)
+    apistub.clear_requests()
+    NodeWriter(api, RateLimiter(1000, 1000), sleep=lambda _s: None).apply(POLICY, plan, nodes)
+    patches = [r for r in apistub.requests if r.method == "PATCH" and "/status" not in r.path]
+    assert len([r for r in patches if r.path.endswith("/l1")]) == 1
+    l1 = apistub.get("nodes", "l1")["metadata"]
+    assert l1["labels"][DRAIN] == "true"
+    assert l1["annotations"][REASON].startswith("its 1 movable pod (2 cores, 2 GiB requested)")
+    assert DRAIN not in apistub.get("nodes", "e1")["metadata"]["labels"]
+
+    nodes = api.list_nodes()
+    again, _ = cycle(nodes, pods, memory, at=T0 + 30)
+    assert not any(p.changed for p in again.nodes)

@@ -141,7 +141,8 @@ def drain_candidates(nodes: Iterable[DrainNode], min_saved_watts: float = 0.0) -
         pods_text = f"{len(pods)} movable pod{'s' if len(pods) != 1 else ''}"
         marked[cand.name] = (
             f"its {pods_text} ({_fmt(cores)} cores, {_fmt(memory)} GiB requested) "
-            f"fit on {len(used_targets)} active node{'s' if len(used_targets) != 1 else ''} "
+            f"{'fits' if len(pods) == 1 else 'fit'} on {len(used_targets)} active "
+            f"node{'s' if len(used_targets) != 1 else ''} "
             f"({', '.join(used_targets)}) at {span} W per busy core against {_fmt(cost)} W here; "
             f"emptying it saves about {_fmt(saved)} W ({idle_text})"
         )
