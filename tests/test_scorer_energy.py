@@ -181,7 +181,7 @@ def test_a_node_whose_pods_fit_on_cheaper_active_nodes_is_marked_with_the_number
     cluster += [node("l2", "legacy"), node("e3", "efficient")]
     pods = {
         "e1": [pod(10)],  # 6 cores free
-        "e2": [pod(12)],  # 4 cores free: the fuller target first takes the 3-core pod
+        "e2": [pod(12)],  # 4 cores free: the emptier e1 is tried first
         "l1": [pod(3, 4), pod(2, 2), pod(1, movable=False)],  # 5 movable cores
         "l2": [pod(8)],  # 8 cores: no room left on the efficient active nodes
         # e3 is idle: never a target (waking it is what draining avoids)
@@ -190,8 +190,8 @@ def test_a_node_whose_pods_fit_on_cheaper_active_nodes_is_marked_with_the_number
     marked = {p.node: p.drain_reason for p in plan.nodes if p.drain_reason}
     assert list(marked) == ["l1"]
     assert marked["l1"] == (
-        "its 2 movable pods (5 cores, 6 GiB requested) fit on 2 active nodes (e1, e2) at 5 W "
-        "per busy core against 10 W here; emptying it saves about 225 W (200 W idle)"
+        "its 2 movable pods (5 cores, 6 GiB requested) fit on 1 active node (e1) at 5 W per "
+        "busy core against 10 W here; emptying it saves about 225 W (200 W idle)"
     )
     l1 = plan.node("l1")
     assert l1 is not None
@@ -247,6 +247,19 @@ def test_drain_candidates_skip_what_must_stay() -> None:
     costly = DrainNode("c", watts_per_core=10.0, pods=[pod(2)], **base)  # type: ignore[arg-type]
     assert list(drain_candidates([target, costly], 200)) == ["c"]  # saves 200 + 2 x 5 W
     assert drain_candidates([target, costly], 300) == {}
+
+
+def test_at_most_max_candidates_are_marked_the_costliest_first() -> None:
+    base = dict(cpu_m=64000, memory=256 * GIB, idle_watts=200.0)
+    big = DrainNode("big", watts_per_core=5.0, pods=[pod(1)], **base)  # type: ignore[arg-type]
+    small = [
+        DrainNode(f"n{i:02d}", watts_per_core=12.0 if i >= 12 else 10.0, pods=[pod(1)], **base)  # type: ignore[arg-type]
+        for i in range(15)
+    ]
+    marked = drain_candidates([big, *small], 50, max_marked=10)
+    assert list(marked) == ["n12", "n13", "n14", *(f"n{i:02d}" for i in range(7))]
+    # From the policy: maxCandidates (default 10).
+    assert POLICY.spec.energy.drain_candidates.max_candidates == 10
 
 
 def test_daemonset_and_mirror_pods_are_not_movable_in_the_ledger() -> None:

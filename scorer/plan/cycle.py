@@ -73,7 +73,8 @@ def plan_drain(
                 pinned=pinned_resources(pods, policy.spec.resource_prefix),
             )
         )
-    return drain_candidates(drain_nodes, energy.drain_candidates.min_saved_watts)
+    marking = energy.drain_candidates
+    return drain_candidates(drain_nodes, marking.min_saved_watts, marking.max_candidates)
 
 
 def plan_cycle(

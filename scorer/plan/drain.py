@@ -8,14 +8,17 @@ cluster-autoscaler or a descheduler consolidation profile selecting `<prefix>dra
 acts on the mark; kube-steer evicts nothing. The scheduler still decides where each pod lands
 (spread, pools and gates are its to check), so the mark says "could", never "will".
 
-Greedy and deterministic: the costliest nodes are tried first, fewest cores first among equals,
-each pod (largest first) on the cheapest, fullest target that has room; a node that received
-pods in the plan is no candidate itself. Pure: no clock, no I/O.
+Greedy, deterministic and bounded: the costliest nodes are tried first (fewest cores first
+among equals), each pod (largest first) on the cheapest level of cost that has room, the
+emptiest node of a level first; a node that received pods in the plan is no candidate itself.
+At most `max_marked` nodes are marked and 5 tries made per mark, each pod looks at no more
+than 256 targets: about 0.1 s of CPU at 5,000 nodes. Pure: no clock, no I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import bisect
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from steer.core.budget import MIB, PodUsage
@@ -62,91 +65,151 @@ def _fmt(value: float) -> str:
     return f"{value:.1f}".rstrip("0").rstrip(".")
 
 
-def drain_candidates(nodes: Iterable[DrainNode], min_saved_watts: float = 0.0) -> dict[str, str]:
-    """Node name → why it could be emptied, in words, with the numbers."""
-    by_name = {n.name: n for n in nodes}
-    room: dict[str, list[int]] = {}
-    for n in by_name.values():
-        cpu, mem = n.used
-        room[n.name] = [n.cpu_m - cpu, n.memory - mem]
+# Bounds that keep a cycle cheap at 5,000 nodes: candidates tried per cycle (marked or not, per
+# mark allowed) and targets looked at per pod.
+TRIES_PER_MARK = 5
+PROBES_PER_POD = 256
+
+
+@dataclass
+class _Target:
+    node: DrainNode
+    used_cpu: int
+    free: list[int]  # millicores, bytes still free in this cycle's plan
+
+
+@dataclass(frozen=True)
+class _Level:
+    """The targets of one cost per core, fullest first (by cpu requested), with the negated
+    requests beside them for bisection."""
+
+    targets: tuple[_Target, ...]
+    neg_used: tuple[int, ...]
+
+
+def _levels(targets: Iterable[_Target]) -> dict[float, _Level]:
+    grouped: dict[float, list[_Target]] = {}
+    for t in targets:
+        grouped.setdefault(t.node.watts_per_core or 0.0, []).append(t)
+    out = {}
+    for cost, level in grouped.items():
+        level.sort(key=lambda t: (-t.used_cpu, t.node.name))
+        out[cost] = _Level(tuple(level), tuple(-t.used_cpu for t in level))
+    return out
+
+
+def _open_targets(levels: Mapping[float, _Level], cost: float, used_cpu: int) -> Iterator[_Target]:
+    """The targets a node of `cost` and `used_cpu` may drain into, cheapest level first and the
+    emptiest first within a level (the first that has room usually fits): every node of a
+    cheaper level, and of its own level those running more cores."""
+    for level_cost in sorted(c for c in levels if c <= cost):
+        level = levels[level_cost]
+        end = len(level.targets)
+        if level_cost == cost:
+            end = bisect.bisect_left(level.neg_used, -used_cpu)
+        for i in range(end - 1, -1, -1):
+            yield level.targets[i]
+
+
+def _first_fit(
+    pod: PodUsage,
+    targets: Iterable[_Target],
+    trial: dict[str, list[int]],
+    marked: Mapping[str, str],
+) -> _Target | None:
+    """The first of `targets` (at most PROBES_PER_POD looked at) with room for `pod` in this
+    plan (`trial`, which it updates), never a marked node."""
+    for probe, t in enumerate(targets):
+        if probe >= PROBES_PER_POD:
+            return None
+        name = t.node.name
+        if name in marked:
+            continue
+        free = trial.get(name, t.free)
+        if free[0] >= pod.request_cpu_m and free[1] >= pod.request_memory:
+            trial[name] = [free[0] - pod.request_cpu_m, free[1] - pod.request_memory]
+            return t
+    return None
+
+
+def drain_candidates(
+    nodes: Iterable[DrainNode], min_saved_watts: float = 0.0, max_marked: int = 10
+) -> dict[str, str]:
+    """Node name → why it could be emptied, in words, with the numbers; at most `max_marked`
+    nodes, the costliest per core first (fewest cores first among equals)."""
+    listed = list(nodes)
+    targets = {
+        n.name: _Target(n, n.used[0], [n.cpu_m - n.used[0], n.memory - n.used[1]])
+        for n in listed
+        if n.active and n.schedulable and n.watts_per_core is not None
+    }
+    levels = _levels(targets.values())
     received: set[str] = set()
     marked: dict[str, str] = {}
-
-    def eligible(n: DrainNode) -> bool:
-        return (
-            n.active
-            and n.schedulable
-            and not n.scale_down_disabled
-            and not n.pinned
-            and n.watts_per_core is not None
-        )
-
     candidates = sorted(
-        (n for n in by_name.values() if eligible(n)),
+        (
+            n
+            for n in listed
+            if n.name in targets and not n.scale_down_disabled and not n.pinned and n.movable
+        ),
         key=lambda n: (-(n.watts_per_core or 0.0), n.used[0], n.name),
     )
+    tries = 0
     for cand in candidates:
+        if len(marked) >= max_marked or tries >= TRIES_PER_MARK * max_marked:
+            break
         if cand.name in received:
             continue
+        tries += 1
         cost = cand.watts_per_core or 0.0
-        targets = sorted(
-            (
-                t
-                for t in by_name.values()
-                if t.name != cand.name
-                and t.name not in marked
-                and t.active
-                and t.schedulable
-                and t.watts_per_core is not None
-                and (
-                    t.watts_per_core < cost
-                    or (t.watts_per_core == cost and t.used[0] > cand.used[0])
-                )
-            ),
-            key=lambda t: (t.watts_per_core, -t.used[0], t.name),
-        )
-        trial = {t.name: list(room[t.name]) for t in targets}
-        placed: dict[str, str] = {}
         pods = sorted(cand.movable, key=lambda p: (-p.request_cpu_m, -p.request_memory))
-        for i, pod in enumerate(pods):
-            for t in targets:
-                free = trial[t.name]
-                if free[0] >= pod.request_cpu_m and free[1] >= pod.request_memory:
-                    free[0] -= pod.request_cpu_m
-                    free[1] -= pod.request_memory
-                    placed[str(i)] = t.name
-                    break
-            else:
+        trial: dict[str, list[int]] = {}  # free room of the targets this plan touched
+        placed: list[_Target] = []
+        for pod in pods:
+            target = _first_fit(
+                pod, _open_targets(levels, cost, targets[cand.name].used_cpu), trial, marked
+            )
+            if target is None:
                 break
+            placed.append(target)
         if len(placed) < len(pods):
             continue
-        used_targets = sorted(set(placed.values()))
-        cores = sum(p.request_cpu_m for p in pods) / 1000
-        memory = sum(p.request_memory for p in pods) / GIB
-        target_costs = [by_name[t].watts_per_core or 0.0 for t in used_targets]
         moved_saving = sum(
-            (cost - (by_name[placed[str(i)]].watts_per_core or 0.0)) * p.request_cpu_m / 1000
-            for i, p in enumerate(pods)
+            (cost - (t.node.watts_per_core or 0.0)) * p.request_cpu_m / 1000
+            for p, t in zip(pods, placed, strict=True)
         )
         idle = cand.idle_watts or 0.0
         saved = idle + moved_saving
         if saved < min_saved_watts:
             continue
-        for name in used_targets:
-            room[name] = trial[name]
+        for name, free in trial.items():
+            targets[name].free = free
             received.add(name)
-        lo, hi = min(target_costs), max(target_costs)
-        span = _fmt(lo) if lo == hi else f"{_fmt(lo)}-{_fmt(hi)}"
-        idle_text = f"{_fmt(idle)} W idle" if cand.idle_watts is not None else "idle watts unknown"
-        pods_text = f"{len(pods)} movable pod{'s' if len(pods) != 1 else ''}"
-        marked[cand.name] = (
-            f"its {pods_text} ({_fmt(cores)} cores, {_fmt(memory)} GiB requested) "
-            f"{'fits' if len(pods) == 1 else 'fit'} on {len(used_targets)} active "
-            f"node{'s' if len(used_targets) != 1 else ''} "
-            f"({', '.join(used_targets)}) at {span} W per busy core against {_fmt(cost)} W here; "
-            f"emptying it saves about {_fmt(saved)} W ({idle_text})"
-        )
+        marked[cand.name] = _reason(cand, pods, placed, saved)
     return marked
+
+
+def _reason(
+    cand: DrainNode, pods: Sequence[PodUsage], placed: Sequence[_Target], saved: float
+) -> str:
+    used_targets = sorted({t.node.name for t in placed})
+    costs = [t.node.watts_per_core or 0.0 for t in placed]
+    cores = sum(p.request_cpu_m for p in pods) / 1000
+    memory = sum(p.request_memory for p in pods) / GIB
+    lo, hi = min(costs), max(costs)
+    span = _fmt(lo) if lo == hi else f"{_fmt(lo)}-{_fmt(hi)}"
+    idle_text = (
+        f"{_fmt(cand.idle_watts)} W idle" if cand.idle_watts is not None else "idle watts unknown"
+    )
+    pods_text = f"{len(pods)} movable pod{'s' if len(pods) != 1 else ''}"
+    return (
+        f"its {pods_text} ({_fmt(cores)} cores, {_fmt(memory)} GiB requested) "
+        f"{'fits' if len(pods) == 1 else 'fit'} on {len(used_targets)} active "
+        f"node{'s' if len(used_targets) != 1 else ''} "
+        f"({', '.join(used_targets)}) at {span} W per busy core against "
+        f"{_fmt(cand.watts_per_core or 0.0)} W here; "
+        f"emptying it saves about {_fmt(saved)} W ({idle_text})"
+    )
 
 
 def pinned_resources(pods: Sequence[PodUsage], own_prefix: str) -> tuple[str, ...]:

@@ -18,7 +18,7 @@ nodes whose movable pods fit on active nodes at least as efficient (scorer/plan/
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 from pydantic import Field
 
@@ -63,10 +63,13 @@ class Consolidation(PolicyModel):
 class DrainCandidates(PolicyModel):
     """Mark nodes whose movable pods (all but DaemonSet and mirror pods) fit, by their cpu and
     memory requests, on active nodes whose cores cost no more. `minSavedWatts`: only when
-    emptying the node would save at least this (its idle watts plus what its cores would save)."""
+    emptying the node would save at least this (its idle watts plus what its cores would save).
+    `maxCandidates`: at most this many nodes at a time, the costliest first (emptying a few
+    nodes at once is what a descheduler or an autoscaler acts on; the search stays cheap)."""
 
     enabled: bool = False
     min_saved_watts: Finite = 0.0
+    max_candidates: Annotated[int, Field(ge=1, le=1000)] = 10
 
 
 class Energy(PolicyModel):
