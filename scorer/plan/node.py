@@ -54,11 +54,13 @@ def plan_node(
             if class_name in layout.packing or consolidating
             else hot_pods * layout.penalty_per_pod
         )
-        scores = usable
-        if consolidating and active is not None and composite(usable, weights) is not None:
-            scores = {**usable, ACTIVE_TERM: 100.0 if active else 0.0}
-            weights = {**weights, ACTIVE_TERM: layout.consolidation_weight}
-        value = composite(scores, weights)
+        value = composite(usable, weights)
+        if consolidating and active is not None and value is not None:
+            # "Runs pods" beside the dimensions: only where the node has a composite at all.
+            value = composite(
+                {**usable, ACTIVE_TERM: 100.0 if active else 0.0},
+                {**weights, ACTIVE_TERM: layout.consolidation_weight},
+            )
         label = None
         penalised = None
         if value is not None:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Annotated
 from pydantic import Field
 
 from steer.core.k8s_names import label_key_errors
+from steer.core.policy.dimensions import Direction
 from steer.core.policy.fields import Finite, NonNegative, PolicyModel, Weight, fmt
 from steer.core.policy.issues import PolicyIssue
 
@@ -99,7 +100,7 @@ class Energy(PolicyModel):
             dim = dims.get(name)
             if dim is None:
                 yield PolicyIssue(field, f"unknown dimension {name!r}; known: {sorted(dims)}")
-            elif dim.direction != "lowerIsBetter":
+            elif dim.direction is not Direction.LOWER_IS_BETTER:
                 yield PolicyIssue(
                     field,
                     f"dimension {name!r} measures watts, so it needs direction: lowerIsBetter, "
