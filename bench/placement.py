@@ -5,6 +5,7 @@ kube-apiserver + kube-scheduler + kube-controller-manager v1.36.2 and a real Pro
     .venv/bin/python bench/placement.py                       # 3 runs of stock and steered, ~5 min
     .venv/bin/python bench/placement.py --modes stock,steered,audit   # and audit mode, ~8 min
     .venv/bin/python bench/placement.py --runs 1 --modes steered --seed 7 --rate 8
+    .venv/bin/python bench/placement.py --scenario energy     # energy at equal work, ~4 min
 
 Not a test: it asserts nothing, it measures, and it reports what it measures. The scoreboard is
 printed as markdown on stdout (one row per run, then min / median / max per mode, then each
@@ -31,14 +32,17 @@ same state, rebuilt from scratch:
   See PREEXISTING.
 - **Power model** (kits.simulated_cluster.PowerModel): a node draws idle watts (CPU nodes 150,
   GPU nodes 800) + 6 W per requested CPU core of its bound pods + 300 W per GPU times its busy
-  share (1 when allocated to a pod; the external utilisation, 0.95, on the two hot nodes).
+  share (1 when allocated to a pod; the external utilisation, 0.95, on the two hot nodes). Nodes
+  carry `node.kubernetes.io/instance-type` (`cpu-16`, `cpu-32`, `gpu-8x`), which the example
+  policy's `energy.powerModel` lists with the same watts.
 - **Exporter** (kits.simulated_cluster, steered and audit modes only): lists nodes and pods
   every 1 s and serves DCGM (GPUs given to bound pods: 85 % util, 60,000 MiB used), Kepler 0.7
-  platform joules integrating the power model, kube-state-metrics allocatable and per-container
-  requests/limits with the `node` label, and blackbox `probe_success{job="node-health"}`. A
+  platform joules integrating the power model (and package joules: its dynamic CPU part),
+  kube-state-metrics allocatable and per-container requests/limits with the `node` label, and blackbox `probe_success{job="node-health"}`. A
   fresh real Prometheus scrapes it every 1 s (honor_labels). Before the trace, every query of the policy
-  is run and must return a value for the nodes it should cover (GPU dimensions: 6 nodes; power
-  and health: 16; overcommit: the 9 nodes with pods).
+  is run and must return a value for the nodes it should cover (GPU dimensions: 6 nodes; power,
+  idle-power and health: 16; overcommit and core-power: the 9 nodes with pods, the others get
+  their watts per core from the policy's powerModel).
 - **The trace** (seeded; the same for both modes): arrivals at `--rate` per second (exponential
   gaps, default 4/s), ~85 arrivals = 96 pods in ~21 s, i.e. well inside one 30 s scoring
   interval. Every pod sets cpu and memory requests and limits.
@@ -55,6 +59,15 @@ same state, rebuilt from scratch:
     Guaranteed), pod label `order-chain: checkout` (so the policy's zone and hostname spread
     rules apply; the pods carry `pod-template-hash`), created at ~30 % of the trace; the
     controller manager creates its pods.
+
+Scenario `energy` (`--scenario energy`): energy at equal work. 24 CPU nodes of 16 cores /
+64 GiB, 8 per zone, no GPUs, no pre-existing pods: `eff-1..12` (`cpu-efficient`: 120 W idle,
+5 W per busy core) and `leg-1..12` (`cpu-legacy`: 220 W idle, 11 W per busy core), interleaved
+over the zones. The trace is the same generator without GPU jobs: 30 dept-a and 30 dept-b
+services and the 12-replica chain, 72 pods, 127.5 cores: the work fits on 8 of the 24 nodes,
+so both modes bind every pod and differ only in where. Its columns that count are `dyn W/core`
+and `empty` (the issue's goal: steered ≤ 0.8 x stock's dynamic watts per placed core, at least
+4 nodes empty), with every other goal of the table still held.
 
 Modes (`--modes`, default stock,steered; alternated run by run in the order given: stock,
 steered, stock, steered, ...):
@@ -123,6 +136,10 @@ adds the pre-existing ones. A pod counts as bound when `spec.nodeName` is set.
   hot node takes a GPU that external load already keeps 95 % busy, so its 300 W barely adds
   (the busy share is capped at 1): placing GPU jobs on hot nodes looks cheaper in kW while, in
   reality, both loads would share the GPU.
+- `dyn W/core`: dynamic CPU watts per placed core: sum over the bound trace pods of their CPU
+  requests times the watts per busy core of their node's kind, over the cores they request
+  (idle draw and GPUs left out: this is what placing the same work elsewhere changes). `empty`:
+  nodes with no bound pod (any) and no external GPU load, the nodes that could be powered down.
 - `c→b s`: wall time from the first create request of the trace to the last binding of a
   trace pod (bindings seen by a watch in this process).
 
@@ -141,6 +158,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import sys
 import threading
@@ -179,15 +197,12 @@ from bench.benchkit.placement_scenario import (  # noqa: E402
     NAMESPACES,
     NS_A,
     NS_LEGACY,
-    POWER,
-    PREEXISTING,
     PREFIX,
     SCRAPE_INTERVAL_S,
     Arrival,
-    build_trace,
-    cluster_nodes,
     deployment_body,
     pod_body,
+    scenarios,
     trace_pods,
 )
 from bench.benchkit.progress import log  # noqa: E402
@@ -208,7 +223,7 @@ from kits.service_processes import (  # noqa: E402
     running_webhook,
     unregister_admission,
 )
-from kits.simulated_cluster import ApiPoller, SimCluster  # noqa: E402
+from kits.simulated_cluster import INSTANCE_TYPE_LABEL, ApiPoller, SimCluster  # noqa: E402
 from kits.synthetic_exporter import SyntheticExporter  # noqa: E402
 from kits.waiting import wait_until  # noqa: E402
 from steer.adapters.kube import make_api_client  # noqa: E402
@@ -228,8 +243,9 @@ class Bench:
         self.args = args
         self.core = client.CoreV1Api(plane.api_client())
         self.apps = client.AppsV1Api(plane.api_client())
-        self.specs = cluster_nodes()
-        self.trace = build_trace(args.seed, args.rate)
+        self.scenario = scenarios()[args.scenario]
+        self.specs = list(self.scenario.nodes)
+        self.trace = self.scenario.trace(args.seed, args.rate)
         self.policy_doc = yaml.safe_load(EXAMPLE_POLICY.read_text())
         self.webhooks: dict[str, RunningWebhook] = {}  # by mode: each serves its mode's policy
 
@@ -263,15 +279,19 @@ class Bench:
             "nodes deleted", lambda: not self.core.list_node().items, timeout=60, interval=0.5
         )
         for s in self.specs:
+            labels = {"bench.kube-steer.github.io/pool": "gpu" if s.gpus else "cpu"}
+            if s.instance_type:
+                labels[INSTANCE_TYPE_LABEL] = s.instance_type
             self.plane.add_node(
                 s.name,
                 cpu=str(s.cpu),
                 memory=f"{s.memory_gi}Gi",
                 gpus=s.gpus,
                 zone=s.zone,
-                labels={"bench.kube-steer.github.io/pool": "gpu" if s.gpus else "cpu"},
+                labels=labels,
             )
-        for i, (node, cpu, cpu_limit, mem, mem_limit) in enumerate(PREEXISTING, start=1):
+        preexisting = self.scenario.preexisting
+        for i, (node, cpu, cpu_limit, mem, mem_limit) in enumerate(preexisting, start=1):
             self.core.create_namespaced_pod(
                 NS_LEGACY,
                 {
@@ -331,18 +351,25 @@ class Bench:
         t0 = time.monotonic()
         register_admission(self.plane, self.webhooks[mode.name])
         self.wait_webhook(mode)
-        sim = SimCluster(POWER, external_gpu_util={s.name: HOT_UTIL for s in self.specs if s.hot})
+        sim = SimCluster(
+            self.scenario.power,
+            external_gpu_util={s.name: HOT_UTIL for s in self.specs if s.hot},
+        )
         stack.enter_context(ApiPoller(make_api_client(str(self.plane.kubeconfig)), sim))
         exporter = stack.enter_context(SyntheticExporter(sim))
         prom = stack.enter_context(
             PrometheusServer([exporter.target], scrape_interval_s=SCRAPE_INTERVAL_S)
         )
+        gpu_nodes = sum(1 for s in self.specs if s.gpus)
+        with_pods = len({p[0] for p in self.scenario.preexisting})
         expect = {
-            "gpu-util": 6,
-            "gpu-free": 6,
-            "gpu-frag": 6,
+            "gpu-util": gpu_nodes,
+            "gpu-free": gpu_nodes,
+            "gpu-frag": gpu_nodes,
+            "core-power": with_pods,  # nodes running at least a core; the others: powerModel
+            "idle-power": len(self.specs),
             "power": len(self.specs),
-            "overcommit-pct": len({p[0] for p in PREEXISTING}),
+            "overcommit-pct": with_pods,
             "health": len(self.specs),
         }
         coverage = {}
@@ -498,7 +525,8 @@ class Bench:
                 t2 = time.monotonic()
                 result["audit"] = self.audit_report(scorer)
                 result["audit_s"] = round(time.monotonic() - t2, 1)
-        result.update(measure(snap, self.specs, bind_times))
+        result.update(measure(snap, self.specs, bind_times, self.scenario.power))
+        result["scenario"] = self.scenario.name
         result["rejected_count"] = len(result["rejected"])
         result["total_s"] = round(time.monotonic() - t0, 1)
         log(
@@ -535,6 +563,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--runs", type=int, default=3, help="runs per mode (default 3)")
+    parser.add_argument(
+        "--scenario",
+        choices=sorted(scenarios()),
+        default="default",
+        help="default: 16 nodes with GPUs, budgets and pre-existing pods; energy: 24 CPU nodes, "
+        "half power-hungry, work that fits on 8 (default: default)",
+    )
     parser.add_argument("--seed", type=int, default=1, help="trace seed (default 1)")
     parser.add_argument("--rate", type=float, default=4.0, help="arrivals per second (default 4)")
     parser.add_argument(
@@ -624,8 +659,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "args": recorded_args(args),
             "trace": [a.__dict__ for a in bench.trace],
             "nodes": [s.__dict__ for s in bench.specs],
-            "preexisting": PREEXISTING,
-            "power_model": POWER.__dict__,
+            "scenario": bench.scenario.name,
+            "preexisting": bench.scenario.preexisting,
+            "power_model": dataclasses.asdict(bench.scenario.power),
             "summary": summary(results, modes),
             "runs": results,
             "failures": failures,

@@ -36,7 +36,9 @@ Every scrape evaluates the state at that moment:
 
 The power model is linear: idle watts (GPU nodes idle higher) + watts per requested CPU core of
 the bound pods + watts per GPU times its busy share (1 for a GPU given to a pod, the external
-utilisation / 100 otherwise). Node names double as Kepler `instance` and DCGM `Hostname`.
+utilisation / 100 otherwise); a node's `node.kubernetes.io/instance-type` may pick its own idle
+and per-core watts (`PowerModel.types`). Node names double as Kepler `instance` and DCGM
+`Hostname`.
 """
 
 from __future__ import annotations
@@ -74,20 +76,49 @@ def quantity(value: Any) -> float:
         return 0.0
 
 
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+
+
+@dataclass(frozen=True)
+class NodePower:
+    """What one instance type draws: idle watts and dynamic watts per requested CPU core."""
+
+    idle_w: float
+    per_core_w: float
+
+
 @dataclass(frozen=True)
 class PowerModel:
-    """Node watts = idle + per_core_w x requested CPU cores of bound pods + per_gpu_w x busy GPUs."""
+    """Node watts = idle + per_core_w x requested CPU cores of bound pods + per_gpu_w x busy GPUs.
+
+    `types` overrides idle and per-core watts by the node's `node.kubernetes.io/instance-type`
+    label (a node of another type, or none, takes the defaults)."""
 
     cpu_node_idle_w: float = 150.0
     gpu_node_idle_w: float = 800.0
     per_core_w: float = 6.0
     per_gpu_w: float = 300.0
+    types: Mapping[str, NodePower] = field(default_factory=dict)
 
-    def node_watts(self, *, gpu_node: bool, cores: float, busy_gpus: float) -> float:
-        return self.idle_watts(gpu_node) + self.per_core_w * cores + self.per_gpu_w * busy_gpus
+    def node_watts(
+        self, *, gpu_node: bool, cores: float, busy_gpus: float, instance_type: str | None = None
+    ) -> float:
+        return (
+            self.idle_watts(gpu_node, instance_type)
+            + self.core_watts(instance_type) * cores
+            + self.per_gpu_w * busy_gpus
+        )
 
-    def idle_watts(self, gpu_node: bool) -> float:
+    def idle_watts(self, gpu_node: bool, instance_type: str | None = None) -> float:
+        spec = self.types.get(instance_type or "")
+        if spec is not None:
+            return spec.idle_w
         return self.gpu_node_idle_w if gpu_node else self.cpu_node_idle_w
+
+    def core_watts(self, instance_type: str | None = None) -> float:
+        """Dynamic watts per requested CPU core."""
+        spec = self.types.get(instance_type or "")
+        return self.per_core_w if spec is None else spec.per_core_w
 
 
 @dataclass(frozen=True)
@@ -151,8 +182,10 @@ class SimNode:
     name: str
     allocatable: dict[str, float]  # KSM resource names
     ready: bool = True
+    instance_type: str | None = None
     platform_joules: float = 0.0
     idle_joules: float = 0.0
+    cpu_dynamic_joules: float = 0.0
 
     @property
     def gpus(self) -> int:
@@ -171,6 +204,9 @@ class SimNode:
                 ksm_resource(k): quantity(v) for k, v in (status.get("allocatable") or {}).items()
             },
             ready=ready,
+            instance_type=((node.get("metadata") or {}).get("labels") or {}).get(
+                INSTANCE_TYPE_LABEL
+            ),
         )
 
 
@@ -219,6 +255,7 @@ class SimCluster:
                 old = self._nodes.get(n.name)
                 if old is not None:
                     n.platform_joules, n.idle_joules = old.platform_joules, old.idle_joules
+                    n.cpu_dynamic_joules = old.cpu_dynamic_joules
                 kept[n.name] = n
             self._nodes = kept
             self._pods = {p.uid: p for p in new_pods}
@@ -264,21 +301,25 @@ class SimCluster:
                 g.busy, g.pod = 1.0, uid
         return gpus
 
-    def _watts(self, node: SimNode) -> tuple[float, float]:
-        """(total, idle) watts of a node in the current state."""
+    def _watts(self, node: SimNode) -> tuple[float, float, float]:
+        """(total, idle, dynamic CPU) watts of a node in the current state."""
         cores = sum(p.cores for p in self._pods.values() if p.node == node.name)
         busy = sum(g.busy for g in self._gpus(node))
         gpu_node = node.gpus > 0
-        total = self.power.node_watts(gpu_node=gpu_node, cores=cores, busy_gpus=busy)
-        return total, self.power.idle_watts(gpu_node)
+        kind = node.instance_type
+        total = self.power.node_watts(
+            gpu_node=gpu_node, cores=cores, busy_gpus=busy, instance_type=kind
+        )
+        return total, self.power.idle_watts(gpu_node, kind), self.power.core_watts(kind) * cores
 
     def _advance(self, now: float) -> None:
         if self._last_t is not None and now > self._last_t:
             dt = now - self._last_t
             for node in self._nodes.values():
-                total, idle = self._watts(node)
+                total, idle, cpu = self._watts(node)
                 node.platform_joules += total * dt
                 node.idle_joules += idle * dt
+                node.cpu_dynamic_joules += cpu * dt
         if self._last_t is None or now > self._last_t:
             self._last_t = now
 
@@ -327,6 +368,7 @@ class SimCluster:
                     dynamic=node.platform_joules - node.idle_joules,
                     idle=node.idle_joules,
                 )
+                out.package_joules(node.name, dynamic=node.cpu_dynamic_joules, idle=0.0)
                 out.allocatable(node.name, node.allocatable)
                 out.probe(node.name, node.ready)
             for pod in self._pods.values():

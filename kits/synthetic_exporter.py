@@ -169,6 +169,12 @@ class Exposition:
             labels = {"instance": node, "mode": mode, "source": "acpi"}
             self.add("kepler_node_platform_joules_total", labels, joules)
 
+    def package_joules(self, node: str, *, dynamic: float, idle: float) -> None:
+        """Kepler 0.7's CPU package energy counter (one package), dynamic and idle parts."""
+        for mode, joules in (("dynamic", dynamic), ("idle", idle)):
+            labels = {"instance": node, "mode": mode, "package": "0", "source": "rapl-sysfs"}
+            self.add("kepler_node_package_joules_total", labels, joules)
+
     def allocatable(self, node: str, amounts: Mapping[str, float]) -> None:
         """kube-state-metrics' allocatable, keyed by its resource names (`nvidia_com_gpu`)."""
         for resource, amount in amounts.items():
@@ -388,9 +394,9 @@ class SyntheticCluster:
             out.platform_joules(
                 n.name, dynamic=platform * (1 - _IDLE_SHARE), idle=platform * _IDLE_SHARE
             )
-            for mode, share in (("dynamic", 1 - _IDLE_SHARE), ("idle", _IDLE_SHARE)):
-                labels = {"instance": n.name, "mode": mode, "package": "0", "source": "rapl-sysfs"}
-                out.add("kepler_node_package_joules_total", labels, package * share)
+            out.package_joules(
+                n.name, dynamic=package * (1 - _IDLE_SHARE), idle=package * _IDLE_SHARE
+            )
         if "0.10" in self.kepler_styles:
             labels = {
                 "zone": "package",

@@ -26,6 +26,7 @@ from fractions import Fraction
 from typing import Any
 
 from steer.core.budget import Amount, PodUsage, pod_usage
+from steer.core.infrastructure import runs_where_put
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
@@ -45,7 +46,7 @@ class BoundPod:
         phase = (pod.get("status") or {}).get("phase")
         if not node or phase in TERMINAL_PHASES:
             return None
-        return cls(str(node), pod_usage(spec))
+        return cls(str(node), pod_usage(spec, movable=not runs_where_put(pod)))
 
 
 class PodLedger:

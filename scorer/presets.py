@@ -15,7 +15,8 @@ def example_policy_text() -> str:
 
 
 # Kepler 0.7.x: watts from the platform energy counter; the node is in `instance` (the
-# example policy's `power` dimension).
+# example policy's `power` dimension: weight 0, shown and used by the cluster score only; its
+# placement dimensions are `core-power` and `idle-power`, steer/core/policy/energy.py).
 POWER_KEPLER_07 = """\
     - name: power
       query: sum by (instance) (irate(kepler_node_platform_joules_total[5m]))
@@ -23,7 +24,7 @@ POWER_KEPLER_07 = """\
       unit: watts
       direction: lowerIsBetter
       normalization: {method: minMax}
-      weight: 1
+      weight: 0
 """
 # Kepler >= 0.10 publishes watts directly, labelled `node_name`: swap this in for `power`.
 POWER_KEPLER_010 = """\

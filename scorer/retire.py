@@ -33,7 +33,7 @@ from scorer.plan import (
     observed_at_key,
     recorded_prefixes,
 )
-from steer.core.policy import Policy
+from steer.core.policy import DRAIN_REASON_ANNOTATION, Policy
 from steer.core.steering import owned_label_keys, owned_resource_keys, owned_taint_keys
 
 
@@ -79,12 +79,21 @@ def removal(
         labels |= record.labels
         taints |= record.taints
         resources |= record.resources
-        annotations |= {prefix + MANAGED_SUFFIX, prefix + OBSERVED_AT_SUFFIX}
+        # The drain-candidate reason is an annotation of a fixed key, not in the record.
+        annotations |= {
+            prefix + MANAGED_SUFFIX,
+            prefix + OBSERVED_AT_SUFFIX,
+            prefix + DRAIN_REASON_ANNOTATION,
+        }
     if owned is not None:
         labels |= owned_label_keys(owned)
         taints |= owned_taint_keys(owned)
         resources |= owned_resource_keys(owned)
-        annotations |= {managed_key(owned), observed_at_key(owned)}
+        annotations |= {
+            managed_key(owned),
+            observed_at_key(owned),
+            owned.label_key(DRAIN_REASON_ANNOTATION),
+        }
     present_taints = {t.key for t in node.taints}
     present = sorted(r for r in resources - keep if r in node.capacity or r in node.allocatable)
     if held is None:

@@ -32,7 +32,7 @@ def test_validate_example_policy_exits_0() -> None:
     result = steer("policy", "validate", str(EXAMPLE_POLICY))
     assert result.returncode == 0, result.stderr
     assert "valid policy gpu-cluster@" in result.stdout
-    assert "6 dimensions, 2 taint rules, 2 tenants" in result.stdout
+    assert "8 dimensions, 2 taint rules, 2 tenants" in result.stdout
 
 
 def test_validate_lists_every_mistake_and_exits_1(tmp_path: Path) -> None:

@@ -47,7 +47,7 @@ def test_demo_once_runs_with_no_external_services(
     assert main(["scorer", "once", "--dry-run", "--output", "json"]) == 0
     assert list(tmp_path.iterdir()) == []  # policy, kubeconfig, Prometheus data: all removed
     body = json.loads(capsys.readouterr().out)
-    assert body["queries"] == 6 and body["dryRun"] is True
+    assert body["queries"] == 8 and body["dryRun"] is True
     assert all(d["ok"] and d["nodes"] == 6 for d in body["dimensions"])
     rows = {n["node"]: n for n in body["nodes"]}
     assert rows["node-3"]["taints"] == [
@@ -57,7 +57,11 @@ def test_demo_once_runs_with_no_external_services(
         "kube-steer.github.io/unhealthy=true:NoSchedule"
     ]  # failing probe
     assert rows["node-4"]["labels"]["kube-steer.github.io/overcommit-pct"] == "10"  # 70 of 64 cores
-    assert rows["node-5"]["labels"]["kube-steer.github.io/score"] == "100"
+    # The composite ranks by what a core costs (package watts over requested cores): node-4's
+    # cores are the cheapest, node-5's the dearest, whatever the nodes draw in all.
+    assert rows["node-4"]["labels"]["kube-steer.github.io/score-core-power"] == "100"
+    assert rows["node-5"]["labels"]["kube-steer.github.io/score-core-power"] == "0"
+    assert rows["node-4"]["labels"]["kube-steer.github.io/score"] == "80"
     # The labels read right: node-3's GPUs are 95 % busy, so its GPU score is low, and its
     # raw reading says so in its own unit; the watts are the node's real draw.
     node3 = rows["node-3"]
@@ -82,6 +86,8 @@ def test_demo_table_gives_units_and_says_what_the_labels_mean(
         "gpu-free [gpus]",
         "gpu-frag [ratio]",
         "power [watts]",
+        "core-power [watts]",
+        "idle-power [watts]",
         "overcommit-pct [pct]",
         "health [ratio]",
     ]

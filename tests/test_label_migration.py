@@ -84,8 +84,12 @@ def test_the_first_cycle_after_an_upgrade_replaces_the_old_keys() -> None:
     assert {k: v for k, v in labels.items() if k.startswith(NEW_PREFIX)} == {
         NEW_PREFIX + "gpu-hot": "true",
         NEW_PREFIX + "overcommit-pct": "0",
-        NEW_PREFIX + "score": "70",
+        # (2 x core-power 90 + 1 x idle-power 0 + 2 x health 100 + 1 x active 0) / 6 = 63:
+        # its cores are cheap, it idles the highest, and it runs no movable pod.
+        NEW_PREFIX + "score": "60",
         NEW_PREFIX + "score-class-gpu": "40",
+        NEW_PREFIX + "score-core-power": "90",
+        NEW_PREFIX + "score-idle-power": "0",
         NEW_PREFIX + "score-gpu-frag": "100",
         NEW_PREFIX + "score-gpu-free": "100",
         NEW_PREFIX + "score-gpu-util": "10",

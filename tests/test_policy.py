@@ -137,7 +137,6 @@ def test_node_restriction_prefix_is_supported() -> None:
 def test_long_dimension_name_breaks_the_63_byte_label_rule() -> None:
     doc = _doc()
     doc["spec"]["dimensions"][3]["name"] = "x" * 70
-    doc["spec"]["scoring"]["compositeDimensions"].remove("power")
     issues = _issues(doc)
     assert issues == [
         f"spec.dimensions[3].name: label key 'kube-steer.github.io/score-{'x' * 70}' is invalid: name part must be no more than 63 bytes"
@@ -167,7 +166,6 @@ def test_a_raw_label_must_end_with_its_unit() -> None:
     doc = _doc()
     doc["spec"]["dimensions"][3]["publish"] = "raw"  # power, published as raw watts
     doc["spec"]["dimensions"][2]["unit"] = "Ratio!"
-    doc["spec"]["scoring"]["compositeDimensions"].remove("power")
     issues = _issues(doc)
     assert issues == [
         "spec.dimensions[2].unit: must be one lower-case word such as pct, watts, gpus or ratio, got 'Ratio!'",

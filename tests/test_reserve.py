@@ -118,14 +118,14 @@ def test_require_excludes_reserved_nodes_for_other_pods_only() -> None:
 
 
 def test_default_composite_takes_only_the_listed_dimensions() -> None:
-    policy = _policy(composite_dims=["power", "health"])
-    assert composite_weights(policy, None) == {"power": 1, "health": 2}
+    policy = _policy(composite_dims=["idle-power", "health"])
+    assert composite_weights(policy, None) == {"idle-power": 1, "health": 2}
     gpu = policy.spec.pod_classes[0]
     assert set(composite_weights(policy, gpu)) == {"gpu-util", "health"}  # the class's own
 
 
 def test_a_gpu_dimension_no_longer_ranks_gpu_nodes_first_for_cpu_pods() -> None:
-    policy = _policy(composite_dims=["power", "health"])
+    policy = _policy(composite_dims=["idle-power", "health"])
     nodes = [_node("gpu-1", "8"), _node("cpu-1", None)]
     readings = readings_for(
         policy,
@@ -133,7 +133,7 @@ def test_a_gpu_dimension_no_longer_ranks_gpu_nodes_first_for_cpu_pods() -> None:
         {
             "gpu-util": {"gpu-1": 0.0},
             "gpu-free": {"gpu-1": 8.0},
-            "power": {"gpu-1": 300.0, "cpu-1": 300.0},
+            "idle-power": {"gpu-1": 300.0, "cpu-1": 300.0},
             "health": {"gpu-1": 1.0, "cpu-1": 1.0},
         },
         at=1000.0,
@@ -223,8 +223,11 @@ def test_a_node_with_a_taint_the_class_avoids_is_not_reserved() -> None:
 
 def test_the_hot_node_penalty_spares_the_composite_of_a_bin_packing_class() -> None:
     """Pods just bound to gpu-1 lower its default composite (anti-herding), but not the GPU
-    class's: steer-binpack piles GPU jobs onto the node that just took one, on purpose."""
-    policy = _policy()
+    class's: steer-binpack piles GPU jobs onto the node that just took one, on purpose. (The
+    example's default composite consolidates, so this runs it without consolidation.)"""
+    doc: dict[str, Any] = yaml.safe_load(EXAMPLE_POLICY.read_text())
+    doc["spec"]["energy"]["consolidation"]["weight"] = 0
+    policy = parse_policy(yaml.safe_dump(doc))
     nodes = [_node("gpu-1", "8"), _node("gpu-2", "8")]
     readings = _gpu_readings(policy, nodes, {"gpu-1": 0.0, "gpu-2": 0.0}, 1000)
     plan, _ = plan_cycle(policy, nodes, readings, ScorerMemory(), 1000, hot={"gpu-1": 4})
@@ -243,8 +246,13 @@ def test_the_hot_node_penalty_spares_the_composite_of_a_bin_packing_class() -> N
         and by_key["kube-steer.github.io/score-class-gpu"].penalty == 0
     )
     # A class on the spread profile is penalised like the default composite.
-    doc: dict[str, Any] = yaml.safe_load(EXAMPLE_POLICY.read_text())
     doc["spec"]["podClasses"][0]["schedulerProfile"] = "steer-spread"
     spread = parse_policy(yaml.safe_dump(doc))
     plan, _ = plan_cycle(spread, nodes, readings, ScorerMemory(), 1000, hot={"gpu-1": 4})
     assert plan.node("gpu-1").labels["kube-steer.github.io/score-class-gpu"] == "80"
+    # With the example's consolidation, the default composite is spared too (it fills nodes).
+    plan, _ = plan_cycle(_policy(), nodes, readings, ScorerMemory(), 1000, hot={"gpu-1": 4})
+    assert {c.key: c.penalty for c in plan.node("gpu-1").composites} == {
+        "kube-steer.github.io/score": 0,
+        "kube-steer.github.io/score-class-gpu": 0,
+    }

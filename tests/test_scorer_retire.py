@@ -93,6 +93,26 @@ def test_cleanup_removes_every_recorded_key_and_nothing_foreign() -> None:
     }
 
 
+def test_cleanup_takes_a_drain_candidate_mark_and_its_reason() -> None:
+    prefix = "kube-steer.github.io/"
+    node = _node(**{f"{prefix}drain-candidate-reason": "its 2 movable pods fit elsewhere"})
+    node = NodeState(
+        name=node.name,
+        labels={**node.labels, f"{prefix}drain-candidate": "true"},
+        annotations={
+            **node.annotations,
+            f"{prefix}managed": _record([f"{prefix}drain-candidate"], []),
+        },
+    )
+    gone = cleanup_removal(POLICY, node, {})
+    assert f"{prefix}drain-candidate" in gone.labels
+    assert f"{prefix}drain-candidate-reason" in gone.annotations
+    after = apply_node_plan(POLICY, node, removal_plan(node, gone))
+    assert f"{prefix}drain-candidate" not in after.labels
+    assert f"{prefix}drain-candidate-reason" not in after.annotations
+    assert after.annotations["foreign/annotation"] == "keep"
+
+
 def test_cleanup_keeps_a_resource_bound_pods_hold_at_what_they_hold() -> None:
     """A kubelet restart re-admits its pods against the node's resources: taking away one
     they request would fail them. It stays at exactly what they hold, still recorded."""

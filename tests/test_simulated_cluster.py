@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from kits.simulated_cluster import PowerModel, SimCluster
+from kits.simulated_cluster import INSTANCE_TYPE_LABEL, NodePower, PowerModel, SimCluster
 from kits.synthetic_exporter import Family, SyntheticCollector
 
 GIB = 1024**3
@@ -160,6 +160,37 @@ def test_power_model_and_kepler_counters() -> None:
         if lb["instance"] == "cpu-1"
     )
     assert total == pytest.approx(1300 + 1300 + 1000)
+
+
+def test_instance_types_pick_their_watts_and_the_package_counter_is_cpu_dynamic_only() -> None:
+    power = PowerModel(
+        per_gpu_w=200,
+        types={"frugal": NodePower(idle_w=100, per_core_w=5), "hungry": NodePower(200, 11)},
+    )
+    sim = SimCluster(power)
+    frugal, hungry, other = node("f"), node("h", gpus=8), node("o")
+    frugal["metadata"]["labels"] = {INSTANCE_TYPE_LABEL: "frugal"}
+    hungry["metadata"]["labels"] = {INSTANCE_TYPE_LABEL: "hungry"}
+    pods = [pod("a", "f", cpu="2"), pod("b", "h", cpu="2", gpus=1), pod("c", "o", cpu="2")]
+    sim.update([frugal, hungry, other], pods, now=0)
+    # An unknown (or absent) type takes the defaults: 150 W idle, 6 W per core.
+    assert sim.node_watts() == {"f": 100 + 10, "h": 200 + 22 + 200, "o": 150 + 12}
+    sim.families(now=0)
+    fams = sim.families(now=10)
+    package = {
+        (lb["instance"], lb["mode"]): v
+        for lb, v in samples(fams, "kepler_node_package_joules_total")
+    }
+    # 10 s: dynamic CPU energy only (cores x watts per core), no GPU, no idle share.
+    assert package[("f", "dynamic")] == pytest.approx(100)
+    assert package[("h", "dynamic")] == pytest.approx(220)
+    assert package[("o", "dynamic")] == pytest.approx(120)
+    assert package[("h", "idle")] == 0
+    platform = {
+        (lb["instance"], lb["mode"]): v
+        for lb, v in samples(fams, "kepler_node_platform_joules_total")
+    }
+    assert platform[("h", "idle")] == pytest.approx(2000)
 
 
 def test_probe_success_uses_the_health_job_and_readiness() -> None:

@@ -40,6 +40,8 @@ def test_owned_keys_cover_every_label_the_scorer_writes(policy: Policy) -> None:
         "kube-steer.github.io/score-gpu-free",
         "kube-steer.github.io/score-gpu-frag",
         "kube-steer.github.io/score-power",
+        "kube-steer.github.io/score-core-power",
+        "kube-steer.github.io/score-idle-power",
         "kube-steer.github.io/overcommit-pct",
         "kube-steer.github.io/score-health",
         "kube-steer.github.io/gpu-hot",
@@ -47,6 +49,7 @@ def test_owned_keys_cover_every_label_the_scorer_writes(policy: Policy) -> None:
         "kube-steer.github.io/score",
         "kube-steer.github.io/score-class-gpu",
         "kube-steer.github.io/reserved-for-gpu",
+        "kube-steer.github.io/drain-candidate",
     }
     assert owned_taint_keys(policy) == {
         "kube-steer.github.io/gpu-hot",
@@ -61,8 +64,9 @@ def test_owned_keys_cover_every_label_the_scorer_writes(policy: Policy) -> None:
 def test_composite_weights_per_class(policy: Policy) -> None:
     gpu = policy.spec.pod_classes[0]
     assert composite_weights(policy, gpu) == {"gpu-util": 3, "health": 2}
-    # The default composite leaves the GPU dimensions out (spec.scoring.compositeDimensions).
-    assert composite_weights(policy, None) == {"power": 1, "health": 2}
+    # The default composite leaves the GPU dimensions out (spec.scoring.compositeDimensions),
+    # and absolute watts (power, weight 0): it counts what a core costs and what waking costs.
+    assert composite_weights(policy, None) == {"core-power": 2, "idle-power": 1, "health": 2}
     # overcommit-pct is published raw and never enters a composite.
     assert "overcommit-pct" not in composite_weights(policy, None)
 

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from kubernetes import client, watch
 
-from kits.simulated_cluster import SimCluster
+from kits.simulated_cluster import PowerModel, SimCluster
 from scorer.explain.audit import audit_mode_of
 from steer.adapters.kube import make_api_client
 from steer.core import scheduling
@@ -142,7 +142,10 @@ def natural(name: str) -> tuple[str, int]:
 
 
 def measure(
-    snap: Snapshot, specs: Sequence[NodeSpec], bind_times: Mapping[str, float] | None = None
+    snap: Snapshot,
+    specs: Sequence[NodeSpec],
+    bind_times: Mapping[str, float] | None = None,
+    power: PowerModel = POWER,
 ) -> dict[str, Any]:
     """The scoreboard of one run, from one snapshot (see the module docstring). `bind_times`
     (namespace/name → when first seen bound) orders the bindings for the at-bind attribution."""
@@ -228,7 +231,7 @@ def measure(
     effects = Counter(webhook_effect(p) for p in trace)
     out["mutated"] = effects["mutated"]
     out["audited"] = effects["audited"]
-    sim = SimCluster(POWER, external_gpu_util={s.name: HOT_UTIL for s in specs if s.hot})
+    sim = SimCluster(power, external_gpu_util={s.name: HOT_UTIL for s in specs if s.hot})
     sim.update(snap.nodes, snap.pods, now=0.0)
     watts = sim.node_watts()
     active = [name for name, pods in by_node.items() if pods or name in hot]
@@ -241,7 +244,20 @@ def measure(
     out["active_nodes"] = len(active)
     out["active_kw"] = sum(watts[n] for n in active) / 1000
     out["w_per_core"] = 1000 * out["active_kw"] / all_cores if all_cores else 0.0
-    out["idle_w"] = sum(POWER.idle_watts(spec_of[n].gpus > 0) for n in active)
+    out["idle_w"] = sum(
+        power.idle_watts(spec_of[n].gpus > 0, spec_of[n].instance_type) for n in active
+    )
+    # Energy at equal work: the dynamic CPU watts the placed trace pods draw, per core they
+    # request (what placement decides of the linear model), and the nodes nothing runs on.
+    trace_cores = {name: Fraction(0) for name in by_node}
+    for p in bound:
+        trace_cores[p["spec"]["nodeName"]] += pod_amount(p, "requests", "cpu")
+    placed = float(sum(trace_cores.values(), Fraction(0)))
+    dynamic = sum(
+        power.core_watts(spec_of[n].instance_type) * float(c) for n, c in trace_cores.items()
+    )
+    out["dyn_w_per_core"] = dynamic / placed if placed else 0.0
+    out["empty_nodes"] = len(by_node) - len(active)
     reasons: Counter[str] = Counter()
     for p in pending:
         message = next(

@@ -34,6 +34,8 @@ COLUMNS: tuple[tuple[str, str, Callable[[dict[str, Any]], float], str], ...] = (
     ("kw", "kW", lambda r: r["active_kw"], "{:.2f}"),
     ("wcore", "W/core", lambda r: r["w_per_core"], "{:.1f}"),
     ("idle", "idleW", lambda r: r["idle_w"], "{:.0f}"),
+    ("dyn", "dyn W/core", lambda r: r.get("dyn_w_per_core", 0.0), "{:.2f}"),
+    ("empty", "empty", lambda r: r.get("empty_nodes", 0), "{:.0f}"),
     ("c2b", "c→b s", lambda r: r["create_to_last_bind_s"], "{:.1f}"),
 )
 

@@ -1,5 +1,7 @@
-"""The placement bench's scenario: 16 fake nodes in 3 zones, the pods there before the trace,
-the power model, and the seeded pod trace both modes replay (bench/placement.py describes it).
+"""The placement bench's scenarios (bench/placement.py describes them): `default`, 16 fake
+nodes in 3 zones with GPUs, budgets and pods there before the trace; `energy`, 24 CPU nodes,
+half of them power-hungry, and CPU work that fits on far fewer. Each has its nodes, the pods
+there before the trace, the power model and the seeded pod trace both modes replay.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kits.simulated_cluster import PowerModel
+from kits.simulated_cluster import NodePower, PowerModel
 
 ZONES = ("zone-a", "zone-b", "zone-c")
 PREFIX = "kube-steer.github.io/"
@@ -28,6 +30,15 @@ CHAIN = "checkout"
 IMAGE = "registry.k8s.io/pause:3.10"
 HOT_UTIL = 95.0
 POWER = PowerModel(cpu_node_idle_w=150, gpu_node_idle_w=800, per_core_w=6, per_gpu_w=300)
+# The energy scenario's two kinds of CPU node, as the example policy's powerModel lists them:
+# the legacy kind idles higher and draws about twice the watts per busy core.
+ENERGY_POWER = PowerModel(
+    per_gpu_w=300,
+    types={
+        "cpu-efficient": NodePower(idle_w=120, per_core_w=5),
+        "cpu-legacy": NodePower(idle_w=220, per_core_w=11),
+    },
+)
 SCRAPE_INTERVAL_S = 1.0
 
 
@@ -39,17 +50,39 @@ class NodeSpec:
     memory_gi: int
     gpus: int = 0
     hot: bool = False
+    # node.kubernetes.io/instance-type: the example policy's powerModel covers it
+    instance_type: str | None = None
 
 
 def cluster_nodes() -> list[NodeSpec]:
     nodes = [
-        NodeSpec(f"gpu-{i}", ZONES[(i - 1) % 3], 64, 512, gpus=8, hot=i in (5, 6))
+        NodeSpec(
+            f"gpu-{i}", ZONES[(i - 1) % 3], 64, 512, gpus=8, hot=i in (5, 6), instance_type="gpu-8x"
+        )
         for i in range(1, 7)
     ]
     nodes += [
-        NodeSpec(f"cpu-{i}", ZONES[(i - 1) % 3], 16 if i <= 6 else 32, 64 if i <= 6 else 128)
+        NodeSpec(
+            f"cpu-{i}",
+            ZONES[(i - 1) % 3],
+            16 if i <= 6 else 32,
+            64 if i <= 6 else 128,
+            instance_type="cpu-16" if i <= 6 else "cpu-32",
+        )
         for i in range(1, 11)
     ]
+    return nodes
+
+
+def energy_nodes() -> list[NodeSpec]:
+    """24 CPU nodes of 16 cores / 64 GiB, 8 per zone: `eff-1..12` efficient, `leg-1..12`
+    power-hungry, interleaved over the zones."""
+    nodes = []
+    for i in range(1, 13):
+        nodes.append(
+            NodeSpec(f"eff-{i}", ZONES[(i - 1) % 3], 16, 64, instance_type="cpu-efficient")
+        )
+        nodes.append(NodeSpec(f"leg-{i}", ZONES[(i - 1) % 3], 16, 64, instance_type="cpu-legacy"))
     return nodes
 
 
@@ -65,6 +98,35 @@ PREEXISTING = (
     ("gpu-1", "8", "24", "64Gi", "192Gi"),
     ("gpu-2", "8", "16", "32Gi", "64Gi"),
 )
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """What one run of the bench starts from and replays."""
+
+    name: str
+    nodes: tuple[NodeSpec, ...]
+    preexisting: tuple[tuple[str, str, str, str, str], ...]
+    power: PowerModel
+    trace_args: dict[str, int]
+
+    def trace(self, seed: int, rate: float) -> list[Arrival]:
+        return build_trace(seed, rate, **self.trace_args)
+
+
+def scenarios() -> dict[str, Scenario]:
+    return {
+        "default": Scenario("default", tuple(cluster_nodes()), PREEXISTING, POWER, {}),
+        # 60 CPU services (~116 cores) and the 12-replica chain: ~128 of 384 cores, so the work
+        # fits on 8 of the 24 nodes, and on the 12 efficient ones with room to spare.
+        "energy": Scenario(
+            "energy",
+            tuple(energy_nodes()),
+            (),
+            ENERGY_POWER,
+            {"services_a": 30, "services_b": 30, "gpu1_jobs": 0, "gpu8_jobs": 0},
+        ),
+    }
 
 
 @dataclass(frozen=True)

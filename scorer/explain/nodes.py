@@ -179,6 +179,8 @@ def detail_view(policy: Policy, cycle: CyclePlan, name: str) -> NodeDetail | Non
         pending_taint_change=plan.taints_changed,
         observed_at_annotation=plan.annotation,
         budget_pools=budget_pools(policy, cycle, plan),
+        active=plan.active,
+        drain_candidate=plan.drain_reason,
     )
 
 

@@ -53,6 +53,10 @@ def node_text(detail: NodeDetail, served: Served) -> str:
     )
     for pool in detail.budget_pools.pools:
         lines.append(f"pool {pool.resource} = {pool.published or '-'}: {pool.why}")
+    if detail.active is not None:
+        lines.append(f"active (runs movable pods): {detail.active}")
+    if detail.drain_candidate is not None:
+        lines.append(f"drain candidate: {detail.drain_candidate}")
     return "\n".join(lines)
 
 

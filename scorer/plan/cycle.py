@@ -10,11 +10,71 @@ from types import MappingProxyType
 
 from scorer.model import NodeState
 from scorer.observe import DimensionFailure, DimensionReading
+from scorer.plan.drain import DrainNode, drain_candidates, pinned_resources, scale_down_disabled
 from scorer.plan.layout import CycleContext, CycleLayout
 from scorer.plan.model import CyclePlan, DimensionSummary, ScorerMemory, TaintCounter
 from scorer.plan.node import plan_node
 from steer.core.budget import Floor, PodUsage
 from steer.core.policy import Policy
+from steer.core.quantity import QuantityError, parse_quantity
+
+
+def modelled_values(policy: Policy, nodes: Sequence[NodeState]) -> dict[str, dict[str, float]]:
+    """The power model's value of each dimension it covers, per node whose spec it knows
+    (`spec.energy.powerModel`); used where a node has no measurement."""
+    energy = policy.spec.energy
+    out: dict[str, dict[str, float]] = {}
+    for d in policy.spec.dimensions:
+        field = energy.modelled(d.name)
+        if field is None or not energy.power_model.types:
+            continue
+        values = {}
+        for n in nodes:
+            spec = energy.power_model.of(n.labels)
+            if spec is not None:
+                values[n.name] = float(getattr(spec, field))
+        out[d.name] = values
+    return out
+
+
+def _amount(text: str | None, scale: int) -> int:
+    try:
+        return int(parse_quantity(text) * scale) if text else 0
+    except QuantityError:
+        return 0
+
+
+def plan_drain(
+    policy: Policy,
+    nodes: Sequence[NodeState],
+    context: CycleContext,
+    pod_usages: Mapping[str, Sequence[PodUsage]],
+) -> dict[str, str]:
+    """This cycle's drain candidates (scorer/plan/drain.py), from the remembered raw values of
+    the energy dimensions (measured, else from the power model)."""
+    energy = policy.spec.energy
+    per_core = context.observations.get(energy.watts_per_core or "", {})
+    idle = context.observations.get(energy.idle_watts or "", {})
+    drain_nodes = []
+    for n in nodes:
+        pods = pod_usages.get(n.name, ())
+        core = per_core.get(n.name)
+        idle_obs = idle.get(n.name)
+        drain_nodes.append(
+            DrainNode(
+                name=n.name,
+                cpu_m=_amount(n.allocatable.get("cpu"), 1000),
+                memory=_amount(n.allocatable.get("memory"), 1),
+                watts_per_core=None if core is None else core.value,
+                idle_watts=None if idle_obs is None else idle_obs.value,
+                pods=pods,
+                schedulable=not n.unschedulable,
+                scale_down_disabled=scale_down_disabled(n.annotations),
+                pinned=pinned_resources(pods, policy.spec.resource_prefix),
+            )
+        )
+    marking = energy.drain_candidates
+    return drain_candidates(drain_nodes, marking.min_saved_watts, marking.max_candidates)
 
 
 def plan_cycle(
@@ -44,8 +104,16 @@ def plan_cycle(
     hot = hot or {}
     layout = CycleLayout.of(policy)
     names = {n.name for n in nodes} if known is None else set(known)
-    context = CycleContext.of(layout, names, readings, memory, now)
+    context = CycleContext.of(layout, names, readings, memory, now, modelled_values(policy, nodes))
     planned = {n.name for n in nodes}
+    # Drain candidates weigh every node against the others: found in full cycles only (with a
+    # complete pod ledger); a replan after pod events keeps the last full cycle's.
+    if layout.drain is None:
+        drain: dict[str, str] = {}
+    elif known is None and pod_usages is not None:
+        drain = plan_drain(policy, nodes, context, pod_usages)
+    else:
+        drain = {k: v for k, v in memory.drain.items() if k in names}
     # Nodes not replanned now keep their debounce state and floor.
     counters: dict[tuple[str, str], TaintCounter] = {
         k: v for k, v in memory.counters.items() if k[1] in names and k[1] not in planned
@@ -56,7 +124,7 @@ def plan_cycle(
     node_plans = []
     for node in nodes:
         pods = None if pod_usages is None else pod_usages.get(node.name, ())
-        plan = plan_node(context, node, hot.get(node.name, 0), pods)
+        plan = plan_node(context, node, hot.get(node.name, 0), pods, drain.get(node.name))
         node_plans.append(plan)
         for rule, state in plan.conditions.items():
             counters[(rule, node.name)] = TaintCounter(state.active, state.streak)
@@ -111,5 +179,6 @@ def plan_cycle(
             if pod_usages is not None
             else {k: v for k, v in memory.floors.items() if k in names}
         ),
+        drain=MappingProxyType(drain),
     )
     return cycle, new_memory

@@ -20,12 +20,21 @@ from steer.core.budget import (
 from steer.core.encoding import normalise
 from steer.core.gates import Gate, avoid_gate, unreserved_gate
 from steer.core.mode import taints_written
-from steer.core.policy import Dimension, Direction, PodClass, Policy, TaintRule
+from steer.core.policy import (
+    DRAIN_REASON_ANNOTATION,
+    Dimension,
+    Direction,
+    PodClass,
+    Policy,
+    TaintRule,
+)
 from steer.core.steering import (
     composite_weights,
     composites,
     condition_key,
     dimension_key,
+    drain_keys,
+    energy_composites,
     overcommit_key,
     owned_label_keys,
     owned_resource_keys,
@@ -87,6 +96,14 @@ class CycleLayout:
     overcommit_label: str
     budget_names: BudgetNames
     budget_gates: tuple[tuple[float, Gate], ...]
+    # Composites that consolidate (steer/core/policy/energy.py): "the node runs pods" weighs
+    # this much beside their dimensions, and no hot-node penalty applies to them.
+    consolidating: frozenset[str | None] = frozenset()
+    consolidation_weight: float = 0.0
+    # (drain-candidate label, its reason annotation) when the policy marks drain candidates;
+    # the annotation key alone otherwise, so a mark left by an earlier policy is removed.
+    drain: tuple[str, str] | None = None
+    drain_annotation: str = ""
 
     @classmethod
     def of(cls, policy: Policy) -> CycleLayout:
@@ -142,6 +159,10 @@ class CycleLayout:
             ),
             reserving=tuple((c, reserved_key(policy, c)) for c in reserving_classes(policy)),
             overcommit_label=overcommit_key(policy),
+            consolidating=energy_composites(policy),
+            consolidation_weight=policy.spec.energy.consolidation.weight,
+            drain=drain_keys(policy),
+            drain_annotation=policy.label_key(DRAIN_REASON_ANNOTATION),
         )
 
 
@@ -151,8 +172,11 @@ def remember(
     readings: Mapping[str, DimensionReading],
     memory: ScorerMemory,
     now: float,
+    modelled: Mapping[str, Mapping[str, float]] | None = None,
 ) -> dict[str, dict[str, Observation]]:
-    """Last observation per (dimension, node), without expired ones or vanished nodes."""
+    """Last observation per (dimension, node), without expired ones or vanished nodes. A node
+    with none left takes its value from the power model (`modelled`: dimension → node →
+    value, observed now): a measurement, fresh or remembered, always comes first."""
     out: dict[str, dict[str, Observation]] = {}
     for d in layout.dims:
         merged = {n: o for n, o in (memory.observations.get(d.name) or {}).items() if n in names}
@@ -161,7 +185,11 @@ def remember(
             for node, value in reading.values.items():
                 if node in names:
                     merged[node] = Observation(value, reading.observed_at)
-        out[d.name] = {n: o for n, o in merged.items() if now - o.observed_at <= d.ttl}
+        kept = {n: o for n, o in merged.items() if now - o.observed_at <= d.ttl}
+        for node, value in ((modelled or {}).get(d.name) or {}).items():
+            if node in names and node not in kept:
+                kept[node] = Observation(value, now)
+        out[d.name] = kept
     return out
 
 
@@ -186,9 +214,11 @@ class CycleContext:
         readings: Mapping[str, DimensionReading],
         memory: ScorerMemory,
         now: float,
+        modelled: Mapping[str, Mapping[str, float]] | None = None,
     ) -> CycleContext:
-        """`names`: every node of the cluster (their scores count in every normalisation)."""
-        observations = remember(layout, names, readings, memory, now)
+        """`names`: every node of the cluster (their scores count in every normalisation);
+        `modelled`: the power model's values for nodes without a measurement."""
+        observations = remember(layout, names, readings, memory, now, modelled)
         scores = {
             d.name: normalise(
                 {n: o.value for n, o in observations[d.name].items()},

@@ -45,6 +45,8 @@ class ScorerMemory:
     last_success: Mapping[str, float] = field(default_factory=dict)
     # Each node's budget floor as last published (steer/core/budget.py).
     floors: Mapping[str, Floor] = field(default_factory=dict)
+    # Drain candidates of the last full cycle: node → why (scorer/plan/drain.py).
+    drain: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -149,6 +151,10 @@ class NodePlan:
     bursting: Mapping[float, int] = field(default_factory=dict)
     # What the node's bound pods request of every scalar resource (from the pod ledger).
     held: Mapping[str, int] = field(default_factory=dict)
+    # Consolidation: whether the node runs a movable pod (None without a pod ledger), and why
+    # it is a drain candidate (None: it is not).
+    active: bool | None = None
+    drain_reason: str | None = None
 
     @property
     def taints_changed(self) -> bool:

@@ -18,12 +18,21 @@ from steer.core.encoding import composite, quantise
 from steer.core.scheduling import Taint
 from steer.core.steering import CONDITION_VALUE, offers
 
+# The composite's term for "the node already runs pods" (consolidation); no dimension name can
+# be it, since dimension names are DNS labels.
+ACTIVE_TERM = "(active)"
+
 
 def plan_node(
-    cycle: CycleContext, node: NodeState, hot_pods: int, pods: Sequence[PodUsage] | None
+    cycle: CycleContext,
+    node: NodeState,
+    hot_pods: int,
+    pods: Sequence[PodUsage] | None,
+    drain_reason: str | None = None,
 ) -> NodePlan:
     """What one node should carry: `hot_pods` pods bound to it in the hot-node window, `pods`
-    its bound pods from a complete pod ledger (None: there is none, gates and pools stay)."""
+    its bound pods from a complete pod ledger (None: there is none, gates and pools stay),
+    `drain_reason` why it is a drain candidate (None: it is not)."""
     layout, memory = cycle.layout, cycle.memory
     current = node.labels
     times = observed_times(node, layout.annotation_key)
@@ -37,9 +46,21 @@ def plan_node(
 
     comps = []
     usable = {n: e.score for n, e in dims.items() if e.score is not None and e.label is not None}
+    active = None if pods is None else any(p.movable for p in pods)
     for class_name, key, weights in layout.composites:
-        penalty = 0.0 if class_name in layout.packing else hot_pods * layout.penalty_per_pod
+        consolidating = class_name in layout.consolidating
+        penalty = (
+            0.0
+            if class_name in layout.packing or consolidating
+            else hot_pods * layout.penalty_per_pod
+        )
         value = composite(usable, weights)
+        if consolidating and active is not None and value is not None:
+            # "Runs pods" beside the dimensions: only where the node has a composite at all.
+            value = composite(
+                {**usable, ACTIVE_TERM: 100.0 if active else 0.0},
+                {**weights, ACTIVE_TERM: layout.consolidation_weight},
+            )
         label = None
         penalised = None
         if value is not None:
@@ -76,6 +97,11 @@ def plan_node(
         avoided = any(conditions[n].active for n in pod_class.avoid if n in conditions)
         if offers(pod_class, node.allocatable) and not avoided:
             desired[key] = CONDITION_VALUE
+
+    if layout.drain is not None and drain_reason is not None:
+        desired[layout.drain[0]] = CONDITION_VALUE
+    else:
+        drain_reason = None
 
     changes: dict[str, str | None] = {}
     for key in layout.owned_labels:
@@ -124,6 +150,8 @@ def plan_node(
     )
     if new_record != record:
         annotation_changes[layout.record_key] = new_record.text()
+    if node.annotations.get(layout.drain_annotation) != drain_reason:
+        annotation_changes[layout.drain_annotation] = drain_reason
 
     return NodePlan(
         node=node.name,
@@ -150,4 +178,6 @@ def plan_node(
         members=resources.usage.members if resources.usage else {},
         bursting=resources.usage.bursting if resources.usage else {},
         held=resources.held,
+        active=active,
+        drain_reason=drain_reason,
     )

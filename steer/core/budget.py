@@ -245,6 +245,9 @@ class PodUsage:
     request_cpu_m: int = 0
     request_memory: int = 0
     held: Mapping[str, int] = field(default_factory=dict)
+    # False for DaemonSet and mirror pods: they run where they are put, so they neither make a
+    # node active nor keep it from being drained (steer/core/policy/energy.py).
+    movable: bool = True
 
     @property
     def bursting(self) -> bool:
@@ -260,7 +263,7 @@ class PodUsage:
 CORE_REQUESTS = frozenset({"cpu", "memory", "ephemeral-storage", "pods"})
 
 
-def pod_usage(spec: Mapping[str, Any]) -> PodUsage:
+def pod_usage(spec: Mapping[str, Any], *, movable: bool = True) -> PodUsage:
     """Reduce a bound pod to what the gates, the pool and the sources count. A malformed
     quantity counts as nothing: the apiserver accepted the pod, so this is not expected."""
     try:
@@ -288,7 +291,7 @@ def pod_usage(spec: Mapping[str, Any]) -> PodUsage:
         if amount > 0:
             held[name] = amount
     limit_cpu, limit_memory, request_cpu, request_memory = amounts
-    return PodUsage(limit_cpu, limit_memory, request_cpu, request_memory, held or _NOTHING)
+    return PodUsage(limit_cpu, limit_memory, request_cpu, request_memory, held or _NOTHING, movable)
 
 
 _NOTHING: Mapping[str, int] = {}

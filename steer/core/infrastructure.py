@@ -41,6 +41,15 @@ def _is_daemonset_pod(pod: Mapping[str, Any]) -> bool:
     )
 
 
+def runs_where_put(pod: Mapping[str, Any]) -> bool:
+    """A bound pod its node keeps whatever the scheduler would choose: a DaemonSet's (by its
+    controller reference) or a static pod's mirror. For counting only, never for exempting: the
+    pod already passed admission."""
+    annotations = _field(_field(pod, "metadata"), "annotations")
+    mirror = isinstance(annotations, Mapping) and MIRROR_ANNOTATION in annotations
+    return mirror or _is_daemonset_pod(pod)
+
+
 def exempt_reason(
     policy: Policy, pod: Mapping[str, Any], user_info: Mapping[str, Any] | None
 ) -> Exemption | None:

@@ -19,6 +19,8 @@ from steer.core.gates import Gate, avoid_gate, unreserved_gate
 from steer.core.policy import (
     ALWAYS_EXCLUDED_NAMESPACES,
     DEFAULT_SCHEDULER,
+    DRAIN_LABEL,
+    DRAIN_REASON_ANNOTATION,
     RESERVED_PREFIX,
     Dimension,
     PodClass,
@@ -56,6 +58,26 @@ def condition_key(policy: Policy, rule: TaintRule) -> str:
 def reserved_key(policy: Policy, pod_class: PodClass) -> str:
     """Label the scorer sets to `true` on nodes that offer a resource the class reserves."""
     return policy.label_key(f"{RESERVED_PREFIX}{pod_class.name}")
+
+
+def drain_keys(policy: Policy) -> tuple[str, str] | None:
+    """The drain-candidate label and its reason annotation, when the policy marks them."""
+    if not policy.spec.energy.drain_candidates.enabled:
+        return None
+    return policy.label_key(DRAIN_LABEL), policy.label_key(DRAIN_REASON_ANNOTATION)
+
+
+def energy_composites(policy: Policy) -> frozenset[str | None]:
+    """The pod classes (None: no class) whose composite counts `energy.wattsPerCore` and
+    consolidates: an "active" term beside its dimensions, and no hot-node penalty."""
+    energy = policy.spec.energy
+    if not energy.consolidates:
+        return frozenset()
+    return frozenset(
+        c.name if c else None
+        for c, _ in composites(policy)
+        if energy.watts_per_core in composite_weights(policy, c)
+    )
 
 
 def reserving_classes(policy: Policy) -> tuple[PodClass, ...]:
@@ -111,6 +133,9 @@ def owned_label_keys(policy: Policy) -> frozenset[str]:
     keys |= {condition_key(policy, r) for r in policy.spec.taints}
     keys |= {key for _, key in composites(policy)}
     keys |= {reserved_key(policy, c) for c in reserving_classes(policy)}
+    drain = drain_keys(policy)
+    if drain is not None:
+        keys.add(drain[0])
     return frozenset(keys)
 
 

@@ -323,6 +323,10 @@ class NodeDetail:
     pending_taint_change: bool
     observed_at_annotation: str | None
     budget_pools: BudgetPools
+    # Consolidation (steer/core/policy/energy.py): whether the node runs a movable pod (None
+    # without a pod ledger), and why it is a drain candidate (None: it is not).
+    active: bool | None = None
+    drain_candidate: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -339,6 +343,8 @@ class NodeDetail:
             "pendingTaintChange": self.pending_taint_change,
             "observedAtAnnotation": self.observed_at_annotation,
             "budgetPools": self.budget_pools.to_json(),
+            "active": self.active,
+            "drainCandidate": self.drain_candidate,
         }
 
     @classmethod
@@ -357,4 +363,6 @@ class NodeDetail:
             pending_taint_change=obj["pendingTaintChange"],
             observed_at_annotation=obj.get("observedAtAnnotation"),
             budget_pools=BudgetPools.from_json(obj["budgetPools"]),
+            active=obj.get("active"),
+            drain_candidate=obj.get("drainCandidate"),
         )

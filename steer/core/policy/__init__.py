@@ -9,6 +9,7 @@ One module per part, each model with its checks beside it:
 - `rules.py`: taint rules, pod classes, spread rules; `tenants.py`: tenants;
 - `routing.py`: scheduler profiles and which scheduler a pod is routed to;
 - `cluster_scores.py`: scores for Open Cluster Management's Placement, one model per kind;
+- `energy.py`: energy as efficiency (watts per core, idle watts, the power model, drain candidates);
 - `spec.py`: the spec, its cluster-wide sections and the checks across them;
 - `references.py`: unique names and references by name, on the raw document;
 - `document.py`: `Policy` and `parse_policy`.
@@ -53,6 +54,15 @@ from steer.core.policy.dimensions import (
     PrometheusDimension,
 )
 from steer.core.policy.document import Policy, parse_policy
+from steer.core.policy.energy import (
+    DRAIN_LABEL,
+    DRAIN_REASON_ANNOTATION,
+    Consolidation,
+    DrainCandidates,
+    Energy,
+    NodeType,
+    PowerModel,
+)
 from steer.core.policy.issues import PolicyError, PolicyIssue
 from steer.core.policy.routing import SchedulerProfiles, routed_scheduler
 from steer.core.policy.rules import Condition, PodClass, SpreadRule, TaintRule
@@ -79,6 +89,8 @@ __all__ = [
     "DEFAULT_LABEL_PREFIX",
     "DEFAULT_RESOURCE_PREFIX",
     "DEFAULT_SCHEDULER",
+    "DRAIN_LABEL",
+    "DRAIN_REASON_ANNOTATION",
     "KIND",
     "KNOWN_UNITS",
     "LEGACY_API_VERSIONS",
@@ -90,9 +102,12 @@ __all__ = [
     "ClusterScoreBase",
     "ClusterScores",
     "Condition",
+    "Consolidation",
     "Dimension",
     "DimensionBase",
     "Direction",
+    "DrainCandidates",
+    "Energy",
     "FreeResourceScore",
     "HttpDimension",
     "HttpSource",
@@ -101,6 +116,7 @@ __all__ = [
     "KubernetesSource",
     "LabelSelector",
     "Metadata",
+    "NodeType",
     "Normalization",
     "OptIn",
     "Overcommit",
@@ -108,6 +124,7 @@ __all__ = [
     "Policy",
     "PolicyError",
     "PolicyIssue",
+    "PowerModel",
     "PowerPerCoreScore",
     "Prometheus",
     "PrometheusDimension",

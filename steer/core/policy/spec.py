@@ -28,6 +28,7 @@ from steer.core.policy.contract import (
 )
 from steer.core.policy.descheduling import Descheduling
 from steer.core.policy.dimensions import Dimension
+from steer.core.policy.energy import DRAIN_LABEL, Energy
 from steer.core.policy.fields import (
     HotPenalty,
     HotWindow,
@@ -148,6 +149,9 @@ class Spec(PolicyModel):
     cluster_scores: ClusterScores = Field(default_factory=ClusterScores)
     # What the generated DeschedulerPolicies evict (steer/core/descheduling.py).
     descheduling: Descheduling = Field(default_factory=Descheduling)
+    # Energy as efficiency: watts per busy core and idle watts, the power model from node
+    # specs, consolidation and drain candidates (steer/core/policy/energy.py).
+    energy: Energy = Field(default_factory=Energy)
 
     def issues(self) -> Iterator[PolicyIssue]:
         """Every problem of a well-typed spec, paths relative to it. Names that must be unique
@@ -179,6 +183,7 @@ class Spec(PolicyModel):
         yield from nested("optIn.namespaceSelector", self.opt_in.namespace_selector.issues())
         yield from nested("clusterScores", self.cluster_scores.issues(self))
         yield from nested("descheduling", self.descheduling.issues(self))
+        yield from nested("energy", self.energy.issues(self))
 
     def _label_prefix_issues(self) -> Iterator[PolicyIssue]:
         prefix = self.label_prefix
@@ -215,6 +220,8 @@ class Spec(PolicyModel):
             for i, c in enumerate(self.pod_classes)
             if c.reserve_nodes != "none"
         ]
+        if self.energy.drain_candidates.enabled:
+            suffixes.append(("energy.drainCandidates", DRAIN_LABEL))
         for path, suffix in suffixes:
             key = self.label_prefix + suffix
             for problem in label_key_errors(key):
