@@ -3,6 +3,7 @@ model, consolidation (an "active" term, no hot-node penalty) and drain candidate
 
 from __future__ import annotations
 
+import pytest
 from kubernetes import client
 
 from kits.apistub import ApiStub
@@ -17,7 +18,7 @@ from scorer.plan import CyclePlan, DataStatus, ScorerMemory, plan_cycle
 from scorer.plan.drain import DrainNode, drain_candidates
 from scorer.writer import NodeApi, NodeWriter, RateLimiter
 from steer.core.budget import PodUsage
-from steer.core.policy import Policy, parse_policy
+from steer.core.policy import Policy, PolicyError, parse_policy
 from steer.core.steering import owned_label_keys
 from tests.scorer_support import apply_plan, readings_for
 
@@ -319,3 +320,51 @@ def test_the_mark_rides_on_the_nodes_one_label_write(
     nodes = api.list_nodes()
     again, _ = cycle(nodes, pods, memory, at=T0 + 30)
     assert not any(p.changed for p in again.nodes)
+
+
+def test_with_descheduling_consolidation_a_drain_candidate_is_also_tainted_prefer_no_schedule() -> (
+    None
+):
+    """The descheduler's consolidation profile keys on this taint (steer/core/descheduling.py),
+    and it keeps new pods elsewhere; without consolidation, or in audit mode, no taint."""
+    cluster = [node("e1", "efficient"), node("l1", "legacy")]
+    pods = {"e1": [pod(2)], "l1": [pod(2)]}
+    untainted, _ = cycle(cluster, pods)
+    l1 = untainted.node("l1")
+    assert l1 is not None and l1.drain_reason is not None and l1.taints == ()
+
+    consolidating = parse_policy(
+        ENERGY_POLICY + "  descheduling:\n    consolidation: {enabled: true}\n"
+    )
+    plan, memory = cycle(cluster, pods, policy=consolidating)
+    l1 = plan.node("l1")
+    assert l1 is not None and l1.drain_reason is not None
+    assert [(t.key, t.value, t.effect) for t in l1.taints] == [(DRAIN, "true", "PreferNoSchedule")]
+    e1 = plan.node("e1")
+    assert e1 is not None and e1.taints == ()
+
+    # The pods moved away: the next full cycle takes the taint off with the mark.
+    written = apply_plan(consolidating, cluster, plan)
+    assert any(t.key == DRAIN for t in next(n for n in written if n.name == "l1").taints)
+    moved = {"e1": [pod(4)], "l1": []}
+    after, _ = cycle(written, moved, memory, at=T0 + 30, policy=consolidating)
+    gone = after.node("l1")
+    assert gone is not None and gone.drain_reason is None and gone.taints == ()
+    assert [t.key for t in gone.current_taints] == [DRAIN]
+
+    audit = parse_policy(
+        ENERGY_POLICY.replace("spec:\n", "spec:\n  mode: audit\n", 1)
+        + "  descheduling:\n    consolidation: {enabled: true}\n"
+    )
+    audited, _ = cycle(cluster, pods, policy=audit)
+    l1 = audited.node("l1")
+    assert l1 is not None and l1.drain_reason is not None and l1.taints == ()
+
+
+def test_consolidation_without_drain_candidates_is_refused_with_its_path() -> None:
+    text = ENERGY_POLICY.replace(
+        "drainCandidates: {enabled: true, minSavedWatts: 50}", "drainCandidates: {enabled: false}"
+    )
+    with pytest.raises(PolicyError) as caught:
+        parse_policy(text + "  descheduling:\n    consolidation: {enabled: true}\n")
+    assert [i.path for i in caught.value.issues] == ["spec.descheduling.consolidation.enabled"]

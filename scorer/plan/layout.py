@@ -34,6 +34,7 @@ from steer.core.steering import (
     condition_key,
     dimension_key,
     drain_keys,
+    drain_taint_key,
     energy_composites,
     overcommit_key,
     owned_label_keys,
@@ -104,6 +105,8 @@ class CycleLayout:
     # the annotation key alone otherwise, so a mark left by an earlier policy is removed.
     drain: tuple[str, str] | None = None
     drain_annotation: str = ""
+    # The drain candidates' PreferNoSchedule taint, when descheduling consolidation keys on it.
+    drain_taint: str | None = None
 
     @classmethod
     def of(cls, policy: Policy) -> CycleLayout:
@@ -163,6 +166,7 @@ class CycleLayout:
             consolidation_weight=policy.spec.energy.consolidation.weight,
             drain=drain_keys(policy),
             drain_annotation=policy.label_key(DRAIN_REASON_ANNOTATION),
+            drain_taint=drain_taint_key(policy),
         )
 
 

@@ -100,6 +100,8 @@ def plan_node(
 
     if layout.drain is not None and drain_reason is not None:
         desired[layout.drain[0]] = CONDITION_VALUE
+        if layout.drain_taint is not None and layout.taints_written:
+            desired_taints.append(Taint(layout.drain_taint, CONDITION_VALUE, "PreferNoSchedule"))
     else:
         drain_reason = None
 

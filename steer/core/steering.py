@@ -67,6 +67,14 @@ def drain_keys(policy: Policy) -> tuple[str, str] | None:
     return policy.label_key(DRAIN_LABEL), policy.label_key(DRAIN_REASON_ANNOTATION)
 
 
+def drain_taint_key(policy: Policy) -> str | None:
+    """The PreferNoSchedule taint on drain candidates, when the descheduler's consolidation
+    profile keys on it (steer/core/descheduling.py): it also keeps new pods elsewhere."""
+    if drain_keys(policy) is None or not policy.spec.descheduling.consolidation.enabled:
+        return None
+    return policy.label_key(DRAIN_LABEL)
+
+
 def energy_composites(policy: Policy) -> frozenset[str | None]:
     """The pod classes (None: no class) whose composite counts `energy.wattsPerCore` and
     consolidates: an "active" term beside its dimensions, and no hot-node penalty."""
@@ -140,7 +148,11 @@ def owned_label_keys(policy: Policy) -> frozenset[str]:
 
 
 def owned_taint_keys(policy: Policy) -> frozenset[str]:
-    return frozenset(condition_key(policy, r) for r in policy.spec.taints)
+    keys = {condition_key(policy, r) for r in policy.spec.taints}
+    drain = drain_taint_key(policy)
+    if drain is not None:
+        keys.add(drain)
+    return frozenset(keys)
 
 
 def classify_pod(policy: Policy, pod_spec: Mapping[str, Any]) -> PodClass | None:

@@ -69,6 +69,12 @@ class Descheduling(PolicyModel):
                     f"taint rule {name!r} has effect {rule.effect}; list PreferNoSchedule rules "
                     "only (NoSchedule ones evict with `taints: true`)",
                 )
+        if self.consolidation.enabled and not spec.energy.drain_candidates.enabled:
+            yield PolicyIssue(
+                "consolidation.enabled",
+                "needs spec.energy.drainCandidates.enabled: the scorer taints drain candidates "
+                "only when it marks them, and consolidation evicts from those nodes alone",
+            )
         if self.max_pods_per_node > self.max_pods_total:
             yield PolicyIssue(
                 "maxPodsPerNode",
