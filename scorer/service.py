@@ -231,6 +231,12 @@ class Scorer:
         for dim in policy.spec.dimensions:
             self.metrics.queries.labels(dimension=dim.name).inc()
             failure = answer.failures.get(dim.name)
+            if failure is None and dim.name not in answer.readings:
+                # A source that answered neither (its bug): this dimension failed, not the cycle.
+                failure = DimensionFailure(
+                    dim.name, dim.what, "response", "its source gave no answer", 0.0
+                )
+                answer.failures[dim.name] = failure
             if failure is not None:
                 self.metrics.query_errors.labels(dimension=dim.name, kind=failure.kind).inc()
                 self.metrics.query_duration.labels(dimension=dim.name).observe(failure.duration_s)

@@ -19,7 +19,7 @@ from scorer.ledger import PodLedger
 from scorer.model import NodeState
 from scorer.observe import NodeIndex
 from scorer.service import Scorer
-from scorer.sources import SourceContext
+from scorer.sources import Readings, SourceContext
 from scorer.sources.http_json import HttpJsonSource, field_at, node_values
 from scorer.sources.kubernetes import KubernetesApiSource, endpoint_readiness
 from scorer.writer import NodeApi
@@ -478,6 +478,39 @@ def test_a_broken_source_fails_only_its_dimensions(apistub: ApiStub, tmp_path: P
     finally:
         scorer.close()
     assert failures["registry-health"].kind == "response"
+    assert readings["overcommit-pct"].values == {"node-1": -100.0}
+
+
+def test_a_source_that_answers_nothing_for_a_dimension_fails_that_dimension(
+    apistub: ApiStub, tmp_path: Path
+) -> None:
+    """Neither a reading nor a failure (a source's bug) is that dimension's failure, named in
+    the answer, and the cycle goes on with the others."""
+    policy = parse_policy(POLICY.replace("URL", "http://127.0.0.1:9/x"))
+    apistub.add_node(synthetic_node("node-1"))
+    ledger = PodLedger()
+    ledger.replace([])
+
+    class Silent:
+        def read(self, *args: Any) -> Readings:
+            return Readings()
+
+        def close(self) -> None:
+            pass
+
+    scorer = Scorer(
+        lambda: policy,
+        NodeApi(KubeJson(client_for(apistub, tmp_path / "kc"))),
+        ledger=ledger,
+        sources={"http": Silent()},
+    )
+    try:
+        readings, failures, _ = scorer.read_all(policy, tuple(scorer.node_api.list_nodes()))
+    finally:
+        scorer.close()
+    assert "registry-health" not in readings
+    assert failures["registry-health"].kind == "response"
+    assert failures["registry-health"].message == "its source gave no answer"
     assert readings["overcommit-pct"].values == {"node-1": -100.0}
 
 

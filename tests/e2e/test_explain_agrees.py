@@ -249,7 +249,8 @@ class RecordedReadings:
     ) -> Readings:
         assert at is not None
         wanted = {d.name for d in dimensions}
-        every = readings_for(policy, nodes, self.values, at)
+        # Prometheus answers every query, with an empty vector where nothing is recorded.
+        every = readings_for(policy, nodes, {d: self.values.get(d, {}) for d in wanted}, at)
         return Readings(readings={k: v for k, v in every.items() if k in wanted})
 
     def close(self) -> None:

@@ -73,7 +73,9 @@ class Observations:
         at: float | None,
     ) -> Readings:
         wanted = {d.name for d in dimensions}
-        every = readings_for(policy, nodes, self.values, at if at is not None else time.time())
+        # Prometheus answers every query, with an empty vector where nothing is recorded.
+        recorded = {d: self.values.get(d, {}) for d in wanted}
+        every = readings_for(policy, nodes, recorded, at if at is not None else time.time())
         return Readings(readings={k: v for k, v in every.items() if k in wanted})
 
     def close(self) -> None:
