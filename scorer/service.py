@@ -37,7 +37,7 @@ from scorer.sources.base import concurrently
 from scorer.writer import NodeApi, NodeWriter, RateLimiter, WriteReport
 from steer.core.budget import PodUsage
 from steer.core.policy import Dimension, Policy
-from steer.core.steering import owned_resource_keys
+from steer.core.steering import drain_keys, energy_composites, owned_resource_keys
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,16 @@ def _gc_paused() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
+
+
+def plans_from_pods(policy: Policy) -> bool:
+    """Whether a cycle's plan reads the pods bound to each node: gates and budget pools hold
+    what they request, the consolidation term and drain candidates count the movable ones."""
+    return (
+        bool(owned_resource_keys(policy))
+        or bool(energy_composites(policy))
+        or drain_keys(policy) is not None
+    )
 
 
 # How long the first cycle waits for the pod watch's first list (100,000 pods: about a minute).
@@ -353,11 +363,13 @@ class Scorer:
     def _pod_usages(
         self, policy: Policy, nodes: Iterable[str] | None = None
     ) -> dict[str, tuple[PodUsage, ...]] | None:
-        """Each node's pods (of `nodes`, or all) for the gates and budget pools; None without a
-        ledger or while it is not synced (then no gate or pool is set)."""
+        """Each node's pods (of `nodes`, or all) for the gates and budget pools, the
+        consolidation term and drain candidates; None while the ledger is not synced, or
+        without one when the policy plans nothing from pods (then no gate or pool is set, and
+        no node is marked a drain candidate)."""
         if self.ledger is not None:
             return self.ledger.usages(nodes)
-        if not owned_resource_keys(policy):
+        if not plans_from_pods(policy):
             return None
         # Without a pod watch (`steer scorer once`, tests): one list of the bound pods.
         ledger = PodLedger()
@@ -366,7 +378,10 @@ class Scorer:
                 PODS_PATH, page_size=self.node_api.page_size, query={"fieldSelector": BOUND_PODS}
             )
         except KubeApiError as exc:
-            log.warning("gates and pools not planned: cannot list the bound pods: %s", exc)
+            log.warning(
+                "gates, pools and drain candidates not planned: cannot list the bound pods: %s",
+                exc,
+            )
             return None
         ledger.replace(pods)
         return ledger.usages()

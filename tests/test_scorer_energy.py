@@ -16,10 +16,11 @@ from scorer.ledger import BoundPod
 from scorer.model import NodeState
 from scorer.plan import CyclePlan, DataStatus, ScorerMemory, plan_cycle
 from scorer.plan.drain import DrainNode, drain_candidates
+from scorer.service import Scorer, plans_from_pods
 from scorer.writer import NodeApi, NodeWriter, RateLimiter
 from steer.core.budget import PodUsage
 from steer.core.policy import Policy, PolicyError, parse_policy
-from steer.core.steering import owned_label_keys
+from steer.core.steering import owned_label_keys, owned_resource_keys
 from tests.scorer_support import apply_plan, readings_for
 
 GIB = 1 << 30
@@ -359,6 +360,42 @@ def test_with_descheduling_consolidation_a_drain_candidate_is_also_tainted_prefe
     audited, _ = cycle(cluster, pods, policy=audit)
     l1 = audited.node("l1")
     assert l1 is not None and l1.drain_reason is not None and l1.taints == ()
+
+
+def test_without_a_pod_watch_the_scorer_lists_the_pods_an_energy_policy_plans_from(
+    apistub: ApiStub, kube_client: client.ApiClient
+) -> None:
+    """`steer scorer once` keeps no pod watch: for a policy with no gate or pool it still lists
+    the bound pods when consolidation or drain candidates count them, so one cycle marks the
+    legacy node. Prometheus is unreachable here: the power model alone gives the watts."""
+    for name, kind in (("e1", "efficient"), ("l1", "legacy")):
+        apistub.add_node(synthetic_node(name, cpu="16", memory="64Gi", labels={TYPE: kind}))
+    for name, where in (("a", "e1"), ("b", "l1")):
+        resources = {"cpu": "2", "memory": "2Gi"}
+        container = {"name": "c", "image": "x", "resources": {"requests": resources}}
+        apistub.create(
+            "pods",
+            {"metadata": {"name": name}, "spec": {"nodeName": where, "containers": [container]}},
+        )
+    consolidating = parse_policy(
+        ENERGY_POLICY + "  descheduling:\n    consolidation: {enabled: true}\n"
+    )
+    assert plans_from_pods(consolidating) and not owned_resource_keys(consolidating)
+    scorer = Scorer(
+        lambda: consolidating, NodeApi(KubeJson(kube_client)), prometheus_url="http://127.0.0.1:1"
+    )
+    try:
+        result = scorer.run_cycle()
+    finally:
+        scorer.close()
+    assert {p.node: p.active for p in result.plan.nodes} == {"e1": True, "l1": True}
+    l1 = apistub.get("nodes", "l1")
+    assert l1["metadata"]["labels"][DRAIN] == "true"
+    assert l1["metadata"]["annotations"][REASON].startswith(
+        "its 1 movable pod (2 cores, 2 GiB requested) fits on 1 active node (e1)"
+    )
+    assert [(t["key"], t["effect"]) for t in l1["spec"]["taints"]] == [(DRAIN, "PreferNoSchedule")]
+    assert DRAIN not in apistub.get("nodes", "e1")["metadata"]["labels"]
 
 
 def test_consolidation_without_drain_candidates_is_refused_with_its_path() -> None:
