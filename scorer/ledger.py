@@ -26,7 +26,7 @@ from fractions import Fraction
 from typing import Any
 
 from steer.core.budget import Amount, PodUsage, pod_usage
-from steer.core.infrastructure import runs_where_put
+from steer.core.infrastructure import has_controller, runs_where_put
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
@@ -46,7 +46,10 @@ class BoundPod:
         phase = (pod.get("status") or {}).get("phase")
         if not node or phase in TERMINAL_PHASES:
             return None
-        return cls(str(node), pod_usage(spec, movable=not runs_where_put(pod)))
+        return cls(
+            str(node),
+            pod_usage(spec, movable=not runs_where_put(pod), replaced=has_controller(pod)),
+        )
 
 
 class PodLedger:

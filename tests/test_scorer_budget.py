@@ -358,7 +358,7 @@ def test_ledger_keeps_only_what_pods_hold() -> None:
     entry = BoundPod.of(full)
     assert entry is not None and entry.node == "n1"
     # Reduced once, on arrival: the sidecar's request counts beside the containers'.
-    assert entry.usage == pod_usage(full["spec"])
+    assert entry.usage == pod_usage(full["spec"], replaced=False)  # bare: no controller
     assert entry.usage.request_cpu_m == 2000  # FOREIGN's 1 core + the sidecar's 1
     assert not hasattr(entry, "__dict__")  # slots: no per-pod dictionary
     assert BoundPod.of(pod("x", node=None)) is None

@@ -84,9 +84,11 @@ def node(name: str, kind: str | None, cpu: str = "16", **extra: object) -> NodeS
     )  # type: ignore[arg-type]
 
 
-def pod(cores: float, gib: float = 2, *, movable: bool = True, **held: int) -> PodUsage:
+def pod(
+    cores: float, gib: float = 2, *, movable: bool = True, replaced: bool = True, **held: int
+) -> PodUsage:
     m = int(cores * 1000)
-    return PodUsage(m, int(gib * GIB), m, int(gib * GIB), held, movable)
+    return PodUsage(m, int(gib * GIB), m, int(gib * GIB), held, movable, replaced)
 
 
 def health(nodes: list[NodeState]) -> dict[str, dict[str, float]]:
@@ -239,6 +241,8 @@ def test_drain_candidates_skip_what_must_stay() -> None:
     assert marked(schedulable=False) == {}  # cordoned: someone is already on it
     assert marked(pinned=("nvidia.com/gpu",)) == {}  # a GPU job: moving it is not ours to plan
     assert marked(pods=[pod(1, movable=False)]) == {}  # only infrastructure: nothing to move
+    # A bare pod: evicted, nothing makes it again (the autoscaler refuses such nodes too).
+    assert marked(pods=[pod(1), pod(1, replaced=False)]) == {}
     assert marked(pods=[pod(15)]) == {}  # does not fit
     assert "c" not in marked(watts_per_core=4.0)  # the target's cores cost more (t drains)
     assert marked(watts_per_core=None) == {}  # cost unknown
@@ -278,9 +282,17 @@ def test_daemonset_and_mirror_pods_are_not_movable_in_the_ledger() -> None:
         {"metadata": {"annotations": {"kubernetes.io/config.mirror": "h"}}, "spec": spec}
     )
     plain = BoundPod.of({"metadata": {}, "spec": spec})
+    rs_owner = dict(ds_owner, kind="ReplicaSet", apiVersion="apps/v1")
+    replicated = BoundPod.of({"metadata": {"ownerReferences": [rs_owner]}, "spec": spec})
+    not_controller = dict(rs_owner, controller=False)
+    referenced = BoundPod.of({"metadata": {"ownerReferences": [not_controller]}, "spec": spec})
     assert daemon is not None and not daemon.usage.movable
     assert mirror is not None and not mirror.usage.movable
     assert plain is not None and plain.usage.movable and plain.usage.request_cpu_m == 1000
+    # Only a controller makes an evicted pod again: a bare pod, or one merely owned, is not.
+    assert not plain.usage.replaced
+    assert replicated is not None and replicated.usage.movable and replicated.usage.replaced
+    assert referenced is not None and not referenced.usage.replaced
 
 
 def test_turning_drain_candidates_off_removes_the_mark() -> None:
@@ -373,9 +385,10 @@ def test_without_a_pod_watch_the_scorer_lists_the_pods_an_energy_policy_plans_fr
     for name, where in (("a", "e1"), ("b", "l1")):
         resources = {"cpu": "2", "memory": "2Gi"}
         container = {"name": "c", "image": "x", "resources": {"requests": resources}}
+        owner = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "u"}
+        metadata = {"name": name, "ownerReferences": [dict(owner, controller=True)]}
         apistub.create(
-            "pods",
-            {"metadata": {"name": name}, "spec": {"nodeName": where, "containers": [container]}},
+            "pods", {"metadata": metadata, "spec": {"nodeName": where, "containers": [container]}}
         )
     consolidating = parse_policy(
         ENERGY_POLICY + "  descheduling:\n    consolidation: {enabled: true}\n"

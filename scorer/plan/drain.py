@@ -50,6 +50,11 @@ class DrainNode:
         return tuple(p for p in self.pods if p.movable)
 
     @property
+    def stranding(self) -> bool:
+        """It runs a pod no controller would make again: emptying it would lose that pod."""
+        return any(p.movable and not p.replaced for p in self.pods)
+
+    @property
     def active(self) -> bool:
         return any(p.movable for p in self.pods)
 
@@ -150,7 +155,11 @@ def drain_candidates(
         (
             n
             for n in listed
-            if n.name in targets and not n.scale_down_disabled and not n.pinned and n.movable
+            if n.name in targets
+            and not n.scale_down_disabled
+            and not n.pinned
+            and n.movable
+            and not n.stranding
         ),
         key=lambda n: (-(n.watts_per_core or 0.0), n.used[0], n.name),
     )

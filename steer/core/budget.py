@@ -248,6 +248,9 @@ class PodUsage:
     # False for DaemonSet and mirror pods: they run where they are put, so they neither make a
     # node active nor keep it from being drained (steer/core/policy/energy.py).
     movable: bool = True
+    # False for a pod no controller owns (a bare pod): evicted, nothing makes it again, so its
+    # node is never a drain candidate.
+    replaced: bool = True
 
     @property
     def bursting(self) -> bool:
@@ -263,7 +266,7 @@ class PodUsage:
 CORE_REQUESTS = frozenset({"cpu", "memory", "ephemeral-storage", "pods"})
 
 
-def pod_usage(spec: Mapping[str, Any], *, movable: bool = True) -> PodUsage:
+def pod_usage(spec: Mapping[str, Any], *, movable: bool = True, replaced: bool = True) -> PodUsage:
     """Reduce a bound pod to what the gates, the pool and the sources count. A malformed
     quantity counts as nothing: the apiserver accepted the pod, so this is not expected."""
     try:
@@ -291,7 +294,9 @@ def pod_usage(spec: Mapping[str, Any], *, movable: bool = True) -> PodUsage:
         if amount > 0:
             held[name] = amount
     limit_cpu, limit_memory, request_cpu, request_memory = amounts
-    return PodUsage(limit_cpu, limit_memory, request_cpu, request_memory, held or _NOTHING, movable)
+    return PodUsage(
+        limit_cpu, limit_memory, request_cpu, request_memory, held or _NOTHING, movable, replaced
+    )
 
 
 _NOTHING: Mapping[str, int] = {}

@@ -39,18 +39,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from steer.core.policy import Policy, PolicyError, PolicyIssue
+from steer.core.policy import DRAIN_LABEL, Policy, PolicyError, PolicyIssue
 
 API_VERSION = "descheduler/v1alpha2"
 KIND = "DeschedulerPolicy"
-# The key (after the prefix) of the label the scorer sets to "true" on nodes that could be
-# emptied, and of the PreferNoSchedule taint it sets beside it.
-DRAIN_CANDIDATE = "drain-candidate"
 ALWAYS_EXCLUDED = ("kube-system",)
 
 
 def drain_candidate_key(policy: Policy) -> str:
-    return policy.label_key(DRAIN_CANDIDATE)
+    """The key of the PreferNoSchedule taint the scorer sets on the drain candidates it marks
+    (steer.core.steering.drain_taint_key), the same key as their label."""
+    return policy.label_key(DRAIN_LABEL)
 
 
 def evicting_taint_keys(policy: Policy) -> list[str]:

@@ -31,14 +31,25 @@ def _field(obj: Any, key: str) -> Any:
     return obj.get(key) if isinstance(obj, Mapping) else None
 
 
-def _is_daemonset_pod(pod: Mapping[str, Any]) -> bool:
+def _controller_kind(pod: Mapping[str, Any]) -> str | None:
+    """The kind of the pod's controller (its ownerReference with `controller: true`), or None."""
     owners = _field(_field(pod, "metadata"), "ownerReferences")
     if not isinstance(owners, list):
-        return False
-    return any(
-        isinstance(o, Mapping) and o.get("kind") == "DaemonSet" and o.get("controller") is True
-        for o in owners
-    )
+        return None
+    for o in owners:
+        if isinstance(o, Mapping) and o.get("controller") is True:
+            kind = o.get("kind")
+            return kind if isinstance(kind, str) else None
+    return None
+
+
+def _is_daemonset_pod(pod: Mapping[str, Any]) -> bool:
+    return _controller_kind(pod) == "DaemonSet"
+
+
+def has_controller(pod: Mapping[str, Any]) -> bool:
+    """Something (a ReplicaSet, a Job, a StatefulSet...) makes the pod again if it is evicted."""
+    return _controller_kind(pod) is not None
 
 
 def runs_where_put(pod: Mapping[str, Any]) -> bool:

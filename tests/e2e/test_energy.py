@@ -14,6 +14,7 @@ from typing import Any
 from kubernetes import client
 
 from kits.control_plane import ControlPlane
+from kits.waiting import wait_until
 from scorer.kubeapi import KubeJson
 from scorer.ledger import BoundPod
 from scorer.plan import ScorerMemory, plan_cycle
@@ -34,20 +35,29 @@ KINDS["leg-1"] = "cpu-legacy"
 
 
 def _resident(name: str, node: str) -> dict[str, Any]:
-    """Work already running (bound directly): 2 cores, 4 GiB."""
+    """Work already running: a ReplicaSet of one pod of 2 cores, 4 GiB, bound directly (a pod
+    its controller would make again, as a drain candidate's pods must be)."""
     resources = {"cpu": "2", "memory": "4Gi"}
+    labels = {"resident": name}
     return {
         "metadata": {"name": name},
         "spec": {
-            "nodeName": node,
-            "terminationGracePeriodSeconds": 0,
-            "containers": [
-                {
-                    "name": "c",
-                    "image": "registry.k8s.io/pause:3.10",
-                    "resources": {"requests": resources, "limits": resources},
-                }
-            ],
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "nodeName": node,
+                    "terminationGracePeriodSeconds": 0,
+                    "containers": [
+                        {
+                            "name": "c",
+                            "image": "registry.k8s.io/pause:3.10",
+                            "resources": {"requests": resources, "limits": resources},
+                        }
+                    ],
+                },
+            },
         },
     }
 
@@ -62,10 +72,20 @@ def test_cpu_work_fills_the_active_efficient_node_and_the_hungry_one_is_marked(
             names[short], cpu="16", memory="64Gi", labels={SET_KEY: set_id, INSTANCE_TYPE: kind}
         )
     ns = make_namespace(prefix="energy")
-    core = client.CoreV1Api(control_plane.api_client())
-    residents = [_resident(f"resident-{s}", names[s]) for s in ("eff-0", "leg-0")]
-    for pod in residents:
-        core.create_namespaced_pod(ns, pod)
+    api_client = control_plane.api_client()
+    core = client.CoreV1Api(api_client)
+    apps = client.AppsV1Api(api_client)
+    for s in ("eff-0", "leg-0"):
+        apps.create_namespaced_replica_set(ns, _resident(f"resident-{s}", names[s]))
+    residents = wait_until(
+        "both residents' pods made by their ReplicaSets",
+        lambda: [
+            api_client.sanitize_for_serialization(p)
+            for p in core.list_namespaced_pod(ns, label_selector="resident").items
+        ],
+        until=lambda pods: len(pods) == 2,
+        timeout=30,
+    )
 
     # One scorer cycle over these nodes: the pods as its ledger reduces them, health read,
     # no Kepler series (the powerModel covers every node), written by its writer.
