@@ -6,6 +6,7 @@ builds it from the API's JSON and the planner never sees a raw dict.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -56,8 +57,11 @@ class NodeState:
         )
 
 
+@functools.lru_cache(maxsize=256)
 def rfc3339(ts: float) -> str:
-    """Unix seconds as the RFC 3339 UTC form Kubernetes uses in annotations and Leases."""
+    """Unix seconds as the RFC 3339 UTC form Kubernetes uses in annotations and Leases.
+    Cached: a cycle formats every node's observation time of each dimension, and all nodes of
+    a dimension share one (40,000 calls, 8 distinct values, at 5,000 nodes)."""
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from steer.core.budget import MIB, PodUsage
 
@@ -44,26 +44,28 @@ class DrainNode:
     # Resources other than cpu and memory its pods hold that no move accounts for (GPUs): such
     # a node is never a candidate.
     pinned: tuple[str, ...] = ()
+    # From the pods, once (every node is looked at each cycle): its cpu and memory requested,
+    # whether it runs a movable pod, and whether one of those no controller would make again.
+    used: tuple[int, int] = field(init=False)
+    active: bool = field(init=False)
+    stranding: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        cpu = memory = 0
+        active = stranding = False
+        for p in self.pods:
+            cpu += p.request_cpu_m
+            memory += p.request_memory
+            if p.movable:
+                active = True
+                stranding = stranding or not p.replaced
+        object.__setattr__(self, "used", (cpu, memory))
+        object.__setattr__(self, "active", active)
+        object.__setattr__(self, "stranding", stranding)
 
     @property
     def movable(self) -> tuple[PodUsage, ...]:
         return tuple(p for p in self.pods if p.movable)
-
-    @property
-    def stranding(self) -> bool:
-        """It runs a pod no controller would make again: emptying it would lose that pod."""
-        return any(p.movable and not p.replaced for p in self.pods)
-
-    @property
-    def active(self) -> bool:
-        return any(p.movable for p in self.pods)
-
-    @property
-    def used(self) -> tuple[int, int]:
-        return (
-            sum(p.request_cpu_m for p in self.pods),
-            sum(p.request_memory for p in self.pods),
-        )
 
 
 def _fmt(value: float) -> str:
@@ -92,7 +94,16 @@ class _Level:
     neg_used: tuple[int, ...]
 
 
-def _levels(targets: Iterable[_Target]) -> dict[float, _Level]:
+@dataclass(frozen=True)
+class _Levels:
+    """The targets by cost per core: `costs` sorted, cheapest first (measured costs are
+    continuous, so there may be as many levels as nodes)."""
+
+    by_cost: Mapping[float, _Level]
+    costs: tuple[float, ...]
+
+
+def _levels(targets: Iterable[_Target]) -> _Levels:
     grouped: dict[float, list[_Target]] = {}
     for t in targets:
         grouped.setdefault(t.node.watts_per_core or 0.0, []).append(t)
@@ -100,15 +111,15 @@ def _levels(targets: Iterable[_Target]) -> dict[float, _Level]:
     for cost, level in grouped.items():
         level.sort(key=lambda t: (-t.used_cpu, t.node.name))
         out[cost] = _Level(tuple(level), tuple(-t.used_cpu for t in level))
-    return out
+    return _Levels(out, tuple(sorted(out)))
 
 
-def _open_targets(levels: Mapping[float, _Level], cost: float, used_cpu: int) -> Iterator[_Target]:
+def _open_targets(levels: _Levels, cost: float, used_cpu: int) -> Iterator[_Target]:
     """The targets a node of `cost` and `used_cpu` may drain into, cheapest level first and the
     emptiest first within a level (the first that has room usually fits): every node of a
     cheaper level, and of its own level those running more cores."""
-    for level_cost in sorted(c for c in levels if c <= cost):
-        level = levels[level_cost]
+    for level_cost in levels.costs[: bisect.bisect_right(levels.costs, cost)]:
+        level = levels.by_cost[level_cost]
         end = len(level.targets)
         if level_cost == cost:
             end = bisect.bisect_left(level.neg_used, -used_cpu)
