@@ -4,14 +4,16 @@
 next one instead of stacking runs (two cycles at once would plan against each other's half
 written nodes); `misfire_grace_time` of one interval lets a late run still happen once. A
 second, short job rewrites composites and budget pools when pods were bound or ended since
-the last plan; `wake()` (the pod watch's callback) runs it at once, a burst of events
-coalesced into one refresh. The interval follows policy reloads.
+the last plan; `wake()` (the pod watch's callback) runs it as soon as the events pause
+(0.2 s without one, at most 1 s after the first), a burst of events coalesced into one
+refresh. The interval follows policy reloads.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
@@ -46,13 +48,17 @@ class ScorerLoop:
         *,
         hot_refresh_seconds: float = 2.0,
         wake_delay_seconds: float = 0.2,
+        max_wake_delay_seconds: float = 1.0,
         after_cycle: Callable[[], object] | None = None,
     ) -> None:
         self.scorer = scorer
         # Runs after each cycle that completed (the Events on blocked pods: scorer/pending.py).
         self.after_cycle = after_cycle
         self.hot_refresh_seconds = hot_refresh_seconds
+        # A refresh waits until pod events pause for `wake_delay_seconds`, never longer than
+        # `max_wake_delay_seconds` after the first: a burst is one refresh, one write per node.
         self.wake_delay_seconds = wake_delay_seconds
+        self.max_wake_delay_seconds = max(max_wake_delay_seconds, wake_delay_seconds)
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._waker: threading.Thread | None = None
@@ -104,9 +110,15 @@ class ScorerLoop:
     def _wake_loop(self) -> None:
         while not self._stopping.is_set():
             self._wake.wait()
-            # A burst of bindings arrives as a burst of events: one refresh for all of them.
-            if self._stopping.wait(self.wake_delay_seconds):
-                return
+            # A burst of bindings arrives as a burst of events, spread over the time the
+            # apiserver and the watch take: wait for a pause, then one refresh for all of them.
+            deadline = time.monotonic() + self.max_wake_delay_seconds
+            while True:
+                self._wake.clear()
+                if self._stopping.wait(self.wake_delay_seconds):
+                    return
+                if not self._wake.is_set() or time.monotonic() >= deadline:
+                    break
             self._wake.clear()
             self.hot_tick()
 
