@@ -454,12 +454,26 @@ def test_without_a_pod_watch_the_pods_are_listed_once_per_read() -> None:
     assert kube.asked == [("/api/v1/pods", None)]
 
 
-def test_a_broken_source_fails_only_its_dimensions(apistub: ApiStub, tmp_path: Path) -> None:
+def _read_all_with_http_source(apistub: ApiStub, tmp_path: Path, source: Any) -> tuple[Any, Any]:
+    """One `read_all` of the test policy on one node, the http dimension read by `source`."""
     policy = parse_policy(POLICY.replace("URL", "http://127.0.0.1:9/x"))
     apistub.add_node(synthetic_node("node-1"))
     ledger = PodLedger()
     ledger.replace([])
+    scorer = Scorer(
+        lambda: policy,
+        NodeApi(KubeJson(client_for(apistub, tmp_path / "kc"))),
+        ledger=ledger,
+        sources={"http": source},
+    )
+    try:
+        readings, failures, _ = scorer.read_all(policy, tuple(scorer.node_api.list_nodes()))
+    finally:
+        scorer.close()
+    return readings, failures
 
+
+def test_a_broken_source_fails_only_its_dimensions(apistub: ApiStub, tmp_path: Path) -> None:
     class Broken:
         def read(self, *args: Any) -> Any:
             raise RuntimeError("boom")
@@ -467,16 +481,7 @@ def test_a_broken_source_fails_only_its_dimensions(apistub: ApiStub, tmp_path: P
         def close(self) -> None:
             pass
 
-    scorer = Scorer(
-        lambda: policy,
-        NodeApi(KubeJson(client_for(apistub, tmp_path / "kc"))),
-        ledger=ledger,
-        sources={"http": Broken()},
-    )
-    try:
-        readings, failures, _ = scorer.read_all(policy, tuple(scorer.node_api.list_nodes()))
-    finally:
-        scorer.close()
+    readings, failures = _read_all_with_http_source(apistub, tmp_path, Broken())
     assert failures["registry-health"].kind == "response"
     assert readings["overcommit-pct"].values == {"node-1": -100.0}
 
@@ -486,10 +491,6 @@ def test_a_source_that_answers_nothing_for_a_dimension_fails_that_dimension(
 ) -> None:
     """Neither a reading nor a failure (a source's bug) is that dimension's failure, named in
     the answer, and the cycle goes on with the others."""
-    policy = parse_policy(POLICY.replace("URL", "http://127.0.0.1:9/x"))
-    apistub.add_node(synthetic_node("node-1"))
-    ledger = PodLedger()
-    ledger.replace([])
 
     class Silent:
         def read(self, *args: Any) -> Readings:
@@ -498,16 +499,7 @@ def test_a_source_that_answers_nothing_for_a_dimension_fails_that_dimension(
         def close(self) -> None:
             pass
 
-    scorer = Scorer(
-        lambda: policy,
-        NodeApi(KubeJson(client_for(apistub, tmp_path / "kc"))),
-        ledger=ledger,
-        sources={"http": Silent()},
-    )
-    try:
-        readings, failures, _ = scorer.read_all(policy, tuple(scorer.node_api.list_nodes()))
-    finally:
-        scorer.close()
+    readings, failures = _read_all_with_http_source(apistub, tmp_path, Silent())
     assert "registry-health" not in readings
     assert failures["registry-health"].kind == "response"
     assert failures["registry-health"].message == "its source gave no answer"
