@@ -23,6 +23,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from types import MappingProxyType
 from typing import Any
 
 from steer.core.budget import Amount, PodUsage, pod_usage
@@ -61,6 +62,8 @@ class PodLedger:
         self._synced = False
         self.generation = 0  # bumps on every change that can move a pool
         self.relists = 0
+        self._version = 0  # bumps whenever _pods changes: the key of the cached grouping
+        self._by_node: tuple[int, Mapping[str, tuple[PodUsage, ...]]] | None = None
         self._dirty: set[str] = set()  # nodes whose pods changed since take_dirty()
         self._all_dirty = True  # a relist or desync: every node
         self._synced_event = threading.Event()
@@ -93,6 +96,7 @@ class PodLedger:
             changed = {p.node for uid, p in self._pods.items() if fresh.get(uid) != p}
             changed.update(p.node for uid, p in fresh.items() if self._pods.get(uid) != p)
             self._pods = fresh
+            self._version += 1
             self.relists += 1
             if changed or not self._synced:
                 self.generation += 1
@@ -119,6 +123,7 @@ class PodLedger:
             else:
                 self._pods[uid] = entry
             self.generation += 1
+            self._version += 1
             nodes = {p.node for p in (old, entry) if p is not None}
             self._dirty |= nodes
         return nodes
@@ -146,18 +151,31 @@ class PodLedger:
             self._dirty, self._all_dirty = set(), False
         return None if every else dirty
 
-    def usages(self, nodes: Iterable[str] | None = None) -> dict[str, tuple[PodUsage, ...]] | None:
+    def usages(
+        self, nodes: Iterable[str] | None = None
+    ) -> Mapping[str, tuple[PodUsage, ...]] | None:
         """Each node's pods (of `nodes`, or all) as the gates and pools count them; None until
-        the ledger is synced."""
-        wanted = None if nodes is None else set(nodes)
+        the ledger is synced. The grouping of all pods is kept until the next change (a cycle,
+        its cluster scores and the refreshes between two changes share it): do not modify it."""
         with self._lock:
             if not self._synced:
                 return None
-            grouped: dict[str, list[PodUsage]] = {}
-            for pod in self._pods.values():
-                if wanted is None or pod.node in wanted:
-                    grouped.setdefault(pod.node, []).append(pod.usage)
-        return {node: tuple(usages) for node, usages in grouped.items()}
+            grouped = self._grouped()
+        if nodes is None:
+            return grouped
+        return {node: grouped[node] for node in nodes if node in grouped}
+
+    def _grouped(self) -> Mapping[str, tuple[PodUsage, ...]]:
+        """Every node's pods, grouped once per change (call with the lock held)."""
+        cached = self._by_node
+        if cached is not None and cached[0] == self._version:
+            return cached[1]
+        lists: dict[str, list[PodUsage]] = {}
+        for pod in self._pods.values():
+            lists.setdefault(pod.node, []).append(pod.usage)
+        grouped = MappingProxyType({node: tuple(usages) for node, usages in lists.items()})
+        self._by_node = (self._version, grouped)
+        return grouped
 
     def limits(self) -> dict[str, Amount] | None:
         """Per node, the cpu and memory limits of its bound pods (a container without a limit
@@ -175,22 +193,21 @@ class PodLedger:
     def requested(self, resources: Sequence[str]) -> dict[str, dict[str, Fraction]] | None:
         """Per node, the requests of `resources` summed over its bound pods, as the scheduler
         counts them (cores for cpu, bytes for memory, units otherwise); None until the ledger
-        is synced."""
+        is synced. Summed in integers (millicores, bytes, units), one Fraction per sum."""
         wanted = tuple(resources)
         with self._lock:
             if not self._synced:
                 return None
-            out: dict[str, dict[str, Fraction]] = {}
-            for pod in self._pods.values():
-                node = out.setdefault(pod.node, dict.fromkeys(wanted, Fraction(0)))
-                for name in wanted:
-                    node[name] += _request(pod.usage, name)
+            grouped = self._grouped()
+        out: dict[str, dict[str, Fraction]] = {}
+        for node, usages in grouped.items():
+            sums = {}
+            for name in wanted:
+                if name == "cpu":
+                    sums[name] = Fraction(sum(u.request_cpu_m for u in usages), 1000)
+                elif name == "memory":
+                    sums[name] = Fraction(sum(u.request_memory for u in usages))
+                else:
+                    sums[name] = Fraction(sum(u.held.get(name, 0) for u in usages))
+            out[node] = sums
         return out
-
-
-def _request(usage: PodUsage, name: str) -> Fraction:
-    if name == "cpu":
-        return Fraction(usage.request_cpu_m, 1000)
-    if name == "memory":
-        return Fraction(usage.request_memory)
-    return Fraction(usage.held.get(name, 0))

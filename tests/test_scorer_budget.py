@@ -8,6 +8,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator, Mapping
+from fractions import Fraction
 from typing import Any
 
 import pytest
@@ -347,6 +348,36 @@ def test_ledger_follows_events() -> None:
     assert not ledger.synced and ledger.usages() is None
     assert ledger.replace([pod("c", spec=tenant_spec())]) == set()
     assert ledger.synced
+
+
+def test_ledger_groups_once_per_change() -> None:
+    # A cycle, its cluster scores and the refreshes between two changes share one grouping of
+    # the pods by node; every change to the pods makes a new one.
+    ledger = PodLedger()
+    ledger.replace([pod("a"), pod("b", "n2")])
+    first = ledger.usages()
+    assert first is not None and ledger.usages() is first
+    assert ledger.usages(["n2", "n9"]) == {"n2": first["n2"]}
+    with pytest.raises(TypeError):
+        first["n3"] = ()  # type: ignore[index]  # shared: read-only
+    assert ledger.requested(["cpu", "memory"]) == {
+        "n1": {"cpu": Fraction(1), "memory": Fraction(2**30)},
+        "n2": {"cpu": Fraction(1), "memory": Fraction(2**30)},
+    }
+
+    ledger.apply("MODIFIED", {**pod("a"), "status": {"phase": "Running", "podIP": "x"}})
+    assert ledger.usages() is first  # nothing the pools count changed
+    ledger.apply("ADDED", pod("c", "n2", spec=tenant_spec()))
+    after_add = ledger.usages()
+    assert after_add is not first and after_add is not None and len(after_add["n2"]) == 2
+    requested = ledger.requested(["cpu"])
+    assert requested is not None and requested["n2"]["cpu"] > Fraction(1)
+    ledger.apply("DELETED", pod("a"))
+    after_delete = ledger.usages()
+    assert after_delete is not None and set(after_delete) == {"n2"}
+    ledger.replace([pod("a")])
+    relisted = ledger.usages()
+    assert relisted is not None and set(relisted) == {"n1"}
 
 
 def test_ledger_keeps_only_what_pods_hold() -> None:

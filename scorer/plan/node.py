@@ -3,8 +3,9 @@ gates and pools, and the annotations that record them, against what the node car
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
+
+import orjson
 
 from scorer.model import NodeState, rfc3339
 from scorer.plan.conditions import plan_condition
@@ -132,7 +133,7 @@ def plan_node(
     present = layout.annotation_key in node.annotations
     annotation_changed = (new_times != times or not present) if new_times else present
     annotation = (
-        json.dumps(new_times, sort_keys=True, separators=(",", ":"))
+        orjson.dumps(new_times, option=orjson.OPT_SORT_KEYS).decode()
         if new_times and annotation_changed
         else None
     )

@@ -8,6 +8,7 @@ no key the scorer did not write is ever touched (scorer/retire.py, scorer/cleanu
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 
@@ -56,12 +57,18 @@ class ManagedRecord:
         )
 
     def text(self) -> str | None:
-        if not self.labels and not self.taints and not self.resources:
-            return None
-        data = {"labels": sorted(self.labels), "taints": sorted(self.taints)}
-        if self.resources:
-            data["resources"] = sorted(self.resources)
-        return json.dumps(data, sort_keys=True, separators=(",", ":"))
+        return _record_text(self)
+
+
+@functools.lru_cache(maxsize=1024)
+def _record_text(record: ManagedRecord) -> str | None:
+    """A record's JSON; nodes share a few records, so each is serialised once."""
+    if not record.labels and not record.taints and not record.resources:
+        return None
+    data = {"labels": sorted(record.labels), "taints": sorted(record.taints)}
+    if record.resources:
+        data["resources"] = sorted(record.resources)
+    return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
 
 _RECORD_FIELDS = frozenset({"labels", "taints", "resources"})
@@ -79,6 +86,7 @@ def recorded_prefixes(node: NodeState) -> tuple[str, ...]:
     return tuple(sorted(found))
 
 
+@functools.lru_cache(maxsize=1024)
 def _is_record(prefix: str, text: str) -> bool:
     if "/" not in prefix:
         return False  # a label prefix always has a domain part

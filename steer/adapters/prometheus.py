@@ -17,6 +17,7 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any, Literal
 
+import orjson
 import requests
 from requests.adapters import HTTPAdapter
 
@@ -214,8 +215,8 @@ class PrometheusClient:
                 query=promql,
             )
         try:
-            body = resp.json()
-        except ValueError:
+            body = orjson.loads(resp.content)
+        except orjson.JSONDecodeError:
             hint = "; is the URL the Prometheus base URL?" if resp.status_code == 404 else ""
             if resp.status_code >= 500:  # a proxy in front of Prometheus (502/503/504 pages)
                 raise PrometheusUnavailable(
