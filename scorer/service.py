@@ -362,7 +362,7 @@ class Scorer:
 
     def _pod_usages(
         self, policy: Policy, nodes: Iterable[str] | None = None
-    ) -> dict[str, tuple[PodUsage, ...]] | None:
+    ) -> Mapping[str, tuple[PodUsage, ...]] | None:
         """Each node's pods (of `nodes`, or all) for the gates and budget pools, the
         consolidation term and drain candidates; None while the ledger is not synced, or
         without one when the policy plans nothing from pods (then no gate or pool is set, and
