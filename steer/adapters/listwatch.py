@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 from kubernetes import client
 
+from steer.adapters.gc_pause import gc_paused
 from steer.adapters.kubejson import KubeApiError, KubeJson, WatchStream
 
 log = logging.getLogger(__name__)
@@ -152,7 +153,8 @@ class ListWatcher:
     def relist(self) -> None:
         """List the collection page by page into `on_list`; the watch resumes from there."""
         stream = self.kube.stream_list(self.path, page_size=self.page_size, query=self.query)
-        self.on_list(stream)
+        with gc_paused():  # pages of decoded JSON, freed by reference counting
+            self.on_list(stream)
         self.lists += 1
         self.resource_version = stream.resource_version
 

@@ -1,0 +1,39 @@
+"""Pause Python's cyclic garbage collector while a section allocates many short-lived objects.
+
+Decoding a page of 500 pods or planning 5,000 nodes makes hundreds of thousands of dicts,
+lists and strings, all freed by reference counting (JSON trees hold no cycles). With a large
+heap (the pod ledger, the node cache), the cyclic collector would run repeated full passes
+over all of it during those allocations: measured on the pod list of 20,000 pods of 8.6 KB,
+8.7 s with the collector running against 4.6 s paused. The pause is shared: sections in
+several threads (the pod list, the node list, a cycle) may overlap, and the collector runs
+again when the last one ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import threading
+from collections.abc import Iterator
+
+_lock = threading.Lock()
+_holders = 0
+_resume = False  # whether the collector was enabled when the first holder paused it
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """The collector off for the section (and any overlapping one), as it was afterwards."""
+    global _holders, _resume
+    with _lock:
+        if _holders == 0:
+            _resume = gc.isenabled()
+            gc.disable()
+        _holders += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _holders -= 1
+            if _holders == 0 and _resume:
+                gc.enable()
