@@ -18,6 +18,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from steer.core import budget as budget_module
 from steer.core.budget import (
     FLOOR_SETTLE_S,
     MIB,
@@ -378,3 +379,44 @@ def test_property_budgets_hold_and_nothing_published_is_below_what_pods_hold(
 def test_quantities_parse_as_the_pool_arithmetic_expects() -> None:
     assert parse_quantity("16Gi") / MIB == 16384
     assert pool_resource(_policy(), "cpu") == f"{PREFIX}pool-cpu"
+
+
+def _container(requests: dict[str, str], limits: dict[str, str], **extra: str) -> dict[str, Any]:
+    return {"name": "c", "resources": {"requests": requests, "limits": limits}, **extra}
+
+
+def test_pods_with_the_same_resources_share_one_reduction() -> None:
+    a = {"containers": [_container({"cpu": "1", "memory": "1Gi"}, {"cpu": "2"})]}
+    # Another replica: the same resources, keys in another order, other fields differ.
+    b = {
+        "containers": [
+            {
+                "name": "other",
+                "image": "x",
+                "resources": {"limits": {"cpu": "2"}, "requests": {"memory": "1Gi", "cpu": "1"}},
+            }
+        ],
+        "nodeName": "n2",
+    }
+    assert pod_usage(a) is pod_usage(b)
+    assert pod_usage(a) == budget_module._reduce(a, True, True)
+    # Each thing the reduction reads makes another key: the flags, a quantity, an init
+    # container's restartPolicy (a sidecar runs beside the containers, an init container
+    # before them).
+    assert pod_usage(a, replaced=False) == budget_module._reduce(a, True, False)
+    assert pod_usage(a, replaced=False) is not pod_usage(a)
+    more = {"containers": [_container({"cpu": "1", "memory": "2Gi"}, {"cpu": "2"})]}
+    assert pod_usage(more).request_memory == 2 * 2**30
+    init = _container({"cpu": "3"}, {})
+    sidecar = {**init, "restartPolicy": "Always"}
+    with_init = pod_usage({**a, "initContainers": [init]})
+    with_sidecar = pod_usage({**a, "initContainers": [sidecar]})
+    assert (with_init.request_cpu_m, with_sidecar.request_cpu_m) == (3000, 4000)
+
+
+def test_the_reduction_cache_is_bounded_and_skips_what_the_api_never_serves() -> None:
+    for i in range(budget_module._USAGES_MAX + 10):
+        pod_usage({"containers": [_container({"cpu": f"{i + 1}m"}, {})]})
+    assert len(budget_module._USAGES) <= budget_module._USAGES_MAX
+    odd = {"containers": ({"resources": {"requests": {"cpu": "1"}}},)}  # a tuple, not JSON
+    assert pod_usage(odd).request_cpu_m == 1000

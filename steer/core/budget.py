@@ -47,6 +47,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+import orjson
+
 from steer.core.gates import Gate
 from steer.core.policy import Policy, Tenant
 from steer.core.quantity import QuantityError, parse_quantity
@@ -268,7 +270,51 @@ CORE_REQUESTS = frozenset({"cpu", "memory", "ephemeral-storage", "pods"})
 
 def pod_usage(spec: Mapping[str, Any], *, movable: bool = True, replaced: bool = True) -> PodUsage:
     """Reduce a bound pod to what the gates, the pool and the sources count. A malformed
-    quantity counts as nothing: the apiserver accepted the pod, so this is not expected."""
+    quantity counts as nothing: the apiserver accepted the pod, so this is not expected.
+
+    The replicas of a workload carry the same resources, so a reduction is kept per distinct
+    set of container resources (and flags), and pods that share one share its `PodUsage`:
+    the first list of 100,000 pods sums quantities for a few hundred shapes, not for every
+    pod (measured 50 -> 8 us a pod)."""
+    key = _resources_key(spec, movable, replaced)
+    if key is None:
+        return _reduce(spec, movable, replaced)
+    usage = _USAGES.get(key)
+    if usage is None:
+        if len(_USAGES) >= _USAGES_MAX:
+            _USAGES.clear()  # hostile variety: start over rather than grow
+        usage = _USAGES[key] = _reduce(spec, movable, replaced)
+    return usage
+
+
+_USAGES: dict[tuple[Any, ...], PodUsage] = {}
+_USAGES_MAX = 4096
+
+
+def _resources_key(
+    spec: Mapping[str, Any], movable: bool, replaced: bool
+) -> tuple[Any, ...] | None:
+    """What `_reduce` reads of a pod: each container's resources and each init container's
+    restartPolicy, canonical; None when a field is not what the API serves (no caching)."""
+    parts: list[Any] = [movable, replaced]
+    for part in ("initContainers", "containers"):
+        containers = spec.get(part) or []
+        if not isinstance(containers, list):
+            return None
+        parts.append(part)
+        for c in containers:
+            if not isinstance(c, dict):
+                return None
+            restart = c.get("restartPolicy") if part == "initContainers" else None
+            try:
+                resources = orjson.dumps(c.get("resources"), option=orjson.OPT_SORT_KEYS)
+            except TypeError:
+                return None
+            parts.append((restart, resources))
+    return tuple(parts)
+
+
+def _reduce(spec: Mapping[str, Any], movable: bool, replaced: bool) -> PodUsage:
     try:
         amounts = [
             math.ceil(pod_amount(spec, part, kind) * scale)
