@@ -397,10 +397,11 @@ def _merge_resources(
         for name in sorted(n for n in have if n in steering.owned and n not in want):
             builder.remove((*path, name))
             changed.add(name)
-        for name, units in want.items():
-            if not _same(have.get(name), units):
-                builder.set((*path, name), str(units))
-                changed.add(name)
+        updates = {
+            name: str(units) for name, units in want.items() if not _same(have.get(name), units)
+        }
+        builder.set_members(path, updates)
+        changed.update(updates)
     pools = {name for name, _ in steering.budget.pools} if steering.budget else set()
     if pools:
         note("budget:pool", bool(changed & pools))

@@ -57,10 +57,14 @@ class PatchBuilder:
         """(depth of the deepest existing prefix, the value there); None counts as missing."""
         node: Any = self._doc
         for depth, key in enumerate(path):
-            if isinstance(node, list) and key.isdigit() and int(key) < len(node):
-                node = node[int(key)]  # an existing list item (e.g. containers/0)
-                continue
-            if not isinstance(node, Mapping):
+            # A parsed request holds only dicts and lists: test those types before the ABC.
+            kind = type(node)
+            if kind is not dict and (kind is list or isinstance(node, list)):
+                if key.isdigit() and int(key) < len(node):
+                    node = node[int(key)]  # an existing list item (e.g. containers/0)
+                    continue
+                raise ShapeError(_dotted(path[:depth]), "an object", node)
+            if kind is not dict and not isinstance(node, Mapping):
                 raise ShapeError(_dotted(path[:depth]), "an object", node)
             child = node.get(key)
             if child is None:
@@ -80,6 +84,21 @@ class PatchBuilder:
             nested = {key: nested}
         existing = self._created.get(anchor)
         self._created[anchor] = _merge(existing, nested) if existing is not None else nested
+
+    def set_members(self, path: Path, members: Mapping[str, Any]) -> None:
+        """`set` each member of `members` under `path`, in order: the object there is walked
+        to once, not once per member."""
+        if not members:
+            return
+        depth, node = self._walk(path)
+        if depth == len(path) and (type(node) is dict or isinstance(node, Mapping)):
+            self._ops.extend(
+                {"op": "add", "path": pointer((*path, key)), "value": value}
+                for key, value in members.items()
+            )
+            return
+        for key, value in members.items():
+            self.set((*path, key), value)
 
     def remove(self, path: Path) -> None:
         """Remove the member at `path`, which must exist (the caller read it)."""
