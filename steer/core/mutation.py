@@ -252,9 +252,19 @@ def _same_constraint(ours: Json, theirs: Mapping[str, Any]) -> bool:
 # --- the request path -----------------------------------------------------------------------
 
 
+_OBJECT_OR_ABSENT = (dict, type(None))
+
+
 def _check_containers(spec: Mapping[str, Any]) -> None:
-    for field in ("containers", "initContainers"):
+    for field in CONTAINER_FIELDS:
         for i, container in enumerate(pod_objects(spec, field, f"spec.{field}")):
+            resources = container.get("resources")
+            if resources is None or (
+                type(resources) is dict
+                and type(resources.get("requests")) in _OBJECT_OR_ABSENT
+                and type(resources.get("limits")) in _OBJECT_OR_ABSENT
+            ):
+                continue  # the usual shape, judged without spelling out each field's path
             resources = pod_object(container, "resources", f"spec.{field}[{i}].resources")
             for part in ("requests", "limits"):
                 pod_object(resources, part, f"spec.{field}[{i}].resources.{part}")
@@ -303,11 +313,12 @@ def mutate_pod(
             _merge_resources(pieces.resources, builder, spec, note)
 
         # Tolerations of the reserved taints this tenant may tolerate.
-        tolerations = tolerations_of(spec)
-        new_tolerations = missing_tolerations(tolerations, (t for _, t in pieces.tolerations))
-        for rule, toleration in pieces.tolerations:
-            note(f"tolerate:{rule}", any(t is toleration for t in new_tolerations))
-        builder.append(("spec", "tolerations"), new_tolerations)
+        tolerations = tolerations_of(spec)  # read even when none is injected: a bad one is named
+        if pieces.tolerations:
+            new_tolerations = missing_tolerations(tolerations, (t for _, t in pieces.tolerations))
+            for rule, toleration in pieces.tolerations:
+                note(f"tolerate:{rule}", any(t is toleration for t in new_tolerations))
+            builder.append(("spec", "tolerations"), new_tolerations)
 
         # Spread constraints; the user's constraint on the same topologyKey wins.
         constraints = pod_objects(
