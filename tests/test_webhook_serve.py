@@ -123,6 +123,32 @@ def test_reload_errors_count_once_per_edit_not_once_per_worker() -> None:
     assert [s.value for s in family.samples if s.name.endswith("_total")] == [2.0]
 
 
+def test_deferred_rule_counts_reach_their_counters_once_on_flush() -> None:
+    """Under gunicorn the rule counters count in memory until the status pump flushes them."""
+    registry = CollectorRegistry()
+    metrics = WebhookMetrics(registry, deferred=True)
+    for _ in range(3):
+        metrics.mutated("budget:pool", "prefer")
+    metrics.denied("scheduler-name", "scheduler-name")
+    metrics.audited("deny", "overcommit")
+    metrics.dry_run("mutate", "mutated")
+
+    def value(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, labels)
+
+    assert value("steer_webhook_mutations_total", rule="prefer") is None
+    metrics.flush()
+    metrics.flush()  # nothing new: nothing added twice
+    assert value("steer_webhook_mutations_total", rule="budget:pool") == 3
+    assert value("steer_webhook_mutations_total", rule="prefer") == 3
+    assert value("steer_webhook_denials_total", rule="scheduler-name") == 2
+    assert value("steer_webhook_audited_total", action="deny", rule="overcommit") == 1
+    assert value("steer_webhook_dry_run_reviews_total", endpoint="mutate", result="mutated") == 1
+    metrics.mutated("prefer")
+    metrics.flush()
+    assert value("steer_webhook_mutations_total", rule="prefer") == 4
+
+
 def test_single_process_metrics_are_counters_with_build_info(tmp_path: Path) -> None:
     registry = CollectorRegistry()
     metrics = WebhookMetrics(registry)

@@ -21,6 +21,7 @@ Choices, and the reasons:
 
 from __future__ import annotations
 
+import atexit
 import gc
 import logging
 import os
@@ -387,14 +388,17 @@ def build_worker_app(options: WebhookOptions, reloader: CertReloader) -> WSGIApp
             options.namespace_sync_timeout,
             cache.status().last_error,
         )
+    metrics = WebhookMetrics(deferred=True)
     handler = AdmissionHandler(
         policy,
         cache,
-        WebhookMetrics(),
+        metrics,
         max_body_bytes=options.server.max_body_bytes,
         cert_status=reloader.status,
     )
     start_status_pump(handler, status_dir=os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+    # The last second's counts, as the worker exits (a restart, a scale-down, SIGTERM).
+    atexit.register(metrics.flush)
     app = create_app(handler)
     # What exists now (modules, the policy, its plans: ~57,000 objects) lives as long as the
     # worker. Frozen, a full collection no longer walks it, which paused every request in the
