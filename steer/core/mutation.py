@@ -113,7 +113,7 @@ class Mutation:
         return self.pieces.tenant if self.pieces else None
 
     def patch_bytes(self) -> bytes | None:
-        return orjson.dumps(list(self.ops)) if self.ops else None
+        return orjson.dumps(self.ops) if self.ops else None
 
     def apply(self, pod: Mapping[str, Any]) -> dict[str, Any]:
         """The steered pod: `pod` with this patch applied (`pod` itself is not changed)."""
@@ -164,6 +164,7 @@ class MutationPlan:
     spread: tuple[SpreadRule, ...]
     trace_key: str
     excluded_namespaces: frozenset[str]
+    version: str  # the policy's, formatted once (every trace carries it)
 
     @classmethod
     def from_policy(cls, policy: Policy) -> MutationPlan:
@@ -181,11 +182,8 @@ class MutationPlan:
             spread=spec.spread,
             trace_key=trace_annotation_key(policy),
             excluded_namespaces=excluded_namespaces(policy),
+            version=policy.version,
         )
-
-    @property
-    def version(self) -> str:
-        return self.policy.version
 
     def opted_in(self, namespace: str | None, labels: Mapping[str, str]) -> bool:
         return opted_in(self.policy, namespace, labels, self.excluded_namespaces)
@@ -331,7 +329,11 @@ def mutate_pod(
             ours = spread_constraint(spread, labels)
             if ours is None:
                 continue
-            if any(_same_constraint(ours, c) for c in constraints):
+            if any(
+                _same_constraint(ours, c)
+                for c in constraints
+                if c.get("topologyKey") == spread.topology_key
+            ):
                 note(f"spread:{spread.name}", False)
             elif spread.topology_key not in taken:
                 new_constraints.append(ours)
