@@ -400,24 +400,26 @@ def _merge_resources(
     removing any other request of those resources. Limits are read from cpu and memory only,
     so a reinvocation computes the same requests and adds nothing."""
     wanted = steered_container_requests(steering, spec)
+    owned = steering.owned
     changed: set[str] = set()
     for (field, i), want in wanted.items():
-        container = spec[field][i]
-        where = f"spec.{field}[{i}].resources"
-        resources = pod_object(container, "resources", where)
-        have = pod_object(resources, "requests", f"{where}.requests")
+        # Objects or absent: _check_containers has read them.
+        resources = spec[field][i].get("resources") or {}
+        have = resources.get("requests") or {}
         path = ("spec", field, str(i), "resources", "requests")
-        for name in sorted(n for n in have if n in steering.owned and n not in want):
-            builder.remove((*path, name))
-            changed.add(name)
+        if not owned.isdisjoint(have):
+            for name in sorted(n for n in have if n in owned and n not in want):
+                builder.remove((*path, name))
+                changed.add(name)
         updates = {
             name: str(units) for name, units in want.items() if not _same(have.get(name), units)
         }
-        builder.set_members(path, updates)
-        changed.update(updates)
-    pools = {name for name, _ in steering.budget.pools} if steering.budget else set()
+        if updates:
+            builder.set_members(path, updates)
+            changed.update(updates)
+    pools = steering.budget.pools if steering.budget else ()
     if pools:
-        note("budget:pool", bool(changed & pools))
+        note("budget:pool", any(name in changed for name, _ in pools))
     for gate in steering.gates:
         if any(gate.resource in want for want in wanted.values()):
             note(f"gate:{gate.rule}", gate.resource in changed)
