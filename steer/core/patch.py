@@ -58,15 +58,17 @@ class PatchBuilder:
         node: Any = self._doc
         for depth, key in enumerate(path):
             # A parsed request holds only dicts and lists: test those types before the ABC.
-            kind = type(node)
-            if kind is not dict and (kind is list or isinstance(node, list)):
+            if type(node) is dict:
+                child = node.get(key)
+            elif isinstance(node, list):
                 if key.isdigit() and int(key) < len(node):
                     node = node[int(key)]  # an existing list item (e.g. containers/0)
                     continue
                 raise ShapeError(_dotted(path[:depth]), "an object", node)
-            if kind is not dict and not isinstance(node, Mapping):
+            elif isinstance(node, Mapping):
+                child = node.get(key)
+            else:
                 raise ShapeError(_dotted(path[:depth]), "an object", node)
-            child = node.get(key)
             if child is None:
                 return depth, node
             node = child
@@ -92,10 +94,9 @@ class PatchBuilder:
             return
         depth, node = self._walk(path)
         if depth == len(path) and (type(node) is dict or isinstance(node, Mapping)):
-            self._ops.extend(
-                {"op": "add", "path": pointer((*path, key)), "value": value}
-                for key, value in members.items()
-            )
+            ops = self._ops
+            for key, value in members.items():
+                ops.append({"op": "add", "path": pointer((*path, key)), "value": value})
             return
         for key, value in members.items():
             self.set((*path, key), value)
