@@ -385,8 +385,6 @@ def _holds_owned(steering: ResourceSteering, spec: Mapping[str, Any]) -> bool:
 
 
 def _same(current: Any, units: int) -> bool:
-    if current is None:
-        return False
     try:
         return parse_quantity(current) == units
     except QuantityError:
@@ -404,19 +402,26 @@ def _merge_resources(
     changed: set[str] = set()
     for (field, i), want in wanted.items():
         # Objects or absent: _check_containers has read them.
-        resources = spec[field][i].get("resources") or {}
-        have = resources.get("requests") or {}
+        resources = spec[field][i].get("resources")
+        requests = resources.get("requests") if resources else None
+        have = requests or {}
         path = ("spec", field, str(i), "resources", "requests")
         if not owned.isdisjoint(have):
             for name in sorted(n for n in have if n in owned and n not in want):
                 builder.remove((*path, name))
                 changed.add(name)
-        updates = {
-            name: str(units) for name, units in want.items() if not _same(have.get(name), units)
-        }
-        if updates:
+        updates = {}
+        for name, units in want.items():
+            current = have.get(name)
+            if current is None or not _same(current, units):
+                updates[name] = str(units)
+        if not updates:
+            continue
+        if requests is not None:
+            builder.add_members(path, updates)  # the pod has this object: no walk to it
+        else:
             builder.set_members(path, updates)
-            changed.update(updates)
+        changed.update(updates)
     pools = steering.budget.pools if steering.budget else ()
     if pools:
         note("budget:pool", any(name in changed for name, _ in pools))

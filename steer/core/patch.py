@@ -94,12 +94,17 @@ class PatchBuilder:
             return
         depth, node = self._walk(path)
         if depth == len(path) and (type(node) is dict or isinstance(node, Mapping)):
-            ops = self._ops
-            for key, value in members.items():
-                ops.append({"op": "add", "path": pointer((*path, key)), "value": value})
+            self.add_members(path, members)
             return
         for key, value in members.items():
             self.set((*path, key), value)
+
+    def add_members(self, path: Path, members: Mapping[str, Any]) -> None:
+        """`set` each member of `members` in the object at `path`, which the document has (the
+        caller read it): nothing is walked."""
+        ops = self._ops
+        for key, value in members.items():
+            ops.append({"op": "add", "path": pointer((*path, key)), "value": value})
 
     def remove(self, path: Path) -> None:
         """Remove the member at `path`, which must exist (the caller read it)."""
