@@ -28,6 +28,7 @@ from webhook.serve import (
     ServerSettings,
     gunicorn_config,
     metrics_address,
+    process_id,
     split_host_port,
 )
 from webhook.status import listener_app, remove_worker_status, worker_statuses, write_worker_status
@@ -121,6 +122,17 @@ def test_reload_errors_count_once_per_edit_not_once_per_worker() -> None:
     )
     (family,) = [m for m in collector.collect() if m.name == RELOAD_ERRORS]
     assert [s.value for s in family.samples if s.name.endswith("_total")] == [2.0]
+
+
+def test_the_metricsprocess_id_follows_a_fork() -> None:
+    """The multiprocess values tell their worker's file by this id, kept without a syscall."""
+    assert process_id() == os.getpid()
+    child = os.fork()
+    if child == 0:
+        os._exit(0 if process_id() == os.getpid() else 1)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert process_id() == os.getpid()
 
 
 def test_deferred_rule_counts_reach_their_counters_once_on_flush() -> None:

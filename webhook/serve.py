@@ -283,8 +283,19 @@ def prepare_multiprocess_metrics() -> str:
     from prometheus_client import values
 
     untyped: Any = values  # the module is not annotated
-    untyped.ValueClass = untyped.get_value_class()
+    # Each value update checks the process for a fork; the pid it compares is kept up to date
+    # by the fork itself instead of asked of the kernel on every update (getpid is a syscall).
+    untyped.ValueClass = untyped.MultiProcessValue(process_identifier=process_id)
     return directory
+
+
+_PID = [os.getpid()]
+os.register_at_fork(after_in_child=lambda: _PID.__setitem__(0, os.getpid()))
+
+
+def process_id() -> int:
+    """This process's pid, as of its last fork (prometheus-client's `process_identifier`)."""
+    return _PID[0]
 
 
 @dataclass(frozen=True)
