@@ -86,6 +86,26 @@ def test_allow_with_patch_and_warnings() -> None:
     assert len(response["warnings"][0]) == 256 and response["warnings"][0].endswith("...")
 
 
+@pytest.mark.parametrize("uid", ["u1", 'a"b\\c', "é\u2028\x00", ""])
+@pytest.mark.parametrize(
+    "patch", [b"", b"[]", orjson.dumps([{"op": "add", "path": "/a~1b", "value": "é"}])]
+)
+def test_a_patched_answer_is_the_envelope_orjson_writes(uid: str, patch: bytes) -> None:
+    """`allow` writes a patched answer around the patch's base64 instead of through a dict."""
+    response = {
+        "uid": uid,
+        "allowed": True,
+        "patchType": "JSONPatch",
+        "patch": base64.b64encode(patch).decode("ascii"),
+    }
+    envelope = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "response": response,
+    }
+    assert allow(uid, patch=patch) == orjson.dumps(envelope)
+
+
 def test_allow_without_patch_has_no_patch_fields() -> None:
     assert orjson.loads(allow("u2"))["response"] == {"uid": "u2", "allowed": True}
 

@@ -28,6 +28,7 @@ from webhook.serve import (
     ServerSettings,
     gunicorn_config,
     metrics_address,
+    process_id,
     split_host_port,
 )
 from webhook.status import listener_app, remove_worker_status, worker_statuses, write_worker_status
@@ -121,6 +122,43 @@ def test_reload_errors_count_once_per_edit_not_once_per_worker() -> None:
     )
     (family,) = [m for m in collector.collect() if m.name == RELOAD_ERRORS]
     assert [s.value for s in family.samples if s.name.endswith("_total")] == [2.0]
+
+
+def test_the_metricsprocess_id_follows_a_fork() -> None:
+    """The multiprocess values tell their worker's file by this id, kept without a syscall."""
+    assert process_id() == os.getpid()
+    child = os.fork()
+    if child == 0:
+        os._exit(0 if process_id() == os.getpid() else 1)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert process_id() == os.getpid()
+
+
+def test_deferred_rule_counts_reach_their_counters_once_on_flush() -> None:
+    """Under gunicorn the rule counters count in memory until the status pump flushes them."""
+    registry = CollectorRegistry()
+    metrics = WebhookMetrics(registry, deferred=True)
+    for _ in range(3):
+        metrics.mutated("budget:pool", "prefer")
+    metrics.denied("scheduler-name", "scheduler-name")
+    metrics.audited("deny", "overcommit")
+    metrics.dry_run("mutate", "mutated")
+
+    def value(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, labels)
+
+    assert value("steer_webhook_mutations_total", rule="prefer") is None
+    metrics.flush()
+    metrics.flush()  # nothing new: nothing added twice
+    assert value("steer_webhook_mutations_total", rule="budget:pool") == 3
+    assert value("steer_webhook_mutations_total", rule="prefer") == 3
+    assert value("steer_webhook_denials_total", rule="scheduler-name") == 2
+    assert value("steer_webhook_audited_total", action="deny", rule="overcommit") == 1
+    assert value("steer_webhook_dry_run_reviews_total", endpoint="mutate", result="mutated") == 1
+    metrics.mutated("prefer")
+    metrics.flush()
+    assert value("steer_webhook_mutations_total", rule="prefer") == 4
 
 
 def test_single_process_metrics_are_counters_with_build_info(tmp_path: Path) -> None:

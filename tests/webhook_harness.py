@@ -138,6 +138,20 @@ class Webhook:
         response.raise_for_status()
         return response.text
 
+    def settled_metrics(self, timeout: float = 15.0) -> str:
+        """The metrics once every answer so far is counted: the workers add their rule counts
+        every second (webhook.metrics), so the counters of two scrapes more than a second apart
+        agree."""
+        text = self.metrics()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            time.sleep(1.5)
+            again = self.metrics()
+            if _counters(again) == _counters(text):
+                return again
+            text = again
+        raise AssertionError(f"the counters did not settle in {timeout:g}s")
+
     @property
     def status_url(self) -> str:
         return self.metrics_url.rsplit("/", 1)[0] + "/status"
@@ -148,6 +162,10 @@ class Webhook:
         response.raise_for_status()
         detail: dict[str, Any] = response.json()
         return detail
+
+
+def _counters(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.split("{")[0].endswith("_total")]
 
 
 def metric_value(text: str, name: str, **labels: str) -> float:

@@ -143,7 +143,7 @@ class AdmissionHandler:
                 outcome = Outcome(500, body_, "error")
         self.metrics.observe(endpoint, outcome.result, time.perf_counter() - started)
         if dry_run:
-            self.metrics.dry_runs.labels(endpoint=endpoint, result=outcome.result).inc()
+            self.metrics.dry_run(endpoint, outcome.result)
         return outcome
 
     def _uninterpretable(
@@ -197,10 +197,10 @@ class AdmissionHandler:
             return Outcome(200, rv.allow(review.uid), "skipped")
         patch = mutation.patch_bytes()
         if not review.dry_run:
-            for rule in mutation.added:
-                self.metrics.mutated(rule)
-            for rule in mutation.would_add:
-                self.metrics.audited("mutate", rule)
+            if mutation.added:
+                self.metrics.mutated(*mutation.added)
+            if mutation.would_add:
+                self.metrics.audited("mutate", *mutation.would_add)
         result = "audited" if mutation.audit else "mutated" if patch else "unchanged"
         return Outcome(200, rv.allow(review.uid, patch=patch), result)
 
@@ -298,16 +298,14 @@ class AdmissionHandler:
         warnings: list[str] = []
         if audits(self.plans.validation.policy, tenant):
             audited = [d for d in denials if not d.security]
-            if not review.dry_run:
-                for denial in audited:
-                    self.metrics.audited("deny", denial.rule)
+            if not review.dry_run and audited:
+                self.metrics.audited("deny", *(d.rule for d in audited))
             warnings += audit_warnings(audited)
             denials = [d for d in denials if d.security]  # security rules hold in every mode
             if not denials:
                 return Outcome(200, rv.allow(review.uid, warnings=warnings), "audited")
-        if not review.dry_run:
-            for denial in denials:
-                self.metrics.denied(denial.rule)
+        if not review.dry_run and denials:
+            self.metrics.denied(*(d.rule for d in denials))
         return Outcome(200, rv.deny(review.uid, denial_message(denials), warnings=warnings), result)
 
     # -- health ------------------------------------------------------------------------------
@@ -329,7 +327,9 @@ class AdmissionHandler:
         }
 
     def publish_status(self) -> None:
-        """Copy slow-moving state into gauges (called by a timer, not per request)."""
+        """Copy slow-moving state into gauges, and the counts kept in memory into their
+        counters (called by a timer, not per request)."""
+        self.metrics.flush()
         ns = self.namespaces.status()
         if ns.current_at is not None:
             self.metrics.namespace_current_at.set(ns.current_at)
@@ -351,11 +351,12 @@ def _unreadable_field(
 
 
 def start_status_pump(
-    handler: AdmissionHandler, interval: float = 2.0, *, status_dir: str | None = None
+    handler: AdmissionHandler, interval: float = 1.0, *, status_dir: str | None = None
 ) -> Periodic:
-    """Publish `handler`'s status gauges every `interval` seconds, and its readiness detail to
-    `status_dir` for the metrics listener's /status (`webhook.status`); `stop()` ends it. A
-    metrics hiccup is logged and the next round goes on."""
+    """Publish `handler`'s status gauges and deferred counts (webhook.metrics) every `interval`
+    seconds, and its readiness detail to `status_dir` for the metrics listener's /status
+    (`webhook.status`); `stop()` ends it. A metrics hiccup is logged and the next round goes
+    on."""
     from webhook.status import write_worker_status
 
     def publish() -> None:

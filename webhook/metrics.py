@@ -6,6 +6,14 @@ and the master's plain-HTTP metrics port adds them up. Two consequences shape th
 the metric objects are created per process after the fork (`WebhookMetrics()`), and no gauge
 is computed at scrape time inside a worker. The namespace cache age is therefore exported by
 the workers as a timestamp and turned into an age by `CacheAgeCollector` where it is scraped.
+
+Each update of a multiprocess value takes a lock and writes the memory-mapped file, and a
+steered pod counts five or six rules. So under gunicorn (`deferred=True`) the rule counters
+(mutations, denials, audited, dry runs) are kept in memory per worker and added to the files by
+`flush`, which the status pump calls every second and the worker calls as it exits: a scrape
+sees them up to a second late, none counted twice (a worker killed outright, SIGKILL or the
+OOM killer, loses its last second's). The duration histogram and the rarer counters (bad
+requests, uninterpretable reviews, reloads) are written as they happen.
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ from __future__ import annotations
 import glob
 import os
 import re
+import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -62,10 +71,19 @@ def uninterpretable_reason(reason: str) -> str:
     return part if part in UNINTERPRETABLE_REASONS else "other"
 
 
-class WebhookMetrics:
-    """Every metric the webhook exports, registered in `registry` (the default one if None)."""
+# In the help of the counters `WebhookMetrics(deferred=True)` keeps in memory between flushes.
+FLUSHED = " Under gunicorn each worker adds its counts every second."
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+
+class WebhookMetrics:
+    """Every metric the webhook exports, registered in `registry` (the default one if None).
+
+    `deferred`: the rule counters count in memory until `flush` (module docstring).
+    """
+
+    def __init__(
+        self, registry: CollectorRegistry | None = None, *, deferred: bool = False
+    ) -> None:
         reg = registry if registry is not None else REGISTRY
         self.duration = Histogram(
             f"{PREFIX}_admission_duration_seconds",
@@ -76,27 +94,28 @@ class WebhookMetrics:
         )
         self.mutations = Counter(
             f"{PREFIX}_mutations",
-            "Steering rules added to pods (dry runs excluded), by rule.",
+            "Steering rules added to pods (dry runs excluded), by rule." + FLUSHED,
             ["rule"],
             registry=reg,
         )
         self.denials = Counter(
             f"{PREFIX}_denials",
             "Pods denied (dry runs excluded), by rule (uninterpretable: a tenant's pod with a "
-            "field validation cannot read).",
+            "field validation cannot read)." + FLUSHED,
             ["rule"],
             registry=reg,
         )
         self.audits = Counter(
             f"{PREFIX}_audited",
             "Audit mode: what the webhook would have done (dry runs excluded), by action "
-            "(mutate: a rule it would have added; deny: a rule it would have denied by) and rule.",
+            "(mutate: a rule it would have added; deny: a rule it would have denied by) and rule."
+            + FLUSHED,
             ["action", "rule"],
             registry=reg,
         )
         self.dry_runs = Counter(
             f"{PREFIX}_dry_run_reviews",
-            "Dry-run admission requests, answered like real ones but counted only here.",
+            "Dry-run admission requests, answered like real ones but counted only here." + FLUSHED,
             ["endpoint", "result"],
             registry=reg,
         )
@@ -148,6 +167,10 @@ class WebhookMetrics:
         self._version: str | None = None
         # labels() hashes and locks on every call; the request path reuses the children.
         self._children: dict[tuple[str, ...], Any] = {}
+        self._deferred = deferred
+        # (counter, leading label values, last label values) -> requests that counted them
+        self._pending: dict[tuple[Any, tuple[str, ...], tuple[str, ...]], int] = {}
+        self._pending_lock = threading.Lock()
 
     def _child(self, metric: Any, *values: str) -> Any:
         key = (metric._name, *values)
@@ -159,14 +182,37 @@ class WebhookMetrics:
     def observe(self, endpoint: str, result: str, seconds: float) -> None:
         self._child(self.duration, endpoint, result).observe(seconds)
 
-    def mutated(self, rule: str) -> None:
-        self._child(self.mutations, rule).inc()
+    def mutated(self, *rules: str) -> None:
+        """One more of each rule (the rules added to one pod)."""
+        self._count(self.mutations, (), rules)
 
-    def denied(self, rule: str) -> None:
-        self._child(self.denials, rule).inc()
+    def denied(self, *rules: str) -> None:
+        self._count(self.denials, (), rules)
 
-    def audited(self, action: str, rule: str) -> None:
-        self._child(self.audits, action, rule).inc()
+    def audited(self, action: str, *rules: str) -> None:
+        self._count(self.audits, (action,), rules)
+
+    def dry_run(self, endpoint: str, result: str) -> None:
+        self._count(self.dry_runs, (endpoint,), (result,))
+
+    def _count(self, counter: Any, first: tuple[str, ...], last: tuple[str, ...]) -> None:
+        """One more of `counter`'s child (*first, value) for each value in `last`: now, or
+        kept in memory until `flush` when deferred (one dict update for all of a request's)."""
+        if self._deferred:
+            key = (counter, first, last)
+            with self._pending_lock:
+                self._pending[key] = self._pending.get(key, 0) + 1
+            return
+        for value in last:
+            self._child(counter, *first, value).inc()
+
+    def flush(self) -> None:
+        """Add the counts kept in memory since the last flush to their counters."""
+        with self._pending_lock:
+            pending, self._pending = self._pending, {}
+        for (counter, first, last), times in pending.items():
+            for value in last:
+                self._child(counter, *first, value).inc(times)
 
     def uninterpretable_review(self, endpoint: str, reason: str) -> None:
         self._child(self.uninterpretable, endpoint, uninterpretable_reason(reason)).inc()

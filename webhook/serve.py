@@ -21,6 +21,7 @@ Choices, and the reasons:
 
 from __future__ import annotations
 
+import atexit
 import gc
 import logging
 import os
@@ -282,8 +283,19 @@ def prepare_multiprocess_metrics() -> str:
     from prometheus_client import values
 
     untyped: Any = values  # the module is not annotated
-    untyped.ValueClass = untyped.get_value_class()
+    # Each value update checks the process for a fork; the pid it compares is kept up to date
+    # by the fork itself instead of asked of the kernel on every update (getpid is a syscall).
+    untyped.ValueClass = untyped.MultiProcessValue(process_identifier=process_id)
     return directory
+
+
+_PID = [os.getpid()]
+os.register_at_fork(after_in_child=lambda: _PID.__setitem__(0, os.getpid()))
+
+
+def process_id() -> int:
+    """This process's pid, as of its last fork (prometheus-client's `process_identifier`)."""
+    return _PID[0]
 
 
 @dataclass(frozen=True)
@@ -387,14 +399,17 @@ def build_worker_app(options: WebhookOptions, reloader: CertReloader) -> WSGIApp
             options.namespace_sync_timeout,
             cache.status().last_error,
         )
+    metrics = WebhookMetrics(deferred=True)
     handler = AdmissionHandler(
         policy,
         cache,
-        WebhookMetrics(),
+        metrics,
         max_body_bytes=options.server.max_body_bytes,
         cert_status=reloader.status,
     )
     start_status_pump(handler, status_dir=os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+    # The last second's counts, as the worker exits (a restart, a scale-down, SIGTERM).
+    atexit.register(metrics.flush)
     app = create_app(handler)
     # What exists now (modules, the policy, its plans: ~57,000 objects) lives as long as the
     # worker. Frozen, a full collection no longer walks it, which paused every request in the

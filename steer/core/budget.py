@@ -151,25 +151,36 @@ def container_pool_units(container: Mapping[str, Any]) -> dict[str, int]:
     limit it does not set counts its request). Raises QuantityError for a malformed one.
     Cached by the quantities' text: the webhook computes this for every container it admits,
     and a cluster's pods repeat a few hundred sizes."""
+    cpu_m, mib = _container_pool_units(container)
+    return {"cpu": cpu_m, "memory": mib}
+
+
+def _container_pool_units(container: Mapping[str, Any]) -> tuple[int, int]:
+    """`container_pool_units` as (millicores, MiB)."""
     resources = container.get("resources") or {}
-    texts = tuple(_limit_text(resources, kind) for kind in POOL_KINDS)
+    texts = (_limit_text(resources, "cpu"), _limit_text(resources, "memory"))
     try:
-        if any(isinstance(t, str) and len(t) > 32 for t in texts):
-            raise TypeError("long texts are not cached")  # a hostile pod cannot fill the cache
-        cpu_m, mib = _pool_units(texts)
+        for text in texts:
+            if isinstance(text, str) and len(text) > 32:
+                raise TypeError("long texts are not cached")  # a hostile pod cannot fill it
+        return _pool_units(texts)
     except TypeError:  # unhashable (a list, say) or long: judged uncached, refused there if bad
-        return Amount(
+        units = Amount(
             cpu_m=container_amount(container, "limits", "cpu") * 1000,
             memory=container_amount(container, "limits", "memory"),
         ).units()
-    return {"cpu": cpu_m, "memory": mib}
+        return units["cpu"], units["memory"]
 
 
 def _limit_text(resources: Mapping[str, Any], kind: str) -> Any:
     for part in ("limits", "requests"):
         values = resources.get(part)
-        if isinstance(values, Mapping) and values.get(kind) is not None:
-            return values[kind]
+        # A parsed request holds dicts: test that type before the ABC.
+        if values is None or (type(values) is not dict and not isinstance(values, Mapping)):
+            continue
+        value = values.get(kind)
+        if value is not None:
+            return value
     return None
 
 
@@ -214,8 +225,13 @@ class TenantBudget:
         """The pool requests of one container. Raises QuantityError for a malformed one."""
         if not self.pools:
             return {}
-        units = container_pool_units(container)
-        return {name: units[kind] for name, kind in self.pools if units[kind] > 0}
+        cpu_m, mib = _container_pool_units(container)
+        out = {}
+        for name, kind in self.pools:
+            units = cpu_m if kind == "cpu" else mib
+            if units > 0:
+                out[name] = units
+        return out
 
 
 def tenant_budget(policy: Policy, tenant: Tenant | None) -> TenantBudget | None:

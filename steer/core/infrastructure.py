@@ -28,7 +28,7 @@ Exemption = Literal["daemonset", "mirror-pod"]
 
 def _field(obj: Any, key: str) -> Any:
     """`obj[key]` when obj is an object, else None: the request may be malformed."""
-    return obj.get(key) if isinstance(obj, Mapping) else None
+    return obj.get(key) if type(obj) is dict or isinstance(obj, Mapping) else None
 
 
 def _controller_kind(pod: Mapping[str, Any]) -> str | None:

@@ -113,7 +113,7 @@ class Mutation:
         return self.pieces.tenant if self.pieces else None
 
     def patch_bytes(self) -> bytes | None:
-        return orjson.dumps(list(self.ops)) if self.ops else None
+        return orjson.dumps(self.ops) if self.ops else None
 
     def apply(self, pod: Mapping[str, Any]) -> dict[str, Any]:
         """The steered pod: `pod` with this patch applied (`pod` itself is not changed)."""
@@ -164,6 +164,7 @@ class MutationPlan:
     spread: tuple[SpreadRule, ...]
     trace_key: str
     excluded_namespaces: frozenset[str]
+    version: str  # the policy's, formatted once (every trace carries it)
 
     @classmethod
     def from_policy(cls, policy: Policy) -> MutationPlan:
@@ -181,11 +182,8 @@ class MutationPlan:
             spread=spec.spread,
             trace_key=trace_annotation_key(policy),
             excluded_namespaces=excluded_namespaces(policy),
+            version=policy.version,
         )
-
-    @property
-    def version(self) -> str:
-        return self.policy.version
 
     def opted_in(self, namespace: str | None, labels: Mapping[str, str]) -> bool:
         return opted_in(self.policy, namespace, labels, self.excluded_namespaces)
@@ -252,9 +250,19 @@ def _same_constraint(ours: Json, theirs: Mapping[str, Any]) -> bool:
 # --- the request path -----------------------------------------------------------------------
 
 
+_OBJECT_OR_ABSENT = (dict, type(None))
+
+
 def _check_containers(spec: Mapping[str, Any]) -> None:
-    for field in ("containers", "initContainers"):
+    for field in CONTAINER_FIELDS:
         for i, container in enumerate(pod_objects(spec, field, f"spec.{field}")):
+            resources = container.get("resources")
+            if resources is None or (
+                type(resources) is dict
+                and type(resources.get("requests")) in _OBJECT_OR_ABSENT
+                and type(resources.get("limits")) in _OBJECT_OR_ABSENT
+            ):
+                continue  # the usual shape, judged without spelling out each field's path
             resources = pod_object(container, "resources", f"spec.{field}[{i}].resources")
             for part in ("requests", "limits"):
                 pod_object(resources, part, f"spec.{field}[{i}].resources.{part}")
@@ -303,11 +311,12 @@ def mutate_pod(
             _merge_resources(pieces.resources, builder, spec, note)
 
         # Tolerations of the reserved taints this tenant may tolerate.
-        tolerations = tolerations_of(spec)
-        new_tolerations = missing_tolerations(tolerations, (t for _, t in pieces.tolerations))
-        for rule, toleration in pieces.tolerations:
-            note(f"tolerate:{rule}", any(t is toleration for t in new_tolerations))
-        builder.append(("spec", "tolerations"), new_tolerations)
+        tolerations = tolerations_of(spec)  # read even when none is injected: a bad one is named
+        if pieces.tolerations:
+            new_tolerations = missing_tolerations(tolerations, (t for _, t in pieces.tolerations))
+            for rule, toleration in pieces.tolerations:
+                note(f"tolerate:{rule}", any(t is toleration for t in new_tolerations))
+            builder.append(("spec", "tolerations"), new_tolerations)
 
         # Spread constraints; the user's constraint on the same topologyKey wins.
         constraints = pod_objects(
@@ -320,7 +329,11 @@ def mutate_pod(
             ours = spread_constraint(spread, labels)
             if ours is None:
                 continue
-            if any(_same_constraint(ours, c) for c in constraints):
+            if any(
+                _same_constraint(ours, c)
+                for c in constraints
+                if c.get("topologyKey") == spread.topology_key
+            ):
                 note(f"spread:{spread.name}", False)
             elif spread.topology_key not in taken:
                 new_constraints.append(ours)
@@ -372,8 +385,6 @@ def _holds_owned(steering: ResourceSteering, spec: Mapping[str, Any]) -> bool:
 
 
 def _same(current: Any, units: int) -> bool:
-    if current is None:
-        return False
     try:
         return parse_quantity(current) == units
     except QuantityError:
@@ -387,23 +398,33 @@ def _merge_resources(
     removing any other request of those resources. Limits are read from cpu and memory only,
     so a reinvocation computes the same requests and adds nothing."""
     wanted = steered_container_requests(steering, spec)
+    owned = steering.owned
     changed: set[str] = set()
     for (field, i), want in wanted.items():
-        container = spec[field][i]
-        where = f"spec.{field}[{i}].resources"
-        resources = pod_object(container, "resources", where)
-        have = pod_object(resources, "requests", f"{where}.requests")
+        # Objects or absent: _check_containers has read them.
+        resources = spec[field][i].get("resources")
+        requests = resources.get("requests") if resources else None
+        have = requests or {}
         path = ("spec", field, str(i), "resources", "requests")
-        for name in sorted(n for n in have if n in steering.owned and n not in want):
-            builder.remove((*path, name))
-            changed.add(name)
-        for name, units in want.items():
-            if not _same(have.get(name), units):
-                builder.set((*path, name), str(units))
+        if not owned.isdisjoint(have):
+            for name in sorted(n for n in have if n in owned and n not in want):
+                builder.remove((*path, name))
                 changed.add(name)
-    pools = {name for name, _ in steering.budget.pools} if steering.budget else set()
+        updates = {}
+        for name, units in want.items():
+            current = have.get(name)
+            if current is None or not _same(current, units):
+                updates[name] = str(units)
+        if not updates:
+            continue
+        if requests is not None:
+            builder.add_members(path, updates)  # the pod has this object: no walk to it
+        else:
+            builder.set_members(path, updates)
+        changed.update(updates)
+    pools = steering.budget.pools if steering.budget else ()
     if pools:
-        note("budget:pool", bool(changed & pools))
+        note("budget:pool", any(name in changed for name, _ in pools))
     for gate in steering.gates:
         if any(gate.resource in want for want in wanted.values()):
             note(f"gate:{gate.rule}", gate.resource in changed)

@@ -57,12 +57,18 @@ class PatchBuilder:
         """(depth of the deepest existing prefix, the value there); None counts as missing."""
         node: Any = self._doc
         for depth, key in enumerate(path):
-            if isinstance(node, list) and key.isdigit() and int(key) < len(node):
-                node = node[int(key)]  # an existing list item (e.g. containers/0)
-                continue
-            if not isinstance(node, Mapping):
+            # A parsed request holds only dicts and lists: test those types before the ABC.
+            if type(node) is dict:
+                child = node.get(key)
+            elif isinstance(node, list):
+                if key.isdigit() and int(key) < len(node):
+                    node = node[int(key)]  # an existing list item (e.g. containers/0)
+                    continue
                 raise ShapeError(_dotted(path[:depth]), "an object", node)
-            child = node.get(key)
+            elif isinstance(node, Mapping):
+                child = node.get(key)
+            else:
+                raise ShapeError(_dotted(path[:depth]), "an object", node)
             if child is None:
                 return depth, node
             node = child
@@ -80,6 +86,25 @@ class PatchBuilder:
             nested = {key: nested}
         existing = self._created.get(anchor)
         self._created[anchor] = _merge(existing, nested) if existing is not None else nested
+
+    def set_members(self, path: Path, members: Mapping[str, Any]) -> None:
+        """`set` each member of `members` under `path`, in order: the object there is walked
+        to once, not once per member."""
+        if not members:
+            return
+        depth, node = self._walk(path)
+        if depth == len(path) and (type(node) is dict or isinstance(node, Mapping)):
+            self.add_members(path, members)
+            return
+        for key, value in members.items():
+            self.set((*path, key), value)
+
+    def add_members(self, path: Path, members: Mapping[str, Any]) -> None:
+        """`set` each member of `members` in the object at `path`, which the document has (the
+        caller read it): nothing is walked."""
+        ops = self._ops
+        for key, value in members.items():
+            ops.append({"op": "add", "path": pointer((*path, key)), "value": value})
 
     def remove(self, path: Path) -> None:
         """Remove the member at `path`, which must exist (the caller read it)."""

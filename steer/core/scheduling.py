@@ -344,8 +344,11 @@ def pod_objects(parent: Mapping[str, Any], key: str, field: str) -> list[Any]:
     value = parent.get(key)
     if value is None:
         return []
-    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+    if not isinstance(value, list):
         raise UninterpretablePod(field, "expected a list of objects")
+    for item in value:  # a loop, not all(...): most lists hold one or two items
+        if not isinstance(item, dict):
+            raise UninterpretablePod(field, "expected a list of objects")
     return value
 
 
@@ -450,8 +453,10 @@ def scalar_fields(
     for i, obj in enumerate(objects):
         for name, kind in kinds.items():
             value = obj.get(name)
+            if value is None or type(value) is kind:
+                continue
             # JSON true is a Python int; the apiserver's integers are not booleans.
-            if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+            if not isinstance(value, kind) or isinstance(value, bool):
                 raise UninterpretablePod(
                     f"{field}[{i}].{name}",
                     f"expected {'an integer' if kind is int else 'a string'}, "

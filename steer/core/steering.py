@@ -159,7 +159,7 @@ def classify_pod(policy: Policy, pod_spec: Mapping[str, Any]) -> PodClass | None
     """The first pod class whose resources the pod requests (or limits), or None."""
     requested = requested_resources(pod_spec)
     for pod_class in policy.spec.pod_classes:
-        if requested.intersection(pod_class.requests_any):
+        if not requested.isdisjoint(pod_class.requests_any):
             return pod_class
     return None
 

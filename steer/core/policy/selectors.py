@@ -19,9 +19,12 @@ class LabelSelector(PolicyModel):
     match_expressions: tuple[SelectorRequirement, ...] = ()
 
     def matches(self, labels: Mapping[str, str]) -> bool:
-        if any(labels.get(k) != v for k, v in self.match_labels.items()):
-            return False
-        return all(req.matches(labels) for req in self.match_expressions)
+        # Loops, not any()/all() over generators: every admission matches a few selectors.
+        for key, value in self.match_labels.items():
+            if labels.get(key) != value:
+                return False
+        expressions = self.match_expressions
+        return not expressions or all(req.matches(labels) for req in expressions)
 
     def issues(self) -> Iterator[PolicyIssue]:
         """Keys and values the apiserver accepts; values exactly where the operator takes them."""
