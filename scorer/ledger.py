@@ -180,15 +180,17 @@ class PodLedger:
     def limits(self) -> dict[str, Amount] | None:
         """Per node, the cpu and memory limits of its bound pods (a container without a limit
         counts its request); None until the ledger is synced."""
-        sums: dict[str, list[int]] = {}
         with self._lock:
             if not self._synced:
                 return None
-            for pod in self._pods.values():
-                total = sums.setdefault(pod.node, [0, 0])
-                total[0] += pod.usage.limit_cpu_m
-                total[1] += pod.usage.limit_memory
-        return {node: Amount(Fraction(cpu), Fraction(mem)) for node, (cpu, mem) in sums.items()}
+            grouped = self._grouped()
+        return {
+            node: Amount(
+                Fraction(sum(u.limit_cpu_m for u in usages)),
+                Fraction(sum(u.limit_memory for u in usages)),
+            )
+            for node, usages in grouped.items()
+        }
 
     def requested(self, resources: Sequence[str]) -> dict[str, dict[str, Fraction]] | None:
         """Per node, the requests of `resources` summed over its bound pods, as the scheduler
