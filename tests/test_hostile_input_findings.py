@@ -389,19 +389,20 @@ def test_the_reload_thread_survives_what_loading_raises(
         replace("spec: " + "[" * 5000 + "]" * 5000 + "\n")
         wait_until(
             "the deep file counted as a reload error",
-            lambda: watcher.reload_errors == 1,
+            lambda: watcher.status().reload_errors == 1,
             timeout=5,
             interval=0.02,
         )
-        assert "RecursionError" in (watcher.last_error or "")
+        assert "RecursionError" in (watcher.status().last_error or "")
         replace(text.replace("step: 10 ", "step: 20 "))
         wait_until(
             "the good edit loaded",
-            lambda: watcher.current.version != first,
+            lambda: watcher.status().version != first,
             timeout=5,
             interval=0.02,
         )
-        assert watcher.last_error is None and watcher.reload_errors == 1
+        status = watcher.status()
+        assert status.last_error is None and status.reload_errors == 1
     finally:
         watcher.stop()
 

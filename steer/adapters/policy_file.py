@@ -101,9 +101,11 @@ class PolicyKeeper:
 
     def _swap(self, policy: Policy) -> None:
         with self._lock:
-            self._current = policy
-            self.loaded_at = time.time()
+            # The policy is swapped last: a reader without the lock that sees it also sees
+            # the error cleared and the new load time.
             self.last_error = None
+            self.loaded_at = time.time()
+            self._current = policy
             listeners = list(self._listeners)
         log.info("policy reloaded: %s", policy.version)
         for listener in listeners:
@@ -114,13 +116,17 @@ class PolicyKeeper:
 
     def _reject(self, message: str) -> None:
         with self._lock:
-            # Count each bad content (or unreadable state) once, not once per poll.
+            # Count each bad content (or unreadable state) once, not once per poll. The reason
+            # is stored before the count moves: a reader without the lock that sees the new
+            # count also sees its reason.
             new = message != self.last_error
+            self.last_error = message
             if new:
                 self.reload_errors += 1
-                log.error("policy not reloaded, keeping %s:\n%s", self._current.version, message)
-            self.last_error = message
             listeners = list(self._error_listeners) if new else []
+            kept = self._current.version
+        if new:
+            log.error("policy not reloaded, keeping %s:\n%s", kept, message)
         for listener in listeners:
             try:
                 listener(message)
