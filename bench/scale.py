@@ -134,6 +134,7 @@ from bench.benchkit.results import (  # noqa: E402
 from bench.benchkit.scheduler_metrics import METRICS_FLUSH_S, scheduler_time  # noqa: E402
 from bench.benchkit.scheduler_report import print_report, shape_summary  # noqa: E402
 from bench.benchkit.shapes import (  # noqa: E402
+    OPTIONS,
     SHAPES,
     VARIANTS,
     Shape,
@@ -346,6 +347,19 @@ def schedule(shapes: Sequence[Shape], rounds: int) -> list[tuple[int, Shape, str
     return order
 
 
+def ensure_service(raw: Api, namespace: str, selector: Mapping[str, str]) -> None:
+    """A Service selecting a shape's pods, as a ReplicaSet selects a Deployment's: the
+    scheduler's default topology spreading then applies to the unsteered twin."""
+    name = "scale-" + "-".join(v for v in selector.values())
+    body = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"selector": dict(selector), "ports": [{"port": 80}]},
+    }
+    raw.json("POST", f"/api/v1/namespaces/{namespace}/services", body)
+
+
 def measure_size(
     nodes: int, shapes: Sequence[Shape], args: argparse.Namespace, workdir: Path
 ) -> dict[str, Any]:
@@ -359,6 +373,14 @@ def measure_size(
     with bench_plane(workdir / f"plane-{nodes}") as (plane, raw):
         for shape in shapes:
             plane.ensure_namespace(shape.namespace, shape.namespace_labels)
+        for namespace, selector in sorted(
+            {
+                (s.namespace, tuple(sorted(s.service_selector.items())))
+                for s in shapes
+                if s.service_selector
+            }
+        ):
+            ensure_service(raw, namespace, dict(selector))
         t0 = time.monotonic()
         create_nodes(raw, fleet, WORKERS)
         out["create_nodes_s"] = round(time.monotonic() - t0, 1)
@@ -390,12 +412,14 @@ def run_scheduler(args: argparse.Namespace) -> int:
         args.stall = min(args.stall, 10.0)
     sizes = [int(n) for n in str(args.nodes).split(",") if n.strip()]
     wanted = [s.strip() for s in args.shapes.split(",") if s.strip()] if args.shapes else None
-    known = {s.name: s for s in SHAPES}
+    known = {s.name: s for s in (*SHAPES, *OPTIONS)}
     if wanted is not None:
         unknown = sorted(set(wanted) - set(known))
         if unknown or not wanted:
             raise SystemExit(f"--shapes: unknown {unknown}; choose from {', '.join(known)}")
     shapes = [known[n] for n in wanted] if wanted else list(SHAPES)
+    if args.options:
+        shapes += [o for o in OPTIONS if o not in shapes]
     stamp = utc_stamp()
     source = source_version()  # now: others may commit while it runs
     out_file = results_file(args.json, "scale", stamp)
@@ -448,7 +472,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     sched.add_argument("--pods", type=int, default=3000, help="pods per run (default 3000)")
     sched.add_argument("--rounds", type=int, default=3, help="rounds of every pair (default 3)")
     sched.add_argument(
-        "--shapes", help=f"comma-separated, from {','.join(s.name for s in SHAPES)} (default all)"
+        "--shapes",
+        help=f"comma-separated, from {','.join(s.name for s in SHAPES)} (default all) or the "
+        "options (--options lists them in its results)",
+    )
+    sched.add_argument(
+        "--options",
+        action="store_true",
+        help="also run every option (another mechanism's steered pod, bench/benchkit/shapes.py)",
     )
     sched.add_argument("--quick", action="store_true", help="200 nodes, 300 pods, 1 round")
     sched.add_argument(

@@ -9,7 +9,7 @@ from typing import Any
 
 from .nodes import GPU
 from .scheduler_metrics import CPU_POINTS, POINTS
-from .shapes import SHAPES, VARIANTS, Shape
+from .shapes import OPTIONS, SHAPES, VARIANTS, Shape
 
 
 def trio(values: Sequence[float], fmt: str = "{:.2f}") -> str:
@@ -194,14 +194,15 @@ def pending_report(size: Mapping[str, Any]) -> list[str]:
 
 def print_report(doc: Mapping[str, Any], goal: float, top_plugins: int) -> None:
     """The markdown scoreboard of a results document (a run just made, or --report FILE)."""
-    known = {s.name: s for s in SHAPES}
+    known = {s.name: s for s in (*SHAPES, *OPTIONS)}
     shapes = [known.get(n) or Shape(n, "?", {}) for n in doc["shapes"]]
     args = doc["args"]
     print(
         f"Source {doc['source']}; kube-scheduler v1.36.2 with manifests/scheduler/"
         f"profiles.yaml, client qps/burst {doc['scheduler_qps']}; {args['pods']} pods per run, "
         f"{args['rounds']} round(s); twin = the base pod unmutated but with the mutated pod's "
-        f"schedulerName (profile differences not counted). Scorer readings: "
+        f"schedulerName (profile differences not counted; a shape with a Service, a-chain, gets "
+        f"the default topology spreading in its twin). Scorer readings: "
         f"{doc['scorer_readings']}."
     )
     print()
@@ -214,6 +215,11 @@ def print_report(doc: Mapping[str, Any], goal: float, top_plugins: int) -> None:
         print()
         print(throughput_table(size, shapes, goal))
         print()
+        options = [s for s in shapes if s.option_of]
+        if options:
+            print("Options (not what the webhook does; the twin is the shape's own):")
+            print("\n".join(f"- `{o.name}`: {o.about}" for o in options))
+            print()
         print(point_table(size, shapes))
         print()
         print(plugin_table(size, shapes, top_plugins))
