@@ -123,6 +123,48 @@ def pair_cells(
     return cells
 
 
+def cpu_table(size: Mapping[str, Any], shapes: Sequence[Shape]) -> str | None:
+    """Per shape, the CPU each process spent per bound pod (median over rounds) and, per
+    round, twin scheduler CPU / steered scheduler CPU: the throughput ratio a scheduler with
+    cores of its own would see, less moved by other work than pods/s."""
+    runs = [r for r in size["runs"] if r.get("cpu_ms_per_pod")]
+    if not runs:
+        return None
+    lines = [
+        f"CPU per bound pod at {size['nodes']} nodes, ms, twin → steered (median over rounds), "
+        "from the scheduler's readiness to the last bind; CPU ratio = twin / steered "
+        "scheduler CPU of the same round (min / median / max).",
+        "",
+        "| shape | kube-scheduler | kube-apiserver | etcd | CPU ratio |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for shape in shapes:
+        cells = []
+        for name in ("kube-scheduler", "kube-apiserver", "etcd"):
+            pair = []
+            for variant in VARIANTS:
+                values = [
+                    r["cpu_ms_per_pod"][name]
+                    for r in runs
+                    if r["shape"] == shape.name
+                    and r["variant"] == variant
+                    and name in r["cpu_ms_per_pod"]
+                ]
+                pair.append(f"{statistics.median(values):.2f}" if values else "-")
+            cells.append(" → ".join(pair))
+        by_round: dict[int, dict[str, float]] = {}
+        for r in runs:
+            if r["shape"] == shape.name and "kube-scheduler" in r["cpu_ms_per_pod"]:
+                by_round.setdefault(r["round"], {})[r["variant"]] = r["cpu_ms_per_pod"][
+                    "kube-scheduler"
+                ]
+        ratios = [
+            p["twin"] / p["steered"] for p in by_round.values() if len(p) == 2 and p["steered"]
+        ]
+        lines.append(f"| {shape.name} | " + " | ".join(cells) + f" | {trio(ratios)} |")
+    return "\n".join(lines)
+
+
 def point_table(size: Mapping[str, Any], shapes: Sequence[Shape]) -> str:
     runs = [r for r in size["runs"] if "scheduler" in r]
     lines = [
@@ -219,6 +261,10 @@ def print_report(doc: Mapping[str, Any], goal: float, top_plugins: int) -> None:
         if options:
             print("Options (not what the webhook does; the twin is the shape's own):")
             print("\n".join(f"- `{o.name}`: {o.about}" for o in options))
+            print()
+        cpu = cpu_table(size, shapes)
+        if cpu:
+            print(cpu)
             print()
         print(point_table(size, shapes))
         print()
