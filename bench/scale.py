@@ -102,12 +102,15 @@ import copy
 import json
 import os
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+import requests
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -183,6 +186,7 @@ class SchedulerBench:
         # then); the next run waits for the deletion before it starts the scheduler.
         self._deleter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="delete")
         self._deleting: tuple[Future[float], dict[str, Any]] | None = None
+        self._profiling: threading.Thread | None = None  # --cpu-profile of the current run
 
     def settle_deletion(self) -> None:
         """Wait until the previous run's pods are gone; note how long deleting them took."""
@@ -197,8 +201,34 @@ class SchedulerBench:
         finally:
             self._deleter.shutdown()
 
-    def start_scheduler(self) -> None:
+    def start_scheduler(self, profile_to: Path | None = None) -> None:
         self.plane.restart_scheduler(PROFILES, client_qps=SCHEDULER_QPS)
+        if profile_to is not None and self.args.cpu_profile:
+            seconds = self.args.cpu_profile
+            self._profiling = threading.Thread(
+                target=self.save_cpu_profile, args=(profile_to, seconds), daemon=True
+            )
+            self._profiling.start()
+
+    def save_cpu_profile(self, path: Path, seconds: float) -> None:
+        """The scheduler's own CPU profile (`/debug/pprof/profile`, Go's pprof format: read it
+        with `go tool pprof -top FILE`) over `seconds` from one second after it is ready."""
+        time.sleep(1.0)
+        pki = self.plane.pki_dir
+        try:
+            with requests.Session() as session:
+                session.trust_env = False
+                resp = session.get(
+                    f"https://127.0.0.1:{self.plane.ports['scheduler']}/debug/pprof/profile",
+                    params={"seconds": str(int(seconds))},
+                    verify=str(self.plane.ca_file),
+                    cert=(str(pki / "admin.crt"), str(pki / "admin.key")),
+                    timeout=seconds + 30,
+                )
+            resp.raise_for_status()
+            path.write_bytes(resp.content)
+        except (requests.RequestException, OSError) as exc:
+            log(f"  CPU profile {path.name} not saved: {exc!r}")
 
     def create_pods(self, pods: ShapePods, variant: str, run_id: str) -> float:
         body = pods.pod(variant)
@@ -275,12 +305,17 @@ class SchedulerBench:
         ]
         with BindWatch(self.raw, selector, version) as watch:
             t0 = time.monotonic()
-            self.start_scheduler()
+            self.start_scheduler(
+                self.workdir / f"scheduler-cpu-{nodes}-{run_id}-{pods.shape.name}.pb.gz"
+            )
             ready_s = time.monotonic() - t0
             cpu_ready = cpu_seconds(self.plane)
             self.wait_bound(watch, t0)
             times = watch.times()
             cpu_end = cpu_seconds(self.plane)
+        if self._profiling is not None:  # the profile ends before the scheduler does
+            self._profiling.join(timeout=self.args.cpu_profile + 30)
+            self._profiling = None
         time.sleep(METRICS_FLUSH_S)
         text = self.plane.scheduler_metrics()
         (self.workdir / f"scheduler-metrics-{nodes}-{run_id}.txt").write_text(text)
@@ -523,6 +558,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--json", type=Path, help="results file (default bench/results/scale-<ts>.json)"
     )
     sched.add_argument("--workdir", type=Path, help="keep logs here (default: a temporary folder)")
+    sched.add_argument(
+        "--cpu-profile",
+        type=float,
+        metavar="S",
+        default=0.0,
+        help="save the scheduler's CPU profile over S seconds of every run in --workdir "
+        "(scheduler-cpu-<nodes>-<run>-<shape>.pb.gz; `go tool pprof -top FILE`)",
+    )
     sched.set_defaults(func=run_scheduler)
 
     # The other two sections live in their own modules (bench/ is on sys.path as the script's
