@@ -60,7 +60,15 @@ so the bench follows the mechanism as it changes. Requests are small: every pod 
 The **unsteered twin** of a shape is its base pod without the mutation but with the
 schedulerName the mutated pod ends up with (steer-spread or steer-binpack): a difference
 between profiles (NodeAffinity weight 50, MostAllocated scoring) is not counted, only what
-the mutation adds to the pod. The ratio is steered pods/s over twin pods/s.
+the mutation adds to the pod. The ratio is steered pods/s over twin pods/s. a-chain's pods
+are selected by a Service (as a Deployment's are by their ReplicaSet), so its twin gets the
+scheduler's default topology spreading, as the same pod unsteered would in a cluster.
+
+**Options** (--options, or by name in --shapes, e.g. `no-tenant:one-term`): pods that change
+one thing of a shape's steered pod (fewer or merged preferred terms, no pool, no terms, soft
+or no spread; bench/benchkit/shapes.py OPTIONS), each run against the shape's own twin: what
+each part of the mechanism costs, and what an alternative would buy. Not what the webhook
+does.
 
 Method, one run = one shape, steered or twin: the scheduler is stopped; --pods pods are
 created (parallel POSTs) while the previous run's pods are being deleted (grace 0), and that
@@ -70,7 +78,10 @@ scheduler is started; the run ends when every pod is bound, or when none was bou
 received the watch events. Then the scheduler's /metrics are read (it was started for this
 run, so they cover this run alone), the scheduler is stopped, and the messages of pods left
 Pending are kept. The 1-minute load average before and after each run is in the JSON: other
-work on the machine shows there.
+work on the machine shows there. So is the CPU time kube-scheduler, kube-apiserver and etcd
+spent per bound pod from the scheduler's readiness to the last bind (/proc): a process waiting
+for a core uses none, so the twin/steered ratio of scheduler CPU moves less with other work
+than pods/s. --cpu-profile S saves the scheduler's own CPU profile of every run in --workdir.
 
 Order: per round, each shape is a pair of adjacent runs, twin and steered; the order within
 a pair alternates by round and the shape order reverses every other round, so slow drift

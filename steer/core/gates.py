@@ -17,7 +17,9 @@ Names: `<resourcePrefix><gate>`, and the prefix contains `kubernetes.io/`. Kuber
 resource name with `kubernetes.io/` in it as native, not extended: the scheduler does not
 re-validate the name for every node it filters, and a pod needs no matching limit. Measured on
 kube-scheduler v1.36.2 with 1,000 nodes (bench/scale.py): two such resources per pod keep 0.89x
-of the plain pod's throughput, two extended resources 0.64x, one required term 0.84x.
+of the plain pod's throughput, two extended resources 0.64x, one required term 0.84x. At
+5,000 nodes a tenant pod's pool and gate requests alone keep 0.89x (0.87x in scheduler CPU;
+`bench/scale.py scheduler --options`, `b-guaranteed:no-terms`).
 
 One window is left, and it is the scheduler's: a pod the scheduler bound in the milliseconds
 before it saw a gate close may reach its kubelet while the gate counts it as one too many; the
