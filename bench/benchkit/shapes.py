@@ -147,10 +147,17 @@ def _terms(spec: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _keep_terms(spec: dict[str, Any], terms: list[dict[str, Any]]) -> None:
+    """Set the preferred node-affinity terms; none left removes them (and an emptied
+    nodeAffinity or affinity with them), nothing else of the pod's affinity."""
+    affinity = spec["affinity"]
     if terms:
-        spec["affinity"]["nodeAffinity"][PREFERRED] = terms
-    else:
-        spec.pop("affinity", None)
+        affinity["nodeAffinity"][PREFERRED] = terms
+        return
+    del affinity["nodeAffinity"][PREFERRED]
+    if not affinity["nodeAffinity"]:
+        del affinity["nodeAffinity"]
+    if not affinity:
+        del spec["affinity"]
 
 
 def merge_terms(spec: dict[str, Any]) -> None:
