@@ -129,6 +129,7 @@ sys.path.insert(0, str(ROOT))
 from bench.benchkit.api import Api  # noqa: E402
 from bench.benchkit.bind_watch import BindWatch  # noqa: E402
 from bench.benchkit.nodes import bare_nodes, create_nodes  # noqa: E402
+from bench.benchkit.procstat import read_proc  # noqa: E402
 from bench.benchkit.progress import in_parallel, log  # noqa: E402
 from bench.benchkit.provenance import source_version  # noqa: E402
 from bench.benchkit.recorded_scorer import (  # noqa: E402
@@ -221,23 +222,11 @@ class SchedulerBench:
             )
             self._profiling.start()
 
-    def save_cpu_profile(self, path: Path, seconds: float) -> None:
-        """The scheduler's own CPU profile (`/debug/pprof/profile`, Go's pprof format: read it
-        with `go tool pprof -top FILE`) over `seconds` from one second after it is ready."""
+    def save_cpu_profile(self, path: Path, seconds: int) -> None:
+        """The scheduler's own CPU profile over `seconds`, from one second after it is ready."""
         time.sleep(1.0)
-        pki = self.plane.pki_dir
         try:
-            with requests.Session() as session:
-                session.trust_env = False
-                resp = session.get(
-                    f"https://127.0.0.1:{self.plane.ports['scheduler']}/debug/pprof/profile",
-                    params={"seconds": str(int(seconds))},
-                    verify=str(self.plane.ca_file),
-                    cert=(str(pki / "admin.crt"), str(pki / "admin.key")),
-                    timeout=seconds + 30,
-                )
-            resp.raise_for_status()
-            path.write_bytes(resp.content)
+            path.write_bytes(self.plane.scheduler_cpu_profile(seconds))
         except (requests.RequestException, OSError) as exc:
             log(f"  CPU profile {path.name} not saved: {exc!r}")
 
@@ -391,7 +380,6 @@ class SchedulerBench:
 
 
 CPU_COMPONENTS = ("kube-scheduler", "kube-apiserver", "etcd")
-TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def cpu_seconds(plane: ControlPlane) -> dict[str, float]:
@@ -402,9 +390,7 @@ def cpu_seconds(plane: ControlPlane) -> dict[str, float]:
         if component is None or component.process is None:
             continue
         with contextlib.suppress(OSError):
-            fields = Path(f"/proc/{component.process.pid}/stat").read_text().rsplit(")", 1)[1]
-            utime, stime = fields.split()[11:13]
-            out[name] = (int(utime) + int(stime)) / TICKS
+            out[name] = read_proc(component.process.pid).cpu_s
     return out
 
 
@@ -571,9 +557,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     sched.add_argument("--workdir", type=Path, help="keep logs here (default: a temporary folder)")
     sched.add_argument(
         "--cpu-profile",
-        type=float,
+        type=int,
         metavar="S",
-        default=0.0,
+        default=0,
         help="save the scheduler's CPU profile over S seconds of every run in --workdir "
         "(scheduler-cpu-<nodes>-<run>-<shape>.pb.gz; `go tool pprof -top FILE`)",
     )

@@ -644,17 +644,30 @@ class ControlPlane:
 
     def scheduler_metrics(self) -> str:
         """The scheduler's /metrics text (read with the admin certificate)."""
+        return self._scheduler_get("/metrics", timeout=10).text
+
+    def scheduler_cpu_profile(self, seconds: int) -> bytes:
+        """The scheduler's own CPU profile over the next `seconds` (`/debug/pprof/profile`, Go's
+        pprof format: `go tool pprof -top FILE`)."""
+        return self._scheduler_get(
+            "/debug/pprof/profile", params={"seconds": str(seconds)}, timeout=seconds + 30
+        ).content
+
+    def _scheduler_get(
+        self, path: str, *, params: Mapping[str, str] | None = None, timeout: float
+    ) -> requests.Response:
         pki = self.pki_dir
         with requests.Session() as session:
             session.trust_env = False
             resp = session.get(
-                f"https://127.0.0.1:{self.ports['scheduler']}/metrics",
+                f"https://127.0.0.1:{self.ports['scheduler']}{path}",
+                params=params,
                 verify=str(self.ca_file),
                 cert=(str(pki / "admin.crt"), str(pki / "admin.key")),
-                timeout=10,
+                timeout=timeout,
             )
         resp.raise_for_status()
-        return resp.text
+        return resp
 
     # -- what a kubelet-less cluster needs ------------------------------------------------------
 

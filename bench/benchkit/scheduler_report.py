@@ -20,15 +20,27 @@ def trio(values: Sequence[float], fmt: str = "{:.2f}") -> str:
     return " / ".join(fmt.format(v) for v in (min(values), statistics.median(values), max(values)))
 
 
+def round_pairs(
+    runs: Sequence[Mapping[str, Any]], shape: str, get: Callable[[Mapping[str, Any]], Any]
+) -> list[tuple[float, float]]:
+    """Per round, (twin, steered) of `get(run)` for the shape, where both runs have it."""
+    by_round: dict[int, dict[str, Any]] = {}
+    for r in runs:
+        if r["shape"] == shape and "error" not in r:
+            by_round.setdefault(r["round"], {})[r["variant"]] = get(r)
+    return [
+        (pair["twin"], pair["steered"])
+        for pair in by_round.values()
+        if pair.get("twin") is not None and pair.get("steered") is not None
+    ]
+
+
 def shape_summary(size: Mapping[str, Any], shape: str) -> dict[str, Any]:
     runs = [r for r in size["runs"] if r["shape"] == shape and "error" not in r]
-    by_round: dict[int, dict[str, dict[str, Any]]] = {}
-    for r in runs:
-        by_round.setdefault(r["round"], {})[r["variant"]] = r
     ratios = [
-        pair["steered"]["pods_per_s"] / pair["twin"]["pods_per_s"]
-        for pair in by_round.values()
-        if "steered" in pair and "twin" in pair and pair["twin"]["pods_per_s"] > 0
+        steered / twin
+        for twin, steered in round_pairs(runs, shape, lambda r: r["pods_per_s"])
+        if twin > 0
     ]
     return {
         "steered_pods_per_s": [r["pods_per_s"] for r in runs if r["variant"] == "steered"],
@@ -95,12 +107,12 @@ def throughput_table(size: Mapping[str, Any], shapes: Sequence[Shape], goal: flo
 def metric(part: str, key: str | None = None) -> Callable[[Mapping[str, Any]], Any]:
     """A getter of one value of a run's scheduler metrics: `part`, or `part[key]` (or None)."""
     if key is None:
-        return lambda m: m[part]
-    return lambda m: m[part].get(key)
+        return lambda r: r["scheduler"][part]
+    return lambda r: r["scheduler"][part].get(key)
 
 
 def median_of(runs: Sequence[Mapping[str, Any]], get: Callable[[Any], Any]) -> float | None:
-    values = [get(r["scheduler"]) for r in runs if "scheduler" in r]
+    values = [get(r) for r in runs if "scheduler" in r]
     present = [v for v in values if v is not None]
     return statistics.median(present) if present else None
 
@@ -111,7 +123,7 @@ def pair_cells(
     get: Callable[[Any], Any],
     fmt: str = "{:.0f}",
 ) -> list[str]:
-    """Per shape, "twin → steered" of the median of `get(run metrics)` over rounds."""
+    """Per shape, "twin → steered" of the median of `get(run)` over rounds."""
     cells = []
     for shape in shapes:
         pair = []
@@ -121,6 +133,9 @@ def pair_cells(
             pair.append("·" if value is None else fmt.format(value))
         cells.append(" → ".join(pair))
     return cells
+
+
+CPU_PROCESSES = ("kube-scheduler", "kube-apiserver", "etcd")
 
 
 def cpu_table(size: Mapping[str, Any], shapes: Sequence[Shape]) -> str | None:
@@ -135,31 +150,19 @@ def cpu_table(size: Mapping[str, Any], shapes: Sequence[Shape]) -> str | None:
         "from the scheduler's readiness to the last bind; CPU ratio = twin / steered "
         "scheduler CPU of the same round (min / median / max).",
         "",
-        "| shape | kube-scheduler | kube-apiserver | etcd | CPU ratio |",
+        "| shape | " + " | ".join(CPU_PROCESSES) + " | CPU ratio |",
         "|---|---:|---:|---:|---:|",
     ]
+
+    def cpu(name: str) -> Callable[[Mapping[str, Any]], Any]:
+        return lambda r: r["cpu_ms_per_pod"].get(name)
+
     for shape in shapes:
-        cells = []
-        for name in ("kube-scheduler", "kube-apiserver", "etcd"):
-            pair = []
-            for variant in VARIANTS:
-                values = [
-                    r["cpu_ms_per_pod"][name]
-                    for r in runs
-                    if r["shape"] == shape.name
-                    and r["variant"] == variant
-                    and name in r["cpu_ms_per_pod"]
-                ]
-                pair.append(f"{statistics.median(values):.2f}" if values else "-")
-            cells.append(" → ".join(pair))
-        by_round: dict[int, dict[str, float]] = {}
-        for r in runs:
-            if r["shape"] == shape.name and "kube-scheduler" in r["cpu_ms_per_pod"]:
-                by_round.setdefault(r["round"], {})[r["variant"]] = r["cpu_ms_per_pod"][
-                    "kube-scheduler"
-                ]
+        cells = [pair_cells(runs, [shape], cpu(name), "{:.2f}")[0] for name in CPU_PROCESSES]
         ratios = [
-            p["twin"] / p["steered"] for p in by_round.values() if len(p) == 2 and p["steered"]
+            twin / steered
+            for twin, steered in round_pairs(runs, shape.name, cpu("kube-scheduler"))
+            if steered
         ]
         lines.append(f"| {shape.name} | " + " | ".join(cells) + f" | {trio(ratios)} |")
     return "\n".join(lines)
@@ -191,7 +194,8 @@ MIN_PLUGIN_CALLS = 20  # fewer kept calls: the mean is one descheduled goroutine
 def plugin_mean(key: str) -> Callable[[Mapping[str, Any]], Any]:
     """A getter of a plugin's mean µs per call in a run's metrics, None on too few calls."""
 
-    def get(m: Mapping[str, Any]) -> Any:
+    def get(r: Mapping[str, Any]) -> Any:
+        m = r["scheduler"]
         if m["plugin_calls_kept"].get(key, 0) < MIN_PLUGIN_CALLS:
             return None
         return m["plugin_us_per_call"].get(key)
