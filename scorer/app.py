@@ -225,6 +225,23 @@ def create_app(scorer: Scorer, *, policy_status: Callable[[], ReloadStatus] | No
         detail: dict[str, Any] = {"ready": scorer.ready, "policy": policy}
         if not scorer.ready:
             detail["reason"] = "no scoring cycle has completed yet"
+        last = scorer.last
+        if last is not None:
+            # What the dimensions' data lacks does not make the scorer unready (it steers on
+            # what it has), but shows here with each fix until the data is whole.
+            problems = last.plan.data_problems
+            detail["data"] = {
+                "problems": len(problems),
+                "lines": [p.line() for p in problems],
+                "dimensions": {
+                    d.dimension: {
+                        "nodes": d.nodes,
+                        "expectedNodes": d.expected,
+                        "problems": [p.to_json() for p in d.problems],
+                    }
+                    for d in last.plan.dimensions
+                },
+            }
         return _json(detail, 200 if scorer.ready else 503)
 
     return app

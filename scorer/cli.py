@@ -18,6 +18,7 @@ from urllib.parse import quote
 
 import yaml
 
+from scorer.check import check_policy
 from scorer.cleanup import clean_nodes, live_leader
 from scorer.client import DirectScorer, ScorerClient, ScorerError
 from scorer.explain import node_row, plan_table
@@ -26,6 +27,7 @@ from scorer.explain.render import audit_text, node_text, nodes_text, pod_text
 from scorer.explain.view import AuditReport, NodeDetail, NodesTable, PodExplanation, Served
 from scorer.kubeapi import KubeApiError
 from scorer.leader import DEFAULT_LEASE_NAME
+from scorer.model import NodeState
 from scorer.retire import Removal
 from scorer.serve import (
     DEFAULT_LISTEN,
@@ -40,11 +42,85 @@ from steer.adapters.kube import KubeConfigError, add_kubeconfig_flag, make_api_c
 from steer.adapters.kubejson import KubeJson
 from steer.adapters.policy_file import load_policy_file
 from steer.adapters.policy_resource import fetch_policy_object, parse_policy_object
+from steer.adapters.prometheus import PrometheusClient, PrometheusError
 from steer.adapters.service_logs import add_log_flags, configure_logging
 from steer.core.policy import Policy, PolicyError
 
 DEFAULT_SCORER_URL = "http://127.0.0.1:8080"
 log = logging.getLogger(__name__)
+
+
+def register_policy(policy_subparsers: Any) -> None:
+    """`steer policy check`: added under `steer policy` by `steer.cli`."""
+    check = policy_subparsers.add_parser(
+        "check",
+        help="check a policy's dimensions against a Prometheus; one line per problem, its fix",
+        description="Query every Prometheus dimension of the policy as the scorer would and "
+        "report, one line each with the fix: metrics that are absent (and the related exporter "
+        "families Prometheus holds instead), a node label that is missing or spelled otherwise, "
+        "label values that are not node names (an exporter pod's name, a scrape address), "
+        "labels Prometheus renamed (honor_labels), fewer nodes than a dimension's coverage "
+        "expects (with --kubeconfig or --nodes), and values that contradict the unit. Exit 0 "
+        "with no problem, 1 with problems, 2 when it cannot check.",
+    )
+    check.add_argument("file", help="path to the policy YAML file")
+    check.add_argument(
+        "--prometheus",
+        metavar="URL",
+        help="the Prometheus to ask (default: the policy's spec.prometheus.url)",
+    )
+    nodes = check.add_mutually_exclusive_group()
+    nodes.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="list the cluster's nodes from this kubeconfig, to check coverage and node names",
+    )
+    nodes.add_argument(
+        "--nodes",
+        metavar="NAME[,NAME...]",
+        help="the node names to expect, without a cluster",
+    )
+    check.add_argument(
+        "--output", choices=("text", "json"), default="text", help="report format (default: text)"
+    )
+    check.set_defaults(func=_cmd_policy_check)
+
+
+def _cmd_policy_check(args: argparse.Namespace) -> int:
+    try:
+        policy = load_policy_file(args.file)
+    except PolicyError as exc:
+        print(f"{args.file}: invalid policy:\n{exc}", file=sys.stderr)
+        return 2
+    nodes: tuple[NodeState, ...] | None = None
+    try:
+        if args.kubeconfig:
+            nodes = tuple(node_api(args.kubeconfig).list_nodes())
+        elif args.nodes:
+            nodes = tuple(NodeState(name=n.strip()) for n in args.nodes.split(",") if n.strip())
+    except (KubeConfigError, KubeApiError) as exc:
+        print(f"steer policy check: nodes not listed: {exc}", file=sys.stderr)
+        return 2
+    prom = policy.spec.prometheus
+    url = args.prometheus or prom.url
+    try:
+        with PrometheusClient(
+            url,
+            timeout_s=prom.timeout_seconds,
+            bearer_token_file=prom.bearer_token_file,
+            ca_file=prom.ca_file,
+        ) as client:
+            report = check_policy(policy, client, nodes)
+    except PrometheusError as exc:
+        print(f"steer policy check: {exc}", file=sys.stderr)
+        return 2
+    if args.output == "json":
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        for line in report.lines():
+            print(line)
+        print(report.summary())
+    return 1 if report.problems or report.errors else 0
 
 
 def register(subparsers: Any) -> None:

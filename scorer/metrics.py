@@ -70,8 +70,25 @@ class ScorerMetrics:
             "steer_scorer_dropped_samples",
             "Samples of the last query that gave their node no value, by reason: non-finite "
             "(NaN, +-Inf), too-large (a raw value no label can carry), duplicate (another "
-            "series for the same node; the larger is kept), unlabelled (no node label).",
+            "series for the same node; the larger is kept), unlabelled (no node label), "
+            "out-of-range (a value the dimension's unit cannot take).",
             ["dimension", "reason"],
+            registry=r,
+        )
+        self.held_readings = Counter(
+            "steer_scorer_held_readings_total",
+            "Readings not published because their data contradicted the dimension, by reason: "
+            "unit (another scale than the declared unit), coverage (fewer than "
+            "coverage.minPercent of the expected nodes). The labels age out on the TTL.",
+            ["dimension", "reason"],
+            registry=r,
+        )
+        self.data_problems = Gauge(
+            "steer_scorer_data_problems",
+            "1 while the last cycle found a problem of this kind with the dimension's data "
+            "(absent, no-data, node-label, not-node-names, coverage, unit, out-of-range); the "
+            "scorer's /readyz and /explain/nodes say what and the fix.",
+            ["dimension", "kind"],
             registry=r,
         )
         self.dimension_stale = Gauge(

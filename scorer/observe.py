@@ -9,12 +9,14 @@ Samples for nodes the API does not know are ignored and counted, never guessed.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from scorer.model import NodeState
+from steer.core.datacheck import DataProblem, ProblemKind, ReadingFacts, vet_reading
 from steer.core.policy import Dimension
 
 # How many unmatched identities a reading keeps for /explain; the count is always exact.
@@ -100,17 +102,26 @@ class DimensionReading:
     too_large: int = 0
     duration_s: float = 0.0
     warnings: tuple[str, ...] = field(default=())
+    # Set by vetting (steer/core/datacheck): values dropped as out of their unit's range, the
+    # nodes the coverage expects (None: any) and what the data lacks.
+    out_of_range: int = 0
+    expected: int | None = None
+    problems: tuple[DataProblem, ...] = ()
 
 
 @dataclass(frozen=True)
 class DimensionFailure:
-    """A query that failed this cycle; `kind` is `unavailable`, `query`, `auth` or `response`."""
+    """A reading that is not published this cycle; `kind` is `unavailable`, `query`, `auth` or
+    `response` for a failed read, `unit` or `coverage` for data vetting held back
+    (`problems` says why)."""
 
     dimension: str
     query: str
     kind: str
     message: str
     duration_s: float = 0.0
+    expected: int | None = None
+    problems: tuple[DataProblem, ...] = ()
 
 
 def read_dimension(
@@ -164,4 +175,44 @@ def read_dimension(
         too_large=too_large,
         duration_s=duration_s,
         warnings=warnings,
+    )
+
+
+def vet(
+    dim: Dimension, reading: DimensionReading, expected: frozenset[str] | None
+) -> DimensionReading | DimensionFailure:
+    """The reading as it may be published: values its unit cannot take dropped, its problems
+    attached; a `DimensionFailure` (kind `unit` or `coverage`) when a problem holds it back."""
+    vetted = vet_reading(
+        dim,
+        ReadingFacts(
+            values=reading.values,
+            samples=reading.samples,
+            unlabelled=reading.unlabelled,
+            unknown=reading.unknown,
+            unknown_examples=reading.unknown_examples,
+        ),
+        expected,
+    )
+    # The reading's own problems (a source's diagnosis) come first: they say the cause.
+    problems = reading.problems + vetted.problems
+    if vetted.blocking:
+        held = [p for p in vetted.problems if p.blocking]
+        return DimensionFailure(
+            dim.name,
+            reading.query,
+            "unit" if any(p.kind != ProblemKind.COVERAGE for p in held) else "coverage",
+            "; ".join(p.message for p in held),
+            reading.duration_s,
+            expected=vetted.expected,
+            problems=problems,
+        )
+    if not problems and vetted.expected is None:
+        return reading
+    return dataclasses.replace(
+        reading,
+        values=vetted.values,
+        out_of_range=len(vetted.dropped),
+        expected=vetted.expected,
+        problems=problems,
     )

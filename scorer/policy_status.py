@@ -14,12 +14,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from steer.adapters.kubejson import KubeApiError, KubeJson
 from steer.adapters.periodic import Periodic
 from steer.adapters.policy_resource import PolicyResourceWatcher, Verdict, object_path
+from steer.core.datacheck import DataProblem
 from steer.core.policy import PolicyError
 from steer.core.policy.crd import accepted_status, previous_condition, rejected_status
 
@@ -40,10 +41,15 @@ class PolicyStatusWriter:
         *,
         is_leader: Callable[[], bool] = lambda: True,
         retry_s: float = 10.0,
+        data: Callable[[], Sequence[DataProblem] | None] = lambda: None,
     ) -> None:
+        """`data`: what the last cycle found the dimensions' data lacks (None before the first
+        cycle), written as the `DataReady` condition; `sync` after each cycle writes it when
+        the set of problems (dimension, kind) changes, not when only their figures move."""
         self.kube = kube
         self.watcher = watcher
         self.is_leader = is_leader
+        self.data = data
         self._written: tuple[Any, ...] | None = None
         self._lock = threading.Lock()
         self.writes = 0
@@ -63,6 +69,7 @@ class PolicyStatusWriter:
             return None
         policy = self.watcher.current
         before = self.watcher.object_status
+        data = self.data()
         if verdict.accepted:
             return accepted_status(
                 generation=verdict.generation,
@@ -71,6 +78,7 @@ class PolicyStatusWriter:
                 mode=policy.spec.mode,
                 now=_now(),
                 before=before,
+                data=data,
             )
         running = {
             "version": policy.version,
@@ -84,6 +92,7 @@ class PolicyStatusWriter:
             running=running,
             now=_now(),
             before=before,
+            data=data,
         )
 
     def sync(self) -> bool:
@@ -93,7 +102,7 @@ class PolicyStatusWriter:
                 self._written = None  # a leader again writes at once: another may have
                 return False
             verdict = self.watcher.verdict
-            key = (verdict, self.watcher.current.digest)
+            key = (verdict, self.watcher.current.digest, _data_key(self.data()))
             if key == self._written:
                 return False
             body = self.desired(verdict)
@@ -127,6 +136,12 @@ class PolicyStatusWriter:
 
     def stop(self) -> None:
         self._retry.stop(timeout_s=5)
+
+
+def _data_key(problems: Sequence[DataProblem] | None) -> tuple[object, ...] | None:
+    if problems is None:
+        return None
+    return tuple(sorted((p.dimension, str(p.kind), p.blocking) for p in problems))
 
 
 def report_rejected_at_start(kube: KubeJson, name: str, error: PolicyError) -> None:

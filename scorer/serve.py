@@ -126,7 +126,23 @@ def _serve(
         KubeJson(make_api_client(kubeconfig)),
         instance=elector.identity if elector is not None else default_identity(),
     )
-    loop = ScorerLoop(scorer, after_cycle=lambda: report_blocked(scorer, pending, events))
+    status_writer = None
+    if isinstance(watcher, PolicyResourceWatcher) and not options.dry_run:
+        status_writer = PolicyStatusWriter(
+            KubeJson(make_api_client(kubeconfig)),
+            watcher,
+            is_leader=(lambda: elector.is_leader) if elector is not None else (lambda: True),
+            data=lambda: scorer.last.plan.data_problems if scorer.last is not None else None,
+        )
+        if elector is not None:
+            elector.on_change(status_writer.on_leadership)
+
+    def after_cycle() -> None:
+        report_blocked(scorer, pending, events)
+        if status_writer is not None:
+            status_writer.sync()  # a write only when the data's problems changed
+
+    loop = ScorerLoop(scorer, after_cycle=after_cycle)
     nodes = NodeWatcher(make_api_client(kubeconfig), node_cache)
     unbound = PendingPodWatcher(
         make_api_client(kubeconfig),
@@ -143,15 +159,6 @@ def _serve(
     server = HttpServer(
         create_app(scorer, policy_status=watcher.status), options.host, options.port
     )
-    status_writer = None
-    if isinstance(watcher, PolicyResourceWatcher) and not options.dry_run:
-        status_writer = PolicyStatusWriter(
-            KubeJson(make_api_client(kubeconfig)),
-            watcher,
-            is_leader=(lambda: elector.is_leader) if elector is not None else (lambda: True),
-        )
-        if elector is not None:
-            elector.on_change(status_writer.on_leadership)
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: Any) -> None:

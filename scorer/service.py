@@ -26,7 +26,7 @@ from scorer.ledger import PodLedger
 from scorer.metrics import ScorerMetrics
 from scorer.model import NodeState
 from scorer.nodes import NodeCache
-from scorer.observe import DimensionFailure, DimensionReading, NodeIndex
+from scorer.observe import DimensionFailure, DimensionReading, NodeIndex, vet
 from scorer.placementscore import PlacementScorePublisher, PublishError
 from scorer.plan import CyclePlan, ScorerMemory, plan_cycle
 from scorer.retire import retire_old_prefixes
@@ -35,6 +35,7 @@ from scorer.sources.base import concurrently
 from scorer.writer import NodeApi, NodeWriter, RateLimiter, WriteReport
 from steer.adapters.gc_pause import gc_paused
 from steer.core.budget import PodUsage
+from steer.core.datacheck import ProblemKind, expected_nodes
 from steer.core.policy import Dimension, Policy
 from steer.core.steering import drain_keys, energy_composites, owned_resource_keys
 
@@ -222,6 +223,19 @@ class Scorer:
             answer.failures.update(part.failures)
             answer.requests += part.requests
         self.query_count += answer.requests
+        # Every reading against its unit and the nodes its coverage expects: what contradicts
+        # them is dropped or held back, and said (steer/core/datacheck).
+        for dim in policy.spec.dimensions:
+            raw = answer.readings.get(dim.name)
+            if raw is None:
+                continue
+            vetted = vet(dim, raw, expected_nodes(policy, dim, nodes))
+            if isinstance(vetted, DimensionFailure):
+                del answer.readings[dim.name]
+                answer.failures[dim.name] = vetted
+                self.metrics.held_readings.labels(dimension=dim.name, reason=vetted.kind).inc()
+            else:
+                answer.readings[dim.name] = vetted
         for dim in policy.spec.dimensions:
             self.metrics.queries.labels(dimension=dim.name).inc()
             failure = answer.failures.get(dim.name)
@@ -231,10 +245,21 @@ class Scorer:
                     dim.name, dim.what, "response", "its source gave no answer", 0.0
                 )
                 answer.failures[dim.name] = failure
+            problems = (
+                failure.problems if failure is not None else answer.readings[dim.name].problems
+            )
+            kinds = {p.kind for p in problems}
+            for kind in ProblemKind:
+                self.metrics.data_problems.labels(dimension=dim.name, kind=kind).set(
+                    1 if kind in kinds else 0
+                )
+            for problem in problems:
+                log.warning("dimension %s", problem.line())
             if failure is not None:
-                self.metrics.query_errors.labels(dimension=dim.name, kind=failure.kind).inc()
+                if not failure.problems:
+                    self.metrics.query_errors.labels(dimension=dim.name, kind=failure.kind).inc()
+                    log.warning("dimension %s: %s", dim.name, failure.message)
                 self.metrics.query_duration.labels(dimension=dim.name).observe(failure.duration_s)
-                log.warning("dimension %s: %s", dim.name, failure.message)
                 continue
             reading = answer.readings[dim.name]
             self.metrics.query_duration.labels(dimension=dim.name).observe(reading.duration_s)
@@ -244,6 +269,7 @@ class Scorer:
                 ("too-large", reading.too_large),
                 ("duplicate", reading.duplicates),
                 ("unlabelled", reading.unlabelled),
+                ("out-of-range", reading.out_of_range),
             ):
                 self.metrics.dropped_samples.labels(dimension=dim.name, reason=reason).set(count)
         return answer.readings, answer.failures, time.perf_counter() - started

@@ -304,6 +304,10 @@ def build_parser() -> argparse.ArgumentParser:
                 raise
             continue
         module.register(sub)
+        # A service may add actions under `steer policy` (the scorer's `check`).
+        register_policy = getattr(module, "register_policy", None)
+        if register_policy is not None:
+            register_policy(policy_sub)
     return parser
 
 

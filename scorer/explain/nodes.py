@@ -87,6 +87,8 @@ def dimension_status(summary: DimensionSummary) -> DimensionStatus:
         query_duration_s=rounded(summary.duration_s, 4),
         error=summary.error,
         error_kind=summary.error_kind,
+        expected_nodes=summary.expected,
+        problems=summary.problems,
     )
 
 

@@ -161,6 +161,8 @@ def plan_cycle(
                 else 0.0,
                 error=failure.message if failure else None,
                 error_kind=failure.kind if failure else None,
+                expected=reading.expected if reading else failure.expected if failure else None,
+                problems=reading.problems if reading else failure.problems if failure else (),
             )
         )
     cycle = CyclePlan(

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from steer.core.budget import Floor
+from steer.core.datacheck import DataProblem
 from steer.core.scheduling import Taint
 
 
@@ -187,6 +188,10 @@ class DimensionSummary:
     duration_s: float
     error: str | None
     error_kind: str | None
+    # Nodes the dimension's coverage expects (None: any), and what its data lacks this cycle
+    # (steer/core/datacheck): shown by /readyz, /explain and the policy's status.
+    expected: int | None = None
+    problems: tuple[DataProblem, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -212,3 +217,7 @@ class CyclePlan:
     @property
     def stale_dimensions(self) -> tuple[str, ...]:
         return tuple(d.dimension for d in self.dimensions if d.stale)
+
+    @property
+    def data_problems(self) -> tuple[DataProblem, ...]:
+        return tuple(p for d in self.dimensions for p in d.problems)

@@ -1,12 +1,22 @@
-"""Prometheus: one instant query per dimension for the whole cluster, sent concurrently."""
+"""Prometheus: one instant query per dimension for the whole cluster, sent concurrently.
+
+A dimension whose answer resolves no node, or fewer than its coverage expects, is diagnosed from
+what Prometheus holds (absent metrics and the families found instead, the node label's
+spelling: steer/core/datacheck/diagnose.py). That costs a few requests more, so it is done when
+such a state begins and then at most every `DIAGNOSIS_INTERVAL_S` while it lasts; a healthy
+dimension costs its one query.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from scorer.model import NodeState
-from scorer.observe import DimensionFailure, NodeIndex, read_dimension
+from scorer.observe import DimensionFailure, DimensionReading, NodeIndex, read_dimension
 from scorer.sources.base import Readings, SourceContext, concurrently
 from steer.adapters.prometheus import (
     PrometheusAuthError,
@@ -16,7 +26,15 @@ from steer.adapters.prometheus import (
     PrometheusUnavailable,
     QueryResult,
 )
+from steer.adapters.prometheus_probe import metric_index, probe
+from steer.core.datacheck import DataProblem, diagnose, expected_nodes
+from steer.core.datacheck.diagnose import metrics_of
 from steer.core.policy import Dimension, Policy, PrometheusDimension
+
+log = logging.getLogger(__name__)
+
+DIAGNOSIS_INTERVAL_S = 300.0
+FULL_DIAGNOSIS_INTERVAL_S = 3600.0
 
 
 def failure_kind(exc: PrometheusError) -> str:
@@ -36,6 +54,8 @@ class PrometheusSource:
         self.url_override = context.prometheus_url
         self._client: PrometheusClient | None = None
         self._client_key: tuple[object, ...] | None = None
+        # (dimension, query, node label) → its last diagnosis
+        self._diagnoses: dict[tuple[str, str, str], _Diagnosis] = {}
 
     def client(self, policy: Policy) -> PrometheusClient:
         """A client for the policy's Prometheus settings, rebuilt when a reload changes them."""
@@ -94,4 +114,63 @@ class PrometheusSource:
                     duration_s=answer.duration_s,
                     warnings=answer.warnings,
                 )
+        self._diagnose(client, policy, dimensions, nodes, out)
         return out
+
+    def _diagnose(
+        self,
+        client: PrometheusClient,
+        policy: Policy,
+        dimensions: Sequence[Dimension],
+        nodes: Sequence[NodeState],
+        out: Readings,
+    ) -> None:
+        """Attach to each reading what Prometheus shows is wrong with its dimension's data.
+
+        Every dimension is diagnosed when first seen and then hourly (a renamed label leaves
+        the answer whole but wrong); one that resolves no node or fewer than its coverage
+        expects, when that begins and every `DIAGNOSIS_INTERVAL_S` while it lasts."""
+        now = time.monotonic()
+        due: list[tuple[PrometheusDimension, tuple[str, str, str], bool]] = []
+        for dim in dimensions:
+            reading = out.readings.get(dim.name)
+            if reading is None or not isinstance(dim, PrometheusDimension):
+                continue
+            key = (dim.name, dim.query, dim.node_label)
+            short = _short(policy, dim, reading, nodes)
+            last = self._diagnoses.get(key)
+            interval = DIAGNOSIS_INTERVAL_S if short else FULL_DIAGNOSIS_INTERVAL_S
+            if last is None or last.short != short or now - last.at >= interval:
+                due.append((dim, key, short))
+        if due:
+            try:
+                names = metric_index(client)
+                out.requests += 1
+                for dim, key, short in due:
+                    facts = probe(client, metrics_of(dim), names)
+                    out.requests += sum(1 for m in facts.metrics if m.name in names)
+                    self._diagnoses[key] = _Diagnosis(now, short, diagnose(dim, facts, short=short))
+            except PrometheusError as exc:  # the diagnosis is extra: its failure is only logged
+                log.warning("diagnosis of %s: %s", ", ".join(d.name for d, _, _ in due), exc)
+        for dim in dimensions:
+            reading = out.readings.get(dim.name)
+            found = self._diagnoses.get((dim.name, getattr(dim, "query", ""), dim.node_label))
+            if reading is not None and found is not None and found.problems:
+                out.readings[dim.name] = dataclasses.replace(reading, problems=found.problems)
+
+
+@dataclass(frozen=True)
+class _Diagnosis:
+    at: float  # monotonic seconds
+    short: bool  # the reading resolved no node, or too few, when diagnosed
+    problems: tuple[DataProblem, ...]
+
+
+def _short(
+    policy: Policy, dim: Dimension, reading: DimensionReading, nodes: Sequence[NodeState]
+) -> bool:
+    """Whether the reading resolves no node, or fewer than its coverage expects."""
+    if not reading.values:
+        return True
+    expected = expected_nodes(policy, dim, nodes)
+    return expected is not None and not expected.issubset(reading.values)

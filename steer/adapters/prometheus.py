@@ -161,23 +161,67 @@ class PrometheusClient:
         at = time.timestamp() if isinstance(time, datetime) else time
         if at is not None:
             params["time"] = f"{at:.3f}"
-        endpoint = f"{self.url}/api/v1/query"
         started_wall, started = _time.time(), _time.monotonic()
+        data, warnings, infos = self._call(
+            "/api/v1/query", params, promql, client_timeout, server_timeout
+        )
+        duration = _time.monotonic() - started
+        if not isinstance(data, dict):
+            raise PrometheusResponseError(
+                f"{self.url}/api/v1/query: answer has no 'data' object", query=promql
+            )
+        samples = _samples(data, promql)
+        evaluated_at = _first_timestamp(data) or at or started_wall
+        return QueryResult(
+            query=promql,
+            samples=samples,
+            warnings=warnings,
+            infos=infos,
+            duration_s=duration,
+            evaluated_at=evaluated_at,
+        )
+
+    def label_values(self, label: str, *, timeout_s: float | None = None) -> tuple[str, ...]:
+        """Every value of `label` in the TSDB's index (`/api/v1/label/<label>/values`): with
+        `__name__`, every metric name Prometheus holds. Cheap: read from the index, no series
+        are evaluated."""
+        client_timeout = timeout_s if timeout_s else self.timeout_s
+        what = f"label values of {label}"
+        data, _, _ = self._call(
+            f"/api/v1/label/{label}/values", {}, what, client_timeout, client_timeout * 0.9, "GET"
+        )
+        if not isinstance(data, list):
+            raise PrometheusResponseError(f"{self.url}: {what} is not a list", query=what)
+        return tuple(str(v) for v in data)
+
+    def _call(
+        self,
+        path: str,
+        params: dict[str, str],
+        what: str,
+        client_timeout: float,
+        server_timeout: float,
+        method: str | None = None,
+    ) -> tuple[Any, tuple[str, ...], tuple[str, ...]]:
+        """The `data`, warnings and infos of a successful API answer; every failure as its
+        `PrometheusError`."""
+        method = method or self.method
+        endpoint = f"{self.url}{path}"
         try:
             resp = self._session.request(
-                self.method,
+                method,
                 endpoint,
-                params=params if self.method == "GET" else None,
-                data=params if self.method == "POST" else None,
+                params=params if method == "GET" else None,
+                data=params if method == "POST" else None,
                 headers=self._headers(),
                 timeout=client_timeout,
                 verify=self._verify,  # per request: a Session's own verify loses to the env
             )
         except requests.Timeout as exc:
             raise PrometheusUnavailable(
-                f"Prometheus at {self.url} did not answer query {promql!r} within "
+                f"Prometheus at {self.url} did not answer query {what!r} within "
                 f"{client_timeout:g}s; raise timeout_s or check the server's load",
-                query=promql,
+                query=what,
             ) from exc
         except requests.ConnectionError as exc:
             fix = (
@@ -186,25 +230,16 @@ class PrometheusClient:
                 else ("check the URL and that Prometheus is up")
             )
             raise PrometheusUnavailable(
-                f"cannot reach Prometheus at {self.url} for query {promql!r}: {exc}; {fix}",
-                query=promql,
+                f"cannot reach Prometheus at {self.url} for query {what!r}: {exc}; {fix}",
+                query=what,
             ) from exc
-        duration = _time.monotonic() - started
-        body = self._decode(resp, promql)
+        body = self._decode(resp, what)
         if body.get("status") != "success":
-            raise self._api_error(resp.status_code, body, promql, server_timeout)
-        data = body.get("data")
-        if not isinstance(data, dict):
-            raise PrometheusResponseError(f"{endpoint}: answer has no 'data' object", query=promql)
-        samples = _samples(data, promql)
-        evaluated_at = _first_timestamp(data) or at or started_wall
-        return QueryResult(
-            query=promql,
-            samples=samples,
-            warnings=tuple(str(w) for w in body.get("warnings") or ()),
-            infos=tuple(str(i) for i in body.get("infos") or ()),
-            duration_s=duration,
-            evaluated_at=evaluated_at,
+            raise self._api_error(resp.status_code, body, what, server_timeout)
+        return (
+            body.get("data"),
+            tuple(str(w) for w in body.get("warnings") or ()),
+            tuple(str(i) for i in body.get("infos") or ()),
         )
 
     def _decode(self, resp: requests.Response, promql: str) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from steer.core.datacheck import DataProblem
 from steer.core.scheduling import Taint
 
 Json = Mapping[str, Any]  # a JSON object as answered, read back
@@ -38,6 +39,8 @@ class DimensionStatus:
     query_duration_s: float | None
     error: str | None
     error_kind: str | None
+    expected_nodes: int | None = None  # what the dimension's coverage expects (None: any)
+    problems: tuple[DataProblem, ...] = ()  # what its data lacks, each with the fix
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -56,6 +59,8 @@ class DimensionStatus:
             "queryDurationSeconds": self.query_duration_s,
             "error": self.error,
             "errorKind": self.error_kind,
+            "expectedNodes": self.expected_nodes,
+            "problems": [p.to_json() for p in self.problems],
         }
 
     @classmethod
@@ -76,6 +81,8 @@ class DimensionStatus:
             query_duration_s=obj.get("queryDurationSeconds"),
             error=obj.get("error"),
             error_kind=obj.get("errorKind"),
+            expected_nodes=obj.get("expectedNodes"),
+            problems=tuple(DataProblem.from_json(p) for p in obj.get("problems") or ()),
         )
 
 

@@ -43,6 +43,7 @@ from steer.core.policy.contract import (
     SCORE_PREFIX,
 )
 from steer.core.policy.dimensions import (
+    Coverage,
     Dimension,
     DimensionBase,
     Direction,
@@ -103,6 +104,7 @@ __all__ = [
     "ClusterScores",
     "Condition",
     "Consolidation",
+    "Coverage",
     "Dimension",
     "DimensionBase",
     "Direction",

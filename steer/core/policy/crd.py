@@ -24,8 +24,8 @@ scorer writes it, and a namespaced object would suggest a namespace admin could 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from steer.core.policy.contract import API_VERSION, KIND
 
@@ -45,12 +45,17 @@ __all__ = [
 from steer.core.policy.issues import PolicyIssue
 from steer.core.policy.spec import SteeringPolicyDoc
 
+if TYPE_CHECKING:  # the data check imports the policy package this module is part of
+    from steer.core.datacheck import DataProblem
+
 GROUP, VERSION = API_VERSION.split("/")
 PLURAL = "steeringpolicies"
 SINGULAR = "steeringpolicy"
 SHORT_NAMES = ("sp", "steerpol")
 CRD_NAME = f"{PLURAL}.{GROUP}"
 ACCEPTED = "Accepted"
+# Whether the running policy's dimensions get the data they expect (steer/core/datacheck).
+DATA_READY = "DataReady"
 # The most problems the status lists (each also in the condition's message): a document with
 # thousands of errors must not make a status larger than etcd takes.
 MAX_STATUS_PROBLEMS = 50
@@ -314,11 +319,17 @@ def crd_manifest() -> dict[str, Any]:
 
 
 def _condition(
-    status: str, reason: str, message: str, generation: int, now: str, before: Mapping[str, Any]
+    status: str,
+    reason: str,
+    message: str,
+    generation: int,
+    now: str,
+    before: Mapping[str, Any],
+    kind: str = ACCEPTED,
 ) -> dict[str, Any]:
     same = before.get("status") == status
     return {
-        "type": ACCEPTED,
+        "type": kind,
         "status": status,
         "reason": reason,
         "message": message,
@@ -330,11 +341,34 @@ def _condition(
     }
 
 
-def previous_condition(status: Mapping[str, Any] | None) -> Mapping[str, Any]:
+def previous_condition(status: Mapping[str, Any] | None, kind: str = ACCEPTED) -> Mapping[str, Any]:
     for cond in (status or {}).get("conditions") or ():
-        if isinstance(cond, Mapping) and cond.get("type") == ACCEPTED:
+        if isinstance(cond, Mapping) and cond.get("type") == kind:
             return cond
     return {}
+
+
+def data_condition(
+    problems: Sequence[DataProblem] | None,
+    *,
+    generation: int,
+    now: str,
+    before: Mapping[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """`DataReady`: True when every dimension of the running policy resolves the nodes it
+    expects in the units it declares, False with each problem and its fix; no condition before
+    the first scoring cycle (`problems` None)."""
+    if problems is None:
+        return []
+    previous = previous_condition(before, DATA_READY)
+    if not problems:
+        message = "every dimension resolves the nodes it expects, in the unit it declares"
+        return [_condition("True", "Resolved", message, generation, now, previous, DATA_READY)]
+    shown = [p.line() for p in problems[:MAX_STATUS_PROBLEMS]]
+    more = len(problems) - len(shown)
+    lines = shown + ([f"... and {more} more"] if more > 0 else [])
+    message = f"{len(problems)} problem{'s' if len(problems) != 1 else ''}: " + "; ".join(lines)
+    return [_condition("False", "DataProblems", message, generation, now, previous, DATA_READY)]
 
 
 def accepted_status(
@@ -345,8 +379,9 @@ def accepted_status(
     mode: str,
     now: str,
     before: Mapping[str, Any] | None = None,
+    data: Sequence[DataProblem] | None = None,
 ) -> dict[str, Any]:
-    """The status of a spec the services run."""
+    """The status of a spec the services run; `data`: what its dimensions' data lacks."""
     return {
         "observedGeneration": generation,
         "conditions": [
@@ -357,7 +392,8 @@ def accepted_status(
                 generation,
                 now,
                 previous_condition(before),
-            )
+            ),
+            *data_condition(data, generation=generation, now=now, before=before),
         ],
         "problems": [],
         "scorer": {"version": version, "digest": digest, "generation": generation, "mode": mode},
@@ -371,6 +407,7 @@ def rejected_status(
     running: Mapping[str, Any] | None,
     now: str,
     before: Mapping[str, Any] | None = None,
+    data: Sequence[DataProblem] | None = None,
 ) -> dict[str, Any]:
     """The status of a spec the services refused: every problem with its path (`spec.…`), and
     the policy still running (`running`: the `scorer` block of the last good one)."""
@@ -383,7 +420,8 @@ def rejected_status(
     out: dict[str, Any] = {
         "observedGeneration": generation,
         "conditions": [
-            _condition("False", "Invalid", message, generation, now, previous_condition(before))
+            _condition("False", "Invalid", message, generation, now, previous_condition(before)),
+            *data_condition(data, generation=generation, now=now, before=before),
         ],
         "problems": [{"path": i.path, "message": i.message} for i in shown],
     }

@@ -21,7 +21,14 @@ from pydantic.alias_generators import to_camel
 
 from steer.core.k8s_names import is_dns1123_label
 from steer.core.policy.contract import KNOWN_UNITS, SCORE_PREFIX
-from steer.core.policy.fields import Hysteresis, PolicyModel, PositiveSeconds, Step, Weight
+from steer.core.policy.fields import (
+    Hysteresis,
+    Percent,
+    PolicyModel,
+    PositiveSeconds,
+    Step,
+    Weight,
+)
 from steer.core.policy.issues import PolicyIssue, Variants, nested, raise_issues
 
 _PROM_LABEL_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
@@ -119,6 +126,37 @@ class HttpSource(PolicyModel):
                 yield PolicyIssue(to_camel(name), "must name a field")
 
 
+class Coverage(PolicyModel):
+    """Which nodes should have a value, so a dimension that resolves fewer is reported with its
+    cause (scorer /readyz, the policy's status, `steer policy check`) instead of steering on a
+    part of the cluster in silence.
+
+    `any` (the default): at least one node; `all`: every node; `offering`: every node that
+    offers what pod class `podClass` requests (its GPU nodes). Below `minPercent` of the
+    expected nodes the cycle's reading is not published (kept until its TTL, then withdrawn, as
+    when the source is down): scores normalised over a small, biased part of the cluster would
+    rank it wrongly. Between that and all of them it is published for the nodes it resolves and
+    reported.
+    """
+
+    nodes: Literal["any", "all", "offering"] = "any"
+    pod_class: str | None = None
+    min_percent: Percent = 50.0
+
+    @model_validator(mode="after")
+    def _checked(self) -> Self:
+        raise_issues(self.issues())
+        return self
+
+    def issues(self) -> Iterator[PolicyIssue]:
+        if self.nodes == "offering" and not self.pod_class:
+            yield PolicyIssue(
+                "podClass", "required with nodes: offering: the pod class whose nodes to expect"
+            )
+        elif self.nodes != "offering" and self.pod_class is not None:
+            yield PolicyIssue("podClass", f"only used with nodes: offering, not {self.nodes}")
+
+
 class DimensionBase(PolicyModel):
     """What every dimension has, whatever its source."""
 
@@ -137,6 +175,7 @@ class DimensionBase(PolicyModel):
     step: Step | None = None
     hysteresis: Hysteresis | None = None
     ttl_seconds: PositiveSeconds | None = None
+    coverage: Coverage = Field(default_factory=Coverage)
 
     @model_validator(mode="before")
     @classmethod

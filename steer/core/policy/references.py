@@ -30,6 +30,15 @@ def reference_issues(spec: Mapping[str, Any]) -> Iterator[PolicyIssue]:
 
     dim_names = {name for _, _, name in _named(spec, "dimensions")}
     rule_names = {name for _, _, name in _named(spec, "taints")}
+    class_names = {name for _, _, name in _named(spec, "podClasses")}
+    for i, dim, _ in _named(spec, "dimensions"):
+        coverage = dim.get("coverage")
+        pod_class = coverage.get("podClass") if isinstance(coverage, dict) else None
+        if isinstance(pod_class, str) and pod_class not in class_names:
+            yield PolicyIssue(
+                f"spec.dimensions[{i}].coverage.podClass",
+                f"unknown pod class {pod_class!r}; known: {sorted(class_names)}",
+            )
     for i, rule, _ in _named(spec, "taints"):
         condition = rule.get("condition")
         dimension = condition.get("dimension") if isinstance(condition, dict) else None
