@@ -21,7 +21,7 @@ import requests
 
 from kits.demo.cli import main
 from kits.demo.environment import demo_policy
-from scorer.presets import POWER_KEPLER_07
+from scorer.presets import POWER_KEPLER_010
 from steer.adapters.policy_file import load_policy_file
 from tests.conftest import EXAMPLE_POLICY, ROOT
 
@@ -37,7 +37,7 @@ def test_demo_runs_the_example_policy() -> None:
     assert demo.spec.taints == example.spec.taints and demo.spec.tenants == example.spec.tenants
     assert demo.spec.prometheus.url == "http://127.0.0.1:1234"
     assert demo.spec.scoring.interval_seconds == 5 and demo.metadata.name == "demo"
-    assert POWER_KEPLER_07.strip() in EXAMPLE_POLICY.read_text()
+    assert POWER_KEPLER_010.strip() in EXAMPLE_POLICY.read_text()
 
 
 def test_demo_once_runs_with_no_external_services(

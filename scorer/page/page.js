@@ -163,12 +163,23 @@ function renderNodes() {
   served(answer);
   const chips = $("dimensions");
   chips.replaceChildren(...(answer.dimensions || []).map((d) => {
-    const state = !d.ok ? "failed" : d.stale ? "stale" : "";
-    const text = `${d.dimension}${d.unit ? " (" + d.unit + ")" : ""}: ${d.ok ? "ok" : "query failed"}${d.stale ? ", stale" : ""}` +
+    const problems = d.problems || [];
+    const held = problems.some((p) => p.blocking);
+    const state = !d.ok || held ? "failed" : d.stale || problems.length ? "stale" : "";
+    const status = d.ok ? "ok" : held ? "held back" : "query failed";
+    const text = `${d.dimension}${d.unit ? " (" + d.unit + ")" : ""}: ${status}${d.stale ? ", stale" : ""}` +
       (d.ageSeconds !== null && d.ageSeconds !== undefined ? `, data ${age(d.ageSeconds)} old` : "") +
-      `, ${d.nodes} nodes` + (d.unknownNodes ? `, ${d.unknownNodes} unknown` : "");
-    return el("span", { class: `chip ${state}`, title: d.error || d.query }, text);
+      `, ${d.nodes}${d.expectedNodes !== null && d.expectedNodes !== undefined ? " of " + d.expectedNodes : ""} nodes` +
+      (d.unknownNodes ? `, ${d.unknownNodes} unknown` : "") +
+      (problems.length ? `, ${problems.length} data problem${problems.length > 1 ? "s" : ""}` : "");
+    // What the data lacks, each with its fix: in the tooltip and in the list under the chips.
+    const title = problems.length ? problems.map((p) => `${p.message}; fix: ${p.fix}`).join("\n") : d.error || d.query;
+    return el("span", { class: `chip ${state}`, title }, text);
   }));
+  const lines = (answer.dimensions || []).flatMap((d) => (d.problems || []).map((p) =>
+    el("li", {}, el("b", {}, p.dimension), `: ${p.message}${p.blocking ? " (not published)" : ""}; fix: ${p.fix}`)));
+  $("data-problems").replaceChildren(...lines);
+  $("data-problems").hidden = lines.length === 0;
   const columns = nodeColumns(answer);
   const head = el("tr", {}, columns.map((c) => {
     const th = el("th", { class: "sortable", dataset: { key: c.key } }, c.title, c.unit ? el("span", { class: "unit" }, c.unit) : null);
