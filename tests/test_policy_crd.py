@@ -219,3 +219,45 @@ def test_migrate_refuses_an_invalid_policy_naming_the_field(
     err = capsys.readouterr()
     assert err.out == ""
     assert "spec.tenants[0].overcommitPercent" in err.err
+
+
+def test_the_data_ready_condition_says_every_problem_and_moves_only_when_it_flips() -> None:
+    from steer.core.datacheck import DataProblem, ProblemKind
+    from steer.core.policy.crd import DATA_READY, accepted_status
+
+    problem = DataProblem("gpu-util", ProblemKind.UNIT, "every value lies in 0..1", "x 100", True)
+    first = accepted_status(
+        generation=1, version="p@1", digest="d", mode="enforce", now="T1", data=[problem]
+    )
+    (data,) = [c for c in first["conditions"] if c["type"] == DATA_READY]
+    assert (data["status"], data["reason"], data["lastTransitionTime"]) == (
+        "False",
+        "DataProblems",
+        "T1",
+    )
+    assert data["message"] == f"1 problem: {problem.line()}"
+    again = accepted_status(
+        generation=1,
+        version="p@1",
+        digest="d",
+        mode="enforce",
+        now="T2",
+        data=[problem],
+        before=first,
+    )
+    assert (
+        next(c for c in again["conditions"] if c["type"] == DATA_READY)["lastTransitionTime"]
+        == "T1"
+    )
+    whole = accepted_status(
+        generation=1, version="p@1", digest="d", mode="enforce", now="T3", data=[], before=again
+    )
+    (data,) = [c for c in whole["conditions"] if c["type"] == DATA_READY]
+    assert (data["status"], data["lastTransitionTime"]) == ("True", "T3")
+    # Before the first cycle there is nothing to say: only Accepted.
+    assert [
+        c["type"]
+        for c in accepted_status(generation=1, version="p@1", digest="d", mode="enforce", now="T")[
+            "conditions"
+        ]
+    ] == ["Accepted"]
