@@ -10,6 +10,7 @@ values that are plainly a pod's name or a scrape address are reported.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -90,9 +91,15 @@ class CheckReport:
 
 
 def check_policy(
-    policy: Policy, client: PrometheusClient, nodes: Sequence[NodeState] | None
+    policy: Policy,
+    client: PrometheusClient,
+    nodes: Sequence[NodeState] | None,
+    *,
+    resources_known: bool = True,
 ) -> CheckReport:
-    """Raises `PrometheusError` when Prometheus cannot be asked at all (its metric index)."""
+    """Raises `PrometheusError` when Prometheus cannot be asked at all (its metric index).
+    `resources_known` False: `nodes` are names only (`--nodes`), so which of them offer a pod
+    class's resources is unknown and `coverage.nodes: offering` is not judged."""
     names = metric_index(client)
     checks = []
     for dim in policy.spec.dimensions:
@@ -115,12 +122,16 @@ def check_policy(
         reading = read_dimension(
             dim, answer.samples, observed_at=answer.evaluated_at, index=NodeIndex(known)
         )
-        expected = expected_nodes(policy, dim, nodes) if nodes is not None else None
-        vetted = vet(dim, reading, expected)
-        resolved = 0 if isinstance(vetted, DimensionFailure) else len(vetted.values)
-        short = resolved == 0 or (expected is not None and resolved < len(expected))
+        expected = None
+        if nodes is not None and (resources_known or dim.coverage.nodes != "offering"):
+            expected = expected_nodes(policy, dim, nodes)
+        short = not reading.values or (
+            expected is not None and not expected.issubset(reading.values)
+        )
         found = diagnose(dim, probe(client, metrics_of(dim), names), short=short)
-        problems = found + vetted.problems
+        vetted = vet(dim, dataclasses.replace(reading, problems=found), expected)
+        resolved = 0 if isinstance(vetted, DimensionFailure) else len(vetted.values)
+        problems = vetted.problems
         checks.append(
             DimensionCheck(
                 dim.name,

@@ -110,7 +110,7 @@ def _cmd_policy_check(args: argparse.Namespace) -> int:
             bearer_token_file=prom.bearer_token_file,
             ca_file=prom.ca_file,
         ) as client:
-            report = check_policy(policy, client, nodes)
+            report = check_policy(policy, client, nodes, resources_known=not args.nodes)
     except PrometheusError as exc:
         print(f"steer policy check: {exc}", file=sys.stderr)
         return 2

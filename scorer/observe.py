@@ -194,8 +194,14 @@ def vet(
         ),
         expected,
     )
-    # The reading's own problems (a source's diagnosis) come first: they say the cause.
-    problems = reading.problems + vetted.problems
+    # The reading's own problems (a source's diagnosis) come first: they say the cause, and
+    # replace the reading's generic guess of the same kind (a node label, names of no node).
+    diagnosed = {p.kind for p in reading.problems}
+    problems = reading.problems + tuple(
+        p
+        for p in vetted.problems
+        if p.kind not in diagnosed or p.kind in (ProblemKind.COVERAGE, ProblemKind.UNIT)
+    )
     if vetted.blocking:
         held = [p for p in vetted.problems if p.blocking]
         return DimensionFailure(

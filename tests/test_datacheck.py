@@ -126,7 +126,7 @@ def test_a_shortfall_above_min_percent_is_reported_and_published() -> None:
 def test_unlabelled_samples_of_a_dimension_that_expects_no_node_are_reported() -> None:
     vetted = vet_reading(dim("core-power"), ReadingFacts(values={}, samples=1, unlabelled=1), None)
     (problem,) = vetted.problems
-    assert problem.kind == ProblemKind.NODE_LABEL and "node_name" in problem.fix
+    assert problem.kind == ProblemKind.NODE_LABEL and "node_name" in problem.message
 
 
 def test_the_scorer_turns_a_held_reading_into_a_failure_and_keeps_a_source_diagnosis_first() -> (

@@ -56,7 +56,7 @@ FAMILIES: tuple[Family, ...] = (
             }
         ),
         "instance",
-        "the Kepler <= 0.9 forms in docs/exporters.md",
+        "the Kepler <= 0.9 forms: scorer/presets.py POWER_KEPLER_07 and ENERGY_KEPLER_07 (docs/exporters.md)",
     ),
     Family(
         "DCGM exporter",

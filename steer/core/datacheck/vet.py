@@ -116,7 +116,8 @@ def _cause(dim: Dimension, facts: ReadingFacts) -> tuple[str, str]:
     if not facts.samples:
         return (
             "the query answered no sample",
-            "run `steer policy check --prometheus URL` to see whether its metrics exist",
+            "its metrics are absent or its label filters match nothing: the dimension's "
+            "diagnosis (absent, node-label) says which",
         )
     return (
         "no series names them",
@@ -129,9 +130,9 @@ def _label_cause(dim: Dimension, facts: ReadingFacts) -> tuple[str, str]:
     return (
         f"{facts.unlabelled} of {facts.samples} answered samples lack the node label "
         f"{dim.node_label}",
-        f"group the query by the label that names the node (`by ({dim.node_label})`), or set "
-        "nodeLabel to it (`steer policy check --prometheus URL` lists the labels the series "
-        "carry)",
+        "make the answer carry the node: group the query by the label that names it and set "
+        "nodeLabel to that label (the dimension's node-label diagnosis names the labels the "
+        "series carry)",
     )
 
 

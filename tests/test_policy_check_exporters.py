@@ -1,0 +1,608 @@
+"""`steer policy check` against a real Prometheus holding the exporters' own output.
+
+The fixtures (tests/fixtures/exporters/, README.md there) are the expositions of dcgm-exporter,
+Kepler, kube-state-metrics and the blackbox exporter in the forms a cluster meets: the current
+releases, which the example policy reads, and the older or misconfigured ones that make it read
+nothing (a capital `Hostname`, a `hostname` that names the exporter pod, Kepler <= 0.9, a ratio
+where a percent is declared, a scrape without honor_labels). Each Prometheus is filled with
+promtool before it starts (samples of the last two minutes, so instant queries see them), one
+per fixture family and module; only the honor_labels case is scraped, because the renaming is
+the scrape's doing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kits.net import free_port
+from kits.prometheus_server import PrometheusServer
+from scorer.check import CheckReport, check_policy
+from scorer.model import NodeState
+from scorer.presets import ENERGY_KEPLER_07, POWER_KEPLER_07, with_dcgm_node_label
+from steer.adapters.policy_file import load_policy_file
+from steer.cli import main
+from tests.conftest import EXAMPLE_POLICY, FIXTURES
+
+EXPORTERS = FIXTURES / "exporters"
+GPU_NODES = ("ip-10-0-1-11.ec2.internal", "ip-10-0-1-12.ec2.internal")
+CPU_NODES = ("ip-10-0-2-21.ec2.internal", "ip-10-0-2-22.ec2.internal")
+NODES = GPU_NODES + CPU_NODES
+# The nodes as `--kubeconfig` would list them: GPU nodes offer what pod class gpu requests.
+NODE_STATES = tuple(
+    NodeState(name=n, allocatable={"cpu": "48", "nvidia.com/gpu": "4"}) for n in GPU_NODES
+) + tuple(NodeState(name=n, allocatable={"cpu": "16"}) for n in CPU_NODES)
+# Package + DRAM watts each node's Kepler reports. The real v0.11.4 scrape comes from Kepler's
+# fake CPU meter (microwatt magnitudes); its series are scaled to these per node.
+KEPLER_WATTS = {NODES[0]: 420.0, NODES[1]: 380.0, NODES[2]: 180.0, NODES[3]: 150.0}
+KEPLER_PODS = {
+    NODES[0]: "10.0.1.17:28282",
+    NODES[1]: "10.0.1.23:28282",
+    NODES[2]: "10.0.2.41:28282",
+    NODES[3]: "10.0.2.58:28282",
+}
+GPU_DIMENSIONS = ("gpu-util", "gpu-free", "gpu-frag")
+ENERGY_DIMENSIONS = ("power", "core-power", "idle-power")
+# Two minutes of samples, 15 s apart, ending at backfill time: within every lookback window.
+HISTORY_S, STEP_S = 120, 15
+
+
+# --- expositions --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Family:
+    """One metric family of a text exposition. `name` is as exposed (a counter's ends in
+    `_total`); label values stay escaped as written, so they are written back unchanged."""
+
+    name: str
+    kind: str
+    help: str
+    samples: tuple[tuple[Mapping[str, str], float], ...] = ()
+
+
+_SAMPLE = re.compile(
+    r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)$"
+)
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def parse_exposition(text: str) -> list[Family]:
+    """The families of a Prometheus text exposition (comments other than HELP/TYPE skipped)."""
+    helps: dict[str, str] = {}
+    families: dict[str, Family] = {}
+    for line in text.splitlines():
+        if line.startswith("# HELP "):
+            name, _, help_text = line[len("# HELP ") :].partition(" ")
+            helps[name] = help_text
+        elif line.startswith("# TYPE "):
+            name, _, kind = line[len("# TYPE ") :].partition(" ")
+            families[name] = Family(name, kind, helps.get(name, ""))
+        elif line and not line.startswith("#"):
+            match = _SAMPLE.match(line)
+            assert match is not None, f"not a sample line: {line!r}"
+            family = families[match["name"]]
+            labels = dict(_LABEL.findall(match["labels"] or ""))
+            families[family.name] = dataclasses.replace(
+                family, samples=(*family.samples, (labels, float(match["value"])))
+            )
+    return list(families.values())
+
+
+def exposition(name: str) -> list[Family]:
+    return parse_exposition((EXPORTERS / name).read_text())
+
+
+def scraped_as(families: Sequence[Family], **target: str) -> list[Family]:
+    """The families as Prometheus stores them after a scrape with honor_labels: true: the
+    target's labels (`job`, `instance`) are added where the exporter does not set its own."""
+    return [
+        dataclasses.replace(f, samples=tuple(({**target, **ls}, v) for ls, v in f.samples))
+        for f in families
+    ]
+
+
+def scaled(families: Sequence[Family], name: str, factor: float) -> list[Family]:
+    return [
+        dataclasses.replace(f, samples=tuple((ls, v * factor) for ls, v in f.samples))
+        if f.name == name
+        else f
+        for f in families
+    ]
+
+
+def package_and_dram(families: Sequence[Family], name: str) -> float:
+    """The sum of family `name` over the zones the example policy reads (they do not overlap)."""
+    (family,) = (f for f in families if f.name == name)
+    return sum(v for labels, v in family.samples if labels["zone"] in ("package", "dram"))
+
+
+def kepler_cluster(scrape: Sequence[Family], watts: Mapping[str, float]) -> list[Family]:
+    """The real one-node Kepler scrape once per node: `node_name` set to the node, joules and
+    watts scaled so that its package + DRAM zones draw `watts[node]`, and its scrape target in
+    `instance` (which keeps the families without `node_name` apart). Ratios stay as read."""
+    read = package_and_dram(scrape, "kepler_node_cpu_watts")
+    out = []
+    for family in scrape:
+        energy = family.name.endswith(("_watts", "_joules_total"))
+        samples = []
+        for node, draw in watts.items():
+            factor = draw / read if energy else 1.0
+            for labels, value in family.samples:
+                labels = {**labels, "job": "kepler", "instance": KEPLER_PODS[node]}
+                if "node_name" in labels:
+                    labels["node_name"] = node
+                samples.append((labels, value * factor))
+        out.append(dataclasses.replace(family, samples=tuple(samples)))
+    return out
+
+
+def openmetrics(families: Sequence[Family], timestamps: Sequence[float]) -> str:
+    """OpenMetrics text for `promtool tsdb create-blocks-from openmetrics`: each series held
+    at its value over `timestamps` (counters too: no query here reads their rate)."""
+    lines = []
+    for family in families:
+        name = family.name.removesuffix("_total") if family.kind == "counter" else family.name
+        lines += [f"# HELP {name} {family.help}", f"# TYPE {name} {family.kind}"]
+        for labels, value in family.samples:
+            text = ",".join(f'{k}="{v}"' for k, v in labels.items())
+            lines += [f"{family.name}{{{text}}} {value!r} {ts:.3f}" for ts in timestamps]
+    lines.append("# EOF")
+    return "\n".join(lines) + "\n"
+
+
+@contextmanager
+def backfilled(families: Sequence[Family]) -> Iterator[PrometheusServer]:
+    now = time.time()
+    timestamps = [now - HISTORY_S + i * STEP_S for i in range(HISTORY_S // STEP_S + 1)]
+    prom = PrometheusServer([])
+    prom.backfill(openmetrics(families, timestamps))
+    with prom:
+        yield prom
+
+
+# --- what each Prometheus holds -------------------------------------------------------------------
+
+
+def dcgm(name: str) -> list[Family]:
+    return scraped_as(exposition(name), job="nvidia-dcgm-exporter")
+
+
+def kepler_010() -> list[Family]:
+    return kepler_cluster(exposition("kepler-v0.11.4-node.prom"), KEPLER_WATTS)
+
+
+def kepler_07() -> list[Family]:
+    return scraped_as(exposition("kepler-0.7-node.prom"), job="kepler")
+
+
+def tenancy_and_health() -> list[Family]:
+    ksm = scraped_as(
+        exposition("kube-state-metrics.prom"), job="kube-state-metrics", instance="10.0.2.9:8080"
+    )
+    return ksm + exposition("blackbox-node-health.prom")
+
+
+@pytest.fixture(scope="module")
+def current() -> Iterator[PrometheusServer]:
+    """The current releases: dcgm-exporter 4.8 (`hostname` = node), Kepler >= 0.10."""
+    families = dcgm("dcgm-exporter-4.8-hostname.prom") + kepler_010() + tenancy_and_health()
+    with backfilled(families) as prom:
+        yield prom
+
+
+@pytest.fixture(scope="module")
+def capital_hostname() -> Iterator[PrometheusServer]:
+    families = dcgm("dcgm-exporter-3.x-Hostname.prom") + kepler_010() + tenancy_and_health()
+    with backfilled(families) as prom:
+        yield prom
+
+
+@pytest.fixture(scope="module")
+def pod_hostname() -> Iterator[PrometheusServer]:
+    families = dcgm("dcgm-exporter-pod-hostname.prom") + kepler_010() + tenancy_and_health()
+    with backfilled(families) as prom:
+        yield prom
+
+
+@pytest.fixture(scope="module")
+def old_kepler() -> Iterator[PrometheusServer]:
+    families = dcgm("dcgm-exporter-4.8-hostname.prom") + kepler_07() + tenancy_and_health()
+    with backfilled(families) as prom:
+        yield prom
+
+
+@pytest.fixture(scope="module")
+def ratio_util() -> Iterator[PrometheusServer]:
+    """A source whose GPU utilisation turned into a 0..1 ratio (no dcgm-exporter release does
+    that to DCGM_FI_DEV_GPU_UTIL; DCGM's profiling fields are ratios)."""
+    gpus = scaled(dcgm("dcgm-exporter-4.8-hostname.prom"), "DCGM_FI_DEV_GPU_UTIL", 0.01)
+    with backfilled(gpus + kepler_010() + tenancy_and_health()) as prom:
+        yield prom
+
+
+# The labels a prometheus-operator ServiceMonitor gives the dcgm-exporter target (its own pod).
+EXPORTER_POD_TARGET = {
+    "namespace": "gpu-operator",
+    "pod": "nvidia-dcgm-exporter-wwwjh",
+    "container": "nvidia-dcgm-exporter",
+}
+
+
+class HonorLabelsFalse(PrometheusServer):
+    """Scrapes as a ServiceMonitor does by default (honorLabels: false): the target's own
+    `namespace`/`pod`/`container` win, and the exporter's are renamed `exported_*`."""
+
+    def config(self) -> dict[str, Any]:
+        config = super().config()
+        (job,) = config["scrape_configs"]
+        job["honor_labels"] = False
+        job["static_configs"] = [{"targets": self.targets, "labels": EXPORTER_POD_TARGET}]
+        return config
+
+
+@contextmanager
+def serving(text: str) -> Iterator[str]:
+    """A static /metrics target; yields its address (`127.0.0.1:PORT`)."""
+    body = text.encode()
+
+    class Exporter(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Exporter)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture(scope="module")
+def renamed_labels() -> Iterator[PrometheusServer]:
+    text = (EXPORTERS / "dcgm-exporter-4.8-hostname.prom").read_text()
+    with serving(text) as target, HonorLabelsFalse([target]) as prom:
+        prom.wait_for('DCGM_FI_DEV_GPU_UTIL{exported_pod!=""}', timeout_s=30)
+        yield prom
+
+
+# --- running the check --------------------------------------------------------------------------
+
+
+def policy_check(
+    capsys: pytest.CaptureFixture[str],
+    prom: PrometheusServer,
+    *args: str,
+    policy: Path = EXAMPLE_POLICY,
+) -> tuple[int, str]:
+    code = main(["policy", "check", str(policy), "--prometheus", prom.url, *args])
+    return code, capsys.readouterr().out
+
+
+def lines_of(out: str, dimension: str) -> list[str]:
+    return [line for line in out.splitlines() if line.startswith(f"{dimension}: ")]
+
+
+def report_for(prom: PrometheusServer, nodes: Sequence[NodeState] | None) -> CheckReport:
+    with prom.client() as client:
+        return check_policy(load_policy_file(EXAMPLE_POLICY), client, nodes)
+
+
+ALL_NODES = ("--nodes", ",".join(NODES))
+
+
+# --- the current releases ---------------------------------------------------------------------
+
+
+def test_example_policy_passes_on_the_current_exporters(
+    current: PrometheusServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out = policy_check(capsys, current, *ALL_NODES)
+
+    assert out.splitlines() == [f"8 dimensions checked against {current.url}: 0 problems"]
+    assert code == 0
+
+
+def test_names_alone_judge_every_node_coverage_but_not_which_nodes_have_gpus(
+    current: PrometheusServer,
+) -> None:
+    """`--nodes` gives names, not allocatable: `coverage: offering` is not judged (no expected
+    count), `all` is."""
+    names = [NodeState(name=n) for n in NODES]
+    with current.client() as client:
+        report = check_policy(
+            load_policy_file(EXAMPLE_POLICY), client, names, resources_known=False
+        )
+    expected = {d.dimension: d.expected for d in report.dimensions}
+    assert expected["gpu-util"] is None and expected["power"] == len(NODES)
+
+
+def test_every_dimension_resolves_the_nodes_it_should(current: PrometheusServer) -> None:
+    report = report_for(current, NODE_STATES)
+
+    resolved = {d.dimension: (d.nodes, d.expected) for d in report.dimensions}
+    assert resolved == {
+        "gpu-util": (2, 2),  # coverage: the nodes offering nvidia.com/gpu
+        "gpu-free": (2, 2),
+        "gpu-frag": (2, 2),
+        "power": (4, 4),  # coverage: all
+        "core-power": (4, None),  # every node requests at least a core
+        "idle-power": (4, 4),
+        "overcommit-pct": (4, None),
+        "health": (4, 4),
+    }
+    assert report.problems == () and report.errors == ()
+
+
+def test_fixture_values_reach_the_queries(current: PrometheusServer) -> None:
+    """The fixtures' numbers, read through the example policy's own queries."""
+    policy = load_policy_file(EXAMPLE_POLICY)
+    queries = {d.name: (d.query, d.node_label) for d in policy.spec.dimensions}
+    with current.client() as client:
+
+        def read(dimension: str) -> dict[str, float]:
+            query, label = queries[dimension]
+            return client.query(query).values_by(label)
+
+        # GPUs no pod holds: 0 %, 24 %, 0 % on the first node; 0 %, 12 % on the second.
+        assert read("gpu-util") == pytest.approx({GPU_NODES[0]: 8.0, GPU_NODES[1]: 6.0})
+        assert read("gpu-free") == {GPU_NODES[0]: 2.0, GPU_NODES[1]: 2.0}
+        assert read("power") == pytest.approx(KEPLER_WATTS)
+        # Active watts (the real scrape's share of package + DRAM) per requested core.
+        scrape = exposition("kepler-v0.11.4-node.prom")
+        share = package_and_dram(scrape, "kepler_node_cpu_active_watts") / package_and_dram(
+            scrape, "kepler_node_cpu_watts"
+        )
+        cores = dict(zip(NODES, (12.125, 20.1, 4.2, 1.6), strict=True))
+        assert read("core-power") == pytest.approx(
+            {n: KEPLER_WATTS[n] * share / cores[n] for n in NODES}
+        )
+        assert read("overcommit-pct")[CPU_NODES[0]] == pytest.approx(100 * 6 / 15.89 - 100)
+        assert read("health") == dict.fromkeys(NODES, 1.0)
+
+
+# --- dcgm-exporter: the node label ----------------------------------------------------------------
+
+
+def test_capital_hostname_of_dcgm_exporter_3x_names_the_label_to_read(
+    capital_hostname: PrometheusServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out = policy_check(capsys, capital_hostname, *ALL_NODES)
+
+    assert code == 1
+    metrics = {
+        "gpu-util": "DCGM_FI_DEV_GPU_UTIL",
+        "gpu-free": "DCGM_FI_DEV_FB_USED, DCGM_FI_DEV_FB_FREE",
+        "gpu-frag": "DCGM_FI_DEV_FB_FREE, DCGM_FI_DEV_FB_USED",
+    }
+    for dimension, read in metrics.items():
+        assert (
+            f"{dimension}: none of the series it reads ({read}) carries label hostname; they "
+            "carry Hostname; fix: set nodeLabel: Hostname and group the query by it "
+            "(`by (Hostname)`)"
+        ) in lines_of(out, dimension), out
+    others = [line for line in out.splitlines()[:-1] if not line.startswith(GPU_DIMENSIONS)]
+    assert others == []
+
+
+def test_the_suggested_node_label_fixes_dcgm_exporter_3x(
+    capital_hostname: PrometheusServer, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(with_dcgm_node_label(EXAMPLE_POLICY.read_text(), "Hostname"))
+
+    code, out = policy_check(capsys, capital_hostname, *ALL_NODES, policy=policy)
+
+    assert out.splitlines()[-1].endswith(": 0 problems"), out
+    assert code == 0
+
+
+@pytest.mark.parametrize("node_list", [ALL_NODES, ()], ids=["nodes", "no-node-list"])
+def test_hostname_holding_the_exporter_pod_name_says_so_and_names_the_relabelling(
+    pod_hostname: PrometheusServer, capsys: pytest.CaptureFixture[str], node_list: tuple[str, ...]
+) -> None:
+    code, out = policy_check(capsys, pod_hostname, *node_list)
+
+    assert code == 1
+    for dimension in GPU_DIMENSIONS:
+        (line,) = lines_of(out, dimension)
+        assert line.startswith(
+            f"{dimension}: values of hostname are pod names, not node names (e.g. dcgm-exporter-"
+        ), line
+        assert "dcgm-exporter-wwwjh" in line and "dcgm-exporter-cmhft" in line
+        assert "sourceLabels [__meta_kubernetes_pod_node_name], targetLabel node" in line
+        assert "set nodeLabel: node" in line and "hostNetwork: true" in line
+
+
+def test_pod_name_hostname_holds_back_gpu_dimensions_below_their_coverage(
+    pod_hostname: PrometheusServer,
+) -> None:
+    report = report_for(pod_hostname, NODE_STATES)
+
+    for d in report.dimensions:
+        if d.dimension not in GPU_DIMENSIONS:
+            assert d.problems == (), d
+            continue
+        (coverage,) = (p for p in d.problems if p.kind == "coverage")
+        assert coverage.blocking
+        assert coverage.message.startswith(
+            "resolves 0 of 2 expected nodes (0 %, coverage: the nodes of pod class gpu); "
+            f"missing: {', '.join(GPU_NODES)}; values of hostname are pod names"
+        ), coverage.message
+        assert "__meta_kubernetes_pod_node_name" in coverage.fix
+
+
+# --- Kepler: the release line -------------------------------------------------------------------
+
+
+def test_kepler_09_data_names_the_other_form_for_every_energy_dimension(
+    old_kepler: PrometheusServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out = policy_check(capsys, old_kepler, *ALL_NODES)
+
+    assert code == 1
+    absent = {
+        "power": "kepler_node_cpu_watts",
+        "core-power": "kepler_node_cpu_active_watts",
+        "idle-power": "kepler_node_cpu_idle_watts",
+    }
+    for dimension, metric in absent.items():
+        assert (
+            f"{dimension}: metric {metric} has no current series in Prometheus; Kepler <= 0.9 "
+            "series found: kepler_node_package_joules_total, kepler_node_platform_joules_total; "
+            "fix: the cluster runs Kepler <= 0.9: use its form of this dimension"
+        ) in "\n".join(lines_of(out, dimension)), out
+    others = [line for line in out.splitlines()[:-1] if not line.startswith(ENERGY_DIMENSIONS)]
+    assert others == []
+
+
+def kepler_07_policy(path: Path) -> Path:
+    """The example policy with its energy dimensions in their Kepler 0.7 .. 0.9 forms."""
+    policy = yaml.safe_load(EXAMPLE_POLICY.read_text())
+    old = {d["name"]: d for d in yaml.safe_load(POWER_KEPLER_07 + ENERGY_KEPLER_07)}
+    policy["spec"]["dimensions"] = [old.get(d["name"], d) for d in policy["spec"]["dimensions"]]
+    path.write_text(yaml.safe_dump(policy, sort_keys=False))
+    return path
+
+
+def test_kepler_09_queries_on_kepler_010_data_name_the_new_form(
+    current: PrometheusServer, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    policy = kepler_07_policy(tmp_path / "kepler-07.yaml")
+
+    code, out = policy_check(capsys, current, *ALL_NODES, policy=policy)
+
+    assert code == 1
+    new_form = (
+        "Kepler >= 0.10 series found: kepler_node_cpu_active_joules_total, "
+        "kepler_node_cpu_active_watts, kepler_node_cpu_idle_joules_total, "
+        "kepler_node_cpu_idle_watts, kepler_node_cpu_joules_total, kepler_node_cpu_usage_ratio, "
+        "kepler_node_cpu_watts; fix: the cluster runs Kepler >= 0.10: use its form of this "
+        "dimension (the example policy's energy dimensions"
+    )
+    absent = {
+        "power": "kepler_node_platform_joules_total",
+        "core-power": "kepler_node_package_joules_total",
+        "idle-power": "kepler_node_platform_joules_total",
+    }
+    for dimension, metric in absent.items():
+        assert (
+            f"{dimension}: metric {metric} has no current series in Prometheus; {new_form}"
+        ) in "\n".join(lines_of(out, dimension)), out
+
+
+# --- units --------------------------------------------------------------------------------------
+
+
+def test_gpu_utilisation_as_a_ratio_is_held_back_with_the_scale_to_apply(
+    ratio_util: PrometheusServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out = policy_check(capsys, ratio_util, *ALL_NODES)
+
+    assert code == 1
+    assert lines_of(out, "gpu-util") == [
+        "gpu-util: every value lies in 0..1 (max 0.08) although the unit is pct and the "
+        "normalization runs to 100: the source reports a ratio (e.g. a DCGM_FI_PROF_* field, "
+        "or a release that changed the unit) (not published); fix: multiply by 100 in the "
+        "query, or declare unit: ratio with normalization fixed 0..1"
+    ]
+    assert len(out.splitlines()) == 2  # that line and the summary
+
+
+# --- the scrape ---------------------------------------------------------------------------------
+
+
+def test_honor_labels_false_reports_the_renamed_pod_label(
+    renamed_labels: PrometheusServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out = policy_check(capsys, renamed_labels, *ALL_NODES)
+
+    assert code == 1
+    assert (
+        "gpu-util: Prometheus renamed labels the query reads (pod -> exported_pod): the "
+        "scrape's target labels took their names (honor_labels: false), so the query reads the "
+        "exporter's pod or address instead of the exporter's values; fix: scrape the exporter "
+        "with honor_labels: true (ServiceMonitor honorLabels: true), or read exported_pod in "
+        "the query"
+    ) in lines_of(out, "gpu-util"), out
+    # The memory dimensions read no renamed label: their answer stands.
+    assert lines_of(out, "gpu-free") == lines_of(out, "gpu-frag") == []
+
+
+# --- output -------------------------------------------------------------------------------------
+
+
+def test_json_output_has_one_entry_per_dimension_with_its_problems(
+    current: PrometheusServer,
+    capital_hostname: PrometheusServer,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    clean_code, clean_out = policy_check(capsys, current, *ALL_NODES, "--output", "json")
+    code, out = policy_check(capsys, capital_hostname, *ALL_NODES, "--output", "json")
+
+    clean, report = json.loads(clean_out), json.loads(out)
+    for doc in (clean, report):
+        assert set(doc) == {"prometheus", "nodeList", "problems", "dimensions"}
+        assert doc["nodeList"] is True
+        assert [d["dimension"] for d in doc["dimensions"]] == [
+            *GPU_DIMENSIONS,
+            *ENERGY_DIMENSIONS,
+            "overcommit-pct",
+            "health",
+        ]
+        for d in doc["dimensions"]:
+            assert set(d) == {
+                "dimension",
+                "checked",
+                "samples",
+                "nodes",
+                "expectedNodes",
+                "error",
+                "problems",
+            }
+            assert d["checked"] is True and d["error"] is None
+    assert (clean_code, clean["problems"], clean["prometheus"]) == (0, 0, current.url)
+    assert {d["dimension"]: d["nodes"] for d in clean["dimensions"]} == {
+        **dict.fromkeys(GPU_DIMENSIONS, 2),
+        **dict.fromkeys([*ENERGY_DIMENSIONS, "overcommit-pct", "health"], 4),
+    }
+
+    assert code == 1
+    gpu_util = report["dimensions"][0]
+    assert (gpu_util["samples"], gpu_util["nodes"]) == (1, 0)  # one sample, no hostname on it
+    # The diagnosis (the series carry Hostname) replaces the generic "samples lack it" guess.
+    assert [p["kind"] for p in gpu_util["problems"]] == ["node-label"]
+    assert all(
+        set(p) == {"dimension", "kind", "message", "fix", "blocking"} for p in gpu_util["problems"]
+    )
+    assert report["problems"] == sum(len(d["problems"]) for d in report["dimensions"])
+
+
+def test_an_unreachable_prometheus_cannot_be_checked(capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+
+    code = main(["policy", "check", str(EXAMPLE_POLICY), "--prometheus", url, *ALL_NODES])
+
+    captured = capsys.readouterr()
+    assert code == 2
+    assert captured.out == "" and captured.err.startswith("steer policy check: ")
