@@ -373,7 +373,9 @@ def _print_once(args: argparse.Namespace, policy: Policy, result: CycleResult) -
                     "stale": d.stale,
                     "nodes": d.nodes,
                     "unknownNodes": d.unknown,
+                    "expectedNodes": d.expected,
                     "error": d.error,
+                    "problems": [p.to_json() for p in d.problems],
                 }
                 for d in result.plan.dimensions
             ],

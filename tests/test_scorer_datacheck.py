@@ -21,6 +21,7 @@ from scorer.kubeapi import KubeJson
 from scorer.plan import DataStatus
 from scorer.service import Scorer
 from scorer.writer import NodeApi
+from steer.cli import main
 from steer.core.datacheck import ProblemKind
 from steer.core.policy import Policy, parse_policy
 from tests.apistub_fixtures import client_for
@@ -128,7 +129,7 @@ def test_fewer_nodes_than_the_coverage_expects_is_reported_with_the_cause_and_di
 
 
 def test_a_node_label_spelled_otherwise_is_diagnosed_and_shown_by_readyz_and_explain(
-    apistub: ApiStub, tmp_path: Path, prom: PrometheusServer
+    apistub: ApiStub, tmp_path: Path, prom: PrometheusServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
     stub_nodes(apistub, NODES)
     current = [policy(query="avg by (hostname) (DCGM_FI_DEV_GPU_UTIL)", label="hostname")]
@@ -139,6 +140,8 @@ def test_a_node_label_spelled_otherwise_is_diagnosed_and_shown_by_readyz_and_exp
     with HttpServer(create_app(scorer)) as server:
         ready = http.get(f"{server.url}/readyz", timeout=10)
         nodes = http.get(f"{server.url}/explain/nodes", timeout=10).json()
+        assert main(["explain", "nodes", "--scorer", server.url]) == 0
+        text = capsys.readouterr().out
     assert ready.status_code == 200  # data problems do not make the scorer unready
     data = ready.json()["data"]
     kinds = {p["kind"] for p in data["dimensions"]["util"]["problems"]}
@@ -147,3 +150,4 @@ def test_a_node_label_spelled_otherwise_is_diagnosed_and_shown_by_readyz_and_exp
     (status,) = nodes["dimensions"]
     assert status["expectedNodes"] == 3 and status["nodes"] == 0
     assert any(p["fix"].startswith("set nodeLabel: Hostname") for p in status["problems"])
+    assert "data: util: none of the series it reads" in text and "set nodeLabel: Hostname" in text

@@ -78,7 +78,8 @@ def nodes_text(table: NodesTable, served: Served) -> str:
     footer = f"policy {table.policy_version}, leader={served.leader}" + (
         f", stale: {', '.join(stale)}" if stale else ""
     )
-    return f"{_table(rows)}\n{footer}"
+    problems = [f"data: {p.line()}" for d in table.dimensions for p in d.problems]
+    return "\n".join([_table(rows), footer, *problems])
 
 
 def pod_text(pod: PodExplanation, served: Served) -> str:

@@ -77,7 +77,10 @@ def plan_table(
         f"policy {cycle.policy_version}: {len(cycle.nodes)} nodes, {len(cycle.changes)} to write"
         + (f"; stale dimensions: {', '.join(stale)}" if stale else "")
     ]
-    footer += [f"query failed for {d.dimension}: {d.error}" for d in failed if d.error]
+    footer += [
+        f"query failed for {d.dimension}: {d.error}" for d in failed if d.error and not d.problems
+    ]
+    footer += [f"data: {p.line()}" for p in cycle.data_problems]
     lines = [
         "raw readings (unit in brackets; `steer explain node NAME` shows each query and time):",
         *_columns(readings),
