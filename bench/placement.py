@@ -36,8 +36,9 @@ same state, rebuilt from scratch:
   carry `node.kubernetes.io/instance-type` (`cpu-16`, `cpu-32`, `gpu-8x`), which the example
   policy's `energy.powerModel` lists with the same watts.
 - **Exporter** (kits.simulated_cluster, steered and audit modes only): lists nodes and pods
-  every 1 s and serves DCGM (GPUs given to bound pods: 85 % util, 60,000 MiB used), Kepler 0.7
-  platform joules integrating the power model (and package joules: its dynamic CPU part),
+  every 1 s and serves DCGM (GPUs given to bound pods: 85 % util, 60,000 MiB used), Kepler
+  >= 0.10's node CPU watts and joules (the CPU meter reads the power model's whole node draw)
+  split into active = total x usage ratio (requested cores / allocatable) and idle = the rest,
   kube-state-metrics allocatable and per-container requests/limits with the `node` label, and blackbox `probe_success{job="node-health"}`. A
   fresh real Prometheus scrapes it every 1 s (honor_labels). Before the trace, every query of the policy
   is run and must return a value for the nodes it should cover (GPU dimensions: 6 nodes; power,

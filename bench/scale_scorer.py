@@ -42,7 +42,7 @@ The cluster (no kubelets, no scheduler, no controller manager):
   over all nodes.
 - Prometheus 2.x backfilled with promtool (kits.prometheus_server, as bench/scorer_bench.py does)
   from a `SyntheticCluster` (kits.synthetic_exporter) with the same node names: DCGM series for
-  the GPU nodes, Kepler 0.7, kube-state-metrics allocatable, blackbox probes (3 % failing),
+  the GPU nodes, Kepler >= 0.10, kube-state-metrics allocatable, blackbox probes (3 % failing),
   ±2 % noise on every gauge at every sample, one sample every --prom-step s from 6 minutes
   before the scorer starts to --horizon minutes after (Prometheus answers "now" from the
   backfilled blocks; nothing is scraped). kube-state-metrics' per-container limits would be

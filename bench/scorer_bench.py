@@ -1,10 +1,10 @@
 """Scorer benchmark: cycle time, queries and writes for 100 / 1,000 / 5,000 synthetic GPU nodes.
 
-For each size the synthetic cluster (8 GPUs per node, DCGM + Kepler + kube-state-metrics +
-blackbox series, ±2 % noise on every gauge at every sample) is rendered over a few minutes of
-history, backfilled into a real Prometheus with promtool, and scored cycle by cycle at those
-sample times (`Scorer.run_cycle(at=...)`) against the Kubernetes API stand-in, which runs in a
-separate process so the CPU measured here is the scorer's own.
+For each size the synthetic cluster (8 GPUs per node, DCGM + Kepler >= 0.10 +
+kube-state-metrics + blackbox series, ±2 % noise on every gauge at every sample) is rendered over
+a few minutes of history, backfilled into a real Prometheus with promtool, and scored cycle by
+cycle at those sample times (`Scorer.run_cycle(at=...)`) against the Kubernetes API stand-in,
+which runs in a separate process so the CPU measured here is the scorer's own.
 
 Reported per size: Prometheus' own count of instant queries per cycle, node list / query /
 compute / write times, the scorer process CPU per cycle, and nodes written per cycle (the
@@ -77,15 +77,14 @@ class SizeResult:
 def shaped_cluster(nodes: int, seed: int) -> SyntheticCluster:
     """Every node different: GPU load, memory use, power, limits, a few failing probes."""
     rng = random.Random(seed)
-    cluster = SyntheticCluster(
-        nodes=nodes, gpus_per_node=8, seed=seed, noise_pct=NOISE_PCT, kepler_styles=("0.7",)
-    )
+    cluster = SyntheticCluster(nodes=nodes, gpus_per_node=8, seed=seed, noise_pct=NOISE_PCT)
     for i, name in enumerate(cluster.node_names):
         base = rng.uniform(0, 100)
         for gpu in range(8):
             cluster.set_gpu_util(name, min(100.0, max(0.0, base + rng.uniform(-10, 10))), gpu=gpu)
             cluster.set_gpu_memory(name, rng.choice([0, 0, 2048, 40000, 81920]), gpu=gpu)
-        cluster.set_power(name, platform_watts=rng.uniform(250, 700))
+        # Kepler >= 0.10's CPU meter (the example policy's power queries) reads package_watts.
+        cluster.set_power(name, package_watts=rng.uniform(250, 700))
         cluster.add_container(
             name,
             "team",

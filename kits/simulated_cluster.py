@@ -22,10 +22,21 @@ Every scrape evaluates the state at that moment:
   Kubernetes (no pods): all their GPUs report that utilisation and `external_fb_mib` MiB used,
   whatever the scheduler believes is free. The two loads add up (capped at 100 % / the
   framebuffer size) on a GPU that has both.
-- **Kepler 0.7** `kepler_node_platform_joules_total{instance=<node>, mode=idle|dynamic,
-  source="acpi"}`: counters integrating `PowerModel.node_watts` over time (the idle part in
-  `mode="idle"`, the rest in `mode="dynamic"`, so `sum by (instance) (rate(...))` is the node's
-  watts). The counters start at 0 when a node first appears.
+- **Kepler >= 0.10** (the default; `kits.synthetic_exporter.Exposition.cpu_power`):
+  `kepler_node_cpu_watts{node_name, path, zone}` and its `_active_` / `_idle_` parts, the
+  matching `_joules_total` counters, and `kepler_node_cpu_usage_ratio{node_name}`. The usage
+  ratio is the CPU cores the node's bound pods request over its allocatable cores (0..1). The
+  simulation lets the CPU meter read the node's whole modelled draw (`PowerModel.node_watts`,
+  GPUs included), split over the `package` and `dram` zones (`DRAM_SHARE`), so
+  `sum by (node_name) (kepler_node_cpu_watts)` is the node's watts. As in Kepler, active =
+  total x usage ratio and idle = total - active: active watts per requested core read about
+  total / allocatable cores, not the model's marginal watts per core.
+- **Kepler 0.7** (`kepler_styles=("0.7",)`, for comparisons)
+  `kepler_node_platform_joules_total{instance=<node>, mode=idle|dynamic, source="acpi"}`:
+  counters integrating `PowerModel.node_watts` over time (the idle part in `mode="idle"`, the
+  rest in `mode="dynamic"`, so `sum by (instance) (rate(...))` is the node's watts), and
+  `kepler_node_package_joules_total{mode="dynamic"}`: the requested cores' dynamic CPU watts.
+  Every counter starts at 0 when a node first appears.
 - **kube-state-metrics** `kube_node_status_allocatable{node, resource, unit}` (cpu/core,
   memory/byte, pods/integer, nvidia_com_gpu/integer), and `kube_pod_container_resource_requests`
   / `_limits{namespace, pod, uid, container, node, resource, unit}` for every container of every
@@ -37,8 +48,8 @@ Every scrape evaluates the state at that moment:
 The power model is linear: idle watts (GPU nodes idle higher) + watts per requested CPU core of
 the bound pods + watts per GPU times its busy share (1 for a GPU given to a pod, the external
 utilisation / 100 otherwise); a node's `node.kubernetes.io/instance-type` may pick its own idle
-and per-core watts (`PowerModel.types`). Node names double as Kepler `instance` and DCGM
-`Hostname`.
+and per-core watts (`PowerModel.types`). Node names double as Kepler's `node_name` (0.7:
+`instance`) and DCGM's `Hostname`.
 """
 
 from __future__ import annotations
@@ -47,13 +58,20 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from kubernetes import client
 
-from kits.synthetic_exporter import Exposition, Family, dcgm_labels
+from kits.synthetic_exporter import (
+    CpuMeter,
+    Exposition,
+    Family,
+    KeplerStyle,
+    cpu_usage_ratio,
+    dcgm_labels,
+)
 from steer.core.quantity import QuantityError, parse_quantity
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -186,6 +204,7 @@ class SimNode:
     platform_joules: float = 0.0
     idle_joules: float = 0.0
     cpu_dynamic_joules: float = 0.0
+    cpu: CpuMeter = field(default_factory=CpuMeter)  # Kepler >= 0.10's counters
 
     @property
     def gpus(self) -> int:
@@ -220,7 +239,8 @@ class _Gpu:
 
 @dataclass
 class SimCluster:
-    """The cluster's state as the apiserver last reported it, plus external GPU load; thread-safe."""
+    """The cluster's state as the apiserver last reported it, plus external GPU load; thread-safe.
+    `kepler_styles` picks the Kepler families served: ("0.10",), ("0.7",) or both."""
 
     power: PowerModel = field(default_factory=PowerModel)
     external_gpu_util: Mapping[str, float] = field(default_factory=dict)
@@ -228,6 +248,7 @@ class SimCluster:
     job_gpu_util: float = 85.0
     job_fb_mib: float = 60000.0
     fb_total_mib: float = FB_TOTAL_MIB
+    kepler_styles: Sequence[KeplerStyle] = ("0.10",)
 
     def __post_init__(self) -> None:
         self._lock = threading.RLock()
@@ -255,7 +276,7 @@ class SimCluster:
                 old = self._nodes.get(n.name)
                 if old is not None:
                     n.platform_joules, n.idle_joules = old.platform_joules, old.idle_joules
-                    n.cpu_dynamic_joules = old.cpu_dynamic_joules
+                    n.cpu_dynamic_joules, n.cpu = old.cpu_dynamic_joules, old.cpu
                 kept[n.name] = n
             self._nodes = kept
             self._pods = {p.uid: p for p in new_pods}
@@ -301,9 +322,16 @@ class SimCluster:
                 g.busy, g.pod = 1.0, uid
         return gpus
 
+    def _cores(self, node: SimNode) -> float:
+        """CPU cores the node's bound pods request."""
+        return sum(p.cores for p in self._pods.values() if p.node == node.name)
+
+    def _usage_ratio(self, node: SimNode) -> float:
+        return cpu_usage_ratio(self._cores(node), node.allocatable.get("cpu", 0.0))
+
     def _watts(self, node: SimNode) -> tuple[float, float, float]:
         """(total, idle, dynamic CPU) watts of a node in the current state."""
-        cores = sum(p.cores for p in self._pods.values() if p.node == node.name)
+        cores = self._cores(node)
         busy = sum(g.busy for g in self._gpus(node))
         gpu_node = node.gpus > 0
         kind = node.instance_type
@@ -320,6 +348,7 @@ class SimCluster:
                 node.platform_joules += total * dt
                 node.idle_joules += idle * dt
                 node.cpu_dynamic_joules += cpu * dt
+                node.cpu.advance(total, self._usage_ratio(node), dt)
         if self._last_t is None or now > self._last_t:
             self._last_t = now
 
@@ -363,12 +392,20 @@ class SimCluster:
                         fb_used_mib=round(gpu.fb_used),
                         fb_free_mib=round(self.fb_total_mib - gpu.fb_used),
                     )
-                out.platform_joules(
-                    node.name,
-                    dynamic=node.platform_joules - node.idle_joules,
-                    idle=node.idle_joules,
-                )
-                out.package_joules(node.name, dynamic=node.cpu_dynamic_joules, idle=0.0)
+                if "0.10" in self.kepler_styles:
+                    out.cpu_power(
+                        node.name,
+                        watts=self._watts(node)[0],
+                        usage_ratio=self._usage_ratio(node),
+                        meter=node.cpu,
+                    )
+                if "0.7" in self.kepler_styles:
+                    out.platform_joules(
+                        node.name,
+                        dynamic=node.platform_joules - node.idle_joules,
+                        idle=node.idle_joules,
+                    )
+                    out.package_joules(node.name, dynamic=node.cpu_dynamic_joules, idle=0.0)
                 out.allocatable(node.name, node.allocatable)
                 out.probe(node.name, node.ready)
             for pod in self._pods.values():

@@ -5,11 +5,14 @@ One HTTP endpoint serves, for every node of a mutable `SyntheticCluster`:
 - NVIDIA DCGM exporter: `DCGM_FI_DEV_GPU_UTIL` (%), `DCGM_FI_DEV_FB_USED` / `DCGM_FI_DEV_FB_FREE`
   (MiB), `DCGM_FI_DEV_POWER_USAGE` (W), labelled `gpu`, `UUID`, `pci_bus_id`, `device`,
   `modelName`, `Hostname` (the node name, as the Helm chart sets it).
-- Kepler 0.7.x: `kepler_node_platform_joules_total{instance,mode,source}` and
-  `kepler_node_package_joules_total{instance,mode,package,source}`, where `instance` is the
-  node name and `mode` is `dynamic` or `idle`.
-- Kepler >= 0.10: `kepler_node_cpu_joules_total` and `kepler_node_cpu_watts`, labelled
-  `zone`, `path` and `node_name`.
+- Kepler >= 0.10 (the default style): `kepler_node_cpu_joules_total` / `_watts`, their
+  `_active_` and `_idle_` parts, labelled `node_name`, `path`, `zone` (`package` and `dram`,
+  sharing the node's CPU watts by `DRAM_SHARE`), and `kepler_node_cpu_usage_ratio{node_name}`.
+  As in Kepler (internal/monitor/node.go, calculateNodePower), active = total x usage ratio and
+  idle = total - active, in every zone; the counters integrate the watts over time.
+- Kepler 0.7.x (`kepler_styles=("0.7",)`): `kepler_node_platform_joules_total{instance,mode,
+  source}` and `kepler_node_package_joules_total{instance,mode,package,source}`, where
+  `instance` is the node name and `mode` is `dynamic` or `idle`.
 - kube-state-metrics: `kube_node_status_allocatable{node,resource,unit}` and
   `kube_pod_container_resource_requests` / `_limits{namespace,pod,uid,container,node,resource,
   unit}` (`cpu`/`core`, `memory`/`byte`, `nvidia_com_gpu`/`integer`, as KSM sanitises names).
@@ -57,6 +60,12 @@ GPU_MODEL = "NVIDIA A100-SXM4-80GB"
 KeplerStyle = Literal["0.7", "0.10"]
 _KSM_UNITS = {"cpu": "core", "memory": "byte", "nvidia_com_gpu": "integer", "pods": "integer"}
 _IDLE_SHARE = 0.4  # Kepler 0.7 splits node energy into idle and dynamic parts
+# Kepler >= 0.10 meters the CPU's RAPL zones: `package` (cores and uncore) and `dram` (memory,
+# a separate zone). The synthetic CPU watts are split between the two at this fixed share (DRAM
+# draws roughly a tenth to a fifth of a server's package + DRAM power), so summing both zones
+# gives the whole CPU figure back.
+DRAM_SHARE = 0.15
+KEPLER_ZONES = (("package", 1 - DRAM_SHARE), ("dram", DRAM_SHARE))
 
 
 @dataclass
@@ -84,17 +93,38 @@ class Container:
 
 
 @dataclass
+class CpuMeter:
+    """Kepler >= 0.10's node CPU energy counters. Each interval's energy is split by the CPU
+    usage ratio over it: that share is `active`, the rest `idle` (so idle = joules - active)."""
+
+    joules: float = 0.0
+    active_joules: float = 0.0
+
+    def advance(self, watts: float, usage_ratio: float, dt: float) -> None:
+        self.joules += watts * dt
+        self.active_joules += watts * usage_ratio * dt
+
+
+@dataclass
 class Node:
     name: str
     gpus: list[Gpu]
     allocatable: dict[str, float] = field(default_factory=dict)
     platform_watts: float = 300.0
-    package_watts: float = 120.0
+    package_watts: float = 120.0  # the CPU total: Kepler 0.7's package, 0.10's package + dram
+    cpu_usage: float | None = None  # ratio 0..1; None: requested cores / allocatable cores
     probe_ok: bool = True
     containers: list[Container] = field(default_factory=list)
     hidden: set[str] = field(default_factory=set)  # series names this node stops exporting
     platform_joules: float = 0.0
-    package_joules: float = 0.0
+    cpu: CpuMeter = field(default_factory=CpuMeter)
+
+    def usage_ratio(self) -> float:
+        if self.cpu_usage is not None:
+            return self.cpu_usage
+        cores = self.allocatable.get("cpu", 0.0)
+        requested = sum(c.requests.get("cpu", 0.0) for c in self.containers)
+        return cpu_usage_ratio(requested, cores)
 
 
 Kind = Literal["gauge", "counter"]
@@ -124,6 +154,26 @@ SERIES: dict[str, tuple[Kind, str]] = {
         "Energy consumption of cpu at node level in joules",
     ),
     "kepler_node_cpu_watts": ("gauge", "Power consumption of cpu at node level in watts"),
+    "kepler_node_cpu_active_joules_total": (
+        "counter",
+        "Energy consumption of cpu in active state at node level in joules",
+    ),
+    "kepler_node_cpu_active_watts": (
+        "gauge",
+        "Power consumption of cpu in active state at node level in watts",
+    ),
+    "kepler_node_cpu_idle_joules_total": (
+        "counter",
+        "Energy consumption of cpu in idle state at node level in joules",
+    ),
+    "kepler_node_cpu_idle_watts": (
+        "gauge",
+        "Power consumption of cpu in idle state at node level in watts",
+    ),
+    "kepler_node_cpu_usage_ratio": (
+        "gauge",
+        "CPU usage ratio of a node (value between 0.0 and 1.0)",
+    ),
     "kube_node_status_allocatable": (
         "gauge",
         "The allocatable for different resources of a node.",
@@ -175,6 +225,25 @@ class Exposition:
             labels = {"instance": node, "mode": mode, "package": "0", "source": "rapl-sysfs"}
             self.add("kepler_node_package_joules_total", labels, joules)
 
+    def cpu_power(self, node: str, *, watts: float, usage_ratio: float, meter: CpuMeter) -> None:
+        """Kepler >= 0.10's node CPU families, one series per RAPL zone (`KEPLER_ZONES`), and
+        the node's CPU usage ratio that splits each zone into active and idle."""
+        active_w = watts * usage_ratio
+        idle_joules = meter.joules - meter.active_joules
+        for zone, share in KEPLER_ZONES:
+            labels = {
+                "node_name": node,
+                "path": f"/sys/class/powercap/intel-rapl/energy_{zone}",
+                "zone": zone,
+            }
+            self.add("kepler_node_cpu_joules_total", labels, share * meter.joules)
+            self.add("kepler_node_cpu_watts", labels, share * watts)
+            self.add("kepler_node_cpu_active_joules_total", labels, share * meter.active_joules)
+            self.add("kepler_node_cpu_active_watts", labels, share * active_w)
+            self.add("kepler_node_cpu_idle_joules_total", labels, share * idle_joules)
+            self.add("kepler_node_cpu_idle_watts", labels, share * (watts - active_w))
+        self.add("kepler_node_cpu_usage_ratio", {"node_name": node}, usage_ratio)
+
     def allocatable(self, node: str, amounts: Mapping[str, float]) -> None:
         """kube-state-metrics' allocatable, keyed by its resource names (`nvidia_com_gpu`)."""
         for resource, amount in amounts.items():
@@ -211,6 +280,13 @@ class Exposition:
         return list(self._families.values())
 
 
+def cpu_usage_ratio(requested_cores: float, allocatable_cores: float) -> float:
+    """Requested over allocatable cores, within 0..1 (0 on a node with no CPU reported)."""
+    if allocatable_cores <= 0:
+        return 0.0
+    return min(1.0, max(0.0, requested_cores / allocatable_cores))
+
+
 def ksm_unit(resource: str) -> str:
     """The `unit` label kube-state-metrics gives a resource."""
     return _KSM_UNITS.get(resource, "integer")
@@ -230,9 +306,12 @@ def dcgm_labels(node: str, index: int, model: str = GPU_MODEL) -> dict[str, str]
 
 class SyntheticCluster:
     """Mutable, thread-safe cluster state: nodes `node-1..node-N`, GPUs idle (0 %, 0 MiB used
-    of 80 GiB), 300 W platform and 120 W CPU package power, probes up, no pods. `noise_pct`
+    of 80 GiB), 300 W platform and 120 W CPU power, probes up, no pods. `noise_pct`
     multiplies GPU utilisation and power by a seeded uniform factor in [1-x%, 1+x%] each time
-    they are read (utilisation stays within 0..100); memory and resources stay exact."""
+    they are read (utilisation stays within 0..100); memory and resources stay exact.
+    `kepler_styles` picks the Kepler families: ("0.10",) by default, ("0.7",) for the old ones,
+    both for a migration. A node's CPU usage ratio (Kepler >= 0.10) is its containers' CPU
+    requests over its allocatable cores (0 with none) unless `set_cpu_usage` fixes it."""
 
     def __init__(
         self,
@@ -242,7 +321,7 @@ class SyntheticCluster:
         seed: int = 0,
         noise_pct: float = 0.0,
         node_prefix: str = "node-",
-        kepler_styles: Sequence[KeplerStyle] = ("0.7", "0.10"),
+        kepler_styles: Sequence[KeplerStyle] = ("0.10",),
     ) -> None:
         self._lock = threading.RLock()
         self._rng = random.Random(seed)
@@ -288,10 +367,19 @@ class SyntheticCluster:
     def set_power(
         self, node: str, *, platform_watts: float | None = None, package_watts: float | None = None
     ) -> None:
+        """`platform_watts`: Kepler 0.7's node platform. `package_watts`: the CPU, Kepler 0.7's
+        package and Kepler >= 0.10's `package` + `dram` zones together."""
         with self._lock:
             n = self._node(node)
             n.platform_watts = n.platform_watts if platform_watts is None else platform_watts
             n.package_watts = n.package_watts if package_watts is None else package_watts
+
+    def set_cpu_usage(self, node: str, ratio: float | None) -> None:
+        """Fix the node's CPU usage ratio (0..1), or None to follow its containers' requests."""
+        if ratio is not None and not 0.0 <= ratio <= 1.0:
+            raise ValueError(f"cpu usage ratio of {node!r}: must be 0..1, got {ratio}")
+        with self._lock:
+            self._node(node).cpu_usage = ratio
 
     def set_probe(self, node: str, ok: bool) -> None:
         with self._lock:
@@ -356,11 +444,12 @@ class SyntheticCluster:
             out = Exposition()
             for n in self._nodes.values():
                 platform_w, package_w = self._noisy(n.platform_watts), self._noisy(n.package_watts)
+                usage = n.usage_ratio()
                 n.platform_joules += platform_w * dt
-                n.package_joules += package_w * dt
+                n.cpu.advance(package_w, usage, dt)
                 out.hidden = n.hidden
                 self._dcgm(n, out)
-                self._kepler(n, out, package_w)
+                self._kepler(n, out, package_w, usage)
                 out.allocatable(n.name, n.allocatable)
                 for c in n.containers:
                     out.container_resources(
@@ -388,9 +477,9 @@ class SyntheticCluster:
             )
             out.add("DCGM_FI_DEV_POWER_USAGE", g.labels, self._noisy(g.power_w))
 
-    def _kepler(self, n: Node, out: Exposition, package_w: float) -> None:
+    def _kepler(self, n: Node, out: Exposition, package_w: float, usage: float) -> None:
         if "0.7" in self.kepler_styles:
-            platform, package = n.platform_joules, n.package_joules
+            platform, package = n.platform_joules, n.cpu.joules
             out.platform_joules(
                 n.name, dynamic=platform * (1 - _IDLE_SHARE), idle=platform * _IDLE_SHARE
             )
@@ -398,13 +487,7 @@ class SyntheticCluster:
                 n.name, dynamic=package * (1 - _IDLE_SHARE), idle=package * _IDLE_SHARE
             )
         if "0.10" in self.kepler_styles:
-            labels = {
-                "zone": "package",
-                "path": "/sys/class/powercap/intel-rapl:0",
-                "node_name": n.name,
-            }
-            out.add("kepler_node_cpu_joules_total", labels, n.package_joules)
-            out.add("kepler_node_cpu_watts", labels, package_w)
+            out.cpu_power(n.name, watts=package_w, usage_ratio=usage, meter=n.cpu)
 
     def write_openmetrics(self, out: IO[str], timestamps: Iterable[float]) -> None:
         """Write the series at each timestamp (ascending, unix seconds) as OpenMetrics text for

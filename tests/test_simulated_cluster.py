@@ -8,7 +8,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from kits.simulated_cluster import INSTANCE_TYPE_LABEL, NodePower, PowerModel, SimCluster
-from kits.synthetic_exporter import Family, SyntheticCollector
+from kits.synthetic_exporter import DRAM_SHARE, Family, SyntheticCollector
 
 GIB = 1024**3
 
@@ -130,9 +130,63 @@ def test_ksm_series_follow_pods_and_allocatable() -> None:
     assert all({"uid", "container", "unit"} <= set(lb) for lb, _ in requests)
 
 
-def test_power_model_and_kepler_counters() -> None:
+def zone_sums(families: list[Family], name: str) -> dict[str, float]:
+    """A Kepler >= 0.10 family summed over its zones, by node."""
+    out: dict[str, float] = {}
+    for labels, value in samples(families, name):
+        out[labels["node_name"]] = out.get(labels["node_name"], 0.0) + value
+    return out
+
+
+def test_kepler_010_splits_the_modelled_watts_by_requested_cores() -> None:
     power = PowerModel(cpu_node_idle_w=100, gpu_node_idle_w=500, per_core_w=10, per_gpu_w=200)
     sim = SimCluster(power, external_gpu_util={"gpu-2": 50})
+    nodes = [node("cpu-1"), node("cpu-2"), node("gpu-1", gpus=8), node("gpu-2", gpus=8)]
+    pods = [
+        pod("a", "cpu-1", cpu="4"),
+        pod("big", "cpu-2", cpu="40"),  # requests more than the node's 16 cores
+        pod("g", "gpu-1", cpu="8", gpus=2),
+        pod("p", None, cpu="8"),  # unbound: no node's usage
+    ]
+    sim.update(nodes, pods, now=100)
+    fams = sim.families(now=110)  # 10 s at those watts
+    ratio = {lb["node_name"]: v for lb, v in samples(fams, "kepler_node_cpu_usage_ratio")}
+    assert ratio == {"cpu-1": 0.25, "cpu-2": 1.0, "gpu-1": 0.5, "gpu-2": 0.0}
+    # The CPU meter reads the node's whole modelled draw, GPUs included.
+    watts = {"cpu-1": 140, "cpu-2": 500, "gpu-1": 500 + 80 + 400, "gpu-2": 500 + 800}
+    assert sim.node_watts() == watts
+    assert zone_sums(fams, "kepler_node_cpu_watts") == pytest.approx(watts)
+    package = {
+        lb["node_name"]: v
+        for lb, v in samples(fams, "kepler_node_cpu_watts")
+        if lb["zone"] == "package"
+    }
+    assert package == pytest.approx({n: w * (1 - DRAM_SHARE) for n, w in watts.items()})
+    active = zone_sums(fams, "kepler_node_cpu_active_watts")
+    idle = zone_sums(fams, "kepler_node_cpu_idle_watts")
+    assert active == pytest.approx({n: w * ratio[n] for n, w in watts.items()})
+    assert idle == pytest.approx({n: w * (1 - ratio[n]) for n, w in watts.items()})
+    joules = zone_sums(fams, "kepler_node_cpu_joules_total")
+    assert joules == pytest.approx({n: 10 * w for n, w in watts.items()})
+    active_j = zone_sums(fams, "kepler_node_cpu_active_joules_total")
+    assert active_j == pytest.approx({n: 10 * w * ratio[n] for n, w in watts.items()})
+    assert not any(f.name.startswith("kepler_node_p") for f in fams)  # no Kepler 0.7 families
+
+    # The pod leaves cpu-1: the counters keep what they had, and only idle energy grows.
+    sim.update(nodes, pods[1:], now=120)
+    fams = sim.families(now=130)
+    assert zone_sums(fams, "kepler_node_cpu_active_joules_total")["cpu-1"] == pytest.approx(
+        2 * 10 * 140 * 0.25
+    )
+    assert zone_sums(fams, "kepler_node_cpu_idle_joules_total")["cpu-1"] == pytest.approx(
+        2 * 10 * 140 * 0.75 + 10 * 100
+    )
+    assert zone_sums(fams, "kepler_node_cpu_active_watts")["cpu-1"] == 0
+
+
+def test_power_model_and_kepler_07_counters() -> None:
+    power = PowerModel(cpu_node_idle_w=100, gpu_node_idle_w=500, per_core_w=10, per_gpu_w=200)
+    sim = SimCluster(power, external_gpu_util={"gpu-2": 50}, kepler_styles=("0.7",))
     nodes = [node("cpu-1"), node("gpu-1", gpus=8), node("gpu-2", gpus=8)]
     pods = [pod("a", "cpu-1", cpu="3"), pod("g", "gpu-1", cpu="4", gpus=2), pod("p", None, cpu="8")]
     sim.update(nodes, pods, now=100)
@@ -150,6 +204,7 @@ def test_power_model_and_kepler_counters() -> None:
     assert joules[("cpu-1", "idle")] == pytest.approx(1000)
     assert joules[("cpu-1", "dynamic")] == pytest.approx(300)
     assert joules[("gpu-1", "idle")] + joules[("gpu-1", "dynamic")] == pytest.approx(9400)
+    assert not any(f.name.startswith("kepler_node_cpu_") for f in fams)
     # The pod leaves: the counter keeps what it had and grows at the idle rate.
     sim.update(nodes, [], now=120)
     sim.update(nodes, [], now=130)
@@ -167,7 +222,7 @@ def test_instance_types_pick_their_watts_and_the_package_counter_is_cpu_dynamic_
         per_gpu_w=200,
         types={"frugal": NodePower(idle_w=100, per_core_w=5), "hungry": NodePower(200, 11)},
     )
-    sim = SimCluster(power)
+    sim = SimCluster(power, kepler_styles=("0.7",))
     frugal, hungry, other = node("f"), node("h", gpus=8), node("o")
     frugal["metadata"]["labels"] = {INSTANCE_TYPE_LABEL: "frugal"}
     hungry["metadata"]["labels"] = {INSTANCE_TYPE_LABEL: "hungry"}
@@ -213,7 +268,10 @@ def test_exposition_text_has_the_names_real_exporters_use() -> None:
         "DCGM_FI_DEV_GPU_UTIL{",
         "DCGM_FI_DEV_FB_USED{",
         "DCGM_FI_DEV_FB_FREE{",
-        "kepler_node_platform_joules_total{",
+        "kepler_node_cpu_watts{",
+        "kepler_node_cpu_active_watts{",
+        "kepler_node_cpu_idle_watts{",
+        'kepler_node_cpu_usage_ratio{node_name="gpu-1"}',
         "kube_node_status_allocatable{",
         "kube_pod_container_resource_limits{",
         "kube_pod_container_resource_requests{",

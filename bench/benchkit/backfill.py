@@ -22,7 +22,7 @@ def synthetic_cluster(
     failing, 10 % of GPU nodes hot), allocatable, and per node one container whose limits are
     the sum of its pods' (what the overcommit query sums)."""
     rng = random.Random(seed)
-    cluster = SyntheticCluster(nodes=0, seed=seed, noise_pct=2.0, kepler_styles=("0.7",))
+    cluster = SyntheticCluster(nodes=0, seed=seed, noise_pct=2.0)
     sums: dict[str, list[int]] = {}
     for spec in specs:
         total = sums.setdefault(spec.node, [0, 0])
@@ -37,7 +37,8 @@ def synthetic_cluster(
                 util = base if hot else min(100.0, max(0.0, base + rng.uniform(-10, 10)))
                 cluster.set_gpu_util(node.name, util, gpu=gpu)
                 cluster.set_gpu_memory(node.name, rng.choice([0, 0, 2048, 40000, 81920]), gpu=gpu)
-        cluster.set_power(node.name, platform_watts=rng.uniform(250, 700))
+        # Kepler >= 0.10's CPU meter (the example policy's power queries) reads package_watts.
+        cluster.set_power(node.name, package_watts=rng.uniform(250, 700))
         cpu_m, memory = sums.get(node.name, [0, 0])
         if cpu_m:
             cluster.add_container(

@@ -108,7 +108,7 @@ def demo_environment(
             stub.add_namespace(namespace, dict(labels))
         # rate() over the energy counters needs two scrapes of every node
         prom.wait_for(
-            "sum by (instance) (irate(kepler_node_platform_joules_total[5m]))",
+            'sum by (node_name) (kepler_node_cpu_watts{zone=~"package|dram"})',
             lambda r: len(r.samples) == nodes,
             timeout_s=30,
         )
