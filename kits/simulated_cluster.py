@@ -13,7 +13,8 @@ raw JSON to `SimCluster.update`; tests call `update` with dicts directly, no clu
 Every scrape evaluates the state at that moment:
 
 - **DCGM** (`DCGM_FI_DEV_GPU_UTIL` %, `DCGM_FI_DEV_FB_USED` / `DCGM_FI_DEV_FB_FREE` MiB; labels
-  `gpu`, `UUID`, `pci_bus_id`, `device`, `modelName`, `Hostname` = node name, and on a GPU a pod
+  `gpu`, `UUID`, `pci_bus_id`, `device`, `modelName`, `hostname` = node name (`Hostname` with
+  `dcgm_host_label`, as releases before dcgm-exporter #655 wrote it), and on a GPU a pod
   holds `namespace`, `pod`, `container`, as dcgm-exporter's Kubernetes mode adds them), one
   series per GPU of each node with `nvidia.com/gpu` allocatable. A bound pod requesting N GPUs is given the N
   lowest free GPU indices of its node (kept while the pod exists, in (creationTimestamp, name)
@@ -49,7 +50,7 @@ The power model is linear: idle watts (GPU nodes idle higher) + watts per reques
 the bound pods + watts per GPU times its busy share (1 for a GPU given to a pod, the external
 utilisation / 100 otherwise); a node's `node.kubernetes.io/instance-type` may pick its own idle
 and per-core watts (`PowerModel.types`). Node names double as Kepler's `node_name` (0.7:
-`instance`) and DCGM's `Hostname`.
+`instance`) and DCGM's `hostname`.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ from kubernetes import client
 
 from kits.synthetic_exporter import (
     CpuMeter,
+    DcgmHostLabel,
     Exposition,
     Family,
     KeplerStyle,
@@ -249,6 +251,7 @@ class SimCluster:
     job_fb_mib: float = 60000.0
     fb_total_mib: float = FB_TOTAL_MIB
     kepler_styles: Sequence[KeplerStyle] = ("0.10",)
+    dcgm_host_label: DcgmHostLabel = "hostname"
 
     def __post_init__(self) -> None:
         self._lock = threading.RLock()
@@ -376,7 +379,7 @@ class SimCluster:
             out = Exposition()
             for node in self._nodes.values():
                 for i, gpu in enumerate(self._gpus(node)):
-                    labels = dcgm_labels(node.name, i)
+                    labels = dcgm_labels(node.name, i, host_label=self.dcgm_host_label)
                     holder = self._pods.get(gpu.pod) if gpu.pod else None
                     if holder is not None:
                         # dcgm-exporter's Kubernetes mode (kubelet pod-resources): the pod

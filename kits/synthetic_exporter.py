@@ -4,7 +4,8 @@ One HTTP endpoint serves, for every node of a mutable `SyntheticCluster`:
 
 - NVIDIA DCGM exporter: `DCGM_FI_DEV_GPU_UTIL` (%), `DCGM_FI_DEV_FB_USED` / `DCGM_FI_DEV_FB_FREE`
   (MiB), `DCGM_FI_DEV_POWER_USAGE` (W), labelled `gpu`, `UUID`, `pci_bus_id`, `device`,
-  `modelName`, `Hostname` (the node name, as the Helm chart sets it).
+  `modelName` and `hostname` (the node name, as the Helm chart sets it through NODE_NAME;
+  dcgm-exporter releases before #655 wrote `Hostname`: `dcgm_host_label="Hostname"`).
 - Kepler >= 0.10 (the default style): `kepler_node_cpu_joules_total` / `_watts`, their
   `_active_` and `_idle_` parts, labelled `node_name`, `path`, `zone` (`package` and `dram`,
   sharing the node's CPU watts by `DRAM_SHARE`), and `kepler_node_cpu_usage_ratio{node_name}`.
@@ -13,7 +14,7 @@ One HTTP endpoint serves, for every node of a mutable `SyntheticCluster`:
 - Kepler 0.7.x (`kepler_styles=("0.7",)`): `kepler_node_platform_joules_total{instance,mode,
   source}` and `kepler_node_package_joules_total{instance,mode,package,source}`, where
   `instance` is the node name and `mode` is `dynamic` or `idle`.
-- kube-state-metrics: `kube_node_status_allocatable{node,resource,unit}` and
+- kube-state-metrics: `kube_node_status_allocatable` / `_capacity{node,resource,unit}` and
   `kube_pod_container_resource_requests` / `_limits{namespace,pod,uid,container,node,resource,
   unit}` (`cpu`/`core`, `memory`/`byte`, `nvidia_com_gpu`/`integer`, as KSM sanitises names).
 - blackbox exporter: `probe_success{instance,node}`.
@@ -58,6 +59,7 @@ from prometheus_client.registry import Collector
 GIB = 1024**3
 GPU_MODEL = "NVIDIA A100-SXM4-80GB"
 KeplerStyle = Literal["0.7", "0.10"]
+DcgmHostLabel = Literal["hostname", "Hostname"]
 _KSM_UNITS = {"cpu": "core", "memory": "byte", "nvidia_com_gpu": "integer", "pods": "integer"}
 _IDLE_SHARE = 0.4  # Kepler 0.7 splits node energy into idle and dynamic parts
 # Kepler >= 0.10 meters the CPU's RAPL zones: `package` (cores and uncore) and `dram` (memory,
@@ -178,6 +180,7 @@ SERIES: dict[str, tuple[Kind, str]] = {
         "gauge",
         "The allocatable for different resources of a node.",
     ),
+    "kube_node_status_capacity": ("gauge", "The capacity for different resources of a node."),
     "kube_pod_container_resource_requests": ("gauge", "The number of requests resource."),
     "kube_pod_container_resource_limits": ("gauge", "The number of limits resource."),
     "probe_success": ("gauge", "Displays whether or not the probe was a success"),
@@ -249,6 +252,8 @@ class Exposition:
         for resource, amount in amounts.items():
             labels = {"node": node, "resource": resource, "unit": ksm_unit(resource)}
             self.add("kube_node_status_allocatable", labels, amount)
+            # The simulation reserves nothing for the system: capacity = allocatable.
+            self.add("kube_node_status_capacity", labels, amount)
 
     def container_resources(
         self,
@@ -292,15 +297,19 @@ def ksm_unit(resource: str) -> str:
     return _KSM_UNITS.get(resource, "integer")
 
 
-def dcgm_labels(node: str, index: int, model: str = GPU_MODEL) -> dict[str, str]:
-    """DCGM's identifying labels of a GPU, stable for a node name and index."""
+def dcgm_labels(
+    node: str, index: int, model: str = GPU_MODEL, host_label: DcgmHostLabel = "hostname"
+) -> dict[str, str]:
+    """DCGM's identifying labels of a GPU, stable for a node name and index. The node is in
+    `hostname` (dcgm-exporter #655 and later; the Helm chart sets it to the node's name), or in
+    `Hostname` as releases before it wrote it."""
     return {
         "gpu": str(index),
         "UUID": f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{node}/{index}')}",
         "pci_bus_id": f"00000000:{0x07 + index:02X}:00.0",
         "device": f"nvidia{index}",
         "modelName": model,
-        "Hostname": node,
+        host_label: node,
     }
 
 
@@ -322,11 +331,13 @@ class SyntheticCluster:
         noise_pct: float = 0.0,
         node_prefix: str = "node-",
         kepler_styles: Sequence[KeplerStyle] = ("0.10",),
+        dcgm_host_label: DcgmHostLabel = "hostname",
     ) -> None:
         self._lock = threading.RLock()
         self._rng = random.Random(seed)
         self.noise_pct = noise_pct
         self.kepler_styles = tuple(kepler_styles)
+        self.dcgm_host_label: DcgmHostLabel = dcgm_host_label
         self._nodes: dict[str, Node] = {}
         self._last_eval: float | None = None
         for i in range(1, nodes + 1):
@@ -346,7 +357,9 @@ class SyntheticCluster:
             alloc = {"cpu": cpu_cores, "memory": memory_gib * GIB, "pods": 110.0}
             if gpus:
                 alloc["nvidia_com_gpu"] = float(gpus)
-            gpu_list = [Gpu(dcgm_labels(name, i, gpu_model)) for i in range(gpus)]
+            gpu_list = [
+                Gpu(dcgm_labels(name, i, gpu_model, self.dcgm_host_label)) for i in range(gpus)
+            ]
             self._nodes[name] = Node(name, gpu_list, allocatable=alloc)
 
     def remove_node(self, name: str) -> None:
@@ -502,7 +515,7 @@ class SyntheticCluster:
         for ts in timestamps:
             for fam in snapshot.families(ts):
                 if fam.name not in series:
-                    texts = [_label_text(labels) for labels, _ in fam.samples]
+                    texts = [label_text(labels) for labels, _ in fam.samples]
                     series[fam.name] = (fam, texts, [[] for _ in texts])
                 points = series[fam.name][2]
                 for i, (_, value) in enumerate(fam.samples):
@@ -510,10 +523,9 @@ class SyntheticCluster:
         for name, (fam, texts, points) in series.items():
             family_name = name.removesuffix("_total") if fam.kind == "counter" else name
             out.write(f"# HELP {family_name} {fam.help}\n# TYPE {family_name} {fam.kind}\n")
-            for label_text, series_points in zip(texts, points, strict=True):
+            for text, series_points in zip(texts, points, strict=True):
                 out.writelines(
-                    f"{name}{{{label_text}}} {_format(value)} {ts:.3f}\n"
-                    for ts, value in series_points
+                    f"{name}{{{text}}} {_format(value)} {ts:.3f}\n" for ts, value in series_points
                 )
         out.write("# EOF\n")
 
@@ -526,7 +538,7 @@ class SyntheticCluster:
         return clone
 
 
-def _label_text(labels: Mapping[str, str]) -> str:
+def label_text(labels: Mapping[str, str]) -> str:
     return ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(labels.items()))
 
 

@@ -156,8 +156,9 @@ def test_identities_that_name_no_node() -> None:
 
 def test_metric_and_label_names_of_the_example_queries() -> None:
     assert metric_names(dim("core-power").query) == (
-        "kepler_node_cpu_active_watts",
-        "kube_pod_container_resource_requests",
+        "kepler_node_cpu_watts",
+        "kepler_node_cpu_usage_ratio",
+        "kube_node_status_capacity",
     )
     assert metric_names(dim("gpu-frag").query) == ("DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED")
     assert metric_names('rate(a_total{x="y"}[5m] offset 1h) > bool 1e3 and {__name__="b"}') == (
@@ -211,10 +212,10 @@ def test_a_label_the_query_reads_renamed_by_the_scrape_is_found_even_in_a_whole_
 
 def test_a_query_that_writes_its_node_label_is_not_blamed_for_it() -> None:
     facts = PrometheusFacts(
-        frozenset({"kepler_node_cpu_active_watts", "kube_pod_container_resource_requests"}),
+        frozenset({"kepler_node_cpu_watts", "kube_node_status_capacity"}),
         (
-            MetricFacts("kepler_node_cpu_active_watts", True, frozenset({"node_name", "zone"})),
-            MetricFacts("kube_pod_container_resource_requests", True, frozenset({"node"})),
+            MetricFacts("kepler_node_cpu_watts", True, frozenset({"node_name", "zone"})),
+            MetricFacts("kube_node_status_capacity", True, frozenset({"node"})),
         ),
     )
     assert diagnose(dim("core-power"), facts) == ()

@@ -1,16 +1,18 @@
-"""The example policy's energy queries on a real Prometheus scraping the simulated cluster's
-Kepler and kube-state-metrics series: dynamic watts per busy core where a node runs work, idle
-watts everywhere, and the power model covering the node that has no work."""
+"""The example policy's energy queries on a real Prometheus holding the simulated cluster's
+Kepler >= 0.10 and kube-state-metrics series over the last hour: watts per busy core where a
+node's load moved, idle watts everywhere, and the power model covering the node that has no
+work."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 
 from kits.prometheus_server import PrometheusServer
 from kits.simulated_cluster import INSTANCE_TYPE_LABEL, NodePower, PowerModel, SimCluster
-from kits.synthetic_exporter import SyntheticExporter
+from kits.synthetic_exporter import Family, label_text
 from scorer.model import NodeState
 from scorer.observe import NodeIndex, read_dimension
 from scorer.plan import DataStatus, ScorerMemory, plan_cycle
@@ -45,34 +47,73 @@ def api_pod(name: str, node: str, cpu: str) -> dict[str, Any]:
     }
 
 
-def test_kepler_watts_per_core_and_idle_watts_with_the_model_for_the_idle_node() -> None:
+def history(sim: SimCluster, nodes: list[dict[str, Any]], start: float, end: float) -> str:
+    """OpenMetrics text of the simulated cluster's series every 30 s from `start` to `end`,
+    its pods' CPU changing every 10 minutes (as `LOADS` says), for promtool to backfill."""
+    series: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    families: dict[str, Family] = {}
+    t = start
+    while t <= end:
+        phase = int((t - start) // 600) % len(LOADS)
+        pods = [api_pod(f"p-{node}", node, str(cores)) for node, cores in LOADS[phase].items()]
+        sim.update(nodes, pods, now=t)
+        for family in sim.families(t):
+            families[family.name] = family
+            for labels, value in family.samples:
+                series.setdefault((family.name, label_text(labels)), []).append((t, value))
+        t += 30
+    out = []
+    for name, family in families.items():
+        exposed = name.removesuffix("_total") if family.kind == "counter" else name
+        out += [f"# HELP {exposed} {family.help}", f"# TYPE {exposed} {family.kind}"]
+        out += [
+            f"{name}{{{labels}}} {value!r} {ts:.3f}"
+            for (fam, labels), points in series.items()
+            if fam == name
+            for ts, value in points
+        ]
+    return "\n".join([*out, "# EOF"]) + "\n"
+
+
+# Requested cores per node in each 10-minute phase of the last 50 minutes; eff-2 runs nothing.
+LOADS = (
+    {"eff-1": 2, "leg-1": 1},
+    {"eff-1": 6, "leg-1": 3},
+    {"eff-1": 10, "leg-1": 8},
+    {"eff-1": 4, "leg-1": 5},
+    {"eff-1": 8, "leg-1": 2},
+)
+
+
+def test_kepler_watts_per_busy_core_from_the_hours_slope_and_the_model_for_the_idle_node() -> None:
+    """Kepler >= 0.10 reports each node's watts and CPU usage, not what a core adds: the
+    example's core-power reads it as the slope of watts over usage in the last hour, per core.
+    Over 50 minutes of changing load that is exactly each machine's watts per core; the node
+    whose load never moved has no value, and the powerModel covers it."""
     nodes = [
         api_node("eff-1", "cpu-efficient"),
         api_node("leg-1", "cpu-legacy"),
-        api_node("eff-2", "cpu-efficient"),  # idle: no series per core
+        api_node("eff-2", "cpu-efficient"),
     ]
-    pods = [api_pod("a", "eff-1", "4"), api_pod("b", "leg-1", "3"), api_pod("c", "leg-1", "500m")]
     sim = SimCluster(POWER)
-    sim.update(nodes, pods)
+    now = time.time()
+    prom = PrometheusServer([])
+    prom.backfill(history(sim, nodes, now - 3000, now))
     core, idle = POLICY.dimension("core-power"), POLICY.dimension("idle-power")
-    with SyntheticExporter(sim) as exporter, PrometheusServer([exporter.target]) as prom:
-        per_core = prom.wait_for(
-            core.what, lambda r: len(r.values_by("instance")) == 2, timeout_s=60
-        )
-        idle_w = prom.wait_for(idle.what, lambda r: len(r.values_by("instance")) == 3)
-    # irate divides by the scrape timestamps while the exporter integrates its own clock, so
-    # on a loaded machine a value can be off by some percent; one scrape serves every node, so
-    # their ratio is exact.
-    values = per_core.values_by("instance")
-    assert values == {"eff-1": pytest.approx(5.0, rel=0.2), "leg-1": pytest.approx(11.0, rel=0.2)}
-    assert values["leg-1"] / values["eff-1"] == pytest.approx(11 / 5, rel=0.01)
-    idle = idle_w.values_by("instance")
-    assert idle == {
-        "eff-1": pytest.approx(120, rel=0.2),
-        "leg-1": pytest.approx(220, rel=0.2),
-        "eff-2": pytest.approx(120, rel=0.2),
+    with prom:
+        per_core = prom.wait_for(core.what, lambda r: len(r.values_by("node_name")) == 2)
+        idle_w = prom.wait_for(idle.what, lambda r: len(r.values_by("node_name")) == 3)
+    assert per_core.values_by("node_name") == {
+        "eff-1": pytest.approx(5.0),
+        "leg-1": pytest.approx(11.0),
     }
-    assert idle["leg-1"] / idle["eff-1"] == pytest.approx(220 / 120, rel=0.01)
+    # Kepler's idle share: the whole draw of the empty node, the rest of the busy ones'.
+    last = LOADS[(3000 // 600) % len(LOADS)]  # the phase of the newest sample
+    assert idle_w.values_by("node_name") == {
+        "eff-1": pytest.approx((120 + 5 * last["eff-1"]) * (1 - last["eff-1"] / 16)),
+        "leg-1": pytest.approx((220 + 11 * last["leg-1"]) * (1 - last["leg-1"] / 16)),
+        "eff-2": pytest.approx(120),
+    }
 
     states = [NodeState.from_k8s(n) for n in nodes]
     index = NodeIndex(states)

@@ -44,9 +44,20 @@ NODES = GPU_NODES + CPU_NODES
 NODE_STATES = tuple(
     NodeState(name=n, allocatable={"cpu": "48", "nvidia.com/gpu": "4"}) for n in GPU_NODES
 ) + tuple(NodeState(name=n, allocatable={"cpu": "16"}) for n in CPU_NODES)
-# Package + DRAM watts each node's Kepler reports. The real v0.11.4 scrape comes from Kepler's
-# fake CPU meter (microwatt magnitudes); its series are scaled to these per node.
-KEPLER_WATTS = {NODES[0]: 420.0, NODES[1]: 380.0, NODES[2]: 180.0, NODES[3]: 150.0}
+# Each node's CPU capacity (cores), idle watts and watts per busy core: over the history, its
+# usage ratio is 0.5 in the first half and 1.0 in the second, and Kepler reports package + DRAM
+# watts = idle + per core x usage x capacity. The real v0.11.4 scrape comes from Kepler's fake
+# CPU meter (microwatt magnitudes); its series are scaled to these draws per node.
+MACHINES = {
+    NODES[0]: (48, 180.0, 5.0),
+    NODES[1]: (48, 200.0, 3.75),
+    NODES[2]: (16, 100.0, 5.0),
+    NODES[3]: (16, 110.0, 2.5),
+}
+USAGE = (0.5, 1.0)
+KEPLER_WATTS = {
+    n: idle + per_core * USAGE[1] * cap for n, (cap, idle, per_core) in MACHINES.items()
+}
 KEPLER_PODS = {
     NODES[0]: "10.0.1.17:28282",
     NODES[1]: "10.0.1.23:28282",
@@ -55,8 +66,10 @@ KEPLER_PODS = {
 }
 GPU_DIMENSIONS = ("gpu-util", "gpu-free", "gpu-frag")
 ENERGY_DIMENSIONS = ("power", "core-power", "idle-power")
-# Two minutes of samples, 15 s apart, ending at backfill time: within every lookback window.
-HISTORY_S, STEP_S = 120, 15
+# Ten minutes of samples, 15 s apart, ending at backfill time: the latest within every lookback
+# window, and enough minutes for core-power's slope over the hour (steps of 1 m) to see both
+# halves of the Kepler history.
+HISTORY_S, STEP_S = 600, 15
 
 
 # --- expositions --------------------------------------------------------------------------------
@@ -129,21 +142,26 @@ def package_and_dram(families: Sequence[Family], name: str) -> float:
     return sum(v for labels, v in family.samples if labels["zone"] in ("package", "dram"))
 
 
-def kepler_cluster(scrape: Sequence[Family], watts: Mapping[str, float]) -> list[Family]:
-    """The real one-node Kepler scrape once per node: `node_name` set to the node, joules and
-    watts scaled so that its package + DRAM zones draw `watts[node]`, and its scrape target in
-    `instance` (which keeps the families without `node_name` apart). Ratios stay as read."""
-    read = package_and_dram(scrape, "kepler_node_cpu_watts")
+def kepler_cluster(scrape: Sequence[Family], usage: float) -> list[Family]:
+    """The real one-node Kepler scrape once per node at CPU usage `usage`: `node_name` set to
+    the node; each zone's watts and joules scaled so that package + DRAM draw what `MACHINES`
+    says at that usage, the `_active_` part usage x that and the `_idle_` part the rest, as
+    Kepler splits them; its scrape target in `instance` (which keeps the families without
+    `node_name` apart)."""
     out = []
     for family in scrape:
         energy = family.name.endswith(("_watts", "_joules_total"))
+        part = usage if "_active_" in family.name else 1 - usage if "_idle_" in family.name else 1
         samples = []
-        for node, draw in watts.items():
-            factor = draw / read if energy else 1.0
+        for node, (cores, idle, per_core) in MACHINES.items():
+            draw = idle + per_core * usage * cores
+            factor = draw * part / package_and_dram(scrape, family.name) if energy else 1.0
             for labels, value in family.samples:
                 labels = {**labels, "job": "kepler", "instance": KEPLER_PODS[node]}
                 if "node_name" in labels:
                     labels["node_name"] = node
+                if family.name == "kepler_node_cpu_usage_ratio":
+                    value = usage
                 samples.append((labels, value * factor))
         out.append(dataclasses.replace(family, samples=tuple(samples)))
     return out
@@ -164,13 +182,49 @@ def openmetrics(families: Sequence[Family], timestamps: Sequence[float]) -> str:
 
 
 @contextmanager
-def backfilled(families: Sequence[Family]) -> Iterator[PrometheusServer]:
+def backfilled(
+    families: Sequence[Family], kepler: tuple[Sequence[Family], Sequence[Family]] | None = None
+) -> Iterator[PrometheusServer]:
+    """`families` held over the whole history; `kepler`'s first part over its first half and
+    its second part over the rest."""
     now = time.time()
     timestamps = [now - HISTORY_S + i * STEP_S for i in range(HISTORY_S // STEP_S + 1)]
+    half = len(timestamps) // 2
+    text = openmetrics(families, timestamps)
+    if kepler is not None:
+        first, second = kepler
+        text = text.removesuffix("# EOF\n") + _merged(
+            openmetrics(first, timestamps[:half]), openmetrics(second, timestamps[half:])
+        )
     prom = PrometheusServer([])
-    prom.backfill(openmetrics(families, timestamps))
+    prom.backfill(text)
     with prom:
         yield prom
+
+
+def _merged(first: str, second: str) -> str:
+    """Two OpenMetrics texts of the same families over consecutive times, as one: each
+    family's samples once under its HELP/TYPE, in time order per series."""
+    blocks: dict[str, list[str]] = {}
+    heads: dict[str, list[str]] = {}
+    for text in (first, second):
+        current = ""
+        for line in text.splitlines():
+            if line.startswith("# HELP "):
+                current = line.split()[2]
+                heads.setdefault(current, [line])
+            elif line.startswith("# TYPE "):
+                if len(heads[current]) == 1:
+                    heads[current].append(line)
+            elif line and line != "# EOF":
+                blocks.setdefault(current, []).append(line)
+    out: list[str] = []
+    for name, head in heads.items():
+        series: dict[str, list[str]] = {}
+        for line in blocks.get(name, []):
+            series.setdefault(line.rsplit(" ", 2)[0], []).append(line)
+        out += head + [line for lines in series.values() for line in lines]
+    return "\n".join([*out, "# EOF"]) + "\n"
 
 
 # --- what each Prometheus holds -------------------------------------------------------------------
@@ -180,8 +234,10 @@ def dcgm(name: str) -> list[Family]:
     return scraped_as(exposition(name), job="nvidia-dcgm-exporter")
 
 
-def kepler_010() -> list[Family]:
-    return kepler_cluster(exposition("kepler-v0.11.4-node.prom"), KEPLER_WATTS)
+def kepler_010() -> tuple[list[Family], list[Family]]:
+    """The first and the second half of the Kepler >= 0.10 history (usage 0.5, then 1.0)."""
+    scrape = exposition("kepler-v0.11.4-node.prom")
+    return kepler_cluster(scrape, USAGE[0]), kepler_cluster(scrape, USAGE[1])
 
 
 def kepler_07() -> list[Family]:
@@ -198,22 +254,22 @@ def tenancy_and_health() -> list[Family]:
 @pytest.fixture(scope="module")
 def current() -> Iterator[PrometheusServer]:
     """The current releases: dcgm-exporter 4.8 (`hostname` = node), Kepler >= 0.10."""
-    families = dcgm("dcgm-exporter-4.8-hostname.prom") + kepler_010() + tenancy_and_health()
-    with backfilled(families) as prom:
+    families = dcgm("dcgm-exporter-4.8-hostname.prom") + tenancy_and_health()
+    with backfilled(families, kepler_010()) as prom:
         yield prom
 
 
 @pytest.fixture(scope="module")
 def capital_hostname() -> Iterator[PrometheusServer]:
-    families = dcgm("dcgm-exporter-3.x-Hostname.prom") + kepler_010() + tenancy_and_health()
-    with backfilled(families) as prom:
+    families = dcgm("dcgm-exporter-3.x-Hostname.prom") + tenancy_and_health()
+    with backfilled(families, kepler_010()) as prom:
         yield prom
 
 
 @pytest.fixture(scope="module")
 def pod_hostname() -> Iterator[PrometheusServer]:
-    families = dcgm("dcgm-exporter-pod-hostname.prom") + kepler_010() + tenancy_and_health()
-    with backfilled(families) as prom:
+    families = dcgm("dcgm-exporter-pod-hostname.prom") + tenancy_and_health()
+    with backfilled(families, kepler_010()) as prom:
         yield prom
 
 
@@ -229,7 +285,7 @@ def ratio_util() -> Iterator[PrometheusServer]:
     """A source whose GPU utilisation turned into a 0..1 ratio (no dcgm-exporter release does
     that to DCGM_FI_DEV_GPU_UTIL; DCGM's profiling fields are ratios)."""
     gpus = scaled(dcgm("dcgm-exporter-4.8-hostname.prom"), "DCGM_FI_DEV_GPU_UTIL", 0.01)
-    with backfilled(gpus + kepler_010() + tenancy_and_health()) as prom:
+    with backfilled(gpus + tenancy_and_health(), kepler_010()) as prom:
         yield prom
 
 
@@ -346,7 +402,7 @@ def test_every_dimension_resolves_the_nodes_it_should(current: PrometheusServer)
         "gpu-free": (2, 2),
         "gpu-frag": (2, 2),
         "power": (4, 4),  # coverage: all
-        "core-power": (4, None),  # every node requests at least a core
+        "core-power": (4, None),  # every node's usage moved over the history
         "idle-power": (4, 4),
         "overcommit-pct": (4, None),
         "health": (4, 4),
@@ -368,15 +424,10 @@ def test_fixture_values_reach_the_queries(current: PrometheusServer) -> None:
         assert read("gpu-util") == pytest.approx({GPU_NODES[0]: 8.0, GPU_NODES[1]: 6.0})
         assert read("gpu-free") == {GPU_NODES[0]: 2.0, GPU_NODES[1]: 2.0}
         assert read("power") == pytest.approx(KEPLER_WATTS)
-        # Active watts (the real scrape's share of package + DRAM) per requested core.
-        scrape = exposition("kepler-v0.11.4-node.prom")
-        share = package_and_dram(scrape, "kepler_node_cpu_active_watts") / package_and_dram(
-            scrape, "kepler_node_cpu_watts"
-        )
-        cores = dict(zip(NODES, (12.125, 20.1, 4.2, 1.6), strict=True))
-        assert read("core-power") == pytest.approx(
-            {n: KEPLER_WATTS[n] * share / cores[n] for n in NODES}
-        )
+        # The slope of watts over usage, per core of capacity: each machine's watts per core.
+        assert read("core-power") == pytest.approx({n: m[2] for n, m in MACHINES.items()})
+        # Kepler's idle share at the end of the history (usage 1.0): none of the draw.
+        assert read("idle-power") == pytest.approx(dict.fromkeys(NODES, 0.0), abs=1e-6)
         assert read("overcommit-pct")[CPU_NODES[0]] == pytest.approx(100 * 6 / 15.89 - 100)
         assert read("health") == dict.fromkeys(NODES, 1.0)
 
@@ -463,7 +514,7 @@ def test_kepler_09_data_names_the_other_form_for_every_energy_dimension(
     assert code == 1
     absent = {
         "power": "kepler_node_cpu_watts",
-        "core-power": "kepler_node_cpu_active_watts",
+        "core-power": "kepler_node_cpu_watts",
         "idle-power": "kepler_node_cpu_idle_watts",
     }
     for dimension, metric in absent.items():
