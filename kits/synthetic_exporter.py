@@ -502,10 +502,17 @@ class SyntheticCluster:
         if "0.10" in self.kepler_styles:
             out.cpu_power(n.name, watts=package_w, usage_ratio=usage, meter=n.cpu)
 
-    def write_openmetrics(self, out: IO[str], timestamps: Iterable[float]) -> None:
+    def write_openmetrics(
+        self,
+        out: IO[str],
+        timestamps: Iterable[float],
+        target: Mapping[str, str] | None = None,
+    ) -> None:
         """Write the series at each timestamp (ascending, unix seconds) as OpenMetrics text for
         `promtool tsdb create-blocks-from openmetrics`. Works on a copy: the live counters and
-        noise sequence of this cluster are left as they are."""
+        noise sequence of this cluster are left as they are. `target` labels (`job`,
+        `instance`) are added where a series has none of its own, as a scrape with
+        honor_labels adds them: the history is then the same series a live scrape continues."""
         with self._lock:
             snapshot = copy.deepcopy(self)
         snapshot._last_eval = None
@@ -515,7 +522,7 @@ class SyntheticCluster:
         for ts in timestamps:
             for fam in snapshot.families(ts):
                 if fam.name not in series:
-                    texts = [label_text(labels) for labels, _ in fam.samples]
+                    texts = [label_text({**(target or {}), **labels}) for labels, _ in fam.samples]
                     series[fam.name] = (fam, texts, [[] for _ in texts])
                 points = series[fam.name][2]
                 for i, (_, value) in enumerate(fam.samples):

@@ -5,8 +5,11 @@ the example policy pointed at that Prometheus."""
 from __future__ import annotations
 
 import contextlib
+import copy
+import io
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,8 +18,8 @@ import yaml
 from kits.apistub import ApiStub
 from kits.apistub.synthetic import synthetic_node
 from kits.demo.pods import DEMO_NAMESPACES
-from kits.prometheus_server import PrometheusServer, scraped_cluster
-from kits.synthetic_exporter import GIB, SyntheticCluster
+from kits.prometheus_server import JOB_NAME, PrometheusServer
+from kits.synthetic_exporter import GIB, SyntheticCluster, SyntheticExporter
 from scorer.presets import example_policy_text
 from steer.core.policy import Policy, parse_policy
 
@@ -57,17 +60,28 @@ class DemoEnvironment:
         return parse_policy(self.policy_file.read_text())
 
 
+# Per demo node: CPU watts now, watts one more busy core adds, and the CPU limits of its pod
+# (which requests half of them, on 64 cores).
+WATTS = (310, 420, 650, 380, 280, 500)
+PER_CORE_W = (5, 6, 7, 2, 9, 4)
+LIMIT_CORES = (48, 66, 64, 70, 32, 60)
+CORES = 64
+# The hour before the demo: 10-minute phases in which each node ran this share of today's load,
+# so the example's core-power (the slope of watts over usage) has a slope to measure.
+HISTORY_SHARES = (0.25, 0.5, 1.0, 0.75, 1.0)
+PHASE_S, HISTORY_STEP_S = 600, 30
+
+
 def demo_cluster(nodes: int = DEMO_NODES) -> SyntheticCluster:
     """Six GPU nodes that differ in every dimension: a hot one, a fragmented one, a hungry one,
     an over-committed one and one failing its health probe."""
     cluster = SyntheticCluster(nodes=nodes, gpus_per_node=8, seed=7)
     utils = [15, 40, 95, 60, 5, 30]
-    watts = [310, 420, 650, 380, 280, 500]
     for i, name in enumerate(cluster.node_names):
         cluster.set_gpu_util(name, utils[i % len(utils)])
-        cluster.set_power(name, platform_watts=watts[i % len(watts)])
+        cluster.set_power(name, package_watts=WATTS[i % len(WATTS)])
         # every node runs a pod; its limits set the node's overcommit
-        limit_cores = [48, 66, 64, 70, 32, 60][i % 6]
+        limit_cores = LIMIT_CORES[i % len(LIMIT_CORES)]
         cluster.add_container(
             name,
             "team-a",
@@ -84,17 +98,46 @@ def demo_cluster(nodes: int = DEMO_NODES) -> SyntheticCluster:
     return cluster
 
 
+def demo_history(cluster: SyntheticCluster, end: float, target: Mapping[str, str]) -> list[str]:
+    """OpenMetrics texts (one per phase, for promtool) of the hour before `end`: the cluster as
+    it is, but each node running `HISTORY_SHARES` of its load and drawing its idle watts plus
+    `PER_CORE_W` per busy core (the last phase is today's load and draw)."""
+    texts = []
+    for k, share in enumerate(HISTORY_SHARES):
+        phase = copy.deepcopy(cluster)
+        for i, name in enumerate(phase.node_names):
+            busy_now = LIMIT_CORES[i % len(LIMIT_CORES)] / 2
+            per_core = PER_CORE_W[i % len(PER_CORE_W)]
+            idle = WATTS[i % len(WATTS)] - per_core * busy_now
+            phase.set_cpu_usage(name, busy_now * share / CORES)
+            phase.set_power(name, package_watts=idle + per_core * busy_now * share)
+        start = end - (len(HISTORY_SHARES) - k) * PHASE_S
+        text = io.StringIO()
+        phase.write_openmetrics(
+            text, [start + j * HISTORY_STEP_S for j in range(PHASE_S // HISTORY_STEP_S)], target
+        )
+        texts.append(text.getvalue())
+    return texts
+
+
 @contextlib.contextmanager
 def demo_environment(
     nodes: int = DEMO_NODES, *, interval_seconds: float = 30
 ) -> Iterator[DemoEnvironment]:
-    """Yields once Prometheus holds two scrapes of every node; removes everything on exit."""
+    """Yields once Prometheus holds the hour before (backfilled) and a scrape of every node;
+    removes everything on exit."""
     cluster = demo_cluster(nodes)
     with (
+        contextlib.ExitStack() as stack,
         tempfile.TemporaryDirectory(prefix="steer-demo-") as tmp,
-        scraped_cluster(cluster, scrape_interval_s=1.0) as (_exporter, prom),
+        SyntheticExporter(cluster) as exporter,
         ApiStub.start() as stub,
     ):
+        prom = PrometheusServer([exporter.target], scrape_interval_s=1.0)
+        scrape = {"job": JOB_NAME, "instance": exporter.target}
+        for text in demo_history(cluster, time.time() - 5, scrape):
+            prom.backfill(text)
+        stack.enter_context(prom)  # stopped (and its data removed) when the demo ends
         for i, name in enumerate(cluster.node_names):
             node = synthetic_node(name, zone=("zone-a", "zone-b", "zone-c")[i % 3], gpus=8)
             if i == 0:
@@ -106,12 +149,7 @@ def demo_environment(
             stub.add_node(node)
         for namespace, labels in DEMO_NAMESPACES.items():
             stub.add_namespace(namespace, dict(labels))
-        # rate() over the energy counters needs two scrapes of every node
-        prom.wait_for(
-            'sum by (node_name) (kepler_node_cpu_watts{zone=~"package|dram"})',
-            lambda r: len(r.samples) == nodes,
-            timeout_s=30,
-        )
+        prom.wait_for(f'up{{job="{JOB_NAME}"}} == 1', timeout_s=30)  # the first scrape
         policy_file = Path(tmp) / "policy.yaml"
         policy_file.write_text(demo_policy_text(prom.url, interval_seconds=interval_seconds))
         kubeconfig = stub.kubeconfig(Path(tmp) / "kubeconfig")
