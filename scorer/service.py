@@ -36,7 +36,7 @@ from scorer.writer import NodeApi, NodeWriter, RateLimiter, WriteReport
 from steer.adapters.gc_pause import gc_paused
 from steer.core.budget import PodUsage
 from steer.core.datacheck import ProblemKind, expected_nodes
-from steer.core.policy import Dimension, Policy
+from steer.core.policy import Coverage, Dimension, Policy
 from steer.core.steering import drain_keys, energy_composites, owned_resource_keys
 
 log = logging.getLogger(__name__)
@@ -225,11 +225,14 @@ class Scorer:
         self.query_count += answer.requests
         # Every reading against its unit and the nodes its coverage expects: what contradicts
         # them is dropped or held back, and said (steer/core/datacheck).
+        expected: dict[Coverage, frozenset[str] | None] = {}  # dimensions share coverages
         for dim in policy.spec.dimensions:
             raw = answer.readings.get(dim.name)
             if raw is None:
                 continue
-            vetted = vet(dim, raw, expected_nodes(policy, dim, nodes))
+            if dim.coverage not in expected:
+                expected[dim.coverage] = expected_nodes(policy, dim, nodes)
+            vetted = vet(dim, raw, expected[dim.coverage])
             if isinstance(vetted, DimensionFailure):
                 del answer.readings[dim.name]
                 answer.failures[dim.name] = vetted

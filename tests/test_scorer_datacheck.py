@@ -28,7 +28,7 @@ from tests.apistub_fixtures import client_for
 from tests.scorer_support import backfilled_prometheus, stub_nodes
 
 NODES = ("node-1", "node-2", "node-3")
-UTIL = "avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL)"
+UTIL = "avg by (hostname) (DCGM_FI_DEV_GPU_UTIL)"
 POLICY = """\
 apiVersion: kube-steer.github.io/v1alpha1
 kind: SteeringPolicy
@@ -51,7 +51,7 @@ spec:
 """
 
 
-def policy(query: str = UTIL, label: str = "Hostname", min_percent: int = 50) -> Policy:
+def policy(query: str = UTIL, label: str = "hostname", min_percent: int = 50) -> Policy:
     return parse_policy(POLICY.format(query=query, label=label, min_percent=min_percent))
 
 
@@ -132,7 +132,8 @@ def test_a_node_label_spelled_otherwise_is_diagnosed_and_shown_by_readyz_and_exp
     apistub: ApiStub, tmp_path: Path, prom: PrometheusServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
     stub_nodes(apistub, NODES)
-    current = [policy(query="avg by (hostname) (DCGM_FI_DEV_GPU_UTIL)", label="hostname")]
+    # The exporter (as released now) says `hostname`; the policy reads the old `Hostname`.
+    current = [policy(query="avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL)", label="Hostname")]
     scorer = scorer_for(apistub, tmp_path, prom, current)
     scorer.run_cycle()
     http = requests.Session()
@@ -146,8 +147,8 @@ def test_a_node_label_spelled_otherwise_is_diagnosed_and_shown_by_readyz_and_exp
     data = ready.json()["data"]
     kinds = {p["kind"] for p in data["dimensions"]["util"]["problems"]}
     assert {"node-label", "coverage"} <= kinds
-    assert any("set nodeLabel: Hostname" in line for line in data["lines"])
+    assert any("set nodeLabel: hostname" in line for line in data["lines"])
     (status,) = nodes["dimensions"]
     assert status["expectedNodes"] == 3 and status["nodes"] == 0
-    assert any(p["fix"].startswith("set nodeLabel: Hostname") for p in status["problems"])
-    assert "data: util: none of the series it reads" in text and "set nodeLabel: Hostname" in text
+    assert any(p["fix"].startswith("set nodeLabel: hostname") for p in status["problems"])
+    assert "data: util: none of the series it reads" in text and "set nodeLabel: hostname" in text

@@ -27,7 +27,7 @@ from steer.adapters.prometheus import (
     QueryResult,
 )
 from steer.adapters.prometheus_probe import metric_index, probe
-from steer.core.datacheck import DataProblem, diagnose, expected_nodes
+from steer.core.datacheck import DataProblem, diagnose
 from steer.core.datacheck.diagnose import metrics_of
 from steer.core.policy import Dimension, Policy, PrometheusDimension
 
@@ -114,22 +114,17 @@ class PrometheusSource:
                     duration_s=answer.duration_s,
                     warnings=answer.warnings,
                 )
-        self._diagnose(client, policy, dimensions, nodes, out)
+        self._diagnose(client, dimensions, out)
         return out
 
     def _diagnose(
-        self,
-        client: PrometheusClient,
-        policy: Policy,
-        dimensions: Sequence[Dimension],
-        nodes: Sequence[NodeState],
-        out: Readings,
+        self, client: PrometheusClient, dimensions: Sequence[Dimension], out: Readings
     ) -> None:
         """Attach to each reading what Prometheus shows is wrong with its dimension's data.
 
         Every dimension is diagnosed when first seen and then hourly (a renamed label leaves
-        the answer whole but wrong); one that resolves no node or fewer than its coverage
-        expects, when that begins and every `DIAGNOSIS_INTERVAL_S` while it lasts."""
+        the answer whole but wrong); one that resolves no node or has samples that name none,
+        when that begins and every `DIAGNOSIS_INTERVAL_S` while it lasts."""
         now = time.monotonic()
         due: list[tuple[PrometheusDimension, tuple[str, str, str], bool]] = []
         for dim in dimensions:
@@ -137,7 +132,7 @@ class PrometheusSource:
             if reading is None or not isinstance(dim, PrometheusDimension):
                 continue
             key = (dim.name, dim.query, dim.node_label)
-            short = _short(policy, dim, reading, nodes)
+            short = _short(reading)
             last = self._diagnoses.get(key)
             interval = DIAGNOSIS_INTERVAL_S if short else FULL_DIAGNOSIS_INTERVAL_S
             if last is None or last.short != short or now - last.at >= interval:
@@ -166,11 +161,8 @@ class _Diagnosis:
     problems: tuple[DataProblem, ...]
 
 
-def _short(
-    policy: Policy, dim: Dimension, reading: DimensionReading, nodes: Sequence[NodeState]
-) -> bool:
-    """Whether the reading resolves no node, or fewer than its coverage expects."""
-    if not reading.values:
-        return True
-    expected = expected_nodes(policy, dim, nodes)
-    return expected is not None and not expected.issubset(reading.values)
+def _short(reading: DimensionReading) -> bool:
+    """Whether the reading resolves no node, or has samples that name none: what Prometheus can
+    explain. (Nodes that no series names at all, Prometheus cannot: their exporter is not
+    there, and the coverage check says which they are.)"""
+    return not reading.values or bool(reading.unknown or reading.unlabelled)
