@@ -137,6 +137,8 @@ class Scorer:
         self._last_ledger_generation = 0
         self._sources: dict[str, Source] = dict(sources or {})
         self.query_count = 0  # every request this scorer ever sent to a data source
+        # Per dimension, the kinds of data problem last logged (a change is logged again).
+        self._told_problems: dict[str, frozenset[tuple[ProblemKind, bool]]] = {}
         # spec.clusterScores: the hub writer (made on first use) and the last scores computed.
         self.placement_scores = placement_scores
         self.cluster_scores: tuple[ClusterScoreValue, ...] = ()
@@ -256,8 +258,14 @@ class Scorer:
                 self.metrics.data_problems.labels(dimension=dim.name, kind=kind).set(
                     1 if kind in kinds else 0
                 )
-            for problem in problems:
-                log.warning("dimension %s", problem.line())
+            # Logged when the dimension's set of problems changes, not every cycle it lasts.
+            told = frozenset((p.kind, p.blocking) for p in problems)
+            if told != self._told_problems.get(dim.name, frozenset()):
+                for problem in problems:
+                    log.warning("dimension %s", problem.line())
+                if not problems:
+                    log.info("dimension %s: its data problems are gone", dim.name)
+                self._told_problems[dim.name] = told
             if failure is not None:
                 if not failure.problems:
                     self.metrics.query_errors.labels(dimension=dim.name, kind=failure.kind).inc()
