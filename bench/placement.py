@@ -367,7 +367,9 @@ class Bench:
             "gpu-util": gpu_nodes,
             "gpu-free": gpu_nodes,
             "gpu-frag": gpu_nodes,
-            "core-power": with_pods,  # nodes running at least a core; the others: powerModel
+            # The slope of watts over usage in the last hour: this Prometheus is minutes old,
+            # so spec.energy.powerModel (the figures the simulation draws from) covers them all.
+            "core-power": 0,
             "idle-power": len(self.specs),
             "power": len(self.specs),
             "overcommit-pct": with_pods,
