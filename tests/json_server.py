@@ -1,5 +1,6 @@
-"""A local threaded HTTP server for tests of the HTTP JSON source: every GET is answered by
-`answer(path, headers)` → (status, body); a POST too (its body is read and dropped)."""
+"""A local threaded HTTP server for tests of the HTTP JSON source (and of a static /metrics
+target): every GET is answered by `answer(path, headers)` → (status, body); a POST too (its
+body is read and dropped)."""
 
 from __future__ import annotations
 
@@ -14,14 +15,14 @@ Answer = Callable[[str, Message], tuple[int, bytes]]
 
 
 @contextlib.contextmanager
-def json_server(answer: Answer) -> Iterator[str]:
+def json_server(answer: Answer, content_type: str = "application/json") -> Iterator[str]:
     """Yields the server's base URL (`http://127.0.0.1:PORT`); stopped on exit."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             status, body = answer(self.path, self.headers)
             self.send_response(status)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)

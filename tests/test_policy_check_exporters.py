@@ -15,12 +15,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +33,7 @@ from scorer.presets import ENERGY_KEPLER_07, POWER_KEPLER_07, with_dcgm_node_lab
 from steer.adapters.policy_file import load_policy_file
 from steer.cli import main
 from tests.conftest import EXAMPLE_POLICY, FIXTURES
+from tests.json_server import json_server
 
 EXPORTERS = FIXTURES / "exporters"
 GPU_NODES = ("ip-10-0-1-11.ec2.internal", "ip-10-0-1-12.ec2.internal")
@@ -313,25 +312,9 @@ class HonorLabelsFalse(PrometheusServer):
 def serving(text: str) -> Iterator[str]:
     """A static /metrics target; yields its address (`127.0.0.1:PORT`)."""
     body = text.encode()
-
-    class Exporter(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Exporter)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    exposition_type = "text/plain; version=0.0.4; charset=utf-8"
+    with json_server(lambda _path, _headers: (200, body), exposition_type) as url:
+        yield url.removeprefix("http://")
 
 
 @pytest.fixture(scope="module")

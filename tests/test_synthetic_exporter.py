@@ -22,20 +22,14 @@ from kits.synthetic_exporter import (
     SyntheticCollector,
 )
 from scorer.presets import example_policy_text
+from steer.core.datacheck.exporters import FAMILIES
 from tests.conftest import FIXTURES
 
 REAL_KEPLER = FIXTURES / "exporters" / "kepler-v0.11.4-node.prom"
 # Families of the real scrape the kits do not emit: build and CPU model information.
 NOT_EMITTED = {"kepler_build_info", "kepler_node_cpu_info"}
-KEPLER_010 = {
-    "kepler_node_cpu_joules_total",
-    "kepler_node_cpu_watts",
-    "kepler_node_cpu_active_joules_total",
-    "kepler_node_cpu_active_watts",
-    "kepler_node_cpu_idle_joules_total",
-    "kepler_node_cpu_idle_watts",
-    "kepler_node_cpu_usage_ratio",
-}
+# The families the data checks know as Kepler >= 0.10 (steer/core/datacheck/exporters.py).
+KEPLER_010 = set(next(f for f in FAMILIES if f.title == "Kepler >= 0.10").metrics)
 KEPLER_07 = {"kepler_node_platform_joules_total", "kepler_node_package_joules_total"}
 
 
