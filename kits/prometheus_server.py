@@ -3,7 +3,7 @@ demo and the benchmark.
 
     cluster = SyntheticCluster(nodes=3, gpus_per_node=2)
     with scraped_cluster(cluster) as (exporter, prom), prom.client() as client:
-        result = client.query('avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL)')
+        result = client.query('avg by (hostname) (DCGM_FI_DEV_GPU_UTIL)')
 
 Scrapes are asynchronous, so tests poll with `wait_for` instead of sleeping. The scrape manager
 of Prometheus 2.x applies target changes on a fixed 5 s ticker (its reload interval is clamped

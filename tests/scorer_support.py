@@ -28,15 +28,15 @@ spec:
             intervalSeconds: 30}
   dimensions:
     - name: util
-      query: avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL)
-      nodeLabel: Hostname
+      query: avg by (hostname) (DCGM_FI_DEV_GPU_UTIL)
+      nodeLabel: hostname
       unit: pct
       direction: lowerIsBetter
       normalization: {method: fixed, min: 0, max: 100}
       weight: 3
     - name: power
-      query: sum by (instance) (rate(kepler_node_platform_joules_total[5m]))
-      nodeLabel: instance
+      query: sum by (node_name) (kepler_node_cpu_watts)
+      nodeLabel: node_name
       direction: lowerIsBetter
       weight: 1
     - name: overcommit-pct

@@ -84,11 +84,14 @@ def test_the_first_cycle_after_an_upgrade_replaces_the_old_keys() -> None:
     assert {k: v for k, v in labels.items() if k.startswith(NEW_PREFIX)} == {
         NEW_PREFIX + "gpu-hot": "true",
         NEW_PREFIX + "overcommit-pct": "0",
-        # (2 x core-power 90 + 1 x idle-power 0 + 2 x health 100 + 1 x active 0) / 6 = 63:
-        # its cores are cheap, it idles the highest, and it runs no movable pod.
-        NEW_PREFIX + "score": "60",
+        # core-power, the slope of watts over usage in the demo's hour of history, is the
+        # PER_CORE_W of kits/demo: 5, 6, 7, 2, 9, 4 W per busy core, so node-3 scores
+        # (9 - 7) / (9 - 2) = 29 -> 30 (min-max, lower is better).
+        # (2 x core-power 29 + 1 x idle-power 0 + 2 x health 100 + 1 x active 0) / 6 = 43:
+        # its cores cost more than most, it idles the highest, and it runs no movable pod.
+        NEW_PREFIX + "score": "40",
         NEW_PREFIX + "score-class-gpu": "40",
-        NEW_PREFIX + "score-core-power": "90",
+        NEW_PREFIX + "score-core-power": "30",
         NEW_PREFIX + "score-idle-power": "0",
         NEW_PREFIX + "score-gpu-frag": "100",
         NEW_PREFIX + "score-gpu-free": "100",

@@ -63,18 +63,25 @@ def client(prom: PrometheusServer) -> Iterator[PrometheusClient]:
 
 
 def test_dcgm_aggregation_returns_one_sample_per_node(client: PrometheusClient) -> None:
-    result = client.query("avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL)")
+    result = client.query("avg by (hostname) (DCGM_FI_DEV_GPU_UTIL)")
 
-    assert result.values_by("Hostname") == {"node-1": 20.0, "node-2": 50.0, "node-3": 80.0}
-    assert all(dict(s.labels).keys() == {"Hostname"} for s in result.samples)
+    assert result.values_by("hostname") == {"node-1": 20.0, "node-2": 50.0, "node-3": 80.0}
+    assert all(dict(s.labels).keys() == {"hostname"} for s in result.samples)
     assert result.warnings == ()
     assert result.evaluated_at > 1.6e9  # the server's evaluation time, unix seconds
 
 
 def test_exporter_labels_survive_the_scrape(client: PrometheusClient) -> None:
-    # honor_labels: Kepler 0.7 names the node in `instance`, not the exporter address.
-    kepler = client.query("sum by (instance) (kepler_node_platform_joules_total)")
-    assert set(kepler.values_by("instance")) == {"node-1", "node-2", "node-3"}
+    # honor_labels: the blackbox exporter names the node in `instance` and its own `job`,
+    # which Prometheus would otherwise overwrite with the exporter's address and scrape job.
+    probes = client.query("probe_success")
+    assert {(s.labels["instance"], s.labels["job"]) for s in probes.samples} == {
+        ("node-1", "node-health"),
+        ("node-2", "node-health"),
+        ("node-3", "node-health"),
+    }
+    kepler = client.query("sum by (node_name) (kepler_node_cpu_joules_total)")
+    assert set(kepler.values_by("node_name")) == {"node-1", "node-2", "node-3"}
 
     gpus = client.query('kube_node_status_allocatable{resource="nvidia_com_gpu",unit="integer"}')
     assert gpus.values_by("node") == {"node-1": 2.0, "node-2": 2.0, "node-3": 2.0}
@@ -89,16 +96,16 @@ def test_state_changes_reach_prometheus_on_the_next_scrape(
 ) -> None:
     cluster.set_gpu_memory("node-2", 40000)
     prom.wait_for(
-        "max by (Hostname) (DCGM_FI_DEV_FB_USED)",
-        lambda r: r.values_by("Hostname").get("node-2") == 40000,
+        "max by (hostname) (DCGM_FI_DEV_FB_USED)",
+        lambda r: r.values_by("hostname").get("node-2") == 40000,
     )
 
     cluster.hide("node-3", "DCGM_FI_DEV_FB_FREE")
     gone = prom.wait_for(
-        "count by (Hostname) (DCGM_FI_DEV_FB_FREE)",
-        lambda r: "node-3" not in r.values_by("Hostname"),
+        "count by (hostname) (DCGM_FI_DEV_FB_FREE)",
+        lambda r: "node-3" not in r.values_by("hostname"),
     )
-    assert set(gone.values_by("Hostname")) == {"node-1", "node-2"}  # staleness, no 5 min lag
+    assert set(gone.values_by("hostname")) == {"node-1", "node-2"}  # staleness, no 5 min lag
 
 
 def test_nan_and_infinities_become_floats(client: PrometheusClient) -> None:
@@ -117,9 +124,9 @@ def test_time_parameter_sets_the_evaluation_time(client: PrometheusClient) -> No
 
 
 def test_get_and_post_give_the_same_answer(prom: PrometheusServer) -> None:
-    query = "count by (Hostname) (DCGM_FI_DEV_GPU_UTIL)"
+    query = "count by (hostname) (DCGM_FI_DEV_GPU_UTIL)"
     with prom.client(method="GET") as get, prom.client(method="POST") as post:
-        assert get.query(query).values_by("Hostname") == post.query(query).values_by("Hostname")
+        assert get.query(query).values_by("hostname") == post.query(query).values_by("hostname")
 
 
 def test_syntax_error_names_query_and_error(client: PrometheusClient) -> None:
@@ -133,9 +140,9 @@ def test_syntax_error_names_query_and_error(client: PrometheusClient) -> None:
 
 
 def test_execution_error_is_a_query_error(client: PrometheusClient) -> None:
-    # Two GPUs per Hostname on each side: a one-to-one match is impossible (HTTP 422).
+    # Two GPUs per hostname on each side: a one-to-one match is impossible (HTTP 422).
     with pytest.raises(PrometheusQueryError) as info:
-        client.query("DCGM_FI_DEV_GPU_UTIL * on (Hostname) DCGM_FI_DEV_FB_USED")
+        client.query("DCGM_FI_DEV_GPU_UTIL * on (hostname) DCGM_FI_DEV_FB_USED")
     assert info.value.error_type == "execution"
     assert "many-to-many matching not allowed" in str(info.value)
 
@@ -147,8 +154,8 @@ def test_range_vector_result_is_refused(client: PrometheusClient) -> None:
 
 def test_duplicate_label_values_need_an_aggregation(client: PrometheusClient) -> None:
     result = client.query("DCGM_FI_DEV_GPU_UTIL")
-    with pytest.raises(PrometheusResponseError, match=r"max by \(Hostname\)"):
-        result.values_by("Hostname")
+    with pytest.raises(PrometheusResponseError, match=r"max by \(hostname\)"):
+        result.values_by("hostname")
 
 
 def test_server_side_timeout_is_sent_and_reported(prom: PrometheusServer) -> None:
@@ -207,24 +214,25 @@ def test_backfilled_history_is_queryable_at_its_timestamps() -> None:
     start = 1_700_000_000.0
     cluster = SyntheticCluster(nodes=4, gpus_per_node=2, seed=1)
     cluster.set_gpu_util("node-2", 70)
-    cluster.set_power("node-3", platform_watts=450)
+    cluster.set_power("node-3", package_watts=450)
     text = io.StringIO()
     cluster.write_openmetrics(text, [start + 15 * i for i in range(20)])  # 285 s of history
 
     server = PrometheusServer()
     server.backfill(text.getvalue())
     with server, server.client(timeout_s=5) as client:
-        util = client.query("avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL)", time=start + 100)
-        assert util.values_by("Hostname") == {
+        util = client.query("avg by (hostname) (DCGM_FI_DEV_GPU_UTIL)", time=start + 100)
+        assert util.values_by("hostname") == {
             "node-1": 0.0,
             "node-2": 70.0,
             "node-3": 0.0,
             "node-4": 0.0,
         }
         watts = client.query(
-            "sum by (instance) (rate(kepler_node_platform_joules_total[1m]))", time=start + 200
-        ).values_by("instance")
-        assert watts["node-3"] == pytest.approx(450) and watts["node-1"] == pytest.approx(300)
+            "sum by (node_name) (rate(kepler_node_cpu_joules_total[1m]))", time=start + 200
+        ).values_by("node_name")
+        # The CPU counter over both zones: 450 W set, 120 W the default.
+        assert watts["node-3"] == pytest.approx(450) and watts["node-1"] == pytest.approx(120)
         # Before the first sample, and past the 5 min lookback after the last one: nothing.
         assert client.query("DCGM_FI_DEV_GPU_UTIL", time=start - 1).samples == ()
         assert client.query("DCGM_FI_DEV_GPU_UTIL", time=start + 285 + 301).samples == ()

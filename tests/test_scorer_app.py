@@ -115,7 +115,7 @@ def test_explain_nodes_and_one_node(
     assert table["leader"] is True
     assert [d["dimension"] for d in table["dimensions"]] == ["util", "power", "overcommit-pct"]
     assert detail["policyVersion"] == POLICY.version
-    assert detail["dimensions"][0]["query"] == "avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL)"
+    assert detail["dimensions"][0]["query"] == "avg by (hostname) (DCGM_FI_DEV_GPU_UTIL)"
     assert detail["dimensions"][0]["raw"] == 95.0
     assert detail["taints"] == [
         {"key": "kube-steer.github.io/gpu-hot", "value": "true", "effect": "NoSchedule"}
@@ -405,7 +405,7 @@ def test_cli_explain_queries_a_running_scorer(
             == 0
         )
         pod_json = json.loads(capsys.readouterr().out)
-    assert "avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL)" in node_out
+    assert "avg by (hostname) (DCGM_FI_DEV_GPU_UTIL)" in node_out
     assert "condition gpu-hot: util (raw) Gt 90 observed 95 active=True" in node_out
     assert nodes_out.splitlines()[0].split() == [
         "NODE",

@@ -6,6 +6,7 @@ import math
 
 from scorer.model import NodeState, parse_rfc3339, rfc3339
 from scorer.observe import NodeIndex, read_dimension
+from steer.core.policy import PrometheusDimension
 from steer.core.scheduling import Taint
 from tests.apistub_fixtures import load_api_fixture
 from tests.scorer_support import FakeSample, small_policy
@@ -13,6 +14,15 @@ from tests.scorer_support import FakeSample, small_policy
 POLICY = small_policy()
 UTIL = POLICY.dimension("util")
 POWER = POLICY.dimension("power")
+# node-exporter names a node only by its scrape target: `instance` is the pod's IP:port.
+NODE_CPU = PrometheusDimension.model_validate(
+    {
+        "name": "cpu-busy",
+        "query": '100 * (1 - avg by (instance) (rate(node_cpu_seconds_total{mode="idle"}[5m])))',
+        "nodeLabel": "instance",
+        "weight": 1,
+    }
+)
 NODES = [
     NodeState("worker-1", addresses=("10.0.0.11", "worker-1")),
     NodeState("worker-2", addresses=("10.0.0.12", "fd00::12", "worker-2.example.internal")),
@@ -58,18 +68,18 @@ def test_a_name_wins_over_another_nodes_address() -> None:
 
 def test_unknown_unlabelled_and_non_finite_samples_are_counted_not_scored() -> None:
     samples = [
-        FakeSample({"instance": "10.0.0.11:9102"}, 310.0),
-        FakeSample({"instance": "worker-2"}, 280.0),
-        FakeSample({"instance": "10.9.9.9:9102"}, 1.0),
+        FakeSample({"instance": "10.0.0.11:9100"}, 31.0),
+        FakeSample({"instance": "worker-2"}, 28.0),
+        FakeSample({"instance": "10.9.9.9:9100"}, 1.0),
         FakeSample({"instance": "gone-node"}, 2.0),
-        FakeSample({"job": "kepler"}, 3.0),
-        FakeSample({"instance": "worker-2:9102"}, math.nan),
+        FakeSample({"job": "node-exporter"}, 3.0),
+        FakeSample({"instance": "worker-2:9100"}, math.nan),
     ]
-    reading = read_dimension(POWER, samples, observed_at=100.0, index=NodeIndex(NODES))
-    assert reading.values == {"worker-1": 310.0, "worker-2": 280.0}
+    reading = read_dimension(NODE_CPU, samples, observed_at=100.0, index=NodeIndex(NODES))
+    assert reading.values == {"worker-1": 31.0, "worker-2": 28.0}
     assert reading.samples == 6
     assert reading.unknown == 2
-    assert reading.unknown_examples == ("10.9.9.9:9102", "gone-node")
+    assert reading.unknown_examples == ("10.9.9.9:9100", "gone-node")
     assert reading.unlabelled == 1
     assert reading.non_finite == 1
 
@@ -77,18 +87,18 @@ def test_unknown_unlabelled_and_non_finite_samples_are_counted_not_scored() -> N
 def test_two_series_for_one_node_keep_the_larger_value() -> None:
     samples = [
         FakeSample({"instance": "worker-1"}, 5.0),
-        FakeSample({"instance": "10.0.0.11:9102"}, 7.0),
+        FakeSample({"instance": "10.0.0.11:9100"}, 7.0),
     ]
-    reading = read_dimension(POWER, samples, observed_at=0.0, index=NodeIndex(NODES))
+    reading = read_dimension(NODE_CPU, samples, observed_at=0.0, index=NodeIndex(NODES))
     assert reading.values == {"worker-1": 7.0}
     assert reading.duplicates == 1
 
 
 def test_each_dimension_reads_its_own_node_label() -> None:
-    samples = [FakeSample({"Hostname": "worker-1", "instance": "worker-2"}, 40.0)]
-    assert read_dimension(UTIL, samples, observed_at=0.0, index=NodeIndex(NODES)).values == {
-        "worker-1": 40.0
-    }
+    samples = [FakeSample({"hostname": "worker-1", "node_name": "worker-2"}, 40.0)]
+    index = NodeIndex(NODES)
+    assert read_dimension(UTIL, samples, observed_at=0.0, index=index).values == {"worker-1": 40.0}
+    assert read_dimension(POWER, samples, observed_at=0.0, index=index).values == {"worker-2": 40.0}
 
 
 def test_rfc3339_round_trip() -> None:

@@ -40,14 +40,15 @@ from tests.scorer_support import (
 
 POLICY = parse_policy(SMALL_POLICY)
 NODES = ("node-1", "node-2", "node-3")
-RATE = "sum by (instance) (rate(kepler_node_platform_joules_total[5m]))"
+POWER = "sum by (node_name) (kepler_node_cpu_watts)"
 
 
 def shape(cluster: SyntheticCluster) -> None:
-    """util 20/50/95 %, platform 300/400/500 W, CPU limits 70 and 32 of 64 cores on node-1/3."""
+    """util 20/50/95 %, CPU 300/400/500 W (Kepler's package and dram zones together), CPU
+    limits 70 and 32 of 64 cores on node-1/3."""
     for name, util, watts in zip(NODES, (20, 50, 95), (300, 400, 500), strict=True):
         cluster.set_gpu_util(name, util)
-        cluster.set_power(name, platform_watts=watts)
+        cluster.set_power(name, package_watts=watts)
     cluster.add_container(
         "node-1", "team-a", "big", requests={"cpu": 8}, limits={"cpu": 70, "memory": 128 * GIB}
     )
@@ -59,7 +60,7 @@ def scraped() -> Iterator[tuple[SyntheticCluster, PrometheusServer]]:
     cluster = SyntheticCluster(nodes=3, gpus_per_node=2)
     shape(cluster)
     with scraped_cluster(cluster, scrape_interval_s=0.5) as (_exporter, prom):
-        prom.wait_for(RATE, lambda r: len(r.samples) == 3)
+        prom.wait_for(POWER, lambda r: len(r.samples) == 3)
         yield cluster, prom
 
 
@@ -142,6 +143,7 @@ def test_queries_per_cycle_equal_dimensions_whatever_the_node_count(
     cluster, prom = scraped
     stub_nodes(apistub, NODES)
     scorer = make_scorer(apistub, tmp_path, prom.url)
+    scorer.run_cycle()  # the first also diagnoses each dimension's data (then hourly)
     before = query_requests(prom)
     scorer.run_cycle()
     assert query_requests(prom) - before == len(POLICY.spec.dimensions)
@@ -172,11 +174,14 @@ def test_flapping_metric_within_the_hysteresis_margin_writes_nothing(
         scorer.run_cycle()
     apistub.clear_requests()
     try:
-        cluster.noise_pct = 2.0  # ±2 % on every gauge at every scrape
+        # ±2 % on every gauge at every scrape. Power is a gauge too: node-2's power score
+        # (500 - 400) / (500 - 300) moves within 45..55 ((490-408)/(490-306) .. (510-392)/
+        # (510-294)), inside bucket 50's 42..58 (half a step and the margin either side).
+        cluster.noise_pct = 2.0
         for util in (53, 47, 52, 48):  # node-2 around 50: score 47..53, bucket 50, margin 3
             cluster.set_gpu_util("node-2", util)
             prom.wait_for(
-                'avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL{Hostname="node-2"})',
+                'avg by (hostname) (DCGM_FI_DEV_GPU_UTIL{hostname="node-2"})',
                 near(util),
             )
             result = scorer.run_cycle()
@@ -229,7 +234,7 @@ def test_a_series_that_disappears_is_withdrawn_after_its_ttl(
     try:
         cluster.hide("node-1", "DCGM_FI_DEV_GPU_UTIL")
         prom.wait_for(
-            'count(DCGM_FI_DEV_GPU_UTIL{Hostname="node-1"}) or vector(0)',
+            'count(DCGM_FI_DEV_GPU_UTIL{hostname="node-1"}) or vector(0)',
             lambda r: r.samples[0].value == 0,
         )
         node1 = first.plan.node("node-1")
@@ -312,32 +317,38 @@ def test_an_injected_conflict_during_a_cycle_is_retried(apistub: ApiStub, tmp_pa
 def test_kepler_010_watts_and_ip_port_instances_map_to_nodes(
     apistub: ApiStub, tmp_path: Path
 ) -> None:
-    """Kepler >= 0.10 names the node in `node_name`; an `instance` that is the scrape target
-    `IP:port` resolves through the Node's InternalIP."""
-    cluster = SyntheticCluster(nodes=3, gpus_per_node=1)
+    """Kepler >= 0.10 names the node in `node_name`; Kepler 0.7's `instance`, when it is the
+    scrape target `IP:port`, resolves through the Node's InternalIP. A cluster in the middle of
+    the upgrade serves both."""
+    cluster = SyntheticCluster(nodes=3, gpus_per_node=1, kepler_styles=("0.7", "0.10"))
     for name, watts in zip(NODES, (100, 150, 200), strict=True):
         cluster.set_power(name, package_watts=watts, platform_watts=watts * 2)
     for i, name in enumerate(NODES, start=1):
         node = synthetic_node(name, gpus=1)
         node["status"]["addresses"].insert(0, {"type": "InternalIP", "address": f"10.0.0.{i}"})
         apistub.add_node(node)
-    as_target = (
-        "label_replace(sum by (instance) (rate(kepler_node_platform_joules_total[5m])), "
-        '"instance", "10.0.0.$1:9102", "instance", "node-(.*)")'
-    )
+    query_07 = "sum by (instance) (irate(kepler_node_platform_joules_total[5m]))"
+    assert query_07 in POWER_KEPLER_07  # the preset's query, rewritten to name scrape targets
+    as_target = f'label_replace({query_07}, "instance", "10.0.0.$1:9102", "instance", "node-(.*)")'
     text = (
         "apiVersion: kube-steer.github.io/v1alpha1\nkind: SteeringPolicy\nmetadata: {name: kepler}\nspec:\n"
         "  dimensions:\n"
-        + POWER_KEPLER_010.replace("name: power", "name: cpu-power")
-        + POWER_KEPLER_07.replace("name: power", "name: node-power").replace(
-            "sum by (instance) (rate(kepler_node_platform_joules_total[5m]))", as_target
+        # The presets weigh power 0 (the cluster score reads it); here they are the score.
+        + POWER_KEPLER_010.replace("name: power", "name: cpu-power").replace(
+            "weight: 0", "weight: 1"
         )
+        + POWER_KEPLER_07.replace("name: power", "name: node-power")
+        .replace("weight: 0", "weight: 1")
+        .replace(query_07, as_target)
     )
     policy = parse_policy(text)
     with backfilled_prometheus(cluster) as prom:
         result = make_scorer(apistub, tmp_path, prom.url, policy).run_cycle(dry_run=True)
     by_node = {p.node: p for p in result.plan.nodes}
+    # cpu-power: package + dram = the CPU watts set; node-power: the platform's, twice that.
     assert [by_node[n].dimensions["cpu-power"].raw for n in NODES] == [100.0, 150.0, 200.0]
+    node_power = [by_node[n].dimensions["node-power"].raw for n in NODES]
+    assert node_power == pytest.approx([200.0, 300.0, 400.0])
     assert [by_node[n].labels["kube-steer.github.io/score-cpu-power"] for n in NODES] == [
         "100",
         "50",

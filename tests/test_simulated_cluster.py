@@ -89,7 +89,14 @@ def test_gpu_pods_get_the_lowest_free_gpus_and_keep_them() -> None:
     free = {labels["gpu"]: v for labels, v in samples(fams, "DCGM_FI_DEV_FB_FREE")}
     assert util == {"0": 80, "1": 80, "2": 80, "3": 0, "4": 0, "5": 0, "6": 0, "7": 0}
     assert used["0"] == 60000 and used["7"] == 0 and free["0"] == 81920 - 60000
-    assert {labels["Hostname"] for labels, _ in samples(fams, "DCGM_FI_DEV_GPU_UTIL")} == {"gpu-1"}
+    assert {labels["hostname"] for labels, _ in samples(fams, "DCGM_FI_DEV_GPU_UTIL")} == {"gpu-1"}
+
+
+def test_dcgm_releases_before_the_rename_name_the_node_in_capital_hostname() -> None:
+    sim = SimCluster(dcgm_host_label="Hostname")
+    sim.update([node("gpu-1", gpus=1)], [], now=0)
+    labels = [lb for lb, _ in samples(sim.families(now=0), "DCGM_FI_DEV_GPU_UTIL")]
+    assert [(lb.get("Hostname"), lb.get("hostname")) for lb in labels] == [("gpu-1", None)]
 
 
 def test_external_load_makes_idle_gpus_hot_and_adds_to_jobs() -> None:
@@ -97,9 +104,9 @@ def test_external_load_makes_idle_gpus_hot_and_adds_to_jobs() -> None:
     nodes = [node("gpu-2", cpu="64", memory="512Gi", gpus=8), node("cpu-1")]
     sim.update(nodes, [pod("job", "gpu-2", gpus=1)], now=0)
     fams = sim.families(now=0)
-    util = by(fams, "DCGM_FI_DEV_GPU_UTIL", "Hostname")
+    util = by(fams, "DCGM_FI_DEV_GPU_UTIL", "hostname")
     assert util == {"gpu-2": [100, 95, 95, 95, 95, 95, 95, 95]}  # no DCGM series on cpu-1
-    assert by(fams, "DCGM_FI_DEV_FB_USED", "Hostname")["gpu-2"][1] == 16384
+    assert by(fams, "DCGM_FI_DEV_FB_USED", "hostname")["gpu-2"][1] == 16384
 
 
 def test_ksm_series_follow_pods_and_allocatable() -> None:

@@ -73,10 +73,11 @@ def loopback_plane(folder: Path) -> Iterator[ControlPlane]:
 
 @contextlib.contextmanager
 def scraped_nodes() -> Iterator[PrometheusServer]:
-    """A real Prometheus scraping synthetic power data of NODES (different per node)."""
+    """A real Prometheus scraping synthetic power data of NODES (CPU 300, 400 and 500 W, as
+    the starter policy's Kepler >= 0.10 query reads it)."""
     cluster = SyntheticCluster(nodes=len(NODES), gpus_per_node=0, node_prefix="install-e2e-")
     for i, name in enumerate(NODES):
-        cluster.set_power(name, platform_watts=300 + 100 * i)
+        cluster.set_power(name, package_watts=300 + 100 * i)
     with scraped_cluster(cluster, scrape_interval_s=0.5) as (_exporter, prom):
         yield prom
 

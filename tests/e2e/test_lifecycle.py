@@ -408,12 +408,9 @@ def scraped() -> Iterator[tuple[SyntheticCluster, PrometheusServer]]:
     cluster = SyntheticCluster(nodes=3, gpus_per_node=2, node_prefix="lifecycle-")
     for name, util, watts in zip(NODES, (20, 50, 95), (300, 400, 500), strict=True):
         cluster.set_gpu_util(name, util)
-        cluster.set_power(name, platform_watts=watts)
+        cluster.set_power(name, package_watts=watts)
     with scraped_cluster(cluster, scrape_interval_s=0.5) as (_exporter, prom):
-        prom.wait_for(
-            "sum by (instance) (rate(kepler_node_platform_joules_total[5m]))",
-            lambda r: len(r.samples) == 3,
-        )
+        prom.wait_for("sum by (node_name) (kepler_node_cpu_watts)", lambda r: len(r.samples) == 3)
         yield cluster, prom
 
 

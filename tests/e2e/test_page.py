@@ -71,7 +71,7 @@ def scraped() -> Iterator[PrometheusServer]:
     cluster = SyntheticCluster(nodes=3, gpus_per_node=2, node_prefix="page-e2e-")
     for name, util, watts in zip(NODES, (20, 50, 95), (300, 400, 500), strict=True):
         cluster.set_gpu_util(name, util)
-        cluster.set_power(name, platform_watts=watts)
+        cluster.set_power(name, package_watts=watts)
     with scraped_cluster(cluster, scrape_interval_s=0.5) as (_exporter, prom):
         yield prom
 

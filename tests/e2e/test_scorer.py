@@ -43,7 +43,7 @@ from tests.scorer_support import SMALL_POLICY
 
 NODES = ("scorer-e2e-1", "scorer-e2e-2", "scorer-e2e-3")
 N1, N2, N3 = NODES
-RATE = "sum by (instance) (rate(kepler_node_platform_joules_total[5m]))"
+POWER = "sum by (node_name) (kepler_node_cpu_watts)"
 UTIL = "DCGM_FI_DEV_GPU_UTIL"
 SCORER_MANIFEST = ROOT / "manifests" / "scorer" / "scorer.yaml"
 
@@ -116,10 +116,11 @@ def policy_text(**scoring: object) -> str:
 
 
 def shape(cluster: SyntheticCluster) -> None:
-    """util 20/50/95 %, platform 300/400/500 W, CPU limits 70 and 32 of 64 cores on nodes 1/3."""
+    """util 20/50/95 %, CPU 300/400/500 W (Kepler's package and dram zones together), CPU
+    limits 70 and 32 of 64 cores on nodes 1/3."""
     for name, util, watts in zip(NODES, (20, 50, 95), (300, 400, 500), strict=True):
         cluster.set_gpu_util(name, util)
-        cluster.set_power(name, platform_watts=watts)
+        cluster.set_power(name, package_watts=watts)
     cluster.add_container(
         N1, "team-a", "big", requests={"cpu": 8}, limits={"cpu": 70, "memory": 128 * GIB}
     )
@@ -131,7 +132,7 @@ def scraped() -> Iterator[tuple[SyntheticCluster, PrometheusServer]]:
     cluster = SyntheticCluster(nodes=3, gpus_per_node=2, node_prefix="scorer-e2e-")
     shape(cluster)
     with scraped_cluster(cluster, scrape_interval_s=0.5) as (_exporter, prom):
-        prom.wait_for(RATE, lambda r: len(r.samples) == 3)
+        prom.wait_for(POWER, lambda r: len(r.samples) == 3)
         yield cluster, prom
 
 
@@ -293,7 +294,7 @@ def test_labels_are_kept_within_the_ttl_then_withdrawn_with_their_taint(
     observed_at = [last_seen.plan.node(n).dimensions["util"].observed_at for n in (N1, N3)]  # type: ignore[union-attr]
     assert None not in observed_at
     last_observed = max(t for t in observed_at if t is not None)
-    gone = f'count({UTIL}{{Hostname=~"{N1}|{N3}"}}) or vector(0)'
+    gone = f'count({UTIL}{{hostname=~"{N1}|{N3}"}}) or vector(0)'
     try:
         for name in (N1, N3):
             cluster.hide(name, UTIL)
@@ -338,7 +339,7 @@ def test_labels_are_kept_within_the_ttl_then_withdrawn_with_their_taint(
         assert annotation_json(stored[name], MANAGED)["taints"] == []
     assert owned(stored[N2]) == EXPECTED[N2]  # its util is fresh
     # put the data back for the next test
-    prom.wait_for(f'count({UTIL}{{Hostname=~"scorer-e2e-.*"}})', lambda r: r.samples[0].value == 6)
+    prom.wait_for(f'count({UTIL}{{hostname=~"scorer-e2e-.*"}})', lambda r: r.samples[0].value == 6)
 
 
 # ------------------------------------------------------------------ 2. taints and conflicts

@@ -73,8 +73,8 @@ UTIL, PEAK, SCORE, CLASS_GPU = (
     f"{PREFIX}score",
     f"{PREFIX}score-class-gpu",
 )
-UTIL_QUERY = "avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL)"
-RATE = "sum by (instance) (rate(kepler_node_platform_joules_total[5m]))"
+UTIL_QUERY = "avg by (hostname) (DCGM_FI_DEV_GPU_UTIL)"
+POWER = "sum by (node_name) (kepler_node_cpu_watts)"
 DOWN = "http://127.0.0.1:9"  # nothing listens: every query is refused at once
 
 POLICY = parse_policy(SMALL_POLICY)
@@ -87,7 +87,7 @@ LIVE_TEXT = SMALL_POLICY.replace(
     "  taints:\n",
     "    - name: gpu-peak\n"
     "      query: DCGM_FI_DEV_GPU_UTIL\n"
-    "      nodeLabel: Hostname\n"
+    "      nodeLabel: hostname\n"
     "      unit: pct\n"
     "      direction: lowerIsBetter\n"
     "      normalization: {method: fixed, min: 0, max: 100}\n"
@@ -117,10 +117,11 @@ FOREIGN_CONDITION = {
 
 
 def shape(cluster: SyntheticCluster) -> None:
-    """util 20/50/95 %, platform 300/400/500 W, CPU limits 70 and 32 of 64 cores on node-1/3."""
+    """util 20/50/95 %, CPU 300/400/500 W (Kepler's package and dram zones together), CPU
+    limits 70 and 32 of 64 cores on node-1/3."""
     for name, util, watts in zip(NODES, UTILS, (300, 400, 500), strict=True):
         cluster.set_gpu_util(name, util)
-        cluster.set_power(name, platform_watts=watts)
+        cluster.set_power(name, package_watts=watts)
     cluster.add_container(
         "node-1", "team-a", "big", requests={"cpu": 8}, limits={"cpu": 70, "memory": 128 * GIB}
     )
@@ -254,7 +255,7 @@ def scraped() -> Iterator[tuple[SyntheticCluster, PrometheusServer]]:
     cluster = SyntheticCluster(nodes=3, gpus_per_node=2)
     shape(cluster)
     with scraped_cluster(cluster, scrape_interval_s=0.5) as (_exporter, prom):
-        prom.wait_for(RATE, lambda r: len(r.samples) == 3)
+        prom.wait_for(POWER, lambda r: len(r.samples) == 3)
         yield cluster, prom
 
 
@@ -339,11 +340,11 @@ def test_a_node_missing_from_a_reading_keeps_its_label_and_duplicate_series_are_
         cluster.hide("node-2", "DCGM_FI_DEV_GPU_UTIL")
         cluster.set_gpu_util("node-1", 80, gpu=1)
         prom.wait_for(
-            'count(DCGM_FI_DEV_GPU_UTIL{Hostname="node-2"}) or vector(0)',
+            'count(DCGM_FI_DEV_GPU_UTIL{hostname="node-2"}) or vector(0)',
             lambda r: r.samples[0].value == 0,
         )
         prom.wait_for(
-            'max(DCGM_FI_DEV_GPU_UTIL{Hostname="node-1"})', lambda r: r.samples[0].value == 80
+            'max(DCGM_FI_DEV_GPU_UTIL{hostname="node-1"})', lambda r: r.samples[0].value == 80
         )
         partial = scorer.run_cycle()
         node2 = partial.plan.node("node-2")
@@ -522,8 +523,8 @@ def test_node_writes_failing_with_500_409_and_timeouts_are_retried_and_nodes_sta
     before = nodes_of(apistub)
     edited = parse_policy(
         SMALL_POLICY.replace(
-            "      nodeLabel: instance\n      direction: lowerIsBetter\n",
-            "      nodeLabel: instance\n      direction: higherIsBetter\n",
+            "      nodeLabel: node_name\n      direction: lowerIsBetter\n",
+            "      nodeLabel: node_name\n      direction: higherIsBetter\n",
             1,
         )
     )

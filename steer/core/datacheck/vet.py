@@ -2,7 +2,7 @@
 
 The scorer vets every reading each cycle from what the reading already holds (no query more):
 values the unit cannot take are dropped, a reading whose scale contradicts the unit or that
-resolves fewer than `coverage.minPercent` of its expected nodes is held back, and each
+resolves some but fewer than `coverage.minPercent` of its expected nodes is held back, and each
 shortfall says its cause where the reading shows one (samples without the node label, label
 values that name no node).
 """
@@ -103,7 +103,9 @@ def _coverage(
         f"resolves {resolved} of {len(expected)} expected nodes ({share:.0f} %, coverage: "
         f"{what}); missing: {shown}; {cause}",
         fix,
-        blocking=share < dim.coverage.min_percent,
+        # Nothing resolved is nothing to hold back: the reading is empty either way, and an
+        # empty reading (not a failed one) lets the power model stand in for the nodes.
+        blocking=0 < resolved and share < dim.coverage.min_percent,
     )
 
 

@@ -132,11 +132,12 @@ class Coverage(PolicyModel):
     part of the cluster in silence.
 
     `any` (the default): at least one node; `all`: every node; `offering`: every node that
-    offers what pod class `podClass` requests (its GPU nodes). Below `minPercent` of the
-    expected nodes the cycle's reading is not published (kept until its TTL, then withdrawn, as
-    when the source is down): scores normalised over a small, biased part of the cluster would
-    rank it wrongly. Between that and all of them it is published for the nodes it resolves and
-    reported.
+    offers what pod class `podClass` requests (its GPU nodes). A reading that resolves some but
+    fewer than `minPercent` of the expected nodes is not published (kept until its TTL, then
+    withdrawn, as when the source is down): scores normalised over a small, biased part of the
+    cluster would rank it wrongly. Between that and all of them it is published for the nodes it
+    resolves and reported; one that resolves none is reported (it has nothing to publish, and
+    the power model still stands in for an energy dimension's nodes).
     """
 
     nodes: Literal["any", "all", "offering"] = "any"
