@@ -219,3 +219,14 @@ def test_a_query_that_writes_its_node_label_is_not_blamed_for_it() -> None:
         ),
     )
     assert diagnose(dim("core-power"), facts) == ()
+
+
+def test_a_field_renamed_with_its_unit_is_named_with_the_unit_to_declare() -> None:
+    facts = PrometheusFacts(
+        frozenset({"DCGM_FI_DEV_GPU_UTIL_RATIO", "DCGM_FI_DEV_FB_USED"}),
+        (MetricFacts("DCGM_FI_DEV_GPU_UTIL", False),),
+    )
+    (problem,) = diagnose(dim("gpu-util"), facts)
+    assert problem.kind == ProblemKind.ABSENT
+    assert problem.message.endswith("similar names found: DCGM_FI_DEV_GPU_UTIL_RATIO")
+    assert "_RATIO is 0..1" in problem.fix

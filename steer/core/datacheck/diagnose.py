@@ -93,6 +93,17 @@ def _renamed(dim: PrometheusDimension, present: list[MetricFacts]) -> list[DataP
 
 
 def _absent(dim: PrometheusDimension, metric: str, names: frozenset[str]) -> DataProblem:
+    similar = sorted(n for n in names if n != metric and n.startswith(metric))
+    if similar:
+        # A field renamed with its unit in its name (DCGM's `..._RATIO`, `..._BYTES`).
+        shown = ", ".join(similar[:5])
+        return DataProblem(
+            dim.name,
+            ProblemKind.ABSENT,
+            f"metric {metric} has no current series in Prometheus; similar names found: {shown}",
+            f"if {similar[0]} is the same quantity renamed, read it in the query and declare the "
+            "unit it reports (a name ending _RATIO is 0..1, _BYTES is bytes)",
+        )
     related = present_related(metric, names)
     own = family_of(metric)
     found = "; ".join(f"{title} series found: {', '.join(hits)}" for title, hits in related.items())

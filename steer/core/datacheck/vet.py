@@ -105,7 +105,7 @@ def _coverage(
         fix,
         # Nothing resolved is nothing to hold back: the reading is empty either way, and an
         # empty reading (not a failed one) lets the power model stand in for the nodes.
-        blocking=0 < resolved and share < dim.coverage.min_percent,
+        blocking=resolved > 0 and share < dim.coverage.min_percent,
     )
 
 
