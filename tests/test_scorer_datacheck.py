@@ -152,3 +152,15 @@ def test_a_node_label_spelled_otherwise_is_diagnosed_and_shown_by_readyz_and_exp
     assert status["expectedNodes"] == 3 and status["nodes"] == 0
     assert any(p["fix"].startswith("set nodeLabel: hostname") for p in status["problems"])
     assert "data: util: none of the series it reads" in text and "set nodeLabel: hostname" in text
+
+
+def test_a_source_that_cannot_be_read_is_a_data_problem_of_the_cycle(
+    apistub: ApiStub, tmp_path: Path
+) -> None:
+    """The DataReady condition and /readyz list every problem: a failed read counts."""
+    stub_nodes(apistub, NODES)
+    kube = client_for(apistub, tmp_path / "kubeconfig")
+    scorer = Scorer(lambda: policy(), NodeApi(KubeJson(kube)), prometheus_url="http://127.0.0.1:1")
+    (problem,) = scorer.run_cycle().plan.data_problems
+    assert problem.kind == ProblemKind.UNREADABLE and "127.0.0.1:1" in problem.message
+    assert "spec.prometheus.url" in problem.fix

@@ -72,14 +72,11 @@ def plan_table(
             )
         )
     stale = cycle.stale_dimensions
-    failed = [d for d in cycle.dimensions if not d.ok]
     footer = [
         f"policy {cycle.policy_version}: {len(cycle.nodes)} nodes, {len(cycle.changes)} to write"
         + (f"; stale dimensions: {', '.join(stale)}" if stale else "")
     ]
-    footer += [
-        f"query failed for {d.dimension}: {d.error}" for d in failed if d.error and not d.problems
-    ]
+    # Every problem with its fix, a failed read among them (`unreadable`).
     footer += [f"data: {p.line()}" for p in cycle.data_problems]
     lines = [
         "raw readings (unit in brackets; `steer explain node NAME` shows each query and time):",

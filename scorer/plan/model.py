@@ -13,6 +13,7 @@ from enum import StrEnum
 
 from steer.core.budget import Floor
 from steer.core.datacheck import DataProblem
+from steer.core.datacheck.problems import unreadable
 from steer.core.scheduling import Taint
 
 
@@ -220,4 +221,11 @@ class CyclePlan:
 
     @property
     def data_problems(self) -> tuple[DataProblem, ...]:
-        return tuple(p for d in self.dimensions for p in d.problems)
+        """Every dimension's data problems; a failed read counts as one (`unreadable`)."""
+        out: list[DataProblem] = []
+        for d in self.dimensions:
+            if d.problems:
+                out.extend(d.problems)
+            elif not d.ok and d.error is not None:
+                out.append(unreadable(d.dimension, d.error_kind or "response", d.error))
+        return tuple(out)

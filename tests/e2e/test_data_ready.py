@@ -128,6 +128,15 @@ def test_the_policy_status_says_what_the_data_lacks_and_clears_when_it_is_fixed(
             labels = admin.request("GET", f"/api/v1/nodes/{NODES[0]}")["metadata"]["labels"]
             assert labels["kube-steer.github.io/score-gpu-util"] == "70"
             assert scorer.get("/readyz")["data"]["problems"] == 0
+            table = control_plane.kubectl("get", "steeringpolicies", name)
+            assert table.split("\n")[0].split()[:5] == [
+                "NAME",
+                "ACCEPTED",
+                "MODE",
+                "VERSION",
+                "DATA",
+            ]
+            assert table.split("\n")[1].split()[4] == "True"
     finally:
         with contextlib.suppress(KubeApiError):
             admin.request("DELETE", path)

@@ -17,6 +17,7 @@ class ProblemKind(StrEnum):
     COVERAGE = "coverage"  # fewer nodes than the dimension's coverage expects
     UNIT = "unit"  # the values contradict the declared unit (another scale)
     OUT_OF_RANGE = "out-of-range"  # some values the unit cannot take, dropped
+    UNREADABLE = "unreadable"  # the source could not be read this cycle
 
 
 @dataclass(frozen=True)
@@ -53,3 +54,22 @@ class DataProblem:
             fix=str(obj["fix"]),
             blocking=bool(obj.get("blocking", False)),
         )
+
+
+# What to check when a source could not be read, by the failure's kind (scorer/sources).
+_READ_FIXES = {
+    "unavailable": "check spec.prometheus.url (or the dimension's url) and that the source is up",
+    "query": "correct the query: the source's own error says what it refused",
+    "auth": "give the scorer credentials the source accepts (bearerTokenFile, caFile)",
+    "response": "check that the URL is the source's API and that its answer fits the mapping",
+}
+
+
+def unreadable(dimension: str, kind: str, message: str) -> DataProblem:
+    """A read that failed, as a data problem (for the summaries that list every problem)."""
+    return DataProblem(
+        dimension,
+        ProblemKind.UNREADABLE,
+        f"could not be read: {message}",
+        _READ_FIXES.get(kind, _READ_FIXES["response"]),
+    )

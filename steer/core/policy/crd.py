@@ -287,6 +287,11 @@ def crd_manifest() -> dict[str, Any]:
                         {"name": "Mode", "type": "string", "jsonPath": ".status.scorer.mode"},
                         {"name": "Version", "type": "string", "jsonPath": ".status.scorer.version"},
                         {
+                            "name": "Data",
+                            "type": "string",
+                            "jsonPath": f'.status.conditions[?(@.type=="{DATA_READY}")].status',
+                        },
+                        {
                             "name": "Reason",
                             "type": "string",
                             "jsonPath": f"{accepted}.reason",
