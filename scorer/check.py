@@ -131,7 +131,6 @@ def check_policy(
         found = diagnose(dim, probe(client, metrics_of(dim), names), short=short)
         vetted = vet(dim, dataclasses.replace(reading, problems=found), expected)
         resolved = 0 if isinstance(vetted, DimensionFailure) else len(vetted.values)
-        problems = vetted.problems
         checks.append(
             DimensionCheck(
                 dim.name,
@@ -139,11 +138,7 @@ def check_policy(
                 samples=reading.samples,
                 nodes=resolved,
                 expected=None if expected is None else len(expected),
-                problems=_unique(problems),
+                problems=vetted.problems,
             )
         )
     return CheckReport(client.url, nodes is not None, tuple(checks))
-
-
-def _unique(problems: Sequence[DataProblem]) -> tuple[DataProblem, ...]:
-    return tuple(dict.fromkeys(problems))

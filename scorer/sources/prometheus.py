@@ -1,10 +1,10 @@
 """Prometheus: one instant query per dimension for the whole cluster, sent concurrently.
 
-A dimension whose answer resolves no node, or fewer than its coverage expects, is diagnosed from
-what Prometheus holds (absent metrics and the families found instead, the node label's
-spelling: steer/core/datacheck/diagnose.py). That costs a few requests more, so it is done when
-such a state begins and then at most every `DIAGNOSIS_INTERVAL_S` while it lasts; a healthy
-dimension costs its one query.
+A dimension is diagnosed from what Prometheus holds (absent metrics and the families found
+instead, the node label's spelling, renamed labels: steer/core/datacheck/diagnose.py) when first
+seen and hourly, and, while its answer resolves no node or has samples that name none, when
+that begins and at most every `DIAGNOSIS_INTERVAL_S`. That costs a few requests more only
+then; a steady cycle sends one query per dimension.
 """
 
 from __future__ import annotations
@@ -126,17 +126,25 @@ class PrometheusSource:
         the answer whole but wrong); one that resolves no node or has samples that name none,
         when that begins and every `DIAGNOSIS_INTERVAL_S` while it lasts."""
         now = time.monotonic()
+        keys: dict[str, tuple[str, str, str]] = {}
         due: list[tuple[PrometheusDimension, tuple[str, str, str], bool]] = []
         for dim in dimensions:
             reading = out.readings.get(dim.name)
             if reading is None or not isinstance(dim, PrometheusDimension):
                 continue
-            key = (dim.name, dim.query, dim.node_label)
+            key = keys[dim.name] = (dim.name, dim.query, dim.node_label)
             short = _short(reading)
             last = self._diagnoses.get(key)
             interval = DIAGNOSIS_INTERVAL_S if short else FULL_DIAGNOSIS_INTERVAL_S
             if last is None or last.short != short or now - last.at >= interval:
                 due.append((dim, key, short))
+        # Diagnoses of what the policy no longer reads (an edit) are dropped, not kept forever.
+        current = {
+            (d.name, d.query, d.node_label)
+            for d in dimensions
+            if isinstance(d, PrometheusDimension)
+        }
+        self._diagnoses = {k: v for k, v in self._diagnoses.items() if k in current}
         if due:
             try:
                 names = metric_index(client)
@@ -147,11 +155,11 @@ class PrometheusSource:
                     self._diagnoses[key] = _Diagnosis(now, short, diagnose(dim, facts, short=short))
             except PrometheusError as exc:  # the diagnosis is extra: its failure is only logged
                 log.warning("diagnosis of %s: %s", ", ".join(d.name for d, _, _ in due), exc)
-        for dim in dimensions:
-            reading = out.readings.get(dim.name)
-            found = self._diagnoses.get((dim.name, getattr(dim, "query", ""), dim.node_label))
-            if reading is not None and found is not None and found.problems:
-                out.readings[dim.name] = dataclasses.replace(reading, problems=found.problems)
+        for name, key in keys.items():
+            found = self._diagnoses.get(key)
+            if found is not None and found.problems:
+                reading = out.readings[name]
+                out.readings[name] = dataclasses.replace(reading, problems=found.problems)
 
 
 @dataclass(frozen=True)
