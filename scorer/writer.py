@@ -93,6 +93,11 @@ class RateLimiter:
         return wait
 
 
+# The scorer's Node writes are its own in managedFields (`kubectl get node
+# --show-managed-fields`), not the client library's default user agent.
+FIELD_MANAGER = {"fieldManager": "kube-steer-scorer"}
+
+
 class NodeApi:
     """The reads and writes the scorer makes, as plain JSON."""
 
@@ -112,12 +117,24 @@ class NodeApi:
 
     def patch_node(self, name: str, patch: Mapping[str, Any]) -> NodeState:
         return NodeState.from_k8s(
-            self.kube.request("PATCH", node_path(name), body=patch, content_type=MERGE_PATCH)
+            self.kube.request(
+                "PATCH",
+                node_path(name),
+                body=patch,
+                content_type=MERGE_PATCH,
+                query=FIELD_MANAGER,
+            )
         )
 
     def patch_node_status(self, name: str, patch: Mapping[str, Any]) -> NodeState:
         return NodeState.from_k8s(
-            self.kube.request("PATCH", node_status_path(name), body=patch, content_type=MERGE_PATCH)
+            self.kube.request(
+                "PATCH",
+                node_status_path(name),
+                body=patch,
+                content_type=MERGE_PATCH,
+                query=FIELD_MANAGER,
+            )
         )
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any]:

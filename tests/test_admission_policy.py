@@ -221,7 +221,7 @@ def test_the_budget_policy_judges_creation_and_resize_only(policy: Policy) -> No
         (["pods/resize"], ["UPDATE"]),
     ]
     text = str(vap["spec"]["validations"])
-    for name in ("kube-steer.kubernetes.io/pool-cpu", "kube-steer.kubernetes.io/budget-0pct"):
+    for name in ("kube-steer.github.io/pool-cpu", "kube-steer.github.io/budget-0pct"):
         assert name in text
     assert binding["spec"] == {"policyName": "steer-budget", "validationActions": ["Deny"]}
     labels = parse_policy(
@@ -236,7 +236,7 @@ def test_the_node_writes_policy_owns_the_prefixes_and_nothing_else(policy: Polic
     text = str(vap["spec"]["validations"])
     for prefix in (
         "kube-steer.github.io/",
-        "kube-steer.kubernetes.io/",
+        "kube-steer.github.io/",
         "steer.io/",
         "old.example/steer-",
     ):

@@ -44,7 +44,7 @@ from steer.core.policy import Policy, parse_policy
 from steer.core.quantity import QuantityError, parse_quantity
 from tests.conftest import EXAMPLE_POLICY
 
-PREFIX = "kube-steer.kubernetes.io/"
+PREFIX = "kube-steer.github.io/"
 
 
 def _policy(enforcement: str = "scheduler", budgets: tuple[float, ...] = (5, 0)) -> Policy:
@@ -239,8 +239,14 @@ def test_mutation_adds_pool_requests_and_the_gate_once() -> None:
     out = jsonpatch.apply_patch(pod, list(mutation.ops))
     resources = out["spec"]["containers"][0]["resources"]
     assert resources["requests"][f"{PREFIX}pool-cpu"] == "1050"
-    # Native resource names: no limit is needed, and the pod's own limits stay as they are.
-    assert resources["limits"] == {"cpu": "1050m", "memory": "1Gi"}
+    # Extended resources: the limit equals the request (the API requires it); the pod's own
+    # limits stay as they are.
+    assert resources["limits"] == {
+        "cpu": "1050m",
+        "memory": "1Gi",
+        f"{PREFIX}pool-cpu": "1050",
+        f"{PREFIX}pool-memory": "1024",
+    }
     assert resources["requests"]["cpu"] == "1"
     # No burst label and no pod anti-affinity (every pod's PreFilter would scan every pod).
     assert "labels" not in out["metadata"] and "podAntiAffinity" not in out["spec"]["affinity"]

@@ -261,23 +261,63 @@ def test_overcommit_budget_by_labels_needs_the_raw_overcommit_dimension() -> Non
 
 
 @pytest.mark.parametrize(
-    ("prefix", "expected"),
+    ("prefix", "native", "expected"),
     [
-        ("kube-steer.github.io/", "must be a DNS subdomain containing 'kubernetes.io'"),
-        ("kube-steer.kubernetes.io", "must be a DNS subdomain containing 'kubernetes.io'"),
-        ("kubernetes.io/", "the bare kubernetes.io/ prefix is Kubernetes' own"),
-        (
-            "bad_domain.kubernetes.io/",
-            "resource name 'bad_domain.kubernetes.io/pool-memory' is invalid",
-        ),
+        ("kube-steer.github.io", False, "must be a DNS subdomain followed by '/'"),
+        ("kubernetes.io/", True, "the bare kubernetes.io/ and k8s.io/ prefixes"),
+        ("kube-steer.kubernetes.io/", False, "reserve to Kubernetes"),
+        ("steer.k8s.io/", False, "reserve to Kubernetes"),
+        ("steer.k8s.io/", True, "needs a resourcePrefix containing 'kubernetes.io/'"),
+        ("kube-steer.github.io/", True, "needs a resourcePrefix containing 'kubernetes.io/'"),
+        ("bad_domain.example.com/", False, "resource name 'bad_domain.example.com/pool-memory'"),
+        ("bad_domain.kubernetes.io/", True, "resource name 'bad_domain.kubernetes.io/pool-memory'"),
     ],
 )
-def test_resource_prefix_must_make_native_resource_names(prefix: str, expected: str) -> None:
+def test_resource_prefix_is_the_operators_domain_unless_native_names_are_chosen(
+    prefix: str, native: bool, expected: str
+) -> None:
     doc = _doc()
     doc["spec"]["resourcePrefix"] = prefix
+    doc["spec"]["nativeResourceNames"] = native
+    doc["spec"]["formerResourcePrefixes"] = []
     issues = _issues(doc)
-    assert issues and all(i.startswith("spec.resourcePrefix:") for i in issues)
+    assert issues and all(
+        i.startswith(("spec.resourcePrefix:", "spec.nativeResourceNames:")) for i in issues
+    )
     assert expected in issues[0]
+
+
+def test_native_resource_names_are_an_explicit_choice() -> None:
+    doc = _doc()
+    doc["spec"]["resourcePrefix"] = "kube-steer.kubernetes.io/"
+    doc["spec"]["nativeResourceNames"] = True
+    doc["spec"]["formerResourcePrefixes"] = ["kube-steer.github.io/"]
+    policy = parse_policy(yaml.safe_dump(doc))
+    assert policy.spec.resource_prefixes == ("kube-steer.kubernetes.io/", "kube-steer.github.io/")
+
+
+@pytest.mark.parametrize(
+    ("former", "expected"),
+    [
+        (["kube-steer.github.io/"], "spec.formerResourcePrefixes[0]: is the resourcePrefix itself"),
+        (
+            ["a.example.com/", "a.example.com/"],
+            "spec.formerResourcePrefixes: lists 'a.example.com/' twice",
+        ),
+        (["bad_x/"], "spec.formerResourcePrefixes[0]: 'bad_x/' is not a resource prefix"),
+    ],
+)
+def test_former_resource_prefixes_are_checked(former: list[str], expected: str) -> None:
+    doc = _doc()
+    doc["spec"]["formerResourcePrefixes"] = former
+    assert any(i.startswith(expected) for i in _issues(doc)), _issues(doc)
+
+
+def test_the_default_resource_prefix_is_the_projects_and_the_former_default_is_read() -> None:
+    policy = parse_policy(yaml.safe_dump(_doc()))
+    assert policy.spec.resource_prefix == "kube-steer.github.io/"
+    assert policy.spec.former_resource_prefixes == ("kube-steer.kubernetes.io/",)
+    assert not policy.spec.native_resource_names
 
 
 @pytest.mark.parametrize(

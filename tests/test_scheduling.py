@@ -327,7 +327,7 @@ def test_explain_excludes_nodes_without_the_requested_resource() -> None:
                 "cpu": "8",
                 "memory": "32Gi",
                 "nvidia.com/gpu": "8",
-                "kube-steer.kubernetes.io/avoid-gpu-hot": "110",  # the gate GPU pods request
+                "kube-steer.github.io/avoid-gpu-hot": "110",  # the gate GPU pods request
             },
         ),
         NodeState("unread"),  # allocatable not read: not judged
@@ -353,19 +353,19 @@ def test_steered_requests_carry_the_pools_the_webhook_adds() -> None:
     spec = {"containers": [container]}
     pod = {"metadata": {"name": "p"}, "spec": spec}
     requests = pod_requests(mutate_pod(PLAN, pod, tenant).apply(pod)["spec"])
-    owned = {k: v for k, v in requests.items() if "kube-steer.kubernetes.io/" in k}
+    owned = {k: v for k, v in requests.items() if "kube-steer.github.io/" in k}
     # Its limits from the node's pool, and one unit of the gate of budget 0 %.
     assert owned == {
-        "kube-steer.kubernetes.io/pool-cpu": 500,
-        "kube-steer.kubernetes.io/pool-memory": 1024,
-        "kube-steer.kubernetes.io/budget-0pct": 1,
+        "kube-steer.github.io/pool-cpu": 500,
+        "kube-steer.github.io/pool-memory": 1024,
+        "kube-steer.github.io/budget-0pct": 1,
     }
     mutated = jsonpatch.apply_patch(
         {"metadata": {"name": "p"}, "spec": spec},
         list(mutate_pod(PLAN, {"metadata": {"name": "p"}, "spec": spec}, tenant).ops),
     )
     first = mutated["spec"]["containers"][0]["resources"]["requests"]
-    assert {k: int(v) for k, v in first.items() if "kube-steer.kubernetes.io/" in k} == owned
+    assert {k: int(v) for k, v in first.items() if "kube-steer.github.io/" in k} == owned
 
 
 def test_explain_leaves_a_pod_alone_where_the_webhook_does() -> None:

@@ -31,7 +31,7 @@ from steer.core.policy import Policy, parse_policy
 from tests.scorer_support import SMALL_POLICY
 
 T0 = 1_800_000_000.0
-PREFIX = "kube-steer.kubernetes.io/"
+PREFIX = "kube-steer.github.io/"
 CPU = f"{PREFIX}pool-cpu"
 MEM = f"{PREFIX}pool-memory"
 GATE0 = f"{PREFIX}budget-0pct"
@@ -216,7 +216,7 @@ def test_a_resource_no_longer_owned_stays_at_what_pods_hold_then_goes() -> None:
     node = node_state(
         allocatable={
             old: "8400",
-            "kube-steer.kubernetes.io/limits-7pct-cpu": "560",  # never recorded: not ours
+            "kube-steer.github.io/limits-7pct-cpu": "560",  # never recorded: not ours
             "example.com/dongle": "4",  # a foreign extended resource
             CPU: "8000",
         },
@@ -229,7 +229,7 @@ def test_a_resource_no_longer_owned_stays_at_what_pods_hold_then_goes() -> None:
     gone = plan_one(node, {})
     assert gone.resource_changes[old] is None
     assert ManagedRecord.parse(gone.annotation_changes[MANAGED]).resources == ALL
-    assert "kube-steer.kubernetes.io/limits-7pct-cpu" not in gone.resource_changes
+    assert "kube-steer.github.io/limits-7pct-cpu" not in gone.resource_changes
     # Without pod data nothing is removed: a pod might hold it.
     assert plan_one(node, None).resource_changes == {}
 

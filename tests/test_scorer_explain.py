@@ -84,7 +84,7 @@ def test_tenant_budget_and_avoided_taint_exclude_nodes_with_their_data() -> None
     assert over.data["label"]["label"] == "4"
     assert over.data["label"]["raw"] == 3.2
     assert "kube-steer.github.io/overcommit-pct=4 > 0" in over.reason
-    assert over.data["gate"]["resource"] == "kube-steer.kubernetes.io/overcommit-0pct"
+    assert over.data["gate"]["resource"] == "kube-steer.github.io/overcommit-0pct"
     assert set(excluded["c"]) == {
         "overcommit:0",
         "avoid:gpu-hot",

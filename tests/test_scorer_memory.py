@@ -43,8 +43,8 @@ def tenant_pods(count: int) -> Iterator[dict[str, Any]]:
             "requests": {
                 "cpu": "250m",
                 "memory": "256Mi",
-                "kube-steer.kubernetes.io/pool-cpu": "500",
-                "kube-steer.kubernetes.io/pool-memory": "512",
+                "kube-steer.github.io/pool-cpu": "500",
+                "kube-steer.github.io/pool-memory": "512",
             },
         }
         copy_["status"] = {"phase": "Running"}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from scorer.metrics import ScorerMetrics
 
-CPU, MEMORY = "kube-steer.kubernetes.io/pool-cpu", "kube-steer.kubernetes.io/pool-memory"
+CPU, MEMORY = "kube-steer.github.io/pool-cpu", "kube-steer.github.io/pool-memory"
 
 
 def pool_series(metrics: ScorerMetrics) -> dict[tuple[str, str], float]:

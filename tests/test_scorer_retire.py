@@ -171,8 +171,8 @@ def test_a_prefix_change_retires_the_old_keys_in_the_same_cycle() -> None:
     # The old pool goes (no pod holds it); the gates of this policy are published.
     assert plan.resource_changes == {
         "old.example/steer-burst-5pct-cpu": None,
-        "kube-steer.kubernetes.io/avoid-gpu-hot": "0",  # gpu-hot holds: closed
-        "kube-steer.kubernetes.io/overcommit-0pct": "110",  # never measured: open
+        "kube-steer.github.io/avoid-gpu-hot": "0",  # gpu-hot holds: closed
+        "kube-steer.github.io/overcommit-0pct": "110",  # never measured: open
     }
     # Nothing under another prefix: the plan is returned as it was.
     same, none = retire_old_prefixes(POLICY, cycle, [NodeState(name="n1")])

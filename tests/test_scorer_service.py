@@ -391,7 +391,7 @@ def test_a_shutdown_ends_a_paced_cycle_after_the_node_being_written(
     assert 0 < len(written) < len(names)
     for name in names:
         node = apistub.get("nodes", name)
-        gates = "kube-steer.kubernetes.io/avoid-gpu-hot" in node["status"].get("allocatable", {})
+        gates = "kube-steer.github.io/avoid-gpu-hot" in node["status"].get("allocatable", {})
         record = "kube-steer.github.io/managed" in (node["metadata"].get("annotations") or {})
         assert gates == record == (name in written), name
 

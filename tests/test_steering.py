@@ -103,7 +103,7 @@ def test_hard_rules_are_gates_a_pod_requests(policy: Policy) -> None:
     gpu = policy.spec.pod_classes[0]
     # dept-b (0 %) is below the highest budget (dept-a's 5 %): it carries the gate of 0 %.
     assert [(g.resource, g.rule) for g in pod_gates(policy, dept_b, None)] == [
-        ("kube-steer.kubernetes.io/budget-0pct", "budget:0")
+        ("kube-steer.github.io/budget-0pct", "budget:0")
     ]
     assert pod_gates(policy, dept_a, None) == ()  # the highest budget: every floor admits it
     assert [g.rule for g in pod_gates(policy, dept_b, gpu)] == ["avoid:gpu-hot", "budget:0"]
@@ -113,18 +113,18 @@ def test_hard_rules_are_gates_a_pod_requests(policy: Policy) -> None:
     )
     # Budgets by label: a gate per level, open where overcommit-pct is within it.
     assert [g.resource for g in pod_gates(labels, labels.tenant("dept-a"), None)] == [
-        "kube-steer.kubernetes.io/overcommit-5pct"
+        "kube-steer.github.io/overcommit-5pct"
     ]
     assert owned_resource_keys(labels) == {
-        "kube-steer.kubernetes.io/overcommit-0pct",
-        "kube-steer.kubernetes.io/overcommit-5pct",
-        "kube-steer.kubernetes.io/avoid-gpu-hot",
+        "kube-steer.github.io/overcommit-0pct",
+        "kube-steer.github.io/overcommit-5pct",
+        "kube-steer.github.io/avoid-gpu-hot",
     }
     assert owned_resource_keys(policy) == {
-        "kube-steer.kubernetes.io/pool-cpu",
-        "kube-steer.kubernetes.io/pool-memory",
-        "kube-steer.kubernetes.io/budget-0pct",
-        "kube-steer.kubernetes.io/avoid-gpu-hot",
+        "kube-steer.github.io/pool-cpu",
+        "kube-steer.github.io/pool-memory",
+        "kube-steer.github.io/budget-0pct",
+        "kube-steer.github.io/avoid-gpu-hot",
     }
 
 

@@ -127,12 +127,10 @@ def test_gpu_pod_gets_gpu_terms_hard_rules_ored_across_user_terms_and_binpack() 
     # gate and its limits from the pool instead.
     assert required_terms(patched) == required_terms(pod)
     requests = spec["containers"][0]["resources"]["requests"]
-    assert requests["kube-steer.kubernetes.io/avoid-gpu-hot"] == "1"
+    assert requests["kube-steer.github.io/avoid-gpu-hot"] == "1"
     assert {k: v for k, v in requests.items() if "/pool-" in k} == {
-        "kube-steer.kubernetes.io/pool-cpu": str(
-            container_pool_units(spec["containers"][0])["cpu"]
-        ),
-        "kube-steer.kubernetes.io/pool-memory": str(
+        "kube-steer.github.io/pool-cpu": str(container_pool_units(spec["containers"][0])["cpu"]),
+        "kube-steer.github.io/pool-memory": str(
             container_pool_units(spec["containers"][0])["memory"]
         ),
     }
@@ -223,14 +221,15 @@ def test_every_container_requests_its_limits_from_the_pool_and_foreign_claims_go
         "spec": {
             "initContainers": [
                 {"name": "init", "resources": {"requests": {"cpu": "2", "memory": "1Gi"}}},
-                {"name": "sidecar", "restartPolicy": "Always", "resources": {"limits": limits}},
+                # Copies: a pod from the apiserver never shares objects between containers.
+                {"name": "sidecar", "restartPolicy": "Always", "resources": {"limits": {**limits}}},
             ],
             "containers": [
                 {
                     "name": "app",
                     "resources": {
-                        "limits": limits,
-                        "requests": {**limits, "kube-steer.kubernetes.io/budget-5pct": "1"},
+                        "limits": {**limits},
+                        "requests": {**limits, "kube-steer.github.io/budget-5pct": "1"},
                     },
                 },
                 {"name": "helper", "resources": {"limits": {"cpu": "250m"}}},
@@ -245,7 +244,7 @@ def test_every_container_requests_its_limits_from_the_pool_and_foreign_claims_go
         for part in ("initContainers", "containers")
         for c in patched["spec"][part]
     }
-    prefix = "kube-steer.kubernetes.io/"
+    prefix = "kube-steer.github.io/"
     assert owned == {
         "init": {f"{prefix}pool-cpu": "2000", f"{prefix}pool-memory": "1024"},
         "sidecar": {f"{prefix}pool-cpu": "1500", f"{prefix}pool-memory": "3072"},
@@ -267,9 +266,9 @@ def test_a_pod_that_names_its_node_keeps_only_its_budget() -> None:
     requests = apply(pod, mutate_pod(PLAN, pod, DEPT_B).ops)["spec"]["containers"][0]["resources"][
         "requests"
     ]
-    assert "kube-steer.kubernetes.io/avoid-gpu-hot" not in requests
-    assert requests["kube-steer.kubernetes.io/budget-0pct"] == "1"
-    assert "kube-steer.kubernetes.io/pool-cpu" in requests
+    assert "kube-steer.github.io/avoid-gpu-hot" not in requests
+    assert requests["kube-steer.github.io/budget-0pct"] == "1"
+    assert "kube-steer.github.io/pool-cpu" in requests
 
 
 def test_patch_creates_missing_parents_in_one_add() -> None:

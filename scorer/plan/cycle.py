@@ -70,7 +70,7 @@ def plan_drain(
                 pods=pods,
                 schedulable=not n.unschedulable,
                 scale_down_disabled=scale_down_disabled(n.annotations),
-                pinned=pinned_resources(pods, policy.spec.resource_prefix),
+                pinned=pinned_resources(pods, policy.spec.resource_prefixes),
             )
         )
     marking = energy.drain_candidates

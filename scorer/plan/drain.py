@@ -232,11 +232,18 @@ def _reason(
     )
 
 
-def pinned_resources(pods: Sequence[PodUsage], own_prefix: str) -> tuple[str, ...]:
-    """Resources the node's movable pods hold that are not kube-steer's own gates and pools."""
+def pinned_resources(pods: Sequence[PodUsage], own_prefixes: tuple[str, ...]) -> tuple[str, ...]:
+    """Resources the node's movable pods hold that are not kube-steer's own gates and pools
+    (under the current resource prefix or a former one)."""
     return tuple(
         sorted(
-            {name for p in pods if p.movable for name in p.held if not name.startswith(own_prefix)}
+            {
+                name
+                for p in pods
+                if p.movable
+                for name in p.held
+                if not name.startswith(own_prefixes)
+            }
         )
     )
 

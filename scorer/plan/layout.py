@@ -97,6 +97,9 @@ class CycleLayout:
     overcommit_label: str
     budget_names: BudgetNames
     budget_gates: tuple[tuple[float, Gate], ...]
+    # Where pools and gates were named before (spec.formerResourcePrefixes): what pods hold
+    # under them stays published until released.
+    former_prefixes: tuple[str, ...] = ()
     # Composites that consolidate (steer/core/policy/energy.py): "the node runs pods" weighs
     # this much beside their dimensions, and no hot-node penalty applies to them.
     consolidating: frozenset[str | None] = frozenset()
@@ -128,6 +131,7 @@ class CycleLayout:
             owned_resources=owned,
             budget_names=BudgetNames.of(policy),
             budget_gates=tuple((lv, budget_gate(policy, lv)) for lv in gated_levels(policy)),
+            former_prefixes=policy.spec.former_resource_prefixes,
             gates=tuple(gates[k] for k in sorted(gates)),
             dims=tuple(
                 DimensionLayout(

@@ -121,9 +121,11 @@ def plan_resources(
         wanted[g.resource] = int(g.capacity)
     for p in pools:
         wanted[p.resource] = int(p.capacity)
-    # Names published before but no longer owned: kept at what pods hold, removed at nothing.
+    # Names published before but no longer owned (the record lists them, or pods hold them
+    # under a former prefix): kept at what pods hold, removed at nothing.
+    former = {n for n in usage.held if n.startswith(layout.former_prefixes)}
     retired = {}
-    for name in sorted(record.resources - set(wanted)):
+    for name in sorted((record.resources | former) - set(wanted)):
         if name in allocatable or name in node.capacity:
             held = usage.held.get(name, 0)
             retired[name] = held

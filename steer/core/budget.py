@@ -105,6 +105,18 @@ def gated_levels(policy: Policy) -> tuple[float, ...]:
     return levels(policy)[:-1]
 
 
+def former_names(policy: Policy, names: Iterable[str]) -> dict[str, str]:
+    """The names `names` (under the current resource prefix) had under each former prefix:
+    former name -> current name. Pods admitted before a prefix change hold the former ones."""
+    prefix = policy.spec.resource_prefix
+    return {
+        f"{former}{name[len(prefix) :]}": name
+        for name in names
+        if name.startswith(prefix)
+        for former in policy.spec.former_resource_prefixes
+    }
+
+
 def owned_resources(policy: Policy) -> frozenset[str]:
     """The budget resources the scorer publishes on nodes (and the webhook adds to pods)."""
     if enforced(policy):
@@ -373,6 +385,9 @@ class NodeUsage:
     outside_pods: int
     members: Mapping[float, int]  # pool pods per budget level
     bursting: Mapping[float, int]  # pool pods bursting, per budget level
+    # What pool pods hold of the pools' former names (millicores, MiB): room they take that the
+    # pool under the current name must leave them.
+    former: tuple[int, int] = (0, 0)
 
     @property
     def lowest_member(self) -> float | None:
@@ -387,7 +402,9 @@ class BudgetNames:
     enforced: bool
     levels: tuple[float, ...]
     pools: tuple[str, ...]  # by POOL_KINDS, () without enforcement
-    gate_level: Mapping[str, float]  # budget gate resource -> its level
+    gate_level: Mapping[str, float]  # budget gate resource -> its level, former names too
+    # A pool's former names (formerResourcePrefixes) -> its index in POOL_KINDS.
+    former_pools: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def top(self) -> float:
@@ -399,19 +416,27 @@ class BudgetNames:
             return policy
         all_levels = levels(policy)
         on = enforced(policy)
+        pools = tuple(pool_resource(policy, kind) for kind in POOL_KINDS) if on else ()
+        gate_level = {budget_gate(policy, lv).resource: lv for lv in all_levels[:-1]}
+        for former, name in former_names(policy, tuple(gate_level)).items():
+            gate_level[former] = gate_level[name]
         return cls(
             enforced=on,
             levels=all_levels,
-            pools=tuple(pool_resource(policy, kind) for kind in POOL_KINDS) if on else (),
-            gate_level={budget_gate(policy, lv).resource: lv for lv in all_levels[:-1]},
+            pools=pools,
+            gate_level=gate_level,
+            former_pools={f: pools.index(n) for f, n in former_names(policy, pools).items()},
         )
 
 
 def node_usage(policy: Policy | BudgetNames, pods: Iterable[PodUsage]) -> NodeUsage:
     """Sum a node's pods. A pod is in the pool when it requests from it; its level is the
-    budget gate it requests, or the highest level without one."""
+    budget gate it requests, or the highest level without one. A pod admitted under a former
+    resource prefix is a member by its former names as well."""
     names = BudgetNames.of(policy)
     pools, gate_level, top = frozenset(names.pools), names.gate_level, names.top
+    former_pools = names.former_pools
+    former = [0, 0]
     held: dict[str, int] = {}
     outside_cpu = outside_memory = outside_pods = 0
     members: dict[float, int] = {}
@@ -427,6 +452,9 @@ def node_usage(policy: Policy | BudgetNames, pods: Iterable[PodUsage]) -> NodeUs
                 member = True
             elif name in pools:
                 member = True
+            elif name in former_pools:
+                former[former_pools[name]] += amount
+                member = True
         if not member:
             cpu, memory = pod.limits
             outside_cpu += cpu
@@ -437,7 +465,9 @@ def node_usage(policy: Policy | BudgetNames, pods: Iterable[PodUsage]) -> NodeUs
         members[level] = members.get(level, 0) + 1
         if pod.bursting:
             bursting[level] = bursting.get(level, 0) + 1
-    return NodeUsage(held, (outside_cpu, outside_memory), outside_pods, members, bursting)
+    return NodeUsage(
+        held, (outside_cpu, outside_memory), outside_pods, members, bursting, (former[0], former[1])
+    )
 
 
 def wanted_floor(policy: Policy | BudgetNames, usage: NodeUsage) -> float:
@@ -520,7 +550,7 @@ class PoolCapacity:
     kind: str  # "cpu" | "memory"
     floor: float  # the budget whose room is published, in %
     room: int  # floor((100 + floor) % of allocatable), in pool units
-    outside_limits: int  # limits of the node's pods outside the pool
+    outside_limits: int  # limits of the node's pods outside the pool, or in it by a former name
     outside_pods: int
     taken: int  # what the pool's bound pods request from it
 
@@ -558,7 +588,7 @@ def node_pools(
                 kind=kind,
                 floor=floor,
                 room=rooms[i],
-                outside_limits=usage.outside[i],
+                outside_limits=usage.outside[i] + usage.former[i],
                 outside_pods=usage.outside_pods,
                 taken=usage.held.get(name, 0),
             )

@@ -88,3 +88,40 @@ def is_dns1123_subdomain(value: str) -> bool:
 def is_dns1123_label(value: str) -> bool:
     """A namespace name: one lower-case RFC 1123 label of at most 63 characters."""
     return len(value) <= QUALIFIED_NAME_MAX and bool(_DNS1123_LABEL_RE.match(value))
+
+
+# The domains the API conventions reserve to the Kubernetes project: keys under them "must not
+# be used by third parties" (kubernetes/community contributors/devel/sig-architecture/
+# api-conventions.md).
+KUBERNETES_DOMAINS = ("kubernetes.io", "k8s.io")
+# The keys under those domains kube-steer writes or selects on, each one Kubernetes defines
+# for everyone's use ("Well-Known Labels, Annotations and Taints", kubernetes.io/docs/reference/
+# labels-annotations-taints/; the recommended `app.kubernetes.io/` labels; kustomize's
+# `config.kubernetes.io/local-config`, never sent to a cluster). Nothing kube-steer mints is
+# here: its own names are under its label and resource prefixes.
+WELL_KNOWN_KEYS = frozenset(
+    {
+        "app.kubernetes.io/component",
+        "app.kubernetes.io/instance",
+        "app.kubernetes.io/managed-by",
+        "app.kubernetes.io/name",
+        "app.kubernetes.io/part-of",
+        "app.kubernetes.io/version",
+        "config.kubernetes.io/local-config",
+        "kubernetes.io/hostname",
+        "kubernetes.io/metadata.name",
+        "node.kubernetes.io/instance-type",
+        "node.kubernetes.io/unschedulable",
+        "topology.kubernetes.io/region",
+        "topology.kubernetes.io/zone",
+    }
+)
+
+
+def kubernetes_domain(key: str) -> bool:
+    """Whether a key (or key prefix) is under a domain Kubernetes reserves: `kubernetes.io`,
+    `k8s.io` or a subdomain of either."""
+    if "/" not in key:
+        return False
+    domain = key.split("/", 1)[0]
+    return any(domain == d or domain.endswith(f".{d}") for d in KUBERNETES_DOMAINS)

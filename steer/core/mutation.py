@@ -11,8 +11,9 @@ Merge, never clobber:
 - hard rules are gates and budget pools (steer/core/gates.py, budget.py): resource requests
   set on the containers, never required node-affinity terms on labels that move with load
   (a kubelet restart would fail a running pod whose node no longer matched). Each container
-  requests its own limits from the pool, the first container one unit of each gate; a request
-  of those resources the policy would not make is removed, the pod's other requests stay;
+  requests its own limits from the pool, the first container one unit of each gate, each
+  with an equal limit (they are extended resources); a request or limit of those resources
+  (or of their former names) the policy would not make is removed, the pod's others stay;
 - tolerations are appended for the reserved taints the tenant may tolerate;
 - a spread constraint is added unless the user has one on the same topologyKey;
 - schedulerName is set only when the pod left it unset.
@@ -374,13 +375,15 @@ def mutate_pod(
 
 
 def _holds_owned(steering: ResourceSteering, spec: Mapping[str, Any]) -> bool:
-    """Whether a container requests an owned resource (which the pod may not have chosen)."""
+    """Whether a container requests or limits an owned resource (which the pod may not have
+    chosen)."""
     return any(
         name in steering.owned
         for field in CONTAINER_FIELDS
         for container in spec.get(field) or ()
         if isinstance(container, Mapping)
-        for name in ((container.get("resources") or {}).get("requests") or {})
+        for part in ("requests", "limits")
+        for name in ((container.get("resources") or {}).get(part) or {})
     )
 
 
@@ -394,34 +397,40 @@ def _same(current: Any, units: int) -> bool:
 def _merge_resources(
     steering: ResourceSteering, builder: PatchBuilder, spec: Mapping[str, Any], note: Any
 ) -> None:
-    """Set each container's owned requests to what the policy asks (steer/core/steering.py),
-    removing any other request of those resources. Limits are read from cpu and memory only,
-    so a reinvocation computes the same requests and adds nothing."""
+    """Set each container's owned requests (and, for extended resources, the equal limits the
+    API requires) to what the policy asks (steer/core/steering.py), removing any other request
+    or limit of those resources. Limits are read from cpu and memory only, so a reinvocation
+    computes the same requests and adds nothing."""
     wanted = steered_container_requests(steering, spec)
     owned = steering.owned
+    parts = ("requests", "limits") if steering.limits else ("requests",)
     changed: set[str] = set()
     for (field, i), want in wanted.items():
         # Objects or absent: _check_containers has read them.
         resources = spec[field][i].get("resources")
-        requests = resources.get("requests") if resources else None
-        have = requests or {}
-        path = ("spec", field, str(i), "resources", "requests")
-        if not owned.isdisjoint(have):
-            for name in sorted(n for n in have if n in owned and n not in want):
-                builder.remove((*path, name))
-                changed.add(name)
-        updates = {}
-        for name, units in want.items():
-            current = have.get(name)
-            if current is None or not _same(current, units):
-                updates[name] = str(units)
-        if not updates:
-            continue
-        if requests is not None:
-            builder.add_members(path, updates)  # the pod has this object: no walk to it
-        else:
-            builder.set_members(path, updates)
-        changed.update(updates)
+        for part in ("requests", "limits"):
+            values = resources.get(part) if resources else None
+            have = values or {}
+            path = ("spec", field, str(i), "resources", part)
+            if not owned.isdisjoint(have):
+                keep = want if part in parts else {}
+                for name in sorted(n for n in have if n in owned and n not in keep):
+                    builder.remove((*path, name))
+                    changed.add(name)
+            if part not in parts:
+                continue
+            updates = {}
+            for name, units in want.items():
+                current = have.get(name)
+                if current is None or not _same(current, units):
+                    updates[name] = str(units)
+            if not updates:
+                continue
+            if values is not None:
+                builder.add_members(path, updates)  # the pod has this object: no walk to it
+            else:
+                builder.set_members(path, updates)
+            changed.update(updates)
     pools = steering.budget.pools if steering.budget else ()
     if pools:
         note("budget:pool", any(name in changed for name, _ in pools))

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from steer.core.budget import TenantBudget, owned_resources, tenant_budget
+from steer.core.budget import TenantBudget, former_names, owned_resources, tenant_budget
 from steer.core.encoding import SCORE_MAX, PreferenceTerm, preference_terms
 from steer.core.gates import Gate, avoid_gate, unreserved_gate
 from steer.core.policy import (
@@ -229,7 +229,10 @@ class ResourceSteering:
 
     budget: TenantBudget | None
     gates: tuple[Gate, ...]
-    owned: frozenset[str]
+    owned: frozenset[str]  # the policy's pools and gates, under the current and former prefixes
+    # Extended resources (the default) need a limit equal to the request; native-prefixed ones
+    # (`nativeResourceNames`) take the request alone.
+    limits: bool = True
 
     @property
     def empty(self) -> bool:
@@ -253,10 +256,12 @@ class ResourceSteering:
 def resource_steering(
     policy: Policy, tenant: Tenant | None, pod_class: PodClass | None
 ) -> ResourceSteering:
+    owned = owned_resource_keys(policy)
     return ResourceSteering(
         tenant_budget(policy, tenant),
         pod_gates(policy, tenant, pod_class),
-        owned_resource_keys(policy),
+        owned | frozenset(former_names(policy, owned)),
+        limits=not policy.spec.native_resource_names,
     )
 
 

@@ -568,7 +568,7 @@ def test_server_side_dry_run_is_mutated_but_not_persisted(
     # dept-b's budget is 0 %, enforced by labels here: its pod requests the gate open where
     # overcommit-pct is within 0 %.
     requests = answer["spec"]["containers"][0]["resources"]["requests"]
-    assert requests["kube-steer.kubernetes.io/overcommit-0pct"] == "1"
+    assert requests["kube-steer.github.io/overcommit-0pct"] == "1"
     with pytest.raises(client.ApiException) as missing:
         core.read_namespaced_pod("ghost", ns)
     assert missing.value.status == 404

@@ -31,7 +31,7 @@ from tests.scorer_support import SMALL_POLICY
 SCORER_MANIFEST = ROOT / "manifests" / "scorer" / "scorer.yaml"
 N1, N2 = "budget-e2e-1", "budget-e2e-2"
 SET_KEY = "e2e.kube-steer.github.io/budget-set"
-PREFIX = "kube-steer.kubernetes.io/"
+PREFIX = "kube-steer.github.io/"
 CPU = f"{PREFIX}pool-cpu"
 MEM = f"{PREFIX}pool-memory"
 GATE0 = f"{PREFIX}budget-0pct"
@@ -61,14 +61,16 @@ def pod_body(
     tenant: Tenant | None = None,
 ) -> dict[str, Any]:
     """A pod pinned to `node` (required affinity: the scheduler still decides whether it fits).
-    A tenant pod also requests its limits from the pool and its gate, as the webhook adds them."""
+    A tenant pod also requests its limits from the pool and its gate (with equal limits), as the
+    webhook adds them."""
     resources: dict[str, Any] = {"requests": dict(requests_), "limits": dict(limits)}
     budget = tenant_budget(POLICY, tenant)
     if budget is not None:
-        for key, units in budget.container_requests({"resources": resources}).items():
-            resources["requests"][key] = str(units)
+        owned = budget.container_requests({"resources": resources})
         if budget.gate is not None:
-            resources["requests"][budget.gate.resource] = "1"
+            owned[budget.gate.resource] = 1
+        for key, units in owned.items():  # extended resources: limit = request
+            resources["requests"][key] = resources["limits"][key] = str(units)
     return {
         "apiVersion": "v1",
         "kind": "Pod",

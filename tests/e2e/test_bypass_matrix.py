@@ -25,21 +25,31 @@ from .conftest import ROOT
 
 EXAMPLE = ROOT / "examples" / "policy.yaml"
 OPT_IN = "kube-steer.github.io/enabled"
-PREFIX = "kube-steer.kubernetes.io/"
+PREFIX = "kube-steer.github.io/"
+FORMER = "kube-steer.kubernetes.io/"  # the example policy's formerResourcePrefixes
 POOL_CPU, POOL_MEM, GATE0 = f"{PREFIX}pool-cpu", f"{PREFIX}pool-memory", f"{PREFIX}budget-0pct"
 
 
 def container(
     cpu: tuple[str, str], extra: Mapping[str, str] | None = None, name: str = "app"
 ) -> dict[str, Any]:
+    """`extra`: pool and gate requests; under the extended (non-native) prefixes they carry the
+    equal limit the API requires, under the former native one the request alone."""
+    limits = {k: v for k, v in (extra or {}).items() if not k.startswith(FORMER)}
     return {
         "name": name,
         "image": "registry.example/app:1",
         "resources": {
             "requests": {"cpu": cpu[0], "memory": "64Mi", **(extra or {})},
-            "limits": {"cpu": cpu[1], "memory": "64Mi"},
+            "limits": {"cpu": cpu[1], "memory": "64Mi", **limits},
         },
     }
+
+
+def former(names: Mapping[str, str]) -> dict[str, str]:
+    """The same requests under the former (native) resource prefix, as an earlier webhook
+    steered pods."""
+    return {FORMER + k.removeprefix(PREFIX): v for k, v in names.items()}
 
 
 def as_steered(cpu: tuple[str, str], gate: bool) -> dict[str, str]:
@@ -191,6 +201,36 @@ def test_every_forgery_of_the_budget_currency_is_refused_or_neutralised(
             "budget-pool",
         ),
         (
+            "former pool request from a namespace of no tenant",
+            foreign,
+            body("f12", container(("100m", "100m"), former({POOL_CPU: "100"}))),
+            "budget-currency",
+        ),
+        (
+            "former pool request below the limits",
+            team_b,
+            body(
+                "f13",
+                container(
+                    ("100m", "200m"),
+                    former({**as_steered(("100m", "200m"), True), POOL_CPU: "150"}),
+                ),
+            ),
+            "budget-pool",
+        ),
+        (
+            "dept-a pod with dept-b's former gate",
+            team_a,
+            body(
+                "f14",
+                container(
+                    ("100m", "105m"),
+                    {**as_steered(("100m", "105m"), False), **former({GATE0: "1"})},
+                ),
+            ),
+            "budget-currency",
+        ),
+        (
             "nodeName preset, no pool requests",
             team_b,
             body("f11", container(("100m", "100m")), nodeName="some-node"),
@@ -205,6 +245,19 @@ def test_every_forgery_of_the_budget_currency_is_refused_or_neutralised(
         assert f"rule {rule}:" in outcome, (forgery, outcome)
         assert "steer-budget" in outcome, (forgery, outcome)
     print("\n".join(report))
+
+    # A pod an earlier webhook steered with the former names is admitted during an upgrade.
+    assert (
+        attempt(admin, team_b, body("was", container(g[0], former(as_steered(*g))))) == "admitted"
+    )
+    assert (
+        attempt(
+            admin,
+            team_a,
+            body("was-a", container(("100m", "105m"), former(as_steered(("100m", "105m"), False)))),
+        )
+        == "admitted"
+    )
 
     # Neutralised: a burst label (of the former mechanism) means nothing now; the pool counts
     # what a pod requests and its limits, never a label.

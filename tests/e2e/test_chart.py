@@ -58,7 +58,7 @@ OPERATOR_CRDS = Path(__file__).parent / "fixtures" / "operator-crds.yaml"
 TEAM = "team-b"
 # Where the scorer writes: labels, annotations and taints under labelPrefix, extended
 # resources under the resource prefix (steer/core/policy.py defaults).
-PREFIXES = ("kube-steer.github.io/", "kube-steer.kubernetes.io/")
+PREFIXES = ("kube-steer.github.io/",)
 
 
 @pytest.fixture(scope="module")

@@ -394,7 +394,7 @@ NEW_PREFIX = "lifecycle.example.com/"
 
 def lifecycle_policy(prefix: str | None = None) -> str:
     """SMALL_POLICY scoring every second, budgets enforced by the scheduler (the pool
-    `kube-steer.kubernetes.io/pool-cpu|memory` goes into every node's status), optionally
+    `kube-steer.github.io/pool-cpu|memory` goes into every node's status), optionally
     another label prefix."""
     text = SMALL_POLICY.replace("intervalSeconds: 30", "intervalSeconds: 1")
     text += "  overcommit: {enforcement: scheduler}\n"
@@ -473,7 +473,7 @@ def ours(node: Mapping[str, Any], prefix: str) -> dict[str, list[str]]:
     }  # fmt: skip
 
 
-RESOURCES = "kube-steer.kubernetes.io/"  # the policy's resourcePrefix (pool and gates)
+RESOURCES = "kube-steer.github.io/"  # the policy's resourcePrefix (pool and gates)
 
 
 def written(admin: KubeJson, prefix: str) -> bool:
@@ -566,7 +566,10 @@ def test_a_label_prefix_change_takes_the_old_prefix_off_every_node(
 
         def moved() -> bool:
             old = [ours(admin.request("GET", node_path(n)), "kube-steer.github.io/") for n in NODES]
-            return written(admin, NEW_PREFIX) and all(not any(o.values()) for o in old)
+            # The resources keep their prefix (the label prefix changed, the resource one not).
+            return written(admin, NEW_PREFIX) and not any(
+                o[part] for o in old for part in ("labels", "annotations", "taints")
+            )
 
         wait_until("old prefix retired, new one written", moved, timeout=45, ignoring=NOT_YET)
     for name in NODES:

@@ -243,7 +243,7 @@ def test_a_rolling_kubelet_restart_after_every_mechanism_moved_fails_no_pod(
             wait_until(
                 f"gates on {name}",
                 lambda n=name: (
-                    "kube-steer.kubernetes.io/pool-cpu"  # type: ignore[misc]
+                    "kube-steer.github.io/pool-cpu"  # type: ignore[misc]
                     in admin.request("GET", f"/api/v1/nodes/{n}")["status"]["allocatable"]
                 ),
                 timeout=30,
@@ -304,7 +304,7 @@ def test_a_rolling_kubelet_restart_after_every_mechanism_moved_fails_no_pod(
         )
         stored = admin.request("GET", f"/api/v1/namespaces/{team_b}/pods/b-0")
         requests = stored["spec"]["containers"][0]["resources"]["requests"]
-        assert requests["kube-steer.kubernetes.io/budget-0pct"] == "1"  # steered by the webhook
+        assert requests["kube-steer.github.io/budget-0pct"] == "1"  # steered by the webhook
         settle()
         cycle()
 
@@ -334,7 +334,7 @@ def test_a_rolling_kubelet_restart_after_every_mechanism_moved_fails_no_pod(
             t["key"] == "kube-steer.github.io/gpu-hot" for t in hot["spec"].get("taints") or []
         )
         assert (
-            hot["status"]["allocatable"]["kube-steer.kubernetes.io/avoid-gpu-hot"] == "1"
+            hot["status"]["allocatable"]["kube-steer.github.io/avoid-gpu-hot"] == "1"
         )  # closed, held by "train"
         assert any(
             t["key"] == "kube-steer.github.io/unhealthy"
@@ -343,12 +343,8 @@ def test_a_rolling_kubelet_restart_after_every_mechanism_moved_fails_no_pod(
         shrunk = [
             n
             for n in names
-            if parse_quantity(
-                moved[n]["status"]["allocatable"]["kube-steer.kubernetes.io/pool-cpu"]
-            )
-            < parse_quantity(
-                before[n]["status"]["allocatable"]["kube-steer.kubernetes.io/pool-cpu"]
-            )
+            if parse_quantity(moved[n]["status"]["allocatable"]["kube-steer.github.io/pool-cpu"])
+            < parse_quantity(before[n]["status"]["allocatable"]["kube-steer.github.io/pool-cpu"])
         ]
         assert shrunk, "the unsteered pods shrank no pool"
         assert any(
@@ -366,7 +362,8 @@ def test_a_rolling_kubelet_restart_after_every_mechanism_moved_fails_no_pod(
             EXAMPLE.replace(
                 "labelPrefix: kube-steer.github.io/", "labelPrefix: next.example.com/steer-"
             )
-            + "  resourcePrefix: next.kube-steer.kubernetes.io/\n"
+            + "  resourcePrefix: next.example.com/\n"
+            + "  formerResourcePrefixes: [kube-steer.github.io/]\n"
         )
         renamed_file = webhook_and_policies.with_name("renamed.yaml")
         renamed_file.write_text(renamed_text)
@@ -374,7 +371,7 @@ def test_a_rolling_kubelet_restart_after_every_mechanism_moved_fails_no_pod(
             plane,
             renamed_file,
             scorer_user=scorer_user.stem,
-            also_prefixes=["kube-steer.github.io/", "kube-steer.kubernetes.io/"],
+            also_prefixes=["kube-steer.github.io/"],
         )
         time.sleep(2)  # the apiserver loads admission policies from a watch
         policy[0] = parse_policy(renamed_text)
@@ -385,7 +382,7 @@ def test_a_rolling_kubelet_restart_after_every_mechanism_moved_fails_no_pod(
             labels = renamed[n]["metadata"]["labels"]
             assert not [k for k in labels if k.startswith("kube-steer.github.io/")], labels
             assert "next.example.com/steer-score" in labels, labels
-            assert "next.kube-steer.kubernetes.io/pool-cpu" in renamed[n]["status"]["allocatable"]
+            assert "next.example.com/pool-cpu" in renamed[n]["status"]["allocatable"]
         assert not held_vs_published(admin, names)
 
         # --- a rolling restart of every kubelet -------------------------------------------
@@ -426,7 +423,7 @@ def test_a_rolling_kubelet_restart_after_every_mechanism_moved_fails_no_pod(
             yaml.safe_dump(
                 {
                     "pools after the move": {
-                        n: moved[n]["status"]["allocatable"]["kube-steer.kubernetes.io/pool-cpu"]
+                        n: moved[n]["status"]["allocatable"]["kube-steer.github.io/pool-cpu"]
                         for n in names
                     }
                 }

@@ -260,14 +260,12 @@ def test_a_cycle_writes_quantised_labels_and_annotations_and_no_foreign_key_chan
             "taints": ["kube-steer.github.io/gpu-hot"] if name == N3 else [],
             # The gates of SMALL_POLICY (steer/core/gates.py), in the node's status.
             "resources": [
-                "kube-steer.kubernetes.io/avoid-gpu-hot",
-                "kube-steer.kubernetes.io/overcommit-0pct",
+                "kube-steer.github.io/avoid-gpu-hot",
+                "kube-steer.github.io/overcommit-0pct",
             ],
         }
         allocatable = node["status"]["allocatable"]
-        assert allocatable["kube-steer.kubernetes.io/avoid-gpu-hot"] == (
-            "0" if name == N3 else "110"
-        )
+        assert allocatable["kube-steer.github.io/avoid-gpu-hot"] == ("0" if name == N3 else "110")
 
     # The real apiserver indexes what was written: label selectors find the nodes.
     def selected(selector: str) -> list[str]:

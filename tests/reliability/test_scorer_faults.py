@@ -104,7 +104,7 @@ FOREIGN_ANNOTATIONS = {
     "team.example.com/note": "racked 2026-11-30",
     f"{PREFIX}not-ours": "x",
 }
-FOREIGN_RESOURCES = {"example.com/fpga": "2", "kube-steer.kubernetes.io/not-ours": "3"}
+FOREIGN_RESOURCES = {"example.com/fpga": "2", "kube-steer.github.io/not-ours": "3"}
 FOREIGN_CONDITION = {
     "type": "example.com/FpgaHealthy",
     "status": "True",
@@ -427,9 +427,7 @@ def test_prometheus_slower_than_its_timeout_then_stopped_keeps_labels_until_the_
         assert_whole(policy, after[name])
         assert foreign_view(policy, after[name]) == foreign_view(policy, written[name])
     # the gate closed by gpu-hot opens again: no data, no taint, nothing to avoid
-    assert (
-        after["node-3"]["status"]["allocatable"]["kube-steer.kubernetes.io/avoid-gpu-hot"] == "110"
-    )
+    assert after["node-3"]["status"]["allocatable"]["kube-steer.github.io/avoid-gpu-hot"] == "110"
     errors = {"dimension": "util", "kind": "unavailable"}
     assert sample(scorer, "steer_scorer_query_errors_total", errors) == 3
     assert sample(scorer, "steer_scorer_cycles_total", {"result": "ok"}) == 6
@@ -579,7 +577,7 @@ def test_node_writes_failing_with_500_409_and_timeouts_are_retried_and_nodes_sta
         {"key": "example.com/maintenance", "effect": "PreferNoSchedule"},
         {"key": f"{PREFIX}gpu-hot", "value": "true", "effect": "NoSchedule"},
     ]
-    assert after["node-3"]["status"]["allocatable"]["kube-steer.kubernetes.io/avoid-gpu-hot"] == "0"
+    assert after["node-3"]["status"]["allocatable"]["kube-steer.github.io/avoid-gpu-hot"] == "0"
     assert owned_labels(after["node-1"])[SCORE] == "60"  # power now counts the other way
     for name in NODES:
         assert_within_contract(edited, after[name])

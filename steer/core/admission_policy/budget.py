@@ -18,7 +18,14 @@ from steer.core.admission_policy.objects import (
     policy_and_binding,
     resource_rule,
 )
-from steer.core.budget import POOL_KINDS, budget_gate, enforced, gated_levels, pool_resource
+from steer.core.budget import (
+    POOL_KINDS,
+    budget_gate,
+    enforced,
+    former_names,
+    gated_levels,
+    pool_resource,
+)
 from steer.core.mode import audits
 from steer.core.policy import Policy
 
@@ -77,6 +84,15 @@ def budget_admission_policy(policy: Policy, name: str = BUDGET_POLICY_NAME) -> t
     ]
     pools = [pool_resource(policy, kind) for kind in POOL_KINDS]
     gates = [budget_gate(policy, lv).resource for lv in gated_levels(policy)]
+    # Pods admitted under a former resource prefix (an older webhook during an upgrade) carry
+    # the same pools and gates by their former names: accepted as the current ones.
+    former_pools = former_names(policy, pools)
+    former_gates = former_names(policy, gates)
+    pool_pairs = [tuple(pools)] + [
+        (f"{former}pool-cpu", f"{former}pool-memory") for former in spec.former_resource_prefixes
+    ]
+    all_pools = [*pools, *former_pools]
+    all_gates = [*gates, *former_gates]
     currency = [*pools, *gates]
     containers = "variables.containers"
     if not enforced(policy) or not budgeted:
@@ -112,6 +128,20 @@ def budget_admission_policy(policy: Policy, name: str = BUDGET_POLICY_NAME) -> t
             },
             {"name": "gate", "expression": tenant_gate},
             {
+                # The tenant's gate by its current and former names.
+                "name": "gateNames",
+                "expression": choose(
+                    [
+                        (
+                            f"variables.gate == {cel_string(g)}",
+                            cel_list([g, *(f for f, name in former_gates.items() if name == g)]),
+                        )
+                        for g in gates
+                    ],
+                    "[]",
+                ),
+            },
+            {
                 "name": "containers",
                 "expression": "object.spec.containers + (has(object.spec.initContainers) ? "
                 "object.spec.initContainers : [])",
@@ -129,12 +159,16 @@ def budget_admission_policy(policy: Policy, name: str = BUDGET_POLICY_NAME) -> t
         cpu_pool, mem_pool = pools
         covered = (
             f"{containers}.all(c, "
-            f"{_limit('c', 'cpu')}.asApproximateFloat() * 1000.0 <= "
-            f"{_requested('c', cpu_pool)}.asApproximateFloat() + 0.5 && "
-            f"{_limit('c', 'memory')}.asApproximateFloat() / 1048576.0 <= "
-            f"{_requested('c', mem_pool)}.asApproximateFloat() + 0.5)"
+            + " || ".join(
+                f"({_limit('c', 'cpu')}.asApproximateFloat() * 1000.0 <= "
+                f"{_requested('c', cpu)}.asApproximateFloat() + 0.5 && "
+                f"{_limit('c', 'memory')}.asApproximateFloat() / 1048576.0 <= "
+                f"{_requested('c', memory)}.asApproximateFloat() + 0.5)"
+                for cpu, memory in pool_pairs
+            )
+            + ")"
         )
-        member = _holds_any(containers, cel_list(pools))
+        member = _holds_any(containers, cel_list(all_pools))
         who = "variables.whose"
         static = [
             f"rule {RULE_CURRENCY}: a pod outside every budget may not request "
@@ -148,7 +182,7 @@ def budget_admission_policy(policy: Policy, name: str = BUDGET_POLICY_NAME) -> t
         validations = [
             {
                 # A pod outside every budget holds none of the budget's currency.
-                "expression": f"variables.resize || variables.budgeted || !{_holds_any(containers, cel_list(currency))}",
+                "expression": f"variables.resize || variables.budgeted || !{_holds_any(containers, cel_list([*all_pools, *all_gates]))}",
                 "messageExpression": f"'rule {RULE_CURRENCY}: ' + ({who}) + ' has no budget, so "
                 f"its pods may not request {', '.join(currency)}'",
                 "reason": "Forbidden",
@@ -165,8 +199,9 @@ def budget_admission_policy(policy: Policy, name: str = BUDGET_POLICY_NAME) -> t
             },
             {
                 "expression": "variables.resize || !variables.budgeted || variables.gate == '' || "
-                f"{containers}.exists(c, {_requested('c', '__GATE__')}.compareTo(quantity('1')) >= 0)".replace(
-                    "'__GATE__'", "variables.gate"
+                f"variables.gateNames.exists(g, {containers}.exists(c, "
+                f"{_requested('c', '__GATE__')}.compareTo(quantity('1')) >= 0))".replace(
+                    "'__GATE__'", "g"
                 ),
                 "messageExpression": f"'rule {RULE_CURRENCY}: a pod of ' + ({who}) + ' requests one "
                 "unit of ' + variables.gate + ' (the kube-steer webhook adds it: is it running?)'",
@@ -175,7 +210,7 @@ def budget_admission_policy(policy: Policy, name: str = BUDGET_POLICY_NAME) -> t
             {
                 "expression": "variables.resize || !variables.budgeted || !"
                 f"{containers}.exists(c, has(c.resources.requests) && c.resources.requests.exists("
-                f"k, k in {cel_list(gates)} && k != variables.gate))",
+                f"k, k in {cel_list(all_gates)} && !(k in variables.gateNames)))",
                 "messageExpression": f"'rule {RULE_CURRENCY}: a pod of ' + ({who}) + ' may request "
                 "no budget gate but ' + (variables.gate == '' ? 'none' : variables.gate)",
                 "reason": "Forbidden",

@@ -30,14 +30,18 @@ def node_writes_admission_policy(
     """The ValidatingAdmissionPolicy and binding that confine the scorer's Node writes, in the
     apiserver, to keys it owns: labels, annotations and taints under the label prefix (or an
     earlier one it retires: `also_prefixes`, 0.1.0's `steer.io/`), resources in
-    `status.capacity`/`allocatable` under the resource or label prefix. Nothing else of a Node
+    `status.capacity`/`allocatable` under the resource prefix, a former one (what pods still
+    hold there is kept published until released) or the label prefix. Nothing else of a Node
     may change in its writes, so a bug or a stolen token cannot relabel, taint (a NoExecute
     taint evicts) or drain a node outside the policy."""
     prefixes = list(
         dict.fromkeys(
-            [spec_prefix for spec_prefix in (policy.spec.label_prefix, policy.spec.resource_prefix)]
-            + list(LEGACY_PREFIXES)
-            + list(also_prefixes)
+            [
+                policy.spec.label_prefix,
+                *policy.spec.resource_prefixes,
+                *LEGACY_PREFIXES,
+                *also_prefixes,
+            ]
         )
     )
     owned = cel_list(prefixes)

@@ -10,12 +10,14 @@ API_VERSION = "kube-steer.github.io/v1alpha1"
 LEGACY_API_VERSIONS = ("steer.io/v1alpha1",)
 KIND = "SteeringPolicy"
 DEFAULT_LABEL_PREFIX = "kube-steer.github.io/"
-# Budget pools and gates (steer/core/gates.py) are node resources under this prefix. It contains
-# `kubernetes.io/`, so Kubernetes treats them as native resources: the scheduler does not
-# re-validate their names on every node it filters (measured: two of them keep 0.89x of a plain
-# pod's scheduling throughput at 1,000 nodes, two extended resources 0.64x), and a pod
-# requests them without a matching limit.
-DEFAULT_RESOURCE_PREFIX = "kube-steer.kubernetes.io/"
+# Budget pools and gates (steer/core/gates.py) are node resources under this prefix: extended
+# resources (integer, request = limit) under the project's own domain. Names under
+# `kubernetes.io` and `k8s.io` are Kubernetes' own (api-conventions.md); a prefix containing
+# `kubernetes.io/` is only accepted with `nativeResourceNames: true` (docs/resources.md).
+DEFAULT_RESOURCE_PREFIX = "kube-steer.github.io/"
+# Where pools and gates were before: pods that still hold them keep them published at what they
+# hold, and the admission policies accept them, until the last such pod is gone.
+FORMER_RESOURCE_PREFIXES = ("kube-steer.kubernetes.io/",)
 NATIVE_RESOURCE_MARK = "kubernetes.io/"
 # Who creates DaemonSet pods: the controller manager's daemon-set-controller ServiceAccount
 # (with --use-service-account-credentials, as kubeadm sets it), or the controller manager itself.

@@ -13,7 +13,7 @@ from typing import Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
-from steer.core.k8s_names import label_key_errors
+from steer.core.k8s_names import kubernetes_domain, label_key_errors
 from steer.core.policy.cluster_scores import ClusterScores
 from steer.core.policy.contract import (
     API_VERSION,
@@ -21,6 +21,7 @@ from steer.core.policy.contract import (
     DAEMONSET_CREATORS,
     DEFAULT_LABEL_PREFIX,
     DEFAULT_RESOURCE_PREFIX,
+    FORMER_RESOURCE_PREFIXES,
     LEGACY_API_VERSIONS,
     NATIVE_RESOURCE_MARK,
     NODE_RESTRICTION_PREFIX,
@@ -130,6 +131,13 @@ class Spec(PolicyModel):
     mode: Mode = "enforce"
     label_prefix: str = DEFAULT_LABEL_PREFIX
     resource_prefix: str = DEFAULT_RESOURCE_PREFIX
+    # Prefixes the pools and gates had before (the scorer keeps what running pods hold of them
+    # published until they are released; the admission policies accept them meanwhile).
+    former_resource_prefixes: tuple[str, ...] = FORMER_RESOURCE_PREFIXES
+    # Opt-in to a resourcePrefix containing `kubernetes.io/`: Kubernetes then treats the pools
+    # and gates as native resources (no per-node name check in the scheduler, no limits), at
+    # the price of names the API conventions reserve to Kubernetes (docs/resources.md).
+    native_resource_names: bool = False
     prometheus: Prometheus = Field(default_factory=Prometheus)
     scoring: Scoring = Field(default_factory=Scoring)
     dimensions: tuple[Dimension, ...] = Field(min_length=1)
@@ -193,10 +201,7 @@ class Spec(PolicyModel):
                 f"must contain a DNS-subdomain and '/', e.g. {DEFAULT_LABEL_PREFIX!r} or "
                 f"'{NODE_RESTRICTION_PREFIX}steer-', got {prefix!r}",
             )
-        elif prefix.startswith(("kubernetes.io/", "k8s.io/")) or (
-            prefix.split("/")[0].endswith((".kubernetes.io", ".k8s.io"))
-            and not prefix.startswith(NODE_RESTRICTION_PREFIX)
-        ):
+        elif kubernetes_domain(prefix) and not prefix.startswith(NODE_RESTRICTION_PREFIX):
             yield PolicyIssue(
                 "labelPrefix",
                 f"the kubernetes.io and k8s.io prefixes are reserved; use your own domain or "
@@ -248,25 +253,40 @@ class Spec(PolicyModel):
             )
 
     def _resource_prefix_issues(self) -> Iterator[PolicyIssue]:
-        """The prefix of pools and gates: a DNS subdomain containing `kubernetes.io`, and every
-        resource name it makes valid."""
+        """The prefix of pools and gates: a DNS subdomain of the operator's (Kubernetes' own
+        `kubernetes.io` only with `nativeResourceNames`), and every resource name it makes
+        valid; the former prefixes are prefixes too, and not the current one."""
         prefix = self.resource_prefix
         path = "resourcePrefix"
-        if not prefix.endswith("/") or NATIVE_RESOURCE_MARK not in prefix:
+        if not prefix.endswith("/") or prefix.count("/") != 1:
             yield PolicyIssue(
                 path,
-                f"must be a DNS subdomain containing 'kubernetes.io' followed by '/', e.g. "
-                f"{DEFAULT_RESOURCE_PREFIX!r}: Kubernetes treats such resource names as native, "
-                f"so the scheduler does not re-validate them on every node (an extended resource "
-                f"name costs a third of the scheduling throughput), got {prefix!r}",
+                f"must be a DNS subdomain followed by '/', e.g. {DEFAULT_RESOURCE_PREFIX!r}, "
+                f"got {prefix!r}",
             )
             return
-        if prefix == NATIVE_RESOURCE_MARK or prefix.startswith(("kubernetes.io/", "k8s.io/")):
+        if prefix.startswith(("kubernetes.io/", "k8s.io/")):
             yield PolicyIssue(
                 path,
-                f"the bare kubernetes.io/ prefix is Kubernetes' own; add a subdomain, e.g. {DEFAULT_RESOURCE_PREFIX!r}",
+                f"the bare kubernetes.io/ and k8s.io/ prefixes are Kubernetes' own; use your "
+                f"own domain, e.g. {DEFAULT_RESOURCE_PREFIX!r}",
             )
             return
+        native = NATIVE_RESOURCE_MARK in prefix
+        if self.native_resource_names and not native:
+            yield PolicyIssue(
+                "nativeResourceNames",
+                f"true needs a resourcePrefix containing 'kubernetes.io/' (Kubernetes treats "
+                f"only such names as native), got {prefix!r}",
+            )
+        elif not self.native_resource_names and (native or kubernetes_domain(prefix)):
+            yield PolicyIssue(
+                path,
+                f"{prefix!r} is under a domain the API conventions reserve to Kubernetes "
+                f"(kubernetes.io, k8s.io); use your own, e.g. {DEFAULT_RESOURCE_PREFIX!r} (the "
+                f"default), or set nativeResourceNames: true to keep native resource names "
+                f"knowingly (docs/resources.md)",
+            )
         levels = [
             f"{t.overcommit_percent:g}" for t in self.tenants if t.overcommit_percent is not None
         ]
@@ -277,6 +297,19 @@ class Spec(PolicyModel):
         for name in names:
             for problem in label_key_errors(name):
                 yield PolicyIssue(path, f"resource name {name!r} is invalid: {problem}")
+        for i, former in enumerate(self.former_resource_prefixes):
+            where = f"formerResourcePrefixes[{i}]"
+            if former == prefix:
+                yield PolicyIssue(where, f"is the resourcePrefix itself ({prefix!r})")
+            for problem in label_key_errors(f"{former}pool-memory"):
+                yield PolicyIssue(where, f"{former!r} is not a resource prefix: {problem}")
+        for former in duplicates(self.former_resource_prefixes):
+            yield PolicyIssue("formerResourcePrefixes", f"lists {former!r} twice")
+
+    @property
+    def resource_prefixes(self) -> tuple[str, ...]:
+        """The current resource prefix, then the former ones."""
+        return (self.resource_prefix, *self.former_resource_prefixes)
 
 
 class Metadata(PolicyModel):
