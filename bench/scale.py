@@ -3,13 +3,15 @@
     .venv/bin/python bench/scale.py scheduler --nodes 1000,5000 --pods 3000 --rounds 3  # 45 min
     .venv/bin/python bench/scale.py scheduler --quick     # 200 nodes, 300 pods, 1 round: smoke
     .venv/bin/python bench/scale.py scheduler --nodes 1000 --shapes b-guaranteed,a-gpu
+    .venv/bin/python bench/scale.py scheduler --nodes 5000 --variants realistic --steer-percentage 5
     .venv/bin/python bench/scale.py scheduler --report bench/results/scale-<ts>.json
     .venv/bin/python bench/scale.py scorer --nodes 5000 --pods 100000   # bench/scale_scorer.py, 20 min
     .venv/bin/python bench/scale.py webhook                              # bench/webhook_bench.py, 5 min
 
-The full run took 17 min at 1,000 nodes and 30 min at 5,000 on the 2-core machine with other
-work running (the slow steered shapes dominate: 40 pods/s is 75 s a run); --pods 2000 or
---rounds 2 shortens it.
+With the bare pair alone (--variants bare) the full run took 17 min at 1,000 nodes and 30 min
+at 5,000 on the 2-core machine with other work running (the slow steered shapes dominate:
+40 pods/s is 75 s a run); both pairs (the default) take about twice that. --pods 2000,
+--rounds 2 or --variants realistic shortens it.
 
 Not a test: it asserts nothing, it measures, and it reports what it measures (as
 bench/placement.py). The scoreboard is printed as markdown on stdout, progress goes to stderr,
@@ -21,13 +23,17 @@ readings, results files) is in bench/benchkit/.
 Section `scheduler`: scheduling throughput per steered pod shape
 -----------------------------------------------------------------
 What does steering cost the stock scheduler? Goal: every steered shape binds at >= 0.8x the
-rate of the same pod unsteered at 5,000 nodes.
+rate of its realistic twin at 5,000 nodes: the same pod as users create it, unsteered, for
+default-scheduler (the realistic table). The bare table is the other baseline: what the
+mutation alone adds to a minimal pod, on the same profile.
 
 Cluster, built afresh for each --nodes size: etcd, kube-apiserver (--max-requests-inflight
 3000, --max-mutating-requests-inflight 1000, --delete-collection-workers 8) and kube-scheduler
-with manifests/scheduler/profiles.yaml (percentageOfNodesToScore left at its default) and
-clientConnection qps = burst = 5000, so neither the apiserver's inflight limits nor the
-scheduler's client rate limit cap the bindings. No webhook runs: the pods are mutated here.
+with manifests/scheduler/profiles.yaml (or --profiles PATH; percentageOfNodesToScore left at
+its default unless --steer-percentage) and clientConnection qps = burst = 5000, so neither the
+apiserver's inflight limits nor the scheduler's client rate limit cap the bindings. No webhook
+runs: the pods are mutated here. No kube-controller-manager runs either: the Deployments and
+ReplicaSets the bench creates are never acted on.
 
 - **N fake nodes** (one POST each, status included: Ready, capacity = allocatable): 64 cores,
   256 GiB, 110 pods, zones a/b/c round robin, `kubernetes.io/hostname`. Every 4th node has
@@ -57,20 +63,51 @@ so the bench follows the mechanism as it changes. Requests are small: every pod 
 - `a-chain`: dept-a, Guaranteed 100m / 128Mi, labels `order-chain: x` and
   `pod-template-hash` (a Deployment's pod: the policy's zone and hostname spread rules).
 
-The **unsteered twin** of a shape is its base pod without the mutation but with the
-schedulerName the mutated pod ends up with (steer-spread or steer-binpack): a difference
-between profiles (NodeAffinity weight 50, MostAllocated scoring) is not counted, only what
-the mutation adds to the pod. The ratio is steered pods/s over twin pods/s. a-chain's pods
-are selected by a Service (as a Deployment's are by their ReplicaSet), so its twin gets the
-scheduler's default topology spreading, as the same pod unsteered would in a cluster.
+**Variants**: four pods per shape, run as two pairs (--variants all, bare or realistic).
+
+- Bare pair, `twin` and `steered`. The steered pod is the base pod mutated. The **unsteered
+  twin** is the base pod without the mutation but with the schedulerName the mutated pod ends
+  up with (steer-spread or steer-binpack): a difference between profiles (NodeAffinity weight
+  50, MostAllocated scoring) is not counted, only what the mutation adds to the pod. a-chain's
+  bare pods are selected by a Service, so its twin gets the scheduler's default topology
+  spreading, as the same pod unsteered would in a cluster. Ratio: steered / twin.
+- Realistic pair, `realistic-twin` and `realistic-steered` (bench/benchkit/realistic.py). A
+  **realistic pod** is the shape's base pod (same requests, namespace and shape labels, grace
+  period 0) as a Deployment makes it, 5-8 KiB of JSON (checked where it is built): a Helm
+  chart's labels (app, app.kubernetes.io/name/instance/version/..., pod-template-hash) and
+  annotations (Prometheus scrape, checksum/config), env and envFrom, volumes (configMap,
+  secret, emptyDir, a projected service-account token) and their mounts, liveness, readiness
+  and startup probes, securityContext, a log-shipper sidecar with requests of its own by the
+  shape's limits rule; no imagePullSecrets. Each shape gets a Deployment and a ReplicaSet
+  (replicas 0) whose pods these are (ownerReferences, controller: true, to the ReplicaSet) and
+  a Service selecting them, so the scheduler's default topology spreading applies to them as
+  to a Deployment's pods (upstream pkg/scheduler/framework/plugins/helper/spread.go
+  DefaultSelector: the Services' selectors and the controller ReplicaSet's). a-chain's
+  realistic pods keep `order-chain: x` and its pod-template-hash, so its order-chain Service
+  selects them too. The **realistic twin** is that pod exactly as the user created it: no
+  mutation and no schedulerName, so default-scheduler schedules it, as it would an unsteered
+  pod; the profile difference is counted here. The realistic steered pod is it mutated by
+  mutate_pod as the bare one is. Ratio: realistic-steered / realistic-twin, the goal's.
+
+**--steer-percentage N** writes a copy of the profiles file into the workdir with
+`percentageOfNodesToScore: N` on every profile whose schedulerName starts with `steer-` (not
+default-scheduler) and starts the scheduler with it: KubeSchedulerProfile's own
+percentageOfNodesToScore overrides the global one (kubescheduler.config.k8s.io/v1,
+staging/src/k8s.io/kube-scheduler/config/v1/types.go). The scheduler stops filtering once it
+has found that share of the nodes feasible, then scores only those (numFeasibleNodesToFind in
+pkg/scheduler/schedule_one.go): at least 100 nodes; by default 50 - nodes/125 percent, at
+least 5 (10 % = 500 nodes at 5,000). So at --quick's 200 nodes any N up to 50 still looks
+for 100 nodes, as the default does: the lever shows at 1,000 nodes and more. It moves the bare
+twin with its steered pod (same profile) and leaves the realistic twin alone. The results and
+the header give the file, N, every profile's value and the feasible nodes looked for.
 
 **Options** (--options, or by name in --shapes, e.g. `no-tenant:one-term`): pods that change
-one thing of a shape's steered pod (fewer or merged preferred terms, no pool, no terms, soft
-or no spread; bench/benchkit/shapes.py OPTIONS), each run against the shape's own twin: what
-each part of the mechanism costs, and what an alternative would buy. Not what the webhook
-does.
+one thing of a shape's steered pods, bare and realistic (fewer or merged preferred terms, no
+pool, no terms, soft or no spread; bench/benchkit/shapes.py OPTIONS), each run against the
+shape's own twins: what each part of the mechanism costs, and what an alternative would buy.
+Not what the webhook does.
 
-Method, one run = one shape, steered or twin: the scheduler is stopped; --pods pods are
+Method, one run = one shape and one variant: the scheduler is stopped; --pods pods are
 created (parallel POSTs) while the previous run's pods are being deleted (grace 0), and that
 deletion is awaited; a watch on the run's pods starts from the current resourceVersion; the
 scheduler is started; the run ends when every pod is bound, or when none was bound for
@@ -83,14 +120,32 @@ spent per bound pod from the scheduler's readiness to the last bind (/proc): a p
 for a core uses none, so the twin/steered ratio of scheduler CPU moves less with other work
 than pods/s. --cpu-profile S saves the scheduler's own CPU profile of every run in --workdir.
 
-Order: per round, each shape is a pair of adjacent runs, twin and steered; the order within
-a pair alternates by round and the shape order reverses every other round, so slow drift
-(etcd growth, a neighbour's load) falls on both halves of a pair. A shape's ratio in a round
-is steered/twin of its pair; the table gives min / median / max over rounds. Noise on a
-2-core machine shared with other work is large (+-25 % between identical runs happened):
-that is why pairs are adjacent and several rounds run.
+**Placement quality** (bench/benchkit/placement_quality.py; `placement` of each run, the
+Placement quality table): what a faster setting such as --steer-percentage may cost. The watch
+keeps the node of each bound pod; the nodes are listed once per size after the scorer ran (its
+labels do not change during the bench). Every run, twins included for reference, is judged by
+its shape's steered pod: its score label (`score`, or `score-class-gpu` for a-gpu) and all its
+preferred terms. Per run: the share of bound pods on a node of the best label bucket among the
+nodes eligible for the run's pod, of the best two buckets (best - 10 and up), and on a node
+the preferred terms score most (the label plus "not reserved for GPU pods"); the mean label
+value of the bound nodes against that of the eligible nodes; and a ceiling per share, the room
+those nodes have for the pod over the pods bound (a-gpu's few best GPU nodes fill up).
+Eligible is approximate: allocatable covers the pod's requests (GPUs, the policy's pools and
+gates) and the pod tolerates the node's NoSchedule taints (`unhealthy`); the run's own use of
+the nodes, a-chain's hard zone spread and the scheduler's other scores are not counted.
 
-Where the time goes, from the scheduler's /metrics (median over rounds, twin → steered):
+Order: per round, each shape runs its pairs one after the other, each a pair of adjacent
+runs (twin, steered, realistic-twin, realistic-steered); every other round that order and the
+shape order are reversed, so the order within a pair alternates by round and slow drift (etcd
+growth, a neighbour's load) falls on both halves of a pair. A shape's ratio in a round is
+steered/twin of its pair; the tables give min / median / max over rounds. Noise on a 2-core
+machine shared with other work is large (+-25 % between identical runs happened): that is why
+pairs are adjacent and several rounds run. Each run records the size of its first pod as
+POSTed and as stored (defaults, the ServiceAccount admission's token volume, managedFields);
+the JSON summary gives each shape's ratios per pair (`summary[nodes][shape][bare|realistic]`).
+
+Where the time goes, from the scheduler's /metrics (median over rounds, twin → steered, one
+table per pair):
 - per pod, `scheduler_scheduling_algorithm_duration_seconds` (filter + score, the part of a
   scheduling cycle that depends on the pod's shape) and
   `scheduler_framework_extension_point_duration_seconds` per extension point, divided by the
@@ -129,9 +184,22 @@ sys.path.insert(0, str(ROOT))
 from bench.benchkit.api import Api  # noqa: E402
 from bench.benchkit.bind_watch import BindWatch  # noqa: E402
 from bench.benchkit.nodes import bare_nodes, create_nodes  # noqa: E402
+from bench.benchkit.placement_quality import (  # noqa: E402
+    PlacementJudge,
+    Yardstick,
+    fleet_snapshot,
+    yardstick,
+)
 from bench.benchkit.procstat import read_proc  # noqa: E402
 from bench.benchkit.progress import in_parallel, log  # noqa: E402
 from bench.benchkit.provenance import source_version  # noqa: E402
+from bench.benchkit.realistic import (  # noqa: E402
+    UNCREATED_UID,
+    deployment,
+    pod_bytes,
+    replica_set,
+    service,
+)
 from bench.benchkit.recorded_scorer import (  # noqa: E402
     SCORER_READINGS,
     bench_policy_text,
@@ -147,13 +215,22 @@ from bench.benchkit.results import (  # noqa: E402
     write_results,
 )
 from bench.benchkit.scheduler_metrics import METRICS_FLUSH_S, scheduler_time  # noqa: E402
-from bench.benchkit.scheduler_report import print_report, shape_summary  # noqa: E402
+from bench.benchkit.scheduler_profiles import (  # noqa: E402
+    nodes_to_find_by_profile,
+    profile_percentages,
+    write_profiles,
+)
+from bench.benchkit.scheduler_report import pairs_run, print_report, shape_summary  # noqa: E402
 from bench.benchkit.shapes import (  # noqa: E402
     OPTIONS,
+    PAIRS,
+    REALISTIC,
+    SHAPE_BY_NAME,
     SHAPES,
-    VARIANTS,
+    Pair,
     Shape,
     ShapePods,
+    base_shape,
     gpus_per_node,
     shape_pods,
 )
@@ -185,14 +262,28 @@ def bench_plane(workdir: Path) -> Iterator[tuple[ControlPlane, Api]]:
         plane.stop()
 
 
+# Short codes of the variants in run ids (and so in pod names).
+RUN_CODES = {"twin": "t", "steered": "s", "realistic-twin": "rt", "realistic-steered": "rs"}
+
+
 class SchedulerBench:
     def __init__(
-        self, plane: ControlPlane, raw: Api, args: argparse.Namespace, workdir: Path
+        self,
+        plane: ControlPlane,
+        raw: Api,
+        args: argparse.Namespace,
+        workdir: Path,
+        profiles: Path,
+        judge: PlacementJudge,
+        yardsticks: Mapping[str, Yardstick | None],
     ) -> None:
         self.plane = plane
         self.workdir = workdir
+        self.profiles = profiles  # the KubeSchedulerConfiguration the scheduler starts with
         self.raw = raw
         self.args = args
+        self.judge = judge  # placement quality, against the nodes as the scorer left them
+        self.yardsticks = yardsticks  # per shape, what its runs' placements are judged by
         self.run_index = 0
         # A run's pods are deleted while the next run's are created (the scheduler is stopped
         # then); the next run waits for the deletion before it starts the scheduler.
@@ -214,7 +305,7 @@ class SchedulerBench:
             self._deleter.shutdown()
 
     def start_scheduler(self, profile_to: Path | None = None) -> None:
-        self.plane.restart_scheduler(PROFILES, client_qps=SCHEDULER_QPS)
+        self.plane.restart_scheduler(self.profiles, client_qps=SCHEDULER_QPS)
         if profile_to is not None and self.args.cpu_profile:
             seconds = self.args.cpu_profile
             self._profiling = threading.Thread(
@@ -230,20 +321,27 @@ class SchedulerBench:
         except (requests.RequestException, OSError) as exc:
             log(f"  CPU profile {path.name} not saved: {exc!r}")
 
-    def create_pods(self, pods: ShapePods, variant: str, run_id: str) -> float:
+    def create_pods(
+        self, pods: ShapePods, variant: str, run_id: str
+    ) -> tuple[float, dict[str, int]]:
+        """Create the run's pods; how long it took, and the size of the first pod as POSTed and
+        as stored (the apiserver's defaults, admission's token volume, managedFields)."""
         body = pods.pod(variant)
         namespace = body["metadata"]["namespace"]
         path = f"/api/v1/namespaces/{namespace}/pods"
+        sizes: dict[str, int] = {}
 
         def create(i: int) -> None:
             pod = copy.deepcopy(body)
             pod["metadata"]["name"] = f"{run_id}-{i:05d}"
             pod["metadata"]["labels"][RUN_LABEL] = run_id
-            self.raw.json("POST", path, pod)
+            stored = self.raw.json("POST", path, pod)
+            if i == 0:
+                sizes.update(posted=pod_bytes(pod), stored=pod_bytes(stored))
 
         t0 = time.monotonic()
         in_parallel(create, range(self.args.pods), WORKERS)
-        return time.monotonic() - t0
+        return time.monotonic() - t0, sizes
 
     def wait_bound(self, watch: BindWatch, started: float) -> None:
         while True:
@@ -293,12 +391,12 @@ class SchedulerBench:
 
     def run(self, pods: ShapePods, variant: str, round_: int, nodes: int) -> dict[str, Any]:
         self.run_index += 1
-        run_id = f"r{self.run_index:03d}-{variant[0]}"
+        run_id = f"r{self.run_index:03d}-{RUN_CODES[variant]}"
         selector = f"{RUN_LABEL}={run_id}"
         namespace = pods.shape.namespace
         self.plane.stop_scheduler()
         load_before = round(os.getloadavg()[0], 2)
-        create_s = self.create_pods(pods, variant, run_id)
+        create_s, sizes = self.create_pods(pods, variant, run_id)
         self.settle_deletion()
         version = self.raw.json("GET", "/api/v1/pods", params={"limit": "1"})["metadata"][
             "resourceVersion"
@@ -312,6 +410,7 @@ class SchedulerBench:
             cpu_ready = cpu_seconds(self.plane)
             self.wait_bound(watch, t0)
             times = watch.times()
+            bound_to = watch.nodes()
             cpu_end = cpu_seconds(self.plane)
         if self._profiling is not None:  # the profile ends before the scheduler does
             self._profiling.join(timeout=self.args.cpu_profile + 30)
@@ -337,6 +436,8 @@ class SchedulerBench:
             "start_to_first_bind_s": round(times[0] - t0, 2) if times else None,
             "scheduler_ready_s": round(ready_s, 2),
             "create_s": round(create_s, 1),
+            "pod_bytes": sizes.get("posted"),
+            "stored_pod_bytes": sizes.get("stored"),
             "delete_s": None,  # set once the deletion, overlapping the next run, is done
             "load_1m_before": load_before,
             "load_1m_after": round(load, 2),
@@ -349,23 +450,47 @@ class SchedulerBench:
                 if name in cpu_ready
             },
             "scheduler": metrics,
+            "placement": self.placement(pods, variant, bound_to),
         }
+        quality = result["placement"]
+        judged = (
+            f"; best bucket {quality['best_share']:.0%} (ceiling {quality['best_ceiling']:.0%})"
+            if quality and "error" not in quality
+            else ""
+        )
         log(
             f"  {nodes} nodes, round {round_}, {pods.shape.name} {variant}: "
             f"{result['bound']}/{self.args.pods} bound, {result['pods_per_s']} pods/s "
-            f"(create {create_s:.1f} s, first bind +{result['start_to_first_bind_s']} s)"
+            f"(create {create_s:.1f} s, first bind +{result['start_to_first_bind_s']} s){judged}"
         )
         for message, count in list(pending.items())[:3]:
             log(f"    pending {count} x {message[:200]}")
         self._deleting = (self._deleter.submit(self.delete_pods, namespace, selector), result)
         return result
 
+    def placement(
+        self, pods: ShapePods, variant: str, bound_to: Sequence[str]
+    ) -> dict[str, Any] | None:
+        """The run's placement quality by its shape's yardstick (bench/benchkit/
+        placement_quality.py); None when the shape's steered pod prefers no score label or
+        nothing was bound."""
+        stick = self.yardsticks.get(pods.shape.name)
+        if stick is None:
+            return None
+        try:
+            quality = self.judge.judge(stick, pods.pod(variant), bound_to)
+        except (ValueError, KeyError, TypeError) as exc:  # a side measure: keep the run
+            log(f"  placement quality not measured: {exc!r}")
+            return {"error": repr(exc)}
+        return None if quality is None else quality.to_json()
+
     def run_all(
         self, pods: Mapping[str, ShapePods], shapes: Sequence[Shape], nodes: int
     ) -> list[dict[str, Any]]:
         runs: list[dict[str, Any]] = []
         try:
-            for round_, shape, variant in schedule(shapes, self.args.rounds):
+            pairs = chosen_pairs(self.args.variants)
+            for round_, shape, variant in schedule(shapes, self.args.rounds, pairs):
                 try:
                     runs.append(self.run(pods[shape.name], variant, round_, nodes))
                 except Exception as exc:
@@ -394,20 +519,24 @@ def cpu_seconds(plane: ControlPlane) -> dict[str, float]:
     return out
 
 
-def schedule(shapes: Sequence[Shape], rounds: int) -> list[tuple[int, Shape, str]]:
-    """(round, shape, variant) in run order: adjacent twin/steered pairs, the pair order
-    alternating by round, the shape order reversed every other round."""
+def schedule(
+    shapes: Sequence[Shape], rounds: int, pairs: Sequence[Pair] = PAIRS
+) -> list[tuple[int, Shape, str]]:
+    """(round, shape, variant) in run order: per shape, each pair's twin and steered runs
+    adjacent; every other round the shape order and each shape's run order are reversed (so
+    the order within each pair alternates, and pairs stay adjacent)."""
+    in_order = tuple(v for pair in pairs for v in pair.variants)
     order = []
     for r in range(1, rounds + 1):
         ordered = list(shapes) if r % 2 else list(reversed(shapes))
-        variants = VARIANTS if r % 2 else tuple(reversed(VARIANTS))
+        variants = in_order if r % 2 else tuple(reversed(in_order))
         for shape in ordered:
             order += [(r, shape, v) for v in variants]
     return order
 
 
 def ensure_service(raw: Api, namespace: str, selector: Mapping[str, str]) -> None:
-    """A Service selecting a shape's pods, as a ReplicaSet selects a Deployment's: the
+    """A Service selecting a shape's bare pods, as a ReplicaSet selects a Deployment's: the
     scheduler's default topology spreading then applies to the unsteered twin."""
     name = "scale-" + "-".join(v for v in selector.values())
     body = {
@@ -419,8 +548,24 @@ def ensure_service(raw: Api, namespace: str, selector: Mapping[str, str]) -> Non
     raw.json("POST", f"/api/v1/namespaces/{namespace}/services", body)
 
 
+def create_workload(raw: Api, shape: Shape) -> str:
+    """The Service, Deployment and ReplicaSet (replicas 0) of a shape's realistic pods; the
+    ReplicaSet's uid, which the pods name as their controller owner."""
+    namespace = shape.namespace
+    raw.json("POST", f"/api/v1/namespaces/{namespace}/services", service(shape))
+    apps = f"/apis/apps/v1/namespaces/{namespace}"
+    owner = raw.json("POST", f"{apps}/deployments", deployment(shape))
+    created = raw.json("POST", f"{apps}/replicasets", replica_set(shape, owner["metadata"]["uid"]))
+    uid: str = created["metadata"]["uid"]
+    return uid
+
+
 def measure_size(
-    nodes: int, shapes: Sequence[Shape], args: argparse.Namespace, workdir: Path
+    nodes: int,
+    shapes: Sequence[Shape],
+    args: argparse.Namespace,
+    workdir: Path,
+    profiles: Path,
 ) -> dict[str, Any]:
     out: dict[str, Any] = {"nodes": nodes}
     t_size = time.monotonic()
@@ -440,26 +585,60 @@ def measure_size(
             }
         ):
             ensure_service(raw, namespace, dict(selector))
+        # Realistic pods are owned by a ReplicaSet of their shape (an option's are its shape's).
+        owners: dict[str, str] = {}
+        if REALISTIC in chosen_pairs(args.variants):
+            for name in dict.fromkeys(base_shape(s).name for s in shapes):
+                owners[name] = create_workload(raw, SHAPE_BY_NAME[name])
         t0 = time.monotonic()
         create_nodes(raw, fleet, WORKERS)
         out["create_nodes_s"] = round(time.monotonic() - t0, 1)
         log(f"{nodes} nodes created in {out['create_nodes_s']} s ({gpus} GPUs on every 4th)")
-        scorer_policy = parse_policy(bench_policy_text())
+        scorer_policy = parse_policy(bench_policy_text() + native_names(args.native_names))
         t0 = time.monotonic()
         out["scorer_cycles"] = score_nodes(plane, scorer_policy, scorer_readings(fleet, args.seed))
         out["score_nodes_s"] = round(time.monotonic() - t0, 1)
-        out["node_summary"] = node_summary(scorer_policy, raw.pages("/api/v1/nodes", limit=2000)[0])
+        listed = raw.pages("/api/v1/nodes", limit=2000)[0]
+        out["node_summary"] = node_summary(scorer_policy, listed)
         log(f"scorer: 2 cycles in {out['score_nodes_s']} s; nodes carry {out['node_summary']}")
-        plan = MutationPlan.from_policy(parse_policy(EXAMPLE_POLICY.read_text()))
-        pods = {s.name: shape_pods(plan, s) for s in shapes}
-        out["pods"] = {
-            name: {"rules": list(p.rules), "patch_ops": p.patch_ops, "steered": p.steered}
-            for name, p in pods.items()
+        plan = MutationPlan.from_policy(
+            parse_policy(EXAMPLE_POLICY.read_text() + native_names(args.native_names))
+        )
+        pods = {
+            s.name: shape_pods(plan, s, owners.get(base_shape(s).name, UNCREATED_UID))
+            for s in shapes
         }
-        out["runs"] = SchedulerBench(plane, raw, args, workdir).run_all(pods, shapes, nodes)
+        out["pods"] = {name: p.summary() for name, p in pods.items()}
+        out["nodes_to_find"] = nodes_to_find_by_profile(profiles, nodes)
+        # Placement quality: an option's pods are judged by their shape's steered pod (what
+        # the webhook prefers); the labels do not change during the bench: one snapshot serves.
+        prefix = plan.policy.spec.label_prefix
+        sticks = {
+            s.name: yardstick(
+                (pods.get(base_shape(s).name) or shape_pods(plan, base_shape(s))).steered, prefix
+            )
+            for s in shapes
+        }
+        out["score_keys"] = {name: stick and stick.key for name, stick in sticks.items()}
+        read = set().union(*(stick.label_keys() for stick in sticks.values() if stick))
+        judge = PlacementJudge(fleet_snapshot(listed, read))
+        del listed  # thousands of nodes: keep the compact snapshot only
+        bench = SchedulerBench(plane, raw, args, workdir, profiles, judge, sticks)
+        out["runs"] = bench.run_all(pods, shapes, nodes)
     out["runtime_s"] = round(time.monotonic() - t_size, 1)
     log(f"{nodes} nodes done in {out['runtime_s'] / 60:.1f} min")
     return out
+
+
+def native_names(on: bool) -> str:
+    """The policy lines of the native-names opt-in (appended under `spec:`), or nothing."""
+    if not on:
+        return ""
+    return (
+        "  resourcePrefix: kube-steer.kubernetes.io/\n"
+        "  nativeResourceNames: true\n"
+        "  formerResourcePrefixes: []\n"
+    )
 
 
 def run_scheduler(args: argparse.Namespace) -> int:
@@ -479,6 +658,7 @@ def run_scheduler(args: argparse.Namespace) -> int:
     shapes = [known[n] for n in wanted] if wanted else list(SHAPES)
     if args.options:
         shapes += [o for o in OPTIONS if o not in shapes]
+    pairs = chosen_pairs(args.variants)
     stamp = utc_stamp()
     source = source_version()  # now: others may commit while it runs
     out_file = results_file(args.json, "scale", stamp)
@@ -486,8 +666,13 @@ def run_scheduler(args: argparse.Namespace) -> int:
     results: list[dict[str, Any]] = []
     with contextlib.ExitStack() as stack:
         workdir = run_workdir(stack, args.workdir, "steer-scale-")
+        try:
+            profiles = write_profiles(args.profiles, args.steer_percentage, workdir)
+        except ValueError as exc:
+            raise SystemExit(f"--steer-percentage: {args.profiles}: {exc}") from None
+        percentages = profile_percentages(profiles)
         for nodes in sizes:
-            results.append(measure_size(nodes, shapes, args, workdir))
+            results.append(measure_size(nodes, shapes, args, workdir, profiles))
     elapsed = time.monotonic() - began
     doc = {
         "section": "scheduler",
@@ -495,12 +680,23 @@ def run_scheduler(args: argparse.Namespace) -> int:
         "source": source,
         "runtime_s": round(elapsed, 1),
         "args": recorded_args(args),
+        "variants": [p.name for p in pairs],
+        "profiles": display_path(args.profiles),
+        # percentageOfNodesToScore set on the steer-* profiles of a copy of --profiles (None:
+        # the file as it is); per profile, what the scheduler ran with ("": the global value).
+        "steer_percentage": args.steer_percentage,
+        "native_names": args.native_names,
+        "percentage_of_nodes_to_score": percentages,
         "scheduler_qps": SCHEDULER_QPS,
         "apiserver_args": list(APISERVER_ARGS),
         "scorer_readings": SCORER_READINGS,
         "shapes": [s.name for s in shapes],
+        # Per size, shape and pair run (bare, realistic): steered/twin ratios per round.
         "summary": {
-            str(size["nodes"]): {s.name: shape_summary(size, s.name) for s in shapes}
+            str(size["nodes"]): {
+                s.name: {p.name: shape_summary(size, s.name, p) for p in pairs_run(size)}
+                for s in shapes
+            }
             for size in results
         },
         "sizes": results,
@@ -510,6 +706,31 @@ def run_scheduler(args: argparse.Namespace) -> int:
     log(f"results written to {out_file}")
     failed = any("error" in r for size in results for r in size["runs"])
     return 1 if failed else 0
+
+
+def chosen_pairs(text: str) -> tuple[Pair, ...]:
+    """--variants: `all`, or comma-separated pair names (bare, realistic), in PAIRS order."""
+    names = [p.name for p in PAIRS]
+    wanted = {w.strip() for w in text.split(",") if w.strip()}
+    if "all" in wanted:
+        wanted = set(names)
+    unknown = sorted(wanted - set(names))
+    if unknown or not wanted:
+        raise SystemExit(f"--variants: unknown {unknown}; choose all or from {', '.join(names)}")
+    return tuple(p for p in PAIRS if p.name in wanted)
+
+
+def display_path(path: Path) -> str:
+    """A path relative to the checkout when inside it."""
+    resolved = path.resolve()
+    return str(resolved.relative_to(ROOT)) if resolved.is_relative_to(ROOT) else str(resolved)
+
+
+def percentage(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 100:
+        raise argparse.ArgumentTypeError(f"must be 0..100 (0: the adaptive default), got {value}")
+    return value
 
 
 # -- main --------------------------------------------------------------------------------------
@@ -539,6 +760,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--options",
         action="store_true",
         help="also run every option (another mechanism's steered pod, bench/benchkit/shapes.py)",
+    )
+    sched.add_argument(
+        "--variants",
+        default="all",
+        help="pairs to run: all (default), bare (twin, steered) or realistic (realistic-twin, "
+        "realistic-steered), comma-separated",
+    )
+    sched.add_argument(
+        "--steer-percentage",
+        type=percentage,
+        metavar="N",
+        help="set percentageOfNodesToScore: N on every steer-* profile (a copy of --profiles in "
+        "the workdir; default-scheduler untouched); default: the profiles as they are",
+    )
+    sched.add_argument(
+        "--native-names",
+        action="store_true",
+        help="the policy's pools and gates under kube-steer.kubernetes.io/ with "
+        "nativeResourceNames: true (the opt-in), instead of the default extended resources",
+    )
+    sched.add_argument(
+        "--profiles",
+        type=Path,
+        default=PROFILES,
+        help="KubeSchedulerConfiguration to start the scheduler with "
+        "(default manifests/scheduler/profiles.yaml)",
     )
     sched.add_argument("--quick", action="store_true", help="200 nodes, 300 pods, 1 round")
     sched.add_argument(

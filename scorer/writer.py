@@ -116,24 +116,15 @@ class NodeApi:
         return NodeState.from_k8s(self.kube.request("GET", node_path(name)))
 
     def patch_node(self, name: str, patch: Mapping[str, Any]) -> NodeState:
-        return NodeState.from_k8s(
-            self.kube.request(
-                "PATCH",
-                node_path(name),
-                body=patch,
-                content_type=MERGE_PATCH,
-                query=FIELD_MANAGER,
-            )
-        )
+        return self._merge_patch(node_path(name), patch)
 
     def patch_node_status(self, name: str, patch: Mapping[str, Any]) -> NodeState:
+        return self._merge_patch(node_status_path(name), patch)
+
+    def _merge_patch(self, path: str, patch: Mapping[str, Any]) -> NodeState:
         return NodeState.from_k8s(
             self.kube.request(
-                "PATCH",
-                node_status_path(name),
-                body=patch,
-                content_type=MERGE_PATCH,
-                query=FIELD_MANAGER,
+                "PATCH", path, body=patch, content_type=MERGE_PATCH, query=FIELD_MANAGER
             )
         )
 

@@ -1,4 +1,6 @@
-"""The scheduler bench's options change only what they say (bench/benchkit/shapes.py)."""
+"""The scheduler bench: its options change only what they say, its realistic pods are a
+Deployment's, its profile lever and placement yardstick follow the scheduler's rules
+(bench/benchkit/)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,15 @@ from typing import Any
 
 import pytest
 
+from bench.benchkit.placement_quality import judge_placement
+from bench.benchkit.realistic import (
+    REALISTIC_BYTES,
+    pod_bytes,
+    replica_set,
+    replica_set_name,
+    service,
+)
+from bench.benchkit.scheduler_profiles import nodes_to_find, with_steer_percentage
 from bench.benchkit.shapes import OPTIONS, PREFERRED, SHAPE_BY_NAME, SHAPES, shape_pods
 from steer.adapters.policy_file import load_policy_file
 from steer.core.mutation import MutationPlan
@@ -57,3 +68,92 @@ def test_an_option_keeps_its_shapes_twin_and_changes_only_the_steered_pod(option
     for key in ("schedulerName", "tolerations"):
         assert pods.steered["spec"].get(key) == of.steered["spec"].get(key)
     assert pods.steered["metadata"] == of.steered["metadata"]
+
+
+# -- the realistic pair, the profile lever and the placement yardstick ------------------------
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: s.name)
+def test_a_realistic_twin_is_a_deployments_pod_as_the_user_made_it(shape: Any) -> None:
+    """5-8 KiB, owned by the shape's ReplicaSet, selected by its Service and ReplicaSet (so the
+    scheduler's default spreading applies), no schedulerName (default-scheduler); its steered
+    pod is the same pod through the webhook's mutation."""
+    pods = shape_pods(PLAN, shape)
+    twin = pods.realistic_twin
+    low, high = REALISTIC_BYTES
+    assert low <= pod_bytes(twin) <= high
+    assert "schedulerName" not in twin["spec"]
+    (owner,) = twin["metadata"]["ownerReferences"]
+    assert owner["controller"] is True and owner["kind"] == "ReplicaSet"
+    assert owner["name"] == replica_set_name(shape)
+    labels = twin["metadata"]["labels"]
+    rs_selector = replica_set(shape, "uid")["spec"]["selector"]["matchLabels"]
+    assert labels.items() >= rs_selector.items()
+    assert labels.items() >= service(shape)["spec"]["selector"].items()
+    assert pods.realistic_steered["spec"].get("schedulerName", "").startswith("steer-")
+    prefix = PLAN.policy.spec.resource_prefix
+    if shape.name != "no-tenant":  # a tenant's pod takes its limits from the pool
+        resources = pods.realistic_steered["spec"]["containers"][0]["resources"]
+        assert any(k.startswith(prefix) for k in resources["requests"])
+        assert {k for k in resources["requests"] if k.startswith(prefix)} == {
+            k for k in resources["limits"] if k.startswith(prefix)
+        }
+
+
+def test_no_pool_removes_every_pool_and_gate_request_and_limit() -> None:
+    option = next(o for o in OPTIONS if o.name == "a-burstable:no-pool")
+    pods = shape_pods(PLAN, option)
+    prefix = PLAN.policy.spec.resource_prefix
+    for pod in (pods.steered, pods.realistic_steered):
+        for container in pod["spec"]["containers"]:
+            for part in ("requests", "limits"):
+                assert not [
+                    k for k in container["resources"].get(part) or {} if k.startswith(prefix)
+                ]
+
+
+def test_the_steer_percentage_goes_to_the_steer_profiles_only() -> None:
+    config = {
+        "profiles": [
+            {"schedulerName": "default-scheduler"},
+            {"schedulerName": "steer-spread"},
+            {"schedulerName": "steer-binpack"},
+        ]
+    }
+    out = with_steer_percentage(config, 5)
+    assert [p.get("percentageOfNodesToScore") for p in out["profiles"]] == [None, 5, 5]
+    assert "percentageOfNodesToScore" not in config["profiles"][1]  # a copy
+    with pytest.raises(ValueError, match="steer-"):
+        with_steer_percentage({"profiles": [{"schedulerName": "default-scheduler"}]}, 5)
+
+
+@pytest.mark.parametrize(
+    ("percentage", "nodes", "found"),
+    [
+        (None, 5000, 500),
+        (5, 5000, 250),
+        (2, 5000, 100),
+        (5, 200, 100),
+        (None, 1000, 420),
+        (0, 50, 50),
+    ],
+)
+def test_nodes_to_find_follows_the_schedulers_rule(
+    percentage: int | None, nodes: int, found: int
+) -> None:
+    """pkg/scheduler/schedule_one.go numFeasibleNodesToFind: all nodes under 100, never fewer
+    than 100, the adaptive default 50 - nodes/125 percent (at least 5)."""
+    assert nodes_to_find(percentage, nodes) == found
+
+
+def test_the_placement_yardstick_counts_pods_on_the_best_nodes() -> None:
+    scores = {"a": 90, "b": 90, "c": 80, "d": 10}
+    room = {"a": 1, "b": 1, "c": 10, "d": 10}
+    preference = {"a": 150, "b": 150, "c": 80, "d": 10}
+    quality = judge_placement("score", scores, preference, room, ["a", "b", "c", "d"])
+    assert quality is not None
+    assert quality.best_share == 0.5 and quality.best_ceiling == 0.5  # a and b hold one each
+    assert quality.top2_share == 0.75
+    assert quality.off_eligible == 0
+    assert judge_placement("score", scores, preference, room, ["x"]).off_eligible == 1  # type: ignore[union-attr]
+    assert judge_placement("score", scores, preference, room, []) is None

@@ -12,8 +12,10 @@ The scripts run as files (`python bench/scale_scorer.py`) and put the checkout f
 - `scorer_summary`, `scorer_report`: its results document and its tables;
 - `recorded_scorer`: the product's scorer on recorded readings (what the scheduler bench's
   nodes carry);
-- `shapes`, `bind_watch`, `scheduler_metrics`, `scheduler_report`: the scheduler bench's pod
-  shapes, its watch of binds, the scheduler's /metrics and its scoreboard;
+- `shapes`, `realistic`, `scheduler_profiles`, `bind_watch`, `scheduler_metrics`,
+  `scheduler_report`: the scheduler bench's pod shapes, their realistic pods (a Deployment's,
+  with its ReplicaSet and Service), the profiles file it starts the scheduler with, its watch
+  of binds, the scheduler's /metrics and its scoreboard;
 - `placement_scenario`, `placement_measure`, `placement_report`: the placement bench's
   cluster and pod trace, what a run measures, and its scoreboard;
 - `progress`, `provenance`, `stats`, `results`: logging and the thread pool, the commit and

@@ -1,4 +1,4 @@
-"""A watch of one run's pods: when this process first saw each of them bound."""
+"""A watch of one run's pods: when this process first saw each of them bound, and where."""
 
 from __future__ import annotations
 
@@ -16,13 +16,15 @@ from .api import Api
 
 class BindWatch:
     """Watches the pods of one run from a resourceVersion and notes when this process first
-    received each of them bound (spec.nodeName set), on the monotonic clock."""
+    received each of them bound (spec.nodeName set), on the monotonic clock, and the node
+    (its name only: a run holds thousands of pods)."""
 
     def __init__(self, raw: Api, selector: str, resource_version: str) -> None:
         self.raw = raw
         self.selector = selector
         self.resource_version = resource_version
         self.bound: dict[str, float] = {}
+        self.node_of: dict[str, str] = {}  # pod -> node, in bind order (as `bound`)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._response: requests.Response | None = None
@@ -58,13 +60,22 @@ class BindWatch:
         version = (obj.get("metadata") or {}).get("resourceVersion")
         if version:
             self.resource_version = version
-        if event.get("type") in ("ADDED", "MODIFIED") and (obj.get("spec") or {}).get("nodeName"):
+        node = (obj.get("spec") or {}).get("nodeName")
+        if event.get("type") in ("ADDED", "MODIFIED") and node:
+            name = obj["metadata"]["name"]
             with self._lock:
-                self.bound.setdefault(obj["metadata"]["name"], now)
+                if name not in self.bound:
+                    self.bound[name] = now
+                    self.node_of[name] = node
 
     def times(self) -> list[float]:
         with self._lock:
             return sorted(self.bound.values())
+
+    def nodes(self) -> list[str]:
+        """The node each bound pod was bound to, in the order this process saw the binds."""
+        with self._lock:
+            return list(self.node_of.values())
 
     def __enter__(self) -> BindWatch:
         self._thread.start()

@@ -127,6 +127,10 @@ def scorer_readings(nodes: Sequence[BareNode], seed: int) -> dict[str, dict[str,
         "gpu-free": {n: float(rng.randint(0, 8)) for n in gpu},
         "gpu-frag": {n: rng.random() for n in gpu},
         "power": {n: float(rng.randint(100, 900)) for n in names},
+        # What a core of work costs and what an idle node draws: the default composite's
+        # energy terms, so nodes differ in `score` as they would in a cluster.
+        "core-power": {n: round(rng.uniform(4.0, 12.0), 2) for n in names},
+        "idle-power": {n: float(rng.randint(100, 300)) for n in names},
         "overcommit-pct": {
             n: float(rng.randint(-30, 15)) for n in names if rng.random() < OVERCOMMIT_SHARE
         },
@@ -135,7 +139,8 @@ def scorer_readings(nodes: Sequence[BareNode], seed: int) -> dict[str, dict[str,
 
 
 SCORER_READINGS = (
-    f"power 100-900 W and health 1 on every node ({UNHEALTHY_SHARE:.0%} at 0), overcommit-pct "
+    f"power 100-900 W, core-power 4-12 W per core, idle-power 100-300 W and health 1 on every "
+    f"node ({UNHEALTHY_SHARE:.0%} at 0), overcommit-pct "
     f"-30..15 on {OVERCOMMIT_SHARE:.0%}, GPU nodes gpu-util 0..85 ({HOT_SHARE:.0%} at 97), "
     "gpu-free 0..8, gpu-frag 0..1"
 )

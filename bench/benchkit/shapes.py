@@ -1,5 +1,5 @@
 """The scheduler bench's pod shapes: a base pod per shape, mutated by the webhook's own code, and
-its unsteered twin.
+its unsteered twin; the same for the shape's realistic pod (bench/benchkit/realistic.py).
 """
 
 from __future__ import annotations
@@ -17,8 +17,13 @@ import jsonpatch
 from steer.core.mutation import MutationPlan, mutate_pod
 
 from .nodes import GPU
+from .realistic import UNCREATED_UID, pod_bytes, realistic_pod
 
 IMAGE = "registry.k8s.io/pause:3.10"
+
+# An option changes a steered pod's spec; the plan it was steered by says what the policy owns
+# (e.g. its resource prefix).
+Option = Callable[[dict[str, Any], MutationPlan], None]
 
 
 @dataclass(frozen=True)
@@ -31,25 +36,31 @@ class Shape:
     burst: bool = False  # limits = floor(1.05 x requests) for cpu and memory
     gpus: int = 0
     labels: Mapping[str, str] | None = None
-    # What selects the pods (a Deployment's pods are selected by their ReplicaSet): the bench
-    # creates a Service with this selector, so the unsteered twin gets the scheduler's default
+    # What selects the bare pods (a Deployment's pods are selected by their ReplicaSet): the
+    # bench creates a Service with this selector, so the bare twin gets the scheduler's default
     # topology spreading as it would in a cluster (a pod with constraints of its own does not).
+    # Realistic pods have a Service and a ReplicaSet of their own (bench/benchkit/realistic.py).
     service_selector: Mapping[str, str] | None = None
-    # An option: the steered pod of shape `option_of` changed by `option` (see OPTIONS).
+    # An option: the steered pods of shape `option_of` changed by `option` (see OPTIONS).
     option_of: str | None = None
-    option: Callable[[dict[str, Any]], None] | None = None
+    option: Option | None = None
     about: str = ""
 
-    def base_pod(self) -> dict[str, Any]:
-        requests_ = {"cpu": f"{self.cpu_m}m", "memory": f"{self.memory_mi}Mi"}
+    def resources(self, cpu_m: int, memory_mi: int, gpus: int) -> dict[str, dict[str, str]]:
+        """A container's requests and limits by the shape's rule (limits = requests, or
+        floor(1.05 x requests) for cpu and memory when it bursts)."""
+        requests_ = {"cpu": f"{cpu_m}m", "memory": f"{memory_mi}Mi"}
         limits = dict(requests_)
         if self.burst:
             limits = {
-                "cpu": f"{math.floor(self.cpu_m * 1.05)}m",
-                "memory": f"{math.floor(self.memory_mi * 1.05)}Mi",
+                "cpu": f"{math.floor(cpu_m * 1.05)}m",
+                "memory": f"{math.floor(memory_mi * 1.05)}Mi",
             }
-        if self.gpus:
-            requests_[GPU] = limits[GPU] = str(self.gpus)
+        if gpus:
+            requests_[GPU] = limits[GPU] = str(gpus)
+        return {"requests": requests_, "limits": limits}
+
+    def base_pod(self) -> dict[str, Any]:
         return {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -63,7 +74,7 @@ class Shape:
                     {
                         "name": "main",
                         "image": IMAGE,
-                        "resources": {"requests": requests_, "limits": limits},
+                        "resources": self.resources(self.cpu_m, self.memory_mi, self.gpus),
                     }
                 ],
             },
@@ -87,42 +98,134 @@ SHAPES = (
         service_selector={"order-chain": "x"},
     ),
 )
-VARIANTS = ("twin", "steered")
+
+
+@dataclass(frozen=True)
+class Pair:
+    """Two variants run as adjacent runs, compared as steered / twin (--variants NAME)."""
+
+    name: str
+    twin: str
+    steered: str
+
+    @property
+    def variants(self) -> tuple[str, str]:
+        return (self.twin, self.steered)
+
+
+BARE = Pair("bare", "twin", "steered")
+REALISTIC = Pair("realistic", "realistic-twin", "realistic-steered")
+PAIRS = (BARE, REALISTIC)
+VARIANTS = tuple(v for p in PAIRS for v in p.variants)
+
+
+def pair_of(variant: str) -> Pair:
+    return next(p for p in PAIRS if variant in p.variants)
+
+
+@dataclass(frozen=True)
+class Steered:
+    """A pod as the webhook's mutation leaves it, and what the mutation did."""
+
+    pod: dict[str, Any]
+    rules: tuple[str, ...]
+    patch_ops: int
+
+
+def steer(plan: MutationPlan, shape: Shape, pod: Mapping[str, Any]) -> Steered:
+    """`pod` mutated by the webhook's own code, the patch applied with jsonpatch."""
+    if not plan.opted_in(shape.namespace, shape.namespace_labels):
+        raise RuntimeError(f"{shape.name}: namespace {shape.namespace} is not opted in")
+    mutation = mutate_pod(plan, pod, plan.tenant(shape.namespace_labels))
+    steered = jsonpatch.apply_patch(pod, list(mutation.ops))
+    return Steered(steered, mutation.in_effect, len(mutation.ops))
 
 
 @dataclass(frozen=True)
 class ShapePods:
-    """A shape's two pods (names left out) and what the mutation did."""
+    """A shape's four pods (names left out) and what the mutation did to each base pod.
+
+    - twin: the bare base pod with the steered pod's schedulerName;
+    - steered: the bare base pod mutated;
+    - realistic_twin: the realistic pod exactly as the user created it (no schedulerName:
+      default-scheduler);
+    - realistic_steered: the realistic pod mutated.
+    """
 
     shape: Shape
     steered: dict[str, Any]
     twin: dict[str, Any]
     rules: tuple[str, ...]
     patch_ops: int
+    realistic_steered: dict[str, Any]
+    realistic_twin: dict[str, Any]
+    realistic_rules: tuple[str, ...]
+    realistic_patch_ops: int
 
     def pod(self, variant: str) -> dict[str, Any]:
-        return self.steered if variant == "steered" else self.twin
+        pods = {
+            BARE.twin: self.twin,
+            BARE.steered: self.steered,
+            REALISTIC.twin: self.realistic_twin,
+            REALISTIC.steered: self.realistic_steered,
+        }
+        return pods[variant]
+
+    def summary(self) -> dict[str, Any]:
+        """What the results document keeps of the pods."""
+        return {
+            "rules": list(self.rules),
+            "patch_ops": self.patch_ops,
+            "steered": self.steered,
+            "realistic": {
+                "rules": list(self.realistic_rules),
+                "patch_ops": self.realistic_patch_ops,
+                "twin_bytes": pod_bytes(self.realistic_twin),
+                "steered_bytes": pod_bytes(self.realistic_steered),
+                "twin": self.realistic_twin,
+                "steered": self.realistic_steered,
+            },
+        }
 
 
-def shape_pods(plan: MutationPlan, shape: Shape) -> ShapePods:
+def base_shape(shape: Shape) -> Shape:
+    """The shape whose pods an option changes (a shape is its own)."""
+    return SHAPE_BY_NAME[shape.option_of] if shape.option_of is not None else shape
+
+
+def shape_pods(plan: MutationPlan, shape: Shape, replica_set_uid: str = UNCREATED_UID) -> ShapePods:
     """The base pod mutated by the webhook's own code, and its unsteered twin: the base pod
-    with the schedulerName the mutation ends with. An option's pods are its shape's, the
-    steered pod changed by the option (the twin is the shape's own)."""
+    with the schedulerName the mutation ends with; the realistic pod (owned by the shape's
+    ReplicaSet, `replica_set_uid`) mutated the same way, and its twin, the realistic pod
+    unchanged. An option's pods are its shape's, both steered pods changed by the option (the
+    twins are the shape's own)."""
     if shape.option_of is not None and shape.option is not None:
-        of = shape_pods(plan, SHAPE_BY_NAME[shape.option_of])
+        of = shape_pods(plan, SHAPE_BY_NAME[shape.option_of], replica_set_uid)
         steered = copy.deepcopy(of.steered)
-        shape.option(steered["spec"])
-        return ShapePods(shape, steered, of.twin, of.rules, of.patch_ops)
-    base = shape.base_pod()
-    if not plan.opted_in(shape.namespace, shape.namespace_labels):
-        raise RuntimeError(f"{shape.name}: namespace {shape.namespace} is not opted in")
-    mutation = mutate_pod(plan, base, plan.tenant(shape.namespace_labels))
-    steered = jsonpatch.apply_patch(base, list(mutation.ops))
-    twin = copy.deepcopy(base)
-    scheduler = steered["spec"].get("schedulerName")
+        shape.option(steered["spec"], plan)
+        realistic_steered = copy.deepcopy(of.realistic_steered)
+        shape.option(realistic_steered["spec"], plan)
+        return dataclasses.replace(
+            of, shape=shape, steered=steered, realistic_steered=realistic_steered
+        )
+    bare = steer(plan, shape, shape.base_pod())
+    twin = shape.base_pod()
+    scheduler = bare.pod["spec"].get("schedulerName")
     if scheduler:
         twin["spec"]["schedulerName"] = scheduler
-    return ShapePods(shape, steered, twin, mutation.in_effect, len(mutation.ops))
+    user_pod = realistic_pod(shape, replica_set_uid)
+    realistic = steer(plan, shape, user_pod)
+    return ShapePods(
+        shape,
+        bare.pod,
+        twin,
+        bare.rules,
+        bare.patch_ops,
+        realistic.pod,
+        user_pod,
+        realistic.rules,
+        realistic.patch_ops,
+    )
 
 
 def gpus_per_node(nodes: int, pods: int, gpu_every: int = 4) -> int:
@@ -134,9 +237,10 @@ def gpus_per_node(nodes: int, pods: int, gpu_every: int = 4) -> int:
 
 # -- options: what another mechanism would put in the steered pod ----------------------------
 #
-# Not what the webhook does: each option changes one thing of a shape's steered pod, so that
-# one run measures what that thing costs the scheduler (against the shape's own twin) and what
-# an alternative would buy. `bench/scale.py scheduler --options`.
+# Not what the webhook does: each option changes one thing of a shape's steered pods (bare and
+# realistic), so that one run measures what that thing costs the scheduler (against the shape's
+# own twin) and what an alternative would buy. `bench/scale.py scheduler --options`. An option
+# is given the spec and the plan the pod was steered by (what the policy owns).
 
 PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
 
@@ -160,7 +264,7 @@ def _keep_terms(spec: dict[str, Any], terms: list[dict[str, Any]]) -> None:
         del spec["affinity"]
 
 
-def merge_terms(spec: dict[str, Any]) -> None:
+def merge_terms(spec: dict[str, Any], _plan: MutationPlan) -> None:
     """Terms of the same preference merged into one (their weights summed), every weight then
     divided by the weights' greatest common divisor: the same order of nodes and the same
     normalised NodeAffinity score, in fewer terms."""
@@ -180,47 +284,56 @@ def merge_terms(spec: dict[str, Any]) -> None:
     _keep_terms(spec, terms)
 
 
-def bucket_terms_only(spec: dict[str, Any]) -> None:
+def bucket_terms_only(spec: dict[str, Any], _plan: MutationPlan) -> None:
     """Only the binary-weighted terms on the composite label (no "not reserved" terms)."""
     _keep_terms(spec, [t for t in _terms(spec) if "DoesNotExist" not in repr(t["preference"])])
 
 
-def one_term(spec: dict[str, Any]) -> None:
+def one_term(spec: dict[str, Any], _plan: MutationPlan) -> None:
     _keep_terms(spec, _terms(spec)[:1])
 
 
-def no_terms(spec: dict[str, Any]) -> None:
+def no_terms(spec: dict[str, Any], _plan: MutationPlan) -> None:
     _keep_terms(spec, [])
 
 
-def _requests(spec: dict[str, Any]) -> dict[str, str]:
-    requests_: dict[str, str] = spec["containers"][0]["resources"]["requests"]
-    return requests_
+def _container_resources(spec: dict[str, Any]) -> list[dict[str, dict[str, str]]]:
+    return [
+        c.get("resources") or {}
+        for field in ("initContainers", "containers")
+        for c in spec.get(field) or ()
+    ]
 
 
-def no_pool(spec: dict[str, Any]) -> None:
-    """The budget's pool and gate requests left out (the budget is then not enforced)."""
-    requests_ = _requests(spec)
-    for name in [k for k in requests_ if k.startswith("kube-steer.kubernetes.io/")]:
-        del requests_[name]
+def no_pool(spec: dict[str, Any], plan: MutationPlan) -> None:
+    """The budget's pool and gate requests left out (the budget is then not enforced): every
+    request and limit under the policy's resource prefix, in every container. Limits too: an
+    extended resource (a prefix without `kubernetes.io`) is requested with limit = request.
+    A former prefix cannot appear: the base pods request nothing of kube-steer's."""
+    prefix = plan.policy.spec.resource_prefix
+    for resources in _container_resources(spec):
+        for part in ("requests", "limits"):
+            amounts = resources.get(part) or {}
+            for name in [k for k in amounts if k.startswith(prefix)]:
+                del amounts[name]
 
 
-def soft_zone(spec: dict[str, Any]) -> None:
+def soft_zone(spec: dict[str, Any], _plan: MutationPlan) -> None:
     for c in spec["topologySpreadConstraints"]:
         c["whenUnsatisfiable"] = "ScheduleAnyway"
 
 
-def zone_only(spec: dict[str, Any]) -> None:
+def zone_only(spec: dict[str, Any], _plan: MutationPlan) -> None:
     spec["topologySpreadConstraints"] = [
         c for c in spec["topologySpreadConstraints"] if c["topologyKey"] != "kubernetes.io/hostname"
     ]
 
 
-def no_spread(spec: dict[str, Any]) -> None:
+def no_spread(spec: dict[str, Any], _plan: MutationPlan) -> None:
     del spec["topologySpreadConstraints"]
 
 
-def _option(of: str, name: str, change: Callable[[dict[str, Any]], None], about: str) -> Shape:
+def _option(of: str, name: str, change: Option, about: str) -> Shape:
     return dataclasses.replace(
         SHAPE_BY_NAME[of], name=f"{of}:{name}", option_of=of, option=change, about=about
     )

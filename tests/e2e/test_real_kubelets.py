@@ -82,6 +82,50 @@ class Observations:
         pass
 
 
+class InProcessScorer:
+    """The real scorer in this process, as the scorer's RBAC identity (`kubeconfig`), reading
+    `observations`, with its pod ledger and binding watch; `policy[0]` is the policy it runs
+    (replace it to change the policy between cycles)."""
+
+    def __init__(self, kubeconfig: Path, policy: Policy, observations: Observations) -> None:
+        self.policy = [policy]
+        self.client = make_api_client(str(kubeconfig))
+        self.ledger = PodLedger()
+        self.watcher = PodBindingWatcher(
+            self.client, BindingWindow(), window_s=lambda: 60.0, ledger=self.ledger
+        )
+        self.scorer = Scorer(
+            lambda: self.policy[0],
+            NodeApi(KubeJson(self.client)),
+            ledger=self.ledger,
+            bindings=self.watcher.window,
+            sources={"prometheus": observations},
+        )
+
+    def __enter__(self) -> InProcessScorer:
+        self.watcher.start()
+        wait_until("pod ledger synced", lambda: self.ledger.synced, timeout=30, ignoring=NOT_YET)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.watcher.stop()
+        self.scorer.close()
+        self.client.close()
+
+    def cycle(self) -> None:
+        result = self.scorer.run_cycle(at=time.time())
+        assert result.report is not None
+        assert not result.report.errors, result.report.errors  # the node-writes policy allows it
+
+    def settle(self) -> None:
+        """Until the scorer has seen every pod event and written what follows from it."""
+        for _ in range(50):
+            self.scorer.refresh_hot()
+            time.sleep(0.1)
+            if self.scorer.refresh_hot() is None:
+                return
+
+
 def pod(
     name: str,
     cpu: tuple[str, str],
@@ -198,7 +242,6 @@ def test_a_rolling_kubelet_restart_after_every_mechanism_moved_fails_no_pod(
     legacy = make_namespace(prefix="legacy")
     infra = make_namespace(prefix="infra")  # an ordinary namespace, not kube-system
 
-    policy = [parse_policy(EXAMPLE)]
     observations = Observations()
     observations.values = {
         "gpu-util": {names[3]: 10.0},
@@ -208,35 +251,8 @@ def test_a_rolling_kubelet_restart_after_every_mechanism_moved_fails_no_pod(
         "health": dict.fromkeys(names, 1.0),
         "overcommit-pct": {},  # under scheduler enforcement no budget reads it
     }
-    scorer_client = make_api_client(str(scorer_user))
-    ledger = PodLedger()
-    watcher = PodBindingWatcher(
-        scorer_client, BindingWindow(), window_s=lambda: 60.0, ledger=ledger
-    )
-    scorer = Scorer(
-        lambda: policy[0],
-        NodeApi(KubeJson(scorer_client)),
-        ledger=ledger,
-        bindings=watcher.window,
-        sources={"prometheus": observations},
-    )
-
-    def cycle() -> None:
-        result = scorer.run_cycle(at=time.time())
-        assert result.report is not None
-        assert not result.report.errors, result.report.errors  # the node-writes policy allows it
-
-    def settle() -> None:
-        """Until the scorer has seen every pod event and written what follows from it."""
-        for _ in range(50):
-            scorer.refresh_hot()
-            time.sleep(0.1)
-            if scorer.refresh_hot() is None:
-                return
-
-    watcher.start()
-    try:
-        wait_until("pod ledger synced", lambda: ledger.synced, timeout=30, ignoring=NOT_YET)
+    with InProcessScorer(scorer_user, parse_policy(EXAMPLE), observations) as scoring:
+        policy, cycle, settle = scoring.policy, scoring.cycle, scoring.settle
         cycle()
         cycle()
         for name in names:
@@ -429,7 +445,3 @@ def test_a_rolling_kubelet_restart_after_every_mechanism_moved_fails_no_pod(
                 }
             )
         )
-    finally:
-        watcher.stop()
-        scorer.close()
-        scorer_client.close()

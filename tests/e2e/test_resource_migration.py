@@ -33,12 +33,8 @@ from kits.service_processes import (
     unregister_admission,
 )
 from kits.waiting import wait_until
-from scorer.bindings import BindingWindow, PodBindingWatcher
 from scorer.kubeapi import KubeJson
-from scorer.ledger import PodLedger
-from scorer.service import Scorer
-from scorer.writer import FIELD_MANAGER, NodeApi
-from steer.adapters.kube import make_api_client
+from scorer.writer import FIELD_MANAGER
 from steer.core.budget import pod_limits
 from steer.core.k8s_names import WELL_KNOWN_KEYS, kubernetes_domain
 from steer.core.policy import parse_policy
@@ -47,6 +43,7 @@ from tests.e2e.test_real_kubelets import (
     EXAMPLE,
     GPU,
     OPT_IN,
+    InProcessScorer,
     Observations,
     daemonset,
     held_vs_published,
@@ -105,7 +102,6 @@ def test_an_upgrade_to_extended_resource_names_fails_no_pod(
 
     served = tmp_path / "policy.yaml"
     served.write_text(BEFORE)
-    policy = [parse_policy(BEFORE)]
     observations = Observations()
     observations.values = {
         "gpu-util": {names[2]: 10.0},
@@ -115,31 +111,9 @@ def test_an_upgrade_to_extended_resource_names_fails_no_pod(
         "health": dict.fromkeys(names, 1.0),
         "overcommit-pct": {},
     }
-    scorer_client = make_api_client(str(scorer_user))
-    ledger = PodLedger()
-    watcher = PodBindingWatcher(
-        scorer_client, BindingWindow(), window_s=lambda: 60.0, ledger=ledger
-    )
-    scorer = Scorer(
-        lambda: policy[0],
-        NodeApi(KubeJson(scorer_client)),
-        ledger=ledger,
-        bindings=watcher.window,
-        sources={"prometheus": observations},
-    )
     policy_names: list[str] = []
-
-    def cycle() -> None:
-        result = scorer.run_cycle(at=time.time())
-        assert result.report is not None
-        assert not result.report.errors, result.report.errors
-
-    def settle() -> None:
-        for _ in range(50):
-            scorer.refresh_hot()
-            time.sleep(0.1)
-            if scorer.refresh_hot() is None:
-                return
+    scoring = InProcessScorer(scorer_user, parse_policy(BEFORE), observations)
+    policy, cycle, settle = scoring.policy, scoring.cycle, scoring.settle
 
     def allocatable(name: str) -> dict[str, str]:
         node = admin.request("GET", f"/api/v1/nodes/{name}")
@@ -151,6 +125,22 @@ def test_an_upgrade_to_extended_resource_names_fails_no_pod(
     def stored(namespace: str, name: str) -> dict[str, Any]:
         got: dict[str, Any] = admin.request("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
         return got
+
+    def run_workloads(tag: str) -> list[tuple[str, str]]:
+        """Two pods of each tenant and a GPU job, once every one is Running."""
+        made = [(team_a, f"{tag}-a-{i}") for i in range(2)]
+        made += [(team_b, f"{tag}-b-{i}") for i in range(2)]
+        for ns, name in made:
+            create(ns, pod(name, ("100m", "105m" if ns == team_a else "100m")))
+        create(team_a, pod(f"{tag}-train", ("100m", "105m"), gpus=1))
+        made.append((team_a, f"{tag}-train"))
+        wait_until(
+            f"every {tag} pod Running",
+            lambda: all(pod_state(plane, ns, n).phase == "Running" for ns, n in made),
+            timeout=90,
+            ignoring=NOT_YET,
+        )
+        return made
 
     def scorer_keys(name: str) -> set[str]:
         """The keys of a Node the scorer's writes own (its field manager in managedFields):
@@ -173,13 +163,11 @@ def test_an_upgrade_to_extended_resource_names_fails_no_pod(
         # Taints are an atomic list, owned as a whole; no kubelet here sets one.
         return keys | {t["key"] for t in node["spec"].get("taints") or ()}
 
-    watcher.start()
-    with running_webhook(plane, served, tmp_path) as hook:
+    with scoring, running_webhook(plane, served, tmp_path) as hook:
         register_admission(plane, hook)
         policy_names[:] = apply_admission_policies(plane, served, scorer_user=scorer_user.stem)
         try:
             # --- before: the native-prefixed currency -------------------------------------
-            wait_until("pod ledger synced", lambda: ledger.synced, timeout=30, ignoring=NOT_YET)
             cycle()
             cycle()
             for name in names:
@@ -191,19 +179,7 @@ def test_an_upgrade_to_extended_resource_names_fails_no_pod(
                 )
             apps = "/apis/apps/v1/namespaces"
             admin.request("POST", f"{apps}/{infra}/daemonsets", body=daemonset("mig-agent"))
-            for i in range(2):
-                create(team_a, pod(f"old-a-{i}", ("100m", "105m")))
-                create(team_b, pod(f"old-b-{i}", ("100m", "100m")))
-            create(team_a, pod("old-train", ("100m", "105m"), gpus=1))
-            old_pods = [(team_a, f"old-a-{i}") for i in range(2)]
-            old_pods += [(team_b, f"old-b-{i}") for i in range(2)]
-            old_pods.append((team_a, "old-train"))
-            wait_until(
-                "every old pod Running",
-                lambda: all(pod_state(plane, ns, n).phase == "Running" for ns, n in old_pods),
-                timeout=90,
-                ignoring=NOT_YET,
-            )
+            old_pods = run_workloads("old")
             b0 = stored(team_b, "old-b-0")
             assert owned_requests(b0) == {
                 f"{OLD}pool-cpu": "100",
@@ -251,19 +227,7 @@ def test_an_upgrade_to_extended_resource_names_fails_no_pod(
                 return f"{NEW}pool-cpu" in owned_requests(got)
 
             wait_until("the webhook steers with the new names", steered_with_new_names, timeout=30)
-            for i in range(2):
-                create(team_a, pod(f"new-a-{i}", ("100m", "105m")))
-                create(team_b, pod(f"new-b-{i}", ("100m", "100m")))
-            create(team_a, pod("new-train", ("100m", "105m"), gpus=1))
-            new_pods = [(team_a, f"new-a-{i}") for i in range(2)]
-            new_pods += [(team_b, f"new-b-{i}") for i in range(2)]
-            new_pods.append((team_a, "new-train"))
-            wait_until(
-                "every new pod Running",
-                lambda: all(pod_state(plane, ns, n).phase == "Running" for ns, n in new_pods),
-                timeout=90,
-                ignoring=NOT_YET,
-            )
+            new_pods = run_workloads("new")
             nb = stored(team_b, "new-b-0")
             assert owned_requests(nb) == {
                 f"{NEW}pool-cpu": "100",
@@ -364,6 +328,3 @@ def test_an_upgrade_to_extended_resource_names_fails_no_pod(
         finally:
             unregister_admission(plane)
             remove_admission_policies(plane, policy_names)
-            watcher.stop()
-            scorer.close()
-            scorer_client.close()
