@@ -365,6 +365,18 @@ def test_steer_profiles_raise_node_affinity_only(
     }
 
 
+@pytest.mark.parametrize("name", STEER_PROFILES)
+def test_steer_profiles_score_the_upstream_floor_of_nodes(
+    profiles: KubeSchedulerConfiguration, name: str
+) -> None:
+    """5 %: upstream's adaptive percentage never goes below it (numFeasibleNodesToFind), and
+    the steered pods' extra cost per node is paid on fewer nodes (bench/scale.py scheduler,
+    docs/scheduler-profiles.md). The global setting and default-scheduler stay as they were."""
+    assert profiles.profile(name).percentageOfNodesToScore == 5
+    assert profiles.percentageOfNodesToScore is None
+    assert profiles.profile("default-scheduler").percentageOfNodesToScore is None
+
+
 def test_every_configured_score_weight_is_within_bounds(
     profiles: KubeSchedulerConfiguration,
 ) -> None:
