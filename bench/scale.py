@@ -29,8 +29,8 @@ mutation alone adds to a minimal pod, on the same profile.
 
 Cluster, built afresh for each --nodes size: etcd, kube-apiserver (--max-requests-inflight
 3000, --max-mutating-requests-inflight 1000, --delete-collection-workers 8) and kube-scheduler
-with manifests/scheduler/profiles.yaml (or --profiles PATH; percentageOfNodesToScore left at
-its default unless --steer-percentage) and clientConnection qps = burst = 5000, so neither the
+with manifests/scheduler/profiles.yaml (or --profiles PATH; its steer profiles score 5 % of the
+nodes, `percentageOfNodesToScore: 5`, unless --steer-percentage says otherwise) and clientConnection qps = burst = 5000, so neither the
 apiserver's inflight limits nor the scheduler's client rate limit cap the bindings. No webhook
 runs: the pods are mutated here. No kube-controller-manager runs either: the Deployments and
 ReplicaSets the bench creates are never acted on.
