@@ -167,6 +167,17 @@ def preference_scores(fleet: FleetSnapshot, terms: Sequence[Mapping[str, Any]]) 
     }
 
 
+# The shares a PlacementQuality holds, and the ceilings beside them (fractions of the pods bound).
+SHARES = (
+    "best_share",
+    "top2_share",
+    "best_ceiling",
+    "top2_ceiling",
+    "preferred_share",
+    "preferred_ceiling",
+)
+
+
 @dataclass(frozen=True)
 class PlacementQuality:
     """Where a run's pods were bound, judged by a yardstick.
@@ -195,14 +206,7 @@ class PlacementQuality:
     def to_json(self) -> dict[str, Any]:
         """The results file's form: shares to 3 decimals, mean scores to 1."""
         out = asdict(self)
-        for name in (
-            "best_share",
-            "top2_share",
-            "best_ceiling",
-            "top2_ceiling",
-            "preferred_share",
-            "preferred_ceiling",
-        ):
+        for name in SHARES:
             out[name] = round(out[name], 3)
         for name in ("mean_bound_score", "mean_eligible_score"):
             if out[name] is not None:

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .nodes import GPU
+from .placement_quality import SHARES
 from .scheduler_metrics import CPU_POINTS, POINTS
 from .shapes import BARE, OPTIONS, PAIRS, REALISTIC, SHAPES, Pair, Shape
 
@@ -74,12 +75,7 @@ def shape_summary(size: Mapping[str, Any], shape: str, pair: Pair = BARE) -> dic
 # What the JSON summary keeps of each run's placement quality (bench/benchkit/
 # placement_quality.py).
 PLACEMENT_MEASURES = (
-    "best_share",
-    "top2_share",
-    "best_ceiling",
-    "top2_ceiling",
-    "preferred_share",
-    "preferred_ceiling",
+    *SHARES,
     "mean_bound_score",
     "mean_eligible_score",
     "off_eligible",
