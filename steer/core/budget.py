@@ -105,15 +105,20 @@ def gated_levels(policy: Policy) -> tuple[float, ...]:
     return levels(policy)[:-1]
 
 
+def under_prefix(policy: Policy, names: Iterable[str], prefix: str) -> tuple[str, ...]:
+    """`names` (under the current resource prefix) as they read under `prefix`, in order."""
+    current = policy.spec.resource_prefix
+    return tuple(prefix + name.removeprefix(current) for name in names if name.startswith(current))
+
+
 def former_names(policy: Policy, names: Iterable[str]) -> dict[str, str]:
     """The names `names` (under the current resource prefix) had under each former prefix:
     former name -> current name. Pods admitted before a prefix change hold the former ones."""
-    prefix = policy.spec.resource_prefix
+    names = tuple(n for n in names if n.startswith(policy.spec.resource_prefix))
     return {
-        f"{former}{name[len(prefix) :]}": name
-        for name in names
-        if name.startswith(prefix)
+        former_name: name
         for former in policy.spec.former_resource_prefixes
+        for former_name, name in zip(under_prefix(policy, names, former), names, strict=True)
     }
 
 

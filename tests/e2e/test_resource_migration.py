@@ -69,15 +69,15 @@ BEFORE = EXAMPLE + (
 )
 
 
-def owned_requests(stored: dict[str, Any]) -> dict[str, str]:
-    """The pool and gate requests of a stored pod's first container."""
-    requests = stored["spec"]["containers"][0]["resources"].get("requests") or {}
-    return {k: v for k, v in requests.items() if k.startswith((OLD, NEW))}
+def owned_requests(stored: dict[str, Any], part: str = "requests") -> dict[str, str]:
+    """The pool and gate requests (or limits) of a stored pod's first container."""
+    values = stored["spec"]["containers"][0]["resources"].get(part) or {}
+    return {k: v for k, v in values.items() if k.startswith((OLD, NEW))}
 
 
-def owned_limits(stored: dict[str, Any]) -> dict[str, str]:
-    limits = stored["spec"]["containers"][0]["resources"].get("limits") or {}
-    return {k: v for k, v in limits.items() if k.startswith((OLD, NEW))}
+def steered_b(prefix: str) -> dict[str, str]:
+    """What the webhook gives a dept-b pod of 100m / 64Mi under `prefix`."""
+    return {f"{prefix}pool-cpu": "100", f"{prefix}pool-memory": "64", f"{prefix}budget-0pct": "1"}
 
 
 def test_an_upgrade_to_extended_resource_names_fails_no_pod(
@@ -181,12 +181,8 @@ def test_an_upgrade_to_extended_resource_names_fails_no_pod(
             admin.request("POST", f"{apps}/{infra}/daemonsets", body=daemonset("mig-agent"))
             old_pods = run_workloads("old")
             b0 = stored(team_b, "old-b-0")
-            assert owned_requests(b0) == {
-                f"{OLD}pool-cpu": "100",
-                f"{OLD}pool-memory": "64",
-                f"{OLD}budget-0pct": "1",
-            }
-            assert owned_limits(b0) == {}  # native names: requests alone
+            assert owned_requests(b0) == steered_b(OLD)
+            assert owned_requests(b0, "limits") == {}  # native names: requests alone
             settle()
             cycle()
 
@@ -229,12 +225,8 @@ def test_an_upgrade_to_extended_resource_names_fails_no_pod(
             wait_until("the webhook steers with the new names", steered_with_new_names, timeout=30)
             new_pods = run_workloads("new")
             nb = stored(team_b, "new-b-0")
-            assert owned_requests(nb) == {
-                f"{NEW}pool-cpu": "100",
-                f"{NEW}pool-memory": "64",
-                f"{NEW}budget-0pct": "1",
-            }
-            assert owned_limits(nb) == owned_requests(nb)  # extended: limit = request
+            assert owned_requests(nb) == steered_b(NEW)
+            assert owned_requests(nb, "limits") == owned_requests(nb)  # extended: limit = request
             settle()
             cycle()
             assert not held_vs_published(admin, names)

@@ -25,6 +25,7 @@ from steer.core.budget import (
     former_names,
     gated_levels,
     pool_resource,
+    under_prefix,
 )
 from steer.core.mode import audits
 from steer.core.policy import Policy
@@ -89,7 +90,7 @@ def budget_admission_policy(policy: Policy, name: str = BUDGET_POLICY_NAME) -> t
     former_pools = former_names(policy, pools)
     former_gates = former_names(policy, gates)
     pool_pairs = [tuple(pools)] + [
-        (f"{former}pool-cpu", f"{former}pool-memory") for former in spec.former_resource_prefixes
+        under_prefix(policy, pools, former) for former in spec.former_resource_prefixes
     ]
     all_pools = [*pools, *former_pools]
     all_gates = [*gates, *former_gates]
