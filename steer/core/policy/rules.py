@@ -61,10 +61,16 @@ class TaintRule(PolicyModel):
 
 
 class PodClass(PolicyModel):
-    """Pods recognised by what they request; each class is steered by its own composite."""
+    """Pods recognised by what they request; each class is steered by its own composite.
+
+    A pod is in the class when it requests (or limits) one of `requestsAny`, or asks for a
+    device of one of `deviceClasses` (DRA): by a claim or claim template whose requests name
+    the DeviceClass, or by an extended resource the DeviceClass maps (`extendedResourceName`,
+    `deviceclass.resource.kubernetes.io/<class>`)."""
 
     name: str
     requests_any: tuple[str, ...] = ()
+    device_classes: tuple[str, ...] = ()
     dimensions: tuple[str, ...] = ()
     scheduler_profile: str | None = None
     avoid: tuple[str, ...] = ()
@@ -78,8 +84,10 @@ class PodClass(PolicyModel):
     def issues(self) -> Iterator[PolicyIssue]:
         """What the class is recognised by. Its `dimensions` are checked by the spec, which
         holds them."""
-        if not self.requests_any:
-            yield PolicyIssue("requestsAny", "must list at least one resource name")
+        if not self.requests_any and not self.device_classes:
+            yield PolicyIssue(
+                "requestsAny", "must list at least one resource name (or set deviceClasses)"
+            )
         core = sorted(set(self.requests_any) & CORE_RESOURCES)
         if self.reserve_nodes != "none" and core:
             yield PolicyIssue(
