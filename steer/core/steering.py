@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from steer.core.budget import TenantBudget, former_names, owned_resources, tenant_budget
+from steer.core.dra.classes import implicit_extended_name
 from steer.core.encoding import SCORE_MAX, PreferenceTerm, preference_terms
 from steer.core.gates import Gate, avoid_gate, unreserved_gate
 from steer.core.policy import (
@@ -92,10 +93,19 @@ def reserving_classes(policy: Policy) -> tuple[PodClass, ...]:
     return tuple(c for c in policy.spec.pod_classes if c.reserve_nodes != "none")
 
 
-def offers(pod_class: PodClass, allocatable: Mapping[str, str]) -> bool:
+def offers(
+    pod_class: PodClass, allocatable: Mapping[str, str], devices: Mapping[str, int] | None = None
+) -> bool:
     """Whether a node with this `status.allocatable` offers one of the class's `requestsAny`
-    (a positive quantity). Read from the Node, not from metrics: a GPU node stays reserved
-    while its exporter is down."""
+    (a positive quantity), or holds DRA devices the class asks for: `devices` counts the
+    node's devices by every extended-resource name their DeviceClasses map
+    (steer/core/dra/classes.py), the implicit `deviceclass.resource.kubernetes.io/<class>`
+    included. Read from the Node and its ResourceSlices, not from metrics: a GPU node stays
+    reserved while its exporter is down."""
+    if devices:
+        names = (*pod_class.requests_any, *map(implicit_extended_name, pod_class.device_classes))
+        if any(devices.get(name, 0) > 0 for name in names):
+            return True
     for name in pod_class.requests_any:
         try:
             if parse_quantity(allocatable.get(name, "0")) > 0:

@@ -17,6 +17,10 @@ from typing import Any
 IMPLICIT_EXTENDED_PREFIX = "deviceclass.resource.kubernetes.io/"
 
 
+def implicit_extended_name(device_class: str) -> str:
+    return IMPLICIT_EXTENDED_PREFIX + device_class
+
+
 @dataclass(frozen=True)
 class DeviceClassInfo:
     """What kube-steer keeps of a DeviceClass."""
@@ -28,7 +32,7 @@ class DeviceClassInfo:
     @property
     def extended_names(self) -> tuple[str, ...]:
         """The extended-resource names a container may request this class's devices by."""
-        implicit = IMPLICIT_EXTENDED_PREFIX + self.name
+        implicit = implicit_extended_name(self.name)
         if self.extended_resource_name and self.extended_resource_name != implicit:
             return (self.extended_resource_name, implicit)
         return (implicit,)
