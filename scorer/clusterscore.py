@@ -11,7 +11,9 @@ Raw values (every node counted is schedulable; "active" means the scorer taints 
 
 - `freeResource`: whole units of `resource` (default nvidia.com/gpu) that no bound pod
   requests, floor(allocatable - sum of requests) per node, summed over the nodes (`sum`) or
-  the most on one node (`max`: the largest job that still fits whole). Nodes under an active
+  the most on one node (`max`: the largest job that still fits whole). On a node whose
+  ResourceSlices hold devices a DeviceClass maps to `resource` (DRA), the devices no claim's
+  allocation holds instead. Nodes under an active
   taint rule that a pod class requesting the resource avoids are left out: its pods will not
   go there.
 - `tenantHeadroom`: the room for limits a tenant with budget b still has, per node
@@ -39,6 +41,7 @@ from fractions import Fraction
 from scorer.model import NodeState, rfc3339
 from scorer.plan import CyclePlan, NodePlan
 from steer.core.budget import MIB, POOL_KINDS, PodUsage, level_text
+from steer.core.dra.classes import implicit_extended_name
 from steer.core.policy import (
     ClusterScore,
     FreeResourceScore,
@@ -156,16 +159,28 @@ def _free_resource(
     if requests is None:
         return _value(score, unit, None, 0, "bound pods not known yet")
     avoided = sorted(
-        {rule for c in policy.spec.pod_classes if resource in c.requests_any for rule in c.avoid}
+        {
+            rule
+            for c in policy.spec.pod_classes
+            if resource in c.requests_any
+            or resource in map(implicit_extended_name, c.device_classes)
+            for rule in c.avoid
+        }
     )
     free: list[int] = []
     skipped = 0
     for node in nodes:
-        allocatable = _quantity(node.allocatable, resource)
+        dra = node.devices.get(resource, 0) > 0
+        allocatable = (
+            Fraction(node.devices[resource]) if dra else _quantity(node.allocatable, resource)
+        )
         if allocatable <= 0:
             continue
         if node.unschedulable or _active(plans.get(node.name), avoided):
             skipped += 1
+            continue
+        if dra:  # devices in ResourceSlices: free is what no claim's allocation holds
+            free.append(node.free_devices.get(resource, 0))
             continue
         used = (requests.get(node.name) or {}).get(resource, Fraction(0))
         free.append(max(0, math.floor(allocatable - used)))

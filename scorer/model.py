@@ -31,6 +31,11 @@ class NodeState:
     unschedulable: bool = False
     allocatable: Mapping[str, str] = field(default_factory=dict)
     capacity: Mapping[str, str] = field(default_factory=dict)
+    # DRA devices on the node (its ResourceSlices, steer/core/dra/inventory.py), counted by
+    # every extended-resource name their DeviceClasses map: all of them, and those no claim
+    # holds. Empty on a node without DRA devices; set by the scorer each cycle.
+    devices: Mapping[str, int] = field(default_factory=dict)
+    free_devices: Mapping[str, int] = field(default_factory=dict)
 
     @classmethod
     def from_k8s(cls, obj: Mapping[str, Any]) -> NodeState:

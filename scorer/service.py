@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 from scorer.bindings import BindingWindow
 from scorer.clusterscore import ClusterScoreValue, cluster_scores, requested_resources
@@ -54,6 +55,16 @@ def plans_from_pods(policy: Policy) -> bool:
 
 # How long the first cycle waits for the pod watch's first list (100,000 pods: about a minute).
 FIRST_LIST_WAIT_S = 120.0
+
+
+if TYPE_CHECKING:
+    from steer.core.dra.inventory import Inventory
+
+
+class DeviceSource(Protocol):
+    """The DRA watches' store (`steer.adapters.dra`)."""
+
+    def snapshot(self) -> Inventory: ...
 
 
 class CycleError(RuntimeError):
@@ -99,10 +110,13 @@ class Scorer:
         placement_scores: PlacementScorePublisher | None = None,
         sources: Mapping[str, Source] | None = None,
         node_cache: NodeCache | None = None,
+        devices: DeviceSource | None = None,
     ) -> None:
         """`sources` are used instead of the registry's for their names (`prometheus`,
         `kubernetes`, `http`), e.g. to replay recorded readings. `node_cache`, kept by a
-        `scorer.nodes.NodeWatcher`, spares each cycle a list of every node while it is synced."""
+        `scorer.nodes.NodeWatcher`, spares each cycle a list of every node while it is synced.
+        `devices`, kept by the DRA watches (`steer.adapters.dra`), adds each node's DRA devices
+        to what it offers (reserved nodes, coverage, free-device scores)."""
         self._policy = policy
         self.node_api = node_api
         self.prometheus_url = prometheus_url
@@ -110,6 +124,7 @@ class Scorer:
         self.bindings = bindings
         self.ledger = ledger
         self.node_cache = node_cache
+        self.devices = devices
         self.metrics = metrics or ScorerMetrics()
         self.dry_run = dry_run
         self._clock = clock
@@ -315,7 +330,9 @@ class Scorer:
         self.status_limiter.configure(scoring.resource_write_qps, scoring.resource_write_burst)
         started_at = self._clock() if at is None else at
         t0 = time.perf_counter()
-        nodes = self._current_nodes(first=self._last is None, wait_s=scoring.interval_seconds)
+        nodes = self._with_devices(
+            self._current_nodes(first=self._last is None, wait_s=scoring.interval_seconds)
+        )
         self._nodes = {n.name: n for n in nodes}
         if self.ledger is not None:
             self.ledger.take_dirty()  # this cycle plans every node
@@ -367,6 +384,30 @@ class Scorer:
             return tuple(self.node_api.list_nodes())
         except KubeApiError as exc:
             raise CycleError(f"cannot list nodes: {exc}") from exc
+
+    def inventory(self) -> Inventory:
+        """The DRA devices and claims as last seen (empty without DRA watches)."""
+        from steer.core.dra.inventory import Inventory
+
+        return self.devices.snapshot() if self.devices is not None else Inventory.empty()
+
+    def _with_devices(self, nodes: tuple[NodeState, ...]) -> tuple[NodeState, ...]:
+        """The nodes with their DRA device counts as the watches last saw them (a snapshot is
+        rebuilt only when a slice, claim or class changed)."""
+        if self.devices is None:
+            return nodes
+        inventory = self.devices.snapshot()
+        out = []
+        for node in nodes:
+            held = inventory.node(node.name)
+            if held is not None:
+                devices, free = held.offered(), held.free_offered()
+                if devices != node.devices or free != node.free_devices:
+                    node = dataclasses.replace(node, devices=devices, free_devices=free)
+            elif node.devices:
+                node = dataclasses.replace(node, devices={}, free_devices={})
+            out.append(node)
+        return tuple(out)
 
     def _generations(self) -> tuple[int, int]:
         return (
@@ -436,7 +477,8 @@ class Scorer:
             if cache is not None and cache.synced:
                 for name in names:  # as the node watch last saw them (a foreign taint, ...)
                     self._nodes[name] = cache.get(name) or self._nodes[name]
-            nodes = tuple(self._nodes[n] for n in sorted(names))
+            nodes = self._with_devices(tuple(self._nodes[n] for n in sorted(names)))
+            self._nodes.update((n.name, n) for n in nodes)
             t1 = time.perf_counter()
             plan, memory = plan_cycle(
                 policy,

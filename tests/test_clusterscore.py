@@ -312,3 +312,25 @@ def test_ledger_sums_requests_per_node() -> None:
         "n1": {"memory": Fraction(0)},
         "n2": {"memory": Fraction(0)},
     }
+
+
+def test_free_gpus_on_dra_nodes_are_the_devices_no_claim_holds() -> None:
+    """A DRA node lists no nvidia.com/gpu in allocatable: its devices (counted by the extended
+    name their DeviceClass maps) and the free ones stand in, and pod requests are not
+    subtracted again (the scheduler turned them into claims whose allocations are counted)."""
+    dra = NodeState(
+        name="d1",
+        addresses=("d1",),
+        allocatable={"cpu": "64", "memory": "256Gi"},
+        devices={"nvidia.com/gpu": 8, "deviceclass.resource.kubernetes.io/gpu.nvidia.com": 8},
+        free_devices={"nvidia.com/gpu": 6, "deviceclass.resource.kubernetes.io/gpu.nvidia.com": 6},
+    )
+    nodes = (NODES[0], dra, NODES[2])
+    requests = {**REQUESTS, "d1": {"nvidia.com/gpu": Fraction(2), "cpu": Fraction(8)}}
+    util = {"n1": 20.0, "d1": 30.0, "n3": 10.0}
+    readings = readings_for(POLICY, nodes, {"util": util, "power": POWER}, NOW)
+    plan, _ = plan_cycle(POLICY, nodes, readings, ScorerMemory(), NOW)
+    values = {v.name: v for v in cluster_scores(POLICY, plan, nodes, requests, SHARES)}
+    assert values["free-gpus"].raw == 11  # n1: 8 - 3; d1: 6 devices free
+    assert values["free-gpus"].nodes == 2
+    assert values["gpu-block"].raw == 6

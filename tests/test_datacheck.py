@@ -230,3 +230,8 @@ def test_a_field_renamed_with_its_unit_is_named_with_the_unit_to_declare() -> No
     assert problem.kind == ProblemKind.ABSENT
     assert problem.message.endswith("similar names found: DCGM_FI_DEV_GPU_UTIL_RATIO")
     assert "_RATIO is 0..1" in problem.fix
+
+
+def test_dra_gpu_nodes_are_expected_by_the_gpu_dimensions() -> None:
+    dra = NodeState(name="dra-1", allocatable={"cpu": "64"}, devices={"nvidia.com/gpu": 8})
+    assert expected_nodes(POLICY, dim("gpu-util"), [*NODES, dra]) == {"gpu-1", "gpu-2", "dra-1"}

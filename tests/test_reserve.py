@@ -256,3 +256,21 @@ def test_the_hot_node_penalty_spares_the_composite_of_a_bin_packing_class() -> N
         "kube-steer.github.io/score": 0,
         "kube-steer.github.io/score-class-gpu": 0,
     }
+
+
+def test_dra_devices_reserve_a_node_and_count_for_the_class() -> None:
+    """A node whose ResourceSlices hold GPUs (no nvidia.com/gpu in allocatable) is offered to
+    the gpu class by the DeviceClass's extended name or by the class's deviceClasses, and is
+    reserved like a device-plugin GPU node."""
+    policy = _policy()
+    gpu = policy.spec.pod_classes[0]
+    assert offers(gpu, {"cpu": "8"}, {"nvidia.com/gpu": 8})
+    implicit = {"deviceclass.resource.kubernetes.io/gpu.nvidia.com": 8}
+    assert offers(gpu, {"cpu": "8"}, implicit) == ("gpu.nvidia.com" in gpu.device_classes)
+    assert not offers(gpu, {"cpu": "8"}, {"deviceclass.resource.kubernetes.io/other": 8})
+    assert not offers(gpu, {"cpu": "8"}, {"nvidia.com/gpu": 0})
+    dra = NodeState(name="dra-1", allocatable={"cpu": "32"}, devices={"nvidia.com/gpu": 8})
+    plan, _ = plan_cycle(policy, [dra, _node("cpu-1", None)], {}, ScorerMemory(), now=1000.0)
+    key = "kube-steer.github.io/reserved-for-gpu"
+    assert plan.node("dra-1").label_changes == {key: "true"}
+    assert key not in plan.node("cpu-1").labels

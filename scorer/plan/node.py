@@ -91,12 +91,13 @@ def plan_node(
             if layout.taints_written:
                 desired_taints.append(Taint(r.key, CONDITION_VALUE, r.rule.effect))
 
-    # Nodes offering a reserved class's resource, from the Node itself (no metric needed),
+    # Nodes offering a reserved class's resource or devices, from the Node and its
+    # ResourceSlices (no metric needed),
     # unless a taint the class avoids is on: the class cannot use the node then, so keeping
     # other pods off it would only waste it.
     for pod_class, key in layout.reserving:
         avoided = any(conditions[n].active for n in pod_class.avoid if n in conditions)
-        if offers(pod_class, node.allocatable) and not avoided:
+        if offers(pod_class, node.allocatable, node.devices) and not avoided:
             desired[key] = CONDITION_VALUE
 
     if layout.drain is not None and drain_reason is not None:

@@ -30,6 +30,9 @@ class NodeLike(Protocol):
     @property
     def allocatable(self) -> Mapping[str, str]: ...
 
+    @property
+    def devices(self) -> Mapping[str, int]: ...
+
 
 def expected_nodes(
     policy: Policy, dim: Dimension, nodes: Iterable[NodeLike]
@@ -41,7 +44,7 @@ def expected_nodes(
     if coverage.nodes == "all":
         return frozenset(n.name for n in nodes)
     pod_class = next(c for c in policy.spec.pod_classes if c.name == coverage.pod_class)
-    return frozenset(n.name for n in nodes if offers(pod_class, n.allocatable))
+    return frozenset(n.name for n in nodes if offers(pod_class, n.allocatable, n.devices))
 
 
 @dataclass(frozen=True)
