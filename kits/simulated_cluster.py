@@ -8,8 +8,9 @@ a kubelet-less control plane, for the placement benchmark.
 
 `SyntheticCluster` (kits.synthetic_exporter) is state a test sets by hand; here the state is what
 the apiserver holds. Both render through `kits.synthetic_exporter.Exposition` (the series
-names, types and labels written once) and are served by its `SyntheticExporter`. `ApiPoller` lists nodes and pods every `interval_s` (1 s) and hands the
-raw JSON to `SimCluster.update`; tests call `update` with dicts directly, no cluster needed.
+names, types and labels written once) and are served by its `SyntheticExporter`. `ApiPoller`
+lists nodes, pods, ResourceSlices and ResourceClaims every `interval_s` (1 s) and hands the raw
+JSON to `SimCluster.update`; tests call `update` with dicts directly, no cluster needed.
 Every scrape evaluates the state at that moment:
 
 - **DCGM** (`DCGM_FI_DEV_GPU_UTIL` %, `DCGM_FI_DEV_FB_USED` / `DCGM_FI_DEV_FB_FREE` MiB; labels
@@ -19,10 +20,15 @@ Every scrape evaluates the state at that moment:
   series per GPU of each node with `nvidia.com/gpu` allocatable. A bound pod requesting N GPUs is given the N
   lowest free GPU indices of its node (kept while the pod exists, in (creationTimestamp, name)
   order for pods first seen together, as a device plugin would), and those GPUs report
-  `job_gpu_util` % and `job_fb_mib` MiB used. `external_gpu_util` marks nodes busy from outside
-  Kubernetes (no pods): all their GPUs report that utilisation and `external_fb_mib` MiB used,
-  whatever the scheduler believes is free. The two loads add up (capped at 100 % / the
-  framebuffer size) on a GPU that has both.
+  `job_gpu_util` % and `job_fb_mib` MiB used. A node with GPUs through DRA (devices of
+  `gpu.nvidia.com` in a ResourceSlice naming it, kits.dra; such a node advertises no
+  `nvidia.com/gpu`) has one series per device instead: `gpu` its `index`, `UUID` its `uuid`;
+  a device that an allocated ResourceClaim holds is busy as above, its holder being the first
+  pod the claim's `reservedFor` names (dcgm-exporter's Kubernetes mode reads the holder of a
+  DRA device from the kubelet's pod-resources API as it does for a device-plugin GPU).
+  `external_gpu_util` marks nodes busy from outside Kubernetes (no pods): all their GPUs
+  report that utilisation and `external_fb_mib` MiB used, whatever the scheduler believes is
+  free. The two loads add up (capped at 100 % / the framebuffer size) on a GPU that has both.
 - **Kepler >= 0.10** (the default; `kits.synthetic_exporter.Exposition.cpu_power`):
   `kepler_node_cpu_watts{node_name, path, zone}` and its `_active_` / `_idle_` parts, the
   matching `_joules_total` counters, and `kepler_node_cpu_usage_ratio{node_name}`. The usage
@@ -65,6 +71,8 @@ from typing import Any
 
 from kubernetes import client
 
+from kits.dra import API as DRA_API
+from kits.dra import GpuDevice, allocations, slice_gpus
 from kits.synthetic_exporter import (
     CpuMeter,
     DcgmHostLabel,
@@ -74,6 +82,7 @@ from kits.synthetic_exporter import (
     cpu_usage_ratio,
     dcgm_labels,
 )
+from steer.adapters.kubejson import KubeApiError, KubeJson
 from steer.core.quantity import QuantityError, parse_quantity
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -237,6 +246,7 @@ class _Gpu:
     fb_used: float = 0.0
     busy: float = 0.0  # share counted by the power model
     pod: str = ""  # uid of the pod holding it
+    device: GpuDevice | None = None  # a DRA device: its index and UUID label the series
 
 
 @dataclass
@@ -258,14 +268,28 @@ class SimCluster:
         self._nodes: dict[str, SimNode] = {}
         self._pods: dict[str, SimPod] = {}
         self._assigned: dict[str, tuple[str, tuple[int, ...]]] = {}  # uid → (node, indices)
+        self._devices: dict[str, tuple[GpuDevice, ...]] = {}  # node → its DRA GPUs
+        self._claimed: dict[tuple[str, str, str], str] = {}  # (driver, pool, device) → pod uid
         self._last_t: float | None = None
         self.updates = 0
 
     # -- state ----------------------------------------------------------------------------------
-    def update(self, nodes: Iterable[Json], pods: Iterable[Json], now: float | None = None) -> None:
-        """Replace the state with these Node and Pod objects (API JSON), first integrating the
-        energy of the old state up to `now`."""
+    def update(
+        self,
+        nodes: Iterable[Json],
+        pods: Iterable[Json],
+        now: float | None = None,
+        *,
+        slices: Iterable[Json] = (),
+        claims: Iterable[Json] = (),
+    ) -> None:
+        """Replace the state with these Node, Pod, ResourceSlice and ResourceClaim objects (API
+        JSON), first integrating the energy of the old state up to `now`."""
         moment = time.time() if now is None else now
+        slices = list(slices)
+        devices: dict[str, list[GpuDevice]] = {}
+        for device in slice_gpus(slices):
+            devices.setdefault(device.node, []).append(device)
         new_nodes = [SimNode.from_api(n) for n in nodes]
         new_pods = [
             SimPod.from_api(p)
@@ -283,6 +307,13 @@ class SimCluster:
                 kept[n.name] = n
             self._nodes = kept
             self._pods = {p.uid: p for p in new_pods}
+            self._devices = {node: tuple(found) for node, found in devices.items()}
+            uid_of = {f"{p.namespace}/{p.name}": p.uid for p in new_pods}
+            self._claimed = {}
+            for allocation in allocations(claims, slices):
+                holder = next((uid_of[k] for k in allocation.pods if k in uid_of), "")
+                for held in allocation.devices:
+                    self._claimed[held] = holder
             self._assign_gpus()
             self.updates += 1
 
@@ -297,7 +328,11 @@ class SimCluster:
         for node, idx in self._assigned.values():
             used.setdefault(node, set()).update(idx)
         waiting = sorted(
-            (p for p in self._pods.values() if p.node in self._nodes and p.gpus > 0),
+            (
+                p
+                for p in self._pods.values()
+                if p.node in self._nodes and p.gpus > 0 and p.node not in self._devices
+            ),
             key=lambda p: (p.created, p.namespace, p.name),
         )
         for pod in waiting:
@@ -310,20 +345,41 @@ class SimCluster:
             self._assigned[pod.uid] = (pod.node, chosen)
 
     def _gpus(self, node: SimNode) -> list[_Gpu]:
+        """The node's GPUs now: its DRA devices if a ResourceSlice lists any, else as many as
+        its `nvidia.com/gpu` allocatable."""
         ext = float(self.external_gpu_util.get(node.name, 0.0))
-        gpus = [
-            _Gpu(util=ext, fb_used=self.external_fb_mib if ext else 0.0, busy=ext / 100)
-            for _ in range(node.gpus)
-        ]
+        devices = self._devices.get(node.name)
+
+        def idle(device: GpuDevice | None = None) -> _Gpu:
+            used = self.external_fb_mib if ext else 0.0
+            return _Gpu(util=ext, fb_used=used, busy=ext / 100, device=device)
+
+        if devices:
+            gpus = []
+            for d in devices:
+                gpu = idle(d)
+                holder = self._claimed.get((d.driver, d.pool, d.name))
+                if holder is not None:
+                    self._give(gpu, holder)
+                gpus.append(gpu)
+            return gpus
+        gpus = [idle() for _ in range(node.gpus)]
         for uid, (name, idx) in self._assigned.items():
             if name != node.name:
                 continue
             for i in idx:
-                g = gpus[i]
-                g.util = min(100.0, g.util + self.job_gpu_util)
-                g.fb_used = min(self.fb_total_mib, g.fb_used + self.job_fb_mib)
-                g.busy, g.pod = 1.0, uid
+                self._give(gpus[i], uid)
         return gpus
+
+    def _give(self, gpu: _Gpu, uid: str) -> None:
+        """A pod's job runs on the GPU (uid "" for a claim no listed pod reserves: busy all the
+        same, as the device is allocated)."""
+        gpu.util = min(100.0, gpu.util + self.job_gpu_util)
+        gpu.fb_used = min(self.fb_total_mib, gpu.fb_used + self.job_fb_mib)
+        gpu.busy, gpu.pod = 1.0, uid
+
+    def _is_gpu_node(self, node: SimNode) -> bool:
+        return node.gpus > 0 or bool(self._devices.get(node.name))
 
     def _cores(self, node: SimNode) -> float:
         """CPU cores the node's bound pods request."""
@@ -336,7 +392,7 @@ class SimCluster:
         """(total, idle, dynamic CPU) watts of a node in the current state."""
         cores = self._cores(node)
         busy = sum(g.busy for g in self._gpus(node))
-        gpu_node = node.gpus > 0
+        gpu_node = self._is_gpu_node(node)
         kind = node.instance_type
         total = self.power.node_watts(
             gpu_node=gpu_node, cores=cores, busy_gpus=busy, instance_type=kind
@@ -362,13 +418,19 @@ class SimCluster:
             return {name: self._watts(node)[0] for name, node in self._nodes.items()}
 
     def gpu_assignment(self) -> dict[str, dict[int, str]]:
-        """node → GPU index → `namespace/name` of the pod holding it."""
+        """node → GPU index → `namespace/name` of the pod holding it (DRA devices by their
+        `index`)."""
         with self._lock:
             out: dict[str, dict[int, str]] = {}
             for uid, (node, idx) in self._assigned.items():
                 pod = self._pods[uid]
                 for i in idx:
                     out.setdefault(node, {})[i] = f"{pod.namespace}/{pod.name}"
+            for node, devices in self._devices.items():
+                for d in devices:
+                    holder = self._pods.get(self._claimed.get((d.driver, d.pool, d.name), ""))
+                    if holder is not None:
+                        out.setdefault(node, {})[d.index] = f"{holder.namespace}/{holder.name}"
             return out
 
     def families(self, now: float | None = None) -> list[Family]:
@@ -379,7 +441,10 @@ class SimCluster:
             out = Exposition()
             for node in self._nodes.values():
                 for i, gpu in enumerate(self._gpus(node)):
-                    labels = dcgm_labels(node.name, i, host_label=self.dcgm_host_label)
+                    index = gpu.device.index if gpu.device is not None else i
+                    labels = dcgm_labels(node.name, index, host_label=self.dcgm_host_label)
+                    if gpu.device is not None:
+                        labels["UUID"] = gpu.device.uuid
                     holder = self._pods.get(gpu.pod) if gpu.pod else None
                     if holder is not None:
                         # dcgm-exporter's Kubernetes mode (kubelet pod-resources): the pod
@@ -429,7 +494,8 @@ class SimCluster:
 
 
 class ApiPoller:
-    """Lists nodes and pods every `interval_s` and feeds them to a `SimCluster` (a thread).
+    """Lists nodes, pods, ResourceSlices and ResourceClaims every `interval_s` and feeds them
+    to a `SimCluster` (a thread). An apiserver that serves no `resource.k8s.io/v1` has none.
 
     Give it its own ApiClient: the connection pool is not shared with the caller's threads."""
 
@@ -440,6 +506,7 @@ class ApiPoller:
         self.cluster = cluster
         self.interval_s = interval_s
         self.errors = 0
+        self._dra_served: bool | None = None  # learnt on the first list
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -450,7 +517,22 @@ class ApiPoller:
         pod_resp: Any = core.list_pod_for_all_namespaces(_preload_content=False)
         nodes = json.loads(node_resp.data)["items"]
         pods = json.loads(pod_resp.data)["items"]
-        self.cluster.update(nodes, pods)
+        slices = self._dra_items(f"{DRA_API}/resourceslices")
+        claims = self._dra_items(f"{DRA_API}/resourceclaims")
+        self.cluster.update(nodes, pods, slices=slices, claims=claims)
+
+    def _dra_items(self, path: str) -> list[dict[str, Any]]:
+        if self._dra_served is False:
+            return []
+        try:
+            items = KubeJson(self.api).list_all(path)
+        except KubeApiError as exc:
+            if exc.status != 404:
+                raise
+            self._dra_served = False
+            return []
+        self._dra_served = True
+        return items
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
