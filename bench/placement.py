@@ -61,6 +61,28 @@ same state, rebuilt from scratch:
     rules apply; the pods carry `pod-template-hash`), created at ~30 % of the trace; the
     controller manager creates its pods.
 
+Scenario `dra` (`--scenario dra`): the default scenario's nodes, pre-existing pods, trace and
+goals, with GPUs through Dynamic Resource Allocation (kits.dra) on a mixed cluster, as one moving
+to DRA is: `gpu-1..3` and the hot `gpu-5` advertise no `nvidia.com/gpu`; each lists its 8 GPUs
+as devices `gpu-0..7` of the driver `gpu.nvidia.com` in a ResourceSlice (NVIDIA-like
+attributes: `type`, `uuid`, `index`, `productName`, ...; capacity `memory`). `gpu-4` and the hot
+`gpu-6` keep the device plugin's `nvidia.com/gpu: 8`. A DeviceClass `gpu.nvidia.com` selects
+the devices and maps `nvidia.com/gpu` to them (`extendedResourceName`), and every bench
+namespace has two ResourceClaimTemplates, `one-gpu` (count 1) and `eight-gpus` (count 8). The
+trace is the default's, arrival for arrival; the odd one-GPU jobs (01, 03, 05, 07) name the
+`one-gpu` template, the even ones request `nvidia.com/gpu: 1` as before (served from a DRA node's
+devices through a claim the scheduler makes, or from gpu-4's device plugin), and both
+whole-node jobs name `eight-gpus`, so only a cool DRA node can take them. The goals stand: one
+cool DRA node takes the eight one-GPU jobs, two stay whole for the whole-node jobs, gpu-4 is the
+spare. Every GPU count (`GPU@hot`, `whole`, `strand`, GPUs per node) is read from the claims'
+allocations for DRA pods (the devices the scheduler allocated, on the node of their pool) and
+from `nvidia.com/gpu` requests for the others; a pod naming a claim counts as a GPU pod for
+`CPU@GPU`. The exporter reports each DRA device as a GPU (its `uuid` in `UUID`, its `index` in
+`gpu`), busy while an allocated claim holds it. Reset also deletes the bench namespaces'
+claims (waiting until they are gone) and republishes the slices. JSON per run: `gpu_forms`, how
+the bound GPU pods got their GPUs (`claim`, `extended-dra`: a plain request served by DRA,
+`device-plugin`).
+
 Scenario `energy` (`--scenario energy`): energy at equal work. 24 CPU nodes of 16 cores /
 64 GiB, 8 per zone, no GPUs, no pre-existing pods: `eff-1..12` (`cpu-efficient`: 120 W idle,
 5 W per busy core) and `leg-1..12` (`cpu-legacy`: 220 W idle, 11 W per busy core), interleaved
@@ -215,6 +237,7 @@ from bench.benchkit.results import (  # noqa: E402
     write_results,
 )
 from kits.control_plane import ControlPlane  # noqa: E402
+from kits.dra import DraKit  # noqa: E402
 from kits.prometheus_server import PrometheusServer  # noqa: E402
 from kits.service_processes import (  # noqa: E402
     RunningScorer,
@@ -228,6 +251,7 @@ from kits.simulated_cluster import INSTANCE_TYPE_LABEL, ApiPoller, SimCluster  #
 from kits.synthetic_exporter import SyntheticExporter  # noqa: E402
 from kits.waiting import wait_until  # noqa: E402
 from steer.adapters.kube import make_api_client  # noqa: E402
+from steer.adapters.kubejson import KubeJson  # noqa: E402
 
 PROFILES = ROOT / "manifests" / "scheduler" / "profiles.yaml"
 EXAMPLE_POLICY = ROOT / "examples" / "policy.yaml"
@@ -248,12 +272,17 @@ class Bench:
         self.specs = list(self.scenario.nodes)
         self.trace = self.scenario.trace(args.seed, args.rate)
         self.policy_doc = yaml.safe_load(EXAMPLE_POLICY.read_text())
+        self.dra = DraKit(KubeJson(plane.api_client()))
         self.webhooks: dict[str, RunningWebhook] = {}  # by mode: each serves its mode's policy
 
     # -- state ------------------------------------------------------------------------------------
     def setup(self) -> None:
         for name, labels in NAMESPACES.items():
             self.plane.ensure_namespace(name, labels)
+            for template, count in self.scenario.claim_templates.items():
+                self.dra.ensure_claim_template(name, template, count)
+        if self.scenario.dra:
+            self.dra.ensure_device_class()
 
     def reset(self) -> None:
         unregister_admission(self.plane)
@@ -273,6 +302,19 @@ class Bench:
             return left == 0
 
         wait_until("bench pods deleted", pods_left, timeout=120, interval=1.0)
+        if self.scenario.dra:
+            # A claim outlives its pod until the controller manager releases it; one left
+            # allocated would hold its device in the pool the new slice reuses.
+            def claims_left() -> bool:
+                left = 0
+                for ns in NAMESPACES:
+                    if self.dra.claims(ns):
+                        left += 1
+                        self.dra.delete_claims(ns)
+                return left == 0
+
+            wait_until("bench claims deleted", claims_left, timeout=60, interval=0.5)
+            self.dra.delete_slices()
         for node in self.core.list_node().items:
             with contextlib.suppress(client.ApiException):
                 self.core.delete_node(node.metadata.name)
@@ -287,10 +329,12 @@ class Bench:
                 s.name,
                 cpu=str(s.cpu),
                 memory=f"{s.memory_gi}Gi",
-                gpus=s.gpus,
+                gpus=0 if s.dra else s.gpus,
                 zone=s.zone,
                 labels=labels,
             )
+            if s.dra:
+                self.dra.publish_gpus(s.name, s.gpus)
         preexisting = self.scenario.preexisting
         for i, (node, cpu, cpu_limit, mem, mem_limit) in enumerate(preexisting, start=1):
             self.core.create_namespaced_pod(
@@ -537,6 +581,7 @@ class Bench:
             f"A>5% {result['over_budget_team-a']}, B>0% {result['over_budget_team-b']}, "
             f"GPU@hot {result['gpu_on_hot']}, chain {result['chain_per_zone']}, "
             f"8G pending {result['gpu8_pending']}, CPU@GPU {result['cpu_pods_on_gpu_nodes']}, "
+            f"GPU forms {result['gpu_forms']}, "
             f"mutated {result['mutated']}, audited {result['audited']}, "
             f"schedulers {result['scheduler_names']} "
             f"({result['total_s']} s)"
@@ -570,8 +615,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--scenario",
         choices=sorted(scenarios()),
         default="default",
-        help="default: 16 nodes with GPUs, budgets and pre-existing pods; energy: 24 CPU nodes, "
-        "half power-hungry, work that fits on 8 (default: default)",
+        help="default: 16 nodes with GPUs, budgets and pre-existing pods; dra: the same with "
+        "the GPUs of 4 of the 6 GPU nodes through DRA; energy: 24 CPU nodes, half "
+        "power-hungry, work that fits on 8 (default: default)",
     )
     parser.add_argument("--seed", type=int, default=1, help="trace seed (default 1)")
     parser.add_argument("--rate", type=float, default=4.0, help="arrivals per second (default 4)")

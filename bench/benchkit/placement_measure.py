@@ -9,16 +9,19 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, Literal
 
 from kubernetes import client, watch
 
+from kits.dra import API as DRA_API
+from kits.dra import Allocation, allocations, pod_devices
 from kits.simulated_cluster import PowerModel, SimCluster
 from scorer.explain.audit import audit_mode_of
 from steer.adapters.kube import make_api_client
+from steer.adapters.kubejson import KubeApiError, KubeJson
 from steer.core import scheduling
 from steer.core.quantity import parse_quantity
 
@@ -128,12 +131,42 @@ class BindRecorder:
 class Snapshot:
     nodes: list[dict[str, Any]]
     pods: list[dict[str, Any]]
+    slices: list[dict[str, Any]] = field(default_factory=list)  # DRA ResourceSlices
+    claims: list[dict[str, Any]] = field(default_factory=list)  # DRA ResourceClaims
+
+    def allocations(self) -> list[Allocation]:
+        return allocations(self.claims, self.slices)
 
 
 def snapshot(core: client.CoreV1Api) -> Snapshot:
+    """Nodes and pods, then the DRA objects (none where the apiserver serves no
+    resource.k8s.io/v1): claims listed after the pods hold every pod's allocation."""
     nodes: Any = core.list_node(_preload_content=False)
     pods: Any = core.list_pod_for_all_namespaces(_preload_content=False)
-    return Snapshot(json.loads(nodes.data)["items"], json.loads(pods.data)["items"])
+    kube = KubeJson(core.api_client)
+    try:
+        slices = kube.list_all(f"{DRA_API}/resourceslices")
+        claims = kube.list_all(f"{DRA_API}/resourceclaims")
+    except KubeApiError as exc:
+        if exc.status != 404:
+            raise
+        slices, claims = [], []
+    return Snapshot(json.loads(nodes.data)["items"], json.loads(pods.data)["items"], slices, claims)
+
+
+GpuForm = Literal["device-plugin", "extended-dra", "claim"]
+
+
+def gpu_form(pod: Mapping[str, Any], held: Mapping[str, tuple[str, int]]) -> GpuForm | None:
+    """How a GPU pod got (or asks for) its GPUs: a claim it names (`claim`), a plain
+    `nvidia.com/gpu` request served from DRA devices by the scheduler's own claim
+    (`extended-dra`), or by a device plugin; None for a pod with neither."""
+    if pod["spec"].get("resourceClaims"):
+        return "claim"
+    if not pod_amount(pod, "requests", GPU):
+        return None
+    key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+    return "extended-dra" if key in held else "device-plugin"
 
 
 def natural(name: str) -> tuple[str, int]:
@@ -167,7 +200,16 @@ def measure(
 
     bound = [p for p in trace if p["spec"].get("nodeName")]
     pending = [p for p in trace if not p["spec"].get("nodeName")]
-    gpus_of = {id(p): int(pod_amount(p, "requests", GPU)) for p in snap.pods}
+    # GPUs a pod holds: the devices its DRA claims were allocated (a claim template, or a plain
+    # nvidia.com/gpu request on a DRA node), else what it requests from a device plugin.
+    held = pod_devices(snap.allocations())
+
+    def gpus(p: Mapping[str, Any]) -> int:
+        found = held.get(f"{p['metadata']['namespace']}/{p['metadata']['name']}")
+        return found[1] if found is not None else int(pod_amount(p, "requests", GPU))
+
+    gpus_of = {id(p): gpus(p) for p in snap.pods}
+    forms = {id(p): gpu_form(p, held) for p in snap.pods}
     out: dict[str, Any] = {
         "trace_pods_seen": len(trace),
         "bound": len(bound),
@@ -222,17 +264,18 @@ def measure(
     out["stranded_gpus"] = sum(
         s.gpus - allocated[s.name] for s in gpu_nodes if 0 < allocated[s.name] < s.gpus
     )
-    cpu_on_gpu = [p for p in bound if not gpus_of[id(p)] and spec_of[p["spec"]["nodeName"]].gpus]
+    cpu_on_gpu = [p for p in bound if not forms[id(p)] and spec_of[p["spec"]["nodeName"]].gpus]
     out["cpu_pods_on_gpu_nodes"] = len(cpu_on_gpu)
     out["cpu_cores_on_gpu_nodes"] = float(
         sum((pod_amount(p, "requests", "cpu") for p in cpu_on_gpu), Fraction(0))
     )
+    out["gpu_forms"] = dict(Counter(f for p in bound if (f := forms[id(p)]) is not None))
     out["scheduler_names"] = dict(Counter(p["spec"].get("schedulerName", "") for p in trace))
     effects = Counter(webhook_effect(p) for p in trace)
     out["mutated"] = effects["mutated"]
     out["audited"] = effects["audited"]
     sim = SimCluster(power, external_gpu_util={s.name: HOT_UTIL for s in specs if s.hot})
-    sim.update(snap.nodes, snap.pods, now=0.0)
+    sim.update(snap.nodes, snap.pods, now=0.0, slices=snap.slices, claims=snap.claims)
     watts = sim.node_watts()
     active = [name for name, pods in by_node.items() if pods or name in hot]
     all_cores = float(
@@ -274,6 +317,7 @@ def measure(
         name: {
             "zone": spec_of[name].zone,
             "hot": name in hot,
+            "dra": spec_of[name].dra,
             "overcommit_pct": round(over[name], 2),
             "watts": round(watts[name], 1),
             "gpus_allocated": allocated[name],

@@ -125,7 +125,8 @@ def node_table(result: dict[str, Any]) -> str:
     for name, n in result["nodes"].items():
         pods = ", ".join(f"{k} {v}" for k, v in sorted(n["trace_pods"].items())) or "-"
         lines.append(
-            f"| {name}{' (hot)' if n['hot'] else ''} | {n['zone']} | {short(start.get(name, {}))} | "
+            f"| {name}{' (DRA)' if n.get('dra') else ''}{' (hot)' if n['hot'] else ''} | "
+            f"{n['zone']} | {short(start.get(name, {}))} | "
             f"{short(n['labels'])} | {n['overcommit_pct']:.1f} | {n['cores_requested']:g} | "
             f"{n['gpus_allocated']} | {pods} |"
         )

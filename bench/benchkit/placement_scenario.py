@@ -1,17 +1,21 @@
 """The placement bench's scenarios (bench/placement.py describes them): `default`, 16 fake
-nodes in 3 zones with GPUs, budgets and pods there before the trace; `energy`, 24 CPU nodes,
-half of them power-hungry, and CPU work that fits on far fewer. Each has its nodes, the pods
-there before the trace, the power model and the seeded pod trace both modes replay.
+nodes in 3 zones with GPUs, budgets and pods there before the trace; `dra`, the same with the
+GPUs of gpu-1..3 and the hot gpu-5 as DRA devices and the GPU jobs asking for them by claims;
+`energy`, 24 CPU nodes, half of them power-hungry, and CPU work that fits on far fewer. Each
+has its nodes, the pods there before the trace, the power model and the seeded pod trace both
+modes replay.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+from kits.dra import claim_pod_spec
 from kits.simulated_cluster import NodePower, PowerModel
 
 ZONES = ("zone-a", "zone-b", "zone-c")
@@ -52,6 +56,8 @@ class NodeSpec:
     hot: bool = False
     # node.kubernetes.io/instance-type: the example policy's powerModel covers it
     instance_type: str | None = None
+    # The GPUs are DRA devices in a ResourceSlice (kits.dra), not `nvidia.com/gpu` allocatable
+    dra: bool = False
 
 
 def cluster_nodes() -> list[NodeSpec]:
@@ -72,6 +78,18 @@ def cluster_nodes() -> list[NodeSpec]:
         for i in range(1, 11)
     ]
     return nodes
+
+
+# Scenario `dra`: mixed, as a cluster moving to DRA is. Three cool DRA nodes (one for the
+# one-GPU jobs, two for the whole-node jobs, which only a DRA node can serve: they ask by a claim
+# template), the device-plugin gpu-4 to spare, and one hot node of each kind.
+DRA_NODES = frozenset({"gpu-1", "gpu-2", "gpu-3", "gpu-5"})
+# The claim templates of every bench namespace: name -> GPUs (class gpu.nvidia.com).
+CLAIM_TEMPLATES = {"one-gpu": 1, "eight-gpus": 8}
+
+
+def dra_nodes() -> list[NodeSpec]:
+    return [dataclasses.replace(s, dra=s.name in DRA_NODES) for s in cluster_nodes()]
 
 
 def energy_nodes() -> list[NodeSpec]:
@@ -109,6 +127,12 @@ class Scenario:
     preexisting: tuple[tuple[str, str, str, str, str], ...]
     power: PowerModel
     trace_args: dict[str, int]
+    claim_templates: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def dra(self) -> bool:
+        """Whether GPUs are DRA devices on some node (the DRA objects to make and reset)."""
+        return any(s.dra for s in self.nodes)
 
     def trace(self, seed: int, rate: float) -> list[Arrival]:
         return build_trace(seed, rate, **self.trace_args)
@@ -117,6 +141,16 @@ class Scenario:
 def scenarios() -> dict[str, Scenario]:
     return {
         "default": Scenario("default", tuple(cluster_nodes()), PREEXISTING, POWER, {}),
+        # The default's nodes, trace and goals; the one-GPU jobs alternate between a claim
+        # template and a plain nvidia.com/gpu request, the whole-node jobs use a template.
+        "dra": Scenario(
+            "dra",
+            tuple(dra_nodes()),
+            PREEXISTING,
+            POWER,
+            {"dra_claims": 1},
+            CLAIM_TEMPLATES,
+        ),
         # 60 CPU services (~116 cores) and the 12-replica chain: ~128 of 384 cores, so the work
         # fits on 8 of the 24 nodes, and on the 12 efficient ones with room to spare.
         "energy": Scenario(
@@ -141,19 +175,23 @@ class Arrival:
     mem_limit_mi: int
     gpus: int = 0
     replicas: int = 1  # > 1 only for the chain's Deployment
+    # The GPUs come from a claim made from this template (CLAIM_TEMPLATES), not from a
+    # `nvidia.com/gpu` request
+    claim_template: str | None = None
 
     def resources(self) -> dict[str, dict[str, str]]:
         requests = {"cpu": f"{self.cpu_m}m", "memory": f"{self.mem_mi}Mi"}
         limits = {"cpu": f"{self.cpu_limit_m}m", "memory": f"{self.mem_limit_mi}Mi"}
-        if self.gpus:
+        if self.gpus and self.claim_template is None:
             requests[GPU] = limits[GPU] = str(self.gpus)
         return {"requests": requests, "limits": limits}
 
     def pod_spec(self) -> dict[str, Any]:
-        return {
+        spec = {
             "terminationGracePeriodSeconds": 0,
             "containers": [{"name": "main", "image": IMAGE, "resources": self.resources()}],
         }
+        return spec if self.claim_template is None else claim_pod_spec(spec, self.claim_template)
 
 
 SIZES = ((500, 25), (1000, 30), (2000, 25), (4000, 15), (8000, 5))  # (millicores, weight %)
@@ -173,7 +211,10 @@ def build_trace(
     gpu1_jobs: int = 8,
     gpu8_jobs: int = 2,
     chain_replicas: int = 12,
+    dra_claims: int = 0,
 ) -> list[Arrival]:
+    """The seeded trace. `dra_claims`: the odd one-GPU jobs and every whole-node job ask by a
+    claim template, the even one-GPU jobs by `nvidia.com/gpu` (the same arrivals and sizes)."""
     rng = random.Random(seed)
     total = services_a + services_b + gpu1_jobs + gpu8_jobs + 1
     slots: list[str | None] = [None] * total
@@ -208,10 +249,14 @@ def build_trace(
             arrival = Arrival(
                 at, kind, NS_A, f"a-train-1g-{n:02d}", 4000, 4200, 32768, burst(32768), gpus=1
             )
+            if dra_claims and n % 2 == 1:
+                arrival = dataclasses.replace(arrival, claim_template="one-gpu")
         elif kind == "gpu-8":
             arrival = Arrival(
                 at, kind, NS_B, f"b-train-8g-{n:02d}", 32000, 32000, 262144, 262144, 8
             )
+            if dra_claims:
+                arrival = dataclasses.replace(arrival, claim_template="eight-gpus")
         else:
             arrival = Arrival(
                 at, kind, NS_A, CHAIN, 1000, 1000, 2048, 2048, replicas=chain_replicas
