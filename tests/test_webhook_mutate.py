@@ -24,12 +24,13 @@ from steer.core.patch import PatchBuilder, apply_ops, escape, pointer
 from steer.core.policy import Policy, parse_policy
 from steer.core.scheduling import merge_required, term_matches
 from steer.core.steering import (
-    classify_pod,
     composite_key,
     owned_resource_keys,
+    pod_classification,
     pod_gates,
 )
 from tests.conftest import EXAMPLE_POLICY
+from tests.dra_support import NVIDIA, FakeCatalog
 from tests.webhook_harness import admission_fixture
 
 POLICY = parse_policy(EXAMPLE_POLICY.read_text())
@@ -46,6 +47,22 @@ STRICT = parse_policy(
     )
 )
 STRICT_PLAN = MutationPlan.from_policy(STRICT)
+# GPU nodes kept for GPU pods outright, and a class known only by its DRA DeviceClass.
+DRA = parse_policy(
+    EXAMPLE_POLICY.read_text()
+    .replace("reserveNodes: prefer", "reserveNodes: require")
+    .replace(
+        "  tenants:\n",
+        "    - {name: fpga, deviceClasses: [fpga.example.com], reserveNodes: require}\n"
+        "  tenants:\n",
+        1,
+    )
+)
+DRA_PLAN = MutationPlan.from_policy(DRA)
+FPGA_TEMPLATE = {
+    "devices": {"requests": [{"name": "f", "exactly": {"deviceClassName": "fpga.example.com"}}]}
+}
+CATALOGS = (None, NVIDIA, FakeCatalog({**NVIDIA.templates, ("gpu-test1", "fpga"): FPGA_TEMPLATE}))
 DEPT_A = POLICY.tenant("dept-a")
 DEPT_B = POLICY.tenant("dept-b")
 GOLDEN = (
@@ -399,6 +416,25 @@ def pods(draw: st.DrawFn) -> dict[str, Any]:
     if draw(st.booleans()):
         resources = {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}
     spec: dict[str, Any] = {"containers": [{"name": "c", "resources": resources}]}
+    # DRA claims (tests/dra_support.py): known GPU and FPGA templates, and objects no catalogue
+    # has seen yet.
+    claims = draw(
+        st.lists(
+            st.sampled_from(
+                [
+                    {"name": "g", "resourceClaimTemplateName": "double-gpu"},
+                    {"name": "f", "resourceClaimTemplateName": "fpga"},
+                    {"name": "m", "resourceClaimTemplateName": "mystery"},
+                    {"name": "s", "resourceClaimName": "shared"},
+                ]
+            ),
+            max_size=2,
+            unique_by=lambda c: c["name"],
+        )
+    )
+    if claims:
+        spec["resourceClaims"] = claims
+        spec["containers"][0]["resources"]["claims"] = [{"name": c["name"]} for c in claims]
     node_aff: dict[str, Any] = {}
     if draw(st.booleans()):
         node_aff["requiredDuringSchedulingIgnoredDuringExecution"] = {
@@ -435,7 +471,8 @@ node_labels = st.dictionaries(
     st.sampled_from(LABEL_KEYS),
     st.one_of(st.sampled_from(VALUES), st.sampled_from(BUCKETS), st.integers(0, 20).map(str)),
 )
-plans = st.sampled_from([PLAN, STRICT_PLAN])
+plans = st.sampled_from([PLAN, STRICT_PLAN, DRA_PLAN])
+catalogs = st.sampled_from(CATALOGS)
 tenants_of = st.sampled_from([None, "dept-a", "dept-b"])
 PROPS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -446,21 +483,32 @@ def _tenant(policy: Policy, name: str | None) -> Any:
 
 @PROPS
 @given(
-    pod=pods(), plan=plans, tenant=tenants_of, nodes=st.lists(node_labels, min_size=1, max_size=6)
+    pod=pods(),
+    plan=plans,
+    tenant=tenants_of,
+    nodes=st.lists(node_labels, min_size=1, max_size=6),
+    devices=catalogs,
 )
 def test_property_patch_applies_and_hard_rules_are_requests_not_terms(
-    pod: dict[str, Any], plan: MutationPlan, tenant: str | None, nodes: list[dict[str, str]]
+    pod: dict[str, Any],
+    plan: MutationPlan,
+    tenant: str | None,
+    nodes: list[dict[str, str]],
+    devices: FakeCatalog | None,
 ) -> None:
     original = copy.deepcopy(pod)
     t = _tenant(plan.policy, tenant)
-    mutation = mutate_pod(plan, pod, t)
+    mutation = mutate_pod(plan, pod, t, namespace="gpu-test1", devices=devices)
     assert pod == original, "mutation must not change its input"
     patched = apply(pod, mutation.ops)  # (a) applies cleanly
     for labels in nodes:  # (b) required node affinity is exactly the user's
         assert node_passes_required(patched, labels) == node_passes_required(original, labels)
     # (c) the first container requests one unit of each gate, every container its limits
     budget = tenant_budget(plan.policy, t)
-    gates = pod_gates(plan.policy, t, classify_pod(plan.policy, original["spec"]))
+    found = pod_classification(
+        plan.policy, original["spec"], namespace="gpu-test1", devices=devices
+    )
+    gates = pod_gates(plan.policy, t, found.pod_class, found.spared)
     for i, container in enumerate(patched["spec"]["containers"]):
         requests = container.get("resources", {}).get("requests", {})
         owned = {
@@ -473,13 +521,13 @@ def test_property_patch_applies_and_hard_rules_are_requests_not_terms(
 
 
 @PROPS
-@given(pod=pods(), plan=plans, tenant=tenants_of)
+@given(pod=pods(), plan=plans, tenant=tenants_of, devices=catalogs)
 def test_property_mutation_is_idempotent(
-    pod: dict[str, Any], plan: MutationPlan, tenant: str | None
+    pod: dict[str, Any], plan: MutationPlan, tenant: str | None, devices: FakeCatalog | None
 ) -> None:
     t = _tenant(plan.policy, tenant)
-    patched = apply(pod, mutate_pod(plan, pod, t).ops)
-    again = mutate_pod(plan, patched, t)
+    patched = apply(pod, mutate_pod(plan, pod, t, namespace="gpu-test1", devices=devices).ops)
+    again = mutate_pod(plan, patched, t, namespace="gpu-test1", devices=devices)
     assert again.ops == ()  # (c)
     # Everything the user had is still there.
     for key in ("tolerations", "topologySpreadConstraints"):
@@ -487,6 +535,48 @@ def test_property_mutation_is_idempotent(
             assert item in patched["spec"][key]
     for term in node_affinity(pod).get("preferredDuringSchedulingIgnoredDuringExecution") or []:
         assert term in node_affinity(patched)["preferredDuringSchedulingIgnoredDuringExecution"]
+
+
+@PROPS
+@given(pod=pods(), tenant=tenants_of, devices=catalogs)
+def test_property_no_gate_keeps_a_pod_off_the_nodes_of_devices_it_may_ask_for(
+    pod: dict[str, Any], tenant: str | None, devices: FakeCatalog | None
+) -> None:
+    """Soundness with DRA: a class reserving its nodes outright gives every other pod its
+    "unreserved" gate. A pod that asks for (or, by a claim not known yet, may ask for) a device
+    of that class gets none: it would fit no node that has the device."""
+    t = _tenant(DRA, tenant)
+    mutation = mutate_pod(DRA_PLAN, pod, t, namespace="gpu-test1", devices=devices)
+    requested = apply(pod, mutation.ops)["spec"]["containers"][0]["resources"]["requests"]
+    gates = {r for r in requested if "/unreserved-" in r}
+    names = {
+        c["resourceClaimTemplateName"]
+        for c in pod["spec"].get("resourceClaims", ())
+        if "resourceClaimTemplateName" in c
+    }
+    unknown = any(
+        c.get("resourceClaimName")
+        or (
+            devices is None
+            or ("gpu-test1", c["resourceClaimTemplateName"]) not in devices.templates
+        )
+        for c in pod["spec"].get("resourceClaims", ())
+    )
+    gpu = "nvidia.com/gpu" in requested or (devices is not None and "double-gpu" in names)
+    fpga = devices is not None and ("gpu-test1", "fpga") in devices.templates and "fpga" in names
+    if gpu or unknown:
+        assert "kube-steer.github.io/unreserved-gpu" not in gates
+    if fpga or unknown:
+        assert "kube-steer.github.io/unreserved-fpga" not in gates
+    # ... and a pod that asks for neither, and whose every claim is known, keeps off both.
+    if not (gpu or fpga or unknown):
+        assert gates == {
+            "kube-steer.github.io/unreserved-gpu",
+            "kube-steer.github.io/unreserved-fpga",
+        }
+    # What it was classified without is in its trace.
+    if unknown and mutation.pod_class is None:
+        assert mutation.notes and mutation.trace is not None and "not known yet" in mutation.trace
 
 
 @PROPS

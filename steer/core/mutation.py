@@ -24,6 +24,7 @@ reinvocation (reinvocationPolicy: IfNeeded) computes the same pod and an empty p
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from typing import Any, Literal
 
 import orjson
 
+from steer.core.dra.catalog import DeviceCatalog
 from steer.core.encoding import PreferenceTerm
 from steer.core.infrastructure import Exemption, exempt_reason
 from steer.core.mode import AUDIT, audits
@@ -49,12 +51,13 @@ from steer.core.scheduling import (
 )
 from steer.core.steering import (
     CONTAINER_FIELDS,
+    PodClassification,
     ResourceSteering,
     class_preferences,
-    classify_pod,
     excluded_namespaces,
     injected_tolerations,
     opted_in,
+    pod_classification,
     resource_steering,
     scheduler_after,
     scheduler_for,
@@ -104,6 +107,13 @@ class Mutation:
     # this pass would have added (`added` is empty: nothing is).
     audit: bool = False
     would_add: tuple[str, ...] = ()
+    # The pod's class and DRA asks; `notes()` says what it was classified without.
+    classification: PodClassification | None = None
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """What the pod was classified without (claims not known yet), for warnings."""
+        return self.classification.notes() if self.classification else ()
 
     @property
     def pod_class(self) -> str | None:
@@ -133,9 +143,14 @@ class UnknownNamespace(LookupError):
         self.namespace = namespace
 
 
-def build_pieces(policy: Policy, tenant: Tenant | None, pod_class: PodClass | None) -> Pieces:
+def build_pieces(
+    policy: Policy,
+    tenant: Tenant | None,
+    pod_class: PodClass | None,
+    spared: frozenset[str] = frozenset(),
+) -> Pieces:
     preferred = class_preferences(policy, pod_class)
-    resources = resource_steering(policy, tenant, pod_class)
+    resources = resource_steering(policy, tenant, pod_class, spared)
     bits = [t for t in preferred if t.operator == "In"]
     notes = [f"{bits[0].key} In-bits {'/'.join(str(t.weight) for t in bits)}"] if bits else []
     notes += [f"{t.key} {t.operator} w{t.weight}" for t in preferred if t.operator != "In"]
@@ -166,6 +181,11 @@ class MutationPlan:
     trace_key: str
     excluded_namespaces: frozenset[str]
     version: str  # the policy's, formatted once (every trace carries it)
+    # Pieces of pods that spare a reserving class its gate (`PodClassification.spared`), by
+    # (tenant, class, spared), built on first use: few pods and few such classes.
+    spared_pieces: dict[tuple[str | None, str | None, frozenset[str]], Pieces] = dataclasses.field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     @classmethod
     def from_policy(cls, policy: Policy) -> MutationPlan:
@@ -192,6 +212,22 @@ class MutationPlan:
     def tenant(self, labels: Mapping[str, str]) -> Tenant | None:
         return tenant_for(self.policy, labels)
 
+    def pieces_for(
+        self,
+        tenant: Tenant | None,
+        pod_class: PodClass | None,
+        spared: frozenset[str] = frozenset(),
+    ) -> Pieces:
+        key = (tenant.name if tenant else None, pod_class.name if pod_class else None)
+        if not spared:
+            return self.pieces[key]
+        found = self.spared_pieces.get((*key, spared))
+        if found is None:
+            # A race builds the same value twice; either copy is right.
+            found = build_pieces(self.policy, tenant, pod_class, spared)
+            self.spared_pieces[(*key, spared)] = found
+        return found
+
 
 def steer_pod(
     plan: MutationPlan,
@@ -200,14 +236,17 @@ def steer_pod(
     namespace_labels: Callable[[], Mapping[str, str] | None],
     user_info: Mapping[str, Any] | None = None,
     mode: Mode | None = None,
+    *,
+    devices: DeviceCatalog | None = None,
 ) -> Mutation:
     """What the policy makes of a pod created in `namespace` (None: its name is not known, so
     only its labels decide) by `user_info`: nothing for an excluded namespace, infrastructure
     (steer/core/infrastructure.py) or a namespace not opted in; else the patch, the rules in
     effect and the trace. `namespace_labels` gives the namespace's labels; it is called only
     when the answer depends on them. `mode` overrides the policy's mode for the tenant (the
-    audit report asks what enforcing would do). Raises UnknownNamespace when it has none,
-    UninterpretablePod for a malformed field.
+    audit report asks what enforcing would do). `devices` tells the DRA classes the pod's
+    claims request (None: none is known; `PodClassification`). Raises UnknownNamespace when
+    it has none, UninterpretablePod for a malformed field.
     """
     if namespace in plan.excluded_namespaces:
         return _skipped("excluded-namespace")
@@ -219,7 +258,9 @@ def steer_pod(
         raise UnknownNamespace(namespace)
     if not plan.opted_in(namespace, labels):
         return _skipped("not-opted-in")
-    return mutate_pod(plan, pod, plan.tenant(labels), mode=mode)
+    return mutate_pod(
+        plan, pod, plan.tenant(labels), mode=mode, namespace=namespace, devices=devices
+    )
 
 
 # --- merge functions: pure, each idempotent on its own output -----------------------------
@@ -270,10 +311,17 @@ def _check_containers(spec: Mapping[str, Any]) -> None:
 
 
 def mutate_pod(
-    plan: MutationPlan, pod: Mapping[str, Any], tenant: Tenant | None, *, mode: Mode | None = None
+    plan: MutationPlan,
+    pod: Mapping[str, Any],
+    tenant: Tenant | None,
+    *,
+    mode: Mode | None = None,
+    namespace: str | None = None,
+    devices: DeviceCatalog | None = None,
 ) -> Mutation:
     """The patch that steers `pod` (already known to be in an opted-in namespace); in audit
-    mode (the tenant's, or `mode`), the patch of its trace alone."""
+    mode (the tenant's, or `mode`), the patch of its trace alone. The pod's claims are looked
+    up in `devices` under `namespace` (else the pod's own `metadata.namespace`)."""
     if not isinstance(pod.get("metadata"), dict):
         raise UninterpretablePod("metadata", "a pod needs a metadata object")
     if not isinstance(pod.get("spec"), dict):
@@ -281,8 +329,11 @@ def mutate_pod(
     spec: Mapping[str, Any] = pod["spec"]
     metadata: Mapping[str, Any] = pod["metadata"]
     _check_containers(spec)
-    pod_class = classify_pod(plan.policy, spec)
-    pieces = plan.pieces[(tenant.name if tenant else None, pod_class.name if pod_class else None)]
+    if namespace is None and isinstance(metadata.get("namespace"), str):
+        namespace = metadata["namespace"]
+    classification = pod_classification(plan.policy, spec, namespace=namespace, devices=devices)
+    pieces = plan.pieces_for(tenant, classification.pod_class, classification.spared)
+    notes = classification.notes()
     audit = pieces.audit if mode is None else mode == AUDIT
     labels = pod_object(metadata, "labels", "metadata.labels")
     affinity = pod_object(spec, "affinity", "spec.affinity")
@@ -356,7 +407,7 @@ def mutate_pod(
             builder = PatchBuilder(pod)  # nothing the scheduler reads changes: the trace alone
         if in_effect:
             would_add = tuple(added) if audit else None
-            trace = trace_text(plan.version, tuple(in_effect), pieces.term_notes, would_add)
+            trace = trace_text(plan.version, tuple(in_effect), pieces.term_notes, would_add, notes)
             annotations = pod_object(metadata, "annotations", "metadata.annotations")
             if annotations.get(plan.trace_key) != trace:
                 builder.set(("metadata", "annotations", plan.trace_key), trace)
@@ -371,6 +422,7 @@ def mutate_pod(
         trace=trace,
         audit=audit,
         would_add=tuple(added) if audit else (),
+        classification=classification,
     )
 
 
@@ -462,13 +514,17 @@ def trace_text(
     rules: tuple[str, ...],
     terms: tuple[str, ...],
     would_add: tuple[str, ...] | None = None,
+    notes: tuple[str, ...] = (),
 ) -> str:
     """Compact JSON for the trace annotation: policy version, rules in effect, terms; in audit
-    mode (`would_add` given) `"mode": "audit"` and the rules that would have been added.
+    mode (`would_add` given) `"mode": "audit"` and the rules that would have been added; and
+    what the pod was classified without (`notes`: a claim not known yet), when anything.
 
     Few distinct (tenant, class, rules) combinations exist, so the text is cached.
     """
     doc: dict[str, Any] = {"policy": version, "rules": list(rules), "terms": list(terms)}
     if would_add is not None:
         doc.update(mode=AUDIT, wouldAdd=list(would_add))
+    if notes:
+        doc["notes"] = list(notes)
     return orjson.dumps(doc).decode()

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from steer.core.budget import TenantBudget, former_names, owned_resources, tenant_budget
+from steer.core.dra.catalog import DeviceCatalog
+from steer.core.dra.claims import DeviceAsk, claim_asks, extended_asks
 from steer.core.dra.classes import implicit_extended_name
 from steer.core.encoding import SCORE_MAX, PreferenceTerm, preference_terms
 from steer.core.gates import Gate, avoid_gate, unreserved_gate
@@ -165,13 +167,98 @@ def owned_taint_keys(policy: Policy) -> frozenset[str]:
     return frozenset(keys)
 
 
-def classify_pod(policy: Policy, pod_spec: Mapping[str, Any]) -> PodClass | None:
-    """The first pod class whose resources the pod requests (or limits), or None."""
+@dataclass(frozen=True)
+class PodClassification:
+    """Which pod class a pod is in, and what it asks of DRA devices (steer/core/dra/claims.py).
+
+    `pod_class` is the first class (policy order) the pod is in by what is known. An ask whose
+    DeviceClasses are not known (a claim template the catalogue has not seen yet) may put the
+    pod in another class that has `deviceClasses` (`doubt`); the pod is then classified without
+    it, and steered so that nothing added can keep it off the nodes it may need: `spared`
+    names the other `reserveNodes: require` classes whose "unreserved" gate it is not given,
+    those whose resources or devices it asks for (or, in doubt, may ask for)."""
+
+    pod_class: PodClass | None
+    asks: tuple[DeviceAsk, ...] = ()
+    doubt: tuple[str, ...] = ()
+    spared: frozenset[str] = frozenset()
+
+    @property
+    def unresolved(self) -> tuple[DeviceAsk, ...]:
+        return tuple(a for a in self.asks if not a.known)
+
+    def notes(self) -> tuple[str, ...]:
+        """One line per unresolved ask that leaves the class in doubt, e.g. `claim template
+        gpu-1 not known yet: classified by requests only`."""
+        if not self.doubt:
+            return ()
+        basis = "what is known" if any(a.known for a in self.asks) else "requests only"
+        return tuple(f"{a.text()}: classified by {basis}" for a in self.unresolved)
+
+
+def _ours(policy: Policy) -> tuple[str, ...]:
+    """Prefixes of the resources the webhook itself sets (pools, gates): no device's."""
+    return (policy.spec.resource_prefix, *policy.spec.former_resource_prefixes)
+
+
+def pod_classification(
+    policy: Policy,
+    pod_spec: Mapping[str, Any],
+    *,
+    namespace: str | None = None,
+    devices: DeviceCatalog | None = None,
+) -> PodClassification:
+    """The pod's class and DRA asks (`PodClassification`). A class takes the pod when it
+    requests (or limits) one of its `requestsAny`, or asks, by a claim, a claim template or an
+    extended resource a DeviceClass maps, for a device of one of its `deviceClasses`.
+    `devices` answers which classes the claims in `namespace` request; without it every claim
+    is unresolved. Raises UninterpretablePod for a malformed `spec.resourceClaims`."""
+    classes = policy.spec.pod_classes
     requested = requested_resources(pod_spec)
-    for pod_class in policy.spec.pod_classes:
-        if not requested.isdisjoint(pod_class.requests_any):
-            return pod_class
-    return None
+    asks: tuple[DeviceAsk, ...] = ()
+    if any(c.device_classes for c in classes):  # else no ask can put the pod in a class
+        ours = _ours(policy)
+        asks = claim_asks(pod_spec, namespace, devices) + extended_asks(
+            (n for n in requested if not n.startswith(ours)), devices
+        )
+    known: set[str] = set()
+    for ask in asks:
+        if ask.device_classes is not None:
+            known |= ask.device_classes
+    pod_class = next(
+        (
+            c
+            for c in classes
+            if not requested.isdisjoint(c.requests_any) or not known.isdisjoint(c.device_classes)
+        ),
+        None,
+    )
+    doubt: tuple[str, ...] = ()
+    if any(not a.known for a in asks):
+        doubt = tuple(c.name for c in classes if c is not pod_class and c.device_classes)
+    spared = frozenset(
+        c.name
+        for c in classes
+        if c.reserve_nodes == "require"
+        and c is not pod_class
+        and (
+            c.name in doubt
+            or not requested.isdisjoint(c.requests_any)
+            or not known.isdisjoint(c.device_classes)
+        )
+    )
+    return PodClassification(pod_class, asks, doubt, spared)
+
+
+def classify_pod(
+    policy: Policy,
+    pod_spec: Mapping[str, Any],
+    *,
+    namespace: str | None = None,
+    devices: DeviceCatalog | None = None,
+) -> PodClass | None:
+    """The first pod class (policy order) the pod is in, or None (`pod_classification`)."""
+    return pod_classification(policy, pod_spec, namespace=namespace, devices=devices).pod_class
 
 
 def tenant_for(policy: Policy, namespace_labels: Mapping[str, str]) -> Tenant | None:
@@ -199,19 +286,23 @@ def class_preferences(policy: Policy, pod_class: PodClass | None) -> tuple[Prefe
 
 
 def pod_gates(
-    policy: Policy, tenant: Tenant | None, pod_class: PodClass | None
+    policy: Policy,
+    tenant: Tenant | None,
+    pod_class: PodClass | None,
+    spared: frozenset[str] = frozenset(),
 ) -> tuple[Gate, ...]:
     """The gates a pod of this tenant and class requests (steer/core/gates.py): one per taint
-    rule its class avoids, one per other class that reserves its nodes outright, and its
-    tenant's budget gate. Each is a hard rule no kubelet restart turns against a running pod,
-    which a required term on a label that moves with load would be."""
+    rule its class avoids, one per other class that reserves its nodes outright (but those in
+    `spared`, whose nodes the pod may need: `PodClassification`), and its tenant's budget gate.
+    Each is a hard rule no kubelet restart turns against a running pod, which a required term
+    on a label that moves with load would be."""
     gates: list[Gate] = []
     if pod_class is not None:
         gates += [avoid_gate(policy, policy.taint_rule(name)) for name in pod_class.avoid]
     gates += [
         unreserved_gate(policy, other)
         for other in reserving_classes(policy)
-        if other.reserve_nodes == "require" and other is not pod_class
+        if other.reserve_nodes == "require" and other is not pod_class and other.name not in spared
     ]
     budget = tenant_budget(policy, tenant)
     if budget is not None and budget.gate is not None:
@@ -264,12 +355,15 @@ class ResourceSteering:
 
 
 def resource_steering(
-    policy: Policy, tenant: Tenant | None, pod_class: PodClass | None
+    policy: Policy,
+    tenant: Tenant | None,
+    pod_class: PodClass | None,
+    spared: frozenset[str] = frozenset(),
 ) -> ResourceSteering:
     owned = owned_resource_keys(policy)
     return ResourceSteering(
         tenant_budget(policy, tenant),
-        pod_gates(policy, tenant, pod_class),
+        pod_gates(policy, tenant, pod_class, spared),
         owned | frozenset(former_names(policy, owned)),
         limits=not policy.spec.native_resource_names,
     )
