@@ -7,7 +7,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from steer.core.dra.catalog import requested_device_classes
+from steer.core.dra.catalog import DeviceCatalog, requested_device_classes
 
 GPU_CLASS = "gpu.nvidia.com"  # the NVIDIA DRA driver's DeviceClass
 
@@ -133,6 +133,26 @@ class FakeCatalog:
 
     def class_for_extended_name(self, resource: str) -> str | None:
         return self.extended.get(resource)
+
+
+class FakeStore:
+    """A stand-in for the DRA watches' store (`steer.adapters.dra`): synced or not, and how
+    often it was read."""
+
+    def __init__(self, catalog: DeviceCatalog, synced: bool = True) -> None:
+        self.catalog = catalog
+        self.synced = synced
+        self.snapshots = 0
+
+    def snapshot(self) -> DeviceCatalog:
+        self.snapshots += 1
+        return self.catalog
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
 
 
 # The catalogue of a cluster running the NVIDIA DRA driver with both templates above.

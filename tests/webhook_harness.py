@@ -30,6 +30,7 @@ from kits.apistub import ApiStub
 from kits.net import free_port
 from steer.adapters.policy_file import PolicyWatcher
 from tests.conftest import EXAMPLE_POLICY, FIXTURES
+from webhook.devices import DeviceSource
 from webhook.handler import AdmissionHandler
 from webhook.metrics import WebhookMetrics
 from webhook.namespaces import NamespaceCacheStatus
@@ -58,10 +59,16 @@ class FixedNamespaces:
         return NamespaceCacheStatus(True, len(NAMESPACES), time.time(), "1", 1, None)
 
 
-def in_process_handler() -> AdmissionHandler:
-    """The webhook's request handler on the example policy and `NAMESPACES`, in this process."""
+def in_process_handler(
+    policy_file: Path = EXAMPLE_POLICY, devices: DeviceSource | None = None
+) -> AdmissionHandler:
+    """The webhook's request handler on the example policy (or `policy_file`) and `NAMESPACES`,
+    in this process; `devices`: its DRA catalogue (none by default)."""
     return AdmissionHandler(
-        PolicyWatcher(str(EXAMPLE_POLICY)), FixedNamespaces(), WebhookMetrics(CollectorRegistry())
+        PolicyWatcher(str(policy_file)),
+        FixedNamespaces(),
+        WebhookMetrics(CollectorRegistry()),
+        devices=devices,
     )
 
 

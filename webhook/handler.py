@@ -6,9 +6,11 @@ failure mode maps to an answer: 400 with a JSON error for a body that is not an 
 cannot interpret, except on validation of a tenant's pod, which is denied naming the field (no
 rule is skipped for an unusual value), 503 (the apiserver then applies the failurePolicy) when
 validation cannot know the namespace's tenant yet. Everything a request reads is in memory: the
-plans built when the policy changed (steer/core/mutation.py, steer/core/admission.py), and the
-namespace map kept by the watch. In audit mode (steer/core/mode.py) it records and warns
-instead of steering and denying.
+plans built when the policy changed (steer/core/mutation.py, steer/core/admission.py), the
+namespace map kept by the watch, and the DRA catalogue its watches keep (webhook/devices.py).
+A pod whose claim the catalogue does not know yet is steered without any gate that could keep
+it off the nodes it may need, with a warning saying so. In audit mode (steer/core/mode.py) it
+records and warns instead of steering and denying.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from steer.core.mutation import MutationPlan, UnknownNamespace, steer_pod
 from steer.core.policy import Policy, Tenant
 from steer.core.scheduling import UninterpretablePod
 from webhook import review as rv
+from webhook.devices import DeviceSource, NoDevices
 from webhook.metrics import WebhookMetrics
 from webhook.namespaces import NamespaceSource
 
@@ -83,8 +86,10 @@ class AdmissionHandler:
         *,
         max_body_bytes: int = rv.DEFAULT_MAX_BODY_BYTES,
         cert_status: Callable[[], Mapping[str, Any]] | None = None,
+        devices: DeviceSource | None = None,
     ) -> None:
         self.namespaces = namespaces
+        self.devices: DeviceSource = devices if devices is not None else NoDevices()
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
         self.cert_status = cert_status
@@ -180,6 +185,7 @@ class AdmissionHandler:
                 f"expected a Pod object, got kind {review.kind!r}; not steered",
             )
         namespace = self._namespace(review, obj)
+        devices = self.devices.catalog()
         try:
             mutation = steer_pod(
                 self.plans.mutation,
@@ -187,6 +193,7 @@ class AdmissionHandler:
                 namespace,
                 functools.partial(self.namespaces.labels, namespace),
                 review.user_info,
+                devices=devices,
             )
         except UnknownNamespace:
             reason, text = self._unknown_namespace(namespace)
@@ -196,13 +203,26 @@ class AdmissionHandler:
         if mutation.skipped is not None:
             return Outcome(200, rv.allow(review.uid), "skipped")
         patch = mutation.patch_bytes()
+        warnings = self._device_warnings(mutation.notes, synced=devices is not None)
         if not review.dry_run:
             if mutation.added:
                 self.metrics.mutated(*mutation.added)
             if mutation.would_add:
                 self.metrics.audited("mutate", *mutation.would_add)
+            if warnings:
+                self.metrics.device_doubts.inc()
         result = "audited" if mutation.audit else "mutated" if patch else "unchanged"
-        return Outcome(200, rv.allow(review.uid, patch=patch), result)
+        return Outcome(200, rv.allow(review.uid, patch=patch, warnings=warnings), result)
+
+    def _device_warnings(self, notes: tuple[str, ...], *, synced: bool) -> list[str]:
+        """What the pod was classified without (a claim not known yet), one warning each."""
+        if not notes:
+            return []
+        why = "" if synced else " (the DRA catalogue has not synced yet)"
+        return [
+            f"kube-steer: {note}{why}; steered so that no gate keeps it off nodes it may need"
+            for note in notes
+        ]
 
     # -- validation ------------------------------------------------------------------------
 
@@ -284,7 +304,13 @@ class AdmissionHandler:
         """`pod` as the mutation would leave it in enforce mode (as it is where it cannot)."""
         try:
             mutation = steer_pod(
-                self.plans.mutation, pod, namespace, lambda: labels, user_info, mode="enforce"
+                self.plans.mutation,
+                pod,
+                namespace,
+                lambda: labels,
+                user_info,
+                mode="enforce",
+                devices=self.devices.catalog(),
             )
         except UninterpretablePod:
             return pod  # validation names the field
@@ -323,6 +349,8 @@ class AdmissionHandler:
                 "lastError": status.last_error,
             },
             "namespaces": ns.as_json(),
+            # Not part of readiness: until it syncs, claim pods are steered as unknown (sound).
+            "devices": self.devices.status().as_json(),
             "certificate": cert,
         }
 
@@ -334,6 +362,7 @@ class AdmissionHandler:
         if ns.current_at is not None:
             self.metrics.namespace_current_at.set(ns.current_at)
         self.metrics.namespaces.set(ns.namespaces)
+        self.metrics.device_catalog_synced.set(1 if self.devices.status().synced else 0)
         if ns.relists > self._relists_published:
             self.metrics.namespace_relists.inc(ns.relists - self._relists_published)
             self._relists_published = ns.relists

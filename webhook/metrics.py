@@ -56,6 +56,7 @@ UNINTERPRETABLE_REASONS = frozenset(
         "spec.containers",
         "spec.initContainers",
         "spec.nodeSelector",
+        "spec.resourceClaims",
         "spec.resources",
         "spec.schedulerName",
         "spec.tolerations",
@@ -155,6 +156,21 @@ class WebhookMetrics:
             f"{PREFIX}_namespace_cache_namespaces",
             "Namespaces in the cache.",
             multiprocess_mode="livemax",
+            registry=reg,
+        )
+        self.device_catalog_synced = Gauge(
+            f"{PREFIX}_device_catalog_synced",
+            "1 when the DRA catalogue (DeviceClasses, ResourceClaims, ResourceClaimTemplates) "
+            "has synced; 0 before, or without DRA watches: pods are then classified by their "
+            "requests only.",
+            multiprocess_mode="livemin",
+            registry=reg,
+        )
+        self.device_doubts = Counter(
+            f"{PREFIX}_device_doubts",
+            "Pods steered with a claim, claim template or extended-resource mapping the DRA "
+            "catalogue did not know yet (classified by what was known, no gate keeping them "
+            "off nodes they may need; dry runs excluded).",
             registry=reg,
         )
         self.namespace_relists = Counter(

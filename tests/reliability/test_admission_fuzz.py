@@ -34,8 +34,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import FIXTURES
+from tests.dra_support import DOUBLE_GPU_TEMPLATE, FakeCatalog, FakeStore
 from tests.reliability.conftest import record_summary
 from tests.webhook_harness import in_process_handler
+from webhook.devices import WatchedDevices
 from webhook.handler import AdmissionHandler, Endpoint, Outcome
 
 ENDPOINTS: tuple[Endpoint, ...] = ("mutate", "validate", "validate-security")
@@ -45,7 +47,7 @@ FIXTURE_NAMES = sorted(
 REVIEWS = {
     name: json.loads((FIXTURES / "admission" / name).read_text())["body"] for name in FIXTURE_NAMES
 }
-COUNTS = {"any-review": 0, "no-bypass": 0}
+COUNTS = {"any-review": 0, "claims": 0, "no-bypass": 0}
 SCALE = int(os.environ.get("STEER_FUZZ_SCALE", "1"))
 
 
@@ -206,6 +208,49 @@ def test_any_review_gets_a_well_formed_answer(handler: AdmissionHandler, review:
     for endpoint in ENDPOINTS:
         outcome = handler.handle(endpoint, raw)
         COUNTS["any-review"] += 1
+        check_answer(endpoint, review, outcome)
+
+
+@st.composite
+def claim_reviews(draw: st.DrawFn) -> dict[str, Any]:
+    """A captured review whose pod names DRA claims: well-formed entries for templates the
+    catalogue knows and does not, or arbitrary JSON in their place."""
+    name = draw(st.sampled_from(FIXTURE_NAMES))
+    review: dict[str, Any] = copy.deepcopy(REVIEWS[name])
+    obj = review["request"].get("object")
+    if isinstance(obj, dict) and isinstance(obj.get("spec"), dict):
+        entry = st.fixed_dictionaries(
+            {"name": st.sampled_from(["g", "h"])},
+            optional={
+                "resourceClaimTemplateName": st.sampled_from(["double-gpu", "ghost"]) | json_values,
+                "resourceClaimName": st.sampled_from(["shared", ""]) | json_values,
+            },
+        )
+        obj["spec"]["resourceClaims"] = draw(
+            st.lists(entry | json_values, max_size=3) | json_values
+        )
+    return review
+
+
+@pytest.fixture(scope="module")
+def dra_handler() -> AdmissionHandler:
+    template = copy.deepcopy(DOUBLE_GPU_TEMPLATE)
+    catalog = FakeCatalog.of(
+        *({**template, "metadata": {**template["metadata"], "namespace": ns}} for ns in TENANT_OF)
+    )
+    return in_process_handler(devices=WatchedDevices(FakeStore(catalog)))
+
+
+@settings(max_examples=300 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(review=claim_reviews())
+def test_a_pod_with_any_claims_gets_a_well_formed_answer(
+    dra_handler: AdmissionHandler, review: Any
+) -> None:
+    check_json(review)
+    raw = orjson.dumps(review)
+    for endpoint in ENDPOINTS:
+        outcome = dra_handler.handle(endpoint, raw)
+        COUNTS["claims"] += 1
         check_answer(endpoint, review, outcome)
 
 

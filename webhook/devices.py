@@ -1,0 +1,103 @@
+"""The DRA objects the webhook classifies pods by, kept in memory by the DRA watches.
+
+A pod of a class with `deviceClasses` may ask for its GPUs by a claim template, a claim or an
+extended resource a DeviceClass maps (steer/core/dra/claims.py); which DeviceClasses those name
+is in DeviceClasses, ResourceClaims and ResourceClaimTemplates, which the store of
+`steer.adapters.dra` lists and watches in a thread (no ResourceSlices: the webhook places no
+device). A request reads the store's snapshot, never the apiserver. Until the store has
+synced there is no catalogue: every claim is then unresolved, and the pod is classified and
+steered as `steer.core.steering.PodClassification` says for a claim not known yet (by what is
+known, with no gate that could keep it off the nodes it may need, and a warning).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from steer.core.dra.catalog import DeviceCatalog
+
+# What the webhook watches (`steer.adapters.dra`): enough to tell which DeviceClasses a pod's
+# claims and extended resources name; no ResourceSlices.
+WEBHOOK_KINDS = ("deviceclasses", "resourceclaims", "resourceclaimtemplates")
+
+
+class DeviceStore(Protocol):
+    """The DRA watches' store (`steer.adapters.dra`), as far as the webhook reads it."""
+
+    @property
+    def synced(self) -> bool: ...
+
+    def snapshot(self) -> DeviceCatalog: ...
+
+    def start(self) -> Any: ...
+
+    def stop(self) -> Any: ...
+
+
+@dataclass(frozen=True)
+class DeviceCatalogStatus:
+    watched: bool  # False: no DRA watch runs in this worker
+    synced: bool
+
+    def as_json(self) -> dict[str, Any]:
+        return {"watched": self.watched, "synced": self.synced, "kinds": list(WEBHOOK_KINDS)}
+
+
+class DeviceSource(Protocol):
+    """Where a request reads the DRA catalogue from."""
+
+    def catalog(self) -> DeviceCatalog | None:
+        """The catalogue as last seen; None before it is synced (no claim is known)."""
+        ...
+
+    def status(self) -> DeviceCatalogStatus: ...
+
+
+class NoDevices:
+    """No DRA watch: every claim is unresolved (the tests' default, and a worker whose store
+    could not be built)."""
+
+    def catalog(self) -> DeviceCatalog | None:
+        return None
+
+    def status(self) -> DeviceCatalogStatus:
+        return DeviceCatalogStatus(watched=False, synced=False)
+
+
+class _FirstUse:
+    """A DeviceCatalog that takes the store's snapshot when first asked: most pods name no
+    claim and request no extended resource, and never ask."""
+
+    __slots__ = ("_snapshot", "_store")
+
+    def __init__(self, store: DeviceStore) -> None:
+        self._store = store
+        self._snapshot: DeviceCatalog | None = None
+
+    def _catalog(self) -> DeviceCatalog:
+        if self._snapshot is None:
+            self._snapshot = self._store.snapshot()
+        return self._snapshot
+
+    def template_classes(self, namespace: str, name: str) -> frozenset[str] | None:
+        return self._catalog().template_classes(namespace, name)
+
+    def claim_classes(self, namespace: str, name: str) -> frozenset[str] | None:
+        return self._catalog().claim_classes(namespace, name)
+
+    def class_for_extended_name(self, resource: str) -> str | None:
+        return self._catalog().class_for_extended_name(resource)
+
+
+class WatchedDevices:
+    """The catalogue of a started `DeviceStore`; None until it has synced."""
+
+    def __init__(self, store: DeviceStore) -> None:
+        self.store = store
+
+    def catalog(self) -> DeviceCatalog | None:
+        return _FirstUse(self.store) if self.store.synced else None
+
+    def status(self) -> DeviceCatalogStatus:
+        return DeviceCatalogStatus(watched=True, synced=self.store.synced)
