@@ -130,7 +130,11 @@ def create_app(scorer: Scorer, *, policy_status: Callable[[], ReloadStatus] | No
                     "no namespace given (metadata.namespace or ?namespace=): no tenant applied"
                 )
         try:
-            result = explain_pod(scorer.policy, last.plan, last.nodes, pod, labels, namespace)
+            # The DRA snapshot the scorer's watches keep, to classify claim pods by.
+            devices = scorer.inventory() if scorer.devices is not None else None
+            result = explain_pod(
+                scorer.policy, last.plan, last.nodes, pod, labels, namespace, devices=devices
+            )
         except UninterpretablePod as exc:
             return _error(400, f"body: {exc}")
         if scheduler is not None:

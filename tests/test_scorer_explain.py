@@ -5,10 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from scorer.explain import explain_pod, node_detail, nodes_table, plan_table
+from scorer.explain.render import pod_text
+from scorer.explain.view import PodExplanation, Served
 from scorer.model import NodeState
 from scorer.plan import CyclePlan, ScorerMemory, plan_cycle
+from steer.core.policy import parse_policy
 from steer.core.scheduling import Taint
-from tests.scorer_support import apply_plan, readings_for, small_policy
+from tests.dra_support import CLAIM_POD, DOUBLE_GPU_TEMPLATE, GPU_CLASS, FakeCatalog
+from tests.dra_support import pod as dra_pod
+from tests.scorer_support import SMALL_POLICY, apply_plan, readings_for, small_policy
 
 POLICY = small_policy()
 OPTED_IN = {"kube-steer.github.io/enabled": "true"}  # the default opt-in selector
@@ -233,3 +238,74 @@ def test_explaining_a_pod_walks_the_cycle_once_whatever_the_node_count() -> None
         result = explain_pod(POLICY, counted, cluster, gpu_pod(), {"tenant": "dept-b", **OPTED_IN})
         assert len(result.verdicts) == count
         assert _CountingPlans.walks == 1, count
+
+
+# -- DRA: the devices a pod asks for, and claims not known yet ------------------------------
+
+DRA_POLICY = parse_policy(
+    SMALL_POLICY.replace(
+        "      requestsAny: [nvidia.com/gpu]\n",
+        "      requestsAny: [nvidia.com/gpu]\n      deviceClasses: [gpu.nvidia.com]\n",
+    )
+)
+
+
+def claim_pod(template: str) -> dict[str, Any]:
+    """The NVIDIA quickstart's claim pod (tests/dra_support.py) in team-b, with cpu limits
+    (dept-b's budget bounds every container)."""
+    pod = dra_pod(CLAIM_POD)
+    pod["metadata"]["namespace"] = "team-b"
+    pod["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] = template
+    pod["spec"]["containers"][0]["resources"]["limits"] = {"cpu": "1", "memory": "1Gi"}
+    return pod
+
+
+def test_a_claim_pod_is_explained_as_the_gpu_pod_it_is() -> None:
+    plan, cluster = scored_cluster()
+    catalog = FakeCatalog(
+        templates={("team-b", "double-gpu"): DOUBLE_GPU_TEMPLATE["spec"]["spec"]},
+        extended={"nvidia.com/gpu": GPU_CLASS},
+    )
+    labels = {"tenant": "dept-b", **OPTED_IN}
+    result = explain_pod(
+        DRA_POLICY, plan, cluster, claim_pod("double-gpu"), labels, "team-b", devices=catalog
+    )
+    assert result.pod_class == "gpu"
+    assert [a.text for a in result.device_asks] == ["claim template double-gpu -> gpu.nvidia.com"]
+    assert result.device_notes == ()
+    # The plain nvidia.com/gpu limit, mapped by the DeviceClass: both forms named.
+    plugin = explain_pod(DRA_POLICY, plan, cluster, gpu_pod(), labels, "team-b", devices=catalog)
+    assert plugin.pod_class == "gpu"
+    assert [a.text for a in plugin.device_asks] == [
+        "nvidia.com/gpu mapped by DeviceClass gpu.nvidia.com"
+    ]
+    # Read back and rendered from the one view.
+    answer = result.to_json()
+    assert answer["deviceAsks"] == [
+        {
+            "form": "template",
+            "name": "double-gpu",
+            "deviceClasses": ["gpu.nvidia.com"],
+            "text": "claim template double-gpu -> gpu.nvidia.com",
+        }
+    ]
+    assert PodExplanation.from_json(answer).to_json() == answer
+    text = pod_text(PodExplanation.from_json(answer), Served.from_json({"leader": True}))
+    assert "devices asked: claim template double-gpu -> gpu.nvidia.com" in text
+
+
+def test_an_unknown_claim_template_is_named_and_the_pod_classified_by_its_requests() -> None:
+    plan, cluster = scored_cluster()
+    labels = {"tenant": "dept-b", **OPTED_IN}
+    for devices in (FakeCatalog(), None):
+        result = explain_pod(
+            DRA_POLICY, plan, cluster, claim_pod("gpu-1"), labels, "team-b", devices=devices
+        )
+        assert result.pod_class is None
+        (ask,) = result.device_asks
+        assert ask.device_classes is None and ask.text == "claim template gpu-1 not known yet"
+        assert result.device_notes == (
+            "claim template gpu-1 not known yet: classified by requests only",
+        )
+        text = pod_text(result, Served.from_json({"leader": True}))
+        assert "note: claim template gpu-1 not known yet: classified by requests only" in text

@@ -14,10 +14,11 @@ from fractions import Fraction
 from typing import Any
 
 from scorer.explain.nodes import condition_text, gate_view, pool_view, time_text
-from scorer.explain.view import Exclusion, NodeVerdict, PodExplanation
+from scorer.explain.view import DeviceAskView, Exclusion, NodeVerdict, PodExplanation
 from scorer.model import NodeState
 from scorer.plan import CyclePlan, NodePlan
 from steer.core.admission import ValidationPlan, validate_pod
+from steer.core.dra.catalog import DeviceCatalog
 from steer.core.encoding import preference_weight
 from steer.core.mutation import Mutation, MutationPlan, steer_pod
 from steer.core.policy import Policy, Tenant
@@ -167,6 +168,7 @@ def explain_pod(
     namespace_labels: Mapping[str, str],
     namespace: str | None = None,
     mode: Mode | None = None,
+    devices: DeviceCatalog | None = None,
 ) -> PodExplanation:
     """Which nodes the scheduler's filters leave for the pod once the webhook has steered it,
     their rank, and why the others are excluded.
@@ -182,6 +184,9 @@ def explain_pod(
     A pod of a namespace that is not opted in is evaluated as it is: the webhook leaves it alone.
     So is a pod of an audited tenant (steer/core/mode.py), unless `mode` asks what the other mode
     would do (the audit report asks for `enforce`).
+    The pod is classified as the webhook classifies it, its claims looked up in `devices` (the
+    scorer's DRA snapshot; None: no claim is known), and the explanation lists the devices it
+    asks for and by which form, and what it was classified without.
     Raises UninterpretablePod for a malformed field.
     """
     spec = pod_spec_of(pod)
@@ -193,7 +198,9 @@ def explain_pod(
         as_pod = pod
     mutation_plan, validation_plan = _plans(policy)
     tenant = mutation_plan.tenant(namespace_labels)
-    mutation = steer_pod(mutation_plan, as_pod, namespace, lambda: namespace_labels, mode=mode)
+    mutation = steer_pod(
+        mutation_plan, as_pod, namespace, lambda: namespace_labels, mode=mode, devices=devices
+    )
     pieces = mutation.pieces
     steered = mutation.apply(as_pod)["spec"]
     preferences = pieces.preference_terms if pieces else ()
@@ -308,6 +315,21 @@ def explain_pod(
         audit=mutation.audit,
         rules=mutation.in_effect,
         skipped=mutation.skipped,
+        device_asks=_device_asks(mutation),
+        device_notes=mutation.notes,
+    )
+
+
+def _device_asks(mutation: Mutation) -> tuple[DeviceAskView, ...]:
+    asks = mutation.classification.asks if mutation.classification else ()
+    return tuple(
+        DeviceAskView(
+            form=a.form,
+            name=a.name,
+            device_classes=None if a.device_classes is None else tuple(sorted(a.device_classes)),
+            text=a.text(),
+        )
+        for a in asks
     )
 
 

@@ -93,6 +93,9 @@ def pod_text(pod: PodExplanation, served: Served) -> str:
         lines.append(f"not steered: audit mode; enforce mode would apply {', '.join(pod.rules)}")
     elif pod.rules:
         lines.append(f"rules in effect: {', '.join(pod.rules)}")
+    if pod.device_asks:
+        lines.append(f"devices asked: {'; '.join(a.text for a in pod.device_asks)}")
+    lines += [f"note: {note}" for note in pod.device_notes]
     if pod.scheduler is not None:
         lines += scheduler_lines(pod.scheduler)
     rows = [("RANK", "NODE", "STEERING", "USER", "SOFT TAINTS")]

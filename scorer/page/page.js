@@ -270,6 +270,7 @@ function steerPanel(answer) {
     ["steered", answer.steered ? "yes" : `no (${answer.audit ? "audit mode: the rules below are recorded, not applied" : answer.skipped || "not steered"})`],
     ["allowed nodes", `${(answer.allowed || []).length} of ${(answer.allowed || []).length + (answer.excluded || []).length}`],
   ];
+  if ((answer.deviceAsks || []).length) facts.push(["devices asked", answer.deviceAsks.map((a) => a.text).join("; ")]);
   if ((answer.gates || []).length) facts.push(["gates requested", answer.gates.map(shortKey).join(", ")]);
   if ((answer.injectedTolerations || []).length) facts.push(["tolerations", answer.injectedTolerations.map((t) => `${shortKey(t.key || "*")}:${t.effect || "*"}`).join(", ")]);
   panel.append(el("dl", {}, facts.map(([k, v]) => [el("dt", {}, k), el("dd", {}, v)])));
@@ -278,6 +279,7 @@ function steerPanel(answer) {
     ? el("div", { class: "chips rules" }, answer.rules.map((r) => el("span", { class: "chip" }, r)))
     : el("p", { class: "hint" }, answer.skipped ? `the webhook leaves the pod alone: ${answer.skipped}` : "none"));
   for (const problem of answer.problems || []) panel.append(el("div", { class: "message problem" }, problem));
+  for (const note of answer.deviceNotes || []) panel.append(el("p", { class: "hint" }, `note: ${note}`));
   for (const note of answer.notes || []) panel.append(el("p", { class: "hint" }, `note: ${note}`));
   return panel;
 }

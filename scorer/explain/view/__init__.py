@@ -31,6 +31,7 @@ from scorer.explain.view.nodes_table import (
     PoolCell,
 )
 from scorer.explain.view.pod_explanation import (
+    DeviceAskView,
     Exclusion,
     NodeVerdict,
     PodExplanation,
@@ -46,6 +47,7 @@ __all__ = [
     "BudgetPools",
     "CompositeValue",
     "ConditionValue",
+    "DeviceAskView",
     "DimensionCell",
     "DimensionStatus",
     "DimensionValue",

@@ -141,6 +141,32 @@ class SchedulerVerdict:
 
 
 @dataclass(frozen=True)
+class DeviceAskView:
+    """One way the pod asks for DRA devices (steer/core/dra/claims.py): a claim template, a
+    claim or an extended resource, and the DeviceClasses behind it (None: not known yet)."""
+
+    form: str  # "template", "claim" or "extended"
+    name: str  # the template or claim, or the extended resource
+    device_classes: tuple[str, ...] | None
+    text: str  # "claim template gpu-1 -> gpu.nvidia.com"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "form": self.form,
+            "name": self.name,
+            "deviceClasses": None if self.device_classes is None else list(self.device_classes),
+            "text": self.text,
+        }
+
+    @classmethod
+    def from_json(cls, obj: Json) -> DeviceAskView:
+        classes = obj.get("deviceClasses")
+        return cls(
+            obj["form"], obj["name"], None if classes is None else tuple(classes), obj["text"]
+        )
+
+
+@dataclass(frozen=True)
 class PodExplanation:
     """`/explain/pod`: where the pod may go once the webhook has steered it."""
 
@@ -163,6 +189,10 @@ class PodExplanation:
     audit: bool = False
     # A live pod only (`/explain/pod/NS/NAME`): what the scheduler said of it.
     scheduler: SchedulerVerdict | None = None
+    # The DRA devices the pod asks for, and by which form; and what it was classified without
+    # (a claim not known yet: steered so that no gate keeps it off nodes it may need).
+    device_asks: tuple[DeviceAskView, ...] = ()
+    device_notes: tuple[str, ...] = ()
 
     @property
     def allowed(self) -> tuple[NodeVerdict, ...]:
@@ -185,6 +215,8 @@ class PodExplanation:
             "gates": list(self.gates),
             "injectedTolerations": [dict(t) for t in self.injected_tolerations],
             "problems": list(self.problems),
+            "deviceAsks": [a.to_json() for a in self.device_asks],
+            "deviceNotes": list(self.device_notes),
             "allowed": [
                 {
                     "node": v.node,
@@ -245,4 +277,6 @@ class PodExplanation:
             scheduler=SchedulerVerdict.from_json(obj["scheduler"])
             if obj.get("scheduler")
             else None,
+            device_asks=tuple(DeviceAskView.from_json(a) for a in obj.get("deviceAsks") or ()),
+            device_notes=tuple(obj.get("deviceNotes") or ()),
         )
