@@ -13,6 +13,7 @@ import yaml
 
 from steer.core.admission_policy.security import security_taints
 from steer.core.policy import parse_policy
+from webhook.devices import WEBHOOK_KINDS
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFESTS = ROOT / "manifests"
@@ -119,6 +120,28 @@ def exported_series() -> set[str]:
             }.get(family.type, ("",))
             names |= {family.name + s for s in suffixes}
     return names
+
+
+def _cluster_role(path: Path) -> dict[str, Any]:
+    (role,) = (d for d in yaml.safe_load_all(path.read_text()) if d and d["kind"] == "ClusterRole")
+    return role
+
+
+def test_both_services_read_dra_objects_and_write_none() -> None:
+    """The webhook classifies pods by DeviceClasses, claims and claim templates; the scorer
+    also counts the devices of each node's ResourceSlices. Neither writes a DRA object."""
+    read_only = {"get", "list", "watch"}
+    wanted = {
+        MANIFESTS / "webhook" / "webhook.yaml": set(WEBHOOK_KINDS),
+        MANIFESTS / "scorer" / "scorer.yaml": {*WEBHOOK_KINDS, "resourceslices"},
+    }
+    for path, kinds in wanted.items():
+        rules = [r for r in _cluster_role(path)["rules"] if "resource.k8s.io" in r["apiGroups"]]
+        assert {k for r in rules for k in r["resources"]} == kinds, path.name
+        assert all(
+            set(r["verbs"]) <= read_only and r["apiGroups"] == ["resource.k8s.io"] for r in rules
+        )
+    assert "resourceslices" not in WEBHOOK_KINDS
 
 
 def test_the_alerts_use_only_series_the_services_export() -> None:

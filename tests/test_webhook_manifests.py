@@ -12,6 +12,7 @@ from steer.core.admission import ValidationPlan
 from steer.core.infrastructure import exempt_cel
 from steer.core.policy import parse_policy
 from tests.conftest import EXAMPLE_POLICY
+from webhook.devices import WEBHOOK_KINDS
 
 ROOT = Path(__file__).resolve().parent.parent
 WEBHOOK = ROOT / "manifests" / "webhook" / "webhook.yaml"
@@ -98,6 +99,12 @@ def test_deployment_is_replicated_budgeted_and_least_privileged() -> None:
             "apiGroups": ["kube-steer.github.io"],
             "resources": ["steeringpolicies"],
             "verbs": ["get", "list", "watch"],
+        },
+        # The DRA catalogue (webhook/devices.py): no ResourceSlices.
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": list(WEBHOOK_KINDS),
+            "verbs": ["list", "watch"],
         },
     ]
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
