@@ -7,6 +7,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
+from steer.adapters.dra import CATALOG_KINDS, DraKindStatus, DraStoreStatus
 from steer.core.dra.catalog import DeviceCatalog, requested_device_classes
 
 GPU_CLASS = "gpu.nvidia.com"  # the NVIDIA DRA driver's DeviceClass
@@ -148,11 +149,9 @@ class FakeStore:
         self.snapshots += 1
         return self.catalog
 
-    def start(self) -> None:
-        pass
-
-    def stop(self) -> None:
-        pass
+    def status(self) -> DraStoreStatus:
+        kinds = tuple(DraKindStatus(k, self.synced, 1, True, None) for k in CATALOG_KINDS)
+        return DraStoreStatus(synced=self.synced, served=True, generation=1, kinds=kinds)
 
 
 # The catalogue of a cluster running the NVIDIA DRA driver with both templates above.

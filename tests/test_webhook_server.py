@@ -381,6 +381,20 @@ def test_the_detail_is_on_the_metrics_listener_per_worker(hook: Webhook) -> None
         assert detail["namespaces"]["synced"] is True and detail["namespaces"]["namespaces"] >= 9
         certificate = detail["certificate"]
         assert certificate["loaded"] is True and "localhost" in certificate["dnsNames"]
+    # Each worker keeps its own DRA catalogue (webhook/devices.py), synced from the stand-in.
+    wait_until(
+        "the DRA catalogues synced",
+        lambda: all(d["devices"]["synced"] for d in hook.status()["workers"]),
+        timeout=15,
+    )
+    for detail in hook.status()["workers"]:
+        devices = detail["devices"]
+        assert devices["watched"] is True
+        assert {k["kind"] for k in devices["kinds"]} == {
+            "deviceclasses",
+            "resourceclaims",
+            "resourceclaimtemplates",
+        }
 
 
 @pytest.mark.parametrize("path", ["/", "/readyz", "/metrics/x", "/debug/pprof"])

@@ -12,36 +12,53 @@ known, with no gate that could keep it off the nodes it may need, and a warning)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from kubernetes import client
+
+from steer.adapters.dra import CATALOG_KINDS, DraStore, DraStoreStatus
 from steer.core.dra.catalog import DeviceCatalog
 
-# What the webhook watches (`steer.adapters.dra`): enough to tell which DeviceClasses a pod's
-# claims and extended resources name; no ResourceSlices.
-WEBHOOK_KINDS = ("deviceclasses", "resourceclaims", "resourceclaimtemplates")
+# What the webhook watches: enough to tell which DeviceClasses a pod's claims and extended
+# resources name; no ResourceSlices.
+WEBHOOK_KINDS = CATALOG_KINDS
 
 
 class DeviceStore(Protocol):
-    """The DRA watches' store (`steer.adapters.dra`), as far as the webhook reads it."""
+    """The DRA watches' store (`steer.adapters.dra.DraStore`), as far as the webhook reads it."""
 
     @property
     def synced(self) -> bool: ...
 
     def snapshot(self) -> DeviceCatalog: ...
 
-    def start(self) -> Any: ...
-
-    def stop(self) -> Any: ...
+    def status(self) -> DraStoreStatus: ...
 
 
 @dataclass(frozen=True)
 class DeviceCatalogStatus:
     watched: bool  # False: no DRA watch runs in this worker
     synced: bool
+    store: DraStoreStatus | None = field(default=None, compare=False)
 
     def as_json(self) -> dict[str, Any]:
-        return {"watched": self.watched, "synced": self.synced, "kinds": list(WEBHOOK_KINDS)}
+        out: dict[str, Any] = {"watched": self.watched, "synced": self.synced}
+        if self.store is not None:
+            out["served"] = self.store.served
+            out["message"] = self.store.message
+            out["kinds"] = [
+                {
+                    "kind": k.kind,
+                    "synced": k.synced,
+                    "objects": k.objects,
+                    "served": k.served,
+                    "lastError": k.last_error,
+                }
+                for k in self.store.kinds
+            ]
+        return out
 
 
 class DeviceSource(Protocol):
@@ -91,7 +108,8 @@ class _FirstUse:
 
 
 class WatchedDevices:
-    """The catalogue of a started `DeviceStore`; None until it has synced."""
+    """The catalogue of a started `DeviceStore`; None until it has synced. A cluster that does
+    not serve resource.k8s.io/v1 reads as synced and empty: every claim is then unknown."""
 
     def __init__(self, store: DeviceStore) -> None:
         self.store = store
@@ -100,4 +118,15 @@ class WatchedDevices:
         return _FirstUse(self.store) if self.store.synced else None
 
     def status(self) -> DeviceCatalogStatus:
-        return DeviceCatalogStatus(watched=True, synced=self.store.synced)
+        store = self.store.status()
+        return DeviceCatalogStatus(watched=True, synced=store.synced, store=store)
+
+
+def watch_devices(
+    api_client_factory: Callable[[], client.ApiClient], *, watch_seconds: int = 300
+) -> WatchedDevices:
+    """A started `DraStore` of the webhook's kinds; its client is made in its threads, after
+    the gunicorn worker's fork (as the namespace watch's is)."""
+    store = DraStore(api_client_factory, kinds=WEBHOOK_KINDS, watch_seconds=watch_seconds)
+    store.start()
+    return WatchedDevices(store)

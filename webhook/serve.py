@@ -374,11 +374,13 @@ def serve_webhook(options: WebhookOptions) -> None:
 
 
 def build_worker_app(options: WebhookOptions, reloader: CertReloader) -> WSGIApp:
-    """Everything one worker needs, started after the fork: policy reload, namespace watch."""
+    """Everything one worker needs, started after the fork: policy reload, namespace watch,
+    DRA watches (not waited for: until they sync, claim pods are steered as unknown)."""
     from steer.adapters.kube import make_api_client
     from steer.adapters.policy_file import PolicyWatcher
     from steer.adapters.policy_resource import PolicyResourceWatcher
     from webhook.app import create_app
+    from webhook.devices import watch_devices
     from webhook.handler import AdmissionHandler, start_status_pump
     from webhook.metrics import WebhookMetrics
     from webhook.namespaces import NamespaceCache
@@ -393,6 +395,9 @@ def build_worker_app(options: WebhookOptions, reloader: CertReloader) -> WSGIApp
         lambda: make_api_client(options.kubeconfig), watch_seconds=options.watch_seconds
     )
     cache.start()
+    devices = watch_devices(
+        lambda: make_api_client(options.kubeconfig), watch_seconds=options.watch_seconds
+    )
     if not cache.wait_synced(options.namespace_sync_timeout):
         log.warning(
             "namespace cache not synced after %.0fs (%s); /readyz stays 503 until it is",
@@ -406,6 +411,7 @@ def build_worker_app(options: WebhookOptions, reloader: CertReloader) -> WSGIApp
         metrics,
         max_body_bytes=options.server.max_body_bytes,
         cert_status=reloader.status,
+        devices=devices,
     )
     start_status_pump(handler, status_dir=os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
     # The last second's counts, as the worker exits (a restart, a scale-down, SIGTERM).
