@@ -247,6 +247,8 @@ def report_blocked(scorer: Scorer, pending: PendingPods, events: SteeringEvents)
     labels: dict[str, dict[str, str] | None] = {}
     blocked: list[tuple[Mapping[str, Any], str]] = []
     count = max(1, min(MAX_JUDGED, NODE_VISITS // max(1, len(last.nodes))))
+    # The DRA snapshot, to classify claim pods as the webhook did.
+    devices = scorer.inventory() if scorer.devices is not None else None
     for pod in pending.due(count, time.time()):
         namespace = str((pod.get("metadata") or {}).get("namespace") or "")
         if namespace not in labels:
@@ -259,7 +261,9 @@ def report_blocked(scorer: Scorer, pending: PendingPods, events: SteeringEvents)
         if ns_labels is None:
             continue
         try:
-            explained = explain_pod(policy, last.plan, last.nodes, pod, ns_labels, namespace)
+            explained = explain_pod(
+                policy, last.plan, last.nodes, pod, ns_labels, namespace, devices=devices
+            )
         except UninterpretablePod:
             continue
         message = blocking_message(explained, owned)
