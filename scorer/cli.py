@@ -38,6 +38,7 @@ from scorer.serve import (
 )
 from scorer.service import CycleError, CycleResult, Scorer
 from scorer.writer import WriteResult
+from steer.adapters.dra import DraStore
 from steer.adapters.kube import KubeConfigError, add_kubeconfig_flag, make_api_client
 from steer.adapters.kubejson import KubeJson
 from steer.adapters.policy_file import load_policy_file
@@ -307,15 +308,25 @@ def _load_policy(given: ScorerInputs) -> Policy:
 # ------------------------------------------------------------------------------ once
 
 
+# How long `once` waits for the DRA lists before scoring without them.
+ONCE_DEVICES_WAIT_S = 30.0
+
+
 def _cmd_once(args: argparse.Namespace) -> int:
     given = _inputs(args)
     try:
         policy = _load_policy(given)
+        # DRA devices (ResourceSlices) and claims, read once: GPU nodes whose GPUs are devices.
+        devices = DraStore(make_api_client(given.kubeconfig))
+        devices.start()
+        if not devices.wait_synced(ONCE_DEVICES_WAIT_S):
+            print(f"DRA objects not read: {devices.status().message}", file=sys.stderr)
         scorer = Scorer(
             lambda: policy,
             node_api(given.kubeconfig),
             prometheus_url=given.prometheus_url,
             dry_run=args.dry_run,
+            devices=devices,
         )
         cycles = args.cycles if args.cycles is not None else 1
         result = None
@@ -324,6 +335,7 @@ def _cmd_once(args: argparse.Namespace) -> int:
                 result = scorer.run_cycle()
         finally:
             scorer.close()
+            devices.stop()
         assert result is not None
         _print_once(args, policy, result)
         if all(not d.ok for d in result.plan.dimensions):

@@ -28,6 +28,7 @@ from scorer.pending import PendingPods, PendingPodWatcher, SteeringEvents, repor
 from scorer.policy_status import PolicyStatusWriter, report_rejected_at_start
 from scorer.service import Scorer
 from scorer.writer import NodeApi
+from steer.adapters.dra import DraStore
 from steer.adapters.kube import make_api_client
 from steer.adapters.policy_file import PolicyWatcher
 from steer.adapters.policy_resource import PolicyResourceWatcher
@@ -110,6 +111,9 @@ def _serve(
     bindings = BindingWindow()
     ledger = PodLedger()
     node_cache = NodeCache()
+    # Devices in ResourceSlices, their classes and the claims holding them (DRA): what GPU
+    # nodes offer when their GPUs are not in status.allocatable.
+    devices = DraStore(lambda: make_api_client(kubeconfig))
     scorer = Scorer(
         current,
         node_api(kubeconfig),
@@ -120,6 +124,7 @@ def _serve(
         metrics=metrics,
         dry_run=options.dry_run,
         node_cache=node_cache,
+        devices=devices,
     )
     pending = PendingPods()
     events = SteeringEvents(
@@ -175,6 +180,7 @@ def _serve(
     if status_writer is not None:
         status_writer.start()
     nodes.start()
+    devices.start()
     pods.start()
     unbound.start()
     loop.start()
@@ -188,6 +194,7 @@ def _serve(
         unbound.stop()
         pods.stop()
         nodes.stop()
+        devices.stop()
         if elector is not None:
             elector.stop(release=True)
         if status_writer is not None:

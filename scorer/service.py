@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from scorer.bindings import BindingWindow
 from scorer.clusterscore import ClusterScoreValue, cluster_scores, requested_resources
@@ -37,6 +37,7 @@ from scorer.writer import NodeApi, NodeWriter, RateLimiter, WriteReport
 from steer.adapters.gc_pause import gc_paused
 from steer.core.budget import PodUsage
 from steer.core.datacheck import ProblemKind, expected_nodes
+from steer.core.dra.inventory import Inventory
 from steer.core.policy import Coverage, Dimension, Policy
 from steer.core.steering import drain_keys, energy_composites, owned_resource_keys
 
@@ -55,10 +56,6 @@ def plans_from_pods(policy: Policy) -> bool:
 
 # How long the first cycle waits for the pod watch's first list (100,000 pods: about a minute).
 FIRST_LIST_WAIT_S = 120.0
-
-
-if TYPE_CHECKING:
-    from steer.core.dra.inventory import Inventory
 
 
 class DeviceSource(Protocol):
@@ -387,8 +384,6 @@ class Scorer:
 
     def inventory(self) -> Inventory:
         """The DRA devices and claims as last seen (empty without DRA watches)."""
-        from steer.core.dra.inventory import Inventory
-
         return self.devices.snapshot() if self.devices is not None else Inventory.empty()
 
     def _with_devices(self, nodes: tuple[NodeState, ...]) -> tuple[NodeState, ...]:
