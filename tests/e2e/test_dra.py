@@ -18,7 +18,6 @@ scheduler allocated, as kits.dra reads the claims.
 from __future__ import annotations
 
 import contextlib
-import copy
 import math
 import uuid
 from collections.abc import Iterator
@@ -26,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from kits.control_plane import ControlPlane
 from kits.dra import API as DRA_API
@@ -34,6 +32,8 @@ from kits.dra import DEVICE_CLASS, DraKit, claim_pod_spec, pod_devices
 from kits.service_processes import register_admission, running_webhook, unregister_admission
 from kits.waiting import wait_until
 from scorer.kubeapi import KubeJson
+from steer.adapters.dra import DraStore
+from steer.adapters.kube import make_api_client
 from steer.core.policy import parse_policy
 from tests.e2e.test_real_kubelets import InProcessScorer, Observations
 from tests.e2e.test_scheduler import wait_bound
@@ -41,39 +41,12 @@ from tests.e2e.waiting import NOT_YET
 
 from .conftest import ROOT
 
+EXAMPLE = ROOT / "examples" / "policy.yaml"
 GPU = "nvidia.com/gpu"
 OPT_IN = "kube-steer.github.io/enabled"
 PREFIX = "kube-steer.github.io/"
 GPU_HOT = f"{PREFIX}gpu-hot"
 INSTANCE_TYPE = "node.kubernetes.io/instance-type"
-
-
-def policy_text() -> str:
-    """The example policy, its `gpu` class also matching pods that claim `gpu.nvidia.com`."""
-    doc = yaml.safe_load((ROOT / "examples" / "policy.yaml").read_text())
-    doc = copy.deepcopy(doc)
-    for pclass in doc["spec"]["podClasses"]:
-        if GPU in pclass.get("requestsAny", ()):
-            pclass["deviceClasses"] = [DEVICE_CLASS]
-    return yaml.safe_dump(doc, sort_keys=False)
-
-
-class ListedDevices:
-    """The scorer's device source: the DRA objects as the API lists them now, as an Inventory
-    (what the scorer's DRA watches keep)."""
-
-    def __init__(self, kube: KubeJson) -> None:
-        self.kube = kube
-
-    def snapshot(self) -> Any:
-        from steer.core.dra.inventory import Inventory
-
-        return Inventory.from_objects(
-            self.kube.list_all(f"{DRA_API}/deviceclasses"),
-            self.kube.list_all(f"{DRA_API}/resourceslices"),
-            self.kube.list_all(f"{DRA_API}/resourceclaims"),
-            self.kube.list_all(f"{DRA_API}/resourceclaimtemplates"),
-        )
 
 
 def pod(name: str, cpu: str, memory: str, *, gpus: int = 0, template: str | None = None) -> Any:
@@ -97,7 +70,7 @@ def pod(name: str, cpu: str, memory: str, *, gpus: int = 0, template: str | None
 def webhook(control_plane: ControlPlane, tmp_path: Path) -> Iterator[Path]:
     """The webhook registered for the policy; yields the policy file."""
     policy_file = tmp_path / "policy.yaml"
-    policy_file.write_text(policy_text())
+    policy_file.write_text(EXAMPLE.read_text())
     with running_webhook(control_plane, policy_file, tmp_path) as hook:
         register_admission(control_plane, hook)
         try:
@@ -115,6 +88,14 @@ def dra(admin: KubeJson) -> Iterator[DraKit]:
     kit.delete_slices()
     with contextlib.suppress(Exception):
         admin.request("DELETE", f"{DRA_API}/deviceclasses/{DEVICE_CLASS}")
+
+
+@contextlib.contextmanager
+def stopping(store: DraStore) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        store.stop()
 
 
 def test_dra_and_device_plugin_gpus_are_steered_alike(
@@ -156,9 +137,13 @@ def test_dra_and_device_plugin_gpus_are_steered_alike(
         "health": dict.fromkeys(name.values(), 1.0),
         "overcommit-pct": {},  # under scheduler enforcement no budget reads it
     }
-    scoring = InProcessScorer(scorer_user, parse_policy(policy_text()), observations)
-    scoring.scorer.devices = ListedDevices(admin)
-    with scoring:
+    scoring = InProcessScorer(scorer_user, parse_policy(EXAMPLE.read_text()), observations)
+    # The scorer's own DRA watches, as `steer scorer serve` runs them, with the scorer's RBAC.
+    store = DraStore(make_api_client(str(scorer_user)))
+    store.start()
+    assert store.wait_synced(30), store.status().message
+    scoring.scorer.devices = store
+    with scoring, stopping(store):
         scoring.cycle()
         scoring.cycle()  # gpu-hot: setAfterCycles 2
         for node in name.values():
