@@ -137,17 +137,25 @@ class FakeCatalog:
 
 
 class FakeStore:
-    """A stand-in for the DRA watches' store (`steer.adapters.dra`): synced or not, and how
-    often it was read."""
+    """A stand-in for the DRA watches' store (`steer.adapters.dra`): synced or not, answering
+    the catalogue's lookups from `catalog`, and how many it answered."""
 
     def __init__(self, catalog: DeviceCatalog, synced: bool = True) -> None:
         self.catalog = catalog
         self.synced = synced
-        self.snapshots = 0
+        self.reads = 0
 
-    def snapshot(self) -> DeviceCatalog:
-        self.snapshots += 1
-        return self.catalog
+    def template_classes(self, namespace: str, name: str) -> frozenset[str] | None:
+        self.reads += 1
+        return self.catalog.template_classes(namespace, name)
+
+    def claim_classes(self, namespace: str, name: str) -> frozenset[str] | None:
+        self.reads += 1
+        return self.catalog.claim_classes(namespace, name)
+
+    def class_for_extended_name(self, resource: str) -> str | None:
+        self.reads += 1
+        return self.catalog.class_for_extended_name(resource)
 
     def status(self) -> DraStoreStatus:
         kinds = tuple(DraKindStatus(k, self.synced, 1, True, None) for k in CATALOG_KINDS)

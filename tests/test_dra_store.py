@@ -110,3 +110,28 @@ def test_dra_not_served(kube_client: client.ApiClient) -> None:
         store.stop()  # ends the 60 s pause at once
     assert time.monotonic() - started < 3
     assert not any(t is not None and t.is_alive() for t in threads)
+
+
+def test_the_store_answers_the_catalogue_without_building_an_inventory() -> None:
+    """The webhook looks a pod's claims up on the request path: straight from the records,
+    however often claims change, never through a rebuilt inventory."""
+    store = DraStore(unused_client, kinds=CATALOG_KINDS)
+    feed(store, "deviceclasses", CLASSES)
+    feed(store, "resourceclaims", [])
+    feed(store, "resourceclaimtemplates", [TEMPLATE])
+    meta = TEMPLATE["metadata"]
+    assert store.template_classes(meta["namespace"], meta["name"]) == {GPU, "mig.nvidia.com"}
+    assert store.template_classes(meta["namespace"], "other") is None
+    assert store.claim_classes("ml", "trainer-0-gpu-q7t4m") is None
+    event(store, "resourceclaims", "ADDED", CLAIM)
+    assert store.claim_classes("ml", "trainer-0-gpu-q7t4m") == frozenset({GPU})
+    mapped = {
+        c["spec"]["extendedResourceName"]: c["metadata"]["name"]
+        for c in CLASSES
+        if c["spec"].get("extendedResourceName")
+    }
+    for resource, device_class in mapped.items():
+        assert store.class_for_extended_name(resource) == device_class
+    assert store.class_for_extended_name(f"deviceclass.resource.kubernetes.io/{GPU}") == GPU
+    assert store.class_for_extended_name("example.com/none") is None
+    assert store._snapshot is None  # no inventory was built for any of it

@@ -79,7 +79,7 @@ def test_a_known_claim_template_makes_a_gpu_pod(require_policy: Path) -> None:
     assert "kube-steer.github.io/score-class-gpu" in json.dumps(pod["spec"]["affinity"])
     assert UNRESERVED_GPU not in _requests(pod)
     assert pod["spec"]["schedulerName"] == "steer-binpack"  # the gpu class's profile
-    assert store.snapshots == 1
+    assert store.reads == 1  # the one template it names
 
 
 def test_an_unknown_claim_template_is_steered_soundly_and_said(require_policy: Path) -> None:
@@ -108,7 +108,7 @@ def test_before_the_catalogue_syncs_a_claim_is_not_known(require_policy: Path) -
     response, pod = _answer(handler, _review())
     assert "has not synced yet" in response["warnings"][0]
     assert UNRESERVED_GPU not in _requests(pod)
-    assert store.snapshots == 0  # nothing is read from a store that has not synced
+    assert store.reads == 0  # nothing is read from a store that has not synced
     ready, detail = handler.readiness()
     assert ready  # the catalogue is not part of readiness: its absence is steered around
     assert detail["devices"]["watched"] is True and detail["devices"]["synced"] is False
@@ -133,7 +133,7 @@ def test_pods_without_claims_never_read_the_catalogue(require_policy: Path) -> N
     response, pod = _answer(handler, body)
     assert "warnings" not in response
     assert _requests(pod)[UNRESERVED_GPU] == "1"  # a plain pod keeps off the GPU nodes
-    assert store.snapshots == 0
+    assert store.reads == 0
 
 
 def test_a_malformed_claim_list_is_named_and_the_pod_left_alone(require_policy: Path) -> None:

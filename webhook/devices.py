@@ -4,7 +4,8 @@ A pod of a class with `deviceClasses` may ask for its GPUs by a claim template, 
 extended resource a DeviceClass maps (steer/core/dra/claims.py); which DeviceClasses those name
 is in DeviceClasses, ResourceClaims and ResourceClaimTemplates, which the store of
 `steer.adapters.dra` lists and watches in a thread (no ResourceSlices: the webhook places no
-device). A request reads the store's snapshot, never the apiserver. Until the store has
+device). A request looks its claims up in the store's records (a dict lookup; no inventory
+is built on the request path), never in the apiserver. Until the store has
 synced there is no catalogue: every claim is then unresolved, and the pod is classified and
 steered as `steer.core.steering.PodClassification` says for a claim not known yet (by what is
 known, with no gate that could keep it off the nodes it may need, and a warning).
@@ -32,7 +33,11 @@ class DeviceStore(Protocol):
     @property
     def synced(self) -> bool: ...
 
-    def snapshot(self) -> DeviceCatalog: ...
+    def template_classes(self, namespace: str, name: str) -> frozenset[str] | None: ...
+
+    def claim_classes(self, namespace: str, name: str) -> frozenset[str] | None: ...
+
+    def class_for_extended_name(self, resource: str) -> str | None: ...
 
     def status(self) -> DraStoreStatus: ...
 
@@ -82,31 +87,6 @@ class NoDevices:
         return DeviceCatalogStatus(watched=False, synced=False)
 
 
-class _FirstUse:
-    """A DeviceCatalog that takes the store's snapshot when first asked: most pods name no
-    claim and request no extended resource, and never ask."""
-
-    __slots__ = ("_snapshot", "_store")
-
-    def __init__(self, store: DeviceStore) -> None:
-        self._store = store
-        self._snapshot: DeviceCatalog | None = None
-
-    def _catalog(self) -> DeviceCatalog:
-        if self._snapshot is None:
-            self._snapshot = self._store.snapshot()
-        return self._snapshot
-
-    def template_classes(self, namespace: str, name: str) -> frozenset[str] | None:
-        return self._catalog().template_classes(namespace, name)
-
-    def claim_classes(self, namespace: str, name: str) -> frozenset[str] | None:
-        return self._catalog().claim_classes(namespace, name)
-
-    def class_for_extended_name(self, resource: str) -> str | None:
-        return self._catalog().class_for_extended_name(resource)
-
-
 class WatchedDevices:
     """The catalogue of a started `DeviceStore`; None until it has synced. A cluster that does
     not serve resource.k8s.io/v1 reads as synced and empty: every claim is then unknown."""
@@ -115,7 +95,7 @@ class WatchedDevices:
         self.store = store
 
     def catalog(self) -> DeviceCatalog | None:
-        return _FirstUse(self.store) if self.store.synced else None
+        return self.store if self.store.synced else None
 
     def status(self) -> DeviceCatalogStatus:
         store = self.store.status()

@@ -25,7 +25,7 @@ from kubernetes import client
 
 from steer.adapters.kubejson import KubeApiError
 from steer.adapters.listwatch import ListWatcher
-from steer.core.dra.classes import DeviceClassInfo
+from steer.core.dra.classes import DeviceClassInfo, classes_by_extended_name
 from steer.core.dra.inventory import (
     Inventory,
     ResourceClaimInfo,
@@ -129,6 +129,7 @@ class DraStore:
         self.generation = 0  # moves whenever an object is added, changed or removed
         self._selectors = DeviceSelectors()
         self._snapshot: tuple[int, Inventory] | None = None
+        self._by_extended: tuple[int, Mapping[str, str]] | None = None
         self._watchers = [
             _DraWatcher(
                 api_client,
@@ -183,6 +184,37 @@ class DraStore:
             generation=generation,
             kinds=kinds,
         )
+
+    # -- the DeviceCatalog protocol, straight from the records (no inventory build) --------
+    # The webhook asks these on the request path: a dict lookup under the lock, whatever
+    # changed since. A kind this store does not watch answers None (not known).
+
+    def template_classes(self, namespace: str, name: str) -> frozenset[str] | None:
+        record = self._record("resourceclaimtemplates", f"{namespace}/{name}")
+        return record.classes if isinstance(record, ResourceClaimTemplateInfo) else None
+
+    def claim_classes(self, namespace: str, name: str) -> frozenset[str] | None:
+        record = self._record("resourceclaims", f"{namespace}/{name}")
+        return record.classes if isinstance(record, ResourceClaimInfo) else None
+
+    def class_for_extended_name(self, resource: str) -> str | None:
+        with self._lock:
+            state = self._state.get("deviceclasses")
+            if state is None:
+                return None
+            held = self._by_extended
+            if held is None or held[0] != self.generation:
+                classes = {
+                    r.name: r for r in state.records.values() if isinstance(r, DeviceClassInfo)
+                }
+                held = (self.generation, classes_by_extended_name(classes))
+                self._by_extended = held
+        return held[1].get(resource)
+
+    def _record(self, kind: Kind, key: str) -> Record | None:
+        with self._lock:
+            state = self._state.get(kind)
+            return None if state is None else state.records.get(key)
 
     def snapshot(self) -> Inventory:
         """The inventory as of now: the last one while nothing changed, else a fresh build."""
