@@ -85,7 +85,8 @@ def create_app(scorer: Scorer, *, policy_status: Callable[[], ReloadStatus] | No
         last = scorer.last
         if last is None:
             return no_cycle()
-        return _json({**cycle_info(), **nodes_view(last.plan).to_json()})
+        table = nodes_view(last.plan, scorer.policy, scorer.inventory(), scorer.device_readings)
+        return _json({**cycle_info(), **table.to_json()})
 
     @app.get("/explain/cluster")
     def explain_cluster() -> Response:
@@ -101,7 +102,9 @@ def create_app(scorer: Scorer, *, policy_status: Callable[[], ReloadStatus] | No
         last = scorer.last
         if last is None:
             return no_cycle()
-        detail = detail_view(scorer.policy, last.plan, name)
+        detail = detail_view(
+            scorer.policy, last.plan, name, scorer.inventory(), scorer.device_readings
+        )
         if detail is None:
             return _error(404, f"node {name!r} was not in the last cycle ({len(last.nodes)} nodes)")
         return _json({**cycle_info(), **detail.to_json()})

@@ -87,3 +87,14 @@ def binding_time(pod: Mapping[str, Any]) -> float | None:
         if cond.get("type") == "PodScheduled" and cond.get("status") == "True":
             return parse_rfc3339(str(cond.get("lastTransitionTime") or ""))
     return None
+
+
+@dataclass(frozen=True)
+class DeviceReadings:
+    """One cycle's per-device reading (`spec.devices.heat`): values by device UUID, and why
+    there are none (`error`) or fewer than sent (`problems`: dropped or held by the unit check)."""
+
+    values: Mapping[str, float] = field(default_factory=dict)
+    observed_at: float | None = None
+    error: str | None = None
+    problems: tuple[str, ...] = ()

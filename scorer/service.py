@@ -25,7 +25,7 @@ from scorer.kubeapi import BOUND_PODS, PODS_PATH, KubeApiError, KubeJson
 from scorer.leader import LeaseElector
 from scorer.ledger import PodLedger
 from scorer.metrics import ScorerMetrics
-from scorer.model import NodeState
+from scorer.model import DeviceReadings, NodeState
 from scorer.nodes import NodeCache
 from scorer.observe import DimensionFailure, DimensionReading, NodeIndex, vet
 from scorer.placementscore import PlacementScorePublisher, PublishError
@@ -33,6 +33,7 @@ from scorer.plan import CyclePlan, ScorerMemory, plan_cycle
 from scorer.retire import retire_old_prefixes
 from scorer.sources import SOURCES, Readings, Source, SourceContext
 from scorer.sources.base import concurrently
+from scorer.sources.prometheus import PrometheusSource, read_device_heat
 from scorer.writer import NodeApi, NodeWriter, RateLimiter, WriteReport
 from steer.adapters.gc_pause import gc_paused
 from steer.core.budget import PodUsage
@@ -122,6 +123,9 @@ class Scorer:
         self.ledger = ledger
         self.node_cache = node_cache
         self.devices = devices
+        # spec.devices.heat as last read (values by device UUID), and what was last logged.
+        self.device_readings = DeviceReadings()
+        self._told_device_heat: tuple[str | None, tuple[str, ...]] = (None, ())
         self.metrics = metrics or ScorerMetrics()
         self.dry_run = dry_run
         self._clock = clock
@@ -335,6 +339,7 @@ class Scorer:
             self.ledger.take_dirty()  # this cycle plans every node
         list_s = time.perf_counter() - t0
         readings, failures, query_s = self.read_all(policy, nodes, at)
+        self.device_readings = self._read_device_heat(policy, at)
         generation = self._generations()
         hot = self._hot_counts(policy)
         t1, c1 = time.perf_counter(), time.thread_time()
@@ -381,6 +386,26 @@ class Scorer:
             return tuple(self.node_api.list_nodes())
         except KubeApiError as exc:
             raise CycleError(f"cannot list nodes: {exc}") from exc
+
+    def _read_device_heat(self, policy: Policy, at: float | None) -> DeviceReadings:
+        """`spec.devices.heat`, one query a cycle, only while some node has DRA devices."""
+        heat = policy.spec.devices.heat
+        if heat is None or self.devices is None or not self.devices.snapshot().nodes():
+            return DeviceReadings()
+        source = self.source("prometheus")
+        if not isinstance(source, PrometheusSource):  # replayed readings: no per-device data
+            return DeviceReadings(error="no Prometheus to ask (replayed readings)")
+        self.query_count += 1
+        readings = read_device_heat(source.client(policy), policy, at)
+        told = (readings.error, readings.problems)
+        if told != self._told_device_heat:
+            if readings.error or readings.problems:
+                log.warning(
+                    "spec.devices.heat: %s",
+                    "; ".join(filter(None, (readings.error, *readings.problems))),
+                )
+            self._told_device_heat = told
+        return readings
 
     def inventory(self) -> Inventory:
         """The DRA devices and claims as last seen (empty without DRA watches)."""

@@ -13,6 +13,8 @@ from scorer.explain.view import (
     BudgetPools,
     CompositeValue,
     ConditionValue,
+    DeviceCount,
+    DeviceView,
     DimensionCell,
     DimensionStatus,
     DimensionValue,
@@ -24,8 +26,9 @@ from scorer.explain.view import (
     PoolCell,
     PoolView,
 )
-from scorer.model import rfc3339
+from scorer.model import DeviceReadings, rfc3339
 from scorer.plan import CyclePlan, DimensionSummary, GateState, NodePlan, PoolState
+from steer.core.dra.inventory import Device, Inventory, NodeDevices
 from steer.core.policy import Policy
 from steer.core.steering import dimension_key
 
@@ -38,9 +41,93 @@ def time_text(ts: float | None) -> str | None:
     return None if ts is None else rfc3339(ts)
 
 
-def row_view(plan: NodePlan) -> NodeRow:
+class DeviceHeatFacts:
+    """The per-device reading (`spec.devices.heat`) as the views need it: value by UUID, and
+    whether a value meets the heat rule's condition."""
+
+    def __init__(self, policy: Policy, readings: DeviceReadings | None) -> None:
+        heat = policy.spec.devices.heat
+        self.values = dict(readings.values) if readings is not None else {}
+        self._condition = None if heat is None else policy.taint_rule(heat.taint).condition
+
+    def reading(self, device: Device) -> float | None:
+        return None if device.uuid is None else self.values.get(device.uuid)
+
+    def hot(self, device: Device) -> bool | None:
+        value = self.reading(device)
+        if value is None or self._condition is None:
+            return None
+        return self._condition.holds(value)
+
+
+def device_counts(held: NodeDevices, heat: DeviceHeatFacts) -> tuple[DeviceCount, ...]:
+    """A node's devices by DeviceClass: total, held, free, and free but hot."""
+    out = []
+    for device_class in sorted(held.device_classes()):
+        counts = held.counts(device_class)
+        hot_free = sum(
+            1
+            for d in held.devices
+            if device_class in held.classes_of(d) and held.is_free(d) and heat.hot(d)
+        )
+        out.append(DeviceCount(device_class, counts.total, counts.allocated, counts.free, hot_free))
+    return tuple(out)
+
+
+def cluster_device_counts(
+    inventory: Inventory, rows: tuple[NodeRow, ...]
+) -> tuple[DeviceCount, ...]:
+    """The cluster's devices by DeviceClass (Inventory.summary), with the hot free devices the
+    rows counted."""
+    hot: dict[str, int] = {}
+    for row in rows:
+        for count in row.devices:
+            hot[count.device_class] = hot.get(count.device_class, 0) + count.hot_free
+    classes = sorted({c for n in inventory.nodes() for c in n.device_classes()})
+    out = []
+    for device_class in classes:
+        s = inventory.summary(device_class)
+        out.append(
+            DeviceCount(
+                device_class,
+                s.total,
+                s.allocated,
+                s.free,
+                hot.get(device_class, 0),
+                s.whole_free_nodes,
+                rounded(s.fragmentation, 4),
+            )
+        )
+    return tuple(out)
+
+
+def device_views(held: NodeDevices, heat: DeviceHeatFacts) -> tuple[DeviceView, ...]:
+    """Each DRA device of a node: its classes, the claim holding it and its reading."""
+    views = []
+    for device in held.devices:
+        claim = held.allocated_to(device)
+        views.append(
+            DeviceView(
+                device=str(device.key),
+                classes=tuple(sorted(held.classes_of(device))),
+                uuid=device.uuid,
+                product=device.product,
+                memory_bytes=device.memory,
+                free=held.is_free(device),
+                claim=None if claim is None else f"{claim.namespace}/{claim.name}",
+                pods=() if claim is None else tuple(p.name for p in claim.pods),
+                reading=rounded(heat.reading(device)),
+                hot=heat.hot(device),
+            )
+        )
+    return tuple(views)
+
+
+def row_view(
+    plan: NodePlan, devices: NodeDevices | None = None, heat: DeviceHeatFacts | None = None
+) -> NodeRow:
     """One line of `/explain/nodes`: raw values, scores, composites, labels, taints, ages,
-    and each budget pool's room, take and what is free."""
+    each budget pool's room, take and what is free, and its DRA devices by class."""
     return NodeRow(
         node=plan.node,
         cells=tuple(
@@ -62,6 +149,7 @@ def row_view(plan: NodePlan) -> NodeRow:
         pools={p.resource: p.capacity for p in plan.pools},
         gates={g.resource: g.capacity for g in plan.gates},
         pool_usage=tuple(PoolCell(p.resource, p.unit, p.room, p.taken, p.free) for p in plan.pools),
+        devices=() if devices is None or heat is None else device_counts(devices, heat),
     )
 
 
@@ -92,18 +180,45 @@ def dimension_status(summary: DimensionSummary) -> DimensionStatus:
     )
 
 
-def nodes_view(cycle: CyclePlan) -> NodesTable:
+def nodes_view(
+    cycle: CyclePlan,
+    policy: Policy | None = None,
+    inventory: Inventory | None = None,
+    readings: DeviceReadings | None = None,
+) -> NodesTable:
+    """`/explain/nodes`; with the DRA inventory (and the policy, for the heat rule), each
+    node's devices by class and the cluster's."""
+    if policy is None or inventory is None:
+        rows = tuple(row_view(p) for p in cycle.nodes)
+        return NodesTable(
+            policy_version=cycle.policy_version,
+            planned_at=time_text(cycle.planned_at),
+            dimensions=tuple(dimension_status(d) for d in cycle.dimensions),
+            nodes=rows,
+        )
+    heat = DeviceHeatFacts(policy, readings)
+    rows = tuple(row_view(p, inventory.node(p.node), heat) for p in cycle.nodes)
+    problems = list(inventory.problems)
+    if readings is not None:
+        problems += [f"spec.devices.heat: {p}" for p in (readings.error, *readings.problems) if p]
     return NodesTable(
         policy_version=cycle.policy_version,
         planned_at=time_text(cycle.planned_at),
         dimensions=tuple(dimension_status(d) for d in cycle.dimensions),
-        nodes=tuple(row_view(p) for p in cycle.nodes),
+        nodes=rows,
+        devices=cluster_device_counts(inventory, rows),
+        device_problems=tuple(problems),
     )
 
 
-def nodes_table(cycle: CyclePlan) -> dict[str, Any]:
+def nodes_table(
+    cycle: CyclePlan,
+    policy: Policy | None = None,
+    inventory: Inventory | None = None,
+    readings: DeviceReadings | None = None,
+) -> dict[str, Any]:
     """`/explain/nodes` as JSON."""
-    return nodes_view(cycle).to_json()
+    return nodes_view(cycle, policy, inventory, readings).to_json()
 
 
 def condition_text(policy: Policy, rule_name: str) -> str:
@@ -111,11 +226,19 @@ def condition_text(policy: Policy, rule_name: str) -> str:
     return f"{cond.dimension} ({cond.source}) {cond.operator} {cond.value:g}"
 
 
-def detail_view(policy: Policy, cycle: CyclePlan, name: str) -> NodeDetail | None:
-    """`/explain/node/NAME`: everything in the row plus each dimension's query, weight, TTL."""
+def detail_view(
+    policy: Policy,
+    cycle: CyclePlan,
+    name: str,
+    inventory: Inventory | None = None,
+    readings: DeviceReadings | None = None,
+) -> NodeDetail | None:
+    """`/explain/node/NAME`: everything in the row plus each dimension's query, weight, TTL,
+    and each of its DRA devices."""
     plan = cycle.node(name)
     if plan is None:
         return None
+    held = None if inventory is None else inventory.node(name)
     dims = []
     for dim in policy.spec.dimensions:
         entry = plan.dimensions.get(dim.name)
@@ -183,12 +306,19 @@ def detail_view(policy: Policy, cycle: CyclePlan, name: str) -> NodeDetail | Non
         budget_pools=budget_pools(policy, cycle, plan),
         active=plan.active,
         drain_candidate=plan.drain_reason,
+        devices=() if held is None else device_views(held, DeviceHeatFacts(policy, readings)),
     )
 
 
-def node_detail(policy: Policy, cycle: CyclePlan, name: str) -> dict[str, Any] | None:
+def node_detail(
+    policy: Policy,
+    cycle: CyclePlan,
+    name: str,
+    inventory: Inventory | None = None,
+    readings: DeviceReadings | None = None,
+) -> dict[str, Any] | None:
     """`/explain/node/NAME` as JSON; None for a node not in the cycle."""
-    view = detail_view(policy, cycle, name)
+    view = detail_view(policy, cycle, name, inventory, readings)
     return None if view is None else view.to_json()
 
 

@@ -57,6 +57,25 @@ def node_text(detail: NodeDetail, served: Served) -> str:
         lines.append(f"active (runs movable pods): {detail.active}")
     if detail.drain_candidate is not None:
         lines.append(f"drain candidate: {detail.drain_candidate}")
+    if detail.devices:
+        rows = [("DEVICE", "CLASSES", "PRODUCT", "UUID", "STATE", "READING", "HOT")]
+        for d in detail.devices:
+            state = "free" if d.free else (f"held by {d.claim}" if d.claim else "blocked")
+            if d.pods:
+                state += f" ({', '.join(d.pods)})"
+            hot = "-" if d.hot is None else ("yes" if d.hot else "no")
+            rows.append(
+                (
+                    d.device,
+                    ",".join(d.classes) or "-",
+                    d.product or "-",
+                    d.uuid or "-",
+                    state,
+                    _fmt(d.reading),
+                    hot,
+                )
+            )
+        lines.append(_table(rows))
     return "\n".join(lines)
 
 
@@ -79,7 +98,14 @@ def nodes_text(table: NodesTable, served: Served) -> str:
         f", stale: {', '.join(stale)}" if stale else ""
     )
     problems = [f"data: {p.line()}" for d in table.dimensions for p in d.problems]
-    return "\n".join([_table(rows), footer, *problems])
+    devices = [
+        f"devices {c.device_class}: {c.free} free of {c.total} ({c.allocated} held"
+        + (f", {c.hot_free} free but hot" if c.hot_free else "")
+        + f"), {c.whole_free_nodes} whole free nodes, fragmentation {_fmt(c.fragmentation)}"
+        for c in table.devices
+    ]
+    devices += [f"devices: {p}" for p in table.device_problems]
+    return "\n".join([_table(rows), footer, *problems, *devices])
 
 
 def pod_text(pod: PodExplanation, served: Served) -> str:

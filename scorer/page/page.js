@@ -104,6 +104,10 @@ function nodeColumns(answer) {
     { key: "gates", title: "gates", sort: (r) => Object.keys(r.gates || {}).length, cell: (r) => listCell(Object.entries(r.gates || {}).map(([k, v]) => `${shortKey(k)}=${v}`)) },
     { key: "labels", title: "labels written", sort: (r) => Object.keys(r.labels || {}).length, cell: labelsCell },
   );
+  if ((answer.nodes || []).some((r) => (r.devices || []).length)) {
+    columns.splice(columns.length - 2, 0,
+      { key: "devices", title: "DRA devices", unit: "held / total, free (hot)", sort: (r) => deviceFree(r), cell: devicesCell });
+  }
   return columns;
 }
 
@@ -145,6 +149,21 @@ function poolsCell(row) {
       `${shortKey(resource)} ${p.room} / ${p.taken} / ${p.free} ${p.unit}`))));
 }
 
+// A node's DRA devices by DeviceClass (ResourceSlices): held by claims, total, free, and how
+// many free ones read hot (spec.devices.heat); the node's /explain answer lists each device.
+function deviceFree(row) {
+  const devices = row.devices || [];
+  return devices.length ? devices.reduce((n, d) => n + d.free - d.hotFree, 0) : -Infinity;
+}
+
+function deviceText(d) {
+  return `${d.deviceClass} ${d.allocated} / ${d.total}, ${d.free} free` + (d.hotFree ? ` (${d.hotFree} hot)` : "");
+}
+
+function devicesCell(row) {
+  return listCell((row.devices || []).map(deviceText));
+}
+
 function labelsCell(row) {
   const labels = Object.entries(row.labels || {});
   if (!labels.length) return el("td", { class: "none" }, "–");
@@ -180,6 +199,14 @@ function renderNodes() {
     el("li", {}, el("b", {}, p.dimension), `: ${p.message}${p.blocking ? " (not published)" : ""}; fix: ${p.fix}`)));
   $("data-problems").replaceChildren(...lines);
   $("data-problems").hidden = lines.length === 0;
+  const devices = [
+    ...(answer.devices || []).map((d) => el("li", {}, el("b", {}, d.deviceClass),
+      `: ${d.free} of ${d.total} devices free` + (d.hotFree ? `, ${d.hotFree} of them hot` : "") +
+      `; ${d.wholeFreeNodes} nodes with every device free; fragmentation ${fmt(d.fragmentation)}`)),
+    ...(answer.deviceProblems || []).map((p) => el("li", {}, el("b", {}, "devices"), `: ${p}`)),
+  ];
+  $("device-summary").replaceChildren(...devices);
+  $("device-summary").hidden = devices.length === 0;
   const columns = nodeColumns(answer);
   const head = el("tr", {}, columns.map((c) => {
     const th = el("th", { class: "sortable", dataset: { key: c.key } }, c.title, c.unit ? el("span", { class: "unit" }, c.unit) : null);

@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from scorer.model import NodeState
+from scorer.model import DeviceReadings, NodeState
 from scorer.observe import DimensionFailure, DimensionReading, NodeIndex, read_dimension
 from scorer.sources.base import Readings, SourceContext, concurrently
 from steer.adapters.prometheus import (
@@ -29,6 +29,7 @@ from steer.adapters.prometheus import (
 from steer.adapters.prometheus_probe import metric_index, probe
 from steer.core.datacheck import DataProblem, diagnose
 from steer.core.datacheck.diagnose import metrics_of
+from steer.core.datacheck.units import check_unit
 from steer.core.policy import Dimension, Policy, PrometheusDimension
 
 log = logging.getLogger(__name__)
@@ -174,3 +175,36 @@ def _short(reading: DimensionReading) -> bool:
     explain. (Nodes that no series names at all, Prometheus cannot: their exporter is not
     there, and the coverage check says which they are.)"""
     return not reading.values or bool(reading.unknown or reading.unlabelled)
+
+
+def read_device_heat(
+    client: PrometheusClient, policy: Policy, at: float | None = None
+) -> DeviceReadings:
+    """`spec.devices.heat`: one query for every device, values by the UUID label. A device
+    named twice keeps its highest value (the hotter reading never hides). Values the rule's
+    dimension unit cannot take are dropped, and a scale contradiction (a percent rule read
+    on 0..1 values) holds the whole reading back, as for a dimension (steer/core/datacheck)."""
+    heat = policy.spec.devices.heat
+    assert heat is not None
+    try:
+        answer = client.query(heat.query, time=at)
+    except PrometheusError as exc:
+        return DeviceReadings(error=f"{failure_kind(exc)}: {exc}")
+    values: dict[str, float] = {}
+    unlabelled = 0
+    for sample in answer.samples:
+        uuid = sample.labels.get(heat.uuid_label)
+        if not uuid:
+            unlabelled += 1
+            continue
+        if uuid not in values or sample.value > values[uuid]:
+            values[uuid] = sample.value
+    problems = []
+    if unlabelled:
+        problems.append(f"{unlabelled} samples without the {heat.uuid_label} label")
+    dim = policy.dimension(policy.taint_rule(heat.taint).condition.dimension)
+    checked = check_unit(dim, values)
+    problems += [p.message for p in checked.problems]
+    if any(p.blocking for p in checked.problems):
+        return DeviceReadings(observed_at=answer.evaluated_at, problems=tuple(problems))
+    return DeviceReadings(dict(checked.kept), answer.evaluated_at, None, tuple(problems))

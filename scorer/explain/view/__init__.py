@@ -17,6 +17,7 @@ from scorer.explain.view.node_detail import (
     BudgetPools,
     CompositeValue,
     ConditionValue,
+    DeviceView,
     DimensionValue,
     FloorView,
     GateView,
@@ -24,6 +25,7 @@ from scorer.explain.view.node_detail import (
     PoolView,
 )
 from scorer.explain.view.nodes_table import (
+    DeviceCount,
     DimensionCell,
     DimensionStatus,
     NodeRow,
@@ -48,6 +50,8 @@ __all__ = [
     "CompositeValue",
     "ConditionValue",
     "DeviceAskView",
+    "DeviceCount",
+    "DeviceView",
     "DimensionCell",
     "DimensionStatus",
     "DimensionValue",

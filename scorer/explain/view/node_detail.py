@@ -306,6 +306,52 @@ class BudgetPools:
 
 
 @dataclass(frozen=True)
+class DeviceView:
+    """One DRA device of the node (a ResourceSlice's), the DeviceClasses that select it, the
+    claim holding it, and its per-device reading (`spec.devices.heat`, joined on its UUID)."""
+
+    device: str  # driver/pool/name
+    classes: tuple[str, ...]
+    uuid: str | None
+    product: str | None
+    memory_bytes: int | None
+    free: bool  # no claim holds it and no used-up shared counter blocks it
+    claim: str | None  # namespace/name of the claim holding it
+    pods: tuple[str, ...]  # the pods the claim is reserved for
+    reading: float | None  # None: no per-device reading for it
+    hot: bool | None  # its reading meets the heat rule's condition; None: not known
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "device": self.device,
+            "classes": list(self.classes),
+            "uuid": self.uuid,
+            "product": self.product,
+            "memoryBytes": self.memory_bytes,
+            "free": self.free,
+            "claim": self.claim,
+            "pods": list(self.pods),
+            "reading": self.reading,
+            "hot": self.hot,
+        }
+
+    @classmethod
+    def from_json(cls, obj: Json) -> DeviceView:
+        return cls(
+            device=obj["device"],
+            classes=tuple(obj.get("classes") or ()),
+            uuid=obj.get("uuid"),
+            product=obj.get("product"),
+            memory_bytes=obj.get("memoryBytes"),
+            free=obj["free"],
+            claim=obj.get("claim"),
+            pods=tuple(obj.get("pods") or ()),
+            reading=obj.get("reading"),
+            hot=obj.get("hot"),
+        )
+
+
+@dataclass(frozen=True)
 class NodeDetail:
     """`/explain/node/NAME`: everything in the row plus each dimension's rule, the composites,
     the taint conditions, the observed-at annotation and the budget pools."""
@@ -327,6 +373,7 @@ class NodeDetail:
     # without a pod ledger), and why it is a drain candidate (None: it is not).
     active: bool | None = None
     drain_candidate: str | None = None
+    devices: tuple[DeviceView, ...] = ()  # its DRA devices, in slice order
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -345,6 +392,7 @@ class NodeDetail:
             "budgetPools": self.budget_pools.to_json(),
             "active": self.active,
             "drainCandidate": self.drain_candidate,
+            "devices": [d.to_json() for d in self.devices],
         }
 
     @classmethod
@@ -365,4 +413,5 @@ class NodeDetail:
             budget_pools=BudgetPools.from_json(obj["budgetPools"]),
             active=obj.get("active"),
             drain_candidate=obj.get("drainCandidate"),
+            devices=tuple(DeviceView.from_json(d) for d in obj.get("devices") or ()),
         )

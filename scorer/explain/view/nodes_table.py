@@ -114,6 +114,48 @@ class PoolCell:
 
 
 @dataclass(frozen=True)
+class DeviceCount:
+    """DRA devices of one DeviceClass, on one node (`NodeRow.devices`) or in the cluster
+    (`NodesTable.devices`): how many, held by claims, free, and free but hot (their
+    per-device reading meets the heat rule; 0 without one). In the cluster, also the nodes
+    whose devices of the class are all free and the share of free devices stranded on nodes
+    where some are held (0..1)."""
+
+    device_class: str
+    total: int
+    allocated: int
+    free: int
+    hot_free: int = 0
+    whole_free_nodes: int | None = None  # cluster only
+    fragmentation: float | None = None  # cluster only
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "deviceClass": self.device_class,
+            "total": self.total,
+            "allocated": self.allocated,
+            "free": self.free,
+            "hotFree": self.hot_free,
+        }
+        if self.whole_free_nodes is not None:
+            out["wholeFreeNodes"] = self.whole_free_nodes
+            out["fragmentation"] = self.fragmentation
+        return out
+
+    @classmethod
+    def from_json(cls, obj: Json) -> DeviceCount:
+        return cls(
+            device_class=obj["deviceClass"],
+            total=obj["total"],
+            allocated=obj["allocated"],
+            free=obj["free"],
+            hot_free=obj.get("hotFree", 0),
+            whole_free_nodes=obj.get("wholeFreeNodes"),
+            fragmentation=obj.get("fragmentation"),
+        )
+
+
+@dataclass(frozen=True)
 class NodeRow:
     """One node of `/explain/nodes` (and of `steer scorer once --output json`)."""
 
@@ -128,6 +170,7 @@ class NodeRow:
     pools: Mapping[str, str] = field(default_factory=dict)  # resource → capacity published
     gates: Mapping[str, str] = field(default_factory=dict)
     pool_usage: tuple[PoolCell, ...] = ()  # one per pool in `pools`
+    devices: tuple[DeviceCount, ...] = ()  # its DRA devices by DeviceClass
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -149,6 +192,7 @@ class NodeRow:
                 if self.pool_usage
                 else {}
             ),
+            **({"devices": [d.to_json() for d in self.devices]} if self.devices else {}),
         }
 
     @classmethod
@@ -172,6 +216,7 @@ class NodeRow:
                 PoolCell(r, p["unit"], p["room"], p["taken"], p["free"])
                 for r, p in (obj.get("poolUsage") or {}).items()
             ),
+            devices=tuple(DeviceCount.from_json(d) for d in obj.get("devices") or ()),
         )
 
 
@@ -183,6 +228,8 @@ class NodesTable:
     planned_at: str | None
     dimensions: tuple[DimensionStatus, ...]
     nodes: tuple[NodeRow, ...]
+    devices: tuple[DeviceCount, ...] = ()  # DRA devices in the cluster, by DeviceClass
+    device_problems: tuple[str, ...] = ()  # what the DRA inventory or the device reading lacks
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -190,6 +237,8 @@ class NodesTable:
             "plannedAt": self.planned_at,
             "dimensions": [d.to_json() for d in self.dimensions],
             "nodes": [n.to_json() for n in self.nodes],
+            "devices": [d.to_json() for d in self.devices],
+            "deviceProblems": list(self.device_problems),
         }
 
     @classmethod
@@ -199,4 +248,6 @@ class NodesTable:
             planned_at=obj.get("plannedAt"),
             dimensions=tuple(DimensionStatus.from_json(d) for d in obj["dimensions"]),
             nodes=tuple(NodeRow.from_json(n) for n in obj["nodes"]),
+            devices=tuple(DeviceCount.from_json(d) for d in obj.get("devices") or ()),
+            device_problems=tuple(obj.get("deviceProblems") or ()),
         )

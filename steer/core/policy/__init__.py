@@ -43,6 +43,7 @@ from steer.core.policy.contract import (
     RESERVED_PREFIX,
     SCORE_PREFIX,
 )
+from steer.core.policy.devices import DeviceHeat, Devices
 from steer.core.policy.dimensions import (
     Coverage,
     Dimension,
@@ -107,6 +108,8 @@ __all__ = [
     "Condition",
     "Consolidation",
     "Coverage",
+    "DeviceHeat",
+    "Devices",
     "Dimension",
     "DimensionBase",
     "Direction",

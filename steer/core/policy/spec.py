@@ -28,6 +28,7 @@ from steer.core.policy.contract import (
     RESERVED_PREFIX,
 )
 from steer.core.policy.descheduling import Descheduling
+from steer.core.policy.devices import Devices
 from steer.core.policy.dimensions import Dimension
 from steer.core.policy.energy import DRAIN_LABEL, Energy
 from steer.core.policy.fields import (
@@ -160,6 +161,8 @@ class Spec(PolicyModel):
     # Energy as efficiency: watts per busy core and idle watts, the power model from node
     # specs, consolidation and drain candidates (steer/core/policy/energy.py).
     energy: Energy = Field(default_factory=Energy)
+    # Per-device readings joined to DRA devices (steer/core/policy/devices.py).
+    devices: Devices = Field(default_factory=Devices)
 
     def issues(self) -> Iterator[PolicyIssue]:
         """Every problem of a well-typed spec, paths relative to it. Names that must be unique
@@ -192,6 +195,7 @@ class Spec(PolicyModel):
         yield from nested("clusterScores", self.cluster_scores.issues(self))
         yield from nested("descheduling", self.descheduling.issues(self))
         yield from nested("energy", self.energy.issues(self))
+        yield from nested("devices", self.devices.issues(self))
 
     def _label_prefix_issues(self) -> Iterator[PolicyIssue]:
         prefix = self.label_prefix

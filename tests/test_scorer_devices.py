@@ -1,0 +1,129 @@
+"""DRA devices in the scorer's answers: each node's devices by class and one by one, held or
+free, with their per-device reading joined on the UUID (`spec.devices.heat`), in /explain's
+views, the CLI text and the JSON; and the per-device reading itself against a real
+Prometheus scraping dcgm-exporter-shaped series."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import yaml
+
+from kits.prometheus_server import PrometheusServer, scraped_cluster
+from kits.synthetic_exporter import SyntheticCluster, dcgm_labels
+from scorer.explain.nodes import detail_view, nodes_view
+from scorer.explain.render import node_text, nodes_text
+from scorer.explain.view import NodeDetail, NodesTable, Served
+from scorer.model import DeviceReadings, NodeState
+from scorer.plan import ScorerMemory, plan_cycle
+from scorer.sources.prometheus import read_device_heat
+from steer.core.dra.inventory import Inventory
+from steer.core.policy import Policy, PolicyError, parse_policy
+from tests.conftest import EXAMPLE_POLICY, load_fixture
+from tests.scorer_support import SMALL_POLICY
+
+GPU = "gpu.nvidia.com"
+SLICE = load_fixture("dra/nvidia-resourceslice-gpu-node.json")  # gpu-node-1: gpu-0..3
+CLASSES = load_fixture("dra/deviceclasses.json")["items"]
+CLAIM = load_fixture("dra/resourceclaim-allocated.json")  # ml/… holds gpu-1 for trainer-0
+UUIDS = [d["attributes"]["uuid"]["string"] for d in SLICE["spec"]["devices"]]
+
+
+def _policy(heat: dict[str, str] | None) -> Policy:
+    doc = yaml.safe_load(EXAMPLE_POLICY.read_text())
+    if heat is not None:
+        doc["spec"]["devices"] = {"heat": heat}
+    return parse_policy(yaml.safe_dump(doc))
+
+
+POLICY = _policy({"query": "DCGM_FI_DEV_GPU_UTIL", "taint": "gpu-hot"})
+INVENTORY = Inventory.from_objects(CLASSES, [SLICE], [CLAIM])
+NODES = [
+    NodeState(name="gpu-node-1", allocatable={"cpu": "64"}, devices={"nvidia.com/gpu": 4}),
+    NodeState(name="cpu-1", allocatable={"cpu": "16"}),
+]
+# gpu-0 idle, gpu-1 held (busy with its pod), gpu-2 free but 97 % busy from outside.
+READINGS = DeviceReadings({UUIDS[0]: 0.0, UUIDS[1]: 85.0, UUIDS[2]: 97.0}, 1000.0)
+
+
+def test_a_node_lists_its_devices_held_free_and_hot() -> None:
+    plan, _ = plan_cycle(POLICY, NODES, {}, ScorerMemory(), now=1000.0)
+    detail = detail_view(POLICY, plan, "gpu-node-1", INVENTORY, READINGS)
+    assert detail is not None
+    by_name = {d.device.rsplit("/", 1)[-1]: d for d in detail.devices}
+    assert list(by_name) == ["gpu-0", "gpu-1", "gpu-2", "gpu-3"]
+    assert all(GPU in d.classes for d in detail.devices)
+    held = by_name["gpu-1"]
+    assert not held.free and held.claim is not None and held.pods == ("trainer-0",)
+    assert by_name["gpu-2"].free and by_name["gpu-2"].hot is True
+    assert by_name["gpu-0"].hot is False and by_name["gpu-0"].reading == 0.0
+    assert by_name["gpu-3"].hot is None  # no reading for its UUID: not known, not "cool"
+    assert NodeDetail.from_json(detail.to_json()) == detail
+    text = node_text(detail, Served(leader=True))
+    assert "held by" in text and "trainer-0" in text and UUIDS[2] in text
+    assert detail_view(POLICY, plan, "cpu-1", INVENTORY, READINGS).devices == ()  # type: ignore[union-attr]
+
+
+def test_the_cluster_counts_devices_by_class() -> None:
+    plan, _ = plan_cycle(POLICY, NODES, {}, ScorerMemory(), now=1000.0)
+    table = nodes_view(plan, POLICY, INVENTORY, READINGS)
+    (gpus,) = [c for c in table.devices if c.device_class == GPU]
+    assert (gpus.total, gpus.allocated, gpus.free, gpus.hot_free) == (4, 1, 3, 1)
+    # Every free GPU sits beside a held one: no whole node, all of them stranded.
+    assert gpus.whole_free_nodes == 0 and gpus.fragmentation == 1.0
+    (row,) = [r for r in table.nodes if r.node == "gpu-node-1"]
+    (count,) = [c for c in row.devices if c.device_class == GPU]
+    assert (count.total, count.allocated, count.free, count.hot_free) == (4, 1, 3, 1)
+    assert NodesTable.from_json(table.to_json()) == table
+    assert "devices gpu.nvidia.com: 3 free of 4 (1 held, 1 free but hot)" in nodes_text(
+        table, Served(leader=True)
+    )
+    # Without an inventory (no DRA watch) the table is as it always was.
+    assert nodes_view(plan).devices == ()
+
+
+def test_heat_names_a_raw_taint_rule() -> None:
+    with pytest.raises(PolicyError, match=r"spec.devices.heat.taint: no taint rule named 'nope'"):
+        _policy({"query": "DCGM_FI_DEV_GPU_UTIL", "taint": "nope"})
+
+
+@pytest.fixture(scope="module")
+def scraped() -> Iterator[tuple[SyntheticCluster, PrometheusServer]]:
+    cluster = SyntheticCluster(nodes=2, gpus_per_node=2)
+    cluster.set_gpu_util("node-1", 95)
+    cluster.set_gpu_util("node-2", 10)
+    with scraped_cluster(cluster, scrape_interval_s=0.5) as (_exporter, prom):
+        prom.wait_for("DCGM_FI_DEV_GPU_UTIL", lambda r: len(r.samples) == 4)
+        yield cluster, prom
+
+
+def test_one_query_reads_every_device_by_its_uuid(
+    scraped: tuple[SyntheticCluster, PrometheusServer],
+) -> None:
+    _cluster, prom = scraped
+    policy = parse_policy(
+        SMALL_POLICY + "  devices:\n    heat: {query: DCGM_FI_DEV_GPU_UTIL, taint: gpu-hot}\n"
+    )
+    with prom.client() as client:
+        readings = read_device_heat(client, policy)
+    assert readings.error is None and readings.problems == ()
+    want = {
+        dcgm_labels(n, i)["UUID"]: u
+        for n, u in (("node-1", 95.0), ("node-2", 10.0))
+        for i in (0, 1)
+    }
+    assert readings.values == pytest.approx(want)
+
+
+def test_a_ratio_where_the_rule_reads_percent_is_held_back(
+    scraped: tuple[SyntheticCluster, PrometheusServer],
+) -> None:
+    """dcgm-exporter 4.9 reports utilisation as a ratio: a 0.95 must not read as a cool 0.95 %."""
+    _cluster, prom = scraped
+    policy = parse_policy(
+        SMALL_POLICY + "  devices:\n    heat: {query: DCGM_FI_DEV_GPU_UTIL / 100, taint: gpu-hot}\n"
+    )
+    with prom.client() as client:
+        readings = read_device_heat(client, policy)
+    assert readings.values == {} and readings.problems
