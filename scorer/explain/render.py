@@ -58,24 +58,24 @@ def node_text(detail: NodeDetail, served: Served) -> str:
     if detail.drain_candidate is not None:
         lines.append(f"drain candidate: {detail.drain_candidate}")
     if detail.devices:
-        rows = [("DEVICE", "CLASSES", "PRODUCT", "UUID", "STATE", "READING", "HOT")]
-        for d in detail.devices:
-            state = "free" if d.free else (f"held by {d.claim}" if d.claim else "blocked")
-            if d.pods:
-                state += f" ({', '.join(d.pods)})"
-            hot = "-" if d.hot is None else ("yes" if d.hot else "no")
-            rows.append(
+        devices = [("DEVICE", "CLASSES", "PRODUCT", "UUID", "STATE", "READING", "HOT")]
+        for v in detail.devices:
+            state = "free" if v.free else (f"held by {v.claim}" if v.claim else "blocked")
+            if v.pods:
+                state += f" ({', '.join(v.pods)})"
+            hot = "-" if v.hot is None else ("yes" if v.hot else "no")
+            devices.append(
                 (
-                    d.device,
-                    ",".join(d.classes) or "-",
-                    d.product or "-",
-                    d.uuid or "-",
+                    v.device,
+                    ",".join(v.classes) or "-",
+                    v.product or "-",
+                    v.uuid or "-",
                     state,
-                    _fmt(d.reading),
+                    _fmt(v.reading),
                     hot,
                 )
             )
-        lines.append(_table(rows))
+        lines.append(_table(devices))
     return "\n".join(lines)
 
 
@@ -175,7 +175,7 @@ def audit_text(report: AuditReport, served: Served) -> str:
                     f"{pod.rank}/{pod.allowed}" if pod.rank is not None else "-",
                 )
             )
-        lines.append(_table(rows))
+        lines.append(_table(devices))
     return "\n".join(lines)
 
 
