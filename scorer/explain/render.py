@@ -175,7 +175,7 @@ def audit_text(report: AuditReport, served: Served) -> str:
                     f"{pod.rank}/{pod.allowed}" if pod.rank is not None else "-",
                 )
             )
-        lines.append(_table(devices))
+        lines.append(_table(rows))
     return "\n".join(lines)
 
 
