@@ -27,7 +27,7 @@ from scorer.explain.render import audit_text, node_text, nodes_text, pod_text
 from scorer.explain.view import AuditReport, NodeDetail, NodesTable, PodExplanation, Served
 from scorer.kubeapi import KubeApiError
 from scorer.leader import DEFAULT_LEASE_NAME
-from scorer.model import NodeState
+from scorer.model import NodeState, with_devices
 from scorer.retire import Removal
 from scorer.serve import (
     DEFAULT_LISTEN,
@@ -97,6 +97,11 @@ def _cmd_policy_check(args: argparse.Namespace) -> int:
     try:
         if args.kubeconfig:
             nodes = tuple(node_api(args.kubeconfig).list_nodes())
+            devices = _devices_once(args.kubeconfig)
+            try:  # a node whose GPUs are DRA devices is expected by the GPU dimensions
+                nodes = with_devices(nodes, devices.snapshot())
+            finally:
+                devices.stop()
         elif args.nodes:
             nodes = tuple(NodeState(name=n.strip()) for n in args.nodes.split(",") if n.strip())
     except (KubeConfigError, KubeApiError) as exc:
@@ -312,15 +317,21 @@ def _load_policy(given: ScorerInputs) -> Policy:
 ONCE_DEVICES_WAIT_S = 30.0
 
 
+def _devices_once(kubeconfig: str | None) -> DraStore:
+    """DRA devices (ResourceSlices), classes and claims, listed once: GPU nodes whose GPUs
+    are devices offer them. Started; the caller stops it."""
+    devices = DraStore(make_api_client(kubeconfig))
+    devices.start()
+    if not devices.wait_synced(ONCE_DEVICES_WAIT_S):
+        print(f"DRA objects not read: {devices.status().message}", file=sys.stderr)
+    return devices
+
+
 def _cmd_once(args: argparse.Namespace) -> int:
     given = _inputs(args)
     try:
         policy = _load_policy(given)
-        # DRA devices (ResourceSlices) and claims, read once: GPU nodes whose GPUs are devices.
-        devices = DraStore(make_api_client(given.kubeconfig))
-        devices.start()
-        if not devices.wait_synced(ONCE_DEVICES_WAIT_S):
-            print(f"DRA objects not read: {devices.status().message}", file=sys.stderr)
+        devices = _devices_once(given.kubeconfig)
         scorer = Scorer(
             lambda: policy,
             node_api(given.kubeconfig),

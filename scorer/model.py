@@ -6,13 +6,15 @@ builds it from the API's JSON and the planner never sees a raw dict.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
 
+from steer.core.dra.inventory import Inventory
 from steer.core.scheduling import Taint
 
 
@@ -98,3 +100,19 @@ class DeviceReadings:
     observed_at: float | None = None
     error: str | None = None
     problems: tuple[str, ...] = ()
+
+
+def with_devices(nodes: Sequence[NodeState], inventory: Inventory) -> tuple[NodeState, ...]:
+    """The nodes with the DRA devices `inventory` holds on each (NodeState.devices and
+    free_devices); a node's state is copied only when its counts changed."""
+    out = []
+    for node in nodes:
+        held = inventory.node(node.name)
+        if held is not None:
+            devices, free = held.offered(), held.free_offered()
+            if devices != node.devices or free != node.free_devices:
+                node = dataclasses.replace(node, devices=devices, free_devices=free)
+        elif node.devices:
+            node = dataclasses.replace(node, devices={}, free_devices={})
+        out.append(node)
+    return tuple(out)

@@ -25,7 +25,7 @@ from scorer.kubeapi import BOUND_PODS, PODS_PATH, KubeApiError, KubeJson
 from scorer.leader import LeaseElector
 from scorer.ledger import PodLedger
 from scorer.metrics import ScorerMetrics
-from scorer.model import DeviceReadings, NodeState
+from scorer.model import DeviceReadings, NodeState, with_devices
 from scorer.nodes import NodeCache
 from scorer.observe import DimensionFailure, DimensionReading, NodeIndex, vet
 from scorer.placementscore import PlacementScorePublisher, PublishError
@@ -414,20 +414,7 @@ class Scorer:
     def _with_devices(self, nodes: tuple[NodeState, ...]) -> tuple[NodeState, ...]:
         """The nodes with their DRA device counts as the watches last saw them (a snapshot is
         rebuilt only when a slice, claim or class changed)."""
-        if self.devices is None:
-            return nodes
-        inventory = self.devices.snapshot()
-        out = []
-        for node in nodes:
-            held = inventory.node(node.name)
-            if held is not None:
-                devices, free = held.offered(), held.free_offered()
-                if devices != node.devices or free != node.free_devices:
-                    node = dataclasses.replace(node, devices=devices, free_devices=free)
-            elif node.devices:
-                node = dataclasses.replace(node, devices={}, free_devices={})
-            out.append(node)
-        return tuple(out)
+        return nodes if self.devices is None else with_devices(nodes, self.devices.snapshot())
 
     def _generations(self) -> tuple[int, int]:
         return (
