@@ -13,9 +13,10 @@ import yaml
 from kits.prometheus_server import PrometheusServer, scraped_cluster
 from kits.synthetic_exporter import SyntheticCluster, dcgm_labels
 from scorer.explain.nodes import detail_view, nodes_view
+from scorer.explain.pod import explain_pod
 from scorer.explain.render import node_text, nodes_text
 from scorer.explain.view import NodeDetail, NodesTable, Served
-from scorer.model import DeviceReadings, NodeState
+from scorer.model import DeviceReadings, NodeState, with_devices
 from scorer.plan import ScorerMemory, plan_cycle
 from scorer.sources.prometheus import read_device_heat
 from steer.core.dra.inventory import Inventory
@@ -127,3 +128,128 @@ def test_a_ratio_where_the_rule_reads_percent_is_held_back(
     with prom.client() as client:
         readings = read_device_heat(client, policy)
     assert readings.values == {} and readings.problems
+
+
+def test_a_claim_pod_is_told_which_nodes_have_no_free_device_of_its_class() -> None:
+    """A pod whose claim template asks for a gpu.nvidia.com device: a node without such
+    devices, and one whose devices are all held, are excluded with the reason; a node with a
+    free one is not. A plain nvidia.com/gpu request is judged against the devices the
+    DeviceClass maps, not against an allocatable the DRA node does not list."""
+    full = {
+        **SLICE,
+        "metadata": {**SLICE["metadata"], "name": "full-slice"},
+        "spec": {
+            **SLICE["spec"],
+            "nodeName": "gpu-full",
+            "pool": {**SLICE["spec"]["pool"], "name": "gpu-full"},
+        },
+    }
+    held = [
+        {
+            **CLAIM,
+            "metadata": {**CLAIM["metadata"], "name": f"held-{d['name']}"},
+            "status": {
+                **CLAIM["status"],
+                "allocation": {
+                    **CLAIM["status"]["allocation"],
+                    "devices": {
+                        "results": [
+                            {
+                                "request": "gpu",
+                                "driver": GPU,
+                                "pool": "gpu-full",
+                                "device": d["name"],
+                            }
+                        ]
+                    },
+                },
+            },
+        }
+        for d in SLICE["spec"]["devices"]
+    ]
+    template = {
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "one-gpu", "namespace": "ml"},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "gpu",
+                            "exactly": {
+                                "deviceClassName": GPU,
+                                "allocationMode": "ExactCount",
+                                "count": 1,
+                            },
+                        }
+                    ]
+                }
+            }
+        },
+    }
+    # As a cluster that maps nvidia.com/gpu to the class (extendedResourceName, KEP-5004).
+    classes = [
+        {**c, "spec": {**c["spec"], "extendedResourceName": "nvidia.com/gpu"}}
+        if c["metadata"]["name"] == GPU
+        else c
+        for c in CLASSES
+    ]
+    inventory = Inventory.from_objects(classes, [SLICE, full], [CLAIM, *held], [template])
+    nodes = with_devices(
+        [
+            NodeState(
+                name="gpu-node-1", allocatable={"cpu": "64", "memory": "256Gi", "pods": "110"}
+            ),
+            NodeState(name="gpu-full", allocatable={"cpu": "64", "memory": "256Gi", "pods": "110"}),
+            NodeState(name="cpu-1", allocatable={"cpu": "16", "memory": "64Gi", "pods": "110"}),
+        ],
+        inventory,
+    )
+    # A complete pod ledger (no pods): the gates and pools are published.
+    usages = {n.name: () for n in nodes}
+    plan, _ = plan_cycle(POLICY, nodes, {}, ScorerMemory(), now=1000.0, pod_usages=usages)
+    container = {
+        "name": "main",
+        "image": "app",
+        "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}},
+    }
+    claim_pod = {
+        "metadata": {"name": "trainer", "namespace": "ml"},
+        "spec": {
+            "containers": [
+                {**container, "resources": {**container["resources"], "claims": [{"name": "gpu"}]}}
+            ],
+            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
+        },
+    }
+    labels = {"kube-steer.github.io/enabled": "true"}  # opted in, no tenant: no budget
+    got = explain_pod(POLICY, plan, nodes, claim_pod, labels, "ml", devices=inventory)
+    assert got.pod_class == "gpu"
+    verdicts = {v.node: v for v in got.verdicts}
+    assert verdicts["gpu-node-1"].allowed, verdicts["gpu-node-1"].exclusions
+    (full_reason,) = [x.reason for x in verdicts["gpu-full"].exclusions if x.rule == "dra"]
+    assert "every gpu.nvidia.com device of the node is held by a claim" in full_reason
+    (cpu_reason,) = [x.reason for x in verdicts["cpu-1"].exclusions if x.rule == "dra"]
+    assert "claim template one-gpu -> gpu.nvidia.com" in cpu_reason and "no device" in cpu_reason
+
+    plain = {
+        "metadata": {"name": "plain", "namespace": "ml"},
+        "spec": {
+            "containers": [
+                {
+                    **container,
+                    "resources": {
+                        "requests": {"cpu": "1", "nvidia.com/gpu": "1"},
+                        "limits": {"cpu": "1", "nvidia.com/gpu": "1"},
+                    },
+                }
+            ]
+        },
+    }
+    got = explain_pod(POLICY, plan, nodes, plain, labels, "ml", devices=inventory)
+    verdicts = {v.node: v for v in got.verdicts}
+    assert not any(x.rule == "resources" for x in verdicts["gpu-node-1"].exclusions), verdicts[
+        "gpu-node-1"
+    ].exclusions
+    assert verdicts["gpu-node-1"].allowed
+    assert any("0 free of its 4 devices" in x.reason for x in verdicts["gpu-full"].exclusions)

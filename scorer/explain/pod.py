@@ -19,6 +19,8 @@ from scorer.model import NodeState
 from scorer.plan import CyclePlan, NodePlan
 from steer.core.admission import ValidationPlan, validate_pod
 from steer.core.dra.catalog import DeviceCatalog
+from steer.core.dra.claims import DeviceAsk
+from steer.core.dra.classes import implicit_extended_name
 from steer.core.encoding import preference_weight
 from steer.core.mutation import Mutation, MutationPlan, steer_pod
 from steer.core.policy import Policy, Tenant
@@ -225,6 +227,14 @@ def explain_pod(
     owned_taints = owned_taint_keys(policy)
     injected_prefs = pieces.preferred if pieces else ()
     user_prefs = [t for t in preferred_terms(steered) if t not in injected_prefs]
+    # Claims are judged against the nodes' DRA devices only when the scorer sees some (its
+    # DRA watches run): without them every node would read as having none.
+    dra_seen = any(n.devices for n in nodes)
+    claim_asks = tuple(
+        a
+        for a in (mutation.classification.asks if mutation.classification else ())
+        if a.form != "extended" and a.device_classes
+    )
     verdicts = []
     for node in nodes:
         plan = cycle.node(node.name) if cycle is not None else None
@@ -263,6 +273,8 @@ def explain_pod(
             )
         soft = [str(t) for t in taints if not t.blocks and not tolerated(tolerations, t)]
         exclusions += _fit_exclusions(node, plan, requests, gate_rules)
+        if dra_seen:
+            exclusions += _device_exclusions(node, claim_asks)
         if plan is not None:
             exclusions += _resource_exclusions(policy, plan, requests, labels)
         user_weight = sum(
@@ -365,6 +377,20 @@ def _fit_exclusions(
     for name, need in requests.items():
         if need <= 0 or name in planned:
             continue
+        if (
+            node.devices.get(name, 0) > 0
+        ):  # served from the node's DRA devices (a DeviceClass maps it)
+            free = node.free_devices.get(name, 0)
+            if need > free:
+                out.append(
+                    Exclusion(
+                        rule="dra",
+                        reason=f"{name}: the pod requests {_quantity_text(need)}, the node has "
+                        f"{free} free of its {node.devices[name]} devices a DeviceClass maps to it",
+                        data={"resource": name, "devices": node.devices[name], "free": free},
+                    )
+                )
+            continue
         try:
             offered = parse_quantity(node.allocatable.get(name, "0"))
         except QuantityError:
@@ -385,6 +411,38 @@ def _fit_exclusions(
                     reason=f"{name}: the pod requests {_quantity_text(need)}, the node's "
                     f"allocatable is {node.allocatable.get(name, '0')}",
                     data={"resource": name, "allocatable": node.allocatable.get(name)},
+                )
+            )
+    return out
+
+
+def _device_exclusions(node: NodeState, asks: Sequence[DeviceAsk]) -> list[Exclusion]:
+    """A claim (or template) whose DeviceClasses the node has no device of, or no free one
+    of: the scheduler cannot allocate it there. At least one device is asked; a claim asking
+    more may still not fit where one is free (the scheduler counts)."""
+    out = []
+    for ask in asks:
+        classes = sorted(ask.device_classes or ())
+        names = [implicit_extended_name(c) for c in classes]
+        if not any(node.devices.get(n, 0) for n in names):
+            out.append(
+                Exclusion(
+                    rule="dra",
+                    reason=f"{ask.text()}: the node has no device of "
+                    f"{' or '.join(classes)} in its ResourceSlices",
+                    data={"deviceClasses": classes},
+                )
+            )
+        elif not any(node.free_devices.get(n, 0) for n in names):
+            out.append(
+                Exclusion(
+                    rule="dra",
+                    reason=f"{ask.text()}: every {' or '.join(classes)} device of the node is "
+                    "held by a claim",
+                    data={
+                        "deviceClasses": classes,
+                        "devices": sum(node.devices.get(n, 0) for n in names),
+                    },
                 )
             )
     return out
