@@ -206,7 +206,13 @@ def create_app(scorer: Scorer, *, policy_status: Callable[[], ReloadStatus] | No
             labels = scorer.node_api.all_namespace_labels()
             pods = scorer.node_api.bound_pods()
             report = audit_report(
-                scorer.policy, last.plan, last.nodes, pods, labels, limit=int(raw_limit)
+                scorer.policy,
+                last.plan,
+                last.nodes,
+                pods,
+                labels,
+                limit=int(raw_limit),
+                devices=scorer.inventory() if scorer.devices is not None else None,
             )
         except KubeApiError as exc:
             return _error(502, f"pods and namespaces could not be read: {exc}")

@@ -253,3 +253,9 @@ def test_a_claim_pod_is_told_which_nodes_have_no_free_device_of_its_class() -> N
     ].exclusions
     assert verdicts["gpu-node-1"].allowed
     assert any("0 free of its 4 devices" in x.reason for x in verdicts["gpu-full"].exclusions)
+    # A pod bound to gpu-full (its claim among those holding the devices) is not excluded from
+    # its own node by its own allocation; the audit judges bound pods this way.
+    bound = {**plain, "spec": {**plain["spec"], "nodeName": "gpu-full"}}
+    got = explain_pod(POLICY, plan, nodes, bound, labels, "ml", devices=inventory)
+    (own,) = [v for v in got.verdicts if v.node == "gpu-full"]
+    assert not any(x.rule == "dra" for x in own.exclusions), own.exclusions

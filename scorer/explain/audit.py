@@ -20,6 +20,7 @@ from scorer.explain.pod import explain_pod
 from scorer.explain.view import AuditedPod, AuditReport, RuleCount
 from scorer.model import NodeState, binding_time
 from scorer.plan import CyclePlan
+from steer.core.dra.catalog import DeviceCatalog
 from steer.core.mode import AUDIT
 from steer.core.mutation import read_trace
 from steer.core.policy import Policy
@@ -42,6 +43,7 @@ def audit_pod(
     nodes: Sequence[NodeState],
     pod: Mapping[str, Any],
     namespace_labels: Mapping[str, str],
+    devices: DeviceCatalog | None = None,
 ) -> AuditedPod:
     """One bound pod judged as enforce mode would have steered it. Raises UninterpretablePod."""
     metadata = pod.get("metadata") or {}
@@ -53,7 +55,15 @@ def audit_pod(
         "spec": {k: v for k, v in spec.items() if k != "nodeName"},
     }
     explained = explain_pod(
-        policy, cycle, nodes, as_created, namespace_labels, namespace, mode="enforce"
+        policy,
+        cycle,
+        nodes,
+        as_created,
+        namespace_labels,
+        namespace,
+        mode="enforce",
+        devices=devices,
+        bound_node=node or None,
     )
     verdict = next((v for v in explained.verdicts if v.node == node), None)
     excluded_by = (
@@ -81,6 +91,7 @@ def audit_report(
     namespace_labels: Mapping[str, Mapping[str, str]],
     *,
     limit: int = DEFAULT_LIMIT,
+    devices: DeviceCatalog | None = None,
 ) -> AuditReport:
     """The report over the audited, bound pods among `pods` (any pods: the others are
     skipped); `namespace_labels` by namespace name."""
@@ -94,7 +105,9 @@ def audit_report(
     for pod in audited[:limit]:
         namespace = str((pod.get("metadata") or {}).get("namespace") or "")
         try:
-            judged.append(audit_pod(policy, cycle, nodes, pod, namespace_labels.get(namespace, {})))
+            judged.append(
+                audit_pod(policy, cycle, nodes, pod, namespace_labels.get(namespace, {}), devices)
+            )
         except UninterpretablePod:
             unjudged += 1
     rules: Counter[str] = Counter()

@@ -171,6 +171,7 @@ def explain_pod(
     namespace: str | None = None,
     mode: Mode | None = None,
     devices: DeviceCatalog | None = None,
+    bound_node: str | None = None,
 ) -> PodExplanation:
     """Which nodes the scheduler's filters leave for the pod once the webhook has steered it,
     their rank, and why the others are excluded.
@@ -230,6 +231,8 @@ def explain_pod(
     # Claims are judged against the nodes' DRA devices only when the scorer sees some (its
     # DRA watches run): without them every node would read as having none.
     dra_seen = any(n.devices for n in nodes)
+    # A bound pod's own claims hold devices on its node: that node is not judged by them.
+    bound_node = bound_node or str(spec.get("nodeName") or "") or None
     claim_asks = tuple(
         a
         for a in (mutation.classification.asks if mutation.classification else ())
@@ -272,8 +275,8 @@ def explain_pod(
                 Exclusion(rule=f"taint {taint}", reason="the pod does not tolerate it", data=data)
             )
         soft = [str(t) for t in taints if not t.blocks and not tolerated(tolerations, t)]
-        exclusions += _fit_exclusions(node, plan, requests, gate_rules)
-        if dra_seen:
+        exclusions += _fit_exclusions(node, plan, requests, gate_rules, node.name == bound_node)
+        if dra_seen and node.name != bound_node:
             exclusions += _device_exclusions(node, claim_asks)
         if plan is not None:
             exclusions += _resource_exclusions(policy, plan, requests, labels)
@@ -365,6 +368,7 @@ def _fit_exclusions(
     plan: NodePlan | None,
     requests: Mapping[str, Fraction],
     gate_rules: Mapping[str, str],
+    bound_here: bool = False,
 ) -> list[Exclusion]:
     """NodeResourcesFit against the node's allocatable, before other pods take their share
     (the scorer does not track cpu and memory in use). A gate or pool this cycle publishes is
@@ -377,11 +381,11 @@ def _fit_exclusions(
     for name, need in requests.items():
         if need <= 0 or name in planned:
             continue
-        if (
-            node.devices.get(name, 0) > 0
-        ):  # served from the node's DRA devices (a DeviceClass maps it)
+        # Served from the node's DRA devices (a DeviceClass maps the name to them); a bound
+        # pod's own claim holds some of those on its node.
+        if node.devices.get(name, 0) > 0:
             free = node.free_devices.get(name, 0)
-            if need > free:
+            if need > free and not bound_here:
                 out.append(
                     Exclusion(
                         rule="dra",
