@@ -7,9 +7,13 @@ from collections.abc import Mapping
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from steer.adapters.build_info import BuildInfoCollector
+from steer.core.dra.inventory import ClassSummary
 
 _CYCLE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120)
 _QUERY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+
+DEVICE_STATES = ("total", "allocated", "free")
 
 
 class ScorerMetrics:
@@ -181,8 +185,28 @@ class ScorerMetrics:
             ["resource"],
             registry=r,
         )
+        self.devices = Gauge(
+            "steer_scorer_devices",
+            "DRA devices in ResourceSlices per DeviceClass, as the last cycle read them: "
+            "state total, allocated (held by a claim) or free.",
+            ["device_class", "state"],
+            registry=r,
+        )
+        self.device_whole_free_nodes = Gauge(
+            "steer_scorer_device_whole_free_nodes",
+            "Nodes whose DRA devices of the class are all free.",
+            ["device_class"],
+            registry=r,
+        )
+        self.device_fragmentation = Gauge(
+            "steer_scorer_device_fragmentation_ratio",
+            "Share of the class's free DRA devices that sit on nodes where some are held (0..1).",
+            ["device_class"],
+            registry=r,
+        )
         self._policy_version: str | None = None
         self._pool_resources: set[str] = set()
+        self._device_classes: set[str] = set()
 
     def set_policy(self, version: str) -> None:
         if version == self._policy_version:
@@ -201,3 +225,17 @@ class ScorerMetrics:
             self.pool_capacity.labels(resource=resource).set(value)
             self.pool_free.labels(resource=resource).set(free.get(resource, 0))
         self._pool_resources = set(capacity)
+
+    def set_devices(self, summaries: Mapping[str, ClassSummary]) -> None:
+        """The DRA devices of the last cycle by DeviceClass; a class gone loses its series."""
+        for gone in self._device_classes - set(summaries):
+            for state in DEVICE_STATES:
+                self.devices.remove(gone, state)
+            self.device_whole_free_nodes.remove(gone)
+            self.device_fragmentation.remove(gone)
+        for device_class, s in summaries.items():
+            for state, value in zip(DEVICE_STATES, (s.total, s.allocated, s.free), strict=True):
+                self.devices.labels(device_class=device_class, state=state).set(value)
+            self.device_whole_free_nodes.labels(device_class=device_class).set(s.whole_free_nodes)
+            self.device_fragmentation.labels(device_class=device_class).set(s.fragmentation)
+        self._device_classes = set(summaries)

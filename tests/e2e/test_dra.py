@@ -30,7 +30,7 @@ from kits.control_plane import ControlPlane
 from kits.dra import API as DRA_API
 from kits.dra import DEVICE_CLASS, DraKit, claim_pod_spec, pod_devices
 from kits.service_processes import register_admission, running_webhook, unregister_admission
-from kits.waiting import wait_until
+from kits.waiting import WaitTimeout, wait_until
 from scorer.kubeapi import KubeJson
 from steer.adapters.dra import DraStore
 from steer.adapters.kube import make_api_client
@@ -226,9 +226,8 @@ def test_dra_and_device_plugin_gpus_are_steered_alike(
         if off:
             unmet.append(f"CPU pods on cool GPU nodes: {off}")
 
-        # The DRA inventory the scorer reads agrees with the scheduler's allocations.
-        inventory = scoring.scorer.inventory()
-        summary = inventory.summary(DEVICE_CLASS)
+        # The DRA inventory the scorer reads agrees with the scheduler's allocations (once its
+        # watch has seen the last claim's status).
         allocated = dict.fromkeys(dra_nodes, 0)
         for a in allocations:
             allocated[a.node] += len(a.devices)
@@ -242,13 +241,32 @@ def test_dra_and_device_plugin_gpus_are_steered_alike(
             sum(1 for a in allocated.values() if a == 0),
             round(scattered / free if free else 0.0, 6),
         )
-        seen = (
-            summary.total,
-            summary.allocated,
-            summary.free,
-            summary.whole_free_nodes,
-            round(summary.fragmentation, 6),
+
+        def seen_summary() -> tuple[int, int, int, int, float]:
+            summary = scoring.scorer.inventory().summary(DEVICE_CLASS)
+            return (
+                summary.total,
+                summary.allocated,
+                summary.free,
+                summary.whole_free_nodes,
+                round(summary.fragmentation, 6),
+            )
+
+        with contextlib.suppress(WaitTimeout):
+            wait_until("the scorer's inventory", lambda: seen_summary() == expected, timeout=10)
+        seen = seen_summary()
+        inventory = scoring.scorer.inventory()
+        # The next cycle exports the same figures (steer_scorer_devices and friends).
+        scoring.cycle()
+        registry = scoring.scorer.metrics.registry
+        exported = tuple(
+            registry.get_sample_value(
+                "steer_scorer_devices", {"device_class": DEVICE_CLASS, "state": state}
+            )
+            for state in ("total", "allocated", "free")
         )
+        if exported != tuple(float(x) for x in expected[:3]):
+            unmet.append(f"steer_scorer_devices {exported}, allocations say {expected[:3]}")
         if seen != expected:
             unmet.append(
                 f"inventory summary (total, allocated, free, whole, fragmentation) {seen}, "
