@@ -1,18 +1,22 @@
 # One image for both services: `steer scorer run ...` and `steer webhook serve ...`.
 FROM python:3.11-slim AS build
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md constraints.txt ./
 COPY steer ./steer
 COPY scorer ./scorer
 COPY webhook ./webhook
 # Only the modules: a key or certificate left in certs/ must never reach an image layer.
 COPY certs/*.py ./certs/
-RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+# The versions the tests ran on (constraints.txt), the build backend's included: it is installed
+# from the lock and the build uses it instead of an isolated, unpinned one.
+RUN pip install --no-cache-dir -c constraints.txt setuptools \
+ && pip wheel --no-cache-dir --no-build-isolation -c constraints.txt --wheel-dir /wheels .
 
 FROM python:3.11-slim
 RUN useradd --uid 65532 --create-home steer
 COPY --from=build /wheels /wheels
-RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
+# Only the wheels built above: nothing is resolved again.
+RUN pip install --no-cache-dir --no-index --find-links /wheels /wheels/*.whl && rm -rf /wheels
 USER 65532
 ENTRYPOINT ["steer"]
 CMD ["--help"]

