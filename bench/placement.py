@@ -81,9 +81,9 @@ from `nvidia.com/gpu` requests for the others; a pod naming a claim counts as a 
 `gpu`), busy while an allocated claim holds it. Reset also deletes the bench namespaces'
 claims (waiting until they are gone) and republishes the slices. JSON per run: `gpu_forms`, how
 the bound GPU pods got their GPUs (`claim`, `extended-dra`: a plain request served by DRA,
-`device-plugin`). The webhook's and the scorer's policy is the example policy with
-`deviceClasses: [gpu.nvidia.com]` added to its `gpu` pod class, so a pod naming a claim template
-is a GPU pod as one requesting `nvidia.com/gpu` is.
+`device-plugin`). The webhook and the scorer run the example policy as shipped: its `gpu` pod class names the
+DeviceClass `gpu.nvidia.com`, so a pod naming a claim template is a GPU pod as one requesting
+`nvidia.com/gpu` is.
 
 Scenario `energy` (`--scenario energy`): energy at equal work. 24 CPU nodes of 16 cores /
 64 GiB, 8 per zone, no GPUs, no pre-existing pods: `eff-1..12` (`cpu-efficient`: 120 W idle,
@@ -183,7 +183,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import copy
 import dataclasses
 import json
 import sys
@@ -218,7 +217,6 @@ from bench.benchkit.placement_report import (  # noqa: E402
     table,
 )
 from bench.benchkit.placement_scenario import (  # noqa: E402
-    GPU,
     HOT_UTIL,
     IMAGE,
     NAMESPACES,
@@ -241,7 +239,7 @@ from bench.benchkit.results import (  # noqa: E402
     write_results,
 )
 from kits.control_plane import ControlPlane  # noqa: E402
-from kits.dra import DEVICE_CLASS, DraKit  # noqa: E402
+from kits.dra import DraKit  # noqa: E402
 from kits.prometheus_server import PrometheusServer  # noqa: E402
 from kits.service_processes import (  # noqa: E402
     RunningScorer,
@@ -262,18 +260,6 @@ EXAMPLE_POLICY = ROOT / "examples" / "policy.yaml"
 DEFAULT_MODES = "stock,steered"
 
 
-def with_device_class(doc: dict[str, Any]) -> dict[str, Any]:
-    """The policy with the DeviceClass `gpu.nvidia.com` in every pod class that requests
-    `nvidia.com/gpu`, so a pod asking for GPUs by a claim is in the GPU class too."""
-    out = copy.deepcopy(doc)
-    for pclass in out["spec"].get("podClasses") or ():
-        if GPU in (pclass.get("requestsAny") or ()):
-            classes = pclass.setdefault("deviceClasses", [])
-            if DEVICE_CLASS not in classes:
-                classes.append(DEVICE_CLASS)
-    return out
-
-
 # -- running -------------------------------------------------------------------------------------
 
 
@@ -288,8 +274,6 @@ class Bench:
         self.specs = list(self.scenario.nodes)
         self.trace = self.scenario.trace(args.seed, args.rate)
         self.policy_doc = yaml.safe_load(EXAMPLE_POLICY.read_text())
-        if self.scenario.dra:
-            self.policy_doc = with_device_class(self.policy_doc)
         self.dra = DraKit(KubeJson(plane.api_client()))
         self.webhooks: dict[str, RunningWebhook] = {}  # by mode: each serves its mode's policy
 
