@@ -1,21 +1,21 @@
 """The admission request handler: AdmissionReview bytes in, (status, body, result) out.
 
+What a pod gets is decided in the core (steer/core/decision.py: `decide_mutation`,
+`decide_validation`), the same function `/explain` asks; this module decodes the review, reads
+what the decision needs from memory and turns the verdict into bytes, metrics and logs. Everything
+a request reads is in memory: the plans built when the policy changed, the namespace map kept by
+the watch, and the DRA catalogue its watches keep (webhook/devices.py).
+
 `AdmissionHandler` never raises, so the HTTP surface (webhook/app.py) stays thin and every
 failure mode maps to an answer: 400 with a JSON error for a body that is not an AdmissionReview
-(413 for one over the size limit), an allowing review with a warning for a pod the webhook
-cannot interpret, except on validation of a tenant's pod, which is denied naming the field (no
-rule is skipped for an unusual value), 503 (the apiserver then applies the failurePolicy) when
-validation cannot know the namespace's tenant yet. Everything a request reads is in memory: the
-plans built when the policy changed (steer/core/mutation.py, steer/core/admission.py), the
-namespace map kept by the watch, and the DRA catalogue its watches keep (webhook/devices.py).
-A pod whose claim the catalogue does not know yet is steered without any gate that could keep
-it off the nodes it may need, with a warning saying so. In audit mode (steer/core/mode.py) it
-records and warns instead of steering and denying.
+(413 for one over the size limit), an allowing review with a warning for an object that is not
+a pod or a pod the decision cannot read (except on validation of a tenant's pod, which is denied
+naming the field), 503 (the apiserver then applies the failurePolicy) when validation cannot
+know the namespace's tenant yet.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -23,21 +23,15 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from steer.adapters.periodic import Periodic
-from steer.core.admission import (
-    MAX_DENIALS_SHOWN,
-    Denial,
-    Scope,
-    ValidationPlan,
-    denial_message,
-    introduced_denials,
-    uninterpretable_denial,
-    validate_pod,
+from steer.core.admission import Scope
+from steer.core.decision import (
+    AdmissionPlans,
+    PodRequest,
+    Verdict,
+    decide_mutation,
+    decide_validation,
 )
-from steer.core.infrastructure import exempt_reason
-from steer.core.mode import audits
-from steer.core.mutation import MutationPlan, UnknownNamespace, steer_pod
-from steer.core.policy import Policy, Tenant
-from steer.core.scheduling import UninterpretablePod
+from steer.core.policy import Policy
 from webhook import review as rv
 from webhook.devices import DeviceSource, NoDevices
 from webhook.metrics import WebhookMetrics
@@ -60,12 +54,6 @@ class PolicySource(Protocol):
     def on_reload_error(self, listener: Callable[[str], None]) -> None: ...
 
     def status(self) -> Any: ...
-
-
-@dataclass(frozen=True)
-class Plans:
-    mutation: MutationPlan
-    validation: ValidationPlan
 
 
 @dataclass(frozen=True)
@@ -94,19 +82,19 @@ class AdmissionHandler:
         self.max_body_bytes = max_body_bytes
         self.cert_status = cert_status
         self.policy = policy
-        self._plans: Plans | None = None
+        self._plans: AdmissionPlans | None = None
         self._relists_published = 0
         policy.subscribe(self._on_policy)
         policy.on_reload_error(lambda _message: metrics.policy_reload_errors.inc())
 
     def _on_policy(self, policy: Policy) -> None:
         # Built off the request path, then published with one reference assignment.
-        self._plans = Plans(MutationPlan.from_policy(policy), ValidationPlan.from_policy(policy))
+        self._plans = AdmissionPlans.from_policy(policy)
         self.metrics.set_policy(policy.version)
         log.info("webhook plans built for policy %s", policy.version)
 
     @property
-    def plans(self) -> Plans:
+    def plans(self) -> AdmissionPlans:
         assert self._plans is not None  # subscribe(call_now=True) built them in __init__
         return self._plans
 
@@ -173,6 +161,18 @@ class AdmissionHandler:
 
     # -- mutation --------------------------------------------------------------------------
 
+    def _request(self, review: rv.Review, obj: Mapping[str, Any]) -> PodRequest:
+        namespace = self._namespace(review, obj)
+        return PodRequest(
+            pod=obj,
+            namespace=namespace,
+            namespace_labels=self.namespaces.labels(namespace),
+            user_info=review.user_info,
+            operation=review.operation,
+            old_pod=review.old_object,
+            devices=self.devices.catalog(),
+        )
+
     def _mutate(self, review: rv.Review) -> Outcome:
         if review.operation != "CREATE":
             return Outcome(200, rv.allow(review.uid), "skipped")
@@ -184,45 +184,33 @@ class AdmissionHandler:
                 "kind",
                 f"expected a Pod object, got kind {review.kind!r}; not steered",
             )
-        namespace = self._namespace(review, obj)
-        devices = self.devices.catalog()
-        try:
-            mutation = steer_pod(
-                self.plans.mutation,
-                obj,
-                namespace,
-                functools.partial(self.namespaces.labels, namespace),
-                review.user_info,
-                devices=devices,
-            )
-        except UnknownNamespace:
-            reason, text = self._unknown_namespace(namespace)
+        request = self._request(review, obj)
+        verdict = decide_mutation(self.plans, request)
+        if verdict.result == "namespace-unknown":
+            reason, text = self._unknown_namespace(request.namespace or "")
             return self._uninterpretable("mutate", review, reason, f"{text}; pod not steered")
-        except UninterpretablePod as exc:
-            return self._uninterpretable("mutate", review, exc.field, f"pod not steered: {exc}")
-        if mutation.skipped is not None:
+        if verdict.unreadable is not None:
+            return self._unjudged("mutate", review, verdict)
+        mutation = verdict.mutation
+        if verdict.result == "skipped" or mutation is None:
             return Outcome(200, rv.allow(review.uid), "skipped")
-        patch = mutation.patch_bytes()
-        warnings = self._device_warnings(mutation.notes, synced=devices is not None)
         if not review.dry_run:
             if mutation.added:
                 self.metrics.mutated(*mutation.added)
             if mutation.would_add:
                 self.metrics.audited("mutate", *mutation.would_add)
-            if warnings:
+            if verdict.warnings:
                 self.metrics.device_doubts.inc()
-        result = "audited" if mutation.audit else "mutated" if patch else "unchanged"
-        return Outcome(200, rv.allow(review.uid, patch=patch, warnings=warnings), result)
+        body = rv.allow(review.uid, patch=mutation.patch_bytes(), warnings=list(verdict.warnings))
+        return Outcome(200, body, verdict.result)
 
-    def _device_warnings(self, notes: tuple[str, ...], *, synced: bool) -> list[str]:
-        """What the pod was classified without (a claim not known yet), one warning each."""
-        if not notes:
-            return []
-        why = "" if synced else " (the DRA catalogue has not synced yet)"
-        return [
-            f"kube-steer: {note}{why}; steered so that no gate keeps it off nodes it may need"
-            for note in notes
-        ]
+    def _unjudged(self, endpoint: Endpoint, review: rv.Review, verdict: Verdict) -> Outcome:
+        """A pod allowed unjudged: a field the decision could not read, named in a warning."""
+        assert verdict.unreadable is not None
+        self.metrics.uninterpretable_review(endpoint, verdict.unreadable.field)
+        log.warning("%s %s: %s", endpoint, review.uid, verdict.unreadable.log)
+        body = rv.allow(review.uid, warnings=list(verdict.warnings))
+        return Outcome(200, body, "uninterpretable")
 
     # -- validation ------------------------------------------------------------------------
 
@@ -238,101 +226,28 @@ class AdmissionHandler:
                 "kind",
                 f"expected a Pod object, got kind {review.kind!r}; not validated",
             )
-        plan = self.plans.validation
-        namespace = self._namespace(review, obj)
-        if namespace in plan.excluded_namespaces:
-            return Outcome(200, rv.allow(review.uid), "skipped")
-        if exempt_reason(plan.policy, obj, review.user_info) is not None:
-            return Outcome(200, rv.allow(review.uid), "skipped")
-        labels = self.namespaces.labels(namespace)
-        if labels is None:
+        request = self._request(review, obj)
+        verdict = decide_validation(self.plans, request, scope)
+        if verdict.result == "namespace-unknown":
             # Without the tenant no rule can be judged; let the failurePolicy decide (Fail for
             # the security configuration) instead of guessing.
-            reason, text = self._unknown_namespace(namespace)
+            reason, text = self._unknown_namespace(request.namespace or "")
             self.metrics.uninterpretable_review(endpoint, reason)
             return Outcome(503, rv.error_body(reason, f"{text}; retry shortly"), "unavailable")
-        tenant = self.plans.mutation.tenant(labels)
-        old = review.old_object if review.operation == "UPDATE" else None
-        if review.operation == "CREATE" and audits(plan.policy, tenant):
-            # Audit mode: judge the pod enforce mode would have made, so a warning names only
-            # what enforcing would deny (a routed schedulerName is no violation).
-            obj = self._as_enforced(obj, namespace, labels, review.user_info)
-        try:
-            denials = validate_pod(plan, obj, tenant, namespace, scope=scope)
-        except UninterpretablePod as exc:
-            # A tenant's rules are never skipped for a field they cannot read. Outside every
-            # tenant, and for a field the stored pod already had unreadable (an UPDATE of a pod
-            # admitted before), the pod passes with a warning.
-            if tenant is None or (
-                old is not None
-                and _unreadable_field(plan, old, tenant, namespace, scope) == exc.field
-            ):
-                return self._uninterpretable(
-                    endpoint, review, exc.field, f"pod not validated: {exc}"
-                )
-            self.metrics.uninterpretable_review(endpoint, exc.field)
-            log.warning("%s %s: pod denied, not validated: %s", endpoint, review.uid, exc)
-            return self._deny(
-                review,
-                [uninterpretable_denial(exc, tenant, namespace)],
-                "denied-uninterpretable",
-                tenant,
-            )
-        if denials and old is not None:
-            try:
-                denials = introduced_denials(
-                    denials, validate_pod(plan, old, tenant, namespace, scope=scope)
-                )
-            except UninterpretablePod as exc:
-                # A stored pod validation cannot read shows nothing it already had: for a
-                # tenant's pod every denial stands.
-                if tenant is None:
-                    return self._uninterpretable(
-                        endpoint, review, exc.field, f"pod not validated: oldObject {exc}"
-                    )
-        if not denials:
-            return Outcome(200, rv.allow(review.uid), "allowed")
-        return self._deny(review, denials, "denied", tenant)
-
-    def _as_enforced(
-        self,
-        pod: Mapping[str, Any],
-        namespace: str,
-        labels: Mapping[str, str],
-        user_info: Mapping[str, Any] | None,
-    ) -> Mapping[str, Any]:
-        """`pod` as the mutation would leave it in enforce mode (as it is where it cannot)."""
-        try:
-            mutation = steer_pod(
-                self.plans.mutation,
-                pod,
-                namespace,
-                lambda: labels,
-                user_info,
-                mode="enforce",
-                devices=self.devices.catalog(),
-            )
-        except UninterpretablePod:
-            return pod  # validation names the field
-        return mutation.apply(pod)
-
-    def _deny(
-        self, review: rv.Review, denials: list[Denial], result: str, tenant: Tenant | None
-    ) -> Outcome:
-        """Deny; in audit mode (steer/core/mode.py) allow, and say in a warning what would be
-        denied, unless a security taint rule denies: those hold in every mode."""
-        warnings: list[str] = []
-        if audits(self.plans.validation.policy, tenant):
-            audited = [d for d in denials if not d.security]
-            if not review.dry_run and audited:
-                self.metrics.audited("deny", *(d.rule for d in audited))
-            warnings += audit_warnings(audited)
-            denials = [d for d in denials if d.security]  # security rules hold in every mode
-            if not denials:
-                return Outcome(200, rv.allow(review.uid, warnings=warnings), "audited")
-        if not review.dry_run and denials:
-            self.metrics.denied(*(d.rule for d in denials))
-        return Outcome(200, rv.deny(review.uid, denial_message(denials), warnings=warnings), result)
+        if verdict.result == "uninterpretable":
+            return self._unjudged(endpoint, review, verdict)
+        if verdict.unreadable is not None:
+            self.metrics.uninterpretable_review(endpoint, verdict.unreadable.field)
+            log.warning("%s %s: %s", endpoint, review.uid, verdict.unreadable.log)
+        if not review.dry_run:
+            if verdict.audited:
+                self.metrics.audited("deny", *(d.rule for d in verdict.audited))
+            if verdict.denials:
+                self.metrics.denied(*(d.rule for d in verdict.denials))
+        warnings = list(verdict.warnings)
+        if verdict.message is None:
+            return Outcome(200, rv.allow(review.uid, warnings=warnings), verdict.result)
+        return Outcome(200, rv.deny(review.uid, verdict.message, warnings=warnings), verdict.result)
 
     # -- health ------------------------------------------------------------------------------
 
@@ -368,17 +283,6 @@ class AdmissionHandler:
             self._relists_published = ns.relists
 
 
-def _unreadable_field(
-    plan: ValidationPlan, pod: Mapping[str, Any], tenant: Tenant, namespace: str, scope: Scope
-) -> str | None:
-    """The field validation cannot read in `pod` (an UPDATE's stored pod), or None."""
-    try:
-        validate_pod(plan, pod, tenant, namespace, scope=scope)
-    except UninterpretablePod as exc:
-        return exc.field
-    return None
-
-
 def start_status_pump(
     handler: AdmissionHandler, interval: float = 1.0, *, status_dir: str | None = None
 ) -> Periodic:
@@ -395,11 +299,3 @@ def start_status_pump(
             write_worker_status(status_dir, {**detail, "ready": ready})
 
     return Periodic("webhook-status", interval, publish).start()
-
-
-def audit_warnings(denials: list[Denial]) -> list[str]:
-    """What audit mode would deny, a warning a rule (kubectl prints each; the apiserver keeps
-    256 characters of each): at most MAX_DENIALS_SHOWN, then how many more."""
-    shown = [f"kube-steer audit: would deny: {d.message}" for d in denials[:MAX_DENIALS_SHOWN]]
-    more = len(denials) - MAX_DENIALS_SHOWN
-    return shown + ([f"kube-steer audit: would deny {more} more"] if more > 0 else [])

@@ -1,7 +1,7 @@
 """Pod validation: the policy's denial rules, each denial naming the rule, the field and values.
 
-Pure, in the core: the webhook's `/validate` serves it, and `/explain` reports what it denies in
-the mutated pod. Three rules, one per tenant field that limits a pod
+Pure, in the core: the admission decision (steer/core/decision.py) applies it for the webhook's
+`/validate` and for `/explain`, with the exemptions, audit mode and the UPDATE rule. Three rules, one per tenant field that limits a pod
 (steer/core/policy/tenants.py: `allowedSchedulerNames`, `allowedTolerations`,
 `overcommitPercent`):
 - `scheduler-name`: the namespace's tenant may use only its allowed schedulerNames;
@@ -302,3 +302,11 @@ def denial_message(denials: Sequence[Denial]) -> str:
     more = len(denials) - MAX_DENIALS_SHOWN
     tail = f"; and {more} more" if more > 0 else ""
     return f"{len(denials)} policy violations: {shown}{tail}"
+
+
+def audit_warnings(denials: Sequence[Denial]) -> list[str]:
+    """What audit mode would deny, a warning a rule (kubectl prints each; the apiserver keeps
+    256 characters of each): at most MAX_DENIALS_SHOWN, then how many more."""
+    shown = [f"kube-steer audit: would deny: {d.message}" for d in denials[:MAX_DENIALS_SHOWN]]
+    more = len(denials) - MAX_DENIALS_SHOWN
+    return shown + ([f"kube-steer audit: would deny {more} more"] if more > 0 else [])

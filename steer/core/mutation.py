@@ -1,6 +1,7 @@
 """The steered pod: what the policy makes of a pod, as a JSON Patch, the pod it makes and the
 trace the pod carries. The webhook's `/mutate` (webhook/handler.py) and `/explain/pod`
-(scorer/explain/pod.py) both call `steer_pod`, so the pod explained is the pod admitted.
+(scorer/explain/pod.py) both get it from `steer_pod` through the admission decision
+(steer/core/decision.py), so the pod explained is the pod admitted.
 
 Pure. `MutationPlan.from_policy` runs once per policy change and precomputes, for every
 (tenant, pod class), the preferred terms, the required rules, the tolerations and the
