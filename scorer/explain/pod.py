@@ -2,9 +2,10 @@
 labels, taints and resources each node carries once the plan is applied.
 
 Pure: a `CyclePlan`, the nodes as read and a pod spec in, a `PodExplanation`
-(scorer/explain/view/) out. The pod evaluated is the one the webhook admits: the patch of
-`steer.core.mutation.steer_pod`, which the webhook sends, applied to the pod; so the answer
-matches what the stock scheduler does with it.
+(scorer/explain/view/) out. The pod evaluated is the one the webhook admits, and whether it
+admits it is the webhook's own decision (`steer.core.decision.decide`): its patch applied, its
+validation's denials and warnings; so the answer matches what the webhook and the stock
+scheduler do with it.
 """
 
 from __future__ import annotations
@@ -14,16 +15,22 @@ from fractions import Fraction
 from typing import Any
 
 from scorer.explain.nodes import condition_text, gate_view, pool_view, time_text
-from scorer.explain.view import DeviceAskView, Exclusion, NodeVerdict, PodExplanation
+from scorer.explain.view import (
+    AdmissionView,
+    DeviceAskView,
+    Exclusion,
+    NodeVerdict,
+    PodExplanation,
+)
 from scorer.model import NodeState
 from scorer.plan import CyclePlan, NodePlan
-from steer.core.admission import ValidationPlan, validate_pod
+from steer.core.decision import Admission, AdmissionPlans, PodRequest, decide
 from steer.core.dra.catalog import DeviceCatalog
 from steer.core.dra.claims import DeviceAsk
 from steer.core.dra.classes import implicit_extended_name
 from steer.core.encoding import preference_weight
-from steer.core.mutation import Mutation, MutationPlan, steer_pod
-from steer.core.policy import Policy, Tenant
+from steer.core.mutation import Mutation
+from steer.core.policy import Policy
 from steer.core.policy.spec import Mode
 from steer.core.quantity import QuantityError, parse_quantity
 from steer.core.scheduling import (
@@ -54,13 +61,13 @@ from steer.core.steering import (
 
 # The plans of the last few policies explained against, by content digest: a plan is built
 # once per policy change, as the webhook builds its own.
-_PLANS: dict[str, tuple[MutationPlan, ValidationPlan]] = {}
+_PLANS: dict[str, AdmissionPlans] = {}
 
 
-def _plans(policy: Policy) -> tuple[MutationPlan, ValidationPlan]:
+def _plans(policy: Policy) -> AdmissionPlans:
     plans = _PLANS.get(policy.digest)
     if plans is None:
-        plans = (MutationPlan.from_policy(policy), ValidationPlan.from_policy(policy))
+        plans = AdmissionPlans.from_policy(policy)
         if len(_PLANS) >= 4:
             _PLANS.clear()
         _PLANS[policy.digest] = plans
@@ -172,20 +179,24 @@ def explain_pod(
     mode: Mode | None = None,
     devices: DeviceCatalog | None = None,
     bound_node: str | None = None,
+    user_info: Mapping[str, Any] | None = None,
 ) -> PodExplanation:
     """Which nodes the scheduler's filters leave for the pod once the webhook has steered it,
     their rank, and why the others are excluded.
 
-    The pod is evaluated as the webhook admits it: `steer_pod`'s patch applied, so with the
-    injected preferred terms, tolerations, gate and pool requests and schedulerName, under
-    Kubernetes' rules (`steer.core.scheduling`), and checked by the webhook's validation. A
-    node is excluded by NodeAffinity (nodeSelector and required terms; the reasons name the
-    pod's own field that fails), NoSchedule/NoExecute taints and cordons the pod does not
-    tolerate, NodeResourcesFit, and the gates and pools this cycle publishes. Rank is by the weight the NodeAffinity plugin would add
-    up: the injected preference terms plus the pod's own other preferred terms (ties share a
-    rank).
+    The pod is evaluated as the webhook admits it, created by `user_info` (None: a user who is
+    neither a DaemonSet controller nor a kubelet): the webhook's decision
+    (`steer.core.decision.decide`) gives its patch, so with the injected preferred terms,
+    tolerations, gate and pool requests and schedulerName, and says whether validation admits
+    it, with what warnings (`PodExplanation.admission`); the pod is then placed under
+    Kubernetes' rules (`steer.core.scheduling`). A node is excluded by NodeAffinity
+    (nodeSelector and required terms; the reasons name the pod's own field that fails),
+    NoSchedule/NoExecute taints and cordons the pod does not tolerate, NodeResourcesFit, and
+    the gates and pools this cycle publishes. Rank is by the weight the NodeAffinity plugin
+    would add up: the injected preference terms plus the pod's own other preferred terms (ties
+    share a rank).
     A pod of a namespace that is not opted in is evaluated as it is: the webhook leaves it alone.
-    So is a pod of an audited tenant (steer/core/mode.py), unless `mode` asks what the other mode
+    So is infrastructure (steer/core/infrastructure.py) and a pod of an audited tenant (steer/core/mode.py), unless `mode` asks what the other mode
     would do (the audit report asks for `enforce`).
     The pod is classified as the webhook classifies it, its claims looked up in `devices` (the
     scorer's DRA snapshot; None: no claim is known), and the explanation lists the devices it
@@ -199,13 +210,17 @@ def explain_pod(
         as_pod = {**pod, "metadata": {}}
     else:
         as_pod = pod
-    mutation_plan, validation_plan = _plans(policy)
-    tenant = mutation_plan.tenant(namespace_labels)
-    mutation = steer_pod(
-        mutation_plan, as_pod, namespace, lambda: namespace_labels, mode=mode, devices=devices
-    )
+    plans = _plans(policy)
+    tenant = plans.mutation.tenant(namespace_labels)
+    request = PodRequest(as_pod, namespace, namespace_labels, user_info, devices=devices, mode=mode)
+    admission = decide(plans, request)
+    unreadable = admission.mutation.unreadable
+    if unreadable is not None:
+        raise UninterpretablePod(unreadable.field, unreadable.reason)
+    mutation = admission.mutation.mutation
+    assert mutation is not None  # a CREATE whose namespace's labels are known is judged
     pieces = mutation.pieces
-    steered = mutation.apply(as_pod)["spec"]
+    steered = admission.pod["spec"]
     preferences = pieces.preference_terms if pieces else ()
     gate_rules = {g.resource: g.rule for g in pieces.resources.gates} if pieces else {}
     try:
@@ -222,7 +237,7 @@ def explain_pod(
     problems = (
         toleration_problems(tolerations)
         + selector_problems(user_terms, "spec.affinity.nodeAffinity.required.nodeSelectorTerms")
-        + _denials(validation_plan, mutation, steered, tenant, namespace)
+        + tuple(f"the webhook denies it: {d.message}" for d in admission.denials)
     )
     owned_labels = owned_label_keys(policy)
     owned_taints = owned_taint_keys(policy)
@@ -332,6 +347,14 @@ def explain_pod(
         skipped=mutation.skipped,
         device_asks=_device_asks(mutation),
         device_notes=mutation.notes,
+        admission=admission_view(admission),
+    )
+
+
+def admission_view(admission: Admission) -> AdmissionView:
+    """What the webhooks answer: admitted or refused, the apiserver's message, the warnings."""
+    return AdmissionView(
+        allowed=admission.allowed, message=admission.message, warnings=admission.warnings
     )
 
 
@@ -346,21 +369,6 @@ def _device_asks(mutation: Mutation) -> tuple[DeviceAskView, ...]:
         )
         for a in asks
     )
-
-
-def _denials(
-    plan: ValidationPlan,
-    mutation: Mutation,
-    steered: Mapping[str, Any],
-    tenant: Tenant | None,
-    namespace: str | None,
-) -> tuple[str, ...]:
-    """What the webhook's validation denies in the pod as mutated (validation runs after every
-    mutation, in every namespace it does not exclude)."""
-    if mutation.skipped == "excluded-namespace":
-        return ()
-    denials = validate_pod(plan, {"spec": steered}, tenant, namespace or "?")
-    return tuple(f"the webhook denies it: {d.message}" for d in denials)
 
 
 def _fit_exclusions(

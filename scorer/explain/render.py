@@ -122,6 +122,7 @@ def pod_text(pod: PodExplanation, served: Served) -> str:
     if pod.device_asks:
         lines.append(f"devices asked: {'; '.join(a.text for a in pod.device_asks)}")
     lines += [f"note: {note}" for note in pod.device_notes]
+    lines += [f"webhook warning: {warning}" for warning in pod.admission.warnings]
     if pod.scheduler is not None:
         lines += scheduler_lines(pod.scheduler)
     rows = [("RANK", "NODE", "STEERING", "USER", "SOFT TAINTS")]

@@ -33,6 +33,7 @@ from scorer.explain.view.nodes_table import (
     PoolCell,
 )
 from scorer.explain.view.pod_explanation import (
+    AdmissionView,
     DeviceAskView,
     Exclusion,
     NodeVerdict,
@@ -44,6 +45,7 @@ from scorer.explain.view.pod_explanation import (
 from scorer.explain.view.served import Served
 
 __all__ = [
+    "AdmissionView",
     "AuditReport",
     "AuditedPod",
     "BudgetPools",

@@ -167,6 +167,27 @@ class DeviceAskView:
 
 
 @dataclass(frozen=True)
+class AdmissionView:
+    """What the webhooks answer for the pod (steer/core/decision.py): whether it is admitted,
+    the message the apiserver refuses it with, the warnings kubectl prints."""
+
+    allowed: bool = True
+    message: str | None = None
+    warnings: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"allowed": self.allowed, "message": self.message, "warnings": list(self.warnings)}
+
+    @classmethod
+    def from_json(cls, obj: Json) -> AdmissionView:
+        return cls(
+            allowed=bool(obj.get("allowed", True)),
+            message=obj.get("message"),
+            warnings=tuple(obj.get("warnings") or ()),
+        )
+
+
+@dataclass(frozen=True)
 class PodExplanation:
     """`/explain/pod`: where the pod may go once the webhook has steered it."""
 
@@ -193,6 +214,8 @@ class PodExplanation:
     # (a claim not known yet: steered so that no gate keeps it off nodes it may need).
     device_asks: tuple[DeviceAskView, ...] = ()
     device_notes: tuple[str, ...] = ()
+    # What the webhooks answer (their one decision): admitted, the denial, the warnings.
+    admission: AdmissionView = field(default_factory=AdmissionView)
 
     @property
     def allowed(self) -> tuple[NodeVerdict, ...]:
@@ -217,6 +240,7 @@ class PodExplanation:
             "problems": list(self.problems),
             "deviceAsks": [a.to_json() for a in self.device_asks],
             "deviceNotes": list(self.device_notes),
+            "admission": self.admission.to_json(),
             "allowed": [
                 {
                     "node": v.node,
@@ -279,4 +303,5 @@ class PodExplanation:
             else None,
             device_asks=tuple(DeviceAskView.from_json(a) for a in obj.get("deviceAsks") or ()),
             device_notes=tuple(obj.get("deviceNotes") or ()),
+            admission=AdmissionView.from_json(obj.get("admission") or {}),
         )
