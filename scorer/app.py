@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
@@ -36,6 +36,7 @@ from scorer.kubeapi import KubeApiError
 from scorer.page import page_asset
 from scorer.service import Scorer
 from steer.adapters.policy_file import ReloadStatus
+from steer.core.infrastructure import presumed_requester
 from steer.core.scheduling import UninterpretablePod, pod_spec_of
 
 PAGE_POLICY = (
@@ -114,6 +115,7 @@ def create_app(scorer: Scorer, *, policy_status: Callable[[], ReloadStatus] | No
         namespace: str | None,
         labels: dict[str, str] | None,
         scheduler: SchedulerVerdict | None = None,
+        user_info: Mapping[str, Any] | None = None,
     ) -> Response:
         last = scorer.last
         if last is None:
@@ -136,7 +138,14 @@ def create_app(scorer: Scorer, *, policy_status: Callable[[], ReloadStatus] | No
             # The DRA snapshot the scorer's watches keep, to classify claim pods by.
             devices = scorer.inventory() if scorer.devices is not None else None
             result = explain_pod(
-                scorer.policy, last.plan, last.nodes, pod, labels, namespace, devices=devices
+                scorer.policy,
+                last.plan,
+                last.nodes,
+                pod,
+                labels,
+                namespace,
+                devices=devices,
+                user_info=user_info,
             )
         except UninterpretablePod as exc:
             return _error(400, f"body: {exc}")
@@ -175,7 +184,11 @@ def create_app(scorer: Scorer, *, policy_status: Callable[[], ReloadStatus] | No
             events = scorer.node_api.failed_scheduling_events(namespace, name)
         except KubeApiError as exc:
             events_error = f"events of {namespace}/{name} not read ({exc.status}): {exc.message}"
-        return explain(pod, namespace, None, scheduler_verdict(pod, events, events_error))
+        # Admitted as its creator asked: a DaemonSet's pod by its controller, a mirror pod by
+        # its kubelet (both exempt), any other by a user.
+        creator = presumed_requester(scorer.policy, pod)
+        verdict = scheduler_verdict(pod, events, events_error)
+        return explain(pod, namespace, None, verdict, creator)
 
     @app.get("/")
     def page() -> Response:

@@ -28,6 +28,7 @@ from scorer.explain.pod import explain_pod
 from scorer.kubeapi import PODS_PATH, KubeApiError, KubeJson
 from scorer.service import Scorer
 from steer.adapters.listwatch import ListWatcher
+from steer.core.infrastructure import presumed_requester
 from steer.core.mode import AUDIT
 from steer.core.mutation import read_trace
 from steer.core.scheduling import UninterpretablePod
@@ -262,7 +263,14 @@ def report_blocked(scorer: Scorer, pending: PendingPods, events: SteeringEvents)
             continue
         try:
             explained = explain_pod(
-                policy, last.plan, last.nodes, pod, ns_labels, namespace, devices=devices
+                policy,
+                last.plan,
+                last.nodes,
+                pod,
+                ns_labels,
+                namespace,
+                devices=devices,
+                user_info=presumed_requester(policy, pod),  # as it was admitted
             )
         except UninterpretablePod:
             continue

@@ -33,6 +33,7 @@ from steer.core.decision import (
     decide_validation,
 )
 from steer.core.dra.catalog import DeviceCatalog
+from steer.core.infrastructure import presumed_requester
 from steer.core.scheduling import UninterpretablePod
 from tests.conftest import EXAMPLE_POLICY, FIXTURES
 from tests.dra_support import CLAIM_POD, DOUBLE_GPU_TEMPLATE, FakeCatalog, FakeStore
@@ -240,6 +241,29 @@ def test_an_exempt_daemonset_pod_is_admitted_by_both(
     forged = _review("team-b", owner="DaemonSet", tolerations=(WILDCARD,))
     denied = assert_agree(handlers["enforce"], forged)
     assert not denied.allowed and "rule reserved-toleration" in (denied.message or "")
+
+
+def test_a_live_infrastructure_pod_is_explained_as_its_creator_had_it_admitted(
+    handlers: dict[str, AdmissionHandler],
+) -> None:
+    """A pod read back from the API names no creator: a DaemonSet's pod is explained as its
+    controller had it admitted, a mirror pod as its kubelet had (both exempt), any other as a
+    user's."""
+    policy = handlers["enforce"].policy.current
+    labels = NAMESPACES["team-b"]
+    daemon = _review("team-b", owner="DaemonSet", tolerations=(WILDCARD,))["request"]["object"]
+    mirror = _review("team-b", owner=None, mirror=True, tolerations=(WILDCARD,))["request"][
+        "object"
+    ]
+    mirror["spec"]["nodeName"] = "n1"
+    for pod, skipped in ((daemon, "daemonset"), (mirror, "mirror-pod")):
+        creator = presumed_requester(policy, pod)
+        explained = explain_pod(policy, None, NODES, pod, labels, "team-b", user_info=creator)
+        assert explained.skipped == skipped and explained.admission.allowed
+        assert not explained.problems
+    plain = _review("team-b", tolerations=(WILDCARD,))["request"]["object"]
+    assert presumed_requester(policy, plain) is None
+    assert not explain_pod(policy, None, NODES, plain, labels, "team-b").admission.allowed
 
 
 def test_a_static_pods_mirror_is_admitted_by_both(handlers: dict[str, AdmissionHandler]) -> None:

@@ -80,6 +80,21 @@ def exempt_reason(
     return None
 
 
+def presumed_requester(policy: Policy, pod: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Who created a pod read back from the API, as far as the pod tells (the API keeps no
+    creator): a DaemonSet's pod its controller (the first of `daemonSetCreators`), a mirror pod
+    its node's kubelet; None (a user) for any other. For explaining a live pod as it was
+    admitted, never for exempting a request: `exempt_reason` asks who did ask."""
+    creators = policy.spec.infrastructure.daemon_set_creators
+    if _is_daemonset_pod(pod) and creators:
+        return {"username": creators[0], "groups": []}
+    annotations = _field(_field(pod, "metadata"), "annotations")
+    if isinstance(annotations, Mapping) and MIRROR_ANNOTATION in annotations:
+        node = _field(_field(pod, "spec"), "nodeName")
+        return {"username": f"system:node:{node or ''}", "groups": [NODES_GROUP]}
+    return None
+
+
 def _cel_string(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
