@@ -415,6 +415,14 @@ class Scorer:
         """The DRA devices and claims as last seen (empty without DRA watches)."""
         return self.devices.snapshot() if self.devices is not None else Inventory.empty()
 
+    def _remember(self, state: NodeState) -> None:
+        """A newer state of a planned node (the answer to our write, or the node watch's),
+        with the DRA devices the last cycle gave it: neither source knows them."""
+        held = self._nodes.get(state.name)
+        if held is not None and held.devices:
+            state = dataclasses.replace(state, devices=held.devices, free_devices=held.free_devices)
+        self._nodes[state.name] = state
+
     def _with_devices(self, nodes: tuple[NodeState, ...]) -> tuple[NodeState, ...]:
         """The nodes with their DRA device counts as the watches last saw them (a snapshot is
         rebuilt only when a slice, claim or class changed)."""
@@ -489,14 +497,7 @@ class Scorer:
                 for name in names:  # as the node watch last saw them (a foreign taint, ...)
                     seen = cache.get(name)
                     if seen is not None:
-                        held = self._nodes[name]
-                        self._nodes[name] = (
-                            dataclasses.replace(
-                                seen, devices=held.devices, free_devices=held.free_devices
-                            )
-                            if held.devices
-                            else seen
-                        )
+                        self._remember(seen)
             # Their DRA devices as the last cycle read them: a refresh follows bindings, and
             # rebuilding the inventory (0.5 s at 40,000 devices) per binding would cost more
             # than the free-device counts it refreshes; reserved nodes follow the slices,
@@ -578,7 +579,7 @@ class Scorer:
             write_s = time.perf_counter() - t2
             for written in report.results:
                 if written.state is not None and written.node in self._nodes:
-                    self._nodes[written.node] = written.state
+                    self._remember(written.state)
                     if self.node_cache is not None:
                         self.node_cache.offer(written.state)
             self.metrics.node_writes.labels(result="ok").inc(report.nodes_written)
