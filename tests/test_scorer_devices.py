@@ -99,15 +99,19 @@ def scraped() -> Iterator[tuple[SyntheticCluster, PrometheusServer]]:
         yield cluster, prom
 
 
+def heat_of(prom: PrometheusServer, query: str) -> DeviceReadings:
+    """`spec.devices.heat` with this query, against the gpu-hot rule (util > 90 %)."""
+    policy = parse_policy(
+        SMALL_POLICY + f"  devices:\n    heat: {{query: {query}, taint: gpu-hot}}\n"
+    )
+    with prom.client() as client:
+        return read_device_heat(client, policy)
+
+
 def test_one_query_reads_every_device_by_its_uuid(
     scraped: tuple[SyntheticCluster, PrometheusServer],
 ) -> None:
-    _cluster, prom = scraped
-    policy = parse_policy(
-        SMALL_POLICY + "  devices:\n    heat: {query: DCGM_FI_DEV_GPU_UTIL, taint: gpu-hot}\n"
-    )
-    with prom.client() as client:
-        readings = read_device_heat(client, policy)
+    readings = heat_of(scraped[1], "DCGM_FI_DEV_GPU_UTIL")
     assert readings.error is None and readings.problems == ()
     want = {
         dcgm_labels(n, i)["UUID"]: u
@@ -121,12 +125,7 @@ def test_a_ratio_where_the_rule_reads_percent_is_held_back(
     scraped: tuple[SyntheticCluster, PrometheusServer],
 ) -> None:
     """dcgm-exporter 4.9 reports utilisation as a ratio: a 0.95 must not read as a cool 0.95 %."""
-    _cluster, prom = scraped
-    policy = parse_policy(
-        SMALL_POLICY + "  devices:\n    heat: {query: DCGM_FI_DEV_GPU_UTIL / 100, taint: gpu-hot}\n"
-    )
-    with prom.client() as client:
-        readings = read_device_heat(client, policy)
+    readings = heat_of(scraped[1], "DCGM_FI_DEV_GPU_UTIL / 100")
     assert readings.values == {} and readings.problems
 
 
