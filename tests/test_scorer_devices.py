@@ -9,16 +9,23 @@ from collections.abc import Iterator
 
 import pytest
 import yaml
+from kubernetes import client
 
+from kits.apistub import ApiStub
+from kits.apistub.synthetic import synthetic_node
 from kits.prometheus_server import PrometheusServer, scraped_cluster
 from kits.synthetic_exporter import SyntheticCluster, dcgm_labels
 from scorer.explain.nodes import detail_view, nodes_view
 from scorer.explain.pod import explain_pod
 from scorer.explain.render import node_text, nodes_text
 from scorer.explain.view import NodeDetail, NodesTable, Served
+from scorer.kubeapi import KubeJson
+from scorer.ledger import PodLedger
 from scorer.model import DeviceReadings, NodeState, with_devices
 from scorer.plan import ScorerMemory, plan_cycle
+from scorer.service import Scorer
 from scorer.sources.prometheus import read_device_heat
+from scorer.writer import NodeApi
 from steer.core.dra.inventory import Inventory
 from steer.core.policy import Policy, PolicyError, parse_policy
 from tests.conftest import EXAMPLE_POLICY, load_fixture
@@ -258,3 +265,52 @@ def test_a_claim_pod_is_told_which_nodes_have_no_free_device_of_its_class() -> N
     got = explain_pod(POLICY, plan, nodes, bound, labels, "ml", devices=inventory)
     (own,) = [v for v in got.verdicts if v.node == "gpu-full"]
     assert not any(x.rule == "dra" for x in own.exclusions), own.exclusions
+
+
+class FixedDevices:
+    """The DRA watches' store as the scorer reads it: one snapshot."""
+
+    def __init__(self, inventory: Inventory) -> None:
+        self.inventory = inventory
+
+    def snapshot(self) -> Inventory:
+        return self.inventory
+
+
+def test_a_refresh_after_our_own_write_keeps_a_dra_node_reserved(
+    apistub: ApiStub, kube_client: client.ApiClient
+) -> None:
+    """The answer to the scorer's write (and the node watch) knows nothing of ResourceSlices:
+    a refresh after bindings must plan a DRA GPU node with the devices its cycle gave it, or it
+    withdraws `reserved-for-gpu` and CPU pods follow onto the GPU node (found by the DRA e2e)."""
+    apistub.add_node(synthetic_node("gpu-node-1", cpu="64", memory="256Gi"))  # GPUs by DRA only
+    apistub.add_node(synthetic_node("cpu-1", cpu="16", memory="64Gi"))
+    policy = _policy(None)
+    ledger = PodLedger()
+    ledger.replace([])
+    scorer = Scorer(
+        lambda: policy,
+        NodeApi(KubeJson(kube_client)),
+        prometheus_url="http://127.0.0.1:9",  # nothing listens: reserved nodes need no data
+        ledger=ledger,
+        devices=FixedDevices(INVENTORY),
+    )
+    key = "kube-steer.github.io/reserved-for-gpu"
+    try:
+        scorer.run_cycle()
+        assert apistub.get("nodes", "gpu-node-1")["metadata"]["labels"].get(key) == "true"
+        assert key not in apistub.get("nodes", "cpu-1")["metadata"]["labels"]
+        pod = {
+            "metadata": {"name": "p", "namespace": "default"},
+            "spec": {
+                "nodeName": "gpu-node-1",
+                "containers": [
+                    {"name": "c", "image": "x", "resources": {"requests": {"cpu": "1"}}}
+                ],
+            },
+        }
+        ledger.apply("ADDED", apistub.create("pods", pod))
+        assert scorer.refresh_hot() is not None
+        assert apistub.get("nodes", "gpu-node-1")["metadata"]["labels"].get(key) == "true"
+    finally:
+        scorer.close()
