@@ -5,6 +5,7 @@ COPY pyproject.toml README.md constraints.txt ./
 COPY steer ./steer
 COPY scorer ./scorer
 COPY webhook ./webhook
+COPY launcher ./launcher
 # Only the modules: a key or certificate left in certs/ must never reach an image layer.
 COPY certs/*.py ./certs/
 # The versions the tests ran on (constraints.txt), the build backend's included: it is installed

@@ -50,7 +50,7 @@ The cluster (no kubelets, no scheduler, no controller manager):
   gets one container series whose limits are the sum of its pods' (the same answer to the
   same query from 1/20 of the series).
 
-The scorer: `python -m steer.cli scorer run --policy <copy of examples/policy.yaml>
+The scorer: `python -m launcher scorer run --policy <copy of examples/policy.yaml>
 --prometheus <url> --kubeconfig <admin kubeconfig> --no-leader-election --listen
 127.0.0.1:<port>`, the real service, in its own process. The policy copy differs from the
 example only in `prometheus.url` (and `scoring.intervalSeconds` if --interval is given); write

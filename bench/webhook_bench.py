@@ -341,7 +341,7 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
     logs = {name: (tmp / f"{name}.log").open("wb") for name in SERVERS}
     processes = {
         "webhook": subprocess.Popen(
-            [sys.executable, "-m", "steer.cli", "webhook", "serve", "--policy", str(ROOT / "examples" / "policy.yaml"),
+            [sys.executable, "-m", "launcher", "webhook", "serve", "--policy", str(ROOT / "examples" / "policy.yaml"),
              "--listen", f"127.0.0.1:{ports['webhook']}", "--metrics-listen", f"127.0.0.1:{free_port()}",
              "--kubeconfig", str(kubeconfig), "--log-level", "warning", *common],
             cwd=ROOT, env=env, stdout=logs["webhook"], stderr=subprocess.STDOUT,

@@ -93,7 +93,7 @@ def _spawn(name: str, args: Sequence[str], log_file: Path) -> Service:
     env["TMPDIR"] = tempfile.gettempdir()
     with log_file.open("ab") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "steer.cli", *args],
+            [sys.executable, "-m", "launcher", *args],
             cwd=ROOT,
             env=env,
             stdout=log,

@@ -10,8 +10,8 @@ from typing import Any
 
 import yaml
 
+from launcher.policy import print_policy_errors
 from steer.adapters.policy_file import load_policy_file
-from steer.cli import print_policy_errors
 from steer.core.descheduling import descheduler_policy
 from steer.core.policy import Policy, PolicyError, parse_policy
 

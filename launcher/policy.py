@@ -1,23 +1,20 @@
-"""The `steer` command: one entry point for every service and tool.
+"""`steer policy`: check a policy file, and print what the apiserver enforces from it (its
+admission policies, the SteeringPolicy CRD), or migrate it into a SteeringPolicy object.
 
-Each service registers its own subcommands (`register(subparsers)` in `scorer.cli`,
-`webhook.cli`, `certs.cli`, ...), so this module only wires them together and owns the
-policy commands that both services share.
+`validate` is declared in the command tree (launcher.commands), which both fronts share;
+the other actions are `steer`'s, added by `register`.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from steer import __version__
 from steer.adapters.kube import add_kubeconfig_flag
 from steer.adapters.policy_file import load_policy_file
 from steer.core.admission_policy import admission_policies
@@ -26,17 +23,10 @@ from steer.core.admission_policy.security import DEFAULT_NAME, security_taints
 from steer.core.policy import KIND, PolicyError, PolicyIssue, parse_policy
 from steer.core.policy.crd import API_VERSION, CRD_NAME, crd_manifest
 
-# Modules that add subcommands; each exposes `register(subparsers)`.
-SUBCOMMAND_MODULES = ("scorer.cli", "webhook.cli", "certs.cli", "steer.descheduler_cli")
 
-
-def _cmd_version(args: argparse.Namespace) -> int:
-    print(f"kube-steer {__version__}")
-    return 0
-
-
-def _cmd_policy_validate(args: argparse.Namespace) -> int:
-    return validate_policy(args.file, args.output)
+def cmd_policy_validate(args: argparse.Namespace) -> int:
+    # `kubectl steer` says -o table for text.
+    return validate_policy(args.file, "json" if args.output == "json" else "text")
 
 
 def validate_policy(file: str, output: str) -> int:
@@ -207,31 +197,9 @@ def _cmd_policy_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="steer",
-        description="kube-steer: steer the stock kube-scheduler with node labels scored from "
-        "Prometheus and pod mutations at admission.",
-    )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-
-    version = sub.add_parser("version", help="print the kube-steer version")
-    version.set_defaults(func=_cmd_version)
-
-    policy = sub.add_parser("policy", help="work with SteeringPolicy files")
-    policy_sub = policy.add_subparsers(dest="policy_command", metavar="ACTION", required=True)
-    validate = policy_sub.add_parser(
-        "validate",
-        help="check a policy file; exit 0 when valid, 1 with every problem listed",
-        description="Validate a SteeringPolicy YAML file: field types and ranges, references "
-        "between rules, and label keys the apiserver would refuse. All problems are listed.",
-    )
-    validate.add_argument("file", help="path to the policy YAML file")
-    validate.add_argument(
-        "--output", choices=("text", "json"), default="text", help="report format (default: text)"
-    )
-    validate.set_defaults(func=_cmd_policy_validate)
-    admission = policy_sub.add_parser(
+def register(actions: Any) -> None:
+    """`steer policy admission-policy`, `crd` and `migrate`, under `steer policy`."""
+    admission = actions.add_parser(
         "admission-policy",
         help="print the ValidatingAdmissionPolicies (+ bindings) the apiserver enforces itself",
         description="Print, as YAML for `kubectl apply -f -`, three ValidatingAdmissionPolicies "
@@ -265,7 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="an earlier labelPrefix whose keys the scorer still retires (repeatable)",
     )
     admission.set_defaults(func=_cmd_policy_admission_policy)
-    crd = policy_sub.add_parser(
+    crd = actions.add_parser(
         "crd",
         help="print the SteeringPolicy CustomResourceDefinition (schema from the policy model)",
         description=f"Print, as YAML for `kubectl apply -f -`, the CustomResourceDefinition "
@@ -274,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
         f"which report them in the object's status. {CRD_FILE} is its output.",
     )
     crd.set_defaults(func=_cmd_policy_crd)
-    migrate = policy_sub.add_parser(
+    migrate = actions.add_parser(
         "migrate",
         help="turn a policy ConfigMap (or file) into a SteeringPolicy object; print or apply it",
         description="Read the policy from a ConfigMap (or a file), validate it, and print the "
@@ -295,28 +263,3 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_kubeconfig_flag(migrate)
     migrate.set_defaults(func=_cmd_policy_migrate)
-
-    for module_name in SUBCOMMAND_MODULES:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name != module_name:
-                raise
-            continue
-        module.register(sub)
-        # A service may add actions under `steer policy` (the scorer's `check`).
-        register_policy = getattr(module, "register_policy", None)
-        if register_policy is not None:
-            register_policy(policy_sub)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    result: int = args.func(args)
-    return result
-
-
-if __name__ == "__main__":
-    sys.exit(main())

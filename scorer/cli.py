@@ -1,7 +1,9 @@
-"""`steer scorer run|once|cleanup` and `steer explain node|nodes|pod`; wired in by `steer.cli` via `register`.
+"""`steer scorer run|once|cleanup`, and what `steer explain|audit` and `kubectl steer` print;
+added to the command tree (launcher.commands) by `register`.
 
 The commands parse their flags and hand over: `run` to `scorer.serve`, `once` to the
-`Scorer`, `cleanup` to `scorer.cleanup`; `explain` is a client of a running scorer.
+`Scorer`, `cleanup` to `scorer.cleanup`. `explain_node` and its kin are clients of a running
+scorer, over any way of reaching it (the tree declares the commands and the fronts say how).
 """
 
 from __future__ import annotations
@@ -9,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -20,9 +21,8 @@ import yaml
 
 from scorer.check import check_policy
 from scorer.cleanup import clean_nodes, live_leader
-from scorer.client import DirectScorer, ScorerClient, ScorerError
+from scorer.client import ScorerClient, ScorerError
 from scorer.explain import node_row, plan_table
-from scorer.explain.audit import DEFAULT_LIMIT
 from scorer.explain.render import audit_text, node_text, nodes_text, pod_text
 from scorer.explain.view import AuditReport, NodeDetail, NodesTable, PodExplanation, Served
 from scorer.kubeapi import KubeApiError
@@ -52,7 +52,7 @@ log = logging.getLogger(__name__)
 
 
 def register_policy(policy_subparsers: Any) -> None:
-    """`steer policy check`: added under `steer policy` by `steer.cli`."""
+    """`steer policy check`: added under `steer policy` by the command tree (launcher.commands)."""
     check = policy_subparsers.add_parser(
         "check",
         help="check a policy's dimensions against a Prometheus; one line per problem, its fix",
@@ -217,61 +217,6 @@ def register(subparsers: Any) -> None:
         "--dry-run", action="store_true", help="print what would be removed, write nothing"
     )
     cleanup.set_defaults(func=_cmd_cleanup)
-
-    explain = subparsers.add_parser(
-        "explain",
-        help="ask a running scorer why a node scores as it does, or where a pod may go",
-        description="Query a running scorer's /explain endpoints.",
-    )
-    esub = explain.add_subparsers(dest="explain_command", metavar="WHAT", required=True)
-    node = esub.add_parser("node", help="raw values, scores, labels and taints of one node")
-    node.add_argument("name", help="the Node's name, as `kubectl get nodes` prints it")
-    nodes = esub.add_parser("nodes", help="every node's values, scores, labels and taints")
-    pod = esub.add_parser(
-        "pod",
-        help="which nodes a pod's steering terms allow, their rank, and why others are excluded",
-        description="Explain a pod: FILE is a Pod or PodSpec (YAML or JSON, '-' for stdin); or "
-        "--ref NAMESPACE/NAME for a pod that exists.",
-    )
-    pod.add_argument("file", nargs="?", help="pod manifest (YAML or JSON), '-' for stdin")
-    pod.add_argument(
-        "--ref", metavar="NAMESPACE/NAME", help="explain an existing pod instead of a file"
-    )
-    pod.add_argument("--namespace", help="namespace whose tenant applies (default: the manifest's)")
-    audit = subparsers.add_parser(
-        "audit",
-        help="what an audit-mode policy would have changed (ask a running scorer)",
-        description="Audit mode (spec.mode or tenants[].mode: audit) steers nothing. Ask a "
-        "running scorer how the scheduler's choices for the audited pods compare with what "
-        "enforce mode would have allowed and ranked first.",
-    )
-    asub = audit.add_subparsers(dest="audit_command", metavar="WHAT", required=True)
-    report = asub.add_parser(
-        "report",
-        help="pods on nodes a rule would exclude, and the chosen node's rank, per rule",
-    )
-    report.add_argument(
-        "--limit",
-        type=int,
-        default=DEFAULT_LIMIT,
-        help=f"judge at most this many pods, the last bound first (default {DEFAULT_LIMIT})",
-    )
-    report.set_defaults(func=_cmd_audit_report)
-    for p in (node, nodes, pod, report):
-        p.add_argument(
-            "--scorer",
-            default=os.environ.get("STEER_SCORER_URL", DEFAULT_SCORER_URL),
-            help=f"scorer base URL (default: $STEER_SCORER_URL or {DEFAULT_SCORER_URL})",
-        )
-        p.add_argument(
-            "--output",
-            choices=("table", "json"),
-            default="table",
-            help="table for people, json: the scorer's answer as it is (default: table)",
-        )
-    node.set_defaults(func=_cmd_explain_node)
-    nodes.set_defaults(func=_cmd_explain_nodes)
-    pod.set_defaults(func=_cmd_explain_pod)
 
 
 def _source_args(parser: argparse.ArgumentParser) -> None:
@@ -525,10 +470,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------------------ explain
 
 
-def _scorer(args: argparse.Namespace) -> DirectScorer:
-    return DirectScorer(args.scorer)
-
-
 def _answer(call: Callable[[], Any]) -> Any:
     try:
         return call()
@@ -541,7 +482,7 @@ def _print(body: Any, output: str, text: Callable[[Any], str]) -> int:
     return 0
 
 
-# The explain commands over any way of reaching the scorer (`kubectl steer` reuses them).
+# The explain commands over any way of reaching the scorer (each front of the tree says which).
 
 
 def explain_node(scorer: ScorerClient, name: str, output: str) -> int:
@@ -607,24 +548,3 @@ def split_pod_ref(ref: str, flag: str) -> tuple[str, str]:
     if not sep or not namespace or not name or "/" in name:
         raise SystemExit(f"{flag}: expected NAMESPACE/NAME, got {ref!r}")
     return namespace, name
-
-
-def _cmd_explain_node(args: argparse.Namespace) -> int:
-    return explain_node(_scorer(args), args.name, args.output)
-
-
-def _cmd_explain_nodes(args: argparse.Namespace) -> int:
-    return explain_nodes(_scorer(args), args.output)
-
-
-def _cmd_explain_pod(args: argparse.Namespace) -> int:
-    if args.ref:
-        namespace, name = split_pod_ref(args.ref, "--ref")
-        return explain_pod_ref(_scorer(args), namespace, name, args.output)
-    if not args.file:
-        raise SystemExit("give a pod manifest FILE ('-' for stdin) or --ref NAMESPACE/NAME")
-    return explain_pod_manifest(_scorer(args), args.file, args.namespace, args.output)
-
-
-def _cmd_audit_report(args: argparse.Namespace) -> int:
-    return audit_report(_scorer(args), args.limit, args.output)

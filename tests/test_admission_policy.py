@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from steer.cli import main
+from launcher.commands import main
 from steer.core import mutation as mutate
 from steer.core.admission_policy import admission_policies
 from steer.core.admission_policy.budget import budget_admission_policy
@@ -260,7 +260,7 @@ def test_the_cli_refuses_an_invalid_policy(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("apiVersion: kube-steer.github.io/v1alpha1\nkind: SteeringPolicy\nspec: {}\n")
     done = subprocess.run(
-        [sys.executable, "-m", "steer.cli", "policy", "admission-policy", "-f", str(bad)],
+        [sys.executable, "-m", "launcher", "policy", "admission-policy", "-f", str(bad)],
         capture_output=True,
         text=True,
         cwd=ROOT,

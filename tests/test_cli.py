@@ -12,13 +12,13 @@ from pathlib import Path
 
 import yaml
 
-from steer.cli import build_parser
+from launcher.commands import build_parser
 from tests.conftest import EXAMPLE_POLICY, ROOT
 
 
 def steer(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "steer.cli", *args], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "launcher", *args], capture_output=True, text=True, timeout=60
     )
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from steer.cli import main
+from launcher.commands import main
 from steer.core.descheduling import descheduler_policy, evicting_taint_keys
 from steer.core.policy import Policy, PolicyError, parse_policy
 

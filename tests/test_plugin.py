@@ -1,10 +1,11 @@
-"""`kubectl steer` (steer/plugin.py) without a cluster: kubectl's flags anywhere on the line,
+"""`kubectl steer` (launcher/kubectl.py) without a cluster: kubectl's flags anywhere on the line,
 the pod's namespace as kubectl picks it, the Service proxy path and credentials the plugin
 sends, what it says when the apiserver or the scorer refuses, and the krew manifest's shape.
 Through the real kubectl, apiserver and scorer: tests/e2e/test_kubectl_plugin.py."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import tomllib
@@ -15,12 +16,22 @@ from pathlib import Path
 import pytest
 import yaml
 
-from steer.plugin import build_parser, main, parse_args, pod_target
+from launcher import commands
+from launcher.commands import kubectl_main as main
+from launcher.kubectl import KubectlFront, pod_target
 from tests.conftest import EXAMPLE_POLICY, ROOT
 from tests.json_server import json_server
 from tests.test_cli import _actions_without_help
 
 KREW_MANIFEST = ROOT / "plugins" / "krew" / "steer.yaml"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    return commands.build_parser(KubectlFront())
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    return commands.parse_args(KubectlFront(), argv)
 
 
 def kubeconfig(path: Path, server: str = "https://127.0.0.1:1", token: str = "t0ken") -> Path:
@@ -229,4 +240,4 @@ def test_the_krew_manifest_installs_kubectl_steer_of_this_release_on_each_platfo
         assert {"from": "kubectl-steer", "to": "."} in platform["files"]
     # The executable krew links is the console script the package installs.
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts["kubectl-steer"] == "steer.plugin:main"
+    assert scripts["kubectl-steer"] == "launcher.commands:kubectl_main"

@@ -27,11 +27,11 @@ import yaml
 
 from kits.net import free_port
 from kits.prometheus_server import PrometheusServer
+from launcher.commands import main
 from scorer.check import CheckReport, check_policy
 from scorer.model import NodeState
 from scorer.presets import ENERGY_KEPLER_07, POWER_KEPLER_07, with_dcgm_node_label
 from steer.adapters.policy_file import load_policy_file
-from steer.cli import main
 from tests.conftest import EXAMPLE_POLICY, FIXTURES
 from tests.json_server import json_server
 

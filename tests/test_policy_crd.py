@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 import yaml
 
+from launcher.commands import main
+from launcher.policy import CRD_FILE, crd_yaml
 from steer.adapters.policy_resource import parse_policy_object, policy_document
-from steer.cli import CRD_FILE, crd_yaml, main
 from steer.core.policy import PolicyIssue, parse_policy
 from steer.core.policy.crd import (
     CRD_NAME,
@@ -47,7 +48,7 @@ def test_the_committed_crd_is_the_generators_output() -> None:
 
 def test_steer_policy_crd_prints_it() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "steer.cli", "policy", "crd"],
+        [sys.executable, "-m", "launcher", "policy", "crd"],
         capture_output=True,
         text=True,
         check=True,

@@ -50,7 +50,7 @@ def test_run_logs_json_counts_reload_errors_and_exports_build_info(
     log_file = tmp_path / "scorer.log"
     env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
     command = [
-        *(sys.executable, "-m", "steer.cli", "scorer", "run"),
+        *(sys.executable, "-m", "launcher", "scorer", "run"),
         *("--policy", str(policy_file), "--kubeconfig", str(kubeconfig)),
         *("--prometheus", f"http://127.0.0.1:{free_port()}"),  # down: cycles fail and say so
         *("--listen", f"127.0.0.1:{port}", "--no-leader-election"),

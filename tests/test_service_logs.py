@@ -10,13 +10,13 @@ from collections.abc import Iterator
 
 import pytest
 
+from launcher.commands import build_parser
 from steer.adapters.service_logs import (
     LOG_LEVELS,
     JsonFormatter,
     configure_logging,
     logging_dict_config,
 )
-from steer.cli import build_parser
 
 SERVICES = (
     ["scorer", "run", "--policy", "p.yaml"],

@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from certs import issue_webhook_certs, write_webhook_certs
 from certs.files import atomic_write
-from steer.cli import build_parser
+from launcher.commands import build_parser
 from tests.webhook_harness import IDENTITY
 from webhook.metrics import (
     CACHE_AGE,

@@ -615,7 +615,7 @@ def test_idle_tls_connection_does_not_hold_the_only_thread(tmp_path: Path) -> No
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "steer.cli", "webhook", "serve", *args],
+        [sys.executable, "-m", "launcher", "webhook", "serve", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -23,7 +23,7 @@ import pytest
 
 from tests.conftest import ROOT
 
-PRODUCT = {"steer", "scorer", "webhook", "certs"}
+PRODUCT = {"steer", "scorer", "webhook", "certs", "launcher"}
 # Besides modules, the wheel carries exactly the package data pyproject.toml declares.
 PACKAGE_DATA = re.compile(
     r"steer/py\.typed|steer/presets/[^/]+\.yaml|scorer/page/[^/]+\.(html|css|js)"
@@ -75,8 +75,8 @@ def test_the_wheel_holds_the_product_packages_and_no_kit(wheel: Path) -> None:
         assert f"scorer/page/{page_file}" in names
     (entry_points,) = (n for n in names if n.endswith(".dist-info/entry_points.txt"))
     scripts = zipfile.ZipFile(wheel).read(entry_points).decode()
-    assert "steer = steer.cli:main" in scripts
-    assert "kubectl-steer = steer.plugin:main" in scripts
+    assert "steer = launcher.commands:main" in scripts
+    assert "kubectl-steer = launcher.commands:kubectl_main" in scripts
 
 
 def test_the_wheel_holds_only_modules_and_declared_package_data(wheel: Path) -> None:
@@ -93,12 +93,12 @@ def test_steer_runs_from_the_wheel_alone(wheel: Path, tmp_path: Path) -> None:
     zipfile.ZipFile(wheel).extractall(site)
     probe = (
         "import contextlib, importlib.util, io, json, sys\n"
-        "from steer.cli import main\n"
+        "from launcher.commands import main\n"
         "out = io.StringIO()\n"
         "with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):\n"
         "    main(['--help'])\n"
         "files = {m.__name__: getattr(m, '__file__', None) for m in list(sys.modules.values())\n"
-        "         if m.__name__.split('.')[0] in ('steer', 'scorer', 'webhook', 'certs', 'kits')}\n"
+        "         if m.__name__.split('.')[0] in ('steer', 'scorer', 'webhook', 'certs', 'launcher', 'kits')}\n"
         "print(json.dumps({'help': out.getvalue(), 'files': files,\n"
         "                  'kits': importlib.util.find_spec('kits') is not None}))\n"
     )
@@ -116,7 +116,7 @@ def test_steer_runs_from_the_wheel_alone(wheel: Path, tmp_path: Path) -> None:
     result = json.loads(run.stdout)
     assert result["help"].startswith("usage: steer ")
     assert "apistub" not in result["help"]
-    assert {"scorer.cli", "webhook.cli", "certs.cli"} <= set(result["files"])
+    assert {"scorer.cli", "webhook.cli", "certs.cli", "launcher.kubectl"} <= set(result["files"])
     outside = {m: f for m, f in result["files"].items() if f and not f.startswith(str(site))}
     assert outside == {}
     assert result["kits"] is False
@@ -182,8 +182,8 @@ def test_pip_installs_the_wheel_into_a_clean_venv_and_both_commands_run(
         assert run.stdout.startswith(usage)
     where = subprocess.run(
         [str(python), "-c",
-         "import json, scorer.cli, steer.plugin, webhook.cli, certs;"
-         "print(json.dumps([m.__file__ for m in (scorer.cli, steer.plugin, webhook.cli, certs)]))"],
+         "import json, scorer.cli, launcher.commands, webhook.cli, certs;"
+         "print(json.dumps([m.__file__ for m in (scorer.cli, launcher.commands, webhook.cli, certs)]))"],
         capture_output=True, text=True, timeout=60, cwd=outside, env=env,
     )  # fmt: skip
     assert where.returncode == 0, where.stderr

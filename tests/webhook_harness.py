@@ -216,7 +216,7 @@ def running_webhook(
     command = [
         sys.executable,
         "-m",
-        "steer.cli",
+        "launcher",
         "webhook",
         "serve",
         "--policy",

@@ -51,7 +51,7 @@ class ScorerProcess:
         self.command = [
             sys.executable,
             "-m",
-            "steer.cli",
+            "launcher",
             "scorer",
             "run",
             "--policy",

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from kits.demo.environment import DemoEnvironment, demo_environment
 from kits.demo.loop import run_loop, serve_args, stop_on_signals
-from steer.cli import main as steer_main
+from launcher.commands import main as steer_main
 
 USAGE = """\
 usage: python -m kits.demo [--serve] [--output text|json]

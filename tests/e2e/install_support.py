@@ -50,7 +50,7 @@ from kits.service_processes import (
 )
 from kits.synthetic_exporter import SyntheticCluster
 from kits.waiting import wait_until
-from steer.cli import build_parser
+from launcher.commands import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "manifests"
@@ -337,7 +337,7 @@ def shell_env(
     bin_dir.mkdir()
     wrapped = {
         "kubectl": f'"{plane.bin_dir / "kubectl"}"',
-        "steer": f'"{sys.executable}" -m steer.cli',
+        "steer": f'"{sys.executable}" -m launcher',
     }
     wrapped.update({name: f'"{path}"' for name, path in (tools or {}).items()})
     for name, command in wrapped.items():

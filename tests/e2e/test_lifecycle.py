@@ -51,7 +51,7 @@ EXAMPLE_POLICY = ROOT / "examples" / "policy.yaml"
 def steer(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """`steer ARGS` from this checkout, as a user runs it."""
     return subprocess.run(
-        [sys.executable, "-m", "steer.cli", *args],
+        [sys.executable, "-m", "launcher", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,

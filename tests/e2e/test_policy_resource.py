@@ -71,7 +71,7 @@ def steering_policy(
         [
             sys.executable,
             "-m",
-            "steer.cli",
+            "launcher",
             "policy",
             "migrate",
             "--from-configmap",
@@ -267,7 +267,7 @@ def test_a_steering_policy_is_validated_by_the_apiserver_judged_by_the_services_
         [
             sys.executable,
             "-m",
-            "steer.cli",
+            "launcher",
             "scorer",
             "run",
             "--policy-resource",

@@ -739,7 +739,7 @@ def test_every_policy_file_that_cannot_load_is_counted_logged_once_and_shown_in_
     log_file = tmp_path / "scorer.log"
     env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
     command = [
-        *(sys.executable, "-m", "steer.cli", "scorer", "run"),
+        *(sys.executable, "-m", "launcher", "scorer", "run"),
         *("--policy", str(policy_file), "--kubeconfig", str(kubeconfig)),
         *("--prometheus", f"http://127.0.0.1:{free_port()}"),
         *("--listen", f"127.0.0.1:{port}", "--no-leader-election", "--log-format", "json"),
