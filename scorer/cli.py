@@ -228,7 +228,7 @@ def _source_args(parser: argparse.ArgumentParser) -> None:
         "--policy-resource",
         metavar="NAME",
         help="the cluster-scoped SteeringPolicy object NAME instead of a file (watched by "
-        '`run`, which writes its status as leader; README "The SteeringPolicy resource")',
+        "`run`, which writes its status as leader; docs/policy.md)",
     )
     parser.add_argument(
         "--prometheus", metavar="URL", help="Prometheus base URL (default: the policy's)"

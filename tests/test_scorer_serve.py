@@ -1,5 +1,5 @@
 """`steer scorer run` as an operator starts it: JSON logs, /metrics counters and build info,
-the policy reload errors the README promises, and a clean stop on SIGTERM."""
+the policy reload errors the docs promise, and a clean stop on SIGTERM."""
 
 from __future__ import annotations
 

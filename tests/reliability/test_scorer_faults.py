@@ -3,7 +3,7 @@ answering NaN, ±Inf, absurd values and partial results; node writes failing wit
 timeouts on the API stand-in; the Lease taken over, or no longer renewable, in the middle of a
 paced cycle; and policy files that cannot be loaded, under `steer scorer run`.
 
-Each test checks what the README promises for its fault and that nothing else moved: the cycle
+Each test checks what the docs promise for its fault and that nothing else moved: the cycle
 completes, every label stays within the label contract and is kept or withdrawn by its TTL,
 the failure is counted, the managed record describes exactly what the node carries, and what
 kube-steer does not own on a node stays byte-identical.
@@ -198,7 +198,7 @@ RAW_VALUE = re.compile(r"0|[1-9][0-9]*")
 
 
 def assert_within_contract(policy: Policy, node: Mapping[str, Any]) -> None:
-    """Every owned label carries a value the README's label contract allows."""
+    """Every owned label carries a value the label contract (docs/labels.md) allows."""
     labels = node["metadata"].get("labels") or {}
     name = node["metadata"]["name"]
     for dim in policy.spec.dimensions:

@@ -1,5 +1,5 @@
 """The names kube-steer writes and reads: API version, label and resource prefixes, the label
-contract (README "Node labels") and the scheduler names the apiserver uses."""
+contract (docs/labels.md) and the scheduler names the apiserver uses."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ NODE_RESTRICTION_PREFIX = "node-restriction.kubernetes.io/"
 ALWAYS_EXCLUDED_NAMESPACES = ("kube-system",)
 # What the apiserver writes into a pod that names no scheduler.
 DEFAULT_SCHEDULER = "default-scheduler"
-# The label contract (README "Node labels"): a dimension published as a score is
+# The label contract (docs/labels.md): a dimension published as a score is
 # `<prefix>score-<dimension>`, 0..100, higher is better for placement, whatever the metric's
 # direction; the composites are `<prefix><compositeLabel>` (pods of no class) and
 # `<prefix><compositeLabel>-class-<class>`; a dimension published raw carries the value itself

@@ -31,7 +31,7 @@ class Consolidation(PolicyModel):
 
 class Descheduling(PolicyModel):
     """Drift correction: evict pods from nodes a rule now excludes, so their owners' replacements
-    are placed again by the scheduler (README "Drift correction").
+    are placed again by the scheduler (docs/descheduler.md).
 
     Only pods of opted-in namespaces, never DaemonSet, mirror, static or system-critical pods;
     evictions go through the Eviction API, so PodDisruptionBudgets hold; a pod is evicted only
