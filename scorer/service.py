@@ -331,19 +331,19 @@ class Scorer:
         self.status_limiter.configure(scoring.resource_write_qps, scoring.resource_write_burst)
         started_at = self._clock() if at is None else at
         t0 = time.perf_counter()
-        nodes = self._with_devices(
-            self._current_nodes(first=self._last is None, wait_s=scoring.interval_seconds)
-        )
+        nodes = self._current_nodes(first=self._last is None, wait_s=scoring.interval_seconds)
+        # One snapshot of the DRA devices for the whole cycle: what nodes offer, the metrics and
+        # whether the per-device reading is asked all read the same inventory, built once.
+        inventory = self.inventory()
         if self.devices is not None:
-            inventory = self.devices.snapshot()
-            classes = {c for n in inventory.nodes() for c in n.device_classes()}
-            self.metrics.set_devices({c: inventory.summary(c) for c in sorted(classes)})
+            nodes = with_devices(nodes, inventory)
+            self.metrics.set_devices({c: inventory.summary(c) for c in inventory.device_classes()})
         self._nodes = {n.name: n for n in nodes}
         if self.ledger is not None:
             self.ledger.take_dirty()  # this cycle plans every node
         list_s = time.perf_counter() - t0
         readings, failures, query_s = self.read_all(policy, nodes, at)
-        self.device_readings = self._read_device_heat(policy, at)
+        self.device_readings = self._read_device_heat(policy, at, inventory)
         generation = self._generations()
         hot = self._hot_counts(policy)
         t1, c1 = time.perf_counter(), time.thread_time()
@@ -391,10 +391,12 @@ class Scorer:
         except KubeApiError as exc:
             raise CycleError(f"cannot list nodes: {exc}") from exc
 
-    def _read_device_heat(self, policy: Policy, at: float | None) -> DeviceReadings:
+    def _read_device_heat(
+        self, policy: Policy, at: float | None, inventory: Inventory
+    ) -> DeviceReadings:
         """`spec.devices.heat`, one query a cycle, only while some node has DRA devices."""
         heat = policy.spec.devices.heat
-        if heat is None or self.devices is None or not self.devices.snapshot().nodes():
+        if heat is None or not inventory.nodes():
             return DeviceReadings()
         source = self.source("prometheus")
         if not isinstance(source, PrometheusSource):  # replayed readings: no per-device data
@@ -422,11 +424,6 @@ class Scorer:
         if held is not None and held.devices:
             state = dataclasses.replace(state, devices=held.devices, free_devices=held.free_devices)
         self._nodes[state.name] = state
-
-    def _with_devices(self, nodes: tuple[NodeState, ...]) -> tuple[NodeState, ...]:
-        """The nodes with their DRA device counts as the watches last saw them (a snapshot is
-        rebuilt only when a slice, claim or class changed)."""
-        return nodes if self.devices is None else with_devices(nodes, self.devices.snapshot())
 
     def _generations(self) -> tuple[int, int]:
         return (

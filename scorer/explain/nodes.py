@@ -83,9 +83,8 @@ def cluster_device_counts(
     for row in rows:
         for count in row.devices:
             hot[count.device_class] = hot.get(count.device_class, 0) + count.hot_free
-    classes = sorted({c for n in inventory.nodes() for c in n.device_classes()})
     out = []
-    for device_class in classes:
+    for device_class in inventory.device_classes():
         s = inventory.summary(device_class)
         out.append(
             DeviceCount(

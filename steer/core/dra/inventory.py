@@ -529,6 +529,10 @@ class Inventory:
         """Nodes with at least one device, in name order."""
         return tuple(self._nodes[name] for name in sorted(self._nodes))
 
+    def device_classes(self) -> tuple[str, ...]:
+        """The DeviceClasses that select a device on some node, in name order."""
+        return tuple(sorted({c for n in self._nodes.values() for c in n.device_classes()}))
+
     def summary(self, device_class: str) -> ClassSummary:
         return self._summaries.get(device_class, ClassSummary())
 
