@@ -72,3 +72,37 @@ def tenant_variables(policy: Policy) -> list[Json]:
             ),
         },
     ]
+
+
+class Cel(str):
+    """CEL source to be placed as is inside a value `cel_value` renders."""
+
+
+def cel_value(value: object) -> str:
+    """A JSON value as a CEL literal. Map values and list items of mixed types are wrapped in
+    `dyn()`: CEL's checker gives a map literal one value type (`{"weight": 10, "preference":
+    {...}}` does not compile), and JSONPatch values accept maps of `dyn`. `Cel` text is placed
+    as is."""
+    if isinstance(value, Cel):
+        return str(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return cel_string(value)
+    if isinstance(value, dict):
+        wrap = not all(isinstance(v, str) and not isinstance(v, Cel) for v in value.values())
+        items = (
+            f"{cel_string(k)}: " + (f"dyn({cel_value(v)})" if wrap else cel_value(v))
+            for k, v in value.items()
+        )
+        return "{" + ", ".join(items) + "}"
+    if isinstance(value, list | tuple):
+        wrap = not all(isinstance(v, str) and not isinstance(v, Cel) for v in value)
+        return (
+            "[" + ", ".join(f"dyn({cel_value(v)})" if wrap else cel_value(v) for v in value) + "]"
+        )
+    raise TypeError(f"no CEL literal for {type(value).__name__}")
