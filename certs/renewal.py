@@ -1,12 +1,13 @@
 """When the webhook's serving certificate must be issued again, and why. Pure.
 
-`steer certs rotate` asks this of what the Secret holds now; an empty answer means the
-Secret stays as it is (a second run changes nothing).
+`steer certs rotate` and the in-cluster renewal ask this of what the Secret holds now; an empty
+answer means the Secret stays as it is (a second run changes nothing). `verified_by` says
+whether the apiserver accepts the certificate today under a given caBundle (certs/rollover.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -46,7 +47,7 @@ def renewal_reasons(
     reasons: list[str] = []
     if not _key_matches(held.key, cert):
         reasons.append("tls.key is missing or does not belong to tls.crt")
-    if not _signed_by(cert, ca.certificate):
+    if not signed_by(cert, ca.certificate):
         reasons.append(
             f"tls.crt is not signed by the CA ({ca.certificate.subject.rfc4514_string()})"
         )
@@ -80,7 +81,32 @@ def missing_names(cert: x509.Certificate, identity: WebhookIdentity) -> tuple[st
     )
 
 
-def _signed_by(cert: x509.Certificate, ca: x509.Certificate) -> bool:
+def verified_by(
+    held: ServingPems | None,
+    cas: Sequence[x509.Certificate],
+    identity: WebhookIdentity,
+    *,
+    now: datetime,
+) -> bool:
+    """Whether a client trusting `cas` (a caBundle) accepts `held` at `now`: a certificate valid
+    now, with its key, naming the Service, signed by one of the CAs, itself valid now."""
+    if held is None or not held.cert:
+        return False
+    try:
+        cert = x509.load_pem_x509_certificate(held.cert)
+    except ValueError:
+        return False
+    if not cert.not_valid_before_utc <= now < cert.not_valid_after_utc:
+        return False
+    if not _key_matches(held.key, cert) or missing_names(cert, identity):
+        return False
+    return any(
+        ca.not_valid_before_utc <= now < ca.not_valid_after_utc and signed_by(cert, ca)
+        for ca in cas
+    )
+
+
+def signed_by(cert: x509.Certificate, ca: x509.Certificate) -> bool:
     try:
         cert.verify_directly_issued_by(ca)
     except (ValueError, TypeError, InvalidSignature):

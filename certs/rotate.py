@@ -12,6 +12,10 @@
 
 A renewal under the same CA leaves `caBundle` unchanged: old and new certificates both verify
 while the kubelet swaps the mounted Secret, so there is no window of TLS failures.
+
+The steps are public (`read_serving_secret`, `write_serving_secret`, `read_webhooks`,
+`set_ca_bundles`): the scorer's in-cluster renewal (certs/renewer.py) runs the same reads and
+writes in the order a CA change needs.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from certs.pki import (
     DEFAULT_DAYS,
     CertificateAuthority,
     KeyType,
+    WebhookCerts,
     WebhookIdentity,
     ca_bundle_b64,
     issue_serving_cert,
@@ -51,6 +56,10 @@ _ATTEMPTS = 3
 
 class RotateError(RuntimeError):
     """Rotation could not finish; the message says what failed and what to do."""
+
+
+class Conflict(RotateError):
+    """The object changed between its read and the write (HTTP 409): read it and decide again."""
 
 
 @dataclass(frozen=True)
@@ -111,13 +120,13 @@ def rotate(
         try:
             reasons, action, expires = _secret(api, ca, options, now())
             break
-        except _Conflict:
+        except Conflict:
             if attempt == _ATTEMPTS:
                 raise RotateError(
                     f"Secret {options.identity.namespace}/{options.secret} kept changing under "
                     f"us ({_ATTEMPTS} conflicts); run again"
                 ) from None
-    bundles, missing = _bundles(api, ca, options)
+    bundles, missing = set_ca_bundles(api, ca.cert_pem, options)
     return RotateReport(
         ca_created=created,
         ca_expires=ca_expires,
@@ -139,25 +148,23 @@ def _ca(store: CaStore, options: RotateOptions) -> tuple[CertificateAuthority, b
     return store.create(key_type=options.key_type), True
 
 
-class _Conflict(Exception):
-    pass
-
-
-def _secret_path(namespace: str, name: str = "") -> str:
+def secret_path(namespace: str, name: str = "") -> str:
     base = f"/api/v1/namespaces/{quote(namespace, safe='')}/secrets"
     return f"{base}/{quote(name, safe='')}" if name else base
 
 
-def _call(api: client.ApiClient, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+def call_api(api: client.ApiClient, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+    """One API call; `Conflict` on HTTP 409, `RotateError` naming the fix on any other error."""
     try:
         return KubeJson(api).request(method, path, **kwargs)
     except KubeApiError as exc:
         if exc.status == 409:
-            raise _Conflict() from None
+            raise Conflict(f"{method} {path}: changed since it was read") from None
         raise RotateError(_explain(exc)) from None
 
 
-def _get(api: client.ApiClient, path: str) -> dict[str, Any] | None:
+def get_object(api: client.ApiClient, path: str) -> dict[str, Any] | None:
+    """The object at `path`, None when there is none."""
     try:
         return KubeJson(api).request("GET", path)
     except KubeApiError as exc:
@@ -176,7 +183,8 @@ def _explain(exc: KubeApiError) -> str:
     if exc.status in (401, 403):
         return (
             f"the Kubernetes API refused {where} (HTTP {exc.status}): {exc.message}. "
-            "`steer certs rotate` needs get, create and update on secrets in the webhook's "
+            "Renewing the webhook's certificate (`steer certs rotate`, or the scorer with "
+            "--webhook-certs=renew) needs get, create and update on secrets in the webhook's "
             "namespace, and get and patch on mutatingwebhookconfigurations and "
             "validatingwebhookconfigurations"
         )
@@ -195,35 +203,42 @@ def _pem(data: dict[str, Any], key: str) -> bytes | None:
         return None
 
 
-def _secret(
-    api: client.ApiClient, ca: CertificateAuthority, options: RotateOptions, now: datetime
-) -> tuple[tuple[str, ...], str, datetime | None]:
+@dataclass(frozen=True)
+class ServingSecret:
+    """The webhook's `kubernetes.io/tls` Secret as read: the object, kept for a replace."""
+
+    obj: dict[str, Any]
+
+    @property
+    def pems(self) -> ServingPems:
+        data = self.obj.get("data") or {}
+        return ServingPems(_pem(data, "tls.crt"), _pem(data, "tls.key"), _pem(data, "ca.crt"))
+
+
+def read_serving_secret(api: client.ApiClient, options: RotateOptions) -> ServingSecret | None:
+    """The Secret, None when there is none; `RotateError` when it is not `kubernetes.io/tls`."""
     namespace = options.identity.namespace
-    path = _secret_path(namespace, options.secret)
-    current = _get(api, path)
-    held = None
-    if current is not None:
-        kind = current.get("type") or "Opaque"
-        if kind != TLS_TYPE:
-            raise RotateError(
-                f"Secret {namespace}/{options.secret} has type {kind}, not {TLS_TYPE} (a type "
-                "cannot change): delete it, or pass another --secret"
-            )
-        data = current.get("data") or {}
-        held = ServingPems(_pem(data, "tls.crt"), _pem(data, "tls.key"), _pem(data, "ca.crt"))
-    reasons = renewal_reasons(
-        held, ca, options.identity, now=now, renew_before=options.renew_before
-    )
-    if not reasons:
-        assert held is not None and held.cert is not None
-        return (), "kept", x509.load_pem_x509_certificate(held.cert).not_valid_after_utc
-    issued = issue_serving_cert(
-        ca, options.identity, days=options.days, key_type=options.key_type, now=now
-    )
-    expires = x509.load_pem_x509_certificate(issued.cert_pem).not_valid_after_utc
-    action = "created" if current is None else "replaced"
-    if options.dry_run:
-        return reasons, action, expires
+    current = get_object(api, secret_path(namespace, options.secret))
+    if current is None:
+        return None
+    kind = current.get("type") or "Opaque"
+    if kind != TLS_TYPE:
+        raise RotateError(
+            f"Secret {namespace}/{options.secret} has type {kind}, not {TLS_TYPE} (a type "
+            "cannot change): delete it, or pass another --secret"
+        )
+    return ServingSecret(current)
+
+
+def write_serving_secret(
+    api: client.ApiClient,
+    options: RotateOptions,
+    current: ServingSecret | None,
+    issued: WebhookCerts,
+) -> str:
+    """Create the Secret, or replace `current` with its resourceVersion (`Conflict` when it
+    changed since); its labels, annotations and other keys stay. "created" or "replaced"."""
+    namespace = options.identity.namespace
     new_data = {
         "tls.crt": _b64(issued.cert_pem),
         "tls.key": _b64(issued.key_pem),
@@ -237,35 +252,96 @@ def _secret(
             "metadata": {"name": options.secret, "namespace": namespace},
             "data": new_data,
         }
-        _call(api, "POST", _secret_path(namespace), body=body)
-    else:
-        meta = {k: v for k, v in (current.get("metadata") or {}).items() if k != "managedFields"}
-        body = {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "type": TLS_TYPE,
-            "metadata": meta,  # keeps labels, annotations and resourceVersion
-            "data": {**(current.get("data") or {}), **new_data},
-        }
-        _call(api, "PUT", path, body=body)
-    return reasons, action, expires
+        call_api(api, "POST", secret_path(namespace), body=body)
+        return "created"
+    obj = current.obj
+    meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "managedFields"}
+    body = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": TLS_TYPE,
+        "metadata": meta,  # keeps labels, annotations and resourceVersion
+        "data": {**(obj.get("data") or {}), **new_data},
+    }
+    call_api(api, "PUT", secret_path(namespace, options.secret), body=body)
+    return "replaced"
+
+
+def _secret(
+    api: client.ApiClient, ca: CertificateAuthority, options: RotateOptions, now: datetime
+) -> tuple[tuple[str, ...], str, datetime | None]:
+    current = read_serving_secret(api, options)
+    held = current.pems if current is not None else None
+    reasons = renewal_reasons(
+        held, ca, options.identity, now=now, renew_before=options.renew_before
+    )
+    if not reasons:
+        assert held is not None and held.cert is not None
+        return (), "kept", x509.load_pem_x509_certificate(held.cert).not_valid_after_utc
+    issued = issue_serving_cert(
+        ca, options.identity, days=options.days, key_type=options.key_type, now=now
+    )
+    expires = x509.load_pem_x509_certificate(issued.cert_pem).not_valid_after_utc
+    if options.dry_run:
+        return reasons, "created" if current is None else "replaced", expires
+    return reasons, write_serving_secret(api, options, current, issued), expires
 
 
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
-def _bundles(
-    api: client.ApiClient, ca: CertificateAuthority, options: RotateOptions
+@dataclass(frozen=True)
+class WebhookTrust:
+    """One webhook of a Mutating/ValidatingWebhookConfiguration: how the apiserver reaches it
+    (`clientConfig`) and the CAs it trusts there (the PEM of `caBundle`, empty when unset)."""
+
+    kind: str
+    configuration: str
+    name: str
+    client_config: dict[str, Any]
+    ca_bundle: bytes
+
+
+def read_webhooks(
+    api: client.ApiClient, configurations: Sequence[str]
+) -> tuple[tuple[WebhookTrust, ...], tuple[str, ...]]:
+    """Every webhook of the named configurations (each kind that exists), and the names found
+    as neither kind."""
+    found: list[WebhookTrust] = []
+    missing: list[str] = []
+    for name in dict.fromkeys(configurations):
+        seen = False
+        for kind, plural in KINDS:
+            obj = get_object(api, f"{_ADMISSION}/{plural}/{quote(name, safe='')}")
+            if obj is None:
+                continue
+            seen = True
+            for hook in obj.get("webhooks") or ():
+                config = dict(hook.get("clientConfig") or {})
+                try:
+                    bundle = base64.b64decode(config.get("caBundle") or "", validate=True)
+                except ValueError:
+                    bundle = b""
+                found.append(WebhookTrust(kind, name, str(hook.get("name")), config, bundle))
+        if not seen:
+            missing.append(name)
+    return tuple(found), tuple(missing)
+
+
+def set_ca_bundles(
+    api: client.ApiClient, ca_pems: bytes, options: RotateOptions
 ) -> tuple[tuple[BundleChange, ...], tuple[str, ...]]:
-    bundle = ca_bundle_b64(ca.cert_pem)
+    """Make `ca_pems` (one CA, or several while a CA change overlaps) the `caBundle` of every
+    webhook of the named configurations; a webhook that has it already is left alone."""
+    bundle = ca_bundle_b64(ca_pems)
     changes: list[BundleChange] = []
     missing: list[str] = []
     for name in dict.fromkeys(options.configurations):
         found = False
         for kind, plural in KINDS:
             path = f"{_ADMISSION}/{plural}/{quote(name, safe='')}"
-            obj = _get(api, path)
+            obj = get_object(api, path)
             if obj is None:
                 continue
             found = True
@@ -281,8 +357,8 @@ def _bundles(
                 )
             if ops and not options.dry_run:
                 try:
-                    _call(api, "PATCH", path, body=ops, content_type=JSON_PATCH)
-                except _Conflict:
+                    call_api(api, "PATCH", path, body=ops, content_type=JSON_PATCH)
+                except Conflict:
                     raise RotateError(f"{kind} {name} changed while patching; run again") from None
             changes.append(BundleChange(kind, name, len(webhooks), len(ops) // 2))
         if not found:

@@ -19,6 +19,8 @@ from urllib.parse import quote
 
 import yaml
 
+from certs.pki import CertError
+from scorer import certs_renewal
 from scorer.check import check_policy
 from scorer.cleanup import clean_nodes, live_leader
 from scorer.client import ScorerClient, ScorerError
@@ -172,6 +174,7 @@ def register(subparsers: Any) -> None:
     run.add_argument(
         "--dry-run", action="store_true", help="compute and serve /explain, never write"
     )
+    certs_renewal.add_flags(run)
     add_log_flags(run)
     run.set_defaults(func=_cmd_run)
 
@@ -446,6 +449,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.log_level != "debug":  # one line per job run (every 2 s for the hot-node job) is noise
         logging.getLogger("apscheduler").setLevel(logging.WARNING)
     host, port = _split_listen(args.listen)
+    try:
+        webhook_certs = certs_renewal.settings_from(args)
+    except CertError as exc:
+        print(f"steer scorer run: {exc}", file=sys.stderr)
+        return 2
     options = ScorerOptions(
         _inputs(args),
         host=host,
@@ -455,6 +463,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         identity=args.identity,
         leader_election=not args.no_leader_election,
         dry_run=args.dry_run,
+        webhook_certs=webhook_certs,
     )
     try:
         serve_scorer(options)

@@ -204,6 +204,40 @@ class ScorerMetrics:
             ["device_class"],
             registry=r,
         )
+        # With --webhook-certs=renew (scorer/certs_renewal.py): set by the leader only, cleared
+        # on the other replicas, so a max() over replicas is the leader's.
+        self.webhook_cert_not_after = Gauge(
+            "steer_scorer_webhook_cert_not_after_timestamp_seconds",
+            "notAfter of the webhook's serving certificate in its Secret (certificate=serving) "
+            "and of the CA that signs it (certificate=ca), as the leader's last check read them.",
+            ["certificate"],
+            registry=r,
+        )
+        self.webhook_cert_checks = Counter(
+            "steer_scorer_webhook_cert_checks_total",
+            "Checks of the webhook's certificate by the leader, by result (ok, error); an error "
+            "is logged with what failed, and the next check starts again from the cluster.",
+            ["result"],
+            registry=r,
+        )
+        self.webhook_cert_writes = Counter(
+            "steer_scorer_webhook_cert_writes_total",
+            "Writes of the in-cluster certificate renewal, by object: serving (the certificate "
+            "issued into its Secret), ca (a new CA), bundle (the webhooks' caBundle).",
+            ["object"],
+            registry=r,
+        )
+        self.webhook_ca_bundle_cas = Gauge(
+            "steer_scorer_webhook_ca_bundle_cas",
+            "CAs every webhook's caBundle holds after the leader's last check: 1, or 2 while a "
+            "new CA overlaps the old one (docs/webhook.md, Certificates).",
+            registry=r,
+        )
+        self.webhook_cert_last_check = Gauge(
+            "steer_scorer_webhook_cert_last_check_timestamp_seconds",
+            "Unix time of the leader's last check of the webhook's certificate that completed.",
+            registry=r,
+        )
         self._policy_version: str | None = None
         self._pool_resources: set[str] = set()
         self._device_classes: set[str] = set()

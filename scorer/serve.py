@@ -18,6 +18,7 @@ from typing import Any
 
 from scorer.app import HttpServer, create_app
 from scorer.bindings import BindingWindow, PodBindingWatcher
+from scorer.certs_renewal import WebhookCertSettings, webhook_cert_job
 from scorer.kubeapi import KubeJson
 from scorer.leader import DEFAULT_LEASE_NAME, LeaseElector, default_identity
 from scorer.ledger import PodLedger
@@ -62,6 +63,8 @@ class ScorerOptions:
     identity: str | None = None
     leader_election: bool = True
     dry_run: bool = False
+    # --webhook-certs=renew: the leader keeps the webhook's certificate valid (None: off).
+    webhook_certs: WebhookCertSettings | None = None
 
 
 def node_api(kubeconfig: str | None) -> NodeApi:
@@ -96,12 +99,12 @@ def _serve(
 ) -> None:
     current: Callable[[], Policy] = lambda: watcher.current  # noqa: E731
     elector = None
+    namespace = (
+        options.lease_namespace
+        or os.environ.get("POD_NAMESPACE")
+        or watcher.current.spec.project_namespace
+    )
     if options.leader_election:
-        namespace = (
-            options.lease_namespace
-            or os.environ.get("POD_NAMESPACE")
-            or watcher.current.spec.project_namespace
-        )
         elector = LeaseElector(
             KubeJson(make_api_client(kubeconfig)),
             namespace=namespace,
@@ -148,6 +151,15 @@ def _serve(
             status_writer.sync()  # a write only when the data's problems changed
 
     loop = ScorerLoop(scorer, after_cycle=after_cycle)
+    certs = None
+    if options.webhook_certs is not None and not options.dry_run:
+        certs = webhook_cert_job(
+            options.webhook_certs,
+            make_api_client(kubeconfig),
+            metrics,
+            namespace=namespace,
+            is_leader=(lambda: elector.is_leader) if elector is not None else (lambda: True),
+        )
     nodes = NodeWatcher(make_api_client(kubeconfig), node_cache)
     unbound = PendingPodWatcher(
         make_api_client(kubeconfig),
@@ -184,6 +196,8 @@ def _serve(
     pods.start()
     unbound.start()
     loop.start()
+    if certs is not None:
+        certs.start()
     server.start()
     log.info("scorer serving on %s (policy %s)", server.url, watcher.current.version)
     try:
@@ -191,6 +205,8 @@ def _serve(
     finally:
         scorer.request_stop()  # a cycle in flight ends after the node it is writing
         loop.stop()
+        if certs is not None:
+            certs.stop()
         unbound.stop()
         pods.stop()
         nodes.stop()
