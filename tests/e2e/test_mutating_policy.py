@@ -1,0 +1,613 @@
+"""The MutatingAdmissionPolicy against the webhook's decision, on the real apiserver.
+
+`steer policy admission-policy` prints a MutatingAdmissionPolicy that is meant to give a pod
+exactly what the webhook gives it (steer/core/admission_policy/mutating.py). Here seeded random
+pods (tenants and no tenant, GPU and chain pods, init containers and sidecars, pods that already
+carry preferred terms, tolerations, spread constraints, a schedulerName, forged requests of the
+project's resources or a forged trace, DaemonSet pods, pods naming their node) are created with
+`dryRun=All`, and each is compared with what the webhook makes of it:
+
+- policy path: the pod as the user wrote it, created in its namespace with the
+  MutatingAdmissionPolicy bound (no webhook is registered), reinvoked as the apiserver does;
+- webhook path, computed in-process with the decision the webhook serves
+  (steer/core/decision.py `decide_mutation`) rather than by running the webhook server: the
+  pod is first created (dry run) in a namespace no policy matches, which gives the pod the
+  webhook would receive (defaults, service account, default tolerations; the spread
+  constraints as written, since the apiserver merges `matchLabelKeys` into their selectors
+  only after admission); the decision's JSON Patch is applied, and the result is created
+  (dry run) again, so both paths end with the same post-admission processing.
+
+The two pods must be equal in every field but the generated token volume's name, and the trace
+annotation must be the webhook's JSON with `"via": "admission-policy"` added. Pods the policy
+leaves to the webhook (its `NotCovered` list: a DRA claim, an extended resource a DeviceClass may
+map) must come out of the policy path untouched. Two policies: examples/policy.yaml, and a
+variant with a `reserveNodes: require` class beside the GPU class (unreserved gates, spared
+classes), an audited tenant, no DeviceClasses (extended resources covered) and
+`defaultSchedulerIsUnset: false`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+import yaml
+
+from kits.control_plane import ControlPlane
+from steer.core.admission_policy.mutating import TRACE_VIA, mutating_admission_policy
+from steer.core.decision import AdmissionPlans, PodRequest, decide_mutation
+from steer.core.mutation import read_trace
+from steer.core.patch import apply_ops
+from steer.core.policy import Policy, parse_policy
+from steer.core.quantity import parse_quantity
+from steer.core.steering import class_preferences, trace_annotation_key
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE_TEXT = (ROOT / "examples" / "policy.yaml").read_text()
+ADMISSION = "/apis/admissionregistration.k8s.io/v1"
+ADMIN = {"username": "admin", "groups": ["system:masters", "system:authenticated"]}
+DAEMONSET_USER = "system:serviceaccount:kube-system:daemon-set-controller"
+OPT_IN = {"kube-steer.github.io/enabled": "true"}
+TOKEN_VOLUME = re.compile(r"kube-api-access-[a-z0-9]+")
+WORKERS = 6
+PLURAL = {
+    "MutatingAdmissionPolicy": "mutatingadmissionpolicies",
+    "MutatingAdmissionPolicyBinding": "mutatingadmissionpolicybindings",
+}
+
+
+def variant_policy() -> Policy:
+    """The example policy with more rules exercised (module doc)."""
+    doc = yaml.safe_load(EXAMPLE_TEXT)
+    spec = doc["spec"]
+    gpu = spec["podClasses"][0]
+    gpu.pop("deviceClasses")
+    spec["devices"] = {}
+    spec["podClasses"].append(
+        {"name": "fpga", "requestsAny": ["example.com/fpga"], "reserveNodes": "require"}
+    )
+    spec["tenants"][1]["mode"] = "audit"
+    spec["schedulerProfiles"]["defaultSchedulerIsUnset"] = False
+    spec["spread"][1]["maxSkew"] = 3
+    return parse_policy(yaml.safe_dump(doc))
+
+
+class Catalogue:
+    """The webhook's DRA catalogue as a synced watch would have it: one claim template that
+    requests a GPU, one DeviceClass mapping an extended resource; nothing else."""
+
+    def template_classes(self, namespace: str, name: str) -> frozenset[str] | None:
+        return frozenset({"gpu.nvidia.com"}) if name == "gpu-claim" else None
+
+    def claim_classes(self, namespace: str, name: str) -> frozenset[str] | None:
+        return None
+
+    def class_for_extended_name(self, resource: str) -> str | None:
+        return "gpu.nvidia.com" if resource == "example.com/dra-gpu" else None
+
+
+# -- the pods --------------------------------------------------------------------------------
+
+CPU = ["100m", "250m", "0.57", "1", "1500m", "2", "1.234", "333m", "7", "250001u"]
+MEMORY = ["64Mi", "100M", "1Gi", "1.5Gi", "123456789", "512Mi", "3G", "1000001k"]
+
+
+def _resources(rng: random.Random, gpu: bool, extra: Mapping[str, str]) -> dict[str, Any]:
+    limits: dict[str, str] = {}
+    requests_: dict[str, str] = {}
+    for name, values in (("cpu", CPU), ("memory", MEMORY)):
+        shape = rng.random()
+        if shape < 0.4:
+            limits[name] = rng.choice(values)
+        elif shape < 0.6:
+            requests_[name] = rng.choice(values)
+        elif shape < 0.85:  # both, the request at most the limit (the apiserver's rule)
+            low, high = sorted(rng.sample(values, 2), key=parse_quantity)
+            requests_[name], limits[name] = low, high
+    if gpu:
+        limits["nvidia.com/gpu"] = str(rng.randint(1, 4))
+    for name, value in extra.items():  # extended resources: the request equals the limit
+        limits[name] = requests_[name] = value
+    out: dict[str, Any] = {}
+    if limits:
+        out["limits"] = limits
+    if requests_:
+        out["requests"] = requests_
+    return out
+
+
+def _forged(rng: random.Random) -> dict[str, str]:
+    """Requests of the project's resources a pod should not make by itself."""
+    if rng.random() > 0.12:
+        return {}
+    return rng.choice(
+        [
+            {"kube-steer.github.io/avoid-gpu-hot": "1"},
+            {"kube-steer.github.io/pool-cpu": "7"},
+            {"kube-steer.github.io/budget-0pct": "1"},
+            {"kube-steer.github.io/unreserved-fpga": "2"},
+            {"kube-steer.kubernetes.io/pool-memory": "5"},
+        ]
+    )
+
+
+def make_pod(rng: random.Random, policy: Policy, name: str) -> dict[str, Any]:
+    labels: dict[str, str] = {"app": "diff"}
+    if rng.random() < 0.5:
+        labels["order-chain"] = rng.choice(["orders", "payments"])
+    if rng.random() < 0.4:
+        labels["pod-template-hash"] = rng.choice(["abc12", "def34"])
+    gpu = rng.random() < 0.3
+    extra: dict[str, str] = {}
+    roll = rng.random()
+    if roll < 0.06:
+        extra["deviceclass.resource.kubernetes.io/gpu.nvidia.com"] = "1"
+    elif roll < 0.12:
+        extra["example.com/fpga"] = "1"
+    elif roll < 0.16:
+        extra["example.com/dra-gpu"] = "1"
+    containers = [
+        {
+            "name": f"c{i}",
+            "image": "registry.example/app:1",
+            "resources": _resources(rng, gpu and i == 0, extra if i == 0 else _forged(rng)),
+        }
+        for i in range(rng.choice([1, 1, 1, 2, 3]))
+    ]
+    for container in containers:
+        if not container["resources"]:
+            del container["resources"]
+    spec: dict[str, Any] = {"containers": containers}
+    if rng.random() < 0.3:
+        spec["initContainers"] = [
+            {
+                "name": f"init{i}",
+                "image": "registry.example/init:1",
+                "resources": _resources(rng, False, _forged(rng)),
+                **({"restartPolicy": "Always"} if rng.random() < 0.4 else {}),
+            }
+            for i in range(rng.choice([1, 2]))
+        ]
+    _existing_affinity(rng, policy, spec, containers)
+    _existing_tolerations(rng, spec)
+    _existing_spread(rng, spec, labels)
+    if rng.random() < 0.25:
+        spec["schedulerName"] = rng.choice(["default-scheduler", "steer-spread", "custom"])
+    if rng.random() < 0.05:
+        spec["nodeName"] = "node-picked"
+    if rng.random() < 0.04:
+        spec["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "gpu-claim"}]
+    metadata: dict[str, Any] = {"name": name, "labels": labels}
+    if rng.random() < 0.05:
+        metadata["annotations"] = {"kube-steer.github.io/trace": '{"policy":"forged"}'}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+def _existing_affinity(
+    rng: random.Random, policy: Policy, spec: dict[str, Any], containers: list[Any]
+) -> None:
+    roll = rng.random()
+    if roll < 0.5:
+        return
+    node_affinity: dict[str, Any] = {}
+    if roll < 0.65:
+        # One of the terms the policy would add, already there (a copy of a steered pod).
+        terms = class_preferences(policy, None)
+        if any(
+            "nvidia.com/gpu" in (c.get("resources", {}).get("limits") or {}) for c in containers
+        ):
+            terms = class_preferences(policy, policy.spec.pod_classes[0])
+        node_affinity["preferredDuringSchedulingIgnoredDuringExecution"] = [
+            rng.choice(terms).to_k8s()
+        ]
+    elif roll < 0.8:
+        node_affinity["preferredDuringSchedulingIgnoredDuringExecution"] = [
+            {
+                "weight": 5,
+                "preference": {
+                    "matchExpressions": [{"key": "disk", "operator": "In", "values": ["ssd"]}]
+                },
+            }
+        ]
+    elif roll < 0.9:
+        node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = {
+            "nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "arch", "operator": "In", "values": ["amd64"]}]}
+            ]
+        }
+    affinity: dict[str, Any] = {}
+    if node_affinity:
+        affinity["nodeAffinity"] = node_affinity
+    else:
+        affinity["podAntiAffinity"] = {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 1,
+                    "podAffinityTerm": {
+                        "topologyKey": "kubernetes.io/hostname",
+                        "labelSelector": {"matchLabels": {"app": "diff"}},
+                    },
+                }
+            ]
+        }
+    spec["affinity"] = affinity
+
+
+def _existing_tolerations(rng: random.Random, spec: dict[str, Any]) -> None:
+    roll = rng.random()
+    if roll < 0.6:
+        return
+    if roll < 0.75:
+        spec["tolerations"] = [
+            {
+                "key": "kube-steer.github.io/gpu-hot",
+                "operator": "Equal",
+                "value": "true",
+                "effect": "PreferNoSchedule",
+            }
+        ]
+    elif roll < 0.85:
+        spec["tolerations"] = [
+            {"key": "kube-steer.github.io/gpu-hot", "value": "true", "effect": "PreferNoSchedule"}
+        ]
+    else:
+        spec["tolerations"] = [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}]
+
+
+def _existing_spread(rng: random.Random, spec: dict[str, Any], labels: Mapping[str, str]) -> None:
+    roll = rng.random()
+    if roll < 0.6:
+        return
+    if roll < 0.75 and "order-chain" in labels:
+        # The example's zone rule, exactly as the policy would add it.
+        constraint: dict[str, Any] = {
+            "maxSkew": 1,
+            "topologyKey": "topology.kubernetes.io/zone",
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"order-chain": labels["order-chain"]}},
+        }
+        if "pod-template-hash" in labels:
+            constraint["matchLabelKeys"] = ["pod-template-hash"]
+    elif roll < 0.9:
+        constraint = {
+            "maxSkew": 4,
+            "topologyKey": "topology.kubernetes.io/zone",
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": {"app": "diff"}},
+        }
+    else:
+        constraint = {
+            "maxSkew": 1,
+            "topologyKey": "rack",
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": {"app": "diff"}},
+        }
+    spec["topologySpreadConstraints"] = [constraint]
+
+
+# -- the apiserver ---------------------------------------------------------------------------
+
+
+class Api:
+    """Raw JSON calls with the admin certificate, one HTTP session per thread."""
+
+    def __init__(self, plane: ControlPlane) -> None:
+        self.url = plane.url
+        self.verify = str(plane.ca_file)
+        self.cert = (str(plane.pki_dir / "admin.crt"), str(plane.pki_dir / "admin.key"))
+        self.local = threading.local()
+
+    def session(self) -> requests.Session:
+        session = getattr(self.local, "session", None)
+        if session is None:
+            session = requests.Session()
+            session.trust_env = False
+            session.verify = self.verify
+            session.cert = self.cert
+            self.local.session = session
+        return session
+
+    def call(
+        self, method: str, path: str, body: Any = None, *, as_user: str | None = None
+    ) -> tuple[int, dict[str, Any]]:
+        headers = {"Impersonate-User": as_user} if as_user else {}
+        resp = self.session().request(
+            method, self.url + path, json=body, headers=headers, timeout=30
+        )
+        return resp.status_code, resp.json()
+
+    def dry_run(
+        self, namespace: str, pod: Mapping[str, Any], as_user: str | None = None
+    ) -> tuple[int, dict[str, Any]]:
+        return self.call(
+            "POST", f"/api/v1/namespaces/{namespace}/pods?dryRun=All", pod, as_user=as_user
+        )
+
+
+def _resubmittable(pod: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """A pod the apiserver returned, as a request body again."""
+    out = copy.deepcopy(dict(pod))
+    out.pop("status", None)
+    metadata = out["metadata"]
+    for key in (
+        "uid",
+        "creationTimestamp",
+        "resourceVersion",
+        "managedFields",
+        "generation",
+        "namespace",
+    ):
+        metadata.pop(key, None)
+    metadata["name"] = name
+    return out
+
+
+def _normal(pod: Mapping[str, Any], trace_key: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """(the pod's metadata labels and annotations and its spec, token volume names unified;
+    its trace, parsed)."""
+    trace = read_trace(pod, trace_key)
+    annotations = dict(pod["metadata"].get("annotations") or {})
+    annotations.pop(trace_key, None)
+    spec = json.loads(TOKEN_VOLUME.sub("kube-api-access", json.dumps(pod["spec"])))
+    return {
+        "labels": pod["metadata"].get("labels"),
+        "annotations": annotations,
+        "spec": spec,
+    }, trace
+
+
+@dataclass
+class Tally:
+    compared: int = 0
+    steered: int = 0  # compared pods whose spec the policy changed
+    left_to_webhook: int = 0
+    refused: int = 0  # refused by the apiserver's validation on both paths
+    mismatches: list[str] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Namespaces:
+    steered: Mapping[str, Mapping[str, str]]  # name -> labels, every kind of namespace
+    plain: str  # no label: no policy matches it
+
+
+def _compare_one(
+    api: Api,
+    policy: Policy,
+    plans: AdmissionPlans,
+    namespaces: Namespaces,
+    rng_seed: int,
+    index: int,
+    tally: Tally,
+    lock: threading.Lock,
+) -> None:
+    rng = random.Random(rng_seed * 100_000 + index)
+    trace_key = trace_annotation_key(policy)
+    name = f"diff-{index}"
+    pod = make_pod(rng, policy, name)
+    namespace = rng.choice(sorted(namespaces.steered))
+    labels = namespaces.steered[namespace]
+    daemonset = rng.random() < 0.04
+    user = DAEMONSET_USER if daemonset else None
+    if daemonset:
+        pod["metadata"]["ownerReferences"] = [
+            {
+                "apiVersion": "apps/v1",
+                "kind": "DaemonSet",
+                "name": "agent",
+                "uid": str(uuid.UUID(int=index)),
+                "controller": True,
+            }
+        ]
+    # The pod the webhook receives: defaulted, with the spread constraints as written.
+    code, received = api.dry_run(namespaces.plain, pod, user)
+    status_a, by_policy = api.dry_run(namespace, pod, user)
+    if code != 201:
+        with lock:
+            if status_a == 201:
+                tally.mismatches.append(
+                    f"{name}: refused as plain ({received.get('message')}), "
+                    "admitted through the policy"
+                )
+            else:
+                tally.refused += 1
+                tally.reasons.append(str(received.get("message")))
+        return
+    plain, received = received, copy.deepcopy(received)
+    received["metadata"]["namespace"] = namespace
+    received["spec"].pop("topologySpreadConstraints", None)
+    if "topologySpreadConstraints" in pod["spec"]:
+        received["spec"]["topologySpreadConstraints"] = copy.deepcopy(
+            pod["spec"]["topologySpreadConstraints"]
+        )
+    verdict = decide_mutation(
+        plans,
+        PodRequest(
+            pod=received,
+            namespace=namespace,
+            namespace_labels=labels,
+            user_info={"username": DAEMONSET_USER, "groups": []} if daemonset else ADMIN,
+            devices=Catalogue(),
+        ),
+    )
+    steered = apply_ops(received, verdict.ops) if verdict.ops else received
+    status_b, by_webhook = api.dry_run(namespaces.plain, _resubmittable(steered, name), user)
+    if status_a != 201 or status_b != 201:
+        with lock:
+            if status_a == status_b:
+                tally.refused += 1
+            else:
+                tally.mismatches.append(
+                    f"{name}: policy path HTTP {status_a} ({by_policy.get('message')}), webhook "
+                    f"path HTTP {status_b} ({by_webhook.get('message')})"
+                )
+        return
+    left = _left_to_webhook(policy, pod, verdict)
+    seen_a, trace_a = _normal(by_policy, trace_key)
+    seen_b, trace_b = _normal(plain if left else by_webhook, trace_key)
+    problems = []
+    if seen_a != seen_b:
+        problems.append(_diff(seen_a, seen_b))
+    if left:
+        if trace_a != read_trace(pod, trace_key):
+            problems.append(f"trace {trace_a} on a pod left to the webhook")
+    elif trace_b is None or trace_b.get("policy") == "forged":
+        if trace_a != trace_b:
+            problems.append(f"trace {trace_a}, webhook's {trace_b}")
+    else:
+        via = (trace_a or {}).pop("via", None)
+        if via != TRACE_VIA or trace_a != trace_b:
+            problems.append(f"trace {trace_a} via {via}, webhook's {trace_b}")
+    with lock:
+        if left:
+            tally.left_to_webhook += 1
+        else:
+            tally.compared += 1
+            tally.steered += bool(verdict.ops)
+        if problems:
+            tally.mismatches.append(
+                f"{name} in {namespace} {json.dumps(pod)}: " + "; ".join(problems)
+            )
+
+
+def _left_to_webhook(policy: Policy, pod: Mapping[str, Any], verdict: Any) -> bool:
+    """Whether the policy's NotCovered list leaves this pod to the webhook: when a pod class
+    names DeviceClasses (the example's GPU class), a pod the webhook steers that has a claim,
+    or an extended resource a DeviceClass may map while its requests put it in no class."""
+    if not any(c.device_classes for c in policy.spec.pod_classes):
+        return False
+    if verdict.mutation is None or verdict.mutation.skipped is not None:
+        return False
+    spec = pod["spec"]
+    names = {
+        name
+        for part in ("containers", "initContainers")
+        for container in spec.get(part) or ()
+        for kind in ("requests", "limits")
+        for name in (container.get("resources") or {}).get(kind) or {}
+    }
+    gpu = {"nvidia.com/gpu", "deviceclass.resource.kubernetes.io/gpu.nvidia.com"}
+    foreign = any(n.startswith("example.com/") for n in names)
+    return bool(spec.get("resourceClaims")) or (foreign and not names & gpu)
+
+
+def _diff(a: Any, b: Any, path: str = "") -> str:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b)):
+            if a.get(key) != b.get(key):
+                return _diff(a.get(key), b.get(key), f"{path}.{key}")
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            if x != y:
+                return _diff(x, y, f"{path}[{i}]")
+    return f"{path}: policy {json.dumps(a)} != webhook {json.dumps(b)}"
+
+
+# -- the test ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def install(control_plane: ControlPlane) -> Iterator[Callable[[Policy], None]]:
+    """install(policy): the policy's MutatingAdmissionPolicy and binding, replacing the last;
+    both removed at teardown."""
+    api = Api(control_plane)
+    names: set[str] = set()
+
+    def remove() -> None:
+        for name in names:
+            for kind in ("mutatingadmissionpolicybindings", "mutatingadmissionpolicies"):
+                api.call("DELETE", f"{ADMISSION}/{kind}/{name}")
+
+    def put(policy: Policy) -> None:
+        remove()
+        for obj in mutating_admission_policy(policy).objects:
+            code, answer = api.call("POST", f"{ADMISSION}/{PLURAL[obj['kind']]}", obj)
+            assert code == 201, answer
+            names.add(obj["metadata"]["name"])
+
+    yield put
+    remove()
+
+
+def _wait_active(api: Api, namespace: str, policy: Policy) -> None:
+    """Until a probe pod in `namespace` carries this policy's trace (the apiserver picks up a
+    new policy from its informer within a second or two)."""
+    probe = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "probe"},
+        "spec": {"containers": [{"name": "c", "image": "x"}]},
+    }
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        code, answer = api.dry_run(namespace, probe)
+        trace = read_trace(answer, trace_annotation_key(policy)) if code == 201 else None
+        if trace and trace.get("policy") == policy.version and trace.get("via") == TRACE_VIA:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"the MutatingAdmissionPolicy of {policy.version} did not take effect")
+
+
+@pytest.mark.parametrize(
+    ("policy_name", "pods", "seed"), [("example", 400, 32), ("variant", 200, 3962)]
+)
+def test_the_mutating_admission_policy_steers_pods_as_the_webhook_does(
+    control_plane: ControlPlane,
+    make_namespace: Callable[..., str],
+    install: Callable[[Policy], None],
+    policy_name: str,
+    pods: int,
+    seed: int,
+) -> None:
+    policy = parse_policy(EXAMPLE_TEXT) if policy_name == "example" else variant_policy()
+    kinds = {
+        "dept-a": {**OPT_IN, "tenant": "dept-a"},
+        "dept-b": {**OPT_IN, "tenant": "dept-b"},
+        "none": dict(OPT_IN),
+        "off": {"tenant": "dept-a"},  # not opted in: left alone by both
+    }
+    steered = {
+        make_namespace(labels, prefix=f"mp-{kind}"): labels for kind, labels in kinds.items()
+    }
+    for name in list(steered):
+        steered[name] = {**steered[name], "kubernetes.io/metadata.name": name}
+    namespaces = Namespaces(steered, make_namespace({}, prefix="mp-plain"))
+    api = Api(control_plane)
+    install(policy)
+    dept_a = next(n for n in steered if n.startswith("mp-dept-a"))
+    _wait_active(api, dept_a, policy)
+    plans = AdmissionPlans.from_policy(policy)
+    tally = Tally()
+    lock = threading.Lock()
+    started = time.monotonic()
+    with ThreadPoolExecutor(WORKERS) as pool:
+        for future in [
+            pool.submit(_compare_one, api, policy, plans, namespaces, seed, i, tally, lock)
+            for i in range(pods)
+        ]:
+            future.result()
+    took = time.monotonic() - started
+    print(
+        f"{policy_name}: {pods} pods in {took:.1f} s: {tally.compared} compared "
+        f"({tally.steered} steered), {tally.left_to_webhook} left to the webhook, "
+        f"{tally.refused} refused on both paths"
+    )
+    assert not tally.mismatches, "\n".join(tally.mismatches[:10])
+    print("\n".join(sorted(set(tally.reasons))[:20]))
+    assert tally.compared >= pods * 0.85
+    assert tally.steered >= pods * 0.5
+    if policy_name == "example":
+        assert tally.left_to_webhook > 0
