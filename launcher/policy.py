@@ -18,9 +18,10 @@ import yaml
 from steer.adapters.kube import add_kubeconfig_flag
 from steer.adapters.policy_file import load_policy_file
 from steer.core.admission_policy import admission_policies
+from steer.core.admission_policy.mutating import mutating_admission_policy
 from steer.core.admission_policy.node_writes import scorer_username
 from steer.core.admission_policy.security import DEFAULT_NAME, security_taints
-from steer.core.policy import KIND, PolicyError, PolicyIssue, parse_policy
+from steer.core.policy import KIND, Policy, PolicyError, PolicyIssue, parse_policy
 from steer.core.policy.crd import API_VERSION, CRD_NAME, crd_manifest
 
 
@@ -94,8 +95,27 @@ def _cmd_policy_admission_policy(args: argparse.Namespace) -> int:
         policy, security_name=args.name, scorer_user=user, also_prefixes=args.also_prefix
     )
     body = yaml.safe_dump_all(objects, sort_keys=False, width=1_000_000)
+    if args.mutating:
+        body += mutating_yaml(policy, args.file)
     sys.stdout.write(header + body)
     return 0
+
+
+def mutating_yaml(policy: Policy, file: str) -> str:
+    """The MutatingAdmissionPolicy and binding, after a comment saying what they leave to the
+    webhook (`NotCovered`): a YAML stream to append to the validating policies'."""
+    compiled = mutating_admission_policy(policy)
+    lines = [
+        f"# MutatingAdmissionPolicy for {policy.version} (Kubernetes >= 1.36): the apiserver "
+        "steers pods as the webhook does.",
+        "# Clusters before 1.36 have no admissionregistration.k8s.io/v1 MutatingAdmissionPolicy:"
+        f" print without it (`steer policy admission-policy -f {file} --no-mutating`).",
+    ]
+    if compiled.not_covered:
+        lines.append("# Not covered by the policy (the webhook steers these pods, or as said):")
+        lines += [f"#   - {item.text()}" for item in compiled.not_covered]
+    body = yaml.safe_dump_all(compiled.objects, sort_keys=False, width=1_000_000)
+    return "---\n" + "\n".join(lines) + "\n" + body
 
 
 CRD_FILE = "manifests/crd/steeringpolicies.yaml"
@@ -201,7 +221,8 @@ def register(actions: Any) -> None:
     """`steer policy admission-policy`, `crd` and `migrate`, under `steer policy`."""
     admission = actions.add_parser(
         "admission-policy",
-        help="print the ValidatingAdmissionPolicies (+ bindings) the apiserver enforces itself",
+        help="print the admission policies (+ bindings) the apiserver evaluates itself: "
+        "validating, and the mutating one that steers pods",
         description="Print, as YAML for `kubectl apply -f -`, three ValidatingAdmissionPolicies "
         "and their bindings, evaluated by the apiserver itself so they hold while the webhook "
         "is down: (1) deny a pod tolerating a taint of a rule marked `security: true` unless "
@@ -209,7 +230,10 @@ def register(actions: Any) -> None:
         "tenant pods request their limits from the budget pool and their own budget gate, no "
         "other pod requests them, and a resize cannot raise a limit above the pool request; "
         "(3) the scorer's Node writes change only keys under its prefixes. DaemonSet and "
-        "mirror pods are exempt. Apply them again after every policy change.",
+        "mirror pods are exempt. Then (Kubernetes >= 1.36) a MutatingAdmissionPolicy and its "
+        "binding that give a pod what the webhook gives it (schedulerName, preferred terms, "
+        "tolerations, spread constraints, pool and gate requests, the trace), after a comment "
+        "listing what it leaves to the webhook. Apply them again after every policy change.",
     )
     admission.add_argument(
         "-f", "--file", required=True, help="path to the policy YAML file (validated first)"
@@ -231,6 +255,13 @@ def register(actions: Any) -> None:
         default=[],
         metavar="PREFIX",
         help="an earlier labelPrefix whose keys the scorer still retires (repeatable)",
+    )
+    admission.add_argument(
+        "--no-mutating",
+        dest="mutating",
+        action="store_false",
+        help="leave out the MutatingAdmissionPolicy (clusters before Kubernetes 1.36, whose "
+        "admissionregistration.k8s.io/v1 has none)",
     )
     admission.set_defaults(func=_cmd_policy_admission_policy)
     crd = actions.add_parser(

@@ -528,26 +528,56 @@ def not_covered(policy: Policy) -> tuple[NotCovered, ...]:
                 "budget is refused by steer-budget",
             )
         )
-    out.append(
-        NotCovered(
-            "admission-warnings",
-            "every pod",
-            "a MutatingAdmissionPolicy cannot add admission warnings",
-            "none",
-            "the webhook's warnings (a DRA claim classified without the catalogue) concern "
-            "pods the policy leaves to the webhook",
-        )
+    combinations = _combinations(policy)
+    pooled = any(
+        c.pieces.resources.budget and c.pieces.resources.budget.pools for c in combinations
     )
-    out.append(
-        NotCovered(
-            "quantity-range",
-            "pods with a cpu limit above 2^63 millicores or a memory limit above 2^63 MiB",
-            "CEL's int() of the estimate overflows",
-            "none",
-            "the expression fails and failurePolicy Ignore creates the pod unsteered (the "
-            "apiserver would refuse such a limit on a node anyway)",
+    if pooled:
+        out.append(
+            NotCovered(
+                "quantity-range",
+                "pods with a cpu or memory limit (or request without a limit) above 2^52 pool units "
+                "(4.5e12 cores, 4.5e15 MiB)",
+                "the pool request is estimated in floating point and checked exactly over the four "
+                "integers around the estimate, which holds only below 2^52",
+                "none",
+                "the expression fails and failurePolicy Ignore creates the pod unsteered (no node "
+                "offers such a limit)",
+            )
         )
-    )
+    if any(
+        not (c.pieces.resources.budget and c.pieces.resources.budget.pools)
+        and not c.pieces.resources.gates
+        for c in combinations
+    ):
+        out.append(
+            NotCovered(
+                "trace-resources-removed",
+                "pods with no pool and no gate whose trace annotation, as created, is already "
+                "the one the policy writes with the rule resources:removed",
+                "the policy is reinvoked after its own change and keeps resources:removed in "
+                "the trace once the forged requests are gone; it cannot tell that trace from "
+                "one the pod was created with",
+                "none",
+                "such a forged trace is kept where the webhook would rewrite it; steering is "
+                "the same",
+            )
+        )
+    out += [
+        NotCovered(
+            "spread-duplicates",
+            f"pods with the label {a.label_key}",
+            f"spread rules {a.name} and {b.name} ask for the same constraint on "
+            f"{a.topology_key}: after the reinvocation its own change causes, the policy finds "
+            f"the constraint {a.name} added and notes {b.name} as in effect as well",
+            "none",
+            f"the trace lists spread:{b.name}, which the webhook's does not; steering is the same",
+        )
+        for i, a in enumerate(policy.spec.spread)
+        for b in policy.spec.spread[i + 1 :]
+        if (a.label_key, a.topology_key, a.max_skew, a.when_unsatisfiable)
+        == (b.label_key, b.topology_key, b.max_skew, b.when_unsatisfiable)
+    ]
     return tuple(out)
 
 
