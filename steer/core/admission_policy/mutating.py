@@ -9,9 +9,14 @@ generated is the CEL that picks a combination for a pod and merges its pieces in
 exactly as `mutate_pod` does. The end-to-end suite checks the two paths against each other on
 the real apiserver (tests/e2e/test_mutating_policy.py).
 
-Upstream API (admissionregistration.k8s.io/v1, GA in Kubernetes 1.36; KEP-3962, "Mutating
-Admission Policy" in the Kubernetes docs; `kubectl explain mutatingadmissionpolicy.spec` on
-v1.36.2), and what it decides here:
+Upstream sources: the API types (kubernetes staging/src/k8s.io/api/admissionregistration/v1/
+types.go: MutatingAdmissionPolicySpec's matchConditions, variables and reinvocationPolicy,
+Mutation's patchType JSONPatch | ApplyConfiguration, JSONPatch's expression with
+`JSONPatch{op, path, value}`, `jsonpatch.escapeKey` and `Object.<field>` types), as v1.36.2
+serves them (`kubectl explain mutatingadmissionpolicy.spec
+--api-version=admissionregistration.k8s.io/v1`); KEP-3962 and the docs page "Mutating Admission Policy"; the Kubernetes CEL libraries (docs
+"Common Expression Language in Kubernetes": quantity, lists, optional fields, two-variable
+comprehensions). What they decide here, measured on the v1.36.2 apiserver:
 - the MutatingAdmissionPolicy plugin is on by default in 1.36 and runs before
   MutatingAdmissionWebhook (the apiserver logs the order), so with both installed the webhook
   sees the pod the policy steered;
@@ -44,8 +49,9 @@ depends on DRA objects (`NotCovered`). The namespace's tenant is read from `name
 The trace annotation carries the webhook's text, byte for byte (the same JSON: policy version,
 rules in effect, terms; in audit mode what would be added), with `"via": "admission-policy"`
 added, so a pod says which path steered it. The policy leaves a trace alone that is already
-its own text or the webhook's (with both installed the webhook's wins, and neither rewrites
-the other's). One difference is not observable from the pod alone, and kept on purpose: a pod
+its own text or the webhook's: with both installed, the webhook (called after the policy)
+rewrites the trace to its own text, and the policy, reinvoked, keeps it (by this rule; the
+differential test runs each path alone). One difference is not observable from the pod alone, and kept on purpose: a pod
 with no pool or gate whose forged requests of the project's resources were removed keeps
 `resources:removed` in its trace on the reinvocation that follows (the webhook, invoked once,
 writes it once); a trace forged to that exact text is therefore kept as well.
