@@ -6,6 +6,11 @@ Pure: policy in, Kubernetes objects (as JSON-ready dicts) out, a policy and its 
 - `budget`: the budget's currency (the pool and gate requests of a pod);
 - `node_writes`: the scorer's Node writes, confined to the keys it owns.
 They share the CEL text (`cel`) and the shape of the two objects (`objects`).
+
+`mutating` compiles the pod mutation itself into a MutatingAdmissionPolicy and its binding
+(Kubernetes >= 1.36), apart from these: `mutating_admission_policy(policy)` returns them with
+the list of what they leave to the webhook; `steer policy admission-policy` prints them after
+the validating policies.
 """
 
 from __future__ import annotations
