@@ -7,7 +7,7 @@ Both servers run at once, as subprocesses, on 127.0.0.1 with certificates made f
 - the webhook (`steer webhook serve`, namespace watch against the API stand-in, metrics on);
 - the bare app: `webhook.app.create_app` over a handler that parses the AdmissionReview and
   allows it, served by the same `webhook.serve.run_gunicorn` (same worker class, workers,
-  threads, TLS, certificate reload, HTTP code). Only the admission logic differs; the ratio
+  TLS, certificate reload, HTTP code). Only the admission logic differs; the ratio
   goal is judged against it.
 - bare-flask (throughput only): the same allow-all as a Flask view, the bare app this
   benchmark used while the webhook answered through Flask. Its ratio tells what the webhook's
@@ -146,7 +146,6 @@ def serve_bare(args: argparse.Namespace) -> int:
         cert_file=args.cert,
         key_file=args.key,
         workers=args.workers,
-        threads=args.threads,
         log_level="warning",
     )
     if args.flask:
@@ -335,7 +334,7 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
     ports = {name: free_port() for name in SERVERS}
     common = [
         "--cert", str(paths.cert), "--key", str(paths.key),
-        "--workers", str(args.workers), "--threads", str(args.threads),
+        "--workers", str(args.workers),
     ]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
     logs = {name: (tmp / f"{name}.log").open("wb") for name in SERVERS}
@@ -400,7 +399,7 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
         "machine": {"cpus": os.cpu_count()},
         "settings": {
             "workers": args.workers,
-            "threads": args.threads,
+            "server": "gevent",
             "wrk_connections": args.connections,
             "wrk_seconds_per_round": args.wrk_duration,
             "rounds": args.rounds,
@@ -457,7 +456,7 @@ def markdown(result: dict[str, Any]) -> str:
     s = result["settings"]
     lines = [
         f"wrk: {s['wrk_connections']} keep-alive connections, {s['rounds']} alternating rounds of "
-        f"{s['wrk_seconds_per_round']} s; {s['workers']} workers x {s['threads']} threads; "
+        f"{s['wrk_seconds_per_round']} s; {s['workers']} workers ({s.get('server', 'gthread')}); "
         f"load average {s['load_average_before'][0]:.1f} before, "
         f"{s['load_average_after'][0]:.1f} after, {result['machine']['cpus']} CPUs",
         "",
@@ -541,7 +540,6 @@ def main(argv: list[str] | None = None) -> int:
     bare.add_argument("--cert", required=True)
     bare.add_argument("--key", required=True)
     bare.add_argument("--workers", type=int, default=2)
-    bare.add_argument("--threads", type=int, default=4)
     bare.add_argument("--flask", action="store_true", help="the allow-all as a Flask view")
 
     def numbers(text: str) -> list[int]:
@@ -558,7 +556,6 @@ def main(argv: list[str] | None = None) -> int:
         "--clients", type=int, default=8, help="hey processes (one connection each) per rate"
     )
     parser.add_argument("--workers", type=int, default=2, help="gunicorn workers (both servers)")
-    parser.add_argument("--threads", type=int, default=4, help="threads per worker (both servers)")
     parser.add_argument(
         "--reviews",
         type=lambda text: text.split(","),

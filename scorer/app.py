@@ -4,15 +4,14 @@ at `/`, `/metrics`, `/healthz`, `/readyz`.
 Every answer comes from the scorer's last computed cycle (its own, also on a replica that is
 not the leader), so `/explain` never waits on Prometheus. Explaining an existing pod reads the
 pod, its namespace and its `FailedScheduling` events from the API. The page (scorer/page/) is
-static files that fetch the `/explain` answers. The server is a threaded WSGI server started by
-`steer scorer run` next to the scheduler thread, not a gunicorn worker: the scoring loop must
-run exactly once per process.
+static files that fetch the `/explain` answers. The server is waitress on a thread
+(`steer.adapters.http_server.HttpServer`) started by `steer scorer run` next to the scheduler
+thread, not a gunicorn worker: the scoring loop must run exactly once per process.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -20,7 +19,6 @@ import orjson
 import yaml
 from flask import Flask, Response, request
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from werkzeug.serving import BaseWSGIServer, make_server
 
 from scorer.clusterscore import cluster_detail
 from scorer.explain import (
@@ -271,35 +269,3 @@ def create_app(scorer: Scorer, *, policy_status: Callable[[], ReloadStatus] | No
         return _json(detail, 200 if scorer.ready else 503)
 
     return app
-
-
-class HttpServer:
-    """A threaded WSGI server on its own thread; `port` is the bound one (0 picks a free port)."""
-
-    def __init__(self, app: Flask, host: str = "127.0.0.1", port: int = 0) -> None:
-        self._server: BaseWSGIServer = make_server(host, port, app, threaded=True)
-        self.host = host
-        self.port = self._server.server_port
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="scorer-http", daemon=True
-        )
-
-    @property
-    def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
-
-    def start(self) -> HttpServer:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
-
-    def __enter__(self) -> HttpServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from scorer.app import HttpServer, create_app
+from scorer.app import create_app
 from scorer.bindings import BindingWindow, PodBindingWatcher
 from scorer.certs_renewal import WebhookCertSettings, webhook_cert_job
 from scorer.kubeapi import KubeJson
@@ -30,6 +30,7 @@ from scorer.policy_status import PolicyStatusWriter, report_rejected_at_start
 from scorer.service import Scorer
 from scorer.writer import NodeApi
 from steer.adapters.dra import DraStore
+from steer.adapters.http_server import HttpServer
 from steer.adapters.kube import make_api_client
 from steer.adapters.policy_file import PolicyWatcher
 from steer.adapters.policy_resource import PolicyResourceWatcher
@@ -174,7 +175,10 @@ def _serve(
         on_binding=loop.wake,
     )
     server = HttpServer(
-        create_app(scorer, policy_status=watcher.status), options.host, options.port
+        create_app(scorer, policy_status=watcher.status),
+        options.host,
+        options.port,
+        name="scorer-http",
     )
     stop = threading.Event()
 

@@ -93,7 +93,7 @@ def scraped_services() -> Iterator[tuple[PrometheusServer, RunningScorer]]:
             running_scorer(
                 env, env.policy_file, env.prometheus_url, Path(tmp), extra_args=lease
             ) as scorer,
-            running_webhook(env, env.policy_file, Path(tmp), workers=2, threads=2) as hook,
+            running_webhook(env, env.policy_file, Path(tmp), workers=2) as hook,
             hook.session() as session,
         ):
             wait_for_cycles(scorer, 2)

@@ -17,11 +17,12 @@ from kits.apistub import ApiStub
 from kits.prometheus_server import PrometheusServer
 from kits.synthetic_exporter import SyntheticCluster
 from launcher.commands import main
-from scorer.app import HttpServer, create_app
+from scorer.app import create_app
 from scorer.kubeapi import KubeJson
 from scorer.plan import DataStatus
 from scorer.service import Scorer
 from scorer.writer import NodeApi
+from steer.adapters.http_server import HttpServer
 from steer.core.datacheck import ProblemKind
 from steer.core.policy import Policy, parse_policy
 from tests.apistub_fixtures import client_for

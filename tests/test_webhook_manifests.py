@@ -131,7 +131,7 @@ def test_deployment_args_parse_with_the_cli() -> None:
         "containers"
     ]
     args = parser.parse_args(container["args"])
-    assert (args.workers, args.threads, args.listen) == (2, 8, "0.0.0.0:8443")
+    assert (args.workers, args.threads, args.listen) == (2, None, "0.0.0.0:8443")
     assert (args.read_timeout_seconds, args.max_connections) == (5.0, 256)
 
 
@@ -150,16 +150,28 @@ def network_policies() -> dict[str, dict[str, Any]]:
     return docs(NETWORK_POLICIES)
 
 
-def test_the_network_policy_admits_no_pod_to_the_admission_port() -> None:
+def test_the_network_policy_admits_no_pod_but_the_scorers_to_the_admission_port() -> None:
     """The apiserver (host network or external) and the kubelet are outside the pod network;
-    every tenant pod is inside it. Prometheus alone among pods reaches the metrics port."""
-    policy = network_policies()["NetworkPolicy/steer-webhook"]
+    every tenant pod is inside it. Of the pods, the scorer's alone reaches the admission port
+    (its leader's TLS handshakes before an old CA leaves caBundle), Prometheus alone the
+    metrics port."""
+    policies = network_policies()
+    policy = policies["NetworkPolicy/steer-webhook"]
     assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
     by_port = {rule["ports"][0]["port"]: rule for rule in policy["spec"]["ingress"]}
     assert set(by_port) == {8443, 9102}
     assert all(rule.get("from") for rule in by_port.values())  # no rule open to any source
-    (apiserver,) = by_port[8443]["from"]
+    apiserver, scorer = by_port[8443]["from"]
     assert apiserver == {"ipBlock": {"cidr": "0.0.0.0/0", "except": [pod_cidr_setting()]}}
+    scorer_pods = {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "steer-scorer"}}}
+    assert scorer == scorer_pods  # this namespace's pods only: no namespaceSelector
+    (to_webhook,) = [
+        rule for rule in policies["NetworkPolicy/steer-scorer"]["spec"]["egress"] if "to" in rule
+    ]
+    assert to_webhook == {
+        "to": [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "steer-webhook"}}}],
+        "ports": [{"protocol": "TCP", "port": 8443}],
+    }
     prometheus, proxy = by_port[9102]["from"]
     assert prometheus == {
         "namespaceSelector": {},

@@ -107,3 +107,20 @@ def test_a_worker_that_leaves_does_not_take_the_server_or_its_metrics_with_it(
                 assert answered()
             assert "steer_webhook" in hook.metrics()
             assert "No such file or directory" not in hook.log()
+
+
+def test_an_idle_kept_alive_connection_does_not_hold_a_stopping_webhook(tmp_path: Path) -> None:
+    """The apiserver keeps its connections open between reviews: a stopping worker closes
+    them at once instead of waiting for them until gunicorn's graceful timeout (20 s)."""
+    with running_webhook(tmp_path, workers=2) as hook:
+        fixture = admission_fixture("pod-create-user-mutating.json")
+        with hook.session() as session:
+            reply = session.post(
+                f"{hook.url}{fixture['path']}", data=json.dumps(fixture["body"]), timeout=5
+            )
+            assert reply.status_code == 200
+            started = time.monotonic()
+            hook.process.send_signal(signal.SIGTERM)
+            assert hook.process.wait(timeout=GRACE_S) == 0
+            took = time.monotonic() - started
+        assert took < 5, f"stopped {took:.1f} s after SIGTERM"

@@ -10,8 +10,7 @@ import orjson
 import pytest
 
 from webhook import review as rv
-from webhook.app import AdmissionApp, create_app, read_body
-from webhook.framing import BODY_OVER_LIMIT
+from webhook.app import DRAIN_LIMIT, AdmissionApp, create_app, read_body
 from webhook.handler import Outcome
 
 LIMIT = 1024
@@ -94,19 +93,38 @@ def test_other_methods_and_paths_get_flask_json_errors() -> None:
     assert status.startswith("503") and json.loads(body) == {"ready": False}
 
 
-def test_a_body_over_the_limit_is_none_and_never_read() -> None:
-    # The server drops an oversized body as it arrives and closes the connection after the
-    # answer (webhook.gworker); the app must not wait for bytes that will not come.
-    env = environ("POST", "/mutate", b"x" * 10, str(LIMIT + 10))
+class CountingStream(io.BytesIO):
+    """A body stream that says the largest read it was asked for."""
+
+    largest = 0
+
+    def read(self, size: int | None = -1) -> bytes:
+        self.largest = max(self.largest, size or 0)
+        return super().read(size)
+
+
+def test_a_body_over_the_limit_is_none_read_and_dropped_in_pieces() -> None:
+    # Read to its end, so the client that sends it all before reading gets its 413, never
+    # kept whole: the pieces are 64 KiB at most.
+    size = 300 * 1024
+    env = environ("POST", "/mutate", b"x" * size, str(size))
+    env["wsgi.input"] = CountingStream(b"x" * size)
+    assert read_body(env, LIMIT) is None
+    assert env["wsgi.input"].tell() == size
+    assert env["wsgi.input"].largest == 64 * 1024
+
+
+def test_a_body_too_large_to_drain_is_not_read() -> None:
+    # The server closes the connection after the answer; reading 64 MiB first is not worth it.
+    env = environ("POST", "/mutate", b"x" * 10, str(DRAIN_LIMIT + 1))
     assert read_body(env, LIMIT) is None
     assert env["wsgi.input"].tell() == 0
-    dropped = environ("POST", "/mutate", b"", None, **{BODY_OVER_LIMIT: True})
-    assert read_body(dropped, LIMIT) is None
 
 
 def test_a_chunked_body_is_read_to_one_byte_past_the_limit() -> None:
-    over = environ("POST", "/mutate", b"x" * (LIMIT + 1), None, **{"wsgi.input_terminated": True})
+    over = environ("POST", "/mutate", b"x" * (LIMIT + 5), None, **{"wsgi.input_terminated": True})
     assert read_body(over, LIMIT) is None
+    assert over["wsgi.input"].tell() == LIMIT + 5  # the rest is dropped, to its end
     exact = environ("POST", "/mutate", b"x" * LIMIT, None, **{"wsgi.input_terminated": True})
     assert read_body(exact, LIMIT) == b"x" * LIMIT
     # Without the server's promise that the stream ends, there is no length and no body.

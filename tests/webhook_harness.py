@@ -233,8 +233,6 @@ def running_webhook(
         str(kubeconfig),
         "--workers",
         str(workers),
-        "--threads",
-        "4",
         *extra_args,
     ]
     with log_file.open("wb") as log:

@@ -17,7 +17,6 @@ from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
 from webhook import review as rv
-from webhook.framing import BODY_OVER_LIMIT
 from webhook.handler import Endpoint, Outcome
 
 log = logging.getLogger(__name__)
@@ -28,6 +27,9 @@ ENDPOINTS: Mapping[str, Endpoint] = {
     "/validate/security": "validate-security",
 }
 JSON = "application/json"
+# A body over the limit is read and dropped up to this size, so the client reads its 413.
+DRAIN_LIMIT = 64 * 1024 * 1024
+DROP_PIECE = 64 * 1024
 STATUS_LINES = {s.value: f"{s.value} {s.phrase}" for s in HTTPStatus}
 
 
@@ -46,11 +48,10 @@ def content_length(environ: Mapping[str, Any]) -> int | None:
 def read_body(environ: Mapping[str, Any], max_bytes: int) -> bytes | None:
     """The request body, or None when it is over `max_bytes` (the caller answers 413).
 
-    An oversized body is never read here: the server (`webhook.gworker`) has dropped it as it
-    arrived, says so in the environ, and closes the connection after the answer.
+    A body over the limit is read and dropped, in pieces, up to DRAIN_LIMIT bytes, so that the
+    client (which may send it all before it reads) gets its 413 instead of a reset; the
+    server closes the connection after a 413 (webhook.gworker). A larger one is not read.
     """
-    if environ.get(BODY_OVER_LIMIT):
-        return None
     stream = environ["wsgi.input"]
     length = content_length(environ)
     if length is None:
@@ -60,10 +61,25 @@ def read_body(environ: Mapping[str, Any], max_bytes: int) -> bytes | None:
         if not environ.get("wsgi.input_terminated"):
             return b""
         body: bytes = stream.read(max_bytes + 1)
-        return None if len(body) > max_bytes else body
+        if len(body) <= max_bytes:
+            return body
+        _drop(stream, DRAIN_LIMIT)
+        return None
     if length > max_bytes:
+        if length <= DRAIN_LIMIT:
+            _drop(stream, length)
         return None
     return stream.read(length) if length else b""
+
+
+def _drop(stream: Any, limit: int) -> None:
+    """Read and forget up to `limit` bytes of `stream`, a piece at a time."""
+    left = limit
+    while left > 0:
+        piece = stream.read(min(DROP_PIECE, left))
+        if not piece:
+            return
+        left -= len(piece)
 
 
 class Answerer(Protocol):

@@ -8,12 +8,15 @@ metric exists.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from typing import Any
 
 from steer.adapters.service_logs import add_log_flags, configure_logging
 from webhook.review import DEFAULT_MAX_BODY_BYTES
 from webhook.serve import DEFAULT_LISTEN, DEFAULT_METRICS_LISTEN
+
+log = logging.getLogger(__name__)
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -28,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "serve",
         help="serve /mutate, /validate, /healthz, /readyz over TLS; /metrics, /status on plain HTTP",
         description=(
-            "Serve the admission webhook over TLS with gunicorn (gthread workers). POST /mutate "
+            "Serve the admission webhook over TLS with gunicorn (gevent workers). POST /mutate "
             "and /validate (and /validate/security, the security taint rules alone) take "
             "admission.k8s.io/v1 AdmissionReviews for Pods. Namespace labels come from a watch "
             "kept in memory, the policy is hot-reloaded, and the certificate files are re-read "
@@ -67,9 +70,10 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     serve.add_argument(
         "--threads",
         type=int,
-        default=8,
+        default=None,
         metavar="N",
-        help="threads per worker; a thread only runs a request whose bytes have all arrived",
+        help="no longer used (each connection is served by its own greenlet); accepted so "
+        "that existing manifests keep working, with a warning",
     )
     serve.add_argument(
         "--read-timeout-seconds",
@@ -112,6 +116,12 @@ def _serve(args: argparse.Namespace) -> int:
     from webhook.serve import ServeError, ServerSettings, WebhookOptions, serve_webhook
 
     configure_logging(args.log_level, args.log_format)
+    if args.threads is not None:
+        log.warning(
+            "--threads %d is ignored: each connection is served by its own greenlet, and the "
+            "flag can be dropped",
+            args.threads,
+        )
     options = WebhookOptions(
         policy_file=args.policy or "",
         policy_resource=args.policy_resource,
@@ -120,7 +130,6 @@ def _serve(args: argparse.Namespace) -> int:
             cert_file=args.cert,
             key_file=args.key,
             workers=args.workers,
-            threads=args.threads,
             log_level=args.log_level,
             log_format=args.log_format,
             read_timeout_seconds=args.read_timeout_seconds,

@@ -1,449 +1,199 @@
-"""gunicorn's gthread worker, changed so that slow or many clients cannot starve it, and a logger
-without gunicorn's access log.
+"""The webhook's gunicorn worker: gunicorn's gevent worker, with limits on what a client may take.
 
-The stock worker does each connection's TLS handshake and request read in a pool thread with a
-blocking socket: a client that sends part of a handshake, of a head or of a body and then waits
-holds that thread for as long as it likes. A few such clients stopped admission (16 did on a
-webhook of 2 workers x 4 threads, with nothing logged), and with failurePolicy Ignore every pod
-was admitted unvalidated meanwhile. This worker keeps gthread's poller and thread pool and
-changes what may wait, and for how long:
+gunicorn's threaded worker does each connection's TLS handshake in a pool thread with a
+blocking socket: a client that sends part of a handshake and then waits holds that thread as
+long as it likes, and a few such clients stopped admission (16 did on 2 workers x 4 threads,
+with nothing logged; with failurePolicy Ignore every pod was admitted unvalidated meanwhile).
+The gevent worker (`gunicorn.workers.ggevent.GeventWorker`) serves each connection in its own
+greenlet, so a slow client costs a few KB of memory and no thread at all. This worker adds,
+through the worker's public hooks (`handle`, `handle_request`, `load_wsgi`) and gevent's
+public API only:
 
-- A thread never waits for a client. The handshake and the request are read from non-blocking
-  sockets; when the bytes so far are not enough, the connection goes back to the poller and the
-  thread moves on. A thread runs a request only once all of it (head, and body by its framing:
-  `webhook.framing`) is in memory, so slow connections cost no thread at all.
-- Each connection has `read_timeout` seconds from its first byte to finish the TLS handshake,
-  and again from the first byte of each request to finish sending it. The main loop closes the
-  connections past their deadline, counts them (`steer_webhook_connections_timed_out_total`
-  by phase) and logs one line per check that closed any.
-- A body over `max_body_bytes`, sized or chunked, is dropped as it arrives (up to DRAIN_LIMIT),
-  and answered 413 by the app (the WSGI environ says so: `framing.BODY_OVER_LIMIT`); the
-  connection closes after the answer.
-- Read-ahead memory is bounded: FREE_READ_AHEAD bytes a connection (any real pod review), more
-  only from a per-worker budget. A connection waiting for the budget waits off the poller.
-- At `worker_connections` (`--max-connections`) the connections idle longest are closed to make
+- The TLS handshake is done here, with the context `CertReloader` gives for each new
+  connection (a rotated certificate serves without a restart), within `read_timeout` seconds
+  of the connection's arrival.
+- Each request has `read_timeout` seconds from its first byte to its last (`GuardedSocket`
+  stands between gunicorn's parser and the TLS socket and keeps the deadline). An idle
+  kept-alive connection waits `keepalive` seconds for its next request.
+- Past a deadline the connection is closed, counted (`steer_webhook_connections_timed_out_total`
+  by phase) and logged in one line a second at most, however many there were.
+- At `--max-connections` the connections waiting longest for their client are closed to make
   room, so a flood of idle connections cannot keep the apiserver's out.
-- A connection closed after its answer is drained from the poller (gunicorn's close lingers up
-  to 2 s in the main loop, stalling every other connection of the worker meanwhile).
-- A thread writes with a socket timeout: a client that never reads its answer cannot hold it.
+- An answer 413 (a body over `--max-body-bytes`, read and dropped by the app) closes the
+  connection after it is sent.
+- A stopping worker closes its idle kept-alive connections within a second (the requests under
+  way are answered, with `Connection: close`), instead of waiting for them until gunicorn's
+  graceful timeout.
 
-It builds on gthread internals (`TConn`, `_DEFER`, the poller, `keepalived_conns`,
-`enqueue_req`, `handle_request`, `finish_request`); tests/reliability/ exercises them against
-the installed gunicorn.
+The behaviour relied on (gevent's worker calls `handle(listener, client, addr)` in a greenlet
+per connection; the parser reads with `recv` and the response writes with `sendall`; a request
+whose `must_close` is set closes its connection) is pinned by tests/reliability/ against the
+installed gunicorn and gevent, whose versions pyproject.toml bounds.
 """
 
 from __future__ import annotations
 
-import contextlib
-import heapq
+import errno
 import itertools
-import selectors
+import os
 import socket
 import ssl
-import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
-from functools import partial
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
-from gunicorn import glogging, http
-from gunicorn import sock as gsock
-from gunicorn.workers import gthread
+import gevent
+import gevent.socket
+import gevent.ssl
+from gunicorn import glogging
+from gunicorn.workers.ggevent import GeventWorker
 
-from webhook.framing import BODY_OVER_LIMIT, RequestFraming
 from webhook.memory import return_large_blocks
 
-_DEFER: Any = gthread._DEFER
-_PARK = object()  # wait for read-ahead budget, off the poller
-
 Phase = Literal["handshake", "request"]
-RECV_BYTES = 64 * 1024
-FREE_READ_AHEAD = 64 * 1024
-# A body over the limit is read and dropped up to this size, so the client reads its 413.
-DRAIN_LIMIT = 64 * 1024 * 1024
-LINGER_SECONDS = 2.0
-LINGER_BYTES = 64 * 1024
-CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 EXAMPLES_LOGGED = 3
 REPORT_EVERY_S = 1.0
+# A connection closed before its request was read whole (a 413) drops what the client still
+# sends for a moment, so that unread bytes do not turn the close into a reset that loses the
+# answer.
+LINGER_SECONDS = 2.0
+LINGER_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
 class ConnectionLimits:
     """What one client may take of a worker (the `--read-timeout-seconds`,
-    `--max-body-bytes` flags; connections are gunicorn's `worker_connections`)."""
+    `--max-connections` flags)."""
 
     read_timeout: float = 5.0
-    max_body_bytes: int = 4 * 1024 * 1024
+    max_connections: int = 256
 
     @property
-    def read_ahead_budget(self) -> int:
-        """Bytes all connections of a worker may hold beyond FREE_READ_AHEAD each."""
-        return max(64 * 1024 * 1024, 2 * self.max_body_bytes)
+    def greenlets(self) -> int:
+        """gunicorn's `worker_connections` (the gevent pool): room above `max_connections`
+        for the connections that arrive while others are being closed."""
+        return 2 * self.max_connections
+
+
+class ClientGone(ConnectionResetError):
+    """The connection was closed here (a deadline, or room for others): gunicorn's worker
+    drops a connection reset quietly."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(errno.ECONNRESET, why)
+
+
+@dataclass(eq=False)
+class Connection:
+    """One client connection, as the worker's bookkeeping sees it (one greenlet touches it)."""
+
+    peer: str
+    sock: Any  # the TCP socket, then the TLS socket over it
+    arrived: float
+    sequence: int
+    phase: Phase | None = "handshake"
+    deadline: float | None = None
+    served: int = 0
+    waiting_since: float | None = None  # set while the greenlet waits for the client
+    closed_here: str = ""  # why this worker closed it
+    request: Any = None  # gunicorn's request being answered
+
+    def begin_request(self, timeout: float) -> None:
+        if self.phase is None:
+            self.phase, self.deadline = "request", time.monotonic() + timeout
+
+    def end_request(self) -> None:
+        if self.phase == "request":
+            self.served += 1
+        self.phase = self.deadline = None
+
+    def close_here(self, why: str) -> None:
+        """Close the connection from any greenlet: its own wait wakes up to an EOF.
+
+        The shutdown goes through a duplicate of the descriptor (a shutdown is the
+        connection's, whichever descriptor asks), so the TLS object the greenlet is reading
+        with stays whole and reports the end as the client closing."""
+        if self.closed_here:
+            return
+        self.closed_here = why
+        with suppress(OSError), socket.socket(fileno=os.dup(self.sock.fileno())) as duplicate:
+            duplicate.shutdown(socket.SHUT_RDWR)
 
 
 @dataclass
-class Progress:
-    """Where one connection is: kept on the TConn, touched by one thread at a time."""
+class Connections:
+    """The worker's open connections, what it closed, and the lines it owes the log."""
 
-    phase: Phase | None = None
-    deadline: float | None = None
-    buffer: bytearray = field(default_factory=bytearray)
-    framing: RequestFraming | None = None
-    budgeted: int = 0
-    continue_sent: bool = False
-    waiting: Literal["", "client", "budget", "linger"] = ""
-    since: float = 0.0
-    expires_at: float | None = None  # the reaper's entry for this connection
-    served: int = 0  # requests answered on this connection
+    limits: ConnectionLimits
+    log: Any
+    metrics: Any
+    open: dict[Connection, None] = field(default_factory=dict)  # in arrival order
+    sequence: Iterator[int] = field(default_factory=itertools.count)
+    timeouts: dict[str, int] = field(default_factory=lambda: {"handshake": 0, "request": 0})
+    examples: list[str] = field(default_factory=list)
+    shed_unreported: int = 0
 
-    def start(self, phase: Phase, timeout: float) -> None:
-        if self.phase is None:
-            self.phase, self.deadline = phase, time.monotonic() + timeout
+    def arrived(self, sock: socket.socket, addr: Any) -> Connection:
+        conn = Connection(_peer(addr), sock, time.monotonic(), next(self.sequence))
+        self.open[conn] = None
+        if len(self.open) > self.limits.max_connections:
+            self.make_room()
+        return conn
 
-    def finish(self) -> None:
-        self.phase = self.deadline = None
-        self.framing = None
-        self.continue_sent = False
+    def left(self, conn: Connection) -> None:
+        self.open.pop(conn, None)
 
+    def timed_out(self, conn: Connection, phase: Phase) -> None:
+        conn.close_here("timeout")
+        self.timeouts[phase] += 1
+        if len(self.examples) < EXAMPLES_LOGGED:
+            self.examples.append(conn.peer)
+        self.metrics.timed_out.labels(phase=phase).inc()
 
-def progress(conn: Any) -> Progress:
-    state: Progress | None = getattr(conn, "steer_progress", None)
-    if state is None:
-        state = conn.steer_progress = Progress()
-    return state
-
-
-def worker_class(limits: ConnectionLimits) -> type[TLSThreadWorker]:
-    """The worker class for gunicorn's `worker_class` setting, with these limits."""
-    return type("TLSThreadWorker", (TLSThreadWorker,), {"limits": limits})
-
-
-class TLSThreadWorker(gthread.ThreadWorker):  # type: ignore[misc]
-    limits = ConnectionLimits()
-    wsgi: Callable[..., Any]
-
-    # -- set-up ----------------------------------------------------------------------------
-
-    def init_process(self) -> None:
-        from webhook.metrics import ConnectionMetrics
-
-        return_large_blocks()
-        self.connection_metrics = ConnectionMetrics()
-        self.request_flags = threading.local()
-        self.budget_lock = threading.Lock()
-        self.budget_used = 0
-        self.expiry: list[tuple[float, int, Any]] = []  # (time, tiebreak, conn): main thread
-        self.sequence = itertools.count()
-        self.waiting: dict[Any, None] = {}  # in arrival order: the oldest first
-        self.parked: dict[Any, None] = {}
-        self.timeouts = {"handshake": 0, "request": 0}  # not yet logged
-        self.timeout_examples: list[str] = []
-        self.shed_unreported = 0
-        self.reported_at = 0.0
-        # Bytes gunicorn's parser may take for a head (request line and headers).
-        cfg = self.cfg
-        self.max_head_bytes = (
-            cfg.limit_request_line
-            + 4
-            + (cfg.limit_request_fields or 100) * (cfg.limit_request_field_size or 8190)
-            + 2
+    def make_room(self) -> None:
+        """Close connections down to 7/8 of `--max-connections`, among those waiting for
+        their client: first those never served (idle, then mid-handshake or mid-request), then
+        those served before (a client that has proved itself, like the apiserver's kept-alive
+        connections); within each, the longest waiting first."""
+        target = self.limits.max_connections - max(1, self.limits.max_connections // 8)
+        order = sorted(
+            (
+                (1 if conn.served else 0, conn.phase is not None, conn.waiting_since, conn)
+                for conn in self.open
+                if conn.waiting_since is not None and not conn.closed_here
+            ),
+            key=lambda entry: entry[:3],
         )
-        super().init_process()
+        excess = len(self.open) - target
+        shed = 0
+        for *_rank, conn in order[:excess]:
+            conn.close_here("shed")
+            self.open.pop(conn, None)  # counted out now: its greenlet ends on its own
+            shed += 1
+        if shed:
+            self.metrics.shed.inc(shed)
+            self.shed_unreported += shed
 
-    def load_wsgi(self) -> None:
-        super().load_wsgi()
-        app: Callable[..., Any] = self.wsgi
-        flags = self.request_flags
+    def close_idle(self) -> None:
+        """Close the connections waiting for a next request (a stopping worker: gevent's
+        would otherwise wait for them until its graceful timeout)."""
+        for conn in list(self.open):
+            if conn.phase is None and conn.waiting_since is not None:
+                conn.close_here("stopping")
 
-        def with_flags(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
-            if getattr(flags, "over_limit", False):
-                environ[BODY_OVER_LIMIT] = True
-            return app(environ, start_response)
-
-        self.wsgi = with_flags
-
-    # -- in a pool thread ------------------------------------------------------------------
-
-    def handle(self, conn: Any) -> Any:
-        state = progress(conn)
-        try:
-            if not conn.initialized:
-                shaken = self._handshake(conn, state)
-                if shaken is not True:
-                    return shaken
-            read = self._read_ahead(conn, state)
-            if read is not True:
-                return read
-        except Exception as exc:  # a bug here must not take the worker's thread with it
-            self.log.exception("reading from %s failed: %s", conn.client, exc)
-            return False
-        return self._serve(conn, state)
-
-    def _handshake(self, conn: Any, state: Progress) -> Any:
-        state.start("handshake", self.limits.read_timeout)
-        if not self.cfg.is_ssl:
-            conn.parser = http.get_parser(self.cfg, conn.sock, conn.client)
-            conn.initialized = True
-            state.finish()
-            return True
-        if not isinstance(conn.sock, ssl.SSLSocket):
-            conn.sock = gsock.ssl_wrap_socket(conn.sock, self.cfg)
-        conn.sock.setblocking(False)
-        try:
-            conn.sock.do_handshake()
-        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
-            return _DEFER
-        except (ssl.SSLError, OSError) as exc:
-            self.log.debug("TLS handshake with %s failed: %s", conn.client, exc)
-            return False
-        if gsock.is_http2_negotiated(conn.sock):
-            return False  # the context offers http/1.1 only
-        conn.parser = http.get_parser(self.cfg, conn.sock, conn.client)
-        conn.initialized = True
-        state.finish()
-        return True
-
-    def _read_ahead(self, conn: Any, state: Progress) -> Any:
-        """True once the whole request is in `state.buffer`; else where to wait for it."""
-        if state.framing is None:
-            state.framing = RequestFraming(
-                max_body_bytes=self.limits.max_body_bytes,
-                max_head_bytes=self.max_head_bytes,
-                drain_limit=DRAIN_LIMIT,
-            )
-            pipelined = conn.parser.unreader.take_buffered()
-            if pipelined:
-                state.start("request", self.limits.read_timeout)
-                self._keep(state, state.framing.feed(pipelined))
-        framing = state.framing
-        conn.sock.setblocking(False)
-        while not framing.done:
-            if not self._may_read(state):
-                return _PARK
-            try:
-                data = conn.sock.recv(RECV_BYTES)
-            except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
-                break
-            except (ssl.SSLError, OSError):
-                return False  # reset, or not TLS after all
-            if not data:
-                return False  # gone, before its request was whole (or between requests)
-            state.start("request", self.limits.read_timeout)
-            self._keep(state, framing.feed(data))
-        if framing.done:
-            return True
-        if framing.expects_continue and not framing.over_limit and not state.continue_sent:
-            state.continue_sent = True
-            try:
-                conn.sock.send(CONTINUE)
-            except (ssl.SSLError, OSError):
-                return False
-        return _DEFER
-
-    def _may_read(self, state: Progress) -> bool:
-        if len(state.buffer) < FREE_READ_AHEAD:
-            return True
-        with self.budget_lock:
-            return self.budget_used + RECV_BYTES <= self.limits.read_ahead_budget
-
-    def _keep(self, state: Progress, data: bytes) -> None:
-        state.buffer += data
-        over = max(0, len(state.buffer) - FREE_READ_AHEAD) - state.budgeted
-        if over:
-            with self.budget_lock:
-                self.budget_used += over
-            state.budgeted += over
-
-    def _release(self, state: Progress) -> None:
-        if state.budgeted:
-            with self.budget_lock:
-                self.budget_used -= state.budgeted
-            state.budgeted = 0
-
-    def _serve(self, conn: Any, state: Progress) -> Any:
-        """Run the request now in memory; gunicorn's gthread `handle`, from the parser on."""
-        framing = state.framing
-        assert framing is not None
-        data = bytes(state.buffer)
-        state.buffer = bytearray()
-        self._release(state)
-        state.finish()
-        state.served += 1
-        req = None
-        self.request_flags.over_limit = framing.over_limit
-        try:
-            conn.parser.unreader.unread(data)
-            # A read the framing did not foresee, and every write, waits this long at most.
-            conn.sock.settimeout(self.limits.read_timeout)
-            req = next(conn.parser)
-            if not req:
-                return False
-            if framing.closes_connection:
-                req.must_close = True  # bytes of it were dropped: the next request cannot start
-            return self._keepalive_after(conn, self.handle_request(req, conn))
-        except http.errors.NoMoreData as exc:
-            self.log.debug("Ignored premature client disconnection. %s", exc)
-        except StopIteration as exc:
-            self.log.debug("Closing connection. %s", exc)
-        except TimeoutError:
-            self.log.debug("%s stopped reading or sending mid-request", conn.client)
-        except ssl.SSLError as exc:
-            if exc.args[0] != ssl.SSL_ERROR_EOF:
-                self.handle_error(req, conn.sock, conn.client, exc)
-        except OSError as exc:
-            self.log.debug("socket error with %s: %s", conn.client, exc)
-        except Exception as exc:
-            self.handle_error(req, conn.sock, conn.client, exc)
-        finally:
-            self.request_flags.over_limit = False
-        return False
-
-    # -- in the main loop ------------------------------------------------------------------
-
-    def finish_request(self, conn: Any, fs: Any) -> None:
-        try:
-            result = fs.result() if not fs.cancelled() else False
-        except Exception:
-            result = False
-        state = progress(conn)
-        try:
-            if result is _DEFER or result is _PARK:
-                if not self.alive and state.phase is None:
-                    self._close(conn)
-                elif state.deadline is not None and time.monotonic() >= state.deadline:
-                    self._time_out([conn])
-                elif result is _PARK:
-                    self._wait(conn, state, "budget")
-                else:
-                    self._wait(conn, state, "client")
-            elif result:
-                if conn.parser.unreader.buf.getvalue():
-                    self.enqueue_req(conn)  # the next request is here already (pipelined)
-                else:
-                    conn.sock.setblocking(False)
-                    conn.set_timeout()
-                    if not self.alive:
-                        conn.timeout = min(
-                            conn.timeout, time.monotonic() + gthread.STOP_KEEPALIVE_LINGER
-                        )
-                    self.keepalived_conns.append(conn)
-                    self.poller.register(
-                        conn.sock,
-                        selectors.EVENT_READ,
-                        partial(self.on_client_socket_readable, conn),
-                    )
-            else:
-                self._linger(conn, state)
-        except Exception:
-            self._close(conn)
-        self._unpark()
-
-    def _wait(self, conn: Any, state: Progress, why: Literal["client", "budget"]) -> None:
-        now = time.monotonic()
-        conn.timeout = now + self.cfg.keepalive if state.deadline is None else state.deadline
-        state.waiting, state.since = why, now
-        self._expire_at(conn, state)
-        if why == "budget":
-            self.parked[conn] = None
-            return
-        conn.sock.setblocking(False)
-        self.waiting[conn] = None
-        self.poller.register(
-            conn.sock, selectors.EVENT_READ, partial(self._on_readable, conn, state)
-        )
-
-    def _expire_at(self, conn: Any, state: Progress) -> None:
-        """Queue `conn` for the reaper at `conn.timeout` (once: a trickling client comes back
-        here with the same deadline after every byte)."""
-        if state.expires_at != conn.timeout:
-            state.expires_at = conn.timeout
-            heapq.heappush(self.expiry, (conn.timeout, next(self.sequence), conn))
-
-    def _on_readable(self, conn: Any, state: Progress, _sock: Any) -> None:
-        self._unwait(conn, state)
-        self.enqueue_req(conn)
-
-    def _unwait(self, conn: Any, state: Progress) -> None:
-        if state.waiting == "client" or state.waiting == "linger":
-            self.waiting.pop(conn, None)
-            with contextlib.suppress(KeyError, ValueError, OSError):
-                self.poller.unregister(conn.sock)
-        self.parked.pop(conn, None)
-        state.waiting = ""
-
-    def _unpark(self) -> None:
-        while self.parked:
-            with self.budget_lock:
-                room = self.budget_used + RECV_BYTES <= self.limits.read_ahead_budget
-            if not room:
-                return
-            conn = next(iter(self.parked))
-            self._unwait(conn, progress(conn))
-            self.enqueue_req(conn)
-
-    def _linger(self, conn: Any, state: Progress) -> None:
-        """Close after an answer: FIN now, then drop what the client still sends for a moment,
-        so that unread bytes do not turn the close into a reset that loses the answer."""
-        self._release(state)
-        try:
-            conn.sock.shutdown(socket.SHUT_WR)
-            conn.sock.setblocking(False)
-        except OSError:
-            self._close(conn)
-            return
-        now = time.monotonic()
-        conn.timeout = now + LINGER_SECONDS
-        state.waiting, state.since, state.budgeted = "linger", now, 0
-        conn.steer_drained = 0
-        self._expire_at(conn, state)
-        self.waiting[conn] = None
-        self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._drain, conn, state))
-
-    def _drain(self, conn: Any, state: Progress, _sock: Any) -> None:
-        try:
-            data = conn.sock.recv(RECV_BYTES)
-        except (BlockingIOError, ssl.SSLWantReadError):
-            return
-        except OSError:
-            data = b""
-        conn.steer_drained += len(data)
-        if not data or conn.steer_drained > LINGER_BYTES:
-            self._close(conn)
-
-    def _close(self, conn: Any) -> None:
-        state = progress(conn)
-        self._unwait(conn, state)
-        self._release(state)
-        state.buffer = bytearray()
-        self.nr_conns -= 1
-        conn.close()
-
-    def _time_out(self, conns: list[Any]) -> None:
-        """Close connections past their deadline; counted now, logged by `_report`."""
-        for conn in conns:
-            phase = progress(conn).phase or "request"
-            self.timeouts[phase] += 1
-            if len(self.timeout_examples) < EXAMPLES_LOGGED:
-                self.timeout_examples.append(_peer(conn.client))
-            self.connection_metrics.timed_out.labels(phase=phase).inc()
-            self._close(conn)
-
-    def _report(self, now: float) -> None:
-        """A line a second at most for each kind of closing, however many connections."""
-        total = sum(self.timeouts.values())
-        if (not total and not self.shed_unreported) or now - self.reported_at < REPORT_EVERY_S:
-            return
-        self.reported_at = now
+    def report(self) -> None:
+        """A line for each kind of closing since the last report, however many connections."""
         if self.shed_unreported:
             self.log.warning(
                 "closed %d connection(s), the longest waiting first, to stay under "
                 "--max-connections (%d)",
                 self.shed_unreported,
-                self.worker_connections,
+                self.limits.max_connections,
             )
             self.shed_unreported = 0
+        total = sum(self.timeouts.values())
         if not total:
             return
         self.log.warning(
@@ -453,70 +203,250 @@ class TLSThreadWorker(gthread.ThreadWorker):  # type: ignore[misc]
             self.limits.read_timeout,
             self.timeouts["handshake"],
             self.timeouts["request"],
-            ", ".join(self.timeout_examples),
+            ", ".join(self.examples),
         )
         self.timeouts = {"handshake": 0, "request": 0}
-        self.timeout_examples = []
+        self.examples = []
 
-    def murder_pending(self) -> None:
-        """Each turn of the main loop: close what is past its time, then make room."""
-        now = time.monotonic()
-        late: dict[Any, None] = {}
-        while self.expiry and self.expiry[0][0] <= now:
-            at, _, conn = heapq.heappop(self.expiry)
-            state = progress(conn)
-            if not state.waiting or conn.timeout != at or conn in late:
-                continue  # moved on since
-            if state.waiting == "linger" or state.phase is None:
-                self._close(conn)  # done lingering, or idle for the keep-alive time
-            else:
-                late[conn] = None
-        self._time_out(list(late))
-        if not self.alive:
-            for conn in [c for c in self.waiting if progress(c).phase is None]:
-                self._close(conn)  # idle: stopping closes it now
-        if self.nr_conns >= self.worker_connections:
-            self._make_room()
-        self._report(now)
 
-    def _make_room(self) -> None:
-        """Close connections down to 7/8 of `worker_connections`, so that a flood cannot keep
-        new ones out. Lingering ones go first; then those never served, idle before those
-        mid-handshake or mid-request; then those served before (a client that has proved
-        itself, like the apiserver's kept-alive connections). Within each, the longest
-        waiting first: idle since its last answer, or under way since its phase began."""
-        target = self.worker_connections - max(1, self.worker_connections // 8)
-        timeout = self.limits.read_timeout
-        order: list[tuple[int, float, Any]] = []
-        for conn in [*self.waiting, *self.parked]:
-            state = progress(conn)
-            if state.waiting == "linger":
-                order.append((0, state.since, conn))
-            elif state.served:
-                started = state.since if state.deadline is None else state.deadline - timeout
-                order.append((3, started, conn))
-            elif state.deadline is None:
-                order.append((1, state.since, conn))
-            else:
-                order.append((2, state.deadline - timeout, conn))
-        order += [(3, c.timeout - self.cfg.keepalive, c) for c in self.keepalived_conns]
-        order.sort(key=lambda entry: entry[:2])
-        shed = 0
-        for _rank, _since, conn in order:
-            if self.nr_conns <= target:
-                break
-            if progress(conn).waiting:
-                self._close(conn)
-            else:  # kept alive by gthread
-                self.keepalived_conns.remove(conn)
-                with contextlib.suppress(KeyError, ValueError, OSError):
-                    self.poller.unregister(conn.sock)
-                self.nr_conns -= 1
-                conn.close()
-            shed += 1
-        if shed:
-            self.connection_metrics.shed.inc(shed)
-            self.shed_unreported += shed
+@contextmanager
+def waiting(conn: Connection) -> Iterator[None]:
+    conn.waiting_since = time.monotonic()
+    try:
+        yield
+    finally:
+        conn.waiting_since = None
+
+
+class GuardedSocket:
+    """The TLS socket as gunicorn's parser and response see it, with the request deadline.
+
+    The first byte after an answer starts a request: from then on every read waits at most
+    until `read_timeout` after it. The first write of an answer ends the request (a 100
+    Continue is not an answer). Other attributes are the TLS socket's.
+    """
+
+    def __init__(
+        self, tls: ssl.SSLSocket, conn: Connection, connections: Connections, idle: float
+    ) -> None:
+        self.tls = tls
+        self.conn = conn
+        self.connections = connections
+        self.idle = idle
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.tls, name)
+
+    def recv(self, size: int) -> bytes:
+        conn = self.conn
+        if conn.closed_here:
+            raise ClientGone(f"closed here ({conn.closed_here})")
+        if conn.phase is None:
+            data = self._wait_recv(size, self.idle, None)
+            conn.begin_request(self.connections.limits.read_timeout)
+            return data
+        assert conn.deadline is not None
+        return self._wait_recv(size, conn.deadline - time.monotonic(), conn.phase)
+
+    def _wait_recv(self, size: int, seconds: float, phase: Phase | None) -> bytes:
+        conn = self.conn
+        data: bytes | None = None
+        if seconds > 0:
+            with waiting(conn):
+                try:
+                    with gevent.Timeout(seconds, False):
+                        data = self.tls.recv(size)
+                except TimeoutError:
+                    raise  # the parser's own timeout, for it to judge
+                except OSError as exc:
+                    if conn.closed_here:
+                        raise ClientGone(f"closed here ({conn.closed_here})") from exc
+                    raise
+        if data is None:  # the time is up
+            if phase is None:
+                conn.close_here("idle")
+                return b""  # idle past keep-alive: the parser sees the end
+            self.connections.timed_out(conn, phase)
+            raise ClientGone("the request did not finish within --read-timeout-seconds")
+        if not data and conn.closed_here:
+            raise ClientGone(f"closed here ({conn.closed_here})")
+        return data
+
+    def send(self, data: bytes) -> int:
+        sent: int = self._write(self.tls.send, data)
+        return sent
+
+    def sendall(self, data: bytes) -> None:
+        self._write(self.tls.sendall, data)
+
+    def _write(self, write: Callable[[bytes], Any], data: bytes) -> Any:
+        if self.conn.closed_here:
+            raise BrokenPipeError(errno.EPIPE, f"closed here ({self.conn.closed_here})")
+        if not data.startswith(b"HTTP/1.1 100 "):
+            self.conn.end_request()
+        try:
+            return write(data)
+        except OSError as exc:
+            raise BrokenPipeError(errno.EPIPE, str(exc)) from exc
+
+    def close(self) -> None:
+        request = self.conn.request
+        if request is not None and request.must_close and not self.conn.closed_here:
+            _linger(self.tls)
+        self.tls.close()
+
+
+def _linger(tls: ssl.SSLSocket) -> None:
+    """FIN now, then drop what the client still sends for a moment (a reset would lose the
+    answer it has not read yet)."""
+    try:
+        tls.shutdown(socket.SHUT_WR)
+    except OSError:
+        return
+    drained = 0
+    with gevent.Timeout(LINGER_SECONDS, False):
+        while drained < LINGER_BYTES:
+            try:
+                data = tls.recv(LINGER_BYTES)
+            except OSError:
+                return
+            if not data:
+                return
+            drained += len(data)
+
+
+@dataclass(frozen=True)
+class Listener:
+    """What gunicorn asks of a listening socket while serving a connection: its address."""
+
+    name: Any
+
+    def getsockname(self) -> Any:
+        return self.name
+
+
+class TLSContexts(Protocol):
+    """Where each connection's TLS context comes from (`webhook.serve.CertReloader`)."""
+
+    context_class: type[ssl.SSLContext]
+
+    def context(self) -> ssl.SSLContext: ...
+
+
+def worker_class(limits: ConnectionLimits, tls: TLSContexts) -> type[TLSWorker]:
+    """The worker class for gunicorn's `worker_class` setting, with these limits; each
+    connection's TLS context comes from `tls.context()`."""
+    return type("TLSWorker", (TLSWorker,), {"limits": limits, "tls": tls})
+
+
+class TLSWorker(GeventWorker):  # type: ignore[misc]
+    limits = ConnectionLimits()
+    tls: TLSContexts
+    connections: Connections
+    listeners: dict[int, Listener]
+
+    def init_process(self) -> None:
+        from webhook.metrics import ConnectionMetrics
+
+        return_large_blocks()
+        self.connections = Connections(self.limits, self.log, ConnectionMetrics())
+        # Contexts whose sockets wait in gevent's loop (a context is built again in a new
+        # process: `CertReloader`).
+        self.tls.context_class = gevent.ssl.SSLContext
+        super().init_process()
+
+    def patch(self) -> None:
+        """The listening sockets as gevent sockets, and nothing else of the process patched.
+
+        gunicorn's gevent worker monkey-patches the whole process here. This one serves with
+        gevent's sockets and TLS directly (its documented use without patching), so the
+        rest of the worker (the namespace and DRA watches, the policy reload, the metrics)
+        keeps real threads and the libraries imported before the fork keep working as they
+        were: `ssl` patched after urllib3 imported it would leave the Kubernetes client's TLS
+        blocking the whole worker.
+        """
+        listeners: list[Any] = self.sockets  # type: ignore[has-type]
+        self.sockets = [
+            gevent.socket.socket(s.FAMILY, socket.SOCK_STREAM, fileno=s.sock.detach())
+            for s in listeners
+        ]
+
+    def load_wsgi(self) -> None:
+        super().load_wsgi()
+        # A stopping worker closes its listeners while accepted connections are still being
+        # served, and gunicorn asks the listener its address for each one: asked now, once.
+        self.listeners = {id(sock): Listener(sock.getsockname()) for sock in self.sockets}
+        app: Callable[..., Any] = self.wsgi  # type: ignore[has-type]
+        gevent.spawn(self._report_forever)
+
+        def closing_after_413(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+            def start(status: str, headers: Any, exc_info: Any = None) -> Any:
+                if status.startswith("413"):
+                    guarded = environ.get("gunicorn.socket")
+                    if isinstance(guarded, GuardedSocket) and guarded.conn.request is not None:
+                        guarded.conn.request.must_close = True
+                return start_response(status, headers, exc_info)
+
+            return app(environ, start)
+
+        self.wsgi = closing_after_413
+
+    def _report_forever(self) -> None:
+        while True:
+            gevent.sleep(REPORT_EVERY_S)
+            if not self.alive:
+                self.connections.close_idle()
+            self.connections.report()
+
+    def handle(self, listener: Any, client: socket.socket, addr: Any) -> None:
+        conn = self.connections.arrived(client, addr)
+        try:
+            tls = self._handshake(client, conn)
+            if tls is not None:
+                guarded = GuardedSocket(tls, conn, self.connections, self._idle())
+                named = self.listeners.get(id(listener)) or Listener(listener.getsockname())
+                super().handle(named, guarded, addr)  # closes it
+        finally:
+            self.connections.left(conn)
+
+    def _idle(self) -> float:
+        return float(self.cfg.keepalive) or self.limits.read_timeout
+
+    def _handshake(self, client: socket.socket, conn: Connection) -> ssl.SSLSocket | None:
+        """The TLS socket once its handshake is done; None when the client did not finish it
+        in time (counted), closed it, or failed it."""
+        timeout = gevent.Timeout(self.limits.read_timeout)
+        tls: Any = client
+        try:
+            with waiting(conn), timeout:
+                tls = self.tls.context().wrap_socket(
+                    client, server_side=True, do_handshake_on_connect=False
+                )
+                conn.sock = tls
+                tls.do_handshake()
+        except gevent.Timeout as exc:
+            if exc is not timeout:
+                raise
+            self.connections.timed_out(conn, "handshake")
+            _close(tls)
+            return None
+        except (ssl.SSLError, OSError) as exc:
+            if not conn.closed_here:
+                self.log.debug("TLS handshake with %s failed: %s", conn.peer, exc)
+            _close(tls)
+            return None
+        conn.phase = None
+        return tls  # type: ignore[no-any-return]
+
+    def handle_request(self, listener_name: Any, req: Any, sock: Any, addr: Any) -> Any:
+        if isinstance(sock, GuardedSocket):
+            sock.conn.request = req
+        return super().handle_request(listener_name, req, sock, addr)
+
+
+def _close(sock: Any) -> None:
+    with suppress(OSError):
+        sock.close()
 
 
 def _peer(client: Any) -> str:

@@ -1,22 +1,22 @@
-"""`steer webhook serve`: the Flask app under gunicorn (gthread workers) over TLS.
+"""`steer webhook serve`: the admission app under gunicorn (gevent workers) over TLS.
 
 Choices, and the reasons:
-- gthread workers (`webhook.gworker.TLSThreadWorker`): connections wait in a poller and a
-  thread only runs a request whose bytes have all arrived, so slow clients hold no thread; each
-  connection has `--read-timeout-seconds` to finish its handshake and each request, a worker
-  keeps at most `--max-connections`, and the worker builds the TLS context for each new
-  connection through the `ssl_context` hook. `CertReloader` answers that hook: it re-reads the certificate and key
-  when their files change (a rotated Secret swaps them) and otherwise reuses the context, so a
-  rotation needs no restart and a handshake does not parse PEM files every time. While a
-  rotation is half written (new key, old certificate) the pair does not load; the previous
-  context keeps serving until both halves match.
+- gunicorn's gevent worker (`webhook.gworker.TLSWorker`): each connection is a greenlet, so a
+  slow client holds no thread; each connection has `--read-timeout-seconds` to finish its
+  handshake and each request, a worker keeps at most `--max-connections`, and the worker does
+  the TLS handshake itself with the context `CertReloader` gives for each new connection:
+  it re-reads the certificate and key when their files change (a rotated Secret swaps them)
+  and otherwise reuses the context, so a rotation needs no restart and a handshake does not
+  parse PEM files every time. While a rotation is half written (new key, old certificate) the
+  pair does not load; the previous context keeps serving until both halves match.
 - Several workers share the metrics through prometheus-client's multiprocess mode: each
   worker writes memory-mapped files in one directory, and the gunicorn master serves their sum
-  on a separate plain-HTTP port (`--metrics-listen`), so a scrape never competes with
-  admission requests for a worker thread. The same listener serves each worker's readiness
+  on a separate plain-HTTP port (`--metrics-listen`, waitress: `steer.adapters.http_server`),
+  so a scrape never competes with admission requests for a worker. The same listener serves each worker's readiness
   detail at `/status` (`webhook.status`); the TLS port's `/readyz` says only ready or not.
-- Each worker keeps its own namespace watch and policy reload thread: workers are independent
-  processes, and a watch per worker is cheaper than any shared-memory map.
+- Each worker keeps its own namespace watch and policy reload thread (real threads: the
+  worker does not monkey-patch the process): workers are independent processes, and a watch
+  per worker is cheaper than any shared-memory map.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ DEFAULT_LISTEN = "0.0.0.0:8443"
 # A bare port: /metrics binds the host of --listen, so a webhook kept on loopback keeps its
 # unauthenticated metrics there too.
 DEFAULT_METRICS_LISTEN = "9102"
+MIN_CONNECTIONS = 8
 
 
 class ServeError(RuntimeError):
@@ -76,6 +77,7 @@ class CertReloader:
     def __init__(self, cert_file: str, key_file: str) -> None:
         self.cert_file = cert_file
         self.key_file = key_file
+        self.context_class: type[ssl.SSLContext] = ssl.SSLContext  # the server's (gevent's)
         self._lock = threading.Lock()
         self._context: ssl.SSLContext | None = None
         self._signature: tuple[tuple[int, int, int], ...] | None = None
@@ -87,14 +89,16 @@ class CertReloader:
         self.last_error: str | None = None
 
     def _stat(self) -> tuple[tuple[int, int, int], ...]:
-        out = []
+        # The process is part of the signature: a worker builds its own context after the
+        # fork, from the `ssl` its server uses (gevent's, once the worker has patched it).
+        out = [(os.getpid(), 0, 0)]
         for path in (self.cert_file, self.key_file):
             st = os.stat(path)  # follows the ..data symlink a Secret volume swaps
             out.append((st.st_ino, st.st_mtime_ns, st.st_size))
         return tuple(out)
 
     def _build(self) -> ssl.SSLContext:
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context = self.context_class(ssl.PROTOCOL_TLS_SERVER)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         context.load_cert_chain(self.cert_file, self.key_file)
         context.set_alpn_protocols(["http/1.1"])
@@ -126,7 +130,7 @@ class CertReloader:
                 self._failed_signature = signature
                 message = f"certificate/key do not load ({exc}); keeping the previous pair"
                 return self._keep(message, new=True)
-            first = self._context is None
+            first = self._signature is None or self._signature[0] != signature[0]
             self._context, self._signature, self._info = context, signature, info
             self._failed_signature = None
             self.loads += 1
@@ -167,7 +171,6 @@ class ServerSettings:
     cert_file: str
     key_file: str
     workers: int = 2
-    threads: int = 8
     keepalive_seconds: int = 30
     log_level: str = "info"
     log_format: str = "text"
@@ -181,17 +184,14 @@ class ServerSettings:
         split_host_port(self.listen, "--listen")
         if self.workers < 1:
             raise ServeError(f"--workers: must be at least 1, got {self.workers}")
-        if self.threads < 1:
-            raise ServeError(f"--threads: must be at least 1, got {self.threads}")
         if not 0 < self.read_timeout_seconds <= 300:
             raise ServeError(
                 f"--read-timeout-seconds: must be more than 0 and at most 300, got "
                 f"{self.read_timeout_seconds:g}"
             )
-        if self.max_connections <= self.threads:
+        if self.max_connections < MIN_CONNECTIONS:
             raise ServeError(
-                f"--max-connections: must be more than --threads ({self.threads}), got "
-                f"{self.max_connections}"
+                f"--max-connections: must be at least {MIN_CONNECTIONS}, got {self.max_connections}"
             )
         if self.max_body_bytes < 1024:
             raise ServeError(f"--max-body-bytes: must be at least 1024, got {self.max_body_bytes}")
@@ -203,9 +203,6 @@ class ServerSettings:
 def gunicorn_config(settings: ServerSettings, reloader: CertReloader) -> dict[str, Any]:
     from webhook.gworker import ConnectionLimits, worker_class
 
-    def ssl_context(conf: Any, default_factory: Any) -> ssl.SSLContext:
-        return reloader.context()
-
     # gunicorn formats its own lines unless given a logging config; JSON output needs every
     # line to be an object, so then its loggers hand their records to the service's handler.
     logs = (
@@ -213,22 +210,19 @@ def gunicorn_config(settings: ServerSettings, reloader: CertReloader) -> dict[st
         if settings.log_format == "json"
         else {}
     )
+    limits = ConnectionLimits(settings.read_timeout_seconds, settings.max_connections)
     return {
         **logs,
         "bind": [settings.listen],
         "workers": settings.workers,
-        "worker_class": worker_class(
-            ConnectionLimits(settings.read_timeout_seconds, settings.max_body_bytes)
-        ),
+        # TLS is the worker's own (webhook.gworker): gunicorn sees a plain socket and no
+        # certificate settings.
+        "worker_class": worker_class(limits, reloader),
         "logger_class": "webhook.gworker.ErrorLogger",
-        "threads": settings.threads,
-        "worker_connections": settings.max_connections,
+        "worker_connections": limits.greenlets,
         "keepalive": settings.keepalive_seconds,
         "timeout": 30,
         "graceful_timeout": 20,
-        "certfile": settings.cert_file,
-        "keyfile": settings.key_file,
-        "ssl_context": ssl_context,
         "accesslog": None,
         "errorlog": "-",
         "loglevel": settings.log_level,
@@ -336,6 +330,8 @@ def serve_webhook(options: WebhookOptions) -> None:
     master = os.getpid()
 
     def when_ready(server: Any) -> None:
+        # gunicorn's own line says http: the TLS is its workers' (webhook.gworker).
+        log.info("admission over TLS on https://%s", options.server.listen)
         if metrics_addr is None:
             return
         from prometheus_client import make_wsgi_app

@@ -14,21 +14,19 @@ import contextlib
 import json
 import logging
 import os
-import socket
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from socketserver import ThreadingMixIn
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import orjson
+
+from steer.adapters.http_server import HttpServer
 
 log = logging.getLogger(__name__)
 
 STATUS_PREFIX = "status_"
 # A slow scraper or prober gets this long per read or write on the metrics listener.
-LISTENER_TIMEOUT_S = 5.0
+LISTENER_TIMEOUT_S = 5
 
 
 def status_file(directory: str, pid: int) -> str:
@@ -94,23 +92,9 @@ def _json(start_response: Callable[..., Any], status: str, body: Any) -> list[by
     return [data]
 
 
-class _Server(ThreadingMixIn, WSGIServer):
-    daemon_threads = True
-
-
-class _Quiet(WSGIRequestHandler):
-    timeout = LISTENER_TIMEOUT_S  # per socket operation: a slow client gives up its thread
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return None
-
-
-def start_listener(host: str, port: int, app: Callable[..., Iterable[bytes]]) -> WSGIServer:
-    """Serve `app` on plain HTTP at host:port from a daemon thread."""
-
-    class Server(_Server):
-        address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
-
-    server = make_server(host, port, app, server_class=Server, handler_class=_Quiet)
-    threading.Thread(target=server.serve_forever, name="metrics-listener", daemon=True).start()
-    return server
+def start_listener(host: str, port: int, app: Callable[..., Iterable[bytes]]) -> HttpServer:
+    """Serve `app` on plain HTTP at host:port from a daemon thread (a scrape or a probe that
+    stays idle past LISTENER_TIMEOUT_S is closed)."""
+    return HttpServer(
+        app, host, port, name="metrics-listener", idle_timeout_s=LISTENER_TIMEOUT_S
+    ).start()

@@ -346,7 +346,7 @@ def running_services(
     lease = ["--lease-namespace", "default"]  # the stand-in has no project namespace
     with running_scorer(env, env.policy_file, env.prometheus_url, workdir, extra_args=lease) as sc:
         progress.step(f"scorer: steer scorer run on {sc.url} (pid {sc.process.pid})")
-        with running_webhook(env, env.policy_file, workdir, workers=2, threads=4) as hook:
+        with running_webhook(env, env.policy_file, workdir, workers=2) as hook:
             progress.step(
                 f"webhook: steer webhook serve on {hook.url}, TLS from certs/ "
                 f"(gunicorn pid {hook.process.pid}, 2 workers)"

@@ -33,7 +33,7 @@ import requests
 from kubernetes import client
 
 from kits.control_plane import ControlPlane
-from scorer.app import HttpServer, create_app
+from scorer.app import create_app
 from scorer.kubeapi import KubeJson
 from scorer.ledger import PodLedger
 from scorer.model import NodeState
@@ -41,6 +41,7 @@ from scorer.observe import NodeIndex
 from scorer.service import Scorer
 from scorer.sources import Readings
 from scorer.writer import NodeApi
+from steer.adapters.http_server import HttpServer
 from steer.core.admission import ValidationPlan, validate_pod
 from steer.core.mutation import MutationPlan, mutate_pod
 from steer.core.policy import Dimension, Policy, parse_policy

@@ -329,7 +329,7 @@ def test_the_apiserver_calls_the_webhook_serving_the_rotated_certificate(
             "webhook", "serve", "--policy", str(EXAMPLE_POLICY),
             "--cert", str(certs / "tls.crt"), "--key", str(certs / "tls.key"),
             "--listen", f"127.0.0.1:{port}", "--metrics-listen", f"127.0.0.1:{metrics_port}",
-            "--kubeconfig", str(control_plane.kubeconfig), "--workers", "1", "--threads", "2",
+            "--kubeconfig", str(control_plane.kubeconfig), "--workers", "1",
         ],
         tmp_path / "webhook.log",
     )  # fmt: skip

@@ -1,6 +1,6 @@
 """Faults on the files the webhook serves from, while an apiserver-like load keeps going.
 
-Two gthread workers, three client threads (`ApiserverLoad`: kept-alive connections, a fresh
+Two workers, three client threads (`ApiserverLoad`: kept-alive connections, a fresh
 one every few requests, the apiserver's 2 s timeout, one retry of a request that met a
 pooled connection the server had closed, as Go's client does). Through every fault the load
 must see 0 failures, 0 5xx and 0 bypasses (a review the last good policy denies, allowed).
