@@ -164,3 +164,51 @@ def test_the_alerts_use_only_series_the_services_export() -> None:
         for rule in group["rules"]:
             for job in re.findall(r'job="([^"]+)"', rule["expr"]):
                 assert job in jobs, rule["alert"]
+
+
+def test_the_certificate_renewal_may_touch_only_the_objects_the_scorer_is_pointed_at() -> None:
+    """The scorer's renewal (--webhook-certs=renew, its defaults) and its RBAC name the same
+    Secrets, Service and configurations as the webhook's manifests; nothing else of them is
+    granted, and `create` (which RBAC cannot limit by name) reads nothing."""
+    from scorer.certs_renewal import WebhookCertSettings
+
+    settings = WebhookCertSettings()
+    docs = {
+        d["kind"]: d
+        for d in yaml.safe_load_all((MANIFESTS / "scorer" / "webhook-certs.yaml").read_text())
+    }
+    role_rules = [(tuple(r["resources"]), tuple(r.get("resourceNames", ())), tuple(r["verbs"]))
+                  for r in docs["Role"]["rules"]]  # fmt: skip
+    assert role_rules == [
+        (("secrets",), (), ("create",)),
+        (("secrets",), (settings.secret, settings.ca_secret), ("get", "update")),
+        (("services",), (settings.service,), ("get",)),
+    ]
+    (cluster_rule,) = docs["ClusterRole"]["rules"]
+    assert cluster_rule["resourceNames"] == list(settings.configurations)
+    assert cluster_rule["verbs"] == ["get", "patch"]
+    for binding in ("RoleBinding", "ClusterRoleBinding"):
+        assert docs[binding]["subjects"] == [
+            {"kind": "ServiceAccount", "name": "steer-scorer", "namespace": "kube-steer"}
+        ]
+
+    webhook = list(yaml.safe_load_all((MANIFESTS / "webhook" / "webhook.yaml").read_text()))
+    admission = yaml.safe_load_all((MANIFESTS / "webhook" / "admission.yaml").read_text())
+    (service,) = [d for d in webhook if d["kind"] == "Service"]
+    (deployment,) = [d for d in webhook if d["kind"] == "Deployment"]
+    (tls,) = [v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == "tls"]
+    assert service["metadata"]["name"] == settings.service
+    assert tls["secret"]["secretName"] == settings.secret
+    assert {d["metadata"]["name"] for d in admission} == set(settings.configurations)
+    scorer = [d for d in yaml.safe_load_all((MANIFESTS / "scorer" / "scorer.yaml").read_text())]
+    (scorer_deployment,) = [d for d in scorer if d["kind"] == "Deployment"]
+    (container,) = scorer_deployment["spec"]["template"]["spec"]["containers"]
+    assert container["args"][6] == "--webhook-certs=renew"  # components/cert-manager flips it
+    # No other role of the base grants anything on Secrets.
+    assert not [
+        r
+        for d in scorer + webhook
+        if d["kind"] in ("Role", "ClusterRole")
+        for r in d["rules"]
+        if "secrets" in r["resources"]
+    ]

@@ -7,7 +7,7 @@ kube-steer namespace) that the session's shared control plane must not see. Its 
 ClusterIP range is a /16 inside 127.0.0.0/8: every ClusterIP is then a loopback address of this
 machine, and a local process listening on a Service's ClusterIP and port is reached by the
 apiserver exactly as a pod behind that Service would be. So the installed admission
-configurations are used unmodified (clientConfig.service, caBundle from `steer certs rotate`,
+configurations are used unmodified (clientConfig.service, caBundle from the scorer's leader,
 TLS verified against the Service's DNS name), and "images replaced by local processes" means:
 `steer webhook serve` and `steer scorer run` from this checkout, on their Services' ClusterIPs,
 with their ServiceAccounts' tokens and the policy from the installed ConfigMap.
@@ -229,14 +229,18 @@ def bindable(port: int, host: str) -> bool:
 
 def start_webhook(run: Installation) -> None:
     """`rollout status deployment/steer-webhook`: the webhook, from this checkout, on its
-    Service's ClusterIP:443 with the certificate `steer certs rotate` put in its Secret."""
+    Service's ClusterIP:443 with the certificate the scorer's leader put in its Secret (as the
+    pods wait for their Secret volume, this waits for the Secret and both caBundles)."""
     ip = run.cluster_ip("steer-webhook")
     # CI runs as root; elsewhere run `make e2e` as root or with CAP_NET_BIND_SERVICE.
     assert bindable(443, ip), (
         "binding port 443 (the Service's port) needs root or CAP_NET_BIND_SERVICE"
     )
-    secret = json.loads(
-        kubectl(run.plane, "-n", NS, "get", "secret", "steer-webhook-tls", "-o=json")
+    secret = wait_until(
+        "the scorer's leader made the webhook's certificate and set both caBundles",
+        lambda: _issued_and_trusted(run),
+        timeout=60,
+        interval=0.5,
     )
     folder = run.scratch("mounted-tls")
     folder.chmod(0o700)
@@ -248,7 +252,7 @@ def start_webhook(run: Installation) -> None:
         config = json.loads(kubectl(run.plane, "get", kind, "steer-webhook", "-o=json"))
         bundles |= {h["clientConfig"].get("caBundle") for h in config["webhooks"]}
     (bundle,) = bundles
-    assert bundle, "steer certs rotate left a webhook without caBundle"
+    assert bundle, "the scorer's leader left a webhook without caBundle"
     (folder / "ca.crt").write_bytes(base64.b64decode(bundle))
     ca = x509.load_pem_x509_certificate((folder / "ca.crt").read_bytes())
     served = x509.load_pem_x509_certificate((folder / "tls.crt").read_bytes())
@@ -270,12 +274,41 @@ def start_webhook(run: Installation) -> None:
     )
 
 
+def _issued_and_trusted(run: Installation) -> dict[str, Any] | None:
+    """The webhook's Secret once it exists and every webhook of both configurations has a
+    caBundle; None until then."""
+    found = run.plane.kubectl(
+        "-n", NS, "get", "secret", "steer-webhook-tls", "-o=json", "--ignore-not-found"
+    )
+    if not found.strip():
+        return None
+    secret: dict[str, Any] = json.loads(found)
+    for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
+        config = json.loads(kubectl(run.plane, "get", kind, "steer-webhook", "-o=json"))
+        if not all(h["clientConfig"].get("caBundle") for h in config["webhooks"]):
+            return None
+    return secret
+
+
+def installed_scorer_flags(run: Installation) -> list[str]:
+    """The installed scorer Deployment's `--webhook-*` flags: what its pods would run with."""
+    deployment = json.loads(
+        kubectl(run.plane, "-n", NS, "get", "deployment", "steer-scorer", "-o=json")
+    )
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return [arg for arg in container["args"] if arg.startswith("--webhook-")]
+
+
 def start_scorer(run: Installation) -> None:
     """`rollout status deployment/steer-scorer`: the nodes appear (no kubelet registers them),
     then the scorer, from this checkout, on its Service's ClusterIP:8080, as its
-    ServiceAccount, scoring from a Prometheus on loopback (the policy's URL is in-cluster)."""
+    ServiceAccount, with the installed Deployment's `--webhook-*` flags (its leader renews the
+    webhook's certificate with the installed RBAC), scoring from a Prometheus on loopback (the
+    policy's URL is in-cluster)."""
     for name in NODES:
         run.plane.add_node(name, cpu="8", memory="32Gi", zone="zone-a")
+    flags = installed_scorer_flags(run)
+    assert flags == ["--webhook-certs=renew"], flags
     run.scorer = run.stack.enter_context(
         running_scorer(
             run.plane,
@@ -284,6 +317,7 @@ def start_scorer(run: Installation) -> None:
             run.scratch("scorer"),
             listen=f"{run.cluster_ip('steer-scorer')}:8080",
             kubeconfig=run.account_kubeconfig("steer-scorer"),
+            extra_args=flags,
         )
     )
     run.scorer.wait_ready()

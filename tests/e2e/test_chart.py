@@ -187,7 +187,7 @@ def installed(run: Installation) -> None:
     # The notes name the next steps, and every `steer` command in them exists.
     notes = run.outputs["helm install kube-steer charts/kube-steer"].split("NOTES:", 1)[1]
     steps = [line.strip() for line in notes.splitlines() if line.strip().startswith("steer ")]
-    assert {s.split()[1] for s in steps} == {"certs", "explain", "scorer"}, notes
+    assert {s.split()[1] for s in steps} == {"explain", "scorer"}, notes
     assert not missing_commands(steps), missing_commands(steps)
     assert "kube-steer.github.io/enabled=true" in notes and "http://localhost:8080/" in notes
 

@@ -233,6 +233,7 @@ class Access:
 
 COORD = "coordination.k8s.io"
 STEER = "kube-steer.github.io"
+ADMISSION = "admissionregistration.k8s.io"
 # What each service's code does with the API (scorer/writer.py, bindings.py, leader.py;
 # webhook/namespaces.py), and what neither may do.
 SCORER_MAY = [
@@ -252,6 +253,19 @@ SCORER_MAY = [
     Access("get", "leases", namespace=NS, group=COORD, name="steer-scorer"),
     Access("update", "leases", namespace=NS, group=COORD, name="steer-scorer"),
     Access("patch", "steeringpolicies", subresource="status", group=STEER),
+    # The webhook's certificate, renewed by the leader (manifests/scorer/webhook-certs.yaml).
+    Access("create", "secrets", namespace=NS),
+    *(
+        Access(verb, "secrets", namespace=NS, name=secret)
+        for secret in ("steer-webhook-tls", "steer-webhook-ca")
+        for verb in ("get", "update")
+    ),
+    Access("get", "services", namespace=NS, name="steer-webhook"),
+    *(
+        Access(verb, kind, group=ADMISSION, name="steer-webhook")
+        for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations")
+        for verb in ("get", "patch")
+    ),
 ]
 # Both read the SteeringPolicy (`--policy-resource`); only the scorer writes its status.
 POLICY_READ = [Access(verb, "steeringpolicies", group=STEER) for verb in ("get", "list", "watch")]
@@ -259,7 +273,12 @@ SCORER_MAY += POLICY_READ
 WEBHOOK_MAY = [Access("list", "namespaces"), Access("watch", "namespaces"), *POLICY_READ]
 NOBODY_MAY = [
     Access("get", "secrets", namespace=NS),
+    Access("get", "secrets", namespace=NS, name="another-secret"),
+    Access("update", "secrets", namespace=NS, name="another-secret"),
     Access("list", "secrets"),
+    Access("watch", "secrets", namespace=NS),
+    Access("delete", "secrets", namespace=NS, name="steer-webhook-ca"),
+    Access("create", "secrets", namespace="team-a"),
     Access("create", "pods", namespace="team-a", subresource="exec"),
     Access("delete", "nodes"),
     Access("update", "nodes"),
@@ -269,7 +288,9 @@ NOBODY_MAY = [
     Access("update", "configmaps", namespace=NS),
     Access("patch", "namespaces"),
     Access("update", "leases", namespace=NS, group=COORD, name="kube-scheduler"),
-    Access("patch", "mutatingwebhookconfigurations", group="admissionregistration.k8s.io"),
+    Access("patch", "mutatingwebhookconfigurations", group=ADMISSION),
+    Access("patch", "validatingwebhookconfigurations", group=ADMISSION, name="another"),
+    Access("get", "services", namespace=NS, name="steer-scorer"),
     Access("patch", "steeringpolicies", group=STEER),
     Access("update", "steeringpolicies", group=STEER),
     Access("create", "steeringpolicies", group=STEER),
@@ -391,7 +412,7 @@ def test_with_the_webhook_down_pods_are_created_and_the_admission_policy_still_d
 
 
 def test_reapplying_the_manifests_keeps_the_ca_bundle(plane: ControlPlane) -> None:
-    """The manifests carry no caBundle; `steer certs rotate` (or cert-manager) patches it in.
+    """The manifests carry no caBundle; the scorer's leader (or cert-manager) patches it in.
     An upgrade (`kubectl apply -k` again) must not wipe it."""
     install_base(plane)
     bundle = base64.b64encode(b"-----BEGIN CERTIFICATE-----\nnot checked here\n").decode()
@@ -717,7 +738,7 @@ def check_after(run: Installation, command: str) -> None:
         explained = json.loads(out)
         assert set(NODES) == {v["node"] for v in explained["allowed"]}, out
     elif command == "kubectl apply -k my-kube-steer/":
-        # Re-applying kept the caBundle `steer certs rotate` set: the webhook still steers.
+        # Re-applying kept the caBundle the scorer's leader set: the webhook still steers.
         probe = {
             "metadata": {"name": "again"},
             "spec": {"containers": [{"name": "c", "image": PAUSE}]},
@@ -748,12 +769,13 @@ def check_after(run: Installation, command: str) -> None:
         assert "affinity" not in made["spec"]
 
 
-def test_the_rendered_network_policy_opens_the_webhook_to_no_pod(
+def test_the_rendered_network_policy_opens_the_webhook_to_no_pod_but_the_scorers(
     plane: ControlPlane, tmp_path: Path
 ) -> None:
     """Once every source reached both webhook ports; now the admission port admits only
-    addresses outside the pod network (the apiserver, the kubelet), the metrics port those and
-    Prometheus's pods, with the podCIDR setting as it is edited."""
+    addresses outside the pod network (the apiserver, the kubelet) and the scorer's pods (its
+    leader's TLS handshakes), the metrics port those addresses and Prometheus's pods, with the
+    podCIDR setting as it is edited."""
     shutil.copytree(MANIFESTS, tmp_path / "manifests")
     component = tmp_path / "manifests" / "components" / "network-policy" / "kustomization.yaml"
     component.write_text(
@@ -782,4 +804,5 @@ def test_the_rendered_network_policy_opens_the_webhook_to_no_pod(
         assert rule.get("from"), f"a rule open to any source: {rule}"
         for port in rule["ports"]:
             sources.setdefault(port["port"], []).extend(rule["from"])
-    assert sources == {8443: [outside_pods], 9102: [prometheus, outside_pods]}
+    scorer = {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "steer-scorer"}}}
+    assert sources == {8443: [outside_pods, scorer], 9102: [prometheus, outside_pods]}
