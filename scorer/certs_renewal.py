@@ -220,6 +220,8 @@ class WebhookCertJob:
         self.metrics = metrics
         self.is_leader = is_leader
         self._wall = wall
+        serving = renewer.options.serving
+        self._secret = f"{serving.identity.namespace}/{serving.secret}"
         self._periodic = Periodic("webhook-certs", interval_s, self.run_once)
         for result in ("ok", "error"):  # both series from the start, so increase() sees the first
             metrics.webhook_cert_checks.labels(result=result)
@@ -228,8 +230,9 @@ class WebhookCertJob:
         """One check when leading (None otherwise, or when it failed)."""
         m = self.metrics
         if not self.is_leader():
-            m.webhook_cert_not_after.clear()
-            m.webhook_ca_bundle_cas.set(float("nan"))
+            for gauge in (m.webhook_cert_not_after, m.webhook_ca_bundle_cas):
+                gauge.clear()
+            m.webhook_cert_last_check.clear()
             return None
         try:
             report = self.renewer.check()
@@ -237,14 +240,20 @@ class WebhookCertJob:
             m.webhook_cert_checks.labels(result="error").inc()
             log.warning("webhook certificate: check failed: %s", exc)
             return None
+        except Exception:
+            m.webhook_cert_checks.labels(result="error").inc()
+            log.exception("webhook certificate: check failed")
+            return None
         m.webhook_cert_checks.labels(result="ok").inc()
-        m.webhook_cert_last_check.set(self._wall())
-        m.webhook_cert_not_after.labels(certificate="ca").set(report.ca_expires.timestamp())
-        if report.cert_expires is not None:
-            m.webhook_cert_not_after.labels(certificate="serving").set(
-                report.cert_expires.timestamp()
-            )
-        m.webhook_ca_bundle_cas.set(report.bundle_cas)
+        secret = self._secret
+        m.webhook_cert_last_check.labels(secret=secret).set(self._wall())
+        expiries = (("ca", report.ca_expires), ("serving", report.cert_expires))
+        for certificate, expires in expiries:
+            if expires is not None:
+                m.webhook_cert_not_after.labels(secret=secret, certificate=certificate).set(
+                    expires.timestamp()
+                )
+        m.webhook_ca_bundle_cas.labels(secret=secret).set(report.bundle_cas)
         for done, what in (
             (report.ca_created or report.new_ca, "ca"),
             (report.bundle_written, "bundle"),

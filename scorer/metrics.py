@@ -204,13 +204,14 @@ class ScorerMetrics:
             ["device_class"],
             registry=r,
         )
-        # With --webhook-certs=renew (scorer/certs_renewal.py): set by the leader only, cleared
-        # on the other replicas, so a max() over replicas is the leader's.
+        # With --webhook-certs=renew (scorer/certs_renewal.py), labelled with the serving
+        # Secret (NAMESPACE/NAME): set by the leader only, gone on the other replicas, so a
+        # max() over replicas is the leader's.
         self.webhook_cert_not_after = Gauge(
             "steer_scorer_webhook_cert_not_after_timestamp_seconds",
             "notAfter of the webhook's serving certificate in its Secret (certificate=serving) "
             "and of the CA that signs it (certificate=ca), as the leader's last check read them.",
-            ["certificate"],
+            ["secret", "certificate"],
             registry=r,
         )
         self.webhook_cert_checks = Counter(
@@ -231,11 +232,13 @@ class ScorerMetrics:
             "steer_scorer_webhook_ca_bundle_cas",
             "CAs every webhook's caBundle holds after the leader's last check: 1, or 2 while a "
             "new CA overlaps the old one (docs/webhook.md, Certificates).",
+            ["secret"],
             registry=r,
         )
         self.webhook_cert_last_check = Gauge(
             "steer_scorer_webhook_cert_last_check_timestamp_seconds",
             "Unix time of the leader's last check of the webhook's certificate that completed.",
+            ["secret"],
             registry=r,
         )
         self._policy_version: str | None = None

@@ -91,16 +91,17 @@ def test_only_the_leader_checks_and_its_outcome_is_in_the_metrics() -> None:
         report = job.run_once()
         assert report is not None and report.ca_created and report.issued
         assert value(metrics, "steer_scorer_webhook_cert_checks_total", result="ok") == 1
-        assert value(metrics, "steer_scorer_webhook_cert_last_check_timestamp_seconds") == 1.5e9
-        assert (
-            value(
-                metrics,
-                "steer_scorer_webhook_cert_not_after_timestamp_seconds",
-                certificate="serving",
-            )
-            == (NOW + timedelta(days=90)).timestamp()
+        named = {"secret": f"{NS}/steer-webhook-tls"}
+        last = value(metrics, "steer_scorer_webhook_cert_last_check_timestamp_seconds", **named)
+        assert last == 1.5e9
+        expires = value(
+            metrics,
+            "steer_scorer_webhook_cert_not_after_timestamp_seconds",
+            certificate="serving",
+            **named,
         )
-        assert value(metrics, "steer_scorer_webhook_ca_bundle_cas") == 1
+        assert expires == (NOW + timedelta(days=90)).timestamp()
+        assert value(metrics, "steer_scorer_webhook_ca_bundle_cas", **named) == 1
         for what in ("ca", "bundle", "serving"):
             assert value(metrics, "steer_scorer_webhook_cert_writes_total", object=what) == 1
 
@@ -113,11 +114,9 @@ def test_only_the_leader_checks_and_its_outcome_is_in_the_metrics() -> None:
         # Leadership lost: the gauges go, so max() over replicas is the new leader's.
         leading[0] = False
         job.run_once()
-        assert (
-            value(
-                metrics,
-                "steer_scorer_webhook_cert_not_after_timestamp_seconds",
-                certificate="serving",
-            )
-            is None
-        )
+        assert not [
+            sample
+            for family in metrics.registry.collect()
+            if family.name.startswith("steer_scorer_webhook_") and family.type == "gauge"
+            for sample in family.samples
+        ]
