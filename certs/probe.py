@@ -142,6 +142,8 @@ def _endpoints(api: client.ApiClient, key: dict[str, Any]) -> tuple[tuple[Endpoi
     base = f"/api/v1/namespaces/{quote(str(namespace), safe='')}"
     try:
         service = get_object(api, f"{base}/services/{quote(str(name), safe='')}")
+        if service is None:
+            return (), f"{where}: not found"
         slices = KubeJson(api).request(
             "GET",
             f"/apis/discovery.k8s.io/v1/namespaces/{quote(str(namespace), safe='')}/endpointslices",
@@ -149,8 +151,6 @@ def _endpoints(api: client.ApiClient, key: dict[str, Any]) -> tuple[tuple[Endpoi
         )
     except (RotateError, KubeApiError) as exc:
         return (), f"{where}: cannot list its endpoints ({exc})"
-    if service is None:
-        return (), f"{where}: not found"
     found = service_endpoints(service, slices.get("items") or (), int(port))
     if not found:
         return (), f"{where}: no ready endpoint for port {port}"

@@ -21,6 +21,17 @@ from urllib.parse import parse_qs, urlsplit
 import jsonpatch
 from kubernetes import client
 
+# What a GET of a path ending so lists (anything else not stored is a 404).
+COLLECTIONS = frozenset(
+    {
+        "secrets",
+        "services",
+        "endpointslices",
+        "mutatingwebhookconfigurations",
+        "validatingwebhookconfigurations",
+    }
+)
+
 
 @dataclass
 class Objects:
@@ -92,7 +103,7 @@ class Objects:
             if where.rsplit("/", 1)[0] == path
             and wanted.items() <= ((obj.get("metadata") or {}).get("labels") or {}).items()
         ]
-        if not items and not any(p.startswith(path + "/") for p in self.by_path):
+        if path.rsplit("/", 1)[1] not in COLLECTIONS:
             return 404, _status(404, "NotFound", f"{path} not found")
         return 200, {"kind": "List", "items": items}
 

@@ -33,7 +33,7 @@ from certs.pki import (
     issue_serving_cert,
     new_ca,
 )
-from certs.probe import Endpoint, ServedReport, handshake_error, service_endpoints
+from certs.probe import Endpoint, ServedReport, handshake_error, served_by, service_endpoints
 from certs.renewal import ServingPems, signed_by, verified_by
 from certs.renewer import RenewalReport, RenewerOptions, WebhookCertRenewer
 from certs.rollover import parse_bundle
@@ -460,3 +460,37 @@ def test_a_service_is_reached_at_the_ready_addresses_behind_its_port() -> None:
         "[fd00::4]:8443 (steer-webhook.kube-steer.svc)",
     ]
     assert service_endpoints(service, slices, 8443) == ()
+
+
+def test_a_service_webhook_is_probed_at_each_endpoint_its_slices_name(tmp_path: Path) -> None:
+    """Through the API: the Service maps port 443 to the port its EndpointSlices name; each
+    ready address is dialled and verified for steer-webhook.kube-steer.svc."""
+    old, new = new_ca(), new_ca()
+    objects = Objects()
+    config = {"service": {"namespace": NS, "name": "steer-webhook", "port": 443}}
+    hooks = [WebhookTrust("MutatingWebhookConfiguration", "steer-webhook", "m", config, b"")]
+    with tls_server(tmp_path / "certs", issue_serving_cert(new, SERVICE)) as port:
+        objects.put(
+            f"/api/v1/namespaces/{NS}/services/steer-webhook",
+            {"metadata": {"namespace": NS}, "spec": {"ports": [{"name": "https", "port": 443}]}},
+        )
+        objects.put(
+            f"/apis/discovery.k8s.io/v1/namespaces/{NS}/endpointslices/steer-webhook-x1",
+            {
+                "metadata": {"labels": {"kubernetes.io/service-name": "steer-webhook"}},
+                "ports": [{"name": "https", "port": port}],
+                "endpoints": [{"addresses": ["127.0.0.1"], "conditions": {"ready": True}}],
+            },
+        )
+        with object_server(objects) as api:
+            assert served_by(api, hooks, new.cert_pem).verified
+            refused = served_by(api, hooks, old.cert_pem)
+            assert not refused.verified
+            assert refused.describe().startswith(
+                f"127.0.0.1:{port} (steer-webhook.kube-steer.svc): certificate not verified"
+            )
+    with object_server(Objects()) as api:  # no Service: nothing verified, nothing dropped
+        missing = served_by(api, hooks, new.cert_pem)
+    assert (
+        not missing.verified and missing.describe() == "Service kube-steer/steer-webhook: not found"
+    )
