@@ -153,7 +153,9 @@ def _serve(
 
     loop = ScorerLoop(scorer, after_cycle=after_cycle)
     certs = None
-    if options.webhook_certs is not None and not options.dry_run:
+    if options.webhook_certs is not None and options.dry_run:
+        log.warning("--dry-run: the webhook's certificate is not renewed (--webhook-certs=renew)")
+    elif options.webhook_certs is not None:
         certs = webhook_cert_job(
             options.webhook_certs,
             make_api_client(kubeconfig),
