@@ -18,7 +18,7 @@ import yaml
 
 from launcher.commands import main
 from steer.core.admission_policy import admission_policies
-from steer.core.admission_policy.cel import Cel, cel_value
+from steer.core.admission_policy.cel import Cel, cel_empty_list, cel_value
 from steer.core.admission_policy.mutating import (
     POLICY_NAME,
     TRACE_VIA,
@@ -30,9 +30,11 @@ from steer.core.infrastructure import exempt_cel
 from steer.core.mutation import MutationPlan, trace_text
 from steer.core.policy import Policy, parse_policy
 from steer.core.steering import excluded_namespace_list
-from tests.conftest import EXAMPLE_POLICY
+from tests.conftest import EXAMPLE_POLICY, ROOT
 
 EXAMPLE_TEXT = EXAMPLE_POLICY.read_text()
+# The policy docs/install.md starts from: no tenant, class, taint or spread rule, so no gate.
+STARTER_TEXT = (ROOT / "manifests" / "policy" / "starter-policy.yaml").read_text()
 
 
 def edited(**changes: Any) -> Policy:
@@ -166,6 +168,7 @@ def test_infrastructure_and_dra_lookups_are_left_out_by_match_conditions(
         EXAMPLE_TEXT,
         EXAMPLE_TEXT.replace("reserveNodes: prefer", "reserveNodes: require"),
         EXAMPLE_TEXT.replace("enforcement: scheduler", "enforcement: labels"),
+        STARTER_TEXT,
     ],
 )
 def test_expressions_are_balanced_and_read_only_variables_declared_before(
@@ -303,6 +306,24 @@ def test_a_require_class_is_spared_for_pods_that_ask_for_its_resources() -> None
     assert "'gpu|fpga'" not in found["gates"]
     assert "'dept-a|gpu|fpga'" in found["gates"]
     assert "'kube-steer.github.io/unreserved-fpga', 'reserved:fpga'" in found["gates"]
+
+
+def test_a_policy_without_gates_still_types_them_as_lists_of_strings() -> None:
+    """The apiserver checks list literals as homogeneous, `dyn` apart from `string`, and types a
+    variable holding `[]` as `list(dyn)`: over such gates the first container's `[g[0], '1']`
+    does not compile (v1.36.2 refused the starter policy's containerChanges so). Gate-less
+    combinations give an empty list of string lists instead (the apiserver's verdict on every
+    shipped policy is in tests/e2e/test_mutating_policy.py)."""
+    typed = cel_empty_list("['', '', '']")
+    assert typed == "[['', '', '']].filter(x, false)"
+    starter = variables(mutating_admission_policy(parse_policy(STARTER_TEXT)))
+    assert starter["gates"] == f"({typed})"
+    assert "[g[0], '1']" in starter["containerChanges"]
+    # With gates in some combinations only, the others are typed the same way.
+    example = variables(mutating_admission_policy(parse_policy(EXAMPLE_TEXT)))["gates"]
+    assert typed in example
+    assert "'kube-steer.github.io/avoid-gpu-hot'" in example
+    assert "[]" not in outside_strings(example)
 
 
 def test_schedulers_are_routed_as_the_policy_says() -> None:

@@ -20,10 +20,16 @@ project's resources or a forged trace, DaemonSet pods, pods naming their node) a
 The two pods must be equal in every field but the generated token volume's name, and the trace
 annotation must be the webhook's JSON with `"via": "admission-policy"` added. Pods the policy
 leaves to the webhook (its `NotCovered` list: a DRA claim, an extended resource a DeviceClass may
-map) must come out of the policy path untouched. Two policies: examples/policy.yaml, and a
+map) must come out of the policy path untouched. Three policies: examples/policy.yaml, a
 variant with a `reserveNodes: require` class beside the GPU class (unreserved gates, spared
 classes), an audited tenant, budgets enforced by labels (overcommit gates, no pools), no
-DeviceClasses (extended resources covered) and `defaultSchedulerIsUnset: false`.
+DeviceClasses (extended resources covered) and `defaultSchedulerIsUnset: false`; and the starter
+policy (manifests/policy/starter-policy.yaml: preferred terms alone, every namespace opted in).
+
+Before that, the apiserver must accept what `steer policy admission-policy` prints at all: every
+policy the project ships, and a few reduced policies (no tenant, no class, no spread rule, audit
+mode, none of them), each object created once with `dryRun=All` (the CEL is compiled then: a
+policy that makes a list empty must still give its literals one element type).
 """
 
 from __future__ import annotations
@@ -46,16 +52,19 @@ import requests
 import yaml
 
 from kits.control_plane import ControlPlane
+from steer.core.admission_policy import admission_policies
 from steer.core.admission_policy.mutating import TRACE_VIA, mutating_admission_policy
+from steer.core.admission_policy.node_writes import scorer_username
 from steer.core.decision import AdmissionPlans, PodRequest, decide_mutation
 from steer.core.mutation import read_trace
 from steer.core.patch import apply_ops
-from steer.core.policy import Policy, parse_policy
+from steer.core.policy import ALWAYS_EXCLUDED_NAMESPACES, Policy, parse_policy
 from steer.core.quantity import parse_quantity
 from steer.core.steering import class_preferences, trace_annotation_key
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_TEXT = (ROOT / "examples" / "policy.yaml").read_text()
+STARTER_TEXT = (ROOT / "manifests" / "policy" / "starter-policy.yaml").read_text()
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 ADMIN = {"username": "admin", "groups": ["system:masters", "system:authenticated"]}
 DAEMONSET_USER = "system:serviceaccount:kube-system:daemon-set-controller"
@@ -65,7 +74,17 @@ WORKERS = 6
 PLURAL = {
     "MutatingAdmissionPolicy": "mutatingadmissionpolicies",
     "MutatingAdmissionPolicyBinding": "mutatingadmissionpolicybindings",
+    "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
+    "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
 }
+# Where the project ships policy files: the example and its packaged copy, the kustomize and Helm
+# starter policies.
+SHIPPED = (
+    "examples/**/*.yaml",
+    "manifests/**/*.yaml",
+    "charts/*/files/**/*.yaml",
+    "steer/presets/*.yaml",
+)
 
 
 def variant_policy() -> Policy:
@@ -82,6 +101,63 @@ def variant_policy() -> Policy:
     spec["overcommit"]["enforcement"] = "labels"  # a gate per budget level, no pool
     spec["schedulerProfiles"]["defaultSchedulerIsUnset"] = False
     spec["spread"][1]["maxSkew"] = 3
+    return parse_policy(yaml.safe_dump(doc))
+
+
+def shipped_policies() -> dict[str, str]:
+    """Every SteeringPolicy file the project ships, by path."""
+    out = {}
+    for pattern in SHIPPED:
+        for path in sorted(ROOT.glob(pattern)):
+            text = path.read_text()
+            if any(
+                isinstance(doc, dict) and doc.get("kind") == "SteeringPolicy"
+                for doc in yaml.safe_load_all(text)
+            ):
+                out[str(path.relative_to(ROOT))] = text
+    return out
+
+
+def _no_tenants(spec: dict[str, Any]) -> None:
+    spec["tenants"] = []
+    scores = spec["clusterScores"]["scores"]
+    spec["clusterScores"]["scores"] = [s for s in scores if s["kind"] != "tenantHeadroom"]
+
+
+def _no_classes(spec: dict[str, Any]) -> None:
+    spec["podClasses"] = []
+    spec["devices"] = {}
+    for dimension in spec["dimensions"]:
+        if dimension.get("coverage", {}).get("nodes") == "offering":
+            del dimension["coverage"]  # offering: nodes offering a class's resources
+    scores = spec["clusterScores"]["scores"]
+    spec["clusterScores"]["scores"] = [s for s in scores if s["kind"] != "freeResource"]
+
+
+def _no_spread(spec: dict[str, Any]) -> None:
+    spec["spread"] = []
+
+
+def _bare(spec: dict[str, Any]) -> None:
+    _no_tenants(spec)
+    _no_classes(spec)
+    _no_spread(spec)
+    spec["taints"] = []
+
+
+# The example with parts taken away: each leaves some of the CEL's lists empty for every pod.
+REDUCED: dict[str, Callable[[dict[str, Any]], None]] = {
+    "example-no-tenants": _no_tenants,
+    "example-no-classes": _no_classes,
+    "example-no-spread": _no_spread,
+    "example-audit": lambda spec: spec.update(mode="audit"),
+    "example-bare": _bare,
+}
+
+
+def reduced_policy(name: str) -> Policy:
+    doc = yaml.safe_load(EXAMPLE_TEXT)
+    REDUCED[name](doc["spec"])
     return parse_policy(yaml.safe_dump(doc))
 
 
@@ -207,7 +283,7 @@ def _existing_affinity(
     if roll < 0.65:
         # One of the terms the policy would add, already there (a copy of a steered pod).
         terms = class_preferences(policy, None)
-        if any(
+        if policy.spec.pod_classes and any(
             "nvidia.com/gpu" in (c.get("resources", {}).get("limits") or {}) for c in containers
         ):
             terms = class_preferences(policy, policy.spec.pod_classes[0])
@@ -530,6 +606,51 @@ def _diff(a: Any, b: Any, path: str = "") -> str:
 # -- the test ----------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("name", [*shipped_policies(), *REDUCED])
+def test_the_apiserver_accepts_what_admission_policy_prints_for(
+    control_plane: ControlPlane, name: str
+) -> None:
+    """`steer policy admission-policy -f FILE | kubectl apply -f -` (docs/install.md), as a dry
+    run: every object, the MutatingAdmissionPolicy's CEL compiled by the apiserver."""
+    shipped = shipped_policies()
+    policy = parse_policy(shipped[name]) if name in shipped else reduced_policy(name)
+    objects = [
+        *admission_policies(policy, scorer_user=scorer_username(policy)),
+        *mutating_admission_policy(policy).objects,
+    ]
+    assert "MutatingAdmissionPolicy" in [o["kind"] for o in objects]
+    api = Api(control_plane)
+    refused = []
+    for obj in objects:
+        code, answer = api.call("POST", f"{ADMISSION}/{PLURAL[obj['kind']]}?dryRun=All", obj)
+        if code != 201:
+            refused.append(f"{obj['kind']} {obj['metadata']['name']}: {_refusal(answer)}")
+    assert not refused, "\n".join(refused)
+
+
+def _refusal(answer: Mapping[str, Any]) -> str:
+    """The apiserver's reasons: per field the CEL compiler's errors, not the whole expression
+    its message repeats."""
+    causes = (answer.get("details") or {}).get("causes") or []
+    found = [
+        f"{cause.get('field')}: "
+        + "; ".join(
+            re.findall(r"ERROR: <input>:\d+:\d+: [^\n]*", cause.get("message", ""))
+            or [cause.get("message", "")[-300:]]
+        )
+        for cause in causes
+    ]
+    return "; ".join(found) or str(answer.get("message"))
+
+
+def test_the_starter_and_example_policies_are_among_those_checked() -> None:
+    assert {
+        "examples/policy.yaml",
+        "manifests/policy/starter-policy.yaml",
+        "charts/kube-steer/files/starter-policy.yaml",
+    } <= set(shipped_policies())
+
+
 @pytest.fixture
 def install(control_plane: ControlPlane) -> Iterator[Callable[[Policy], None]]:
     """install(policy): the policy's MutatingAdmissionPolicy and binding, replacing the last;
@@ -573,7 +694,8 @@ def _wait_active(api: Api, namespace: str, policy: Policy) -> None:
 
 
 @pytest.mark.parametrize(
-    ("policy_name", "pods", "seed"), [("example", 600, 32), ("variant", 300, 3962)]
+    ("policy_name", "pods", "seed"),
+    [("example", 600, 32), ("variant", 300, 3962), ("starter", 200, 20)],
 )
 def test_the_mutating_admission_policy_steers_pods_as_the_webhook_does(
     control_plane: ControlPlane,
@@ -583,7 +705,10 @@ def test_the_mutating_admission_policy_steers_pods_as_the_webhook_does(
     pods: int,
     seed: int,
 ) -> None:
-    policy = parse_policy(EXAMPLE_TEXT) if policy_name == "example" else variant_policy()
+    if policy_name == "variant":
+        policy = variant_policy()
+    else:
+        policy = parse_policy({"example": EXAMPLE_TEXT, "starter": STARTER_TEXT}[policy_name])
     kinds = {
         "dept-a": {**OPT_IN, "tenant": "dept-a"},
         "dept-b": {**OPT_IN, "tenant": "dept-b"},
@@ -595,7 +720,14 @@ def test_the_mutating_admission_policy_steers_pods_as_the_webhook_does(
     }
     for name in list(steered):
         steered[name] = {**steered[name], "kubernetes.io/metadata.name": name}
-    namespaces = Namespaces(steered, make_namespace({}, prefix="mp-plain"))
+    # The webhook path's first pass meets no policy: in a namespace without labels, or, when the
+    # policy opts every namespace in (the starter), in one it always leaves out.
+    if policy.spec.opt_in.namespace_selector.matches({}):
+        plain = ALWAYS_EXCLUDED_NAMESPACES[0]
+        control_plane.ensure_namespace(plain)  # its default ServiceAccount, made late otherwise
+    else:
+        plain = make_namespace({}, prefix="mp-plain")
+    namespaces = Namespaces(steered, plain)
     api = Api(control_plane)
     install(policy)
     dept_a = next(n for n in steered if n.startswith("mp-dept-a"))
@@ -622,5 +754,7 @@ def test_the_mutating_admission_policy_steers_pods_as_the_webhook_does(
     assert tally.steered >= pods * 0.5
     if policy_name == "example":
         assert tally.left_to_webhook > 0
-    else:
+    elif policy_name == "variant":
         assert tally.rules.get("audit", 0) > 0
+    else:
+        assert tally.rules.get("prefer", 0) >= tally.compared * 0.5

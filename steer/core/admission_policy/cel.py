@@ -21,6 +21,14 @@ def cel_list(items: Iterable[str]) -> str:
     return "[" + ", ".join(cel_string(i) for i in items) + "]"
 
 
+def cel_empty_list(item: str) -> str:
+    """An empty list typed as a list of the CEL expression `item`'s type. The apiserver checks
+    list and map literals as homogeneous (every element of exactly one type, and `dyn` is not
+    `string`), and a variable that holds `[]` is a `list(dyn)`: an element of it placed in a
+    literal beside a string does not compile, where an element of this list does."""
+    return f"[{item}].filter(x, false)"
+
+
 def _requirement_cel(req: SelectorRequirement, labels: str) -> str:
     present = f"{cel_string(req.key)} in {labels}"
     value = f"{labels}[{cel_string(req.key)}]"

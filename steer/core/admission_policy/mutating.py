@@ -36,7 +36,11 @@ comprehensions). What they decide here, measured on the v1.36.2 apiserver:
   over the four integers around the estimate;
 - no `cel.bind` (undeclared): a value is bound by mapping over a one-item list; two-variable
   `transformList` gives container indexes, `lists` gives `flatten`;
-- map literals with values of different types do not compile; they are wrapped in `dyn()`;
+- list and map literals must be homogeneous (`cel.HomogeneousAggregateLiterals`: one element
+  type exactly, `dyn` and `string` differ), so map values of different types are wrapped in
+  `dyn()`; and a variable is typed by its expression for this policy, `[]` as `list(dyn)`, so a
+  list whose elements go into such a literal is written typed even when this policy makes it
+  empty (`cel_empty_list`; the starter policy has no gate and no pool);
 - `failurePolicy: Ignore`, as the webhook's: a pod the CEL cannot steer (an error, the cost
   budget) is created unsteered, and the budget's ValidatingAdmissionPolicy (steer-budget)
   still refuses a tenant pod that lacks its pool requests.
@@ -68,6 +72,7 @@ import orjson
 
 from steer.core.admission_policy.cel import (
     Cel,
+    cel_empty_list,
     cel_list,
     cel_string,
     cel_value,
@@ -276,7 +281,11 @@ def _toleration_rules(pieces: Pieces, added: bool) -> str:
 
 
 def _gates(pieces: Pieces) -> str:
-    """[resource, rule, the trace's `gate:<rule>` as JSON] per gate, in the webhook's order."""
+    """[resource, rule, the trace's `gate:<rule>` as JSON] per gate, in the webhook's order;
+    a list of string lists even when there is none (`_want` puts a gate's name in a literal
+    beside a string: module doc)."""
+    if not pieces.resources.gates:
+        return cel_empty_list(cel_list(["", "", ""]))
     return (
         "["
         + ", ".join(
