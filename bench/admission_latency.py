@@ -21,7 +21,7 @@ in the steering modes:
 - `webhook-both` (not run unless asked): `webhook` with the ValidatingWebhookConfiguration of
   the same manifest as well: what a webhook install adds to every pod creation;
 - `policy`: the MutatingAdmissionPolicy `steer-mutation` and its binding, as
-  `steer policy admission-policy -f examples/policy.yaml` prints them (the CLI is run and its
+  `steer policy admission-policy --mutating -f examples/policy.yaml` prints them (the CLI is run and its
   YAML read); no webhook process.
 
 The project's ValidatingAdmissionPolicies (security, budget) are in none of the modes: an
@@ -565,7 +565,16 @@ def mutating_policy_objects() -> list[dict[str, Any]]:
     """The MutatingAdmissionPolicy and its binding as `steer policy admission-policy` prints
     them for the example policy."""
     done = subprocess.run(
-        [sys.executable, "-m", "launcher", "policy", "admission-policy", "-f", str(EXAMPLE_POLICY)],
+        [
+            sys.executable,
+            "-m",
+            "launcher",
+            "policy",
+            "admission-policy",
+            "--mutating",
+            "-f",
+            str(EXAMPLE_POLICY),
+        ],  # fmt: skip
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -109,7 +109,7 @@ def mutating_yaml(policy: Policy, file: str) -> str:
         f"# MutatingAdmissionPolicy for {policy.version} (Kubernetes >= 1.36): the apiserver "
         "steers pods as the webhook does.",
         "# Clusters before 1.36 have no admissionregistration.k8s.io/v1 MutatingAdmissionPolicy:"
-        f" print without it (`steer policy admission-policy -f {file} --no-mutating`).",
+        f" print without it (`steer policy admission-policy -f {file}`, no --mutating).",
     ]
     if compiled.not_covered:
         lines.append("# Not covered by the policy (the webhook steers these pods, or as said):")
@@ -222,7 +222,7 @@ def register(actions: Any) -> None:
     admission = actions.add_parser(
         "admission-policy",
         help="print the admission policies (+ bindings) the apiserver evaluates itself: "
-        "validating, and the mutating one that steers pods",
+        "validating, and with --mutating the mutating one that steers pods",
         description="Print, as YAML for `kubectl apply -f -`, three ValidatingAdmissionPolicies "
         "and their bindings, evaluated by the apiserver itself so they hold while the webhook "
         "is down: (1) deny a pod tolerating a taint of a rule marked `security: true` unless "
@@ -230,10 +230,11 @@ def register(actions: Any) -> None:
         "tenant pods request their limits from the budget pool and their own budget gate, no "
         "other pod requests them, and a resize cannot raise a limit above the pool request; "
         "(3) the scorer's Node writes change only keys under its prefixes. DaemonSet and "
-        "mirror pods are exempt. Then (Kubernetes >= 1.36) a MutatingAdmissionPolicy and its "
-        "binding that give a pod what the webhook gives it (schedulerName, preferred terms, "
-        "tolerations, spread constraints, pool and gate requests, the trace), after a comment "
-        "listing what it leaves to the webhook. Apply them again after every policy change.",
+        "mirror pods are exempt. With --mutating, then (Kubernetes >= 1.36) a "
+        "MutatingAdmissionPolicy and its binding that give a pod what the webhook gives it "
+        "(schedulerName, preferred terms, tolerations, spread constraints, pool and gate "
+        "requests, the trace), after a comment listing what it leaves to the webhook. Apply "
+        "them again after every policy change.",
     )
     admission.add_argument(
         "-f", "--file", required=True, help="path to the policy YAML file (validated first)"
@@ -257,11 +258,11 @@ def register(actions: Any) -> None:
         help="an earlier labelPrefix whose keys the scorer still retires (repeatable)",
     )
     admission.add_argument(
-        "--no-mutating",
-        dest="mutating",
-        action="store_false",
-        help="leave out the MutatingAdmissionPolicy (clusters before Kubernetes 1.36, whose "
-        "admissionregistration.k8s.io/v1 has none)",
+        "--mutating",
+        action="store_true",
+        help="also print the MutatingAdmissionPolicy `steer-mutation` that steers pods inside "
+        "the apiserver (Kubernetes >= 1.36), beside or instead of the webhook; see "
+        "docs/install.md before choosing it",
     )
     admission.set_defaults(func=_cmd_policy_admission_policy)
     crd = actions.add_parser(

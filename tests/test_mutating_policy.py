@@ -404,7 +404,7 @@ def test_no_pool_no_quantity_limit() -> None:
 def test_the_cli_prints_the_mutating_policy_after_the_validating_ones(
     capsys: pytest.CaptureFixture[str], policy: Policy, compiled: MutatingPolicies
 ) -> None:
-    assert main(["policy", "admission-policy", "-f", str(EXAMPLE_POLICY)]) == 0
+    assert main(["policy", "admission-policy", "-f", str(EXAMPLE_POLICY), "--mutating"]) == 0
     out = capsys.readouterr().out
     docs = list(yaml.safe_load_all(out))
     assert docs == [*admission_policies(policy), *compiled.objects]
@@ -412,7 +412,8 @@ def test_the_cli_prints_the_mutating_policy_after_the_validating_ones(
     assert [line.split(":")[0] for line in comments] == [
         f"#   - {item.rule}" for item in compiled.not_covered
     ]
-    assert "--no-mutating" in out
-    assert main(["policy", "admission-policy", "-f", str(EXAMPLE_POLICY), "--no-mutating"]) == 0
+    assert "no --mutating" in out
+    # Without --mutating (the default: the webhook steers), the validating policies alone.
+    assert main(["policy", "admission-policy", "-f", str(EXAMPLE_POLICY)]) == 0
     only = list(yaml.safe_load_all(capsys.readouterr().out))
     assert only == admission_policies(policy)

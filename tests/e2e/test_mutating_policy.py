@@ -610,8 +610,8 @@ def _diff(a: Any, b: Any, path: str = "") -> str:
 def test_the_apiserver_accepts_what_admission_policy_prints_for(
     control_plane: ControlPlane, name: str
 ) -> None:
-    """`steer policy admission-policy -f FILE | kubectl apply -f -` (docs/install.md), as a dry
-    run: every object, the MutatingAdmissionPolicy's CEL compiled by the apiserver."""
+    """`steer policy admission-policy --mutating -f FILE | kubectl apply -f -`, as a dry run:
+    every object, the MutatingAdmissionPolicy's CEL compiled by the apiserver."""
     shipped = shipped_policies()
     policy = parse_policy(shipped[name]) if name in shipped else reduced_policy(name)
     objects = [
