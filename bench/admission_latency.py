@@ -574,7 +574,7 @@ def mutating_policy_objects() -> list[dict[str, Any]]:
             "--mutating",
             "-f",
             str(EXAMPLE_POLICY),
-        ],  # fmt: skip
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
