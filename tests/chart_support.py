@@ -166,6 +166,26 @@ def mismatches(
     return found
 
 
+# Components that pick the admission mode (docs/install.md, "Which admission mode"): one chart
+# value, admission.mode, instead of a toggle each; they exclude each other.
+ADMISSION_MODES = {"admission-policy": "policy", "admission-policy-and-webhook": "both"}
+
+
+def toggled_components() -> list[str]:
+    """The components under manifests/components/ that each have a `<name>.enabled` value."""
+    return sorted(
+        p.name
+        for p in COMPONENTS.iterdir()
+        if (p / "kustomization.yaml").exists() and p.name not in ADMISSION_MODES
+    )
+
+
+def every_component_values() -> dict[str, str]:
+    """Chart values with every toggle on and the admission mode that keeps them all (both)."""
+    values = {toggle(name): "true" for name in toggled_components()}
+    return {**values, "admission.mode": "both"}
+
+
 def toggle(component: str) -> str:
     """The chart value that turns a kustomize component on: `cert-manager` ->
     `certManager.enabled`."""

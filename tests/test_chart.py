@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 from tests.chart_support import (
+    ADMISSION_MODES,
     CHART,
     COMPONENTS,
     HELM_LABELS,
@@ -36,11 +37,10 @@ from tests.chart_support import (
     ocm_objects,
     run,
     toggle,
+    toggled_components,
 )
 
-COMPONENT_NAMES = sorted(
-    p.name for p in COMPONENTS.iterdir() if (p / "kustomization.yaml").exists()
-)
+COMPONENT_NAMES = toggled_components()
 EXAMPLE_POLICY = ROOT / "examples" / "policy.yaml"
 # Where `make tools` puts helm and kubectl: the virtualenv running the tests.
 VENV_BIN = Path(sys.executable).parent
@@ -81,6 +81,83 @@ def test_each_component_toggle_renders_the_kustomize_component(
     assert not found, "\n".join(found)
     # Not vacuous: the component added objects or changed some.
     assert by_id(chart) != by_id(helm_template())
+
+
+# --- admission.mode and the components that pick it ------------------------------------------
+
+WEBHOOK_OBJECTS = {
+    ("apps/v1", "Deployment", "kube-steer", "steer-webhook"),
+    ("v1", "Service", "kube-steer", "steer-webhook"),
+    ("policy/v1", "PodDisruptionBudget", "kube-steer", "steer-webhook"),
+    ("v1", "ServiceAccount", "kube-steer", "steer-webhook"),
+    ("rbac.authorization.k8s.io/v1", "ClusterRole", "", "steer-webhook"),
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", "", "steer-webhook"),
+    ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration", "", "steer-webhook"),
+    ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration", "", "steer-webhook"),
+    ("rbac.authorization.k8s.io/v1", "Role", "kube-steer", "steer-scorer-webhook-certs"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding", "kube-steer", "steer-scorer-webhook-certs"),
+    ("rbac.authorization.k8s.io/v1", "ClusterRole", "", "steer-scorer-webhook-certs"),
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", "", "steer-scorer-webhook-certs"),
+}
+
+
+def test_the_admission_components_are_the_modes_of_the_chart() -> None:
+    assert set(ADMISSION_MODES) == {
+        p.name for p in COMPONENTS.iterdir() if p.name.startswith("admission-")
+    }
+    assert chart_values()["admission"] == {"mode": "webhook"}
+
+
+@pytest.mark.parametrize(
+    ("component", "others"),
+    [
+        ("admission-policy", []),
+        ("admission-policy", ["network-policy", "prometheus-operator", "scheduler-profiles"]),
+        ("admission-policy-and-webhook", []),
+        ("admission-policy-and-webhook", ["cert-manager", "network-policy"]),
+    ],
+)
+def test_each_admission_mode_renders_its_kustomize_component(
+    tmp_path: Path, component: str, others: list[str]
+) -> None:
+    values = {toggle(name): "true" for name in others}
+    chart = helm_template(values={**values, "admission.mode": ADMISSION_MODES[component]})
+    found = mismatches(chart, kustomize(tmp_path, [*others, component]))
+    assert not found, "\n".join(found)
+
+
+def scorer_args(docs: list[dict[str, Any]]) -> list[str]:
+    (scorer,) = [d for d in docs if d["kind"] == "Deployment" and "scorer" in d["metadata"]["name"]]
+    args: list[str] = scorer["spec"]["template"]["spec"]["containers"][0]["args"]
+    return args
+
+
+def test_policy_mode_has_no_webhook_no_certificate_and_applies_every_policy() -> None:
+    webhook, policy = (
+        by_id(helm_template()),
+        by_id(helm_template(values={"admission.mode": "policy"})),
+    )
+    assert set(webhook) >= WEBHOOK_OBJECTS
+    assert set(webhook) - set(policy) == WEBHOOK_OBJECTS
+    assert set(policy) <= set(webhook)
+    args = scorer_args(helm_template(values={"admission.mode": "policy"}))
+    assert args[-2:] == ["--webhook-certs=off", "--admission-policies=all"]
+
+
+def test_both_mode_keeps_the_webhook_and_applies_every_policy() -> None:
+    both = helm_template(values={"admission.mode": "both"})
+    assert set(by_id(both)) == set(by_id(helm_template()))
+    assert scorer_args(both)[-2:] == ["--webhook-certs=renew", "--admission-policies=all"]
+    assert "--admission-policies=all" not in scorer_args(helm_template())
+
+
+def test_policy_mode_with_cert_manager_is_refused_naming_both_values() -> None:
+    done = run(
+        "helm", "template", "x", str(CHART), "--set", "admission.mode=policy",
+        "--set", "certManager.enabled=true", check=False,
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert "certManager.enabled needs the webhook: admission.mode policy" in done.stderr
 
 
 def test_ocm_renders_every_object_of_manifests_ocm(tmp_path: Path) -> None:
@@ -234,6 +311,7 @@ def test_replicas_resources_and_pull_policy_reach_both_deployments(tmp_path: Pat
         ("image.pullPolicy=Sometimes", "at '/image/pullPolicy'"),
         ("networkPolicy.podCIDR=everything", "at '/networkPolicy/podCIDR'"),
         ("optIn.label=not a label", "at '/optIn/label'"),
+        ("admission.mode=apiserver", "at '/admission/mode': value must be one of"),
     ],
 )
 def test_a_wrong_value_fails_naming_its_path(flag: str, message: str) -> None:

@@ -25,6 +25,8 @@ COMPONENTS = (
     "prometheus-operator",
     "network-policy",
     "descheduler",
+    "admission-policy",
+    "admission-policy-and-webhook",
 )
 
 

@@ -27,7 +27,7 @@ from kits.control_plane import ControlPlane
 from kits.prometheus_server import PrometheusServer
 from kits.waiting import wait_until
 from steer.core.policy import parse_policy
-from tests.chart_support import CHART, COMPONENTS, helm_template, run, toggle, tool
+from tests.chart_support import CHART, every_component_values, helm_template, run, tool
 from tests.e2e.install_support import (
     HELM_SECTION,
     MANIFESTS,
@@ -69,7 +69,7 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
 
 def test_helm_lint_passes_with_the_defaults_and_every_component() -> None:
     run("helm", "lint", "--strict", str(CHART))
-    every = [f"{toggle(p.name)}=true" for p in COMPONENTS.iterdir() if p.is_dir()]
+    every = [f"{key}={value}" for key, value in every_component_values().items()]
     every += ["ocm.enabled=true", "ocm.clusterName=cluster-a", "ocm.hubUser=hub-a"]
     run("helm", "lint", "--strict", str(CHART), "--set", ",".join(every))
 
@@ -77,9 +77,7 @@ def test_helm_lint_passes_with_the_defaults_and_every_component() -> None:
 def test_helm_template_with_every_component_passes_a_server_side_dry_run(
     plane: ControlPlane,
 ) -> None:
-    docs = helm_template(
-        values={toggle(p.name): "true" for p in COMPONENTS.iterdir() if p.is_dir()}
-    )
+    docs = helm_template(values=every_component_values())
     kubectl(plane, "apply", "-f", str(OPERATOR_CRDS))
     kubectl(plane, "wait", "--for=condition=Established", "-f", str(OPERATOR_CRDS))
     plane.ensure_namespace(NS)  # a dry run does not create it, and namespaced objects need it

@@ -37,3 +37,19 @@ imagePullPolicy: {{ . }}
 {{- $starter -}}
 {{- end -}}
 {{- end }}
+
+{{/*
+"true" when the webhook is installed (admission.mode webhook or both), else empty. The check of
+admission.mode against certManager.enabled lives here, so every template that asks sees it.
+*/}}
+{{- define "kube-steer.webhookInstalled" -}}
+{{- if and (eq .Values.admission.mode "policy") .Values.certManager.enabled -}}
+{{- fail "certManager.enabled needs the webhook: admission.mode policy installs no certificate" -}}
+{{- end -}}
+{{- if ne .Values.admission.mode "policy" -}}true{{- end -}}
+{{- end }}
+
+{{/* "true" when the scorer's leader renews the webhook's certificate (--webhook-certs=renew). */}}
+{{- define "kube-steer.scorerRenewsWebhookCerts" -}}
+{{- if and (include "kube-steer.webhookInstalled" .) (not .Values.certManager.enabled) -}}true{{- end -}}
+{{- end }}
