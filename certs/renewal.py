@@ -90,11 +90,8 @@ def verified_by(
 ) -> bool:
     """Whether a client trusting `cas` (a caBundle) accepts `held` at `now`: a certificate valid
     now, with its key, naming the Service, signed by one of the CAs, itself valid now."""
-    if held is None or not held.cert:
-        return False
-    try:
-        cert = x509.load_pem_x509_certificate(held.cert)
-    except ValueError:
+    cert = held_certificate(held)
+    if cert is None or held is None:
         return False
     if not cert.not_valid_before_utc <= now < cert.not_valid_after_utc:
         return False
@@ -104,6 +101,16 @@ def verified_by(
         ca.not_valid_before_utc <= now < ca.not_valid_after_utc and signed_by(cert, ca)
         for ca in cas
     )
+
+
+def held_certificate(held: ServingPems | None) -> x509.Certificate | None:
+    """The certificate of `held`; None when there is none, or it is not PEM."""
+    if held is None or not held.cert:
+        return None
+    try:
+        return x509.load_pem_x509_certificate(held.cert)
+    except ValueError:
+        return None
 
 
 def signed_by(cert: x509.Certificate, ca: x509.Certificate) -> bool:

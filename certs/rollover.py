@@ -35,7 +35,13 @@ from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
 from certs.pki import CertificateAuthority, WebhookIdentity
-from certs.renewal import ServingPems, renewal_reasons, signed_by, verified_by
+from certs.renewal import (
+    ServingPems,
+    held_certificate,
+    renewal_reasons,
+    signed_by,
+    verified_by,
+)
 
 # A CA this close to its end is replaced (certs/pki.py makes CAs for 10 years): far longer than
 # any serving certificate, so none is ever cut short by its CA, and a rollover stuck for months
@@ -156,13 +162,8 @@ def _still_valid_others(
 
 
 def _signed_by_signer(held: ServingPems | None, signer: x509.Certificate) -> bool:
-    if held is None or not held.cert:
-        return False
-    try:
-        cert = x509.load_pem_x509_certificate(held.cert)
-    except ValueError:
-        return False
-    return signed_by(cert, signer)
+    cert = held_certificate(held)
+    return cert is not None and signed_by(cert, signer)
 
 
 def _span(delta: timedelta) -> str:

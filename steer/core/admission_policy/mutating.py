@@ -84,6 +84,7 @@ from steer.core.admission_policy.objects import (
     NAMESPACE_NAME_LABEL,
     Json,
     not_infrastructure,
+    object_metadata,
     resource_rule,
 )
 from steer.core.budget import POOL_KINDS, pool_resource
@@ -897,11 +898,7 @@ def mutating_admission_policy(policy: Policy, name: str = POLICY_NAME) -> Mutati
     """The MutatingAdmissionPolicy and binding that steer pods as the webhook does, and what
     they leave to it (`not_covered`)."""
     combinations = _combinations(policy)
-    metadata = {
-        "name": name,
-        "labels": {"app.kubernetes.io/part-of": "kube-steer"},
-        "annotations": {policy.label_key("policy-version"): policy.version},
-    }
+    metadata = object_metadata(policy, name)
     mutating: Json = {
         "apiVersion": API_VERSION,
         "kind": "MutatingAdmissionPolicy",

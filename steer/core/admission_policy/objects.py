@@ -19,6 +19,16 @@ NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 Json = dict[str, Any]
 
 
+def object_metadata(policy: Policy, name: str) -> Json:
+    """The metadata of every admission object made from `policy`: its name, the project's
+    part-of label, and the policy version it was made from."""
+    return {
+        "name": name,
+        "labels": {"app.kubernetes.io/part-of": "kube-steer"},
+        "annotations": {policy.label_key("policy-version"): policy.version},
+    }
+
+
 def resource_rule(
     operations: Sequence[str], resources: Sequence[str], scope: str = "Namespaced"
 ) -> Json:
@@ -66,11 +76,7 @@ def policy_and_binding(
 ) -> tuple[Json, Json]:
     """A ValidatingAdmissionPolicy and the binding that denies what it does not validate, both
     named `name` and annotated with the policy version they were made from."""
-    metadata = {
-        "name": name,
-        "labels": {"app.kubernetes.io/part-of": "kube-steer"},
-        "annotations": {policy.label_key("policy-version"): policy.version},
-    }
+    metadata = object_metadata(policy, name)
     vap: Json = {
         "apiVersion": API_VERSION,
         "kind": "ValidatingAdmissionPolicy",
