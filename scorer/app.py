@@ -20,6 +20,7 @@ import yaml
 from flask import Flask, Response, request
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from scorer.admission_sync import AdmissionStatus
 from scorer.clusterscore import cluster_detail
 from scorer.explain import (
     SchedulerVerdict,
@@ -52,7 +53,14 @@ def _error(status: int, message: str) -> Response:
     return _json({"error": message}, status)
 
 
-def create_app(scorer: Scorer, *, policy_status: Callable[[], ReloadStatus] | None = None) -> Flask:
+def create_app(
+    scorer: Scorer,
+    *,
+    policy_status: Callable[[], ReloadStatus] | None = None,
+    admission: Callable[[], AdmissionStatus] | None = None,
+) -> Flask:
+    """`admission`: what the admission policies on the apiserver were compiled from (with
+    `--admission-policies`), said in every answer beside the running policy's version."""
     app = Flask(__name__)
 
     def cycle_info() -> dict[str, Any]:
@@ -74,6 +82,8 @@ def create_app(scorer: Scorer, *, policy_status: Callable[[], ReloadStatus] | No
             status = policy_status()
             info["policyReloadErrors"] = status.reload_errors
             info["policyLastError"] = status.last_error
+        if admission is not None:
+            info["admissionPolicies"] = admission().to_json()
         return info
 
     def no_cycle() -> Response:

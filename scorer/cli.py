@@ -20,7 +20,7 @@ from urllib.parse import quote
 import yaml
 
 from certs.pki import CertError
-from scorer import certs_renewal
+from scorer import admission_sync, certs_renewal
 from scorer.check import check_policy
 from scorer.cleanup import clean_nodes, live_leader
 from scorer.client import ScorerClient, ScorerError
@@ -175,6 +175,7 @@ def register(subparsers: Any) -> None:
         "--dry-run", action="store_true", help="compute and serve /explain, never write"
     )
     certs_renewal.add_flags(run)
+    admission_sync.add_flags(run)
     add_log_flags(run)
     run.set_defaults(func=_cmd_run)
 
@@ -451,7 +452,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     host, port = _split_listen(args.listen)
     try:
         webhook_certs = certs_renewal.settings_from(args)
-    except CertError as exc:
+        admission_policies = admission_sync.settings_from(args)
+    except (CertError, ValueError) as exc:
         print(f"steer scorer run: {exc}", file=sys.stderr)
         return 2
     options = ScorerOptions(
@@ -464,6 +466,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         leader_election=not args.no_leader_election,
         dry_run=args.dry_run,
         webhook_certs=webhook_certs,
+        admission_policies=admission_policies,
     )
     try:
         serve_scorer(options)

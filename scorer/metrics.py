@@ -241,6 +241,42 @@ class ScorerMetrics:
             ["secret"],
             registry=r,
         )
+        # With --admission-policies (scorer/admission_sync.py): set by the leader only, gone
+        # on the other replicas, so a max() over replicas is the leader's.
+        self.admission_version = Gauge(
+            "steer_scorer_admission_policies_version_info",
+            "The policy version the admission policies on the apiserver were compiled from, as "
+            "the leader last read or applied them (version empty: missing or mixed; value 1).",
+            ["version"],
+            registry=r,
+        )
+        self.admission_current = Gauge(
+            "steer_scorer_admission_policies_current",
+            "1 when every admission policy on the apiserver is the one compiled from the running "
+            "policy, 0 while one is missing, outdated or refused (scope: validating or all).",
+            ["scope"],
+            registry=r,
+        )
+        self.admission_refused = Gauge(
+            "steer_scorer_admission_policies_refused",
+            "1 while the apiserver refuses the admission policies of the running policy version "
+            "(the previous version's keep serving; the log says why).",
+            ["scope"],
+            registry=r,
+        )
+        self.admission_applied = Gauge(
+            "steer_scorer_admission_policies_applied_timestamp_seconds",
+            "Unix time the leader last found or made every admission policy current.",
+            ["scope"],
+            registry=r,
+        )
+        self.admission_apply_failures = Counter(
+            "steer_scorer_admission_policies_apply_failures_total",
+            "Failed applies (dry run included) and deletes of an admission object, by object "
+            "(KIND/NAME): refused by the apiserver, forbidden or unreachable.",
+            ["object"],
+            registry=r,
+        )
         self._policy_version: str | None = None
         self._pool_resources: set[str] = set()
         self._device_classes: set[str] = set()

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from scorer.admission_sync import AdmissionPolicySync, AdmissionSyncSettings
 from scorer.app import create_app
 from scorer.bindings import BindingWindow, PodBindingWatcher
 from scorer.certs_renewal import WebhookCertSettings, webhook_cert_job
@@ -66,6 +67,8 @@ class ScorerOptions:
     dry_run: bool = False
     # --webhook-certs=renew: the leader keeps the webhook's certificate valid (None: off).
     webhook_certs: WebhookCertSettings | None = None
+    # --admission-policies=validating|all: the leader applies the compiled admission policies.
+    admission_policies: AdmissionSyncSettings | None = None
 
 
 def node_api(kubeconfig: str | None) -> NodeApi:
@@ -163,6 +166,20 @@ def _serve(
             namespace=namespace,
             is_leader=(lambda: elector.is_leader) if elector is not None else (lambda: True),
         )
+    admission = None
+    if options.admission_policies is not None and options.dry_run:
+        log.warning("--dry-run: the admission policies are not applied (--admission-policies)")
+    elif options.admission_policies is not None:
+        admission = AdmissionPolicySync(
+            KubeJson(make_api_client(kubeconfig)),
+            current,
+            metrics,
+            options.admission_policies,
+            is_leader=(lambda: elector.is_leader) if elector is not None else (lambda: True),
+        )
+        watcher.subscribe(admission.wake, call_now=False)  # each accepted version
+        if elector is not None:
+            elector.on_change(admission.wake)
     nodes = NodeWatcher(make_api_client(kubeconfig), node_cache)
     unbound = PendingPodWatcher(
         make_api_client(kubeconfig),
@@ -177,7 +194,11 @@ def _serve(
         on_binding=loop.wake,
     )
     server = HttpServer(
-        create_app(scorer, policy_status=watcher.status),
+        create_app(
+            scorer,
+            policy_status=watcher.status,
+            admission=admission.status if admission is not None else None,
+        ),
         options.host,
         options.port,
         name="scorer-http",
@@ -204,6 +225,8 @@ def _serve(
     loop.start()
     if certs is not None:
         certs.start()
+    if admission is not None:
+        admission.start()
     server.start()
     log.info("scorer serving on %s (policy %s)", server.url, watcher.current.version)
     try:
@@ -213,6 +236,8 @@ def _serve(
         loop.stop()
         if certs is not None:
             certs.stop()
+        if admission is not None:
+            admission.stop()
         unbound.stop()
         pods.stop()
         nodes.stop()

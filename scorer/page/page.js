@@ -54,6 +54,11 @@ function served(answer) {
   if (answer.leader !== undefined) parts.push(answer.leader ? "leader (writes what it explains)" : "not the leader");
   if (answer.plannedAt) parts.push(`planned ${answer.plannedAt}`);
   if (answer.identity) parts.push(answer.identity);
+  const admission = answer.admissionPolicies;
+  if (admission) {
+    const state = admission.current ? "current" : admission.refusedVersion ? `refused ${admission.refusedVersion}` : "not current";
+    parts.push(`admission policies ${admission.version || "?"} (${state})`);
+  }
   $("served").textContent = parts.join(" · ");
 }
 

@@ -1,0 +1,338 @@
+"""`steer scorer run --admission-policies=validating|all`: the scorer's leader keeps the admission
+policies compiled from the running policy (steer/core/admission_policy) on the apiserver, so a
+policy edit reaches them without a `steer policy admission-policy | kubectl apply` step.
+
+Every replica reads the objects (a GET each) at start, on each accepted policy version, on a
+change of leadership and every `--admission-policies-interval` seconds, and answers in
+`/explain` with the version they were compiled from; only the Lease holder writes. What to
+write is decided in scorer/admission_plan.py: an object whose digest annotation differs from
+the compiled one's (or that is missing) is applied, an unchanged one is not written.
+
+Writes are server-side apply as the field manager `kube-steer`, with `force=true`: the objects
+are the project's by name, and an earlier `kubectl apply` (or a hand edit) owns fields the
+next version changes; without force the apply would conflict on them and the apiserver would
+keep enforcing a version nobody runs. Every object to write is first applied with
+`dryRun=All`: a version the apiserver refuses (CEL it does not compile) writes nothing, so the
+objects of the previous version keep serving together, and that version is not tried again
+until the policy changes or another replica leads; the refusal is logged and counted, and
+`/explain` says so. Other failures (unreachable, forbidden, throttled) are retried with a
+backoff of 1 s doubling to the interval, on the job's own thread: scoring never waits for it.
+
+`validating` also deletes the MutatingAdmissionPolicy `steer-mutation` and its binding when
+the scorer applied them (after `all`); `off` (the default of a scorer run by hand) touches no
+admission object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from scorer.admission_plan import (
+    FIELD_MANAGER,
+    AdmissionRef,
+    Scope,
+    WantedObject,
+    live_version,
+    plan_sync,
+    removable_refs,
+    wanted_objects,
+)
+from scorer.metrics import ScorerMetrics
+from steer.adapters.kubejson import KubeApiError, KubeJson
+from steer.core.policy import Policy
+
+log = logging.getLogger(__name__)
+
+APPLY_PATCH = "application/apply-patch+yaml"
+DEFAULT_INTERVAL_S = 60.0
+FIRST_BACKOFF_S = 1.0
+# The apiserver's answers to an object it will not store: its CEL does not compile (422
+# Invalid) or the body is malformed (400). Trying the same object again gives the same answer.
+REFUSED = (400, 422)
+
+
+@dataclass(frozen=True)
+class AdmissionSyncSettings:
+    scope: Scope
+    interval_s: float = DEFAULT_INTERVAL_S
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "the admission policies",
+        "The leader applies the admission policies compiled from the running policy (what "
+        "`steer policy admission-policy` prints) on each accepted policy version, by "
+        "server-side apply as the field manager kube-steer; a version the apiserver refuses "
+        "leaves the previous objects in place (docs/policy.md, Admission policies).",
+    )
+    group.add_argument(
+        "--admission-policies",
+        choices=("off", "validating", "all"),
+        default="off",
+        help="validating: the ValidatingAdmissionPolicies and bindings (steer-security, "
+        "steer-budget, steer-scorer-node-writes), and the MutatingAdmissionPolicy "
+        "steer-mutation and its binding deleted if the scorer made them; all: those and "
+        "steer-mutation (Kubernetes >= 1.36); off (default): none written or deleted",
+    )
+    group.add_argument(
+        "--admission-policies-interval",
+        type=float,
+        default=DEFAULT_INTERVAL_S,
+        metavar="SECONDS",
+        help="how often each replica reads the objects (the leader puts back one changed or "
+        f"deleted by hand; default: {DEFAULT_INTERVAL_S:g})",
+    )
+
+
+def settings_from(args: argparse.Namespace) -> AdmissionSyncSettings | None:
+    """The settings, None with --admission-policies=off; ValueError naming a wrong flag."""
+    if args.admission_policies == "off":
+        return None
+    if not args.admission_policies_interval > 0:
+        raise ValueError(
+            "--admission-policies-interval: must be more than 0 seconds, got "
+            f"{args.admission_policies_interval:g}"
+        )
+    scope: Scope = "all" if args.admission_policies == "all" else "validating"
+    return AdmissionSyncSettings(scope, args.admission_policies_interval)
+
+
+@dataclass(frozen=True)
+class AdmissionStatus:
+    """What `/explain` says of the admission policies (as this replica last read them)."""
+
+    scope: Scope
+    version: str | None  # the version the live objects were compiled from, None: not one
+    current: bool  # every object is the one compiled from the running policy
+    refused: str | None = None  # the running version, when the apiserver refused it
+    last_error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "scope": self.scope,
+            "version": self.version,
+            "current": self.current,
+            "refusedVersion": self.refused,
+            "lastError": self.last_error,
+        }
+
+
+class _Failed(Exception):
+    """A run that did not finish: retried after the backoff."""
+
+
+class _Refused(Exception):
+    """The apiserver will not store this object (400/422)."""
+
+
+class AdmissionPolicySync:
+    def __init__(
+        self,
+        kube: KubeJson,
+        policy: Callable[[], Policy],
+        metrics: ScorerMetrics,
+        settings: AdmissionSyncSettings,
+        *,
+        is_leader: Callable[[], bool],
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.kube = kube
+        self.policy = policy
+        self.metrics = metrics
+        self.settings = settings
+        self.is_leader = is_leader
+        self._wall = wall
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._refused: tuple[str, ...] | None = None  # digests of the set the apiserver refused
+        self._refused_version: str | None = None
+        self._leading = False
+        self._version_label: str | None = None  # the admission_version series exported
+        self.writes = 0
+        self._status = AdmissionStatus(settings.scope, None, False)
+
+    # ---------------------------------------------------------------- what others see
+
+    def status(self) -> AdmissionStatus:
+        with self._lock:
+            return self._status
+
+    def wake(self, _why: object = None) -> None:
+        """Run now (a new policy version, a change of leadership)."""
+        self._wake.set()
+
+    # ---------------------------------------------------------------- one run
+
+    def run_once(self) -> bool:
+        """Read, and when leading write, once; False when it must be tried again soon (a
+        refused version is not: it is tried again when the policy or the leader changes)."""
+        try:
+            self._run()
+        except _Failed as exc:
+            self._set_status(last_error=str(exc))
+            return False
+        except Exception as exc:  # never end the thread; say what broke
+            log.exception("admission policies: run failed")
+            self._set_status(last_error=f"{type(exc).__name__}: {exc}")
+            return False
+        return True
+
+    def _run(self) -> None:
+        policy = self.policy()
+        scope = self.settings.scope
+        wanted = wanted_objects(policy, scope)
+        removable = removable_refs(scope)
+        live = self._read([w.ref for w in wanted] + list(removable))
+        plan = plan_sync(policy, wanted, live, removable)
+        leading = self.is_leader()
+        if leading and not self._leading:
+            self._refused = None  # a new leader tries a refused version once more
+        self._leading = leading
+        version = live_version(policy, wanted, live)
+        if not leading:
+            self._clear_leader_metrics()
+            self._publish(version, current=not plan.apply)
+            return
+        digests = tuple(w.digest for w in wanted)
+        if plan.apply and self._refused == digests:
+            self._publish(version, current=False, error=self.status().last_error)
+            return
+        if plan.apply:
+            refusals = self._dry_run(plan.apply)
+            if refusals:
+                self._refused, self._refused_version = digests, policy.version
+                log.error(
+                    "admission policies: the apiserver refuses those of %s; %s keep serving:\n  %s",
+                    policy.version,
+                    version or "the objects in place",
+                    "\n  ".join(refusals),
+                )
+                self._publish(version, current=False, error="; ".join(refusals))
+                return
+            for obj in plan.apply:
+                self._apply(obj, dry_run=False)
+                self.writes += 1
+            log.info(
+                "admission policies: applied %s for %s",
+                ", ".join(str(o.ref) for o in plan.apply),
+                policy.version,
+            )
+            version = policy.version
+        for ref in plan.delete:
+            self._delete(ref)
+        self._refused = None
+        self.metrics.admission_applied.labels(scope=scope).set(self._wall())
+        self._publish(version, current=True)
+
+    def _read(self, refs: list[AdmissionRef]) -> dict[AdmissionRef, Mapping[str, Any] | None]:
+        live: dict[AdmissionRef, Mapping[str, Any] | None] = {}
+        for ref in refs:
+            try:
+                live[ref] = self.kube.request("GET", ref.path)
+            except KubeApiError as exc:
+                if exc.status != 404:
+                    raise _Failed(f"{ref} not read: {exc}") from exc
+                live[ref] = None
+        return live
+
+    def _dry_run(self, objects: tuple[WantedObject, ...]) -> list[str]:
+        """Every object through the apiserver's validation before any is written: what it
+        refuses (`_Failed` when it could not say)."""
+        refusals = []
+        for obj in objects:
+            try:
+                self._apply(obj, dry_run=True)
+            except _Refused as exc:
+                refusals.append(str(exc))
+        return refusals
+
+    def _apply(self, obj: WantedObject, *, dry_run: bool) -> None:
+        query: dict[str, str | int] = {"fieldManager": FIELD_MANAGER, "force": "true"}
+        if dry_run:
+            query["dryRun"] = "All"
+        try:
+            self.kube.request(
+                "PATCH", obj.ref.path, query=query, body=obj.body, content_type=APPLY_PATCH
+            )
+        except KubeApiError as exc:
+            self.metrics.admission_apply_failures.labels(object=str(obj.ref)).inc()
+            if exc.status in REFUSED:
+                raise _Refused(f"{obj.ref}: {exc.message or exc}") from exc
+            log.warning("admission policies: %s not applied: %s", obj.ref, exc)
+            raise _Failed(f"{obj.ref} not applied: {exc}") from exc
+
+    def _delete(self, ref: AdmissionRef) -> None:
+        try:
+            self.kube.request("DELETE", ref.path)
+        except KubeApiError as exc:
+            if exc.status == 404:
+                return
+            self.metrics.admission_apply_failures.labels(object=str(ref)).inc()
+            log.warning("admission policies: %s not deleted: %s", ref, exc)
+            raise _Failed(f"{ref} not deleted: {exc}") from exc
+        self.writes += 1
+        log.info("admission policies: deleted %s (--admission-policies=validating)", ref)
+
+    # ---------------------------------------------------------------- reporting
+
+    def _publish(self, version: str | None, *, current: bool, error: str | None = None) -> None:
+        refused = self._refused_version if self._refused is not None else None
+        self._set_status(version=version, current=current, refused=refused, last_error=error)
+        if not self._leading:
+            return
+        m, scope = self.metrics, self.settings.scope
+        m.admission_current.labels(scope=scope).set(1 if current else 0)
+        m.admission_refused.labels(scope=scope).set(1 if refused else 0)
+        label = version or ""
+        if label != self._version_label:
+            m.admission_version.clear()
+            m.admission_version.labels(version=label).set(1)
+            self._version_label = label
+
+    def _set_status(self, **changes: Any) -> None:
+        with self._lock:
+            self._status = dataclasses.replace(self._status, **changes)
+
+    def _clear_leader_metrics(self) -> None:
+        """A replica that does not lead exports none of these, so a max() is the leader's."""
+        m = self.metrics
+        for gauge in (m.admission_current, m.admission_refused, m.admission_applied):
+            gauge.clear()
+        m.admission_version.clear()
+        self._version_label = None
+
+    # ---------------------------------------------------------------- the thread
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._stop.clear()
+            self._thread = threading.Thread(
+                target=self._loop, name="admission-policies", daemon=True
+            )
+            self._thread.start()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(timeout=timeout_s)
+
+    def _loop(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            ok = self.run_once()
+            failures = 0 if ok else failures + 1
+            interval = self.settings.interval_s
+            wait = interval if ok else min(interval, FIRST_BACKOFF_S * 2 ** (failures - 1))
+            self._wake.wait(wait)
+            self._wake.clear()
