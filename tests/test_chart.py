@@ -141,14 +141,21 @@ def test_policy_mode_has_no_webhook_no_certificate_and_applies_every_policy() ->
     assert set(webhook) - set(policy) == WEBHOOK_OBJECTS
     assert set(policy) <= set(webhook)
     args = scorer_args(helm_template(values={"admission.mode": "policy"}))
-    assert args[-2:] == ["--webhook-certs=off", "--admission-policies=all"]
+    assert args[-3:] == [
+        "--webhook-certs=off",
+        "--admission-policies=validating",
+        "--admission-policies=all",
+    ]
 
 
 def test_both_mode_keeps_the_webhook_and_applies_every_policy() -> None:
     both = helm_template(values={"admission.mode": "both"})
     assert set(by_id(both)) == set(by_id(helm_template()))
-    assert scorer_args(both)[-2:] == ["--webhook-certs=renew", "--admission-policies=all"]
-    assert "--admission-policies=all" not in scorer_args(helm_template())
+    assert scorer_args(both)[-2:] == ["--admission-policies=validating", "--admission-policies=all"]
+    assert scorer_args(helm_template())[-2:] == [
+        "--webhook-certs=renew",
+        "--admission-policies=validating",
+    ]
 
 
 def test_policy_mode_with_cert_manager_is_refused_naming_both_values() -> None:

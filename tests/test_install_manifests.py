@@ -214,3 +214,30 @@ def test_the_certificate_renewal_may_touch_only_the_objects_the_scorer_is_pointe
         for r in d["rules"]
         if "secrets" in r["resources"]
     ]
+
+
+def test_the_admission_policies_rbac_names_exactly_the_objects_the_scorer_applies() -> None:
+    """--admission-policies (the base's `validating`, the components' `all`) and the scorer's
+    ClusterRole name the same objects; get, patch and create (server-side apply) by name, delete
+    only of the mutation (which `validating` removes); the manifests turn `validating` on."""
+    from scorer.admission_plan import PLURALS, removable_refs, wanted_objects
+
+    docs = list(yaml.safe_load_all((MANIFESTS / "scorer" / "scorer.yaml").read_text()))
+    (role,) = [d for d in docs if d["kind"] == "ClusterRole"]
+    granted: dict[tuple[str, str], set[str]] = {}
+    for rule in role["rules"]:
+        if rule["apiGroups"] != ["admissionregistration.k8s.io"]:
+            continue
+        assert rule.get("resourceNames"), rule  # nothing on these kinds without a name
+        for plural in rule["resources"]:
+            for name in rule["resourceNames"]:
+                granted.setdefault((plural, name), set()).update(rule["verbs"])
+    policy = parse_policy(STARTER.read_text())
+    wanted = {(PLURALS[o.ref.kind], o.ref.name) for o in wanted_objects(policy, "all")}
+    assert set(granted) == wanted
+    removable = {(PLURALS[r.kind], r.name) for r in removable_refs("validating")}
+    for key, verbs in granted.items():
+        assert verbs == {"get", "patch", "create"} | ({"delete"} if key in removable else set())
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["args"][7] == "--admission-policies=validating"
