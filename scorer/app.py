@@ -257,6 +257,8 @@ def create_app(
             status = policy_status()
             policy.update(reloadErrors=status.reload_errors, lastError=status.last_error)
         detail: dict[str, Any] = {"ready": scorer.ready, "policy": policy}
+        if admission is not None:
+            detail["admissionPolicies"] = admission().to_json()
         if not scorer.ready:
             detail["reason"] = "no scoring cycle has completed yet"
         last = scorer.last

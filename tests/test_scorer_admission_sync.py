@@ -335,7 +335,8 @@ def test_an_unreachable_apiserver_is_a_failure_to_retry(
     job = make_job(kube, [STARTER])
     objects.down = True
     assert not job.run_once()
-    assert job.status().last_error is not None and "503" in job.status().last_error
+    error = job.status().last_error
+    assert error is not None and "503" in error
     objects.down = False
     assert job.run_once() and job.status().current and job.status().last_error is None
 

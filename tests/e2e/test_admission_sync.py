@@ -1,0 +1,260 @@
+"""The scorer's leader keeps the admission policies current (`steer scorer run
+--admission-policies`, scorer/admission_sync.py) on the real apiserver, as a user bound to
+the rules the manifests give the scorer (its ClusterRole, its Lease Role) and nothing else.
+
+- At start the leader creates the ValidatingAdmissionPolicies and bindings by server-side
+  apply (`create` allowed by name only: the apiserver authorises it with the object's name).
+- An edit of the policy file reaches every object within seconds; with the version unchanged
+  no object is written again.
+- A policy the apiserver refuses (an excluded namespace that is not a valid name, which the
+  namespaceSelector cannot hold) writes nothing: the previous objects keep serving, and the
+  scorer says so (`/readyz` and the metrics).
+- `--admission-policies=all` adds the MutatingAdmissionPolicy; `validating` deletes it again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+import yaml
+
+from kits.control_plane import ROOT, ControlPlane
+from kits.service_processes import RunningScorer, running_scorer
+from kits.waiting import wait_until
+from scorer.admission_plan import FIELD_MANAGER, MUTATING_REFS, AdmissionRef
+from steer.adapters.kubejson import KubeApiError, KubeJson
+from tests.e2e.conftest import user_bound_to
+
+POLICY = ROOT / "manifests" / "policy" / "starter-policy.yaml"
+SCORER = ROOT / "manifests" / "scorer" / "scorer.yaml"
+NO_PROMETHEUS = "http://127.0.0.1:9"  # the cycles fail and write nothing: not this test's part
+RBAC_GROUP = "rbac.authorization.k8s.io"
+RBAC = f"/apis/{RBAC_GROUP}/v1"
+VERSION = "kube-steer.github.io/policy-version"
+VALIDATING = [
+    AdmissionRef(kind, name)
+    for name in ("steer-security", "steer-budget", "steer-scorer-node-writes")
+    for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+]
+INTERVAL = "--admission-policies-interval=1"
+
+
+@contextlib.contextmanager
+def scorer_identity(control_plane: ControlPlane, admin: KubeJson, namespace: str) -> Iterator[Path]:
+    """A user bound to the scorer manifest's ClusterRole, and its Lease Role in `namespace`."""
+    docs = {d["kind"]: d for d in yaml.safe_load_all(SCORER.read_text()) if d}
+    user = f"admission-sync-{uuid.uuid4().hex[:6]}"
+    name = docs["Role"]["metadata"]["name"]
+    admin.request(
+        "POST",
+        f"{RBAC}/namespaces/{namespace}/roles",
+        body={**docs["Role"], "metadata": {"name": name, "namespace": namespace}},
+    )
+    admin.request(
+        "POST",
+        f"{RBAC}/namespaces/{namespace}/rolebindings",
+        body={
+            "metadata": {"name": name, "namespace": namespace},
+            "roleRef": {"apiGroup": RBAC_GROUP, "kind": "Role", "name": name},
+            "subjects": [{"apiGroup": RBAC_GROUP, "kind": "User", "name": user}],
+        },
+    )
+    with user_bound_to(control_plane, admin, docs["ClusterRole"], user) as kubeconfig:
+        yield kubeconfig
+
+
+def delete_all(admin: KubeJson) -> None:
+    for ref in [*MUTATING_REFS, *VALIDATING]:
+        with contextlib.suppress(KubeApiError):
+            admin.request("DELETE", ref.path)
+
+
+@pytest.fixture
+def clean(admin: KubeJson) -> Iterator[None]:
+    """None of the objects before (another test may have applied them) nor after: the budget
+    and security policies would judge every later test's pods."""
+    delete_all(admin)
+    wait_until("no admission object is left", lambda: not live(admin, VALIDATING), timeout=10)
+    yield
+    delete_all(admin)
+
+
+def live(admin: KubeJson, refs: list[AdmissionRef]) -> dict[AdmissionRef, dict[str, Any]]:
+    found = {}
+    for ref in refs:
+        with contextlib.suppress(KubeApiError):
+            found[ref] = admin.request("GET", ref.path)
+    return found
+
+
+def versions(admin: KubeJson, refs: list[AdmissionRef] = VALIDATING) -> set[str | None]:
+    objects = live(admin, refs)
+    if len(objects) != len(refs):
+        return {None}
+    return {o["metadata"].get("annotations", {}).get(VERSION) for o in objects.values()}
+
+
+def readyz(scorer: RunningScorer) -> dict[str, Any]:
+    """The scorer's /readyz, ready or not (no Prometheus here: no cycle completes)."""
+    with requests.Session() as session:
+        session.trust_env = False
+        body: dict[str, Any] = session.get(f"{scorer.url}/readyz", timeout=10).json()
+    return body
+
+
+def metric(scorer: RunningScorer, prefix: str) -> float:
+    with requests.Session() as session:
+        session.trust_env = False
+        text = session.get(f"{scorer.url}/metrics", timeout=10).text
+    return sum(
+        float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix)
+    )
+
+
+def edit(path: Path, change: Callable[[dict[str, Any]], None]) -> None:
+    doc = yaml.safe_load(path.read_text())
+    change(doc)
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+
+
+@pytest.mark.usefixtures("clean")
+def test_the_leader_applies_each_version_writes_nothing_unchanged_and_keeps_a_refused_one_out(
+    control_plane: ControlPlane,
+    admin: KubeJson,
+    make_namespace: Callable[..., str],
+    tmp_path: Path,
+) -> None:
+    namespace = make_namespace(prefix="admission-sync")
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY.read_text())
+    with (
+        scorer_identity(control_plane, admin, namespace) as kubeconfig,
+        running_scorer(
+            control_plane,
+            policy,
+            NO_PROMETHEUS,
+            tmp_path,
+            kubeconfig=kubeconfig,
+            extra_args=[
+                "--lease-namespace",
+                namespace,
+                "--admission-policies=validating",
+                INTERVAL,
+            ],
+        ) as scorer,
+    ):
+        # 1. At start: every object created, as the scorer's field manager.
+        wait_until(
+            "the leader applied the validating policies",
+            lambda: readyz(scorer)["admissionPolicies"]["current"],
+            timeout=20,
+            interval=0.2,
+        )
+        first = readyz(scorer)["admissionPolicies"]["version"]
+        assert first == readyz(scorer)["policy"]["version"]
+        assert versions(admin) == {first}
+        objects = live(admin, VALIDATING)
+        for obj in objects.values():
+            managers = {e["manager"] for e in obj["metadata"]["managedFields"]}
+            assert managers == {FIELD_MANAGER}
+            assert obj["metadata"]["labels"]["app.kubernetes.io/part-of"] == "kube-steer"
+        assert not live(admin, list(MUTATING_REFS))
+
+        # 2. Unchanged: three reads later, nothing written again.
+        before = {ref: o["metadata"]["resourceVersion"] for ref, o in objects.items()}
+        time.sleep(3.5)
+        after = {
+            ref: o["metadata"]["resourceVersion"] for ref, o in live(admin, VALIDATING).items()
+        }
+        assert after == before
+
+        # 3. An edit reaches the apiserver within seconds (the file is polled every 2 s).
+        edit(policy, lambda d: d["spec"].setdefault("optIn", {}).update(
+            excludedNamespaces=["team-batch"]))  # fmt: skip
+        edited = time.monotonic()
+        wait_until(
+            "the edit reached the apiserver",
+            lambda: (
+                versions(admin) not in ({first}, {None})
+                and len(versions(admin)) == 1
+                and readyz(scorer)["admissionPolicies"]["current"]
+            ),
+            timeout=15,
+            interval=0.1,
+        )
+        took = time.monotonic() - edited
+        assert took < 8, f"{took:.1f} s"
+        (second,) = versions(admin)
+        assert second == readyz(scorer)["policy"]["version"]
+        security = admin.request("GET", VALIDATING[0].path)
+        selector = security["spec"]["matchConstraints"]["namespaceSelector"]
+        assert "team-batch" in selector["matchExpressions"][0]["values"]
+
+        # 4. A version the apiserver refuses: nothing written, the previous objects serve.
+        kept = {ref: o["metadata"]["resourceVersion"] for ref, o in live(admin, VALIDATING).items()}
+        edit(policy, lambda d: d["spec"]["optIn"].update(excludedNamespaces=["Not_A/Namespace"]))
+        wait_until(
+            "the scorer reports the refusal",
+            lambda: readyz(scorer)["admissionPolicies"]["refusedVersion"] is not None,
+            timeout=15,
+            interval=0.1,
+        )
+        status = readyz(scorer)
+        admission = status["admissionPolicies"]
+        assert admission["refusedVersion"] == status["policy"]["version"] != second
+        assert (admission["version"], admission["current"]) == (second, False)
+        assert "Not_A/Namespace" in admission["lastError"], admission["lastError"]
+        assert metric(scorer, "steer_scorer_admission_policies_refused{") == 1
+        assert metric(scorer, "steer_scorer_admission_policies_apply_failures_total{") >= 1
+        time.sleep(2.5)  # not tried again
+        current = {
+            ref: o["metadata"]["resourceVersion"] for ref, o in live(admin, VALIDATING).items()
+        }
+        assert current == kept
+        assert versions(admin) == {second}
+
+
+@pytest.mark.usefixtures("clean")
+def test_all_adds_the_mutating_policy_and_validating_removes_what_the_scorer_made(
+    control_plane: ControlPlane,
+    admin: KubeJson,
+    make_namespace: Callable[..., str],
+    tmp_path: Path,
+) -> None:
+    namespace = make_namespace(prefix="admission-sync")
+    mutating = list(MUTATING_REFS)
+    with scorer_identity(control_plane, admin, namespace) as kubeconfig:
+        for scope in ("all", "validating"):
+            with running_scorer(
+                control_plane,
+                POLICY,
+                NO_PROMETHEUS,
+                tmp_path,
+                name=f"scorer-{scope}",
+                kubeconfig=kubeconfig,
+                extra_args=[
+                    "--lease-namespace",
+                    namespace,
+                    f"--admission-policies={scope}",
+                    INTERVAL,
+                ],
+            ) as scorer:
+
+                def applied(s: RunningScorer = scorer, scope: str = scope) -> bool:
+                    current = bool(readyz(s)["admissionPolicies"]["current"])
+                    return current and bool(live(admin, mutating)) == (scope == "all")
+
+                wait_until(
+                    f"--admission-policies={scope} is applied", applied, timeout=30, interval=0.2
+                )
+                version = readyz(scorer)["policy"]["version"]
+                assert versions(admin) == {version}
+                if scope == "all":
+                    assert versions(admin, mutating) == {version}
