@@ -100,7 +100,8 @@ steered, stock, steered, ...):
 - `stock`: kube-scheduler with its default configuration, no admission webhook configurations,
   no scorer; pods keep `schedulerName: default-scheduler`.
 - `steered`: kube-scheduler with manifests/scheduler/profiles.yaml, the admission webhook
-  registered (the project's manifests/webhook/admission.yaml, by URL), and the scorer (one
+  registered (the project's manifests/webhook/admission.yaml, by URL; with `--admission policy`
+  no webhook at all, see below), and the scorer (one
   replica, `--no-leader-election`) on a copy of examples/policy.yaml pointing at the fresh
   Prometheus, with the policy's own 30 s interval. The trace starts once every node carries a
   composite label and both hot nodes carry the `gpu-hot` taint (setAfterCycles: 2, so the scorer
@@ -118,7 +119,17 @@ steered, stock, steered, ...):
   rule, and the chosen node's rank among the allowed ones) is saved as the run's `audit` and
   printed as `steer audit report` prints it.
 
-Reset before every run: admission configurations removed, the Deployment and every pod of the
+Admission (`--admission`, default webhook), for `steered` and `audit`:
+
+- `webhook`: the webhook process and its configurations, as above (the default install);
+- `policy`: NO webhook process and no webhook configuration (components/admission-policy):
+  every object `steer policy admission-policy --mutating -f POLICY` prints for the mode's
+  policy is applied, the MutatingAdmissionPolicy `steer-mutation` (the apiserver steers each
+  pod itself) and the ValidatingAdmissionPolicies (budget currency, security taints, the
+  scorer's Node writes). The goals are the same. Pods the mutating policy leaves to the webhook
+  (DRA claim pods: `--scenario dra`) are created unsteered on this path.
+
+Reset before every run: admission configurations and the project's admission policies removed, the Deployment and every pod of the
 bench namespaces deleted (grace 0) and gone, every Node deleted and recreated (so no steer
 label, taint or annotation survives), pre-existing pods recreated, the scheduler restarted with
 the mode's configuration; a steered or audit run also gets a fresh exporter state, Prometheus
@@ -201,6 +212,12 @@ from kubernetes import client
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.benchkit.placement_admission import (  # noqa: E402
+    ADMISSION_PATHS,
+    apply_compiled,
+    compiled_policies,
+    remove_compiled,
+)
 from bench.benchkit.placement_measure import (  # noqa: E402
     BindRecorder,
     WebhookEffect,
@@ -288,6 +305,7 @@ class Bench:
 
     def reset(self) -> None:
         unregister_admission(self.plane)
+        remove_compiled(self.plane.api_client())
         with contextlib.suppress(client.ApiException):
             self.apps.delete_collection_namespaced_deployment(NS_A)
         with contextlib.suppress(client.ApiException):
@@ -361,7 +379,8 @@ class Bench:
             )
 
     def webhook_probe(self) -> WebhookEffect:
-        """What the webhook does to a dept-a pod now (a dry-run create)."""
+        """What admission (the webhook or the mutating policy) does to a dept-a pod now (a
+        dry-run create)."""
         probe = {
             "metadata": {"generateName": "probe-", "namespace": NS_A},
             "spec": {
@@ -396,7 +415,14 @@ class Bench:
     ) -> tuple[dict[str, Any], RunningScorer]:
         info: dict[str, Any] = {}
         t0 = time.monotonic()
-        register_admission(self.plane, self.webhooks[mode.name])
+        if self.args.admission == "webhook":
+            register_admission(self.plane, self.webhooks[mode.name])
+        else:
+            compiled_file = run_dir / "compiled-policy.yaml"
+            compiled_file.write_text(yaml.safe_dump(mode.policy(self.policy_doc), sort_keys=False))
+            info["admission_objects"] = apply_compiled(
+                self.plane.api_client(), compiled_policies(compiled_file)
+            )
         self.wait_webhook(mode)
         sim = SimCluster(
             self.scenario.power,
@@ -551,6 +577,7 @@ class Bench:
         result: dict[str, Any] = {
             "mode": mode.name,
             "run": index,
+            "admission": self.args.admission if mode.steers else None,
             "reset_s": round(time.monotonic() - t0, 1),
         }
         with contextlib.ExitStack() as stack:
@@ -631,6 +658,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--json", type=Path, help="results file (default bench/results/placement-<ts>.json)"
     )
+    parser.add_argument(
+        "--admission",
+        choices=ADMISSION_PATHS,
+        default="webhook",
+        help="how steering runs admit pods: webhook (the webhook and its configurations) or "
+        "policy (no webhook: the MutatingAdmissionPolicy and the ValidatingAdmissionPolicies "
+        "`steer policy admission-policy --mutating` prints) (default webhook)",
+    )
     parser.add_argument("--keep-going", action="store_true", help="log a failed run and go on")
     parser.add_argument(
         "--quiet", type=float, default=5.0, help="settled after this many s without a binding"
@@ -663,10 +698,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         bench = Bench(plane, workdir, args)
         bench.setup()
         for name in modes:
-            if MODES[name].steers:
+            if MODES[name].steers and args.admission == "webhook":
                 bench.webhooks[name] = stack.enter_context(
                     mode_webhook(bench, MODES[name], workdir)
                 )
+        log(f"admission: {args.admission}")
         log(
             f"trace: {len(bench.trace)} arrivals, {trace_pods(bench.trace)} pods over "
             f"{bench.trace[-1].at:.1f} s (seed {args.seed}, {args.rate}/s)"
