@@ -14,12 +14,14 @@ the node-writes policy; either must reach the apiserver though the policy did no
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import orjson
 
+from scorer.model import NodeState
+from scorer.plan import recorded_prefixes
 from steer.core.admission_policy import admission_policies
 from steer.core.admission_policy.mutating import POLICY_NAME as MUTATING_NAME
 from steer.core.admission_policy.mutating import mutating_admission_policy
@@ -83,12 +85,25 @@ def object_digest(body: Mapping[str, Any]) -> str:
     return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
 
 
+def recorded_label_prefixes(nodes: Iterable[NodeState]) -> tuple[str, ...]:
+    """Every label prefix under which a node still carries the scorer's managed record: after
+    a `labelPrefix` change, the old one until the scorer has retired its keys. The node-writes
+    policy must let the scorer write under them meanwhile (`steer policy admission-policy
+    --also-prefix`), or the apiserver would refuse the retirement."""
+    return tuple(sorted({prefix for node in nodes for prefix in recorded_prefixes(node)}))
+
+
 def wanted_objects(
-    policy: Policy, scope: Scope, *, scorer_user: str | None = None
+    policy: Policy,
+    scope: Scope,
+    *,
+    scorer_user: str | None = None,
+    also_prefixes: Sequence[str] = (),
 ) -> tuple[WantedObject, ...]:
-    """The objects `steer policy admission-policy` prints for `policy` (with `--mutating` for
-    scope `all`), each policy before its binding, each annotated with its digest."""
-    compiled = admission_policies(policy, scorer_user=scorer_user)
+    """The objects `steer policy admission-policy [--also-prefix ...]` prints for `policy`
+    (with `--mutating` for scope `all`), each policy before its binding, each annotated with its
+    digest."""
+    compiled = admission_policies(policy, scorer_user=scorer_user, also_prefixes=also_prefixes)
     if scope == "all":
         compiled += list(mutating_admission_policy(policy).objects)
     out = []

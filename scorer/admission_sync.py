@@ -30,7 +30,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -141,9 +141,14 @@ class AdmissionPolicySync:
         settings: AdmissionSyncSettings,
         *,
         is_leader: Callable[[], bool],
+        also_prefixes: Callable[[], Sequence[str] | None] = lambda: (),
         wall: Callable[[], float] = time.time,
     ) -> None:
+        """`also_prefixes`: the label prefixes the node-writes policy must allow besides the
+        policy's (those still recorded on nodes, `recorded_label_prefixes`); None while they
+        are not known yet (the node watch has not listed the nodes): the run waits for them."""
         self.kube = kube
+        self.also_prefixes = also_prefixes
         self.policy = policy
         self.metrics = metrics
         self.settings = settings
@@ -189,7 +194,10 @@ class AdmissionPolicySync:
     def _run(self) -> None:
         policy = self.policy()
         scope = self.settings.scope
-        wanted = wanted_objects(policy, scope)
+        also = self.also_prefixes()
+        if also is None:
+            raise _Failed("the nodes are not listed yet (their recorded label prefixes)")
+        wanted = wanted_objects(policy, scope, also_prefixes=also)
         removable = removable_refs(scope)
         live = self._read([w.ref for w in wanted] + list(removable))
         plan = plan_sync(policy, wanted, live, removable)

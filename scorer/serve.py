@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from scorer.admission_plan import recorded_label_prefixes
 from scorer.admission_sync import AdmissionPolicySync, AdmissionSyncSettings
 from scorer.app import create_app
 from scorer.bindings import BindingWindow, PodBindingWatcher
@@ -176,6 +177,9 @@ def _serve(
             metrics,
             options.admission_policies,
             is_leader=(lambda: elector.is_leader) if elector is not None else (lambda: True),
+            also_prefixes=lambda: (
+                recorded_label_prefixes(node_cache.nodes()) if node_cache.synced else None
+            ),
         )
         watcher.subscribe(admission.wake, call_now=False)  # each accepted version
         if elector is not None:

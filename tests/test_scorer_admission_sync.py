@@ -28,11 +28,13 @@ from scorer.admission_plan import (
     live_version,
     made_by_scorer,
     plan_sync,
+    recorded_label_prefixes,
     removable_refs,
     wanted_objects,
 )
 from scorer.admission_sync import AdmissionPolicySync, AdmissionSyncSettings, settings_from
 from scorer.metrics import ScorerMetrics
+from scorer.model import NodeState
 from steer.adapters.kubejson import KubeJson
 from steer.adapters.policy_file import load_policy_file
 from steer.core.policy import Policy
@@ -119,6 +121,24 @@ def test_the_mutation_is_deleted_only_when_the_scorer_applied_it() -> None:
     assert not any(made_by_scorer(o) for o in unlabelled.values())
     assert plan_sync(STARTER, wanted, {**live, **unlabelled}, MUTATING_REFS).delete == ()
     assert plan_sync(STARTER, wanted, live, MUTATING_REFS).delete == ()  # absent
+
+
+def test_the_node_writes_policy_allows_the_prefixes_still_recorded_on_nodes() -> None:
+    """After a labelPrefix change the scorer retires the old prefix's keys; the node-writes
+    policy it applies lets it, for as long as a node carries a record under that prefix."""
+    old = "old.example.com/"
+    record = json.dumps({"labels": [f"{old}score-util"], "taints": [], "resources": []})
+    nodes = [
+        NodeState("a", annotations={f"{old}managed": record}),
+        NodeState("b", annotations={"other.example.com/managed": "not a record"}),
+    ]
+    assert recorded_label_prefixes(nodes) == (old,)
+    ref = AdmissionRef("ValidatingAdmissionPolicy", "steer-scorer-node-writes")
+    plain = {o.ref: o for o in wanted_objects(STARTER, "validating")}
+    wider = {o.ref: o for o in wanted_objects(STARTER, "validating", also_prefixes=(old,))}
+    assert old not in json.dumps(plain[ref].body) and old in json.dumps(wider[ref].body)
+    live = {r: applied(o.body) for r, o in plain.items()}
+    assert [o.ref for o in plan_sync(STARTER, tuple(wider.values()), live).apply] == [ref]
 
 
 def run_args(*flags: str) -> Any:
@@ -326,6 +346,25 @@ def test_a_refused_version_writes_nothing_keeps_the_previous_and_is_not_retried(
     policy[0] = STARTER
     assert job.run_once()
     assert job.status().refused is None and job.status().current
+
+
+def test_nothing_is_applied_before_the_nodes_are_listed(
+    apiserver: tuple[ApplyServer, KubeJson],
+) -> None:
+    objects, kube = apiserver
+    prefixes: list[tuple[str, ...] | None] = [None]
+    job = AdmissionPolicySync(
+        kube,
+        lambda: STARTER,
+        ScorerMetrics(),
+        AdmissionSyncSettings("validating"),
+        is_leader=lambda: True,
+        also_prefixes=lambda: prefixes[0],
+    )
+    assert not job.run_once()  # tried again after the backoff
+    assert objects.writes == [] and "not listed yet" in (job.status().last_error or "")
+    prefixes[0] = ()
+    assert job.run_once() and job.status().current
 
 
 def test_an_unreachable_apiserver_is_a_failure_to_retry(
