@@ -123,6 +123,26 @@ class AdmissionStatus:
             "lastError": self.last_error,
         }
 
+    def condition(self) -> tuple[str, str, str]:
+        """(status, reason, message) of the SteeringPolicy's `AdmissionPolicies` condition."""
+        if self.refused is not None:
+            kept = self.version or "the objects in place"
+            return (
+                "False",
+                "Refused",
+                f"the apiserver refuses the admission policies of {self.refused} ({self.scope}); "
+                f"those of {kept} keep serving: {self.last_error}",
+            )
+        if self.current:
+            return (
+                "True",
+                "Applied",
+                f"the admission policies ({self.scope}) on the apiserver are compiled from "
+                f"{self.version}",
+            )
+        why = f": {self.last_error}" if self.last_error else ""
+        return "False", "NotApplied", f"the admission policies ({self.scope}) are not current{why}"
+
 
 class _Failed(Exception):
     """A run that did not finish: retried after the backoff."""
@@ -163,6 +183,9 @@ class AdmissionPolicySync:
         self._leading = False
         self._version_label: str | None = None  # the admission_version series exported
         self.writes = 0
+        self._ran = False  # a run has ended (its outcome is in the status)
+        self._told: tuple[str, str, str] | None = None
+        self._listeners: list[Callable[[], object]] = []
         self._status = AdmissionStatus(settings.scope, None, False)
 
     # ---------------------------------------------------------------- what others see
@@ -170,6 +193,12 @@ class AdmissionPolicySync:
     def status(self) -> AdmissionStatus:
         with self._lock:
             return self._status
+
+    def condition(self) -> tuple[str, str, str] | None:
+        """The SteeringPolicy's `AdmissionPolicies` condition; None before the first run."""
+        if not self._ran:
+            return None
+        return self.status().condition()
 
     def wake(self, _why: object = None) -> None:
         """Run now (a new policy version, a change of leadership)."""
@@ -189,7 +218,25 @@ class AdmissionPolicySync:
             log.exception("admission policies: run failed")
             self._set_status(last_error=f"{type(exc).__name__}: {exc}")
             return False
+        finally:
+            self._ran = True
+            self._tell()
         return True
+
+    def on_change(self, listener: Callable[[], object]) -> None:
+        """Call `listener()` after a run whose outcome (`condition`) differs from the last."""
+        self._listeners.append(listener)
+
+    def _tell(self) -> None:
+        told = self.condition()
+        if told == self._told:
+            return
+        self._told = told
+        for listener in self._listeners:
+            try:
+                listener()
+            except Exception:
+                log.exception("admission policies: a listener failed")
 
     def _run(self) -> None:
         policy = self.policy()

@@ -14,14 +14,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from steer.adapters.kubejson import KubeApiError, KubeJson
 from steer.adapters.periodic import Periodic
 from steer.adapters.policy_resource import PolicyResourceWatcher, Verdict, object_path
 from steer.core.datacheck import DataProblem
-from steer.core.policy import PolicyError
+from steer.core.policy import Policy, PolicyError
 from steer.core.policy.crd import accepted_status, previous_condition, rejected_status
 
 log = logging.getLogger(__name__)
@@ -42,11 +42,15 @@ class PolicyStatusWriter:
         is_leader: Callable[[], bool] = lambda: True,
         retry_s: float = 10.0,
         data: Callable[[], Sequence[DataProblem] | None] = lambda: None,
+        admission: Callable[[], tuple[str, str, str] | None] = lambda: None,
     ) -> None:
         """`data`: what the last cycle found the dimensions' data lacks (None before the first
         cycle), written as the `DataReady` condition; `sync` after each cycle writes it when
-        the set of problems (dimension, kind) changes, not when only their figures move."""
+        the set of problems (dimension, kind) changes, not when only their figures move.
+        `admission`: (status, reason, message) of the admission policies the leader applies
+        (`--admission-policies`), written as the `AdmissionPolicies` condition; None: none."""
         self.kube = kube
+        self.admission = admission
         self.watcher = watcher
         self.is_leader = is_leader
         self.data = data
@@ -70,6 +74,22 @@ class PolicyStatusWriter:
         policy = self.watcher.current
         before = self.watcher.object_status
         data = self.data()
+        status = self._policy_status(verdict, policy, before, data)
+        admission = self.admission()
+        if admission is not None:
+            status["conditions"] = [
+                *status.get("conditions", ()),
+                _admission_condition(admission, previous_condition(before, ADMISSION), verdict),
+            ]
+        return status
+
+    def _policy_status(
+        self,
+        verdict: Verdict,
+        policy: Policy,
+        before: Mapping[str, Any] | None,
+        data: Sequence[DataProblem] | None,
+    ) -> dict[str, Any]:
         if verdict.accepted:
             return accepted_status(
                 generation=verdict.generation,
@@ -102,7 +122,12 @@ class PolicyStatusWriter:
                 self._written = None  # a leader again writes at once: another may have
                 return False
             verdict = self.watcher.verdict
-            key = (verdict, self.watcher.current.digest, _data_key(self.data()))
+            key = (
+                verdict,
+                self.watcher.current.digest,
+                _data_key(self.data()),
+                self.admission(),
+            )
             if key == self._written:
                 return False
             body = self.desired(verdict)
@@ -136,6 +161,25 @@ class PolicyStatusWriter:
 
     def stop(self) -> None:
         self._retry.stop(timeout_s=5)
+
+
+ADMISSION = "AdmissionPolicies"
+
+
+def _admission_condition(
+    admission: tuple[str, str, str], before: Mapping[str, Any], verdict: Verdict
+) -> dict[str, Any]:
+    status, reason, message = admission
+    same = before.get("status") == status and before.get("lastTransitionTime")
+    return {
+        "type": ADMISSION,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "observedGeneration": verdict.generation,
+        # Moves only when the status flips (metav1.Condition's rule).
+        "lastTransitionTime": str(before["lastTransitionTime"]) if same else _now(),
+    }
 
 
 def _data_key(problems: Sequence[DataProblem] | None) -> tuple[object, ...] | None:

@@ -139,6 +139,23 @@ def _serve(
         KubeJson(make_api_client(kubeconfig)),
         instance=elector.identity if elector is not None else default_identity(),
     )
+    admission = None
+    if options.admission_policies is not None and options.dry_run:
+        log.warning("--dry-run: the admission policies are not applied (--admission-policies)")
+    elif options.admission_policies is not None:
+        admission = AdmissionPolicySync(
+            KubeJson(make_api_client(kubeconfig)),
+            current,
+            metrics,
+            options.admission_policies,
+            is_leader=(lambda: elector.is_leader) if elector is not None else (lambda: True),
+            also_prefixes=lambda: (
+                recorded_label_prefixes(node_cache.nodes()) if node_cache.synced else None
+            ),
+        )
+        watcher.subscribe(admission.wake, call_now=False)  # each accepted version
+        if elector is not None:
+            elector.on_change(admission.wake)
     status_writer = None
     if isinstance(watcher, PolicyResourceWatcher) and not options.dry_run:
         status_writer = PolicyStatusWriter(
@@ -146,9 +163,12 @@ def _serve(
             watcher,
             is_leader=(lambda: elector.is_leader) if elector is not None else (lambda: True),
             data=lambda: scorer.last.plan.data_problems if scorer.last is not None else None,
+            admission=admission.condition if admission is not None else lambda: None,
         )
         if elector is not None:
             elector.on_change(status_writer.on_leadership)
+        if admission is not None:
+            admission.on_change(status_writer.sync)  # the AdmissionPolicies condition
 
     def after_cycle() -> None:
         report_blocked(scorer, pending, events)
@@ -167,23 +187,6 @@ def _serve(
             namespace=namespace,
             is_leader=(lambda: elector.is_leader) if elector is not None else (lambda: True),
         )
-    admission = None
-    if options.admission_policies is not None and options.dry_run:
-        log.warning("--dry-run: the admission policies are not applied (--admission-policies)")
-    elif options.admission_policies is not None:
-        admission = AdmissionPolicySync(
-            KubeJson(make_api_client(kubeconfig)),
-            current,
-            metrics,
-            options.admission_policies,
-            is_leader=(lambda: elector.is_leader) if elector is not None else (lambda: True),
-            also_prefixes=lambda: (
-                recorded_label_prefixes(node_cache.nodes()) if node_cache.synced else None
-            ),
-        )
-        watcher.subscribe(admission.wake, call_now=False)  # each accepted version
-        if elector is not None:
-            elector.on_change(admission.wake)
     nodes = NodeWatcher(make_api_client(kubeconfig), node_cache)
     unbound = PendingPodWatcher(
         make_api_client(kubeconfig),

@@ -32,7 +32,12 @@ from scorer.admission_plan import (
     removable_refs,
     wanted_objects,
 )
-from scorer.admission_sync import AdmissionPolicySync, AdmissionSyncSettings, settings_from
+from scorer.admission_sync import (
+    AdmissionPolicySync,
+    AdmissionStatus,
+    AdmissionSyncSettings,
+    settings_from,
+)
 from scorer.metrics import ScorerMetrics
 from scorer.model import NodeState
 from steer.adapters.kubejson import KubeJson
@@ -394,3 +399,21 @@ def test_validating_deletes_the_mutation_the_scorer_applied_and_all_keeps_it(
     assert set(objects.by_path) == {r.path for r in VALIDATING}
     deletes = [path for method, path in objects.real_writes() if method == "DELETE"]
     assert deletes == [r.path for r in MUTATING_REFS]
+
+
+def test_the_steering_policy_condition_says_applied_refused_or_not_applied() -> None:
+    applied = AdmissionStatus("validating", "starter@1", True)
+    assert applied.condition() == (
+        "True",
+        "Applied",
+        "the admission policies (validating) on the apiserver are compiled from starter@1",
+    )
+    refused = AdmissionStatus("all", "starter@1", False, refused="starter@2", last_error="bad CEL")
+    status, reason, message = refused.condition()
+    assert (status, reason) == ("False", "Refused")
+    assert "starter@2" in message and "starter@1 keep serving: bad CEL" in message
+    failing = AdmissionStatus("validating", None, False, last_error="HTTP 403")
+    assert failing.condition()[1:] == (
+        "NotApplied",
+        "the admission policies (validating) are not current: HTTP 403",
+    )

@@ -28,12 +28,17 @@ import yaml
 from kits.control_plane import ROOT, ControlPlane
 from kits.service_processes import RunningScorer, running_scorer
 from kits.waiting import wait_until
+from launcher.policy import migrated_object
 from scorer.admission_plan import FIELD_MANAGER, MUTATING_REFS, AdmissionRef
 from steer.adapters.kubejson import KubeApiError, KubeJson
+from steer.adapters.policy_resource import COLLECTION, object_path
+from steer.core.policy.crd import CRD_NAME
 from tests.e2e.conftest import user_bound_to
+from tests.e2e.waiting import NOT_YET
 
 POLICY = ROOT / "manifests" / "policy" / "starter-policy.yaml"
 SCORER = ROOT / "manifests" / "scorer" / "scorer.yaml"
+CRD_FILE = ROOT / "manifests" / "crd" / "steeringpolicies.yaml"
 NO_PROMETHEUS = "http://127.0.0.1:9"  # the cycles fail and write nothing: not this test's part
 RBAC_GROUP = "rbac.authorization.k8s.io"
 RBAC = f"/apis/{RBAC_GROUP}/v1"
@@ -283,3 +288,80 @@ def test_all_adds_the_mutating_policy_and_validating_removes_what_the_scorer_mad
                 assert versions(admin) == {version}
                 if scope == "all":
                     assert versions(admin, mutating) == {version}
+
+
+@pytest.mark.usefixtures("clean")
+def test_a_steering_policy_says_in_its_status_whether_its_admission_policies_are_applied(
+    control_plane: ControlPlane,
+    admin: KubeJson,
+    make_namespace: Callable[..., str],
+    tmp_path: Path,
+) -> None:
+    """With `--policy-resource`, the leader writes the `AdmissionPolicies` condition beside
+    `Accepted`: True once applied, False with the apiserver's message for a refused version."""
+    control_plane.kubectl("apply", "-f", str(CRD_FILE))
+    wait_until(
+        "the CRD is established",
+        lambda: any(
+            c["type"] == "Established" and c["status"] == "True"
+            for c in admin.request(
+                "GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{CRD_NAME}"
+            )
+            .get("status", {})
+            .get("conditions")
+            or ()
+        ),
+        timeout=30,
+        ignoring=NOT_YET,
+    )
+    name = f"e2e-sync-{uuid.uuid4().hex[:6]}"
+    admin.request("POST", COLLECTION, body=migrated_object(POLICY.read_text(), name))
+    namespace = make_namespace(prefix="admission-sync")
+
+    def condition() -> dict[str, Any]:
+        status = admin.request("GET", object_path(name)).get("status") or {}
+        found = [c for c in status.get("conditions") or () if c["type"] == "AdmissionPolicies"]
+        return found[0] if found else {}
+
+    try:
+        with (
+            scorer_identity(control_plane, admin, namespace) as kubeconfig,
+            running_scorer(
+                control_plane,
+                None,
+                NO_PROMETHEUS,
+                tmp_path,
+                policy_resource=name,
+                kubeconfig=kubeconfig,
+                extra_args=["--lease-namespace", namespace, "--admission-policies=validating"],
+            ),
+        ):
+            applied = wait_until(
+                "the AdmissionPolicies condition is True",
+                condition,
+                until=lambda c: c.get("status") == "True",
+                timeout=30,
+                interval=0.2,
+            )
+            assert applied["reason"] == "Applied"
+            (version,) = versions(admin)
+            assert version is not None and version in applied["message"]
+            admin.request(
+                "PATCH",
+                object_path(name),
+                body={"spec": {"optIn": {"excludedNamespaces": ["Not_A/Namespace"]}}},
+                content_type="application/merge-patch+json",
+            )
+            refused = wait_until(
+                "the AdmissionPolicies condition says Refused",
+                condition,
+                until=lambda c: c.get("reason") == "Refused",
+                timeout=30,
+                interval=0.2,
+            )
+            assert refused["status"] == "False"
+            assert "Not_A/Namespace" in refused["message"] and version in refused["message"]
+            assert versions(admin) == {version}
+    finally:
+        with contextlib.suppress(KubeApiError):
+            admin.request("DELETE", object_path(name))
