@@ -233,8 +233,9 @@ def register(actions: Any) -> None:
         "mirror pods are exempt. With --mutating, then (Kubernetes >= 1.36) a "
         "MutatingAdmissionPolicy and its binding that give a pod what the webhook gives it "
         "(schedulerName, preferred terms, tolerations, spread constraints, pool and gate "
-        "requests, the trace), after a comment listing what it leaves to the webhook. Apply "
-        "them again after every policy change.",
+        "requests, the trace), after a comment listing what it leaves to the webhook. The "
+        "scorer's leader applies the same objects on each policy version "
+        "(--admission-policies); this prints them, to review or to apply by hand.",
     )
     admission.add_argument(
         "-f", "--file", required=True, help="path to the policy YAML file (validated first)"
