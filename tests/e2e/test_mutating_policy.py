@@ -695,7 +695,7 @@ def _wait_active(api: Api, namespace: str, policy: Policy) -> None:
 
 @pytest.mark.parametrize(
     ("policy_name", "pods", "seed"),
-    [("example", 600, 32), ("variant", 300, 3962), ("starter", 200, 20)],
+    [("example", 300, 32), ("variant", 150, 3962), ("starter", 100, 20)],
 )
 def test_the_mutating_admission_policy_steers_pods_as_the_webhook_does(
     control_plane: ControlPlane,
