@@ -417,3 +417,22 @@ def test_the_cli_prints_the_mutating_policy_after_the_validating_ones(
     assert main(["policy", "admission-policy", "-f", str(EXAMPLE_POLICY)]) == 0
     only = list(yaml.safe_load_all(capsys.readouterr().out))
     assert only == admission_policies(policy)
+
+
+def test_an_empty_opt_in_selector_stands_for_the_install_opt_in_label() -> None:
+    """The starter policy opts every namespace in and leaves the choice to the webhook
+    configuration's label; the mutating policy, which has no such configuration, must not
+    steer more: it selects the install's default opt-in label instead."""
+    starter = parse_policy(STARTER_TEXT)
+    (mutating, _binding) = mutating_admission_policy(starter).objects
+    expressions = mutating["spec"]["matchConstraints"]["namespaceSelector"]["matchExpressions"]
+    assert {"key": "kube-steer.github.io/enabled", "operator": "In", "values": ["true"]} in (
+        expressions
+    )
+    # A policy with its own selector is taken as it is.
+    example = parse_policy(EXAMPLE_POLICY.read_text())
+    selector = mutating_admission_policy(example).objects[0]["spec"]["matchConstraints"][
+        "namespaceSelector"
+    ]
+    assert all(e["key"] != "kube-steer.github.io/enabled" for e in selector["matchExpressions"])
+    assert selector["matchLabels"] == {"kube-steer.github.io/enabled": "true"}

@@ -470,7 +470,7 @@ def test_a_certificate_expiring_within_two_minutes_is_renewed_under_the_same_ca(
     started = time.monotonic()
     with installed(
         control_plane, admin, make_namespace, tmp_path,
-        ca=ca, leaf_expires_in_s=90, renew_before_s=75,
+        ca=ca, leaf_expires_in_s=80, renew_before_s=75,
     ) as run:  # fmt: skip
         before = run.serving()
         configs_before = [c["metadata"]["resourceVersion"] for c in run.configurations()]

@@ -53,9 +53,13 @@ import yaml
 
 from kits.control_plane import ControlPlane
 from steer.core.admission_policy import admission_policies
-from steer.core.admission_policy.mutating import TRACE_VIA, mutating_admission_policy
+from steer.core.admission_policy.mutating import (
+    TRACE_VIA,
+    install_opt_in_label,
+    mutating_admission_policy,
+)
 from steer.core.admission_policy.node_writes import scorer_username
-from steer.core.decision import AdmissionPlans, PodRequest, decide_mutation
+from steer.core.decision import SKIPPED, AdmissionPlans, PodRequest, decide_mutation
 from steer.core.mutation import read_trace
 from steer.core.patch import apply_ops
 from steer.core.policy import ALWAYS_EXCLUDED_NAMESPACES, Policy, parse_policy
@@ -512,15 +516,21 @@ def _compare_one(
         received["spec"]["topologySpreadConstraints"] = copy.deepcopy(
             pod["spec"]["topologySpreadConstraints"]
         )
-    verdict = decide_mutation(
-        plans,
-        PodRequest(
-            pod=received,
-            namespace=namespace,
-            namespace_labels=labels,
-            user_info={"username": DAEMONSET_USER, "groups": []} if daemonset else ADMIN,
-            devices=Catalogue(),
-        ),
+    # The webhook configuration's namespaceSelector (the install's opt-in label) keeps the
+    # webhook from being called at all in a namespace without it.
+    verdict = (
+        decide_mutation(
+            plans,
+            PodRequest(
+                pod=received,
+                namespace=namespace,
+                namespace_labels=labels,
+                user_info={"username": DAEMONSET_USER, "groups": []} if daemonset else ADMIN,
+                devices=Catalogue(),
+            ),
+        )
+        if labels.get(install_opt_in_label(policy)) == "true"
+        else SKIPPED
     )
     steered = apply_ops(received, verdict.ops) if verdict.ops else received
     status_b, by_webhook = api.dry_run(namespaces.plain, _resubmittable(steered, name), user)

@@ -46,7 +46,10 @@ comprehensions). What they decide here, measured on the v1.36.2 apiserver:
   still refuses a tenant pod that lacks its pool requests.
 
 Matching: CREATE of pods, in namespaces the opt-in selector selects and that are not excluded
-(`matchConstraints.namespaceSelector`), not infrastructure (`matchConditions`, the same CEL
+(`matchConstraints.namespaceSelector`; a policy whose `optIn.namespaceSelector` is empty, as the
+starter policy's, leaves the opt-in to the install's label, which the webhook configuration
+carries: here that is the project's default opt-in label, `<labelPrefix>enabled: "true"`, so
+that no namespace is steered that the webhook install would leave alone), not infrastructure (`matchConditions`, the same CEL
 the validating policies use), and, when a pod class names DeviceClasses, not a pod whose class
 depends on DRA objects (`NotCovered`). The namespace's tenant is read from `namespaceObject`.
 
@@ -600,8 +603,15 @@ def not_covered(policy: Policy) -> tuple[NotCovered, ...]:
 # -- the objects -------------------------------------------------------------------------------
 
 
+def install_opt_in_label(policy: Policy) -> str:
+    """The opt-in label an install sets by default (manifests/kustomization.yaml, the chart's
+    `optIn.label`): the one that selects namespaces when the policy's own selector is empty."""
+    return policy.label_key("enabled")
+
+
 def _namespace_selector(policy: Policy) -> Json:
-    """The opt-in selector and the excluded namespaces in one selector (both must hold)."""
+    """The opt-in selector and the excluded namespaces in one selector (both must hold). An
+    empty opt-in selector stands for the install's opt-in label (`install_opt_in_label`)."""
     selector = policy.spec.opt_in.namespace_selector
     expressions: list[Json] = [
         {
@@ -610,6 +620,10 @@ def _namespace_selector(policy: Policy) -> Json:
             "values": list(excluded_namespace_list(policy)),
         }
     ]
+    if not selector.match_labels and not selector.match_expressions:
+        expressions.append(
+            {"key": install_opt_in_label(policy), "operator": "In", "values": ["true"]}
+        )
     for req in selector.match_expressions:
         expression: Json = {"key": req.key, "operator": req.operator}
         if req.values:
