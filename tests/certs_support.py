@@ -15,7 +15,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
 import jsonpatch
@@ -31,6 +31,12 @@ COLLECTIONS = frozenset(
         "validatingwebhookconfigurations",
     }
 )
+
+
+class ObjectHandler(Protocol):
+    """What `object_server` serves: an answer for each request."""
+
+    def handle(self, method: str, path: str, body: Any) -> tuple[int, Any]: ...
 
 
 @dataclass
@@ -119,8 +125,9 @@ def _status(code: int, reason: str, message: str) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def object_server(objects: Objects) -> Iterator[client.ApiClient]:
-    """A `kubernetes` ApiClient talking to `objects` over HTTP; stopped on exit."""
+def object_server(objects: ObjectHandler) -> Iterator[client.ApiClient]:
+    """A `kubernetes` ApiClient talking to `objects` (anything with `handle(method, path,
+    body) -> (code, answer)`) over HTTP; stopped on exit."""
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -137,7 +144,7 @@ def object_server(objects: Objects) -> Iterator[client.ApiClient]:
             self.end_headers()
             self.wfile.write(data)
 
-        do_GET = do_POST = do_PUT = do_PATCH = _serve
+        do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
 
         def log_message(self, *args: Any) -> None:
             pass

@@ -10,13 +10,11 @@ import copy
 import json
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from kubernetes import client
 from prometheus_client import CollectorRegistry
 
 from launcher.commands import build_parser
@@ -43,6 +41,7 @@ from scorer.model import NodeState
 from steer.adapters.kubejson import KubeJson
 from steer.adapters.policy_file import load_policy_file
 from steer.core.policy import Policy
+from tests.certs_support import object_server
 
 ROOT = Path(__file__).resolve().parents[1]
 STARTER = load_policy_file(str(ROOT / "manifests" / "policy" / "starter-policy.yaml"))
@@ -206,37 +205,8 @@ class ApplyServer:
 
 @contextlib.contextmanager
 def serving(objects: ApplyServer) -> Iterator[KubeJson]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        disable_nagle_algorithm = True  # headers and body go out as two writes
-
-        def _serve(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            body = json.loads(self.rfile.read(length)) if length else None
-            code, answer = objects.handle(self.command, self.path, body)
-            data = json.dumps(answer).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        do_GET = do_PATCH = do_DELETE = _serve
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True).start()
-    api = client.ApiClient(
-        client.Configuration(host=f"http://127.0.0.1:{server.server_address[1]}")
-    )
-    try:
+    with object_server(objects) as api:
         yield KubeJson(api)
-    finally:
-        api.close()
-        server.shutdown()
-        server.server_close()
 
 
 def value(metrics: ScorerMetrics, name: str, **labels: str) -> float | None:
