@@ -259,12 +259,30 @@ def register_admission(
     admission = client.AdmissionregistrationV1Api(plane.api_client())
     made = []
     for doc in admission_configurations(hook.url, hook.ca_bundle, manifest):
-        _create_or_replace(admission, doc)
+        create_or_replace(admission, doc)
         made.append(f"{doc['kind']}/{doc['metadata']['name']}")
     return made
 
 
-def _create_or_replace(admission: Any, doc: dict[str, Any]) -> None:
+def printed_admission_policies(policy_file: Path) -> list[dict[str, Any]]:
+    """What `steer policy admission-policy --mutating -f policy_file` prints, parsed: the
+    validating and the mutating policies and their bindings."""
+    command = ["policy", "admission-policy", "--mutating", "-f", str(policy_file)]
+    done = subprocess.run(
+        [sys.executable, "-m", "launcher", *command],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    docs = [d for d in yaml.safe_load_all(done.stdout) if d]
+    kinds = {d["kind"] for d in docs}
+    if not {"MutatingAdmissionPolicy", "ValidatingAdmissionPolicy"} <= kinds:
+        raise RuntimeError(f"steer policy admission-policy --mutating printed {sorted(kinds)}")
+    return docs
+
+
+def create_or_replace(admission: Any, doc: dict[str, Any]) -> None:
     """Create an admissionregistration object, or replace the one of that name."""
     kind = re.sub(r"(?<!^)(?=[A-Z])", "_", doc["kind"]).lower()  # validating_admission_policy
     name = doc["metadata"]["name"]
@@ -307,7 +325,7 @@ def apply_security_policy(plane: ControlPlane, policy_file: Path, name: str = DE
     # Any: the client's models are typed, the generator's dicts are plain JSON.
     admission: Any = client.AdmissionregistrationV1Api(plane.api_client())
     for doc in security_admission_policy(load_policy_file(str(policy_file)), name):
-        _create_or_replace(admission, doc)
+        create_or_replace(admission, doc)
 
 
 def apply_admission_policies(
@@ -324,7 +342,7 @@ def apply_admission_policies(
         load_policy_file(str(policy_file)), scorer_user=scorer_user, also_prefixes=also_prefixes
     )
     for doc in docs:
-        _create_or_replace(admission, doc)
+        create_or_replace(admission, doc)
     return sorted({d["metadata"]["name"] for d in docs})
 
 

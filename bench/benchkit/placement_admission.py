@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from kubernetes import client
+
+from kits.service_processes import create_or_replace, printed_admission_policies
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -36,44 +35,23 @@ COMPILED_KINDS = (
 
 def compiled_policies(policy_file: Path) -> list[dict[str, Any]]:
     """What `steer policy admission-policy --mutating -f policy_file` prints, parsed."""
-    command = ["policy", "admission-policy", "--mutating", "-f", str(policy_file)]
-    done = subprocess.run(
-        [sys.executable, "-m", "launcher", *command],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    docs = [d for d in yaml.safe_load_all(done.stdout) if d]
-    kinds = {d["kind"] for d in docs}
-    if not {"MutatingAdmissionPolicy", "ValidatingAdmissionPolicy"} <= kinds:
-        raise RuntimeError(f"steer policy admission-policy --mutating printed {sorted(kinds)}")
-    return docs
-
-
-def _snake(kind: str) -> str:
-    """MutatingAdmissionPolicyBinding -> mutating_admission_policy_binding (the client's names)."""
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", kind).lower()
+    return printed_admission_policies(policy_file)
 
 
 def apply_compiled(api_client: client.ApiClient, docs: list[dict[str, Any]]) -> list[str]:
     """Create (or replace) each object; returns their kinds/names. The apiserver enforces them
     a moment later (it loads them from a watch)."""
-    # Any: the client's models are typed, the CLI's objects are plain JSON.
-    admission: Any = client.AdmissionregistrationV1Api(api_client)
+    admission = client.AdmissionregistrationV1Api(api_client)
     made = []
     for doc in docs:
-        kind, name = _snake(doc["kind"]), doc["metadata"]["name"]
-        try:
-            getattr(admission, f"create_{kind}")(doc)
-        except client.ApiException as exc:
-            if exc.status != 409:
-                raise
-            current = getattr(admission, f"read_{kind}")(name)
-            doc["metadata"]["resourceVersion"] = current.metadata.resource_version
-            getattr(admission, f"replace_{kind}")(name, doc)
-        made.append(f"{doc['kind']}/{name}")
+        create_or_replace(admission, doc)
+        made.append(f"{doc['kind']}/{doc['metadata']['name']}")
     return made
+
+
+def _snake(kind: str) -> str:
+    """MutatingAdmissionPolicyBinding -> mutating_admission_policy_binding (the client's names)."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", kind).lower()
 
 
 def remove_compiled(api_client: client.ApiClient) -> None:

@@ -32,13 +32,11 @@ from launcher.policy import migrated_object
 from scorer.admission_plan import FIELD_MANAGER, MUTATING_REFS, AdmissionRef
 from steer.adapters.kubejson import KubeApiError, KubeJson
 from steer.adapters.policy_resource import COLLECTION, object_path
-from steer.core.policy.crd import CRD_NAME
 from tests.e2e.conftest import user_bound_to
-from tests.e2e.waiting import NOT_YET
+from tests.e2e.waiting import install_policy_crd
 
 POLICY = ROOT / "manifests" / "policy" / "starter-policy.yaml"
 SCORER = ROOT / "manifests" / "scorer" / "scorer.yaml"
-CRD_FILE = ROOT / "manifests" / "crd" / "steeringpolicies.yaml"
 NO_PROMETHEUS = "http://127.0.0.1:9"  # the cycles fail and write nothing: not this test's part
 RBAC_GROUP = "rbac.authorization.k8s.io"
 RBAC = f"/apis/{RBAC_GROUP}/v1"
@@ -305,21 +303,7 @@ def test_a_steering_policy_says_in_its_status_whether_its_admission_policies_are
 ) -> None:
     """With `--policy-resource`, the leader writes the `AdmissionPolicies` condition beside
     `Accepted`: True once applied, False with the apiserver's message for a refused version."""
-    control_plane.kubectl("apply", "-f", str(CRD_FILE))
-    wait_until(
-        "the CRD is established",
-        lambda: any(
-            c["type"] == "Established" and c["status"] == "True"
-            for c in admin.request(
-                "GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{CRD_NAME}"
-            )
-            .get("status", {})
-            .get("conditions")
-            or ()
-        ),
-        timeout=30,
-        ignoring=NOT_YET,
-    )
+    install_policy_crd(control_plane, admin)
     name = f"e2e-sync-{uuid.uuid4().hex[:6]}"
     admin.request("POST", COLLECTION, body=migrated_object(POLICY.read_text(), name))
     namespace = make_namespace(prefix="admission-sync")

@@ -14,17 +14,14 @@ from __future__ import annotations
 
 import contextlib
 import json
-import subprocess
-import sys
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from kits.control_plane import ROOT, ControlPlane
-from kits.service_processes import running_scorer
+from kits.control_plane import ControlPlane
+from kits.service_processes import printed_admission_policies, running_scorer
 from kits.waiting import wait_until
 from steer.adapters.kubejson import KubeApiError, KubeJson
 from steer.core.policy import parse_policy
@@ -66,15 +63,7 @@ def collection(kind: str) -> str:
 def compiled_policies(admin: KubeJson, policy_file: Path) -> Iterator[list[str]]:
     """Every object `steer policy admission-policy --mutating -f policy_file` prints, created;
     deleted at exit. Yields their kinds."""
-    command = ["policy", "admission-policy", "--mutating", "-f", str(policy_file)]
-    done = subprocess.run(
-        [sys.executable, "-m", "launcher", *command],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    docs = [d for d in yaml.safe_load_all(done.stdout) if d]
+    docs = printed_admission_policies(policy_file)
     made: list[str] = []
     try:
         for doc in docs:

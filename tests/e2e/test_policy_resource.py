@@ -27,11 +27,9 @@ from kits.service_processes import RunningScorer, RunningWebhook, running_scorer
 from kits.waiting import wait_until
 from steer.adapters.kubejson import KubeApiError, KubeJson
 from steer.adapters.policy_resource import object_path
-from steer.core.policy.crd import CRD_NAME
-from tests.e2e.waiting import NOT_YET
+from tests.e2e.waiting import NOT_YET, install_policy_crd
 
 ROOT = Path(__file__).resolve().parents[2]
-CRD_FILE = ROOT / "manifests" / "crd" / "steeringpolicies.yaml"
 EXAMPLE = ROOT / "steer" / "presets" / "policy.yaml"
 MERGE = "application/merge-patch+json"
 
@@ -42,21 +40,7 @@ def steering_policy(
 ) -> Iterator[str]:
     """The CRD installed, and the example policy as a SteeringPolicy made by `steer policy
     migrate --from-configmap ... --apply` from a ConfigMap; its name."""
-    control_plane.kubectl("apply", "-f", str(CRD_FILE))
-    wait_until(
-        "the CRD is established",
-        lambda: any(
-            c["type"] == "Established" and c["status"] == "True"
-            for c in admin.request(
-                "GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{CRD_NAME}"
-            )
-            .get("status", {})
-            .get("conditions")
-            or ()
-        ),
-        timeout=30,
-        ignoring=NOT_YET,
-    )
+    install_policy_crd(control_plane, admin)
     namespace = make_namespace(prefix="policy-cm")
     admin.request(
         "POST",

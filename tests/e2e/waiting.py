@@ -8,8 +8,12 @@ from collections.abc import Mapping
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from kits.control_plane import ROOT, ControlPlane
 from kits.service_processes import RunningScorer
+from kits.waiting import wait_until
 from scorer.kubeapi import KubeApiError
+from steer.adapters.kubejson import KubeJson
+from steer.core.policy.crd import CRD_NAME
 
 # What a check against the control plane or a running scorer raises while the change it waits
 # for is on its way (an object not created yet, a listener not up, a key not written): for
@@ -27,3 +31,22 @@ def metric(scorer: RunningScorer, name: str, labels: Mapping[str, str] | None = 
             if sample.name == name and dict(sample.labels) == dict(labels or {}):
                 return float(sample.value)
     return 0.0
+
+
+def install_policy_crd(control_plane: ControlPlane, admin: KubeJson) -> None:
+    """The SteeringPolicy CRD (manifests/crd/) applied, and established."""
+    control_plane.kubectl("apply", "-f", str(ROOT / "manifests" / "crd" / "steeringpolicies.yaml"))
+    wait_until(
+        "the CRD is established",
+        lambda: any(
+            c["type"] == "Established" and c["status"] == "True"
+            for c in admin.request(
+                "GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{CRD_NAME}"
+            )
+            .get("status", {})
+            .get("conditions")
+            or ()
+        ),
+        timeout=30,
+        ignoring=NOT_YET,
+    )
