@@ -22,8 +22,7 @@ from kits.waiting import wait_until
 from steer.adapters.kubejson import KubeApiError, KubeJson
 from steer.adapters.policy_resource import object_path
 from steer.core.policy.crd import DATA_READY
-from tests.e2e.test_policy_resource import CRD_FILE
-from tests.e2e.waiting import NOT_YET
+from tests.e2e.waiting import NOT_YET, install_policy_crd
 
 NODES = ("data-e2e-1", "data-e2e-2")
 MERGE = "application/merge-patch+json"
@@ -75,7 +74,7 @@ def test_the_policy_status_says_what_the_data_lacks_and_clears_when_it_is_fixed(
     scraped: PrometheusServer,
     tmp_path: Path,
 ) -> None:
-    control_plane.kubectl("apply", "-f", str(CRD_FILE))
+    install_policy_crd(control_plane, admin)
     for node in NODES:
         make_node(node, gpus=1)
     name = f"data-{uuid.uuid4().hex[:6]}"
