@@ -44,8 +44,11 @@ pytest: venv
 	$(BIN)/pytest -q --ignore=tests/e2e
 
 # End-to-end suite on a real control plane: binaries from $$KUBE_BIN_DIR or ../shared/kube.
+# Two workers, each with its own control plane; a module stays on one worker (its fixtures are
+# module-scoped). E2E_WORKERS=0 runs it in this process.
+E2E_WORKERS ?= 2
 e2e: venv
-	$(BIN)/pytest -q tests/e2e
+	$(BIN)/pytest -q -n $(E2E_WORKERS) --dist loadfile tests/e2e
 
 # The no-cluster demo, the whole loop: synthetic exporter, real Prometheus, API stand-in, the
 # scorer and the TLS webhook; example pods through admission, their verdicts, the node table.

@@ -38,8 +38,9 @@ GATE0 = f"{PREFIX}budget-0pct"
 HOT = f"{PREFIX}avoid-gpu-hot"
 NO_PROMETHEUS = "http://127.0.0.1:9"
 
+# A 5 s cycle: the BlockedBySteering Event is written after a cycle, not 30 s later.
 POLICY_TEXT = (
-    SMALL_POLICY
+    SMALL_POLICY.replace("intervalSeconds: 30", "intervalSeconds: 5")
     + """\
     - name: dept-a
       namespaceSelector: {matchLabels: {tenant: dept-a}}
