@@ -18,6 +18,12 @@ Two reviews captured from a real apiserver are sent, each to both servers:
   constraint and an init container (the heaviest merge);
 - tenant: a ReplicaSet's pod in team-b (tenant dept-b): the patch adds the budget pool
   requests, the budget gate, preferred terms, spread constraints and the schedulerName.
+Sent as captured, again and again, each is what a scale-up sends: the pods of one template
+(a ReplicaSet's reach admission without a name, as the apiserver names them after), which the
+webhook decides once (webhook/decision_cache.py). A third, gpu-new, is the gpu pod with a label
+that counts up on every request (bench/webhook_post.lua): every pod unlike the one before, so
+the webhook decides each, and pays its cache's key on top. Fixed-rate runs send one body, so
+they skip it.
 
 Throughput: wrk (bench/webhook_post.lua, keep-alive connections) in alternating rounds. Other
 work on a small shared machine only ever slows a round down, so the best round is reported
@@ -86,6 +92,7 @@ class Review:
     fixture: str
     namespace: str | None
     patch_must_contain: tuple[str, ...]
+    distinct: bool = False  # a label counts up on every request: no two pods alike
 
 
 REVIEWS = (
@@ -101,7 +108,17 @@ REVIEWS = (
         "team-b",
         ("pool-cpu", "pool-memory", "budget-0pct", "topologySpreadConstraints", "steer-spread"),
     ),
+    Review(
+        "gpu-new",
+        "pod-create-with-affinity-gpu.json",
+        None,
+        ("preferredDuringScheduling", "pool-cpu", "avoid-gpu-hot", "steer-binpack"),
+        distinct=True,
+    ),
 )
+# The label bench/webhook_post.lua rewrites on every request of a `distinct` review.
+VARIANT_LABEL = "bench-pod"
+VARIANT_PLACEHOLDER = "00000000"
 
 
 def review_body(review: Review) -> dict[str, Any]:
@@ -110,6 +127,8 @@ def review_body(review: Review) -> dict[str, Any]:
         request = body["request"]
         request["namespace"] = review.namespace
         request["object"]["metadata"]["namespace"] = review.namespace
+    if review.distinct:
+        body["request"]["object"]["metadata"]["labels"][VARIANT_LABEL] = VARIANT_PLACEHOLDER
     return body
 
 
@@ -219,11 +238,16 @@ def _seconds(text: str) -> float:
     return value * {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0}[unit]
 
 
-def wrk(url: str, body: Path, duration: int, connections: int, pid: int) -> dict[str, Any]:
+def wrk(
+    url: str, body: Path, duration: int, connections: int, pid: int, *, distinct: bool = False
+) -> dict[str, Any]:
     cpu_before = cpu_seconds(pid)
+    env = {**os.environ, "STEER_BENCH_BODY": str(body)}
+    if distinct:
+        env["STEER_BENCH_DISTINCT"] = f'"{VARIANT_PLACEHOLDER}"'
     out = run(
         ["wrk", "-t1", f"-c{connections}", f"-d{duration}s", "--latency", "-s", str(LUA), url],
-        env={**os.environ, "STEER_BENCH_BODY": str(body)},
+        env=env,
     )
     cpu = cpu_seconds(pid) - cpu_before
     requests = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
@@ -370,10 +394,10 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
                 for name in SERVERS if i % 2 == 0 else SERVERS[::-1]:
                     rounds[review.name][name].append(
                         wrk(f"{urls[name]}/mutate", bodies[review.name], args.wrk_duration,
-                            args.connections, processes[name].pid)
+                            args.connections, processes[name].pid, distinct=review.distinct)
                     )  # fmt: skip
         for rate in args.rates:
-            for review in reviews:
+            for review in (r for r in reviews if not r.distinct):  # hey sends one body
                 for name in PACED:
                     fixed.append(
                         {

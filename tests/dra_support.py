@@ -144,6 +144,7 @@ class FakeStore:
         self.catalog = catalog
         self.synced = synced
         self.reads = 0
+        self.generation = 1  # bumped by a test that changes `catalog`
 
     def template_classes(self, namespace: str, name: str) -> frozenset[str] | None:
         self.reads += 1

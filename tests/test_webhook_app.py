@@ -130,8 +130,8 @@ def test_unexpected_failure_in_mutation_still_allows(
     handler: AdmissionHandler, tmp_path: Path
 ) -> None:
     body = review_for("pod-create-user-mutating.json")
-    plans = handler._plans
-    handler._plans = None  # a broken invariant: the handler must still answer
+    plans = handler._decided
+    handler._decided = None  # a broken invariant: the handler must still answer
     try:
         outcome = handler.handle("mutate", json.dumps(body).encode())
         assert outcome.status == 200 and outcome.result == "error"
@@ -147,7 +147,7 @@ def test_unexpected_failure_in_mutation_still_allows(
             }
         }
     finally:
-        handler._plans = plans
+        handler._decided = plans
 
 
 def test_uninterpretable_reasons_are_a_fixed_set_whatever_the_container_index(

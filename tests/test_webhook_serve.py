@@ -26,9 +26,11 @@ from webhook.serve import (
     CertReloader,
     ServeError,
     ServerSettings,
+    WebhookOptions,
     gunicorn_config,
     metrics_address,
     process_id,
+    serve_webhook,
     split_host_port,
 )
 from webhook.status import listener_app, remove_worker_status, worker_statuses, write_worker_status
@@ -210,6 +212,13 @@ def test_listen_addresses(value: str, expected: tuple[str, int]) -> None:
 def test_settings_name_the_bad_flag(tmp_path: Path) -> None:
     with pytest.raises(ServeError, match="--workers: must be at least 1, got 0"):
         ServerSettings("127.0.0.1:1", "c", "k", workers=0).check()
+    server = ServerSettings("127.0.0.1:1", "c", "k")
+    with pytest.raises(ServeError, match=r"--decision-cache-entries: must be 0 .* got -1"):
+        serve_webhook(WebhookOptions("p", server, decision_cache_entries=-1))
+    args = build_parser().parse_args(
+        ["webhook", "serve", "--policy", "p", "--cert", "c", "--key", "k"]
+    )
+    assert args.decision_cache_entries == 256
     with pytest.raises(ServeError, match="--listen: expected HOST:PORT"):
         ServerSettings("localhost", "c", "k").check()
 

@@ -30,6 +30,7 @@ from kits.apistub import ApiStub
 from kits.net import free_port
 from steer.adapters.policy_file import PolicyWatcher
 from tests.conftest import EXAMPLE_POLICY, FIXTURES
+from webhook.decision_cache import DEFAULT_ENTRIES
 from webhook.devices import DeviceSource
 from webhook.handler import AdmissionHandler
 from webhook.metrics import WebhookMetrics
@@ -60,7 +61,10 @@ class FixedNamespaces:
 
 
 def in_process_handler(
-    policy_file: Path = EXAMPLE_POLICY, devices: DeviceSource | None = None
+    policy_file: Path = EXAMPLE_POLICY,
+    devices: DeviceSource | None = None,
+    *,
+    decision_cache_entries: int = DEFAULT_ENTRIES,
 ) -> AdmissionHandler:
     """The webhook's request handler on the example policy (or `policy_file`) and `NAMESPACES`,
     in this process; `devices`: its DRA catalogue (none by default)."""
@@ -69,6 +73,7 @@ def in_process_handler(
         FixedNamespaces(),
         WebhookMetrics(CollectorRegistry()),
         devices=devices,
+        decision_cache_entries=decision_cache_entries,
     )
 
 

@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from steer.adapters.service_logs import add_log_flags, configure_logging
+from webhook.decision_cache import DEFAULT_ENTRIES as DEFAULT_DECISION_CACHE_ENTRIES
 from webhook.review import DEFAULT_MAX_BODY_BYTES
 from webhook.serve import DEFAULT_LISTEN, DEFAULT_METRICS_LISTEN
 
@@ -99,6 +100,14 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="larger request bodies, sized or chunked, get HTTP 413 and are not read into memory",
     )
     serve.add_argument(
+        "--decision-cache-entries",
+        type=int,
+        default=DEFAULT_DECISION_CACHE_ENTRIES,
+        metavar="N",
+        help="pod templates whose mutation verdict each worker keeps, so the pods of a "
+        "scale-up are decided once (least recently used out first); 0 decides every pod",
+    )
+    serve.add_argument(
         "--namespace-sync-timeout",
         type=float,
         default=10.0,
@@ -139,6 +148,7 @@ def _serve(args: argparse.Namespace) -> int:
         metrics_listen=None if args.metrics_listen == "off" else args.metrics_listen,
         kubeconfig=args.kubeconfig,
         namespace_sync_timeout=args.namespace_sync_timeout,
+        decision_cache_entries=args.decision_cache_entries,
     )
     try:
         serve_webhook(options)

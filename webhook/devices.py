@@ -33,6 +33,11 @@ class DeviceStore(Protocol):
     @property
     def synced(self) -> bool: ...
 
+    @property
+    def generation(self) -> int:
+        """Moves whenever an object is added, changed or removed."""
+        ...
+
     def template_classes(self, namespace: str, name: str) -> frozenset[str] | None: ...
 
     def claim_classes(self, namespace: str, name: str) -> frozenset[str] | None: ...
@@ -73,6 +78,11 @@ class DeviceSource(Protocol):
         """The catalogue as last seen; None before it is synced (no claim is known)."""
         ...
 
+    def generation(self) -> int | None:
+        """A number that moves whenever what `catalog()` answers does (a verdict that read the
+        catalogue is reused only under the same number); None: it cannot say."""
+        ...
+
     def status(self) -> DeviceCatalogStatus: ...
 
 
@@ -82,6 +92,9 @@ class NoDevices:
 
     def catalog(self) -> DeviceCatalog | None:
         return None
+
+    def generation(self) -> int | None:
+        return 0
 
     def status(self) -> DeviceCatalogStatus:
         return DeviceCatalogStatus(watched=False, synced=False)
@@ -96,6 +109,12 @@ class WatchedDevices:
 
     def catalog(self) -> DeviceCatalog | None:
         return self.store if self.store.synced else None
+
+    def generation(self) -> int | None:
+        # Read before the catalogue: a verdict decided on newer objects is kept under an older
+        # number, which no later request asks for.
+        generation = self.store.generation
+        return generation if self.store.synced else -1
 
     def status(self) -> DeviceCatalogStatus:
         store = self.store.status()

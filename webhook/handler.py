@@ -33,6 +33,7 @@ from steer.core.decision import (
 )
 from steer.core.policy import Policy
 from webhook import review as rv
+from webhook.decision_cache import DEFAULT_ENTRIES, DecisionCache, reusable, template_key
 from webhook.devices import DeviceSource, NoDevices
 from webhook.metrics import WebhookMetrics
 from webhook.namespaces import NamespaceSource
@@ -75,6 +76,7 @@ class AdmissionHandler:
         max_body_bytes: int = rv.DEFAULT_MAX_BODY_BYTES,
         cert_status: Callable[[], Mapping[str, Any]] | None = None,
         devices: DeviceSource | None = None,
+        decision_cache_entries: int = DEFAULT_ENTRIES,
     ) -> None:
         self.namespaces = namespaces
         self.devices: DeviceSource = devices if devices is not None else NoDevices()
@@ -82,21 +84,26 @@ class AdmissionHandler:
         self.max_body_bytes = max_body_bytes
         self.cert_status = cert_status
         self.policy = policy
-        self._plans: AdmissionPlans | None = None
+        self.decision_cache_entries = decision_cache_entries
+        # The plans and the verdicts decided on them, published together (one assignment).
+        self._decided: tuple[AdmissionPlans, DecisionCache] | None = None
         self._relists_published = 0
         policy.subscribe(self._on_policy)
         policy.on_reload_error(lambda _message: metrics.policy_reload_errors.inc())
 
     def _on_policy(self, policy: Policy) -> None:
         # Built off the request path, then published with one reference assignment.
-        self._plans = AdmissionPlans.from_policy(policy)
+        self._decided = (
+            AdmissionPlans.from_policy(policy),
+            DecisionCache(self.decision_cache_entries),
+        )
         self.metrics.set_policy(policy.version)
         log.info("webhook plans built for policy %s", policy.version)
 
     @property
     def plans(self) -> AdmissionPlans:
-        assert self._plans is not None  # subscribe(call_now=True) built them in __init__
-        return self._plans
+        assert self._decided is not None  # subscribe(call_now=True) built them in __init__
+        return self._decided[0]
 
     # -- entry point -----------------------------------------------------------------------
 
@@ -185,7 +192,7 @@ class AdmissionHandler:
                 f"expected a Pod object, got kind {review.kind!r}; not steered",
             )
         request = self._request(review, obj)
-        verdict = decide_mutation(self.plans, request)
+        verdict = self._decide_mutation(request)
         if verdict.result == "namespace-unknown":
             reason, text = self._unknown_namespace(request.namespace or "")
             return self._uninterpretable("mutate", review, reason, f"{text}; pod not steered")
@@ -203,6 +210,22 @@ class AdmissionHandler:
                 self.metrics.device_doubts.inc()
         body = rv.allow(review.uid, patch=mutation.patch_bytes(), warnings=list(verdict.warnings))
         return Outcome(200, body, verdict.result)
+
+    def _decide_mutation(self, request: PodRequest) -> Verdict:
+        """`decide_mutation`, or its verdict for an earlier pod of the same template
+        (webhook/decision_cache.py)."""
+        assert self._decided is not None
+        plans, cache = self._decided
+        key = template_key(request, self.devices.generation()) if cache.entries else None
+        if key is None:
+            return decide_mutation(plans, request)
+        verdict = cache.get(key)
+        self.metrics.decision_cache(verdict is not None)
+        if verdict is None:
+            verdict = decide_mutation(plans, request)
+            if reusable(verdict):
+                cache.put(key, verdict)
+        return verdict
 
     def _unjudged(self, endpoint: Endpoint, review: rv.Review, verdict: Verdict) -> Outcome:
         """A pod allowed unjudged: a field the decision could not read, named in a warning."""
@@ -255,7 +278,7 @@ class AdmissionHandler:
         status = self.policy.status()
         ns = self.namespaces.status()
         cert = dict(self.cert_status()) if self.cert_status is not None else {"loaded": True}
-        ready = self._plans is not None and ns.synced and bool(cert.get("loaded"))
+        ready = self._decided is not None and ns.synced and bool(cert.get("loaded"))
         return ready, {
             "ready": ready,
             "policy": {

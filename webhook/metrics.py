@@ -120,6 +120,13 @@ class WebhookMetrics:
             ["endpoint", "result"],
             registry=reg,
         )
+        self.decisions = Counter(
+            f"{PREFIX}_mutation_decisions",
+            "Pods /mutate decided (miss) or answered with the verdict of an earlier pod of the "
+            "same template (hit; webhook/decision_cache.py), by result." + FLUSHED,
+            ["result"],
+            registry=reg,
+        )
         self.bad_requests = Counter(
             f"{PREFIX}_bad_requests",
             "Requests refused with HTTP 400 because the body is not a usable AdmissionReview.",
@@ -207,6 +214,9 @@ class WebhookMetrics:
 
     def audited(self, action: str, *rules: str) -> None:
         self._count(self.audits, (action,), rules)
+
+    def decision_cache(self, hit: bool) -> None:
+        self._count(self.decisions, (), ("hit",) if hit else ("miss",))
 
     def dry_run(self, endpoint: str, result: str) -> None:
         self._count(self.dry_runs, (endpoint,), (result,))

@@ -36,6 +36,7 @@ from typing import Any
 from certs.files import load_cert_info
 from certs.pki import CertError
 from steer.adapters.service_logs import logging_dict_config
+from webhook.decision_cache import DEFAULT_ENTRIES as DEFAULT_DECISION_CACHE_ENTRIES
 from webhook.review import DEFAULT_MAX_BODY_BYTES
 from webhook.status import STATUS_PREFIX
 
@@ -302,6 +303,8 @@ class WebhookOptions:
     kubeconfig: str | None = None
     namespace_sync_timeout: float = 10.0
     watch_seconds: int = 60
+    # Mutation verdicts kept per worker by pod template (webhook/decision_cache.py); 0: none.
+    decision_cache_entries: int = DEFAULT_DECISION_CACHE_ENTRIES
 
 
 def serve_webhook(options: WebhookOptions) -> None:
@@ -311,6 +314,11 @@ def serve_webhook(options: WebhookOptions) -> None:
     from steer.adapters.policy_file import load_policy_file
     from steer.adapters.policy_resource import fetch_policy_object, parse_policy_object
 
+    if options.decision_cache_entries < 0:
+        raise ServeError(
+            f"--decision-cache-entries: must be 0 (none kept) or more, got "
+            f"{options.decision_cache_entries}"
+        )
     options.server.check()
     # PolicyError names every problem (or the object that is missing); KubeConfigError says
     # where credentials were sought. A file is judged before credentials are looked for.
@@ -408,6 +416,7 @@ def build_worker_app(options: WebhookOptions, reloader: CertReloader) -> WSGIApp
         max_body_bytes=options.server.max_body_bytes,
         cert_status=reloader.status,
         devices=devices,
+        decision_cache_entries=options.decision_cache_entries,
     )
     start_status_pump(handler, status_dir=os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
     # The last second's counts, as the worker exits (a restart, a scale-down, SIGTERM).

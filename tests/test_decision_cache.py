@@ -1,0 +1,251 @@
+"""The webhook's mutation verdicts kept by pod template (webhook/decision_cache.py).
+
+What the cache relies on is pinned here: the decision reads no identity field of a pod, so a
+pod that differs from an earlier one in those alone gets the earlier verdict; anything else the
+decision reads (the pod's other fields, its namespace's labels, the user, the DRA catalogue,
+the policy) is another key or an empty cache. And a handler that keeps verdicts answers every
+generated review byte for byte as one that keeps none.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import itertools
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from steer.core.decision import AdmissionPlans, PodRequest, decide_mutation
+from steer.core.policy import parse_policy
+from tests.conftest import EXAMPLE_POLICY
+from tests.dra_support import FakeCatalog, FakeStore
+from tests.test_admission_decision import CAPTURED, POLICY_TEXTS, reviews
+from tests.webhook_harness import NAMESPACES, counted, in_process_handler, review_for
+from webhook.decision_cache import IDENTITY_FIELDS, DecisionCache, template_key
+from webhook.devices import WatchedDevices
+from webhook.handler import AdmissionHandler
+
+ANOTHER_IDENTITY = {
+    "name": "web-888f7f7c8-zq2xk",
+    "generateName": "web-888f7f7c8-",
+    "uid": "0b6cbd6f-61a4-4c39-8f0e-5f2d0c0f5a11",
+    "resourceVersion": "123456",
+    "generation": 1,
+    "creationTimestamp": "2026-12-03T10:00:00Z",
+    "managedFields": [
+        {
+            "manager": "kube-controller-manager",
+            "operation": "Update",
+            "apiVersion": "v1",
+            "time": "2026-12-03T10:00:00Z",
+            "fieldsType": "FieldsV1",
+            "fieldsV1": {"f:metadata": {"f:generateName": {}}},
+        }
+    ],
+    "deletionTimestamp": "2026-12-03T10:00:30Z",
+    "deletionGracePeriodSeconds": 30,
+}
+assert set(ANOTHER_IDENTITY) == IDENTITY_FIELDS
+
+
+def another_pod(
+    body: Mapping[str, Any], uid: str = "another", *, drop: bool = False
+) -> dict[str, Any]:
+    """The review of another pod of the same template: a new request uid, and every identity
+    field set to another value (`drop`: removed)."""
+    review = copy.deepcopy(dict(body))
+    review["request"]["uid"] = uid
+    metadata = review["request"]["object"]["metadata"]
+    for key in IDENTITY_FIELDS:
+        metadata.pop(key, None)
+    if not drop:
+        metadata.update(copy.deepcopy(ANOTHER_IDENTITY))
+    return review
+
+
+def patch_of(response: Mapping[str, Any]) -> list[dict[str, Any]]:
+    ops: list[dict[str, Any]] = orjson.loads(base64.b64decode(response["patch"]))
+    return ops
+
+
+def mutate(handler: AdmissionHandler, body: Mapping[str, Any]) -> dict[str, Any]:
+    outcome = handler.handle("mutate", orjson.dumps(body))
+    assert outcome.status == 200, outcome.body
+    response: dict[str, Any] = orjson.loads(outcome.body)["response"]
+    del response["uid"]
+    return response
+
+
+@pytest.fixture(scope="module")
+def pairs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[AdmissionHandler, ...]]:
+    """Per policy: a handler keeping verdicts (for the whole module, so they pile up) and one
+    keeping none."""
+    out = {}
+    for name, text in POLICY_TEXTS.items():
+        path = tmp_path_factory.mktemp(name) / "policy.yaml"
+        path.write_text(text)
+        out[name] = (in_process_handler(path), in_process_handler(path, decision_cache_entries=0))
+    return out
+
+
+def _request(body: Mapping[str, Any]) -> PodRequest:
+    request = body["request"]
+    namespace = request.get("namespace") or ""
+    return PodRequest(
+        pod=request["object"],
+        namespace=namespace,
+        namespace_labels=NAMESPACES.get(namespace),
+        user_info=request.get("userInfo"),
+        operation=request["operation"],
+    )
+
+
+PLANS = {name: AdmissionPlans.from_policy(parse_policy(t)) for name, t in POLICY_TEXTS.items()}
+
+
+@pytest.mark.parametrize("fixture", CAPTURED)
+@pytest.mark.parametrize("namespace", [*NAMESPACES, "kube-system"])
+def test_the_decision_reads_no_identity_field_of_a_captured_pod(
+    fixture: str, namespace: str
+) -> None:
+    body = review_for(fixture, namespace)
+    first = decide_mutation(PLANS["enforce"], _request(body))
+    for drop in (False, True):
+        assert decide_mutation(PLANS["enforce"], _request(another_pod(body, drop=drop))) == first
+
+
+@settings(max_examples=100, deadline=None)
+@given(body=reviews(), policy=st.sampled_from(list(POLICY_TEXTS)), drop=st.booleans())
+def test_the_decision_reads_no_identity_field_of_a_generated_pod(
+    body: dict[str, Any], policy: str, drop: bool
+) -> None:
+    body["request"]["operation"] = "CREATE"
+    first = decide_mutation(PLANS[policy], _request(body))
+    assert decide_mutation(PLANS[policy], _request(another_pod(body, drop=drop))) == first
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(body=reviews(), policy=st.sampled_from(list(POLICY_TEXTS)))
+def test_a_handler_keeping_verdicts_answers_every_pod_as_one_keeping_none(
+    pairs: dict[str, tuple[AdmissionHandler, ...]], body: dict[str, Any], policy: str
+) -> None:
+    cached, uncached = pairs[policy]
+    for review in (body, another_pod(body), another_pod(body, drop=True), body):
+        assert mutate(cached, review) == mutate(uncached, review)
+
+
+def test_the_pods_of_one_template_are_decided_once() -> None:
+    handler = in_process_handler()
+    first = review_for("pod-create-by-replicaset.json", "team-b")
+    answers = [mutate(handler, first)]
+    answers += [mutate(handler, another_pod(first, f"pod-{i}")) for i in range(3)]
+    assert "patch" in answers[0] and all(a == answers[0] for a in answers)
+    handler.metrics.flush()
+    assert counted(handler, "decisions", result="miss") == 1
+    assert counted(handler, "decisions", result="hit") == 3
+    # The mutation counters still count every pod.
+    assert counted(handler, "mutations", rule="budget:pool") == 4
+
+
+class Relabelled:
+    """Namespaces whose labels a test changes."""
+
+    synced = True
+
+    def __init__(self) -> None:
+        self.by_name = copy.deepcopy(NAMESPACES)
+
+    def labels(self, name: str) -> Mapping[str, str] | None:
+        return self.by_name.get(name)
+
+    def status(self) -> Any:
+        raise NotImplementedError
+
+
+def test_what_the_decision_reads_besides_the_pod_is_part_of_the_key(tmp_path: Path) -> None:
+    namespaces = Relabelled()
+    store = FakeStore(FakeCatalog())
+    handler = in_process_handler(devices=WatchedDevices(store))
+    handler.namespaces = namespaces
+    body = review_for("pod-create-by-replicaset.json", "team-b")
+    dept_b = mutate(handler, body)
+    # The namespace moves to another tenant: dept-a's budget, not dept-b's.
+    namespaces.by_name["team-b"] = {**NAMESPACES["team-b"], "tenant": "dept-a"}
+    dept_a = mutate(handler, another_pod(body))
+    assert dept_a != dept_b
+    # The DRA catalogue moves: decided again.
+    store.generation += 1
+    assert mutate(handler, another_pod(body, "third")) == dept_a
+    # Another user, another key (the infrastructure exemption reads it).
+    body["request"]["userInfo"] = {"username": "bob", "groups": ["system:authenticated"]}
+    mutate(handler, another_pod(body, "fourth"))
+    handler.metrics.flush()
+    assert counted(handler, "decisions", result="miss") == 4
+    assert counted(handler, "decisions", result="hit") == 0
+    # A new policy starts an empty cache.
+    assert len(handler._decided[1]) == 4  # type: ignore[index]
+    path = tmp_path / "policy.yaml"
+    path.write_text(EXAMPLE_POLICY.read_text().replace("spec:\n", "spec:\n  mode: audit\n", 1))
+    handler._on_policy(parse_policy(path.read_text()))
+    assert len(handler._decided[1]) == 0  # type: ignore[index]
+    (trace,) = patch_of(mutate(handler, another_pod(body, "fifth")))  # audit: the trace alone
+    assert '"mode":"audit"' in orjson.dumps(trace).decode().replace("\\", "")
+
+
+def test_a_namespace_not_known_yet_is_never_kept() -> None:
+    handler = in_process_handler()
+    body = review_for("pod-create-by-replicaset.json", "team-x")
+    for uid in ("a", "b"):
+        assert "namespace" in mutate(handler, another_pod(body, uid))["warnings"][0]
+    handler.metrics.flush()
+    assert counted(handler, "decisions", result="hit") == 0
+
+
+def test_a_catalogue_that_has_not_synced_is_its_own_key() -> None:
+    store = FakeStore(FakeCatalog(), synced=False)
+    devices = WatchedDevices(store)
+    request = _request(review_for("pod-create-by-replicaset.json", "team-b"))
+    unsynced = template_key(request, devices.generation())
+    store.synced = True
+    assert unsynced is not None and template_key(request, devices.generation()) != unsynced
+    assert template_key(request, None) is None  # a catalogue that cannot say: not kept
+
+
+def test_entries_are_bounded_the_least_recently_used_out_first() -> None:
+    verdict = decide_mutation(
+        in_process_handler().plans,
+        _request(review_for("pod-create-by-replicaset.json", "team-b")),
+    )
+    cache = DecisionCache(3)
+    for key in (b"a", b"b", b"c"):
+        cache.put(key, verdict)
+    assert cache.get(b"a") is verdict  # now the most recently used
+    cache.put(b"d", verdict)
+    assert [k for k in (b"a", b"b", b"c", b"d") if cache.get(k)] == [b"a", b"c", b"d"]
+    assert len(cache) == 3
+    none = DecisionCache(0)
+    none.put(b"a", verdict)
+    assert len(none) == 0 and none.get(b"a") is None
+    with pytest.raises(ValueError, match="0 or more"):
+        DecisionCache(-1)
+
+
+def test_keys_differ_for_pods_the_decision_tells_apart() -> None:
+    base = review_for("pod-create-with-affinity-gpu.json")
+    keys = set()
+    for label, toleration in itertools.product(("a", "b"), (None, {"operator": "Exists"})):
+        body = copy.deepcopy(base)
+        pod = body["request"]["object"]
+        pod["metadata"]["labels"]["order-chain"] = label
+        if toleration is not None:
+            pod["spec"].setdefault("tolerations", []).append(toleration)
+        keys.add(template_key(_request(body), 0))
+    assert len(keys) == 4
