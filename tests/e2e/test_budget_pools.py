@@ -231,8 +231,14 @@ def test_scheduler_enforces_the_pool_and_gates_the_scorer_publishes(
         assert republish_s < 3.0, republish_s  # not one 30 s cycle later
         assert pools(admin, N2)["allocatable"][CPU] == "20k"
 
-        detail = scorer.get(f"/explain/node/{N1}")["budgetPools"]
-        cpu = next(p for p in detail["pools"] if p["resource"] == CPU)
+        # /explain follows once the refresh that wrote the pool has recorded its plan (after
+        # its writes, so it can trail the node by those).
+        def cpu_pool() -> dict[str, Any] | None:
+            detail = scorer.get(f"/explain/node/{N1}")["budgetPools"]
+            cpu = next(p for p in detail["pools"] if p["resource"] == CPU)
+            return cpu if cpu["outsidePods"] else None
+
+        cpu = wait_until("the pool's detail in /explain", cpu_pool, timeout=5, interval=0.02)
         assert (cpu["room"], cpu["outsideLimits"], cpu["outsidePods"], cpu["published"]) == (
             8000,
             6000,
