@@ -214,15 +214,16 @@ class BundleWatch:
                 self._poll()
 
     def _poll(self) -> None:
-        """The CAs of all webhooks' caBundles together (the two configurations are patched one
-        after the other, so for a moment they differ)."""
-        state: list[str] = []
+        """The CAs of all webhooks' caBundles together, as a set (the two configurations are
+        patched one after the other, so for a moment they differ: old+new in one and new in
+        the other is still the set of both)."""
+        state: set[str] = set()
         for config in self.configurations():
             for hook in config["webhooks"]:
                 pem = base64.b64decode(hook["clientConfig"].get("caBundle", ""))
-                state += [f for f in map(fingerprint, parse_bundle(pem)) if f not in state]
-        if not self.states or self.states[-1] != tuple(state):
-            self.states.append(tuple(state))
+                state.update(map(fingerprint, parse_bundle(pem)))
+        if not self.states or self.states[-1] != tuple(sorted(state)):
+            self.states.append(tuple(sorted(state)))
 
 
 # --- the installation ------------------------------------------------------------------------
@@ -540,7 +541,10 @@ def test_a_ca_expiring_within_minutes_is_replaced_with_both_in_the_bundle_meanwh
         assert run.scorer_metric('steer_scorer_webhook_cert_writes_total{object="ca"}') == 1
         assert run.scorer_metric("steer_scorer_webhook_ca_bundle_cas") == 1
     names = {fingerprint(old.certificate): "old", fingerprint(new): "new"}
-    seen = [tuple(names[ca] for ca in state) for state in run.bundles_seen.states]
+    seen = [
+        tuple(sorted((names[ca] for ca in state), reverse=True))
+        for state in run.bundles_seen.states
+    ]
     print(
         f"CA rollover: caBundle {' -> '.join('+'.join(s) for s in seen)}; {admitted_pods} pods "
         f"admitted meanwhile, {len(failures)} failed, {time.monotonic() - started:.0f}s"
