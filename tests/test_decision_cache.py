@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import dataclasses
 import itertools
 from collections.abc import Mapping
 from pathlib import Path
@@ -217,6 +218,13 @@ def test_a_catalogue_that_has_not_synced_is_its_own_key() -> None:
     store.synced = True
     assert unsynced is not None and template_key(request, devices.generation()) != unsynced
     assert template_key(request, None) is None  # a catalogue that cannot say: not kept
+    # A request that found no catalogue is decided apart from one that found it, even when the
+    # store has synced in between.
+    handler = in_process_handler(devices=devices)
+    handler._decide_mutation(request)
+    handler._decide_mutation(dataclasses.replace(request, devices=store))  # type: ignore[arg-type]
+    handler.metrics.flush()
+    assert counted(handler, "decisions", result="miss") == 2
 
 
 def test_entries_are_bounded_the_least_recently_used_out_first() -> None:

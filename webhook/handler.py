@@ -216,7 +216,10 @@ class AdmissionHandler:
         (webhook/decision_cache.py)."""
         assert self._decided is not None
         plans, cache = self._decided
-        key = template_key(request, self.devices.generation()) if cache.entries else None
+        # The request holds the catalogue as `_request` found it: none (not synced) is its own
+        # key, whatever the store says by now.
+        devices = -1 if request.devices is None else self.devices.generation()
+        key = template_key(request, devices) if cache.entries else None
         if key is None:
             return decide_mutation(plans, request)
         verdict = cache.get(key)
