@@ -17,8 +17,16 @@ project's resources or a forged trace, DaemonSet pods, pods naming their node) a
   only after admission); the decision's JSON Patch is applied, and the result is created
   (dry run) again, so both paths end with the same post-admission processing.
 
-The two pods must be equal in every field but the generated token volume's name, and the trace
-annotation must be the webhook's JSON with `"via": "admission-policy"` added. Pods the policy
+- served path: the pod as the user wrote it, created (dry run) in a twin of its namespace (the
+  same labels and one more) where the running webhook (`steer webhook serve`, called by the
+  apiserver over TLS through the MutatingWebhookConfiguration of manifests/webhook/admission.yaml,
+  its DRA watch on a real DeviceClass and claim templates) steers and the policy's binding does
+  not match. It must give exactly the webhook path's pod, trace text included, and the same
+  refusals: the decision in-process is the decision served.
+
+The policy and webhook paths' pods must be equal in every field but the generated token
+volume's name, and the trace annotation must be the webhook's JSON with `"via":
+"admission-policy"` added. Pods the policy
 leaves to the webhook (its `NotCovered` list: a DRA claim, an extended resource a DeviceClass may
 map) must come out of the policy path untouched. Three policies: examples/policy.yaml, a
 variant with a `reserveNodes: require` class beside the GPU class (unreserved gates, spared
@@ -34,6 +42,7 @@ policy that makes a list empty must still give its literals one element type).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import random
@@ -41,7 +50,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +61,8 @@ import requests
 import yaml
 
 from kits.control_plane import ControlPlane
+from kits.service_processes import admission_configurations, running_webhook
+from kits.waiting import wait_until
 from steer.core.admission_policy import admission_policies
 from steer.core.admission_policy.mutating import (
     TRACE_VIA,
@@ -60,6 +71,7 @@ from steer.core.admission_policy.mutating import (
 )
 from steer.core.admission_policy.node_writes import scorer_username
 from steer.core.decision import SKIPPED, AdmissionPlans, PodRequest, decide_mutation
+from steer.core.dra.classes import DeviceClassInfo, classes_by_extended_name
 from steer.core.mutation import read_trace
 from steer.core.patch import apply_ops
 from steer.core.policy import ALWAYS_EXCLUDED_NAMESPACES, Policy, parse_policy
@@ -73,6 +85,9 @@ ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 ADMIN = {"username": "admin", "groups": ["system:masters", "system:authenticated"]}
 DAEMONSET_USER = "system:serviceaccount:kube-system:daemon-set-controller"
 OPT_IN = {"kube-steer.github.io/enabled": "true"}
+SERVED_LABEL = "e2e.kube-steer.github.io/served"  # a twin namespace the running webhook steers
+DRA = "/apis/resource.k8s.io/v1"
+WEBHOOK_WORKERS = 2  # kits.service_processes.running_webhook's default
 TOKEN_VOLUME = re.compile(r"kube-api-access-[a-z0-9]+")
 WORKERS = 6
 PLURAL = {
@@ -91,7 +106,7 @@ SHIPPED = (
 )
 
 
-def variant_policy() -> Policy:
+def variant_text() -> str:
     """The example policy with more rules exercised (module doc)."""
     doc = yaml.safe_load(EXAMPLE_TEXT)
     spec = doc["spec"]
@@ -105,7 +120,7 @@ def variant_policy() -> Policy:
     spec["overcommit"]["enforcement"] = "labels"  # a gate per budget level, no pool
     spec["schedulerProfiles"]["defaultSchedulerIsUnset"] = False
     spec["spread"][1]["maxSkew"] = 3
-    return parse_policy(yaml.safe_dump(doc))
+    return yaml.safe_dump(doc)
 
 
 def shipped_policies() -> dict[str, str]:
@@ -165,9 +180,41 @@ def reduced_policy(name: str) -> Policy:
     return parse_policy(yaml.safe_dump(doc))
 
 
+# The DRA objects the webhook's watch reads in the served leg, and the in-process leg's catalogue
+# built from the same: one DeviceClass that maps an extended resource (and, as every class, its
+# implicit `deviceclass.resource.kubernetes.io/<class>` name), one claim template per namespace.
+DEVICE_CLASS: dict[str, Any] = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "DeviceClass",
+    "metadata": {"name": "gpu.nvidia.com"},
+    "spec": {
+        "selectors": [{"cel": {"expression": 'device.driver == "gpu.nvidia.com"'}}],
+        "extendedResourceName": "example.com/dra-gpu",
+    },
+}
+CLAIM_TEMPLATE: dict[str, Any] = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "ResourceClaimTemplate",
+    "metadata": {"name": "gpu-claim"},
+    "spec": {
+        "spec": {
+            "devices": {
+                "requests": [
+                    {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 1}}
+                ]
+            }
+        }
+    },
+}
+
+
 class Catalogue:
-    """The webhook's DRA catalogue as a synced watch would have it: one claim template that
-    requests a GPU, one DeviceClass mapping an extended resource; nothing else."""
+    """The webhook's DRA catalogue as its synced watch has it for DEVICE_CLASS and
+    CLAIM_TEMPLATE (in every namespace of the test)."""
+
+    def __init__(self) -> None:
+        info = DeviceClassInfo.from_object(DEVICE_CLASS)
+        self.by_extended = classes_by_extended_name({info.name: info})
 
     def template_classes(self, namespace: str, name: str) -> frozenset[str] | None:
         return frozenset({"gpu.nvidia.com"}) if name == "gpu-claim" else None
@@ -176,9 +223,10 @@ class Catalogue:
         return None
 
     def class_for_extended_name(self, resource: str) -> str | None:
-        return "gpu.nvidia.com" if resource == "example.com/dra-gpu" else None
+        return self.by_extended.get(resource)
 
 
+CATALOGUE = Catalogue()
 # -- the pods --------------------------------------------------------------------------------
 
 CPU = ["100m", "250m", "0.57", "1", "1500m", "2", "1.234", "333m", "7", "250001u"]
@@ -450,11 +498,30 @@ def _normal(pod: Mapping[str, Any], trace_key: str) -> tuple[dict[str, Any], dic
     }, trace
 
 
+def _admitted(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """The pod's labels, annotations (the trace's text among them) and spec, token volume names
+    unified: what two admissions of one pod must agree on."""
+    out: dict[str, Any] = json.loads(
+        TOKEN_VOLUME.sub(
+            "kube-api-access",
+            json.dumps(
+                {
+                    "labels": pod["metadata"].get("labels"),
+                    "annotations": pod["metadata"].get("annotations"),
+                    "spec": pod["spec"],
+                }
+            ),
+        )
+    )
+    return out
+
+
 @dataclass
 class Tally:
     compared: int = 0
     steered: int = 0  # compared pods whose spec the policy changed
     left_to_webhook: int = 0
+    served: int = 0  # pods the running webhook steered exactly as its decision in-process
     refused: int = 0  # refused by the apiserver's validation on both paths
     mismatches: list[str] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
@@ -465,6 +532,9 @@ class Tally:
 class Namespaces:
     steered: Mapping[str, Mapping[str, str]]  # name -> labels, every kind of namespace
     plain: str  # no label: no policy matches it
+    # steered namespace -> its twin: the same labels and SERVED_LABEL, where the running
+    # webhook steers and the MutatingAdmissionPolicy's binding does not match
+    served: Mapping[str, str]
 
 
 def _compare_one(
@@ -526,7 +596,7 @@ def _compare_one(
                 namespace=namespace,
                 namespace_labels=labels,
                 user_info={"username": DAEMONSET_USER, "groups": []} if daemonset else ADMIN,
-                devices=Catalogue(),
+                devices=CATALOGUE,
             ),
         )
         if labels.get(install_opt_in_label(policy)) == "true"
@@ -534,6 +604,19 @@ def _compare_one(
     )
     steered = apply_ops(received, verdict.ops) if verdict.ops else received
     status_b, by_webhook = api.dry_run(namespaces.plain, _resubmittable(steered, name), user)
+    # The running webhook, called by the apiserver over TLS: the decision above, served.
+    status_c, by_server = api.dry_run(namespaces.served[namespace], pod, user)
+    if status_c != status_b or (status_b == 201 and _admitted(by_server) != _admitted(by_webhook)):
+        found = (
+            _diff(_admitted(by_server), _admitted(by_webhook), ("served", "in-process"))
+            if status_b == status_c
+            else f"HTTP {status_c} ({by_server.get('message')}) != HTTP {status_b}"
+        )
+        with lock:
+            tally.mismatches.append(f"{name} in {namespace}, the webhook served: {found}")
+    else:
+        with lock:
+            tally.served += 1
     if status_a != 201 or status_b != 201:
         with lock:
             if status_a == status_b:
@@ -601,16 +684,16 @@ def _left_to_webhook(policy: Policy, pod: Mapping[str, Any], verdict: Any) -> bo
     return bool(spec.get("resourceClaims")) or (foreign and not names & gpu)
 
 
-def _diff(a: Any, b: Any, path: str = "") -> str:
+def _diff(a: Any, b: Any, sides: tuple[str, str] = ("policy", "webhook"), path: str = "") -> str:
     if isinstance(a, dict) and isinstance(b, dict):
         for key in sorted(set(a) | set(b)):
             if a.get(key) != b.get(key):
-                return _diff(a.get(key), b.get(key), f"{path}.{key}")
+                return _diff(a.get(key), b.get(key), sides, f"{path}.{key}")
     if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
         for i, (x, y) in enumerate(zip(a, b, strict=True)):
             if x != y:
-                return _diff(x, y, f"{path}[{i}]")
-    return f"{path}: policy {json.dumps(a)} != webhook {json.dumps(b)}"
+                return _diff(x, y, sides, f"{path}[{i}]")
+    return f"{path}: {sides[0]} {json.dumps(a)} != {sides[1]} {json.dumps(b)}"
 
 
 # -- the test ----------------------------------------------------------------------------------
@@ -676,6 +759,13 @@ def install(control_plane: ControlPlane) -> Iterator[Callable[[Policy], None]]:
     def put(policy: Policy) -> None:
         remove()
         for obj in mutating_admission_policy(policy).objects:
+            if obj["kind"] == "MutatingAdmissionPolicyBinding":
+                # The served leg's namespaces are the webhook's alone.
+                obj["spec"]["matchResources"] = {
+                    "namespaceSelector": {
+                        "matchExpressions": [{"key": SERVED_LABEL, "operator": "DoesNotExist"}]
+                    }
+                }
             code, answer = api.call("POST", f"{ADMISSION}/{PLURAL[obj['kind']]}", obj)
             assert code == 201, answer
             names.add(obj["metadata"]["name"])
@@ -703,6 +793,86 @@ def _wait_active(api: Api, namespace: str, policy: Policy) -> None:
     raise AssertionError(f"the MutatingAdmissionPolicy of {policy.version} did not take effect")
 
 
+@contextlib.contextmanager
+def served_by_webhook(
+    plane: ControlPlane, policy_text: str, namespaces: Iterable[str], workdir: Path
+) -> Iterator[None]:
+    """`steer webhook serve` for the policy, called by the apiserver through the project's
+    MutatingWebhookConfiguration (manifests/webhook/admission.yaml) narrowed to namespaces
+    labelled SERVED_LABEL; DEVICE_CLASS, and CLAIM_TEMPLATE in each of `namespaces`, for its DRA
+    watch. Yields once every worker's catalogue has synced; all removed at the end."""
+    api = Api(plane)
+    code, answer = api.call("POST", f"{DRA}/deviceclasses", DEVICE_CLASS)
+    if code == 409:  # another test's class of that name: ours while this runs
+        current = api.call("GET", f"{DRA}/deviceclasses/gpu.nvidia.com")[1]
+        body = copy.deepcopy(DEVICE_CLASS)
+        body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+        code, answer = api.call("PUT", f"{DRA}/deviceclasses/gpu.nvidia.com", body)
+    assert code in (200, 201), answer
+    for namespace in namespaces:
+        code, answer = api.call(
+            "POST", f"{DRA}/namespaces/{namespace}/resourceclaimtemplates", CLAIM_TEMPLATE
+        )
+        assert code == 201, answer
+    policy_file = workdir / "policy.yaml"
+    policy_file.write_text(policy_text)
+    configuration = next(
+        doc
+        for doc in admission_configurations("", "")
+        if doc["kind"] == "MutatingWebhookConfiguration"
+    )
+    try:
+        with running_webhook(plane, policy_file, workdir) as hook:
+            for webhook in configuration["webhooks"]:
+                webhook["clientConfig"] = {
+                    "url": hook.url + webhook["clientConfig"]["url"],
+                    "caBundle": hook.ca_bundle,
+                }
+                webhook["namespaceSelector"]["matchExpressions"].append(
+                    {"key": SERVED_LABEL, "operator": "Exists"}
+                )
+            code, answer = api.call(
+                "POST", f"{ADMISSION}/mutatingwebhookconfigurations", configuration
+            )
+            assert code == 201, answer
+            status = hook.metrics_url.removesuffix("/metrics") + "/status"
+            wait_until(
+                "every webhook worker's DRA catalogue synced",
+                lambda: _catalogues_synced(status),
+                timeout=60,
+            )
+            yield
+    finally:
+        name = configuration["metadata"]["name"]
+        api.call("DELETE", f"{ADMISSION}/mutatingwebhookconfigurations/{name}")
+        api.call("DELETE", f"{DRA}/deviceclasses/gpu.nvidia.com")
+
+
+def _catalogues_synced(status_url: str) -> bool:
+    with requests.Session() as session:
+        session.trust_env = False
+        workers = session.get(status_url, timeout=5).json()["workers"]
+    return len(workers) == WEBHOOK_WORKERS and all(w["devices"]["synced"] for w in workers)
+
+
+def _wait_served(api: Api, namespace: str, policy: Policy) -> None:
+    """Until a probe pod in `namespace` carries the webhook's trace of this policy (the
+    apiserver picks up a new webhook configuration from its informer within a second)."""
+    probe = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "probe"},
+        "spec": {"containers": [{"name": "c", "image": "x"}]},
+    }
+
+    def steered() -> bool:
+        code, answer = api.dry_run(namespace, probe)
+        trace = read_trace(answer, trace_annotation_key(policy)) if code == 201 else None
+        return trace is not None and trace.get("policy") == policy.version and "via" not in trace
+
+    wait_until("the webhook steers the served namespace", steered, timeout=30)
+
+
 @pytest.mark.parametrize(
     ("policy_name", "pods", "seed"),
     [("example", 300, 32), ("variant", 150, 3962), ("starter", 100, 20)],
@@ -711,14 +881,15 @@ def test_the_mutating_admission_policy_steers_pods_as_the_webhook_does(
     control_plane: ControlPlane,
     make_namespace: Callable[..., str],
     install: Callable[[Policy], None],
+    tmp_path: Path,
     policy_name: str,
     pods: int,
     seed: int,
 ) -> None:
-    if policy_name == "variant":
-        policy = variant_policy()
-    else:
-        policy = parse_policy({"example": EXAMPLE_TEXT, "starter": STARTER_TEXT}[policy_name])
+    text = {"example": EXAMPLE_TEXT, "starter": STARTER_TEXT, "variant": variant_text()}[
+        policy_name
+    ]
+    policy = parse_policy(text)
     kinds = {
         "dept-a": {**OPT_IN, "tenant": "dept-a"},
         "dept-b": {**OPT_IN, "tenant": "dept-b"},
@@ -727,6 +898,10 @@ def test_the_mutating_admission_policy_steers_pods_as_the_webhook_does(
     }
     steered = {
         make_namespace(labels, prefix=f"mp-{kind}"): labels for kind, labels in kinds.items()
+    }
+    served = {
+        name: make_namespace({**labels, SERVED_LABEL: "yes"}, prefix=f"ws-{kind}")
+        for (name, labels), kind in zip(steered.items(), kinds, strict=True)
     }
     for name in list(steered):
         steered[name] = {**steered[name], "kubernetes.io/metadata.name": name}
@@ -737,7 +912,7 @@ def test_the_mutating_admission_policy_steers_pods_as_the_webhook_does(
         control_plane.ensure_namespace(plain)  # its default ServiceAccount, made late otherwise
     else:
         plain = make_namespace({}, prefix="mp-plain")
-    namespaces = Namespaces(steered, plain)
+    namespaces = Namespaces(steered, plain, served)
     api = Api(control_plane)
     install(policy)
     dept_a = next(n for n in steered if n.startswith("mp-dept-a"))
@@ -745,23 +920,27 @@ def test_the_mutating_admission_policy_steers_pods_as_the_webhook_does(
     plans = AdmissionPlans.from_policy(policy)
     tally = Tally()
     lock = threading.Lock()
-    started = time.monotonic()
-    with ThreadPoolExecutor(WORKERS) as pool:
-        for future in [
-            pool.submit(_compare_one, api, policy, plans, namespaces, seed, i, tally, lock)
-            for i in range(pods)
-        ]:
-            future.result()
-    took = time.monotonic() - started
+    with served_by_webhook(control_plane, text, served.values(), tmp_path):
+        _wait_served(api, served[dept_a], policy)
+        started = time.monotonic()
+        with ThreadPoolExecutor(WORKERS) as pool:
+            for future in [
+                pool.submit(_compare_one, api, policy, plans, namespaces, seed, i, tally, lock)
+                for i in range(pods)
+            ]:
+                future.result()
+        took = time.monotonic() - started
     print(
         f"{policy_name}: {pods} pods in {took:.1f} s: {tally.compared} compared "
         f"({tally.steered} steered), {tally.left_to_webhook} left to the webhook, "
-        f"{tally.refused} refused on both paths; rules in traces: {sorted(tally.rules.items())}"
+        f"{tally.refused} refused on both paths, {tally.served} as the running webhook serves "
+        f"them; rules in traces: {sorted(tally.rules.items())}"
     )
     assert not tally.mismatches, "\n".join(tally.mismatches[:10])
     assert not tally.refused, sorted(set(tally.reasons))[:5]
     assert tally.compared >= pods * 0.85
     assert tally.steered >= pods * 0.5
+    assert tally.served == tally.compared + tally.left_to_webhook
     if policy_name == "example":
         assert tally.left_to_webhook > 0
     elif policy_name == "variant":
