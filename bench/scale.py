@@ -105,7 +105,10 @@ the header give the file, N, every profile's value and the feasible nodes looked
 one thing of a shape's steered pods, bare and realistic (fewer or merged preferred terms, no
 pool, no terms, soft or no spread; bench/benchkit/shapes.py OPTIONS), each run against the
 shape's own twins: what each part of the mechanism costs, and what an alternative would buy.
-Not what the webhook does.
+Not what the webhook does. One option changes the twins instead: `a-chain:own-spread` gives
+both twins the chain's spread constraints as their user's own (the pod a user who wrote them
+creates; the webhook makes the same steered pod of it), so its ratio is what the rest of
+steering costs a chain whose spreading the user asked for.
 
 Method, one run = one shape and one variant: the scheduler is stopped; --pods pods are
 created (parallel POSTs) while the previous run's pods are being deleted (grace 0), and that

@@ -19,7 +19,7 @@ from bench.benchkit.realistic import (
     service,
 )
 from bench.benchkit.scheduler_profiles import nodes_to_find, with_steer_percentage
-from bench.benchkit.shapes import OPTIONS, PREFERRED, SHAPE_BY_NAME, SHAPES, shape_pods
+from bench.benchkit.shapes import OPTIONS, PREFERRED, SHAPE_BY_NAME, SHAPES, shape_pods, steer
 from steer.adapters.policy_file import load_policy_file
 from steer.core.mutation import MutationPlan
 from steer.core.scheduling import term_matches
@@ -57,7 +57,7 @@ def test_merged_terms_score_every_node_as_the_webhooks_terms_do() -> None:
         assert normalised(merged, list(trio)) == normalised(terms, list(trio)), trio
 
 
-@pytest.mark.parametrize("option", OPTIONS, ids=lambda o: o.name)
+@pytest.mark.parametrize("option", [o for o in OPTIONS if not o.twin_spread], ids=lambda o: o.name)
 def test_an_option_keeps_its_shapes_twin_and_changes_only_the_steered_pod(option: Any) -> None:
     assert option.option_of in {s.name for s in SHAPES}
     of = shape_pods(PLAN, SHAPE_BY_NAME[option.option_of])
@@ -68,6 +68,28 @@ def test_an_option_keeps_its_shapes_twin_and_changes_only_the_steered_pod(option
     for key in ("schedulerName", "tolerations"):
         assert pods.steered["spec"].get(key) == of.steered["spec"].get(key)
     assert pods.steered["metadata"] == of.steered["metadata"]
+
+
+def test_the_own_spread_option_gives_the_twins_the_chains_constraints_as_the_users_own() -> None:
+    """a-chain:own-spread: the chain's pods as the shape's, the twins with the constraints the
+    webhook adds; the webhook, given that twin as the user's pod, makes exactly the steered pod
+    (it adds no constraint that is there already), so the pair measures the rest of steering."""
+    (option,) = [o for o in OPTIONS if o.twin_spread]
+    of = shape_pods(PLAN, SHAPE_BY_NAME[option.option_of])
+    pods = shape_pods(PLAN, option)
+    assert (pods.steered, pods.realistic_steered) == (of.steered, of.realistic_steered)
+    for twin, steered, plain in (
+        (pods.twin, pods.steered, of.twin),
+        (pods.realistic_twin, pods.realistic_steered, of.realistic_twin),
+    ):
+        constraints = twin["spec"]["topologySpreadConstraints"]
+        assert {c["whenUnsatisfiable"] for c in constraints} == {"DoNotSchedule", "ScheduleAnyway"}
+        assert constraints == steered["spec"]["topologySpreadConstraints"]
+        assert {**twin, "spec": {**twin["spec"], "topologySpreadConstraints": None}} == {
+            **plain,
+            "spec": {**plain["spec"], "topologySpreadConstraints": None},
+        }
+    assert steer(PLAN, option, pods.realistic_twin).pod == pods.realistic_steered
 
 
 # -- the realistic pair, the profile lever and the placement yardstick ------------------------

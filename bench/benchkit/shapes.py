@@ -44,6 +44,9 @@ class Shape:
     # An option: the steered pods of shape `option_of` changed by `option` (see OPTIONS).
     option_of: str | None = None
     option: Option | None = None
+    # An option that changes the twins instead: both carry the spread constraints of the
+    # shape's steered pods as if the user had written them (the steered pods are the shape's).
+    twin_spread: bool = False
     about: str = ""
 
     def resources(self, cpu_m: int, memory_mi: int, gpus: int) -> dict[str, dict[str, str]]:
@@ -199,6 +202,14 @@ def shape_pods(plan: MutationPlan, shape: Shape, replica_set_uid: str = UNCREATE
     ReplicaSet, `replica_set_uid`) mutated the same way, and its twin, the realistic pod
     unchanged. An option's pods are its shape's, both steered pods changed by the option (the
     twins are the shape's own)."""
+    if shape.option_of is not None and shape.twin_spread:
+        of = shape_pods(plan, SHAPE_BY_NAME[shape.option_of], replica_set_uid)
+        return dataclasses.replace(
+            of,
+            shape=shape,
+            twin=_with_spread_of(of.twin, of.steered),
+            realistic_twin=_with_spread_of(of.realistic_twin, of.realistic_steered),
+        )
     if shape.option_of is not None and shape.option is not None:
         of = shape_pods(plan, SHAPE_BY_NAME[shape.option_of], replica_set_uid)
         steered = copy.deepcopy(of.steered)
@@ -333,6 +344,15 @@ def no_spread(spec: dict[str, Any], _plan: MutationPlan) -> None:
     del spec["topologySpreadConstraints"]
 
 
+def _with_spread_of(twin: Mapping[str, Any], steered: Mapping[str, Any]) -> dict[str, Any]:
+    """The twin with the steered pod's spread constraints, as its user's own."""
+    out = copy.deepcopy(dict(twin))
+    out["spec"]["topologySpreadConstraints"] = copy.deepcopy(
+        steered["spec"]["topologySpreadConstraints"]
+    )
+    return out
+
+
 def _option(of: str, name: str, change: Option, about: str) -> Shape:
     return dataclasses.replace(
         SHAPE_BY_NAME[of], name=f"{of}:{name}", option_of=of, option=change, about=about
@@ -350,4 +370,11 @@ OPTIONS = (
     _option("a-chain", "soft-zone", soft_zone, "zone spread ScheduleAnyway"),
     _option("a-chain", "zone-only", zone_only, "hard zone spread, no hostname spread"),
     _option("a-chain", "no-spread", no_spread, "no spread constraints"),
+    dataclasses.replace(
+        SHAPE_BY_NAME["a-chain"],
+        name="a-chain:own-spread",
+        option_of="a-chain",
+        twin_spread=True,
+        about="the twins carry the chain's spread constraints as their user's own",
+    ),
 )
