@@ -774,23 +774,26 @@ def install(control_plane: ControlPlane) -> Iterator[Callable[[Policy], None]]:
     remove()
 
 
-def _wait_active(api: Api, namespace: str, policy: Policy) -> None:
-    """Until a probe pod in `namespace` carries this policy's trace (the apiserver picks up a
-    new policy from its informer within a second or two)."""
+def _wait_steered(api: Api, namespace: str, policy: Policy, via: str | None) -> None:
+    """Until a probe pod in `namespace` carries this policy's trace with `via` (TRACE_VIA: the
+    MutatingAdmissionPolicy's; None: the webhook's). The apiserver picks up a new policy or
+    webhook configuration from its informer within a second or two."""
     probe = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": "probe"},
         "spec": {"containers": [{"name": "c", "image": "x"}]},
     }
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+
+    def steered() -> bool:
         code, answer = api.dry_run(namespace, probe)
         trace = read_trace(answer, trace_annotation_key(policy)) if code == 201 else None
-        if trace and trace.get("policy") == policy.version and trace.get("via") == TRACE_VIA:
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"the MutatingAdmissionPolicy of {policy.version} did not take effect")
+        return trace is not None and (trace.get("policy"), trace.get("via")) == (
+            policy.version,
+            via,
+        )
+
+    wait_until(f"pods in {namespace} steered by {via or 'the webhook'}", steered, timeout=30)
 
 
 @contextlib.contextmanager
@@ -855,24 +858,6 @@ def _catalogues_synced(status_url: str) -> bool:
     return len(workers) == WEBHOOK_WORKERS and all(w["devices"]["synced"] for w in workers)
 
 
-def _wait_served(api: Api, namespace: str, policy: Policy) -> None:
-    """Until a probe pod in `namespace` carries the webhook's trace of this policy (the
-    apiserver picks up a new webhook configuration from its informer within a second)."""
-    probe = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "probe"},
-        "spec": {"containers": [{"name": "c", "image": "x"}]},
-    }
-
-    def steered() -> bool:
-        code, answer = api.dry_run(namespace, probe)
-        trace = read_trace(answer, trace_annotation_key(policy)) if code == 201 else None
-        return trace is not None and trace.get("policy") == policy.version and "via" not in trace
-
-    wait_until("the webhook steers the served namespace", steered, timeout=30)
-
-
 @pytest.mark.parametrize(
     ("policy_name", "pods", "seed"),
     [("example", 300, 32), ("variant", 150, 3962), ("starter", 100, 20)],
@@ -916,12 +901,12 @@ def test_the_mutating_admission_policy_steers_pods_as_the_webhook_does(
     api = Api(control_plane)
     install(policy)
     dept_a = next(n for n in steered if n.startswith("mp-dept-a"))
-    _wait_active(api, dept_a, policy)
+    _wait_steered(api, dept_a, policy, TRACE_VIA)
     plans = AdmissionPlans.from_policy(policy)
     tally = Tally()
     lock = threading.Lock()
     with served_by_webhook(control_plane, text, served.values(), tmp_path):
-        _wait_served(api, served[dept_a], policy)
+        _wait_steered(api, served[dept_a], policy, None)
         started = time.monotonic()
         with ThreadPoolExecutor(WORKERS) as pool:
             for future in [
