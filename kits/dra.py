@@ -63,14 +63,16 @@ def gpu_uuid(node: str, index: int) -> str:
 # -- the objects ------------------------------------------------------------------------------
 
 
-def device_class_body(name: str = DEVICE_CLASS) -> dict[str, Any]:
+def device_class_body(
+    name: str = DEVICE_CLASS, extended_name: str = EXTENDED_NAME
+) -> dict[str, Any]:
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "DeviceClass",
         "metadata": {"name": name},
         "spec": {
             "selectors": [{"cel": {"expression": SELECTOR}}],
-            "extendedResourceName": EXTENDED_NAME,
+            "extendedResourceName": extended_name,
         },
     }
 
@@ -301,8 +303,11 @@ class DraKit:
             replaced = {**body, "metadata": {**body["metadata"], **_version(current)}}
             self.kube.request("PUT", f"{path}/{name}", body=replaced)
 
-    def ensure_device_class(self, name: str = DEVICE_CLASS) -> None:
-        self._create(f"{API}/deviceclasses", device_class_body(name))
+    def ensure_device_class(
+        self, name: str = DEVICE_CLASS, extended_name: str = EXTENDED_NAME
+    ) -> None:
+        """The class (replaced if there), its devices requestable as `extended_name`."""
+        self._create(f"{API}/deviceclasses", device_class_body(name, extended_name))
 
     def publish_gpus(self, node: str, gpus: int = GPUS_PER_NODE) -> None:
         """The node's ResourceSlice with `gpus` devices (replaced if there)."""

@@ -47,6 +47,10 @@ class DeviceStore(Protocol):
     def status(self) -> DraStoreStatus: ...
 
 
+# The generation of a catalogue that has not synced (no request's verdict read one).
+UNSYNCED = -1
+
+
 @dataclass(frozen=True)
 class DeviceCatalogStatus:
     watched: bool  # False: no DRA watch runs in this worker
@@ -114,7 +118,7 @@ class WatchedDevices:
         # Read before the catalogue: a verdict decided on newer objects is kept under an older
         # number, which no later request asks for.
         generation = self.store.generation
-        return generation if self.store.synced else -1
+        return generation if self.store.synced else UNSYNCED
 
     def status(self) -> DeviceCatalogStatus:
         store = self.store.status()

@@ -34,7 +34,7 @@ from steer.core.decision import (
 from steer.core.policy import Policy
 from webhook import review as rv
 from webhook.decision_cache import DEFAULT_ENTRIES, DecisionCache, reusable, template_key
-from webhook.devices import DeviceSource, NoDevices
+from webhook.devices import UNSYNCED, DeviceSource, NoDevices
 from webhook.metrics import WebhookMetrics
 from webhook.namespaces import NamespaceSource
 
@@ -218,7 +218,7 @@ class AdmissionHandler:
         plans, cache = self._decided
         # The request holds the catalogue as `_request` found it: none (not synced) is its own
         # key, whatever the store says by now.
-        devices = -1 if request.devices is None else self.devices.generation()
+        devices = UNSYNCED if request.devices is None else self.devices.generation()
         key = template_key(request, devices) if cache.entries else None
         if key is None:
             return decide_mutation(plans, request)

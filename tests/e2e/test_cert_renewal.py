@@ -222,8 +222,9 @@ class BundleWatch:
             for hook in config["webhooks"]:
                 pem = base64.b64decode(hook["clientConfig"].get("caBundle", ""))
                 state.update(map(fingerprint, parse_bundle(pem)))
-        if not self.states or self.states[-1] != tuple(sorted(state)):
-            self.states.append(tuple(sorted(state)))
+        cas = tuple(sorted(state))
+        if not self.states or self.states[-1] != cas:
+            self.states.append(cas)
 
 
 # --- the installation ------------------------------------------------------------------------

@@ -61,8 +61,10 @@ import requests
 import yaml
 
 from kits.control_plane import ControlPlane
+from kits.dra import DEVICE_CLASS, DraKit, device_class_body
 from kits.service_processes import admission_configurations, running_webhook
 from kits.waiting import wait_until
+from steer.adapters.kubejson import KubeJson
 from steer.core.admission_policy import admission_policies
 from steer.core.admission_policy.mutating import (
     TRACE_VIA,
@@ -180,44 +182,24 @@ def reduced_policy(name: str) -> Policy:
     return parse_policy(yaml.safe_dump(doc))
 
 
-# The DRA objects the webhook's watch reads in the served leg, and the in-process leg's catalogue
-# built from the same: one DeviceClass that maps an extended resource (and, as every class, its
-# implicit `deviceclass.resource.kubernetes.io/<class>` name), one claim template per namespace.
-DEVICE_CLASS: dict[str, Any] = {
-    "apiVersion": "resource.k8s.io/v1",
-    "kind": "DeviceClass",
-    "metadata": {"name": "gpu.nvidia.com"},
-    "spec": {
-        "selectors": [{"cel": {"expression": 'device.driver == "gpu.nvidia.com"'}}],
-        "extendedResourceName": "example.com/dra-gpu",
-    },
-}
-CLAIM_TEMPLATE: dict[str, Any] = {
-    "apiVersion": "resource.k8s.io/v1",
-    "kind": "ResourceClaimTemplate",
-    "metadata": {"name": "gpu-claim"},
-    "spec": {
-        "spec": {
-            "devices": {
-                "requests": [
-                    {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 1}}
-                ]
-            }
-        }
-    },
-}
+# The DRA objects the webhook's watch reads in the served leg (kits/dra.py's, the class mapping
+# DRA_GPU), and the in-process leg's catalogue built from the same: the class's extended names
+# (DRA_GPU and, as every class's, `deviceclass.resource.kubernetes.io/<class>`), one claim
+# template per namespace.
+DRA_GPU = "example.com/dra-gpu"
+CLAIM_TEMPLATE = "gpu-claim"
 
 
 class Catalogue:
-    """The webhook's DRA catalogue as its synced watch has it for DEVICE_CLASS and
-    CLAIM_TEMPLATE (in every namespace of the test)."""
+    """The webhook's DRA catalogue as its synced watch has it for kits/dra.py's DeviceClass
+    (mapping DRA_GPU) and CLAIM_TEMPLATE (in every namespace of the test)."""
 
     def __init__(self) -> None:
-        info = DeviceClassInfo.from_object(DEVICE_CLASS)
+        info = DeviceClassInfo.from_object(device_class_body(DEVICE_CLASS, DRA_GPU))
         self.by_extended = classes_by_extended_name({info.name: info})
 
     def template_classes(self, namespace: str, name: str) -> frozenset[str] | None:
-        return frozenset({"gpu.nvidia.com"}) if name == "gpu-claim" else None
+        return frozenset({DEVICE_CLASS}) if name == CLAIM_TEMPLATE else None
 
     def claim_classes(self, namespace: str, name: str) -> frozenset[str] | None:
         return None
@@ -318,7 +300,7 @@ def make_pod(rng: random.Random, policy: Policy, name: str) -> dict[str, Any]:
     if rng.random() < 0.05:
         spec["nodeName"] = "node-picked"
     if rng.random() < 0.04:
-        spec["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "gpu-claim"}]
+        spec["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": CLAIM_TEMPLATE}]
     metadata: dict[str, Any] = {"name": name, "labels": labels}
     if rng.random() < 0.05:
         metadata["annotations"] = {"kube-steer.github.io/trace": '{"policy":"forged"}'}
@@ -802,21 +784,14 @@ def served_by_webhook(
 ) -> Iterator[None]:
     """`steer webhook serve` for the policy, called by the apiserver through the project's
     MutatingWebhookConfiguration (manifests/webhook/admission.yaml) narrowed to namespaces
-    labelled SERVED_LABEL; DEVICE_CLASS, and CLAIM_TEMPLATE in each of `namespaces`, for its DRA
-    watch. Yields once every worker's catalogue has synced; all removed at the end."""
+    labelled SERVED_LABEL; kits/dra.py's DeviceClass (mapping DRA_GPU), and CLAIM_TEMPLATE in
+    each of `namespaces`, for its DRA watch. Yields once every worker's catalogue has synced; all
+    removed at the end."""
     api = Api(plane)
-    code, answer = api.call("POST", f"{DRA}/deviceclasses", DEVICE_CLASS)
-    if code == 409:  # another test's class of that name: ours while this runs
-        current = api.call("GET", f"{DRA}/deviceclasses/gpu.nvidia.com")[1]
-        body = copy.deepcopy(DEVICE_CLASS)
-        body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-        code, answer = api.call("PUT", f"{DRA}/deviceclasses/gpu.nvidia.com", body)
-    assert code in (200, 201), answer
+    dra = DraKit(KubeJson(plane.api_client()))
+    dra.ensure_device_class(DEVICE_CLASS, DRA_GPU)  # another test's of that name: ours meanwhile
     for namespace in namespaces:
-        code, answer = api.call(
-            "POST", f"{DRA}/namespaces/{namespace}/resourceclaimtemplates", CLAIM_TEMPLATE
-        )
-        assert code == 201, answer
+        dra.ensure_claim_template(namespace, CLAIM_TEMPLATE, 1)
     policy_file = workdir / "policy.yaml"
     policy_file.write_text(policy_text)
     configuration = next(
@@ -848,7 +823,7 @@ def served_by_webhook(
     finally:
         name = configuration["metadata"]["name"]
         api.call("DELETE", f"{ADMISSION}/mutatingwebhookconfigurations/{name}")
-        api.call("DELETE", f"{DRA}/deviceclasses/gpu.nvidia.com")
+        api.call("DELETE", f"{DRA}/deviceclasses/{DEVICE_CLASS}")
 
 
 def _catalogues_synced(status_url: str) -> bool:
