@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from bench.benchkit.placement_quality import judge_placement
+from bench.benchkit.placement_quality import eligible_room, fleet_snapshot, judge_placement
 from bench.benchkit.realistic import (
     REALISTIC_BYTES,
     pod_bytes,
@@ -83,7 +83,10 @@ def test_the_own_spread_option_gives_the_twins_the_chains_constraints_as_the_use
         (pods.realistic_twin, pods.realistic_steered, of.realistic_twin),
     ):
         constraints = twin["spec"]["topologySpreadConstraints"]
-        assert {c["whenUnsatisfiable"] for c in constraints} == {"DoNotSchedule", "ScheduleAnyway"}
+        assert [c["topologyKey"] for c in constraints] == [
+            "topology.kubernetes.io/zone",
+            "kubernetes.io/hostname",
+        ]
         assert constraints == steered["spec"]["topologySpreadConstraints"]
         assert {**twin, "spec": {**twin["spec"], "topologySpreadConstraints": None}} == {
             **plain,
@@ -134,6 +137,24 @@ def test_no_pool_removes_every_pool_and_gate_request_and_limit() -> None:
                 ]
 
 
+@pytest.mark.parametrize(
+    ("name", "softened"),
+    [
+        ("a-chain:soft-zone", "topology.kubernetes.io/zone"),
+        ("a-chain:soft-hosts", "kubernetes.io/hostname"),
+    ],
+)
+def test_a_soft_spread_option_softens_its_topology_only(name: str, softened: str) -> None:
+    """The chain's constraints as the example policy makes them (both hard), one made soft."""
+    of = shape_pods(PLAN, SHAPE_BY_NAME["a-chain"]).steered["spec"]["topologySpreadConstraints"]
+    got = shape_pods(PLAN, next(o for o in OPTIONS if o.name == name)).steered["spec"]
+    assert {c["whenUnsatisfiable"] for c in of} == {"DoNotSchedule"}
+    assert got["topologySpreadConstraints"] == [
+        {**c, "whenUnsatisfiable": "ScheduleAnyway"} if c["topologyKey"] == softened else c
+        for c in of
+    ]
+
+
 def test_the_steer_percentage_goes_to_the_steer_profiles_only() -> None:
     config = {
         "profiles": [
@@ -179,3 +200,27 @@ def test_the_placement_yardstick_counts_pods_on_the_best_nodes() -> None:
     assert quality.off_eligible == 0
     assert judge_placement("score", scores, preference, room, ["x"]).off_eligible == 1  # type: ignore[union-attr]
     assert judge_placement("score", scores, preference, room, []) is None
+
+
+def test_a_hard_host_spread_caps_what_a_node_holds_of_the_run() -> None:
+    chain = shape_pods(PLAN, SHAPE_BY_NAME["a-chain"])
+    allocatable = {"cpu": "64", "memory": "256Gi", "pods": "110"}
+    prefix = PLAN.policy.spec.resource_prefix
+    for container in chain.steered["spec"]["containers"]:
+        allocatable |= {
+            k: "1000000" for k in container["resources"]["requests"] if k.startswith(prefix)
+        }
+    node = {
+        "metadata": {"name": "n", "labels": {}},
+        "spec": {},
+        "status": {"allocatable": allocatable},
+    }
+    fleet = fleet_snapshot([node], keys=())
+    hosts = next(
+        c
+        for c in chain.steered["spec"]["topologySpreadConstraints"]
+        if c["topologyKey"] == "kubernetes.io/hostname"
+    )
+    assert eligible_room(fleet, chain.steered) == {"n": hosts["maxSkew"]}
+    soft = shape_pods(PLAN, next(o for o in OPTIONS if o.name == "a-chain:soft-hosts"))
+    assert eligible_room(fleet, soft.steered) == {"n": 110}  # 100m of cpu each: pods caps it

@@ -166,7 +166,7 @@ def test_demo_runs_the_whole_loop(
         assert {"spread:order-chain", "spread:order-chain-hosts"} <= set(replica["rules"])
         assert replica["steering"]["spread"] == [
             "topology.kubernetes.io/zone:DoNotSchedule",
-            "kubernetes.io/hostname:ScheduleAnyway",
+            "kubernetes.io/hostname:DoNotSchedule",
         ]
 
     dept_a = pods["team-a/web"]

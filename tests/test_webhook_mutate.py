@@ -173,8 +173,15 @@ def test_replicaset_pod_spreads_by_order_chain_with_template_hash_and_tolerates_
         "whenUnsatisfiable": "DoNotSchedule",
         "labelSelector": {"matchLabels": {"order-chain": "checkout"}},
         "matchLabelKeys": ["pod-template-hash"],
+        "nodeTaintsPolicy": "Honor",
     }
-    assert hosts["topologyKey"] == "kubernetes.io/hostname" and "matchLabelKeys" not in hosts
+    assert hosts == {
+        "maxSkew": 2,
+        "topologyKey": "kubernetes.io/hostname",
+        "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {"matchLabels": {"order-chain": "checkout"}},
+        "nodeTaintsPolicy": "Honor",
+    }
     assert patched["spec"]["tolerations"][-1] == {
         "key": "kube-steer.github.io/gpu-hot",
         "operator": "Equal",
@@ -184,6 +191,29 @@ def test_replicaset_pod_spreads_by_order_chain_with_template_hash_and_tolerates_
     assert patched["spec"]["schedulerName"] == "steer-spread"
     trace = patched["metadata"]["annotations"]["kube-steer.github.io/trace"]
     assert POLICY.version in trace and "tolerate:gpu-hot" in trace and "spread:order-chain" in trace
+
+
+def test_a_users_zone_constraint_that_differs_only_in_node_taints_policy_is_the_users() -> None:
+    """The zone rule asks for `nodeTaintsPolicy: Honor`: a pod with the same constraint but
+    for that field has a constraint of its own on the zone (kept; the rule is not in effect),
+    while the constraint with it is the rule's own (in effect, nothing added)."""
+    pod = fixture_pod("pod-create-by-replicaset.json")
+    own = apply(pod, mutate_pod(PLAN, pod, DEPT_A).ops)["spec"]["topologySpreadConstraints"][0]
+    assert own["nodeTaintsPolicy"] == "Honor"
+    for theirs, in_effect in (
+        ({k: v for k, v in own.items() if k != "nodeTaintsPolicy"}, False),
+        (own, True),
+    ):
+        pod["spec"]["topologySpreadConstraints"] = [theirs]
+        patched = apply(pod, mutate_pod(PLAN, pod, DEPT_A).ops)
+        constraints = patched["spec"]["topologySpreadConstraints"]
+        assert constraints[0] == theirs
+        assert [c["topologyKey"] for c in constraints] == [
+            "topology.kubernetes.io/zone",
+            "kubernetes.io/hostname",
+        ]
+        trace = patched["metadata"]["annotations"]["kube-steer.github.io/trace"]
+        assert ('"spread:order-chain"' in trace) is in_effect
 
 
 def test_no_tenant_gets_preferences_but_no_hard_rule() -> None:

@@ -17,10 +17,12 @@ wrote them (its labels, taints and status resources do not change during the ben
 - counted: the node's allocatable covers the run pod's requests, every resource of it
   (`nvidia.com/gpu` for the GPU shape, the policy's pools and gates, cpu, memory); the pod
   tolerates the node's NoSchedule and NoExecute taints (the scorer's `unhealthy`); the node is
-  not cordoned. Kubernetes' own rules, from steer.core.scheduling;
+  not cordoned. Kubernetes' own rules, from steer.core.scheduling; a hard hostname spread
+  constraint (a-chain's) caps a node at its maxSkew pods of the run: the run's pods all match
+  it, and while some eligible node holds none (4,752 nodes, 2,000 pods) the minimum is 0;
 - not counted: what the run's own pods use up as they bind (the ceilings say how many pods
   the best nodes hold), required node affinity and nodeSelector (the bench's pods set none),
-  topology spread (a-chain's hard zone spread caps the pods one zone may take), and all else
+  other topology spread (a-chain's hard zone spread caps the pods one zone may take), and all else
   the scheduler weighs beside node affinity (spreading, allocation, taints it merely prefers
   to avoid).
 
@@ -49,6 +51,7 @@ from steer.core.scheduling import (
 
 BUCKET_STEP = 10  # the scorer's label buckets: 0, 10, ..., 100
 PODS = "pods"  # the allocatable that caps how many pods a node holds, whatever they request
+HOSTNAME = "kubernetes.io/hostname"
 
 
 @dataclass(frozen=True)
@@ -148,11 +151,16 @@ def eligible_room(fleet: FleetSnapshot, pod: Mapping[str, Any]) -> dict[str, int
     spec = pod_spec_of(pod)
     requests = pod_requests(spec)
     tolerations = tolerations_of(spec)
+    per_host = [
+        c["maxSkew"]
+        for c in spec.get("topologySpreadConstraints") or ()
+        if c.get("topologyKey") == HOSTNAME and c.get("whenUnsatisfiable") == "DoNotSchedule"
+    ]
     out = {}
     for name, room in fleet.rooms.items():
         if blocking_taints(tolerations, room.taints, unschedulable=room.unschedulable):
             continue
-        fits = pods_that_fit(room, requests)
+        fits = min([pods_that_fit(room, requests), *per_host])
         if fits > 0:
             out[name] = fits
     return out

@@ -329,9 +329,13 @@ def no_pool(spec: dict[str, Any], plan: MutationPlan) -> None:
                 del amounts[name]
 
 
-def soft_zone(spec: dict[str, Any], _plan: MutationPlan) -> None:
-    for c in spec["topologySpreadConstraints"]:
-        c["whenUnsatisfiable"] = "ScheduleAnyway"
+def _soften(topology_key: str) -> Option:
+    def soften(spec: dict[str, Any], _plan: MutationPlan) -> None:
+        for c in spec["topologySpreadConstraints"]:
+            if c["topologyKey"] == topology_key:
+                c["whenUnsatisfiable"] = "ScheduleAnyway"
+
+    return soften
 
 
 def zone_only(spec: dict[str, Any], _plan: MutationPlan) -> None:
@@ -367,7 +371,12 @@ OPTIONS = (
     _option("a-burstable", "no-terms", no_terms, "pool requests, no preferred terms"),
     _option("a-burstable", "no-pool", no_pool, "preferred terms, no pool requests"),
     _option("b-guaranteed", "no-terms", no_terms, "pool and gate requests, no preferred terms"),
-    _option("a-chain", "soft-zone", soft_zone, "zone spread ScheduleAnyway"),
+    _option(
+        "a-chain", "soft-zone", _soften("topology.kubernetes.io/zone"), "zone spread ScheduleAnyway"
+    ),
+    _option(
+        "a-chain", "soft-hosts", _soften("kubernetes.io/hostname"), "host spread ScheduleAnyway"
+    ),
     _option("a-chain", "zone-only", zone_only, "hard zone spread, no hostname spread"),
     _option("a-chain", "no-spread", no_spread, "no spread constraints"),
     dataclasses.replace(

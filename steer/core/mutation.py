@@ -278,6 +278,8 @@ def spread_constraint(rule: SpreadRule, labels: Mapping[str, str]) -> Json | Non
         "whenUnsatisfiable": rule.when_unsatisfiable,
         "labelSelector": {"matchLabels": {rule.label_key: value}},
     }
+    if rule.node_taints_policy is not None:
+        constraint["nodeTaintsPolicy"] = rule.node_taints_policy
     # matchLabelKeys only "fits" for keys the pod has (e.g. pod-template-hash on controller
     # pods, which keeps rollouts from counting the old ReplicaSet's pods).
     keys = [k for k in rule.match_label_keys if k in labels and k != rule.label_key]

@@ -383,6 +383,7 @@ def test_pod_in_opted_in_namespace_is_steered_and_user_settings_are_kept(
             "topologyKey": "kubernetes.io/hostname",
             "whenUnsatisfiable": hosts.when_unsatisfiable,
             "labelSelector": {"matchLabels": {hosts.label_key: "c1"}},
+            "nodeTaintsPolicy": hosts.node_taints_policy,
         },
     ]
     # Everything else the user set under affinity is untouched.

@@ -392,6 +392,9 @@ def _existing_spread(rng: random.Random, spec: dict[str, Any], labels: Mapping[s
         }
         if "pod-template-hash" in labels:
             constraint["matchLabelKeys"] = ["pod-template-hash"]
+        # Mostly the rule's own; else the same but for its nodeTaintsPolicy (another constraint).
+        if rng.random() < 0.7:
+            constraint["nodeTaintsPolicy"] = "Honor"
     elif roll < 0.9:
         constraint = {
             "maxSkew": 4,

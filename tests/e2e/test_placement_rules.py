@@ -4,6 +4,9 @@
   even when the GPU nodes score best, yet places them there when nothing else fits;
 - the order chain's zone spread (`DoNotSchedule`) holds against a preference that pulls every
   replica into one zone (a `ScheduleAnyway` constraint loses to it: measured for contrast);
+- its host spread caps the replicas on a node against the same pull, and a zone the scorer
+  tainted `unhealthy` is left out of both (`nodeTaintsPolicy: Honor`), where the Kubernetes
+  default would hold the other zones to its count and leave replicas Pending;
 - GPU jobs pack onto one GPU node, CPU overflow goes to the GPU node whose GPUs are busy from
   outside (the scorer does not reserve a node the class avoids), and whole GPU nodes stay free
   for whole-node jobs, which then bind.
@@ -14,6 +17,7 @@ steer/core/mutation.py), and are confined to this test's nodes by a node-set lab
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections import Counter
 from typing import Any
@@ -25,7 +29,13 @@ from scorer.model import NodeState
 from scorer.plan import ScorerMemory, plan_cycle
 from steer.core.mutation import spread_constraint
 from steer.core.policy import parse_policy
-from steer.core.steering import class_preferences, composite_key, pod_gates, reserved_key
+from steer.core.steering import (
+    class_preferences,
+    composite_key,
+    condition_key,
+    pod_gates,
+    reserved_key,
+)
 from tests.e2e.test_scheduler import (
     SET_KEY,
     bare_pod,
@@ -128,6 +138,84 @@ def test_order_chain_zone_spread_holds_against_the_preference(
     assert max(hard.values()) - min(hard.get(z, 0) for z in ("zone-a", "zone-b", "zone-c")) <= 1
     soft = _chain_replicas(control_plane, make_node, make_namespace, "ScheduleAnyway")
     record_property("schedule_anyway_zones", dict(soft))
+
+
+def _placed_or_unschedulable(
+    core: client.CoreV1Api, namespace: str, names: list[str], timeout: float = 30.0
+) -> dict[str, str | None]:
+    """Pod name -> its node, or None once the scheduler has found it Unschedulable."""
+    done: dict[str, str | None] = {}
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and len(done) < len(names):
+        for pod in core.list_namespaced_pod(namespace).items:
+            if pod.spec.node_name:
+                done[pod.metadata.name] = pod.spec.node_name
+            elif any(
+                c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable"
+                for c in pod.status.conditions or ()
+            ):
+                done[pod.metadata.name] = None
+        time.sleep(0.3)
+    assert len(done) == len(names), f"neither bound nor unschedulable: {set(names) - set(done)}"
+    return done
+
+
+def test_order_chain_caps_replicas_per_host_and_leaves_a_tainted_zone_out(
+    control_plane: ControlPlane, make_node: Any, make_namespace: Any
+) -> None:
+    """Three zones of two nodes; zone-c tainted `unhealthy` (NoSchedule, as the scorer taints),
+    one node of zone-a scoring best. Eight replicas with the example's two spread rules: zone-c
+    is no domain, so zones a and b take four each, and no node more than the host rule's
+    maxSkew above the least loaded usable node, however hard the preference pulls. The same replicas with the Kubernetes default
+    (`nodeTaintsPolicy` unset): zone-c counts with 0 replicas, and only one replica per other
+    zone binds."""
+    rules = {r.topology_key: r for r in POLICY.spec.spread}
+    zone_rule, host_rule = rules["topology.kubernetes.io/zone"], rules["kubernetes.io/hostname"]
+    assert zone_rule.when_unsatisfiable == host_rule.when_unsatisfiable == "DoNotSchedule"
+    assert zone_rule.node_taints_policy == host_rule.node_taints_policy == "Honor"
+    unhealthy = POLICY.taint_rule("unhealthy")
+    assert unhealthy.effect == "NoSchedule"
+    taint = {"key": condition_key(POLICY, unhealthy), "value": "true", "effect": "NoSchedule"}
+    set_id = f"hosts-{uuid.uuid4().hex[:6]}"
+    zone_of: dict[str, str] = {}
+    for zone in ("zone-a", "zone-b", "zone-c"):
+        for i in range(2):
+            name = f"{set_id}-{zone}-{i}"
+            zone_of[name] = zone
+            make_node(
+                name,
+                cpu="32",
+                memory="128Gi",
+                zone=zone,
+                labels={SET_KEY: set_id, SCORE: "100" if (zone, i) == ("zone-a", 0) else "10"},
+                taints=[taint] if zone == "zone-c" else (),
+            )
+    core = client.CoreV1Api(control_plane.api_client())
+    labels = {"order-chain": "checkout", "pod-template-hash": "abc123"}
+    template = pod_template(set_id, "steer-spread", labels=labels, preferred=_cpu_pod_terms())
+    names = [f"chain-{i}" for i in range(8)]
+
+    def replicas(honor: bool) -> dict[str, str | None]:
+        constraints = [spread_constraint(r, labels) for r in (zone_rule, host_rule)]
+        for c in constraints:
+            assert c is not None
+            if not honor:
+                del c["nodeTaintsPolicy"]
+        template["spec"]["topologySpreadConstraints"] = constraints
+        ns = make_namespace(prefix="hosts")
+        for name in names:
+            core.create_namespaced_pod(ns, bare_pod(name, template))
+        return _placed_or_unschedulable(core, ns, names)
+
+    placed = replicas(honor=True)
+    assert None not in placed.values(), placed
+    per_node = Counter(placed.values())
+    assert Counter(zone_of[n] for n in placed.values()) == {"zone-a": 4, "zone-b": 4}
+    usable = [per_node[n] for n, zone in zone_of.items() if zone != "zone-c"]
+    assert max(usable) - min(usable) <= host_rule.max_skew, per_node
+
+    held = replicas(honor=False)
+    assert Counter(zone_of[n] for n in held.values() if n) == {"zone-a": 1, "zone-b": 1}, held
 
 
 def test_gpu_jobs_pack_and_leave_whole_nodes_for_whole_node_jobs(

@@ -438,7 +438,12 @@ def _spread_variables(policy: Policy) -> tuple[list[Json], list[str], list[str]]
             f"{key} in variables.podLabels && variables.existingSpread.exists(c, "
             f"c.topologyKey == {cel_string(rule.topology_key)} && c.maxSkew == {rule.max_skew} "
             f"&& c.whenUnsatisfiable == {cel_string(rule.when_unsatisfiable)} && "
-            "c.?labelSelector.hasValue() && "
+            + (
+                ""
+                if rule.node_taints_policy is None
+                else f"c.?nodeTaintsPolicy.orValue('') == {cel_string(rule.node_taints_policy)} && "
+            )
+            + "c.?labelSelector.hasValue() && "
             "size(c.labelSelector.?matchExpressions.orValue([])) == 0 && "
             f"c.labelSelector.?matchLabels.orValue({{}}) == {{{key}: variables.podLabels[{key}]}}"
             f" && (size({match_keys}) == 0 || c.?matchLabelKeys.orValue([]) == {match_keys}))"
@@ -460,6 +465,8 @@ def _spread_variables(policy: Policy) -> tuple[list[Json], list[str], list[str]]
             "whenUnsatisfiable": rule.when_unsatisfiable,
             "labelSelector": {"matchLabels": Cel(f"{{{key}: variables.podLabels[{key}]}}")},
         }
+        if rule.node_taints_policy is not None:
+            constraint["nodeTaintsPolicy"] = rule.node_taints_policy
         with_keys = {**constraint, "matchLabelKeys": Cel(match_keys)}
         adds.append(
             Cel(
@@ -594,8 +601,8 @@ def not_covered(policy: Policy) -> tuple[NotCovered, ...]:
         )
         for i, a in enumerate(policy.spec.spread)
         for b in policy.spec.spread[i + 1 :]
-        if (a.label_key, a.topology_key, a.max_skew, a.when_unsatisfiable)
-        == (b.label_key, b.topology_key, b.max_skew, b.when_unsatisfiable)
+        if (a.label_key, a.topology_key, a.max_skew, a.when_unsatisfiable, a.node_taints_policy)
+        == (b.label_key, b.topology_key, b.max_skew, b.when_unsatisfiable, b.node_taints_policy)
     ]
     return tuple(out)
 

@@ -104,6 +104,11 @@ class SpreadRule(PolicyModel):
     max_skew: MaxSkew = 1
     when_unsatisfiable: Literal["DoNotSchedule", "ScheduleAnyway"] = "ScheduleAnyway"
     match_label_keys: tuple[str, ...] = ()
+    # Whether nodes with a NoSchedule/NoExecute taint the pod does not tolerate count as
+    # domains (`Honor`) or not; unset leaves the Kubernetes default (`Ignore`). With `Ignore`,
+    # a zone the scorer tainted `unhealthy` keeps its count, and a hard constraint holds the
+    # other zones to it.
+    node_taints_policy: Literal["Honor", "Ignore"] | None = None
 
     def issues(self) -> Iterator[PolicyIssue]:
         for problem in label_key_errors(self.label_key):
