@@ -166,9 +166,9 @@ def test_order_chain_caps_replicas_per_host_and_leaves_a_tainted_zone_out(
     """Three zones of two nodes; zone-c tainted `unhealthy` (NoSchedule, as the scorer taints),
     one node of zone-a scoring best. Eight replicas with the example's two spread rules: zone-c
     is no domain, so zones a and b take four each, and no node more than the host rule's
-    maxSkew above the least loaded usable node, however hard the preference pulls. The same replicas with the Kubernetes default
-    (`nodeTaintsPolicy` unset): zone-c counts with 0 replicas, and only one replica per other
-    zone binds."""
+    maxSkew above the least loaded usable node, however hard the preference pulls. The same
+    replicas with the Kubernetes default (`nodeTaintsPolicy` unset): zone-c counts with 0
+    replicas, and only one replica per other zone binds."""
     rules = {r.topology_key: r for r in POLICY.spec.spread}
     zone_rule, host_rule = rules["topology.kubernetes.io/zone"], rules["kubernetes.io/hostname"]
     assert zone_rule.when_unsatisfiable == host_rule.when_unsatisfiable == "DoNotSchedule"

@@ -434,16 +434,16 @@ def _spread_variables(policy: Policy) -> tuple[list[Json], list[str], list[str]]
         key = cel_string(rule.label_key)
         keys = cel_list(k for k in rule.match_label_keys if k != rule.label_key)
         match_keys = f"{keys}.filter(k, k in variables.podLabels)"
+        taints = (
+            ""
+            if rule.node_taints_policy is None
+            else f"c.?nodeTaintsPolicy.orValue('') == {cel_string(rule.node_taints_policy)} && "
+        )
         same = (
             f"{key} in variables.podLabels && variables.existingSpread.exists(c, "
             f"c.topologyKey == {cel_string(rule.topology_key)} && c.maxSkew == {rule.max_skew} "
-            f"&& c.whenUnsatisfiable == {cel_string(rule.when_unsatisfiable)} && "
-            + (
-                ""
-                if rule.node_taints_policy is None
-                else f"c.?nodeTaintsPolicy.orValue('') == {cel_string(rule.node_taints_policy)} && "
-            )
-            + "c.?labelSelector.hasValue() && "
+            f"&& c.whenUnsatisfiable == {cel_string(rule.when_unsatisfiable)} && {taints}"
+            "c.?labelSelector.hasValue() && "
             "size(c.labelSelector.?matchExpressions.orValue([])) == 0 && "
             f"c.labelSelector.?matchLabels.orValue({{}}) == {{{key}: variables.podLabels[{key}]}}"
             f" && (size({match_keys}) == 0 || c.?matchLabelKeys.orValue([]) == {match_keys}))"
