@@ -45,6 +45,26 @@ DEFAULT_SCORE_WEIGHTS = {
     "ImageLocality": 1,
 }
 
+# The plugins of the same multiPoint set that have a Filter extension, in its order as the
+# v1.36.2 binary defaults it (`kube-scheduler --write-config-to`; tests/e2e/test_scheduler.py
+# checks this list against it).
+DEFAULT_FILTER_ORDER = (
+    "NodeUnschedulable",
+    "NodeName",
+    "TaintToleration",
+    "NodeAffinity",
+    "NodePorts",
+    "NodeResourcesFit",
+    "VolumeRestrictions",
+    "NodeVolumeLimits",
+    "VolumeBinding",
+    "VolumeZone",
+    "PodTopologySpread",
+    "InterPodAffinity",
+    "DynamicResources",
+    "NodeDeclaredFeatures",
+)
+
 
 # --- compact kubescheduler.config.k8s.io/v1 schema -------------------------------------------
 
@@ -225,6 +245,26 @@ def effective_score_weights(profile: KubeSchedulerProfile) -> dict[str, int]:
     return weights
 
 
+def effective_filter_order(profile: KubeSchedulerProfile) -> list[str]:
+    """The order the scheduler runs the profile's Filter plugins in.
+
+    Mirrors expandMultiPointPlugins (pkg/scheduler/framework/runtime/framework.go): a multiPoint
+    plugin also listed under `filter.enabled` is an override and runs first, in the listed
+    order; the other multiPoint plugins follow in their own order; disabled ones are dropped
+    ("*" drops every multiPoint one).
+    """
+    plugins = profile.plugins or Plugins()
+    listed = [p.name for p in (plugins.filter.enabled or ())] if plugins.filter else []
+    disabled = {p.name for p in (plugins.filter.disabled or ())} if plugins.filter else set()
+    default = [] if "*" in disabled else [n for n in DEFAULT_FILTER_ORDER if n not in disabled]
+    overrides = [n for n in listed if n in default]
+    return [
+        *overrides,
+        *(n for n in default if n not in overrides),
+        *(n for n in listed if n not in default),
+    ]
+
+
 # --- loading ----------------------------------------------------------------------------------
 
 
@@ -375,6 +415,43 @@ def test_steer_profiles_score_the_upstream_floor_of_nodes(
     assert profiles.profile(name).percentageOfNodesToScore == 5
     assert profiles.percentageOfNodesToScore is None
     assert profiles.profile("default-scheduler").percentageOfNodesToScore is None
+
+
+def test_effective_filter_order_follows_upstream_expansion() -> None:
+    def order(filter_set: dict[str, Any]) -> list[str]:
+        profile = KubeSchedulerProfile.model_validate(
+            {"schedulerName": "x", "plugins": {"filter": filter_set}}
+        )
+        return effective_filter_order(profile)
+
+    assert order({}) == list(DEFAULT_FILTER_ORDER)
+    moved = order({"enabled": [{"name": "PodTopologySpread"}]})
+    assert moved == ["PodTopologySpread", *(n for n in DEFAULT_FILTER_ORDER if n != moved[0])]
+    assert "VolumeZone" not in order({"disabled": [{"name": "VolumeZone"}]})
+    assert order({"disabled": [{"name": "*"}], "enabled": [{"name": "NodeName"}]}) == ["NodeName"]
+
+
+@pytest.mark.parametrize("name", STEER_PROFILES)
+def test_steer_profiles_filter_on_the_spread_rule_before_resources(
+    profiles: KubeSchedulerConfiguration, name: str
+) -> None:
+    """A node a hard spread rule rejects skips NodeResourcesFit, whose check of a steered pod's
+    extended resources is the dearest Filter per node (docs/scheduler-profiles.md). Only the
+    order changes: every default Filter plugin still runs, none is added, and the checks of the
+    node's own state (cordon, nodeName, taints, required affinity, host ports) still come
+    first. The real scheduler's order is pinned in tests/e2e/test_scheduler.py."""
+    plugins = profiles.profile(name).plugins
+    assert plugins is not None and plugins.filter is not None
+    assert plugins.filter.disabled is None
+    listed = [p.name for p in plugins.filter.enabled or ()]
+    assert len(listed) == len(set(listed)) and set(listed) <= set(DEFAULT_FILTER_ORDER)
+    order = effective_filter_order(profiles.profile(name))
+    assert sorted(order) == sorted(DEFAULT_FILTER_ORDER)
+    assert order.index("PodTopologySpread") < order.index("NodeResourcesFit")
+    assert order[:5] == list(DEFAULT_FILTER_ORDER[:5])
+    assert effective_filter_order(profiles.profile("default-scheduler")) == list(
+        DEFAULT_FILTER_ORDER
+    )
 
 
 def test_every_configured_score_weight_is_within_bounds(

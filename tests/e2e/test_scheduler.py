@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import random
 import re
+import subprocess
 import time
 import uuid
 from collections import Counter
@@ -30,6 +31,7 @@ from kubernetes import client
 from kits.control_plane import ControlPlane, ControlPlaneError
 from steer.core.policy import parse_policy
 from steer.core.steering import GPU_RESOURCE, class_preferences, classify_pod, composite_key
+from tests.test_scheduler_profiles import DEFAULT_FILTER_ORDER
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILES = ROOT / "manifests" / "scheduler" / "profiles.yaml"
@@ -178,15 +180,25 @@ def test_profiles_file_is_accepted_and_serves_three_profiles(
     samples = metric_samples(control_plane.scheduler_metrics(), "scheduler_plugin_evaluation_total")
     profiles = {m.group(1) for key in samples if (m := re.search(r'profile="([^"]+)"', key))}
     assert profiles == {"default-scheduler", "steer-spread", "steer-binpack"}
-    # Since the restart (the old process's shutdown lines included): both steer profiles
-    # re-weight NodeAffinity.
+    # Since the restart (the old process's shutdown lines included): the scheduler overrides
+    # its multiPoint entry once per plugin an extension point of a steer profile lists (the
+    # NodeAffinity weight, the Filter order), and nothing else.
     with log_file.open("rb") as log:
         log.seek(offset)
         text = log.read().decode(errors="replace")
-    overrides = re.findall(
-        r'"MultiPoint plugin is explicitly re-configured; overriding" plugin="NodeAffinity"', text
+    overrides = Counter(
+        re.findall(
+            r'"MultiPoint plugin is explicitly re-configured; overriding" plugin="(\w+)"', text
+        )
     )
-    assert len(overrides) == 2, text[-2000:]
+    listed = Counter(
+        plugin["name"]
+        for profile in yaml.safe_load(PROFILES.read_text())["profiles"]
+        for point in (profile.get("plugins") or {}).values()
+        for plugin in point.get("enabled", ())
+    )
+    assert listed["NodeAffinity"] == 4 and listed["PodTopologySpread"] == 2, listed
+    assert overrides == listed, text[-2000:]
 
 
 def _broken(edit: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
@@ -458,3 +470,97 @@ def test_steer_binpack_packs_gpu_pods_where_other_profiles_spread(
     assert spread["steer-binpack"] == 1
     assert spread["steer-spread"] >= 2
     assert spread["default-scheduler"] >= 2
+
+
+# --- 10. the steer profiles' Filter order ---------------------------------------------------------
+
+
+def test_the_scheduler_defaults_the_filter_plugins_the_profile_test_models(
+    control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    """tests/test_scheduler_profiles.py models the order of the default Filter plugins; the
+    binary's defaulted configuration (`--write-config-to`) lists its multiPoint plugins in that
+    order, and the steer profiles' `filter.enabled` as written."""
+    written = tmp_path / "defaulted.yaml"
+    done = subprocess.run(
+        [
+            str(control_plane.bin_dir / "kube-scheduler"),
+            f"--config={control_plane.scheduler_config}",
+            f"--write-config-to={written}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    defaulted = {p["schedulerName"]: p for p in yaml.safe_load(written.read_text())["profiles"]}
+    for name, profile in defaulted.items():
+        multi_point = [p["name"] for p in profile["plugins"]["multiPoint"]["enabled"]]
+        filters = [n for n in multi_point if n in DEFAULT_FILTER_ORDER]
+        assert filters == list(DEFAULT_FILTER_ORDER), (name, multi_point)
+    shipped = {p["schedulerName"]: p for p in yaml.safe_load(PROFILES.read_text())["profiles"]}
+    for name in ("steer-spread", "steer-binpack"):
+        enabled = defaulted[name]["plugins"]["filter"]["enabled"]
+        assert [p["name"] for p in enabled] == [
+            p["name"] for p in shipped[name]["plugins"]["filter"]["enabled"]
+        ]
+
+
+def _unschedulable_message(core: client.CoreV1Api, ns: str, name: str) -> str:
+    """The scheduler's reasons for a pod it cannot place (its PodScheduled condition), without
+    the preemption part."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        pod = core.read_namespaced_pod(name, ns)
+        for condition in pod.status.conditions or ():
+            if condition.type == "PodScheduled" and condition.reason == "Unschedulable":
+                return str(condition.message).split(" preemption:")[0]
+        time.sleep(0.1)
+    raise AssertionError(f"{ns}/{name}: no Unschedulable condition after 30s")
+
+
+def _chain_replica(set_id: str, scheduler: str, name: str, cpu: str) -> dict[str, Any]:
+    """A replica of a chain (`app=chain-<profile>`) spread over zones by a hard rule."""
+    app = f"chain-{scheduler[:7]}"
+    template = pod_template(
+        set_id, scheduler, labels={"app": app}, requests={"cpu": cpu, "memory": "64Mi"}
+    )
+    template["spec"]["topologySpreadConstraints"] = [
+        {
+            "maxSkew": 1,
+            "topologyKey": "topology.kubernetes.io/zone",
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": app}},
+        }
+    ]
+    return bare_pod(name, template)
+
+
+def test_steer_profiles_reject_a_node_on_its_spread_rule_before_its_resources(
+    control_plane: ControlPlane,
+    core: client.CoreV1Api,
+    make_namespace: Callable[..., str],
+    node_set: Callable[..., list[str]],
+) -> None:
+    """The scheduler names a node's first failing Filter plugin. Two nodes in two zones, one
+    replica of a hard zone-spread chain bound; the next replica asks for more CPU than either
+    node has. Under steer-spread the node of the bound replica fails on the spread rule, which
+    that profile runs first, and only the other node reaches NodeResourcesFit; default-scheduler reports
+    both nodes on CPU. The same nodes are infeasible either way."""
+    set_id = new_id("order")
+    node_set(set_id, 2, cpu="4", memory="16Gi")
+    ns = make_namespace(prefix="order")
+    messages: dict[str, str] = {}
+    for scheduler in ("steer-spread", "default-scheduler"):
+        app = f"chain-{scheduler[:7]}"
+        core.create_namespaced_pod(ns, _chain_replica(set_id, scheduler, f"{app}-0", "100m"))
+        wait_bound(control_plane, ns, [f"{app}-0"])
+        core.create_namespaced_pod(ns, _chain_replica(set_id, scheduler, f"{app}-1", "8"))
+        messages[scheduler] = _unschedulable_message(core, ns, f"{app}-1")
+        control_plane.delete_pods(ns, f"app={app}")
+        wait_pods_gone(core, ns, f"app={app}")
+    print(messages)
+    assert "1 Insufficient cpu" in messages["steer-spread"], messages
+    assert "1 node(s) didn't match pod topology spread constraints" in messages["steer-spread"]
+    assert "2 Insufficient cpu" in messages["default-scheduler"], messages
+    assert "topology spread" not in messages["default-scheduler"], messages
