@@ -6,6 +6,7 @@ import pytest
 import yaml
 
 from steer.core.policy import PolicyError, parse_policy
+from steer.core.policy.document import LIBYAML_TOO_DEEP, SAFE_LOADER, TOO_DEEP
 from steer.core.steering import composites, dimension_key, reserved_key
 from tests.conftest import EXAMPLE_POLICY
 
@@ -332,6 +333,32 @@ def test_not_a_policy_document(text: str, expected: str) -> None:
     with pytest.raises(PolicyError) as info:
         parse_policy(text)
     assert str(info.value).startswith(expected)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[" * 10_000 + "]" * 10_000,
+        "spec:\n" + "".join("  " * depth + "a:\n" for depth in range(1, 3_000)),
+    ],
+    ids=["flow", "block"],
+)
+def test_a_document_nested_thousands_deep_is_refused_by_the_parser(text: str) -> None:
+    with pytest.raises(PolicyError) as info:
+        parse_policy(text)
+    assert str(info.value) == TOO_DEEP
+
+
+def test_policies_are_read_by_libyaml_into_what_the_pure_python_loader_makes() -> None:
+    """PyYAML's wheels carry libyaml, and parse_policy relies on it to refuse deep nesting
+    without the pure-Python scanner's quadratic cost; the objects it makes are the same."""
+    assert yaml.__with_libyaml__ and SAFE_LOADER is yaml.CSafeLoader
+    text = EXAMPLE_POLICY.read_text()
+    assert yaml.load(text, Loader=SAFE_LOADER) == yaml.load(text, Loader=yaml.SafeLoader)
+    deep = "[" * 1_001 + "]" * 1_001
+    with pytest.raises(yaml.YAMLError) as info:
+        yaml.load(deep, Loader=SAFE_LOADER)
+    assert getattr(info.value, "problem", None) == LIBYAML_TOO_DEEP
 
 
 def test_wrong_api_version_and_kind() -> None:
