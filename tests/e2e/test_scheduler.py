@@ -29,6 +29,7 @@ import yaml
 from kubernetes import client
 
 from kits.control_plane import ControlPlane, ControlPlaneError
+from kits.waiting import wait_until
 from steer.core.policy import parse_policy
 from steer.core.steering import GPU_RESOURCE, class_preferences, classify_pod, composite_key
 from tests.test_scheduler_profiles import DEFAULT_FILTER_ORDER
@@ -509,19 +510,18 @@ def test_the_scheduler_defaults_the_filter_plugins_the_profile_test_models(
 def _unschedulable_message(core: client.CoreV1Api, ns: str, name: str) -> str:
     """The scheduler's reasons for a pod it cannot place (its PodScheduled condition), without
     the preemption part."""
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        pod = core.read_namespaced_pod(name, ns)
-        for condition in pod.status.conditions or ():
+
+    def message() -> str | None:
+        for condition in core.read_namespaced_pod(name, ns).status.conditions or ():
             if condition.type == "PodScheduled" and condition.reason == "Unschedulable":
                 return str(condition.message).split(" preemption:")[0]
-        time.sleep(0.1)
-    raise AssertionError(f"{ns}/{name}: no Unschedulable condition after 30s")
+        return None
+
+    return wait_until(f"{ns}/{name} Unschedulable", message, timeout=30)
 
 
-def _chain_replica(set_id: str, scheduler: str, name: str, cpu: str) -> dict[str, Any]:
-    """A replica of a chain (`app=chain-<profile>`) spread over zones by a hard rule."""
-    app = f"chain-{scheduler[:7]}"
+def _chain_replica(set_id: str, scheduler: str, app: str, name: str, cpu: str) -> dict[str, Any]:
+    """A replica of the chain `app=<app>`, spread over zones by a hard rule."""
     template = pod_template(
         set_id, scheduler, labels={"app": app}, requests={"cpu": cpu, "memory": "64Mi"}
     )
@@ -545,17 +545,17 @@ def test_steer_profiles_reject_a_node_on_its_spread_rule_before_its_resources(
     """The scheduler names a node's first failing Filter plugin. Two nodes in two zones, one
     replica of a hard zone-spread chain bound; the next replica asks for more CPU than either
     node has. Under steer-spread the node of the bound replica fails on the spread rule, which
-    that profile runs first, and only the other node reaches NodeResourcesFit; default-scheduler reports
-    both nodes on CPU. The same nodes are infeasible either way."""
+    that profile runs first, and only the other node reaches NodeResourcesFit; default-scheduler
+    reports both nodes on CPU. The same nodes are infeasible either way."""
     set_id = new_id("order")
     node_set(set_id, 2, cpu="4", memory="16Gi")
     ns = make_namespace(prefix="order")
     messages: dict[str, str] = {}
     for scheduler in ("steer-spread", "default-scheduler"):
         app = f"chain-{scheduler[:7]}"
-        core.create_namespaced_pod(ns, _chain_replica(set_id, scheduler, f"{app}-0", "100m"))
+        core.create_namespaced_pod(ns, _chain_replica(set_id, scheduler, app, f"{app}-0", "100m"))
         wait_bound(control_plane, ns, [f"{app}-0"])
-        core.create_namespaced_pod(ns, _chain_replica(set_id, scheduler, f"{app}-1", "8"))
+        core.create_namespaced_pod(ns, _chain_replica(set_id, scheduler, app, f"{app}-1", "8"))
         messages[scheduler] = _unschedulable_message(core, ns, f"{app}-1")
         control_plane.delete_pods(ns, f"app={app}")
         wait_pods_gone(core, ns, f"app={app}")

@@ -96,11 +96,11 @@ def parse_policy(text: str | bytes) -> Policy:
     except RecursionError:
         raise PolicyError([PolicyIssue("", TOO_DEEP)]) from None
     except yaml.YAMLError as exc:
-        if getattr(exc, "problem", None) == LIBYAML_TOO_DEEP:
+        problem = getattr(exc, "problem", None) or str(exc)
+        if problem == LIBYAML_TOO_DEEP:
             raise PolicyError([PolicyIssue("", TOO_DEEP)]) from None
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
         raise PolicyError([PolicyIssue("", f"not valid YAML: {where}{problem}")]) from None
     if not isinstance(raw, dict):
         got = type(raw).__name__ if raw is not None else "an empty document"
