@@ -229,6 +229,7 @@ from bench.benchkit.placement_measure import (  # noqa: E402
 from bench.benchkit.placement_modes import MODES, Mode  # noqa: E402
 from bench.benchkit.placement_report import (  # noqa: E402
     audit_section,
+    goals,
     node_table,
     summary,
     table,
@@ -239,6 +240,7 @@ from bench.benchkit.placement_scenario import (  # noqa: E402
     NAMESPACES,
     NS_A,
     NS_LEGACY,
+    NS_SHOP,
     PREFIX,
     SCRAPE_INTERVAL_S,
     Arrival,
@@ -247,6 +249,7 @@ from bench.benchkit.placement_scenario import (  # noqa: E402
     scenarios,
     trace_pods,
 )
+from bench.benchkit.placement_seeds import SeedError, run_seeds  # noqa: E402
 from bench.benchkit.progress import log  # noqa: E402
 from bench.benchkit.results import (  # noqa: E402
     recorded_args,
@@ -289,10 +292,16 @@ class Bench:
         self.apps = client.AppsV1Api(plane.api_client())
         self.scenario = scenarios()[args.scenario]
         self.specs = list(self.scenario.nodes)
-        self.trace = self.scenario.trace(args.seed, args.rate)
+        self.traces: dict[int, list[Arrival]] = {}  # by seed
         self.policy_doc = yaml.safe_load(EXAMPLE_POLICY.read_text())
         self.dra = DraKit(KubeJson(plane.api_client()))
         self.webhooks: dict[str, RunningWebhook] = {}  # by mode: each serves its mode's policy
+
+    def trace(self, seed: int) -> list[Arrival]:
+        """The trace of `seed` (made once: every mode of a pair replays the same one)."""
+        if seed not in self.traces:
+            self.traces[seed] = self.scenario.trace(seed, self.args.rate)
+        return self.traces[seed]
 
     # -- state ------------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -306,10 +315,11 @@ class Bench:
     def reset(self) -> None:
         unregister_admission(self.plane)
         remove_compiled(self.plane.api_client())
-        with contextlib.suppress(client.ApiException):
-            self.apps.delete_collection_namespaced_deployment(NS_A)
-        with contextlib.suppress(client.ApiException):
-            self.apps.delete_collection_namespaced_replica_set(NS_A)
+        for ns in (NS_A, NS_SHOP):  # the namespaces of the order chains
+            with contextlib.suppress(client.ApiException):
+                self.apps.delete_collection_namespaced_deployment(ns)
+            with contextlib.suppress(client.ApiException):
+                self.apps.delete_collection_namespaced_replica_set(ns)
 
         def pods_left() -> bool:
             left = 0
@@ -515,7 +525,7 @@ class Bench:
         return body
 
     # -- the trace ----------------------------------------------------------------------------------
-    def play(self, recorder: BindRecorder) -> dict[str, Any]:
+    def play(self, recorder: BindRecorder, trace: Sequence[Arrival]) -> dict[str, Any]:
         rejected: dict[str, str] = {}
         lock = threading.Lock()
 
@@ -534,7 +544,7 @@ class Bench:
         late = 0.0
         start = time.monotonic()
         with ThreadPoolExecutor(max_workers=6) as pool:
-            for a in self.trace:
+            for a in trace:
                 delay = start + a.at - time.monotonic()
                 if delay > 0:
                     time.sleep(delay)
@@ -542,8 +552,8 @@ class Bench:
                     late = max(late, -delay)
                 pool.submit(create, a)
         created_s = time.monotonic() - start
-        expected = trace_pods(self.trace) - sum(
-            a.replicas for a in self.trace if f"{a.namespace}/{a.name}" in rejected
+        expected = trace_pods(trace) - sum(
+            a.replicas for a in trace if f"{a.namespace}/{a.name}" in rejected
         )
         settle_start = time.monotonic()
         while True:
@@ -567,8 +577,9 @@ class Bench:
         }
 
     # -- one run --------------------------------------------------------------------------------
-    def run(self, mode: Mode, index: int) -> dict[str, Any]:
-        log(f"run {index} {mode.name}: reset")
+    def run(self, mode: Mode, index: int, seed: int) -> dict[str, Any]:
+        trace = self.trace(seed)
+        log(f"run {index} {mode.name} (seed {seed}): reset")
         t0 = time.monotonic()
         run_dir = self.workdir / f"run-{index}-{mode.name}"
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -577,6 +588,7 @@ class Bench:
         result: dict[str, Any] = {
             "mode": mode.name,
             "run": index,
+            "seed": seed,
             "admission": self.args.admission if mode.steers else None,
             "reset_s": round(time.monotonic() - t0, 1),
         }
@@ -592,9 +604,12 @@ class Bench:
             else:
                 self.wait_webhook(mode)
             result["prime_s"] = round(time.monotonic() - t1, 1)
-            log(f"run {index} {mode.name}: trace of {trace_pods(self.trace)} pods")
+            log(
+                f"run {index} {mode.name}: trace of seed {seed}, {len(trace)} arrivals, "
+                f"{trace_pods(trace)} pods over {trace[-1].at:.1f} s"
+            )
             recorder = stack.enter_context(BindRecorder(self.plane.kubeconfig))
-            result.update(self.play(recorder))
+            result.update(self.play(recorder, trace))
             snap = snapshot(self.core)
             bind_times = recorder.bind_times()
             if scorer is not None and not mode.writes_taints:
@@ -606,10 +621,11 @@ class Bench:
         result["rejected_count"] = len(result["rejected"])
         result["total_s"] = round(time.monotonic() - t0, 1)
         log(
-            f"run {index} {mode.name}: bound {result['bound']}, pending {result['pending']}, "
+            f"run {index} {mode.name} (seed {seed}): bound {result['bound']}, "
+            f"pending {result['pending']} (shop {result['pending_shop']}), "
             f"A>5% {result['over_budget_team-a']}, B>0% {result['over_budget_team-b']}, "
-            f"GPU@hot {result['gpu_on_hot']}, chain {result['chain_per_zone']}, "
-            f"8G pending {result['gpu8_pending']}, CPU@GPU {result['cpu_pods_on_gpu_nodes']}, "
+            f"GPU@hot {result['gpu_on_hot']}, chains {result['chains']}, "
+            f"8G pending {result['gpu8_pending']}, strand {result['stranded_gpus']}, CPU@GPU {result['cpu_pods_on_gpu_nodes']}, "
             f"GPU forms {result['gpu_forms']}, "
             f"mutated {result['mutated']}, audited {result['audited']}, "
             f"schedulers {result['scheduler_names']} "
@@ -639,7 +655,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--runs", type=int, default=3, help="runs per mode (default 3)")
+    parser.add_argument(
+        "--runs",
+        type=int,
+        help="runs per mode, with the seeds --seed, --seed + 1, ... (default 3; or --seeds)",
+    )
+    parser.add_argument(
+        "--seeds",
+        help="the trace seed of each run, e.g. 1-5 or 1,4,9: one run per seed and mode, the "
+        "modes of a run on the same seed (default: --runs from --seed)",
+    )
     parser.add_argument(
         "--scenario",
         choices=sorted(scenarios()),
@@ -648,7 +673,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "the GPUs of 4 of the 6 GPU nodes through DRA; energy: 24 CPU nodes, half "
         "power-hungry, work that fits on 8 (default: default)",
     )
-    parser.add_argument("--seed", type=int, default=1, help="trace seed (default 1)")
+    parser.add_argument(
+        "--seed", type=int, default=1, help="the first run's trace seed, with --runs (default 1)"
+    )
     parser.add_argument("--rate", type=float, default=4.0, help="arrivals per second (default 4)")
     parser.add_argument(
         "--modes",
@@ -684,6 +711,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--modes: unknown {sorted(unknown)}; choose from {', '.join(MODES)}")
     if len(set(modes)) < len(modes):
         parser.error(f"--modes: {args.modes!r} names a mode twice")
+    try:
+        seeds = run_seeds(args.seeds, args.runs, args.seed)
+    except SeedError as exc:
+        parser.error(str(exc))
     stamp = utc_stamp()
     out_file = results_file(args.json, "placement", stamp)
     began = time.monotonic()
@@ -703,16 +734,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                     mode_webhook(bench, MODES[name], workdir)
                 )
         log(f"admission: {args.admission}")
-        log(
-            f"trace: {len(bench.trace)} arrivals, {trace_pods(bench.trace)} pods over "
-            f"{bench.trace[-1].at:.1f} s (seed {args.seed}, {args.rate}/s)"
-        )
-        for run in range(1, args.runs + 1):
+        log(f"scenario {bench.scenario.name}: seeds {seeds}, {args.rate} arrivals/s")
+        for run, seed in enumerate(seeds, start=1):
             for mode in modes:
                 try:
-                    results.append(bench.run(MODES[mode], run))
+                    results.append(bench.run(MODES[mode], run, seed))
                 except Exception as exc:
-                    failures.append({"mode": mode, "run": run, "error": repr(exc)})
+                    failures.append({"mode": mode, "run": run, "seed": seed, "error": repr(exc)})
                     log(f"run {run} {mode} FAILED: {exc!r}")
                     if not args.keep_going:
                         raise
@@ -744,12 +772,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             "started": stamp,
             "runtime_s": round(elapsed, 1),
             "args": recorded_args(args),
-            "trace": [a.__dict__ for a in bench.trace],
+            "seeds": seeds,
+            # The first seed's trace, as before seeds varied; every seed's in `traces`.
+            "trace": [a.__dict__ for a in bench.trace(seeds[0])],
+            "traces": {str(seed): [a.__dict__ for a in bench.trace(seed)] for seed in seeds},
             "nodes": [s.__dict__ for s in bench.specs],
             "scenario": bench.scenario.name,
             "preexisting": bench.scenario.preexisting,
             "power_model": dataclasses.asdict(bench.scenario.power),
             "summary": summary(results, modes),
+            "goals": goals(results, modes),
             "runs": results,
             "failures": failures,
         },

@@ -27,9 +27,11 @@ from steer.core.quantity import parse_quantity
 
 from .placement_scenario import (
     BUDGET,
+    CHAIN,
     GPU,
     HOT_UTIL,
     KIND_LABEL,
+    NS_SHOP,
     POWER,
     PREFIX,
     TRACE_LABEL,
@@ -253,10 +255,22 @@ def measure(
             if over[p["spec"]["nodeName"]] > budget
         ]
     out["budget_violations"] = violations
+    shop = [p for p in trace if p["metadata"]["namespace"] == NS_SHOP]
+    out["bound_shop"] = sum(1 for p in shop if p["spec"].get("nodeName"))
+    out["pending_shop"] = len(shop) - out["bound_shop"]
     out["gpu_on_hot"] = sum(1 for p in bound if gpus_of[id(p)] and p["spec"]["nodeName"] in hot)
-    zones = Counter(spec_of[p["spec"]["nodeName"]].zone for p in bound if kind(p) == "chain")
-    out["chain_per_zone"] = [zones.get(z, 0) for z in ZONES]
-    out["chain_skew"] = max(out["chain_per_zone"]) - min(out["chain_per_zone"])
+    # Bound replicas per zone of each order chain (by its `order-chain` label), and the worst
+    # chain's skew; `chain_per_zone` is team-a's checkout, as before the shop had a chain.
+    chain_zones: dict[str, Counter[str]] = {}
+    for p in bound:
+        if kind(p) == "chain":
+            name = p["metadata"]["labels"].get("order-chain", "")
+            chain_zones.setdefault(name, Counter())[spec_of[p["spec"]["nodeName"]].zone] += 1
+    out["chains"] = {
+        name: [zones.get(z, 0) for z in ZONES] for name, zones in sorted(chain_zones.items())
+    }
+    out["chain_per_zone"] = out["chains"].get(CHAIN, [0] * len(ZONES))
+    out["chain_skew"] = max((max(c) - min(c) for c in out["chains"].values()), default=0)
     out["gpu8_pending"] = sum(1 for p in pending if kind(p) == "gpu-8")
     allocated = {name: sum(gpus_of[id(p)] for p in pods) for name, pods in by_node.items()}
     gpu_nodes = [s for s in specs if s.gpus]

@@ -1,9 +1,9 @@
 """The placement bench's scenarios (bench/placement.py describes them): `default`, 16 fake
 nodes in 3 zones with GPUs, budgets and pods there before the trace; `dra`, the same with the
-GPUs of gpu-1..3 and the hot gpu-5 as DRA devices and the GPU jobs asking for them by claims;
-`energy`, 24 CPU nodes, half of them power-hungry, and CPU work that fits on far fewer. Each
-has its nodes, the pods there before the trace, the power model and the seeded pod trace both
-modes replay.
+GPUs of gpu-1..3, the hot gpu-5 and one more cool node, gpu-7, as DRA devices and the GPU jobs
+asking for them by claims; `energy`, 24 CPU nodes, half of them power-hungry, and CPU work that
+fits on far fewer. Each has its nodes, the pods there before the trace, the power model and the
+pod trace, one per seed, that both modes of a pair replay.
 """
 
 from __future__ import annotations
@@ -23,14 +23,18 @@ PREFIX = "kube-steer.github.io/"
 GPU = "nvidia.com/gpu"
 TRACE_LABEL = "bench.kube-steer.github.io/trace"
 KIND_LABEL = "bench.kube-steer.github.io/kind"
-NS_A, NS_B, NS_LEGACY = "team-a", "team-b", "legacy"
+NS_A, NS_B, NS_SHOP, NS_LEGACY = "team-a", "team-b", "shop", "legacy"
 NAMESPACES = {
     NS_A: {"tenant": "dept-a", "kube-steer.github.io/enabled": "true"},
     NS_B: {"tenant": "dept-b", "kube-steer.github.io/enabled": "true"},
+    # Opted in, of no tenant: its pods are steered and promised no budget, and they land beside
+    # the tenants' pods, so every budget must hold whatever they add.
+    NS_SHOP: {"kube-steer.github.io/enabled": "true"},
     NS_LEGACY: {},
 }
 BUDGET = {NS_A: 5.0, NS_B: 0.0}
-CHAIN = "checkout"
+CHAIN = "checkout"  # the order chain of team-a
+SHOP_CHAIN = "cart"  # the order chain of the shop, 500m/500m replicas as in issue 41
 IMAGE = "registry.k8s.io/pause:3.10"
 HOT_UTIL = 95.0
 POWER = PowerModel(cpu_node_idle_w=150, gpu_node_idle_w=800, per_core_w=6, per_gpu_w=300)
@@ -80,16 +84,23 @@ def cluster_nodes() -> list[NodeSpec]:
     return nodes
 
 
-# Scenario `dra`: mixed, as a cluster moving to DRA is. Three cool DRA nodes (one for the
-# one-GPU jobs, two for the whole-node jobs, which only a DRA node can serve: they ask by a claim
-# template), the device-plugin gpu-4 to spare, and one hot node of each kind.
-DRA_NODES = frozenset({"gpu-1", "gpu-2", "gpu-3", "gpu-5"})
+# Scenario `dra`: mixed, as a cluster moving to DRA is. Four cool DRA nodes (two for the burst
+# of 16 one-GPU jobs packed, two for the whole-node jobs, which only a DRA node can serve: they
+# ask by a claim template), the device-plugin gpu-4 to spare, and one hot node of each kind.
+# Spread over three DRA nodes instead of two (as in issue 41: 8/6/2), the burst leaves one whole
+# DRA node for two whole-node jobs.
+DRA_NODES = frozenset({"gpu-1", "gpu-2", "gpu-3", "gpu-5", "gpu-7"})
 # The claim templates of every bench namespace: name -> GPUs (class gpu.nvidia.com).
 CLAIM_TEMPLATES = {"one-gpu": 1, "eight-gpus": 8}
 
 
 def dra_nodes() -> list[NodeSpec]:
-    return [dataclasses.replace(s, dra=s.name in DRA_NODES) for s in cluster_nodes()]
+    """The default's nodes, the GPUs of DRA_NODES as devices, and gpu-7 (cool, zone-a, DRA)."""
+    nodes = cluster_nodes()
+    gpu7 = NodeSpec("gpu-7", ZONES[0], 64, 512, gpus=8, instance_type="gpu-8x")
+    at = max(i for i, s in enumerate(nodes) if s.gpus) + 1
+    nodes.insert(at, gpu7)
+    return [dataclasses.replace(s, dra=s.name in DRA_NODES) for s in nodes]
 
 
 def energy_nodes() -> list[NodeSpec]:
@@ -141,8 +152,9 @@ class Scenario:
 def scenarios() -> dict[str, Scenario]:
     return {
         "default": Scenario("default", tuple(cluster_nodes()), PREEXISTING, POWER, {}),
-        # The default's nodes, trace and goals; the one-GPU jobs alternate between a claim
-        # template and a plain nvidia.com/gpu request, the whole-node jobs use a template.
+        # The default's nodes (and the cool DRA gpu-7), trace and goals; the one-GPU jobs
+        # alternate between a claim template and a plain nvidia.com/gpu request, the
+        # whole-node jobs use a template.
         "dra": Scenario(
             "dra",
             tuple(dra_nodes()),
@@ -158,7 +170,14 @@ def scenarios() -> dict[str, Scenario]:
             tuple(energy_nodes()),
             (),
             ENERGY_POWER,
-            {"services_a": 30, "services_b": 30, "gpu1_jobs": 0, "gpu8_jobs": 0},
+            {
+                "services_a": 30,
+                "services_b": 30,
+                "services_shop": 0,
+                "gpu1_jobs": 0,
+                "gpu8_jobs": 0,
+                "shop_chain_replicas": 0,
+            },
         ),
     }
 
@@ -166,7 +185,7 @@ def scenarios() -> dict[str, Scenario]:
 @dataclass(frozen=True)
 class Arrival:
     at: float  # seconds after the first arrival
-    kind: str  # svc-a | svc-b | gpu-1 | gpu-8 | chain
+    kind: str  # svc-a | svc-b | svc-shop | gpu-1 | gpu-8 | chain
     namespace: str
     name: str
     cpu_m: int
@@ -174,7 +193,7 @@ class Arrival:
     mem_mi: int
     mem_limit_mi: int
     gpus: int = 0
-    replicas: int = 1  # > 1 only for the chain's Deployment
+    replicas: int = 1  # > 1 only for a chain's Deployment
     # The GPUs come from a claim made from this template (CLAIM_TEMPLATES), not from a
     # `nvidia.com/gpu` request
     claim_template: str | None = None
@@ -195,11 +214,21 @@ class Arrival:
 
 
 SIZES = ((500, 25), (1000, 30), (2000, 25), (4000, 15), (8000, 5))  # (millicores, weight %)
+# The one-GPU jobs arrive as one burst: these many services are interleaved with them, so the
+# burst of 16 takes ~19 arrivals, under 5 s at 4 arrivals/s.
+BURST_GAPS = 3
+# A third of the shop's services are burstable: limits 1.5 x requests (no budget caps them).
+SHOP_BURSTABLE = 1 / 3
 
 
 def burst(amount: int) -> int:
     """The largest integer limit within dept-a's 5 % budget (the webhook admits ratio <= 1.05)."""
     return amount * 105 // 100
+
+
+def free_slots(slots: Sequence[str | None], start: float, stop: float) -> list[int]:
+    """The unassigned slots between the fractions `start` and `stop` of the trace."""
+    return [i for i in range(int(len(slots) * start), int(len(slots) * stop)) if slots[i] is None]
 
 
 def build_trace(
@@ -208,25 +237,37 @@ def build_trace(
     *,
     services_a: int = 38,
     services_b: int = 36,
-    gpu1_jobs: int = 8,
+    services_shop: int = 12,
+    gpu1_jobs: int = 16,
     gpu8_jobs: int = 2,
     chain_replicas: int = 12,
+    shop_chain_replicas: int = 6,
     dra_claims: int = 0,
 ) -> list[Arrival]:
-    """The seeded trace. `dra_claims`: the odd one-GPU jobs and every whole-node job ask by a
-    claim template, the even one-GPU jobs by `nvidia.com/gpu` (the same arrivals and sizes)."""
+    """The trace of one seed: the seed decides the order of the arrivals, their gaps
+    (exponential, `rate` per second) and the services' sizes.
+
+    The tenants' and the shop's services are shuffled together; team-a's chain arrives at
+    25-35 % of the trace, the shop's at 55-65 % (when nodes have filled up); the one-GPU jobs
+    arrive as one burst (BURST_GAPS services among them) starting at 10-30 %, the whole-node
+    jobs in the last third. `dra_claims`: the odd one-GPU jobs and every whole-node job ask by
+    a claim template, the even one-GPU jobs by `nvidia.com/gpu` (the same arrivals and sizes)."""
     rng = random.Random(seed)
-    total = services_a + services_b + gpu1_jobs + gpu8_jobs + 1
+    chains = 1 + (1 if shop_chain_replicas else 0)
+    total = services_a + services_b + services_shop + gpu1_jobs + gpu8_jobs + chains
     slots: list[str | None] = [None] * total
-    chain_at = rng.randrange(int(total * 0.25), int(total * 0.35))
-    slots[chain_at] = "chain"
-    early = [i for i in range(int(total * 0.5)) if slots[i] is None]
-    for i in rng.sample(early, gpu1_jobs):
-        slots[i] = "gpu-1"
-    late = [i for i in range(int(total * 0.67), total) if slots[i] is None]
-    for i in rng.sample(late, gpu8_jobs):
+    slots[rng.choice(free_slots(slots, 0.25, 0.35))] = "chain"
+    if shop_chain_replicas:
+        slots[rng.choice(free_slots(slots, 0.55, 0.65))] = "chain-shop"
+    if gpu1_jobs:
+        free = [i for i, slot in enumerate(slots) if slot is None]
+        first = rng.choice([n for n, i in enumerate(free) if 0.1 * total <= i < 0.3 * total])
+        window = free[first : first + gpu1_jobs + BURST_GAPS]
+        for i in rng.sample(window, gpu1_jobs):
+            slots[i] = "gpu-1"
+    for i in rng.sample(free_slots(slots, 0.67, 1.0), gpu8_jobs):
         slots[i] = "gpu-8"
-    services = ["svc-a"] * services_a + ["svc-b"] * services_b
+    services = ["svc-a"] * services_a + ["svc-b"] * services_b + ["svc-shop"] * services_shop
     rng.shuffle(services)
     it = iter(services)
     kinds = [slot if slot is not None else next(it) for slot in slots]
@@ -236,15 +277,29 @@ def build_trace(
     for kind in kinds:
         counters[kind] += 1
         n = counters[kind]
-        if kind in ("svc-a", "svc-b"):
+        if kind.startswith("svc-"):
             cpu = rng.choices([s for s, _ in SIZES], weights=[w for _, w in SIZES])[0]
             mem = 2 * cpu * 1024 // 1000  # 2 GiB per core, in MiB
             if kind == "svc-a":
                 arrival = Arrival(
                     at, kind, NS_A, f"a-svc-{n:03d}", cpu, burst(cpu), mem, burst(mem)
                 )
-            else:
+            elif kind == "svc-b":
                 arrival = Arrival(at, kind, NS_B, f"b-svc-{n:03d}", cpu, cpu, mem, mem)
+            else:
+                # Guaranteed (500m/500m-style) or burstable, the draw made either way so the
+                # sizes do not depend on it.
+                stretch = 3 if rng.random() < SHOP_BURSTABLE else 2
+                arrival = Arrival(
+                    at,
+                    kind,
+                    NS_SHOP,
+                    f"s-svc-{n:03d}",
+                    cpu,
+                    cpu * stretch // 2,
+                    mem,
+                    mem * stretch // 2,
+                )
         elif kind == "gpu-1":
             arrival = Arrival(
                 at, kind, NS_A, f"a-train-1g-{n:02d}", 4000, 4200, 32768, burst(32768), gpus=1
@@ -257,9 +312,13 @@ def build_trace(
             )
             if dra_claims:
                 arrival = dataclasses.replace(arrival, claim_template="eight-gpus")
-        else:
+        elif kind == "chain":
             arrival = Arrival(
                 at, kind, NS_A, CHAIN, 1000, 1000, 2048, 2048, replicas=chain_replicas
+            )
+        else:
+            arrival = Arrival(
+                at, "chain", NS_SHOP, SHOP_CHAIN, 500, 500, 1024, 1024, replicas=shop_chain_replicas
             )
         out.append(arrival)
         at += rng.expovariate(rate)
