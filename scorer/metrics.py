@@ -185,6 +185,22 @@ class ScorerMetrics:
             ["resource"],
             registry=r,
         )
+        self.pool_overrun = Gauge(
+            "steer_scorer_pool_overrun",
+            "By how much nodes' limits exceed the room of the lowest budget of a pool pod on "
+            "them, summed over the nodes, per pool resource, in its unit: pods kube-steer does "
+            "not steer (namespaces not opted in, DaemonSets, static pods) that landed between "
+            "two publications of the pool. 0 while every budget holds.",
+            ["resource"],
+            registry=r,
+        )
+        self.pool_overrun_nodes = Gauge(
+            "steer_scorer_pool_overrun_nodes",
+            "Nodes whose limits exceed the room of the lowest budget of a pool pod on them, "
+            "per pool resource (steer_scorer_pool_overrun; /explain/node names them).",
+            ["resource"],
+            registry=r,
+        )
         self.devices = Gauge(
             "steer_scorer_devices",
             "DRA devices in ResourceSlices per DeviceClass, as the last cycle read them: "
@@ -289,14 +305,25 @@ class ScorerMetrics:
         self.policy_info.labels(version=version).set(1)
         self._policy_version = version
 
-    def set_pools(self, capacity: Mapping[str, int], free: Mapping[str, int]) -> None:
-        """The pools of the last plan; a pool the policy no longer has loses its series."""
+    def set_pools(
+        self,
+        capacity: Mapping[str, int],
+        free: Mapping[str, int],
+        overrun: Mapping[str, tuple[int, int]] | None = None,
+    ) -> None:
+        """The pools of the last plan (`overrun`: per pool, the units over budget and the nodes
+        they are on); a pool the policy no longer has loses its series."""
+        overrun = overrun or {}
+        gauges = (self.pool_capacity, self.pool_free, self.pool_overrun, self.pool_overrun_nodes)
         for resource in self._pool_resources - set(capacity):
-            self.pool_capacity.remove(resource)
-            self.pool_free.remove(resource)
+            for gauge in gauges:
+                gauge.remove(resource)
         for resource, value in capacity.items():
+            units, nodes = overrun.get(resource, (0, 0))
             self.pool_capacity.labels(resource=resource).set(value)
             self.pool_free.labels(resource=resource).set(free.get(resource, 0))
+            self.pool_overrun.labels(resource=resource).set(units)
+            self.pool_overrun_nodes.labels(resource=resource).set(nodes)
         self._pool_resources = set(capacity)
 
     def set_devices(self, summaries: Mapping[str, ClassSummary]) -> None:

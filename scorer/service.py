@@ -621,11 +621,15 @@ class Scorer:
                 m.dimension_age.labels(dimension=summary.dimension).set(summary.age_s)
         capacity: dict[str, int] = {}
         free: dict[str, int] = {}
+        overrun: dict[str, tuple[int, int]] = {}
         for node_plan in plan.nodes:
             for pool in node_plan.pools:
                 capacity[pool.resource] = capacity.get(pool.resource, 0) + int(pool.capacity)
                 free[pool.resource] = free.get(pool.resource, 0) + pool.free
-        m.set_pools(capacity, free)
+                if pool.overrun:
+                    units, over = overrun.get(pool.resource, (0, 0))
+                    overrun[pool.resource] = (units + pool.overrun, over + 1)
+        m.set_pools(capacity, free, overrun)
         m.last_success.set(self._clock())
         return result
 

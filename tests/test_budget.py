@@ -152,9 +152,27 @@ def test_a_tenant_pod_takes_its_limits_from_the_pool_and_its_gate() -> None:
     }
     b10 = tenant_budget(policy, t10)
     assert b10 is not None and b10.gate is None  # the highest budget: every floor admits it
-    assert tenant_budget(policy, None) is None
     labels = tenant_budget(_policy("labels"), t0)
     assert labels is not None and labels.pools == () and labels.gate is not None
+
+
+def test_a_steered_pod_of_no_tenant_takes_its_limits_from_the_pool_at_the_highest_level() -> None:
+    """A pod of no tenant shares the room a budget keeps: it requests its limits from the pool
+    like a pod of the highest budget (no gate), so it cannot land between two publications and
+    break a 0 % tenant's budget (issue: an order-chain replica of no tenant filling a node's
+    remaining cpu requests beside a bursting 5 % tenant)."""
+    policy = _policy(budgets=(5, 0, 10))
+    container = _pod(("500m", "500m"), ("1Gi", "1Gi"))["spec"]["containers"][0]
+    nobody = tenant_budget(policy, None)
+    assert nobody is not None and not nobody.budgeted
+    assert nobody.level == 10 and nobody.gate is None
+    assert nobody.container_requests(container) == {
+        f"{PREFIX}pool-cpu": 500,
+        f"{PREFIX}pool-memory": 1024,
+    }
+    # Nothing to keep: pools only under scheduler enforcement, and only with a budget to keep.
+    assert tenant_budget(_policy("labels"), None) is None
+    assert tenant_budget(_policy(budgets=()), None) is None
 
 
 def test_the_pool_counts_limits_outside_it_and_never_drops_below_what_it_holds() -> None:

@@ -150,7 +150,12 @@ def test_demo_runs_the_whole_loop(
     assert gpu["mutated"] and gpu["allowed"]
     assert gpu["steering"]["schedulerName"] == "steer-binpack"
     assert gpu["steering"]["preferences"] == {"score-class-gpu": 4}  # the class's own score
-    assert gpu["steering"]["requests"] == {"avoid-gpu-hot": "1"}
+    # `ml` is in no tenant: its job shares the budget pool (its limits) beside the gate.
+    assert gpu["steering"]["requests"] == {
+        "avoid-gpu-hot": "1",
+        "pool-cpu": "2000",
+        "pool-memory": "4096",
+    }
     assert "scheduler:steer-binpack" in gpu["rules"]
     # node-3's GPUs are 95 % busy (gate closed), node-6 fails its probe (tainted)
     assert gpu["placement"]["excluded"] == {

@@ -350,12 +350,9 @@ def test_cel_values_wrap_mixed_maps_in_dyn() -> None:
 
 def test_the_example_lists_what_it_leaves_to_the_webhook(policy: Policy) -> None:
     items = {item.rule: item for item in not_covered(policy)}
-    assert set(items) == {
-        "dra-claims",
-        "dra-extended-resources",
-        "quantity-range",
-        "trace-resources-removed",
-    }
+    # Every pod the example steers takes from the budget pool (pods of no tenant too), so none
+    # is left with no pool and no gate (`trace-resources-removed`).
+    assert set(items) == {"dra-claims", "dra-extended-resources", "quantity-range"}
     assert items["dra-claims"].covered_by == "webhook"
     assert "gpu" in items["dra-claims"].why
     # Only a pod of no class can be put in the gpu class by a DeviceClass mapping.
@@ -364,6 +361,11 @@ def test_the_example_lists_what_it_leaves_to_the_webhook(policy: Policy) -> None
     assert items["quantity-range"].covered_by == "none"
     for item in items.values():
         assert item.text().startswith(f"{item.rule}: ")
+
+
+def test_pods_with_no_pool_and_no_gate_are_listed_where_a_policy_has_them() -> None:
+    labels = edited(overcommit={"enforcement": "labels"})
+    assert "trace-resources-removed" in {i.rule for i in not_covered(labels)}
 
 
 def test_a_policy_without_device_classes_leaves_nothing_of_dra() -> None:

@@ -216,14 +216,20 @@ def test_a_users_zone_constraint_that_differs_only_in_node_taints_policy_is_the_
         assert ('"spread:order-chain"' in trace) is in_effect
 
 
-def test_no_tenant_gets_preferences_but_no_hard_rule() -> None:
+def test_no_tenant_gets_preferences_and_the_pool_but_no_gate() -> None:
+    """A pod of no tenant has no budget of its own, but shares the room the budgets keep: it
+    requests its limits from the pool (steer/core/budget.py `tenant_budget`), and no gate."""
     pod = fixture_pod("pod-create-user-mutating.json")
     mutation = mutate_pod(PLAN, pod, None)
     patched = apply(pod, mutation.ops)
     assert required_terms(patched) is None
-    assert not [r for r in mutation.in_effect if r.startswith(("gate:", "budget:"))]
+    assert [r for r in mutation.in_effect if r.startswith(("gate:", "budget:"))] == ["budget:pool"]
+    budget = tenant_budget(POLICY, None)
+    assert budget is not None and budget.gate is None
+    container = pod["spec"]["containers"][0]
     requests = patched["spec"]["containers"][0].get("resources", {}).get("requests", {})
-    assert not [k for k in requests if k in owned_resource_keys(POLICY)]
+    owned = {k: int(v) for k, v in requests.items() if k in owned_resource_keys(POLICY)}
+    assert owned == budget.container_requests(container) and owned
     # 4 binary-weighted score terms, then "not reserved for GPU pods" weighing 100 + 10.
     preferred = node_affinity(patched)["preferredDuringSchedulingIgnoredDuringExecution"]
     assert [t["weight"] for t in preferred] == [10, 20, 40, 80, 100, 10]

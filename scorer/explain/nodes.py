@@ -368,7 +368,16 @@ def pool_view(pool: PoolState) -> PoolView:
             f"{pool.capacity} = max({pool.taken} held by its pods, {pool.room} "
             f"({100 + pool.floor:g}% of allocatable, {pool.unit}) - {pool.outside_limits} "
             f"(limits of {pool.outside_pods} pod(s) outside the pool))"
+            + (
+                f"; over budget: the node's limits exceed the {pool.promise:g} % budget of a "
+                f"pod here by {pool.overrun} {pool.unit} (pods outside the pool landed before "
+                "it was republished)"
+                if pool.overrun and pool.promise is not None
+                else ""
+            )
         ),
+        promise=pool.promise,
+        overrun=pool.overrun,
     )
 
 

@@ -100,6 +100,10 @@ class PoolState:
     outside_limits: int
     outside_pods: int
     taken: int  # what the pool's bound pods request from it
+    # The lowest budget of a pool pod there (None: no pool pod), and by how much the node's
+    # limits exceed its room (steer/core/budget.py PoolCapacity.overrun), in `unit`.
+    promise: float | None = None
+    overrun: int = 0
 
     @property
     def free(self) -> int:

@@ -114,6 +114,8 @@ def plan_resources(
                 outside_limits=p.outside_limits,
                 outside_pods=p.outside_pods,
                 taken=p.taken,
+                promise=p.promise,
+                overrun=p.overrun,
             )
             for p in node_pools(layout.budget_names, allocatable, usage, floor.room)
         )

@@ -6,7 +6,8 @@ pods' limits stays within (100 + b) % of allocatable, for cpu and memory, whatev
 later. Labels cannot keep that promise (every pod of a burst sees the same labels); the
 scheduler's own accounting can, because it counts the pods it has just assumed on every bind.
 
-**One pool per node.** Every tenant pod requests its limits from the node's pool,
+**One pool per node.** Every pod kube-steer steers requests its limits from the node's pool
+(a pod of no tenant as one of the highest budget would: `tenant_budget`),
 `<resourcePrefix>pool-cpu` (millicores) and `pool-memory` (MiB): each container requests its
 own limit (its request when it sets none), so the pod's pool request is its limits summed the
 way the scheduler sums requests (init containers and sidecars included). The scorer publishes
@@ -33,9 +34,13 @@ scheduler_perf: 24 pods/s at 5,000 nodes), and a pool published at (100 + b) % l
 of outside pods dropped below what its pods held as soon as an outside pod landed, which a
 kubelet restart then turned into `OutOf<pool>` for every running tenant pod.
 
-Pods outside the pool (other namespaces, DaemonSets, static pods) are seen once the scorer
-republishes (it does so on every pod event); one that lands between can break a budget, which
-no admission-time mechanism prevents.
+Pods outside the pool are those kube-steer does not steer: namespaces not opted in, DaemonSet
+and static pods, pods created while no admission path was up. Their limits are subtracted from
+the room when the scorer republishes (it does so on every pod event); one that lands between can
+still break a budget, which no admission-time mechanism prevents, since infrastructure is never
+refused. That residual risk is measured, not hidden: `node_overrun` says by how much a node's
+limits exceed the room of the lowest budget of a pod there, and the scorer reports it per node
+(`/explain/node`) and as metrics.
 """
 
 from __future__ import annotations
@@ -237,6 +242,9 @@ class TenantBudget:
     level: float
     pools: tuple[tuple[str, str], ...]  # (resource, "cpu" | "memory"); () under `labels`
     gate: Gate | None
+    # False for pods of no tenant (or of a tenant without a budget): they share the pool, at
+    # the highest level, but no promise is made to them (`tenant_budget`).
+    budgeted: bool = True
 
     def container_requests(self, container: Mapping[str, Any]) -> dict[str, int]:
         """The pool requests of one container. Raises QuantityError for a malformed one."""
@@ -252,9 +260,24 @@ class TenantBudget:
 
 
 def tenant_budget(policy: Policy, tenant: Tenant | None) -> TenantBudget | None:
-    """The tenant's pools and gate; None when the tenant has no budget."""
+    """The pools and gate a steered pod of `tenant` (None: of no tenant) requests; None when it
+    requests none.
+
+    Under `enforcement: scheduler` a steered pod of no tenant, or of a tenant without a budget,
+    requests its limits from the pool too, as a pod of the highest budget does (no gate): the
+    room a budget keeps on a node is shared by every pod kube-steer steers there, so none of
+    them can land between two publications and break it. Its burst raises the node's floor as
+    one at the highest budget would (`wanted_floor`)."""
     if tenant is None or tenant.overcommit_percent is None:
-        return None
+        all_levels = levels(policy)
+        if not enforced(policy) or not all_levels:
+            return None
+        return TenantBudget(
+            level=all_levels[-1],
+            pools=tuple((pool_resource(policy, kind), kind) for kind in POOL_KINDS),
+            gate=None,
+            budgeted=False,
+        )
     level = tenant.overcommit_percent
     if not enforced(policy):
         return TenantBudget(level, (), overcommit_gate(policy, level))
@@ -558,6 +581,20 @@ class PoolCapacity:
     outside_limits: int  # limits of the node's pods outside the pool, or in it by a former name
     outside_pods: int
     taken: int  # what the pool's bound pods request from it
+    # The lowest budget of a pool pod on the node (None: none there), in %, and its room:
+    # what the node's limits are promised to stay within.
+    promise: float | None = None
+    promise_room: int = 0
+
+    @property
+    def overrun(self) -> int:
+        """By how much the node's limits (the pool's pods by what they hold, the others by
+        their limits) exceed the room of the lowest budget of a pool pod there, in pool units:
+        0 while every budget holds. Only pods kube-steer does not steer, landing between two
+        publications, can make it positive (module doc)."""
+        if self.promise is None:
+            return 0
+        return max(0, self.taken + self.outside_limits - self.promise_room)
 
     @property
     def unit(self) -> str:
@@ -581,8 +618,11 @@ def node_pools(
     names = BudgetNames.of(policy)
     if not names.enforced:
         return ()
+    cpu, memory = allocatable.get("cpu", "0"), allocatable.get("memory", "0")
+    promise = usage.lowest_member
     try:
-        rooms = _rooms(allocatable.get("cpu", "0"), allocatable.get("memory", "0"), floor)
+        rooms = _rooms(cpu, memory, floor)
+        promised = rooms if promise is None else _rooms(cpu, memory, promise)
     except (QuantityError, TypeError):
         return ()
     out = []
@@ -596,6 +636,8 @@ def node_pools(
                 outside_limits=usage.outside[i] + usage.former[i],
                 outside_pods=usage.outside_pods,
                 taken=usage.held.get(name, 0),
+                promise=promise,
+                promise_room=promised[i],
             )
         )
     return tuple(out)

@@ -130,7 +130,7 @@ def forged_refused(api: client.ApiClient, namespace: str) -> bool:
     try:
         client.CoreV1Api(api).create_namespaced_pod(namespace, probe, dry_run="All")
     except client.ApiException as exc:
-        return "has no budget" in str(exc.body)
+        return "is not steered by kube-steer" in str(exc.body)
     return False
 
 
@@ -202,4 +202,4 @@ def test_an_audited_tenant_may_not_forge_the_budgets_currency(
     """Its pods are outside every budget: a pool request of their own would take room from
     the enforced tenants, and the apiserver's policy refuses it."""
     status, message = refusal(api, namespaces["audited"], forged("forged"))
-    assert status == 403 and "has no budget" in message, message
+    assert status == 403 and "is not steered by kube-steer" in message, message

@@ -99,6 +99,8 @@ def test_every_forgery_of_the_budget_currency_is_refused_or_neutralised(
     team_b = make_namespace({"tenant": "dept-b", OPT_IN: "true"}, prefix="team-b")
     team_a = make_namespace({"tenant": "dept-a", OPT_IN: "true"}, prefix="team-a")
     foreign = make_namespace(prefix="foreign")
+    # Opted in, of no tenant: its pods share the pool (their limits), without a gate.
+    shop = make_namespace({OPT_IN: "true"}, prefix="shop")
     g = (("100m", "100m"), True)
     steered_b = container(g[0], as_steered(*g))
     # A pod exactly as the webhook makes it is admitted: the policies refuse only forgeries.
@@ -231,6 +233,23 @@ def test_every_forgery_of_the_budget_currency_is_refused_or_neutralised(
             "budget-currency",
         ),
         (
+            "pool request below the limits from an opted-in namespace of no tenant",
+            shop,
+            body(
+                "f15",
+                container(
+                    ("100m", "200m"), {**as_steered(("100m", "200m"), False), POOL_CPU: "150"}
+                ),
+            ),
+            "budget-pool",
+        ),
+        (
+            "budget gate from an opted-in namespace of no tenant",
+            shop,
+            body("f16", container(("100m", "100m"), as_steered(("100m", "100m"), True))),
+            "budget-currency",
+        ),
+        (
             "nodeName preset, no pool requests",
             team_b,
             body("f11", container(("100m", "100m")), nodeName="some-node"),
@@ -245,6 +264,12 @@ def test_every_forgery_of_the_budget_currency_is_refused_or_neutralised(
         assert f"rule {rule}:" in outcome, (forgery, outcome)
         assert "steer-budget" in outcome, (forgery, outcome)
     print("\n".join(report))
+
+    # A pod of no tenant as the webhook steers it (its limits from the pool) is admitted, and
+    # so is one created while no admission path was up (it counts outside the pool).
+    shop_pod = container(("100m", "200m"), as_steered(("100m", "200m"), False))
+    assert attempt(admin, shop, body("shop-ok", shop_pod)) == "admitted"
+    assert attempt(admin, shop, body("shop-bare", container(("100m", "200m")))) == "admitted"
 
     # A pod an earlier webhook steered with the former names is admitted during an upgrade.
     assert (

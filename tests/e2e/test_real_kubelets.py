@@ -239,6 +239,7 @@ def test_a_rolling_kubelet_restart_after_every_mechanism_moved_fails_no_pod(
     names = [n.name for n in nodes]
     team_a = make_namespace({"tenant": "dept-a", OPT_IN: "true"}, prefix="team-a")
     team_b = make_namespace({"tenant": "dept-b", OPT_IN: "true"}, prefix="team-b")
+    shop = make_namespace({OPT_IN: "true"}, prefix="shop")  # opted in, of no tenant
     legacy = make_namespace(prefix="legacy")
     infra = make_namespace(prefix="infra")  # an ordinary namespace, not kube-system
 
@@ -279,6 +280,9 @@ def test_a_rolling_kubelet_restart_after_every_mechanism_moved_fails_no_pod(
             admin.request(
                 "POST", f"/api/v1/namespaces/{team_b}/pods", body=pod(f"b-{i}", ("100m", "100m"))
             )
+        for i, cpu in enumerate((("100m", "100m"), ("100m", "300m"))):
+            # Pods of no tenant share the pool (their limits): a kubelet restart re-admits them.
+            admin.request("POST", f"/api/v1/namespaces/{shop}/pods", body=pod(f"s-{i}", cpu))
         admin.request(
             "POST", f"/api/v1/namespaces/{team_a}/pods", body=pod("train", ("100m", "105m"), gpus=1)
         )
@@ -297,7 +301,7 @@ def test_a_rolling_kubelet_restart_after_every_mechanism_moved_fails_no_pod(
             body=pod("control", ("10m", "10m"), affinity=control),
         )
         tenants = [(team_a, f"a-{i}") for i in range(3)] + [(team_b, f"b-{i}") for i in range(3)]
-        tenants.append((team_a, "train"))
+        tenants += [(shop, "s-0"), (shop, "s-1"), (team_a, "train")]
         every = [*tenants, (legacy, "control")]
         wait_until(
             "every pod Running",
@@ -321,6 +325,10 @@ def test_a_rolling_kubelet_restart_after_every_mechanism_moved_fails_no_pod(
         stored = admin.request("GET", f"/api/v1/namespaces/{team_b}/pods/b-0")
         requests = stored["spec"]["containers"][0]["resources"]["requests"]
         assert requests["kube-steer.github.io/budget-0pct"] == "1"  # steered by the webhook
+        stored = admin.request("GET", f"/api/v1/namespaces/{shop}/pods/s-1")
+        requests = stored["spec"]["containers"][0]["resources"]["requests"]
+        assert requests["kube-steer.github.io/pool-cpu"] == "300"  # its limits, from the pool
+        assert "kube-steer.github.io/budget-0pct" not in requests
         settle()
         cycle()
 

@@ -172,6 +172,11 @@ class PoolView:
     taken: int  # requested by the pods in the pool
     free: int
     why: str
+    # The lowest budget of a pool pod on the node (None: none) and by how much the node's
+    # limits exceed its room: pods kube-steer does not steer that landed between two
+    # publications (steer/core/budget.py). 0 while every budget holds.
+    promise: float | None = None
+    overrun: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -187,6 +192,8 @@ class PoolView:
             "taken": self.taken,
             "free": self.free,
             "why": self.why,
+            "promise": self.promise,
+            "overrun": self.overrun,
         }
 
     @classmethod
@@ -204,6 +211,8 @@ class PoolView:
             obj["taken"],
             obj["free"],
             obj["why"],
+            obj.get("promise"),
+            obj.get("overrun", 0),
         )
 
 

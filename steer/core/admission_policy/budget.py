@@ -27,7 +27,7 @@ from steer.core.budget import (
     pool_resource,
     under_prefix,
 )
-from steer.core.mode import audits
+from steer.core.mode import audited_tenants, audits
 from steer.core.policy import Policy
 
 BUDGET_POLICY_NAME = "steer-budget"
@@ -68,7 +68,13 @@ def budget_admission_policy(policy: Policy, name: str = BUDGET_POLICY_NAME) -> t
     - a pod of a tenant with a budget, in an opted-in namespace, requests from the pool at
       least its limits, container by container (init containers and sidecars too), and the
       gate of its own budget (below the highest level) and of no other;
-    - a pod of any other namespace requests neither the pool nor a budget gate;
+    - any other pod of an opted-in namespace (of no tenant, or of a tenant without a budget)
+      may request from the pool, and then at least its limits, and requests no budget gate
+      (the webhook and the mutating policy make it request its limits: steer/core/budget.py
+      `tenant_budget`; one created while neither was up is not refused, and counts outside
+      the pool);
+    - a pod of any other namespace, or of an audited tenant, requests neither the pool nor a
+      budget gate;
     - a resize (`pods/resize`) of a pod in the pool cannot raise a container's limits above
       what it requests from the pool: it would break the budget after admission.
 
@@ -96,6 +102,7 @@ def budget_admission_policy(policy: Policy, name: str = BUDGET_POLICY_NAME) -> t
     all_gates = [*gates, *former_gates]
     currency = [*pools, *gates]
     containers = "variables.containers"
+    opted_in = selector_cel(spec.opt_in.namespace_selector, "variables.labels")
     if not enforced(policy) or not budgeted:
         validations: list[Json] = [
             {"expression": "true", "message": f"policy {policy.name} enforces no budget pool"}
@@ -123,9 +130,14 @@ def budget_admission_policy(policy: Policy, name: str = BUDGET_POLICY_NAME) -> t
                 "name": "budgeted",
                 "expression": "variables.tenant in "
                 + cel_list(t.name for t in budgeted)
-                + " && ("
-                + selector_cel(spec.opt_in.namespace_selector, "variables.labels")
-                + ")",
+                + f" && ({opted_in})",
+            },
+            {
+                # Every steered pod shares the pool: those of budgeted tenants, of tenants
+                # without a budget and of no tenant (`''`), but not an audited tenant's.
+                "name": "pooled",
+                "expression": f"!(variables.tenant in {cel_list(audited_tenants(policy))}) "
+                f"&& ({opted_in})",
             },
             {"name": "gate", "expression": tenant_gate},
             {
@@ -172,25 +184,28 @@ def budget_admission_policy(policy: Policy, name: str = BUDGET_POLICY_NAME) -> t
         member = _holds_any(containers, cel_list(all_pools))
         who = "variables.whose"
         static = [
-            f"rule {RULE_CURRENCY}: a pod outside every budget may not request "
+            f"rule {RULE_CURRENCY}: a pod kube-steer does not steer may not request "
             + ", ".join(currency),
-            f"rule {RULE_POOL}: every container of a tenant pod requests its limits from "
-            f"{cpu_pool} and {mem_pool}, and a resize may not raise a limit above that",
+            f"rule {RULE_POOL}: every container of a tenant pod, or of a pod that requests from "
+            f"the pool, requests its limits from {cpu_pool} and {mem_pool}, and a resize may "
+            "not raise a limit above that",
             f"rule {RULE_CURRENCY}: a tenant pod requests one unit of its budget's gate",
             f"rule {RULE_CURRENCY}: a tenant pod requests no budget gate but its own",
             f"rule {RULE_POOL}: pod-level resources are not counted by the budget pool",
         ]
         validations = [
             {
-                # A pod outside every budget holds none of the budget's currency.
-                "expression": f"variables.resize || variables.budgeted || !{_holds_any(containers, cel_list([*all_pools, *all_gates]))}",
-                "messageExpression": f"'rule {RULE_CURRENCY}: ' + ({who}) + ' has no budget, so "
-                f"its pods may not request {', '.join(currency)}'",
+                # A pod kube-steer does not steer holds none of the budget's currency.
+                "expression": f"variables.resize || variables.pooled || !{_holds_any(containers, cel_list([*all_pools, *all_gates]))}",
+                "messageExpression": f"'rule {RULE_CURRENCY}: ' + ({who}) + ' is not steered "
+                f"by kube-steer (not opted in, or audited), so its pods may not request "
+                f"{', '.join(currency)}'",
                 "reason": "Forbidden",
             },
             {
-                # Every container of a budget pod takes its limits from the pool.
-                "expression": f"!(variables.budgeted || (variables.resize && {member})) || {covered}",
+                # Every container of a budget pod, or of any pod in the pool, takes its limits
+                # from the pool: a pod that requested less would be counted for less.
+                "expression": f"!(variables.budgeted || {member}) || {covered}",
                 "messageExpression": f"'rule {RULE_POOL}: every container of a pod of ' + ({who}) + "
                 f"' requests its cpu and memory limits from {cpu_pool} (millicores) and "
                 f"{mem_pool} (MiB); ' + (variables.resize ? 'a resize may not raise a limit "
@@ -209,7 +224,7 @@ def budget_admission_policy(policy: Policy, name: str = BUDGET_POLICY_NAME) -> t
                 "reason": "Forbidden",
             },
             {
-                "expression": "variables.resize || !variables.budgeted || !"
+                "expression": "variables.resize || !variables.pooled || !"
                 f"{containers}.exists(c, has(c.resources.requests) && c.resources.requests.exists("
                 f"k, k in {cel_list(all_gates)} && !(k in variables.gateNames)))",
                 "messageExpression": f"'rule {RULE_CURRENCY}: a pod of ' + ({who}) + ' may request "
