@@ -24,6 +24,7 @@ from steer.core.budget import (
     MIB,
     Amount,
     Floor,
+    PodUsage,
     budget_gate,
     container_pool_units,
     levels,
@@ -201,6 +202,34 @@ def test_the_pool_counts_limits_outside_it_and_never_drops_below_what_it_holds()
     (cpu, _memory) = node_pools(policy, alloc, node_usage(policy, [inside, huge]), 5.0)
     assert cpu.capacity == 300 and cpu.free == 0
     assert node_pools(policy, {"cpu": "many"}, usage, 0.0) == ()
+
+
+def test_a_node_over_the_lowest_budget_of_a_pod_there_reports_by_how_much() -> None:
+    """Pods kube-steer does not steer can land between two publications: the pool then says by
+    how much the node's limits exceed the room of the lowest budget of a pool pod there."""
+    policy = _policy()  # budgets 5 and 0
+    alloc = {"cpu": "16", "memory": "64Gi", "pods": "110"}
+
+    def member(cpu_m: int, gate: bool) -> PodUsage:
+        requests = {"cpu": f"{cpu_m}m", f"{PREFIX}pool-cpu": str(cpu_m)}
+        if gate:
+            requests[f"{PREFIX}budget-0pct"] = "1"
+        container = {"resources": {"requests": requests, "limits": {"cpu": f"{cpu_m}m"}}}
+        return pod_usage({"containers": [container]})
+
+    zero, five = member(4000, gate=True), member(10_500, gate=False)
+    outsider = pod_usage(_pod(("1", "2"))["spec"])
+    usage = node_usage(policy, [zero, five, outsider])
+    cpu, _memory = node_pools(policy, alloc, usage, 0.0)
+    # 4 + 10.5 + 2 cores of limits against the 0 % pod's 16: 500 millicores over.
+    assert cpu.promise == 0 and cpu.promise_room == 16_000 and cpu.overrun == 500
+    assert cpu.capacity == 14_500  # never below what is held
+    # Without the 0 % pod the lowest budget here is 5 %: 16.8 cores of room, nothing over.
+    (cpu, _memory) = node_pools(policy, alloc, node_usage(policy, [five, outsider]), 5.0)
+    assert cpu.promise == 5 and cpu.overrun == 0
+    # No pool pod, no promise: outsiders alone are never over a budget.
+    (cpu, _memory) = node_pools(policy, alloc, node_usage(policy, [outsider] * 20), 0.0)
+    assert cpu.promise is None and cpu.overrun == 0
 
 
 def test_the_floor_rises_in_two_writes_and_falls_at_once() -> None:

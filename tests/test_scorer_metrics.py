@@ -34,3 +34,27 @@ def test_pools_are_exported_per_resource_and_a_dropped_pool_disappears() -> None
     }
     metrics.set_pools({}, {})
     assert pool_series(metrics) == {}
+
+
+def test_the_overrun_is_exported_per_pool_and_zero_while_every_budget_holds() -> None:
+    metrics = ScorerMetrics()
+    metrics.set_pools({CPU: 16_000, MEMORY: 65_536}, {CPU: 0, MEMORY: 0}, {CPU: (1_500, 2)})
+    series = {
+        (s.name, s.labels["resource"]): s.value
+        for family in metrics.registry.collect()
+        if family.name.startswith("steer_scorer_pool_overrun")
+        for s in family.samples
+    }
+    assert series == {
+        ("steer_scorer_pool_overrun", CPU): 1_500,
+        ("steer_scorer_pool_overrun", MEMORY): 0,
+        ("steer_scorer_pool_overrun_nodes", CPU): 2,
+        ("steer_scorer_pool_overrun_nodes", MEMORY): 0,
+    }
+    metrics.set_pools({}, {})
+    assert not [
+        s
+        for f in metrics.registry.collect()
+        if f.name.startswith("steer_scorer_pool")
+        for s in f.samples
+    ]

@@ -63,9 +63,10 @@ def pod_body(
 ) -> dict[str, Any]:
     """A pod pinned to `node` (required affinity: the scheduler still decides whether it fits).
     A tenant pod also requests its limits from the pool and its gate (with equal limits), as the
-    webhook adds them."""
+    webhook adds them; any other pod is one the webhook does not steer (no namespace here opts
+    in), so it requests neither."""
     resources: dict[str, Any] = {"requests": dict(requests_), "limits": dict(limits)}
-    budget = tenant_budget(POLICY, tenant)
+    budget = tenant_budget(POLICY, tenant) if tenant is not None else None
     if budget is not None:
         owned = budget.container_requests({"resources": resources})
         if budget.gate is not None:
