@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
 
-from steer.core.dra.inventory import Inventory
+from steer.core.dra.inventory import Inventory, NodeDevices
 from steer.core.scheduling import Taint
 
 
@@ -38,6 +38,8 @@ class NodeState:
     # holds. Empty on a node without DRA devices; set by the scorer each cycle.
     devices: Mapping[str, int] = field(default_factory=dict)
     free_devices: Mapping[str, int] = field(default_factory=dict)
+    # The same devices with their classes, for the device counters (steer/core/device_counter.py).
+    dra: NodeDevices | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def from_k8s(cls, obj: Mapping[str, Any]) -> NodeState:
@@ -103,16 +105,16 @@ class DeviceReadings:
 
 
 def with_devices(nodes: Sequence[NodeState], inventory: Inventory) -> tuple[NodeState, ...]:
-    """The nodes with the DRA devices `inventory` holds on each (NodeState.devices and
-    free_devices); a node's state is copied only when its counts changed."""
+    """The nodes with the DRA devices `inventory` holds on each (NodeState.devices,
+    free_devices and dra); a node's state is copied only when they changed."""
     out = []
     for node in nodes:
         held = inventory.node(node.name)
         if held is not None:
             devices, free = held.offered(), held.free_offered()
-            if devices != node.devices or free != node.free_devices:
-                node = dataclasses.replace(node, devices=devices, free_devices=free)
-        elif node.devices:
-            node = dataclasses.replace(node, devices={}, free_devices={})
+            if devices != node.devices or free != node.free_devices or node.dra is not held:
+                node = dataclasses.replace(node, devices=devices, free_devices=free, dra=held)
+        elif node.devices or node.dra is not None:
+            node = dataclasses.replace(node, devices={}, free_devices={}, dra=None)
         out.append(node)
     return tuple(out)

@@ -422,7 +422,9 @@ class Scorer:
         with the DRA devices the last cycle gave it: neither source knows them."""
         held = self._nodes.get(state.name)
         if held is not None and held.devices:
-            state = dataclasses.replace(state, devices=held.devices, free_devices=held.free_devices)
+            state = dataclasses.replace(
+                state, devices=held.devices, free_devices=held.free_devices, dra=held.dra
+            )
         self._nodes[state.name] = state
 
     def _generations(self) -> tuple[int, int]:

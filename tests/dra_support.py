@@ -8,7 +8,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from steer.adapters.dra import CATALOG_KINDS, DraKindStatus, DraStoreStatus
-from steer.core.dra.catalog import DeviceCatalog, requested_device_classes
+from steer.core.dra.catalog import (
+    ClaimDevices,
+    DeviceCatalog,
+    requested_device_classes,
+    requested_device_counts,
+)
 
 GPU_CLASS = "gpu.nvidia.com"  # the NVIDIA DRA driver's DeviceClass
 
@@ -132,6 +137,10 @@ class FakeCatalog:
         spec = self.claims.get((namespace, name))
         return None if spec is None else requested_device_classes(spec)
 
+    def template_devices(self, namespace: str, name: str) -> ClaimDevices | None:
+        spec = self.templates.get((namespace, name))
+        return None if spec is None else requested_device_counts(spec)
+
     def class_for_extended_name(self, resource: str) -> str | None:
         return self.extended.get(resource)
 
@@ -153,6 +162,10 @@ class FakeStore:
     def claim_classes(self, namespace: str, name: str) -> frozenset[str] | None:
         self.reads += 1
         return self.catalog.claim_classes(namespace, name)
+
+    def template_devices(self, namespace: str, name: str) -> ClaimDevices | None:
+        self.reads += 1
+        return self.catalog.template_devices(namespace, name)
 
     def class_for_extended_name(self, resource: str) -> str | None:
         self.reads += 1

@@ -150,9 +150,11 @@ def test_demo_runs_the_whole_loop(
     assert gpu["mutated"] and gpu["allowed"]
     assert gpu["steering"]["schedulerName"] == "steer-binpack"
     assert gpu["steering"]["preferences"] == {"score-class-gpu": 4}  # the class's own score
-    # `ml` is in no tenant: its job shares the budget pool (its limits) beside the gate.
+    # `ml` is in no tenant: its job shares the budget pool (its limits) beside the gate, and
+    # counts its two GPUs in the class's device counter.
     assert gpu["steering"]["requests"] == {
         "avoid-gpu-hot": "1",
+        "devices-gpu": "2",
         "pool-cpu": "2000",
         "pool-memory": "4096",
     }

@@ -352,8 +352,16 @@ def test_the_example_lists_what_it_leaves_to_the_webhook(policy: Policy) -> None
     items = {item.rule: item for item in not_covered(policy)}
     # Every pod the example steers takes from the budget pool (pods of no tenant too), so none
     # is left with no pool and no gate (`trace-resources-removed`).
-    assert set(items) == {"dra-claims", "dra-extended-resources", "quantity-range"}
+    assert set(items) == {
+        "dra-claims",
+        "dra-extended-resources",
+        "device-counter",
+        "quantity-range",
+    }
     assert items["dra-claims"].covered_by == "webhook"
+    # A GPU pod's counter units are the policy's own for nvidia.com/gpu and the implicit name.
+    assert items["device-counter"].covered_by == "webhook"
+    assert "gpu" in items["device-counter"].pods
     assert "gpu" in items["dra-claims"].why
     # Only a pod of no class can be put in the gpu class by a DeviceClass mapping.
     assert "(no class)" in items["dra-extended-resources"].pods
@@ -372,7 +380,11 @@ def test_a_policy_without_device_classes_leaves_nothing_of_dra() -> None:
     policy = edited(
         podClasses=lambda classes: [{**c, "deviceClasses": []} for c in classes],
     )
-    assert not {i.rule for i in not_covered(policy)} & {"dra-claims", "dra-extended-resources"}
+    assert not {i.rule for i in not_covered(policy)} & {
+        "dra-claims",
+        "dra-extended-resources",
+        "device-counter",
+    }
 
 
 def test_a_class_with_device_classes_after_others_makes_their_pods_uncertain() -> None:

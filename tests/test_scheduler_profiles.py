@@ -16,7 +16,8 @@ import pytest
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from steer.core.policy import SchedulerProfiles
+from steer.core.device_counter import device_counters
+from steer.core.policy import SchedulerProfiles, parse_policy
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILES = ROOT / "manifests" / "scheduler" / "profiles.yaml"
@@ -480,8 +481,13 @@ def test_binpack_packs_gpus_and_spread_keeps_least_allocated(
     assert strategy.type == "MostAllocated"
     weights = {r.name: r.weight for r in strategy.resources or ()}
     # Listing resources replaces the default cpu+memory set, so both must be listed again.
-    assert weights.keys() == {"cpu", "memory", "nvidia.com/gpu"}
-    assert weights["nvidia.com/gpu"] > max(weights["cpu"], weights["memory"])
+    counters = {c.resource for c in device_counters(parse_policy(EXAMPLE_POLICY.read_text()))}
+    assert counters == {"kube-steer.github.io/devices-gpu"}
+    assert weights.keys() == {"cpu", "memory", "nvidia.com/gpu", *counters}
+    # GPUs weigh more than cpu and memory, a DRA device as much as a device plugin's.
+    for name in ("nvidia.com/gpu", *counters):
+        assert weights[name] > max(weights["cpu"], weights["memory"])
+        assert weights[name] == weights["nvidia.com/gpu"]
     assert profiles.profile("steer-spread").pluginConfig is None
 
 

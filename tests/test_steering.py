@@ -119,12 +119,14 @@ def test_hard_rules_are_gates_a_pod_requests(policy: Policy) -> None:
         "kube-steer.github.io/overcommit-0pct",
         "kube-steer.github.io/overcommit-5pct",
         "kube-steer.github.io/avoid-gpu-hot",
+        "kube-steer.github.io/devices-gpu",
     }
     assert owned_resource_keys(policy) == {
         "kube-steer.github.io/pool-cpu",
         "kube-steer.github.io/pool-memory",
         "kube-steer.github.io/budget-0pct",
         "kube-steer.github.io/avoid-gpu-hot",
+        "kube-steer.github.io/devices-gpu",  # the gpu class names DeviceClasses
     }
 
 

@@ -79,7 +79,7 @@ def test_a_known_claim_template_makes_a_gpu_pod(require_policy: Path) -> None:
     assert "kube-steer.github.io/score-class-gpu" in json.dumps(pod["spec"]["affinity"])
     assert UNRESERVED_GPU not in _requests(pod)
     assert pod["spec"]["schedulerName"] == "steer-binpack"  # the gpu class's profile
-    assert store.reads == 1  # the one template it names
+    assert store.reads == 2  # the one template it names: its classes and its device count
 
 
 def test_an_unknown_claim_template_is_steered_soundly_and_said(require_policy: Path) -> None:

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from steer.core.budget import container_pool_units, tenant_budget
+from steer.core.device_counter import device_counter
 from steer.core.encoding import bucket_values
 from steer.core.mutation import (
     MutationPlan,
@@ -553,6 +554,10 @@ def test_property_patch_applies_and_hard_rules_are_requests_not_terms(
         want = budget.container_requests(original["spec"]["containers"][i]) if budget else {}
         if i == 0:
             want.update({g.resource: 1 for g in gates})
+            # and as many units of its class's device counter as the devices it asks for
+            counter = device_counter(plan.policy, found.pod_class)
+            if counter is not None and found.device_units and not original["spec"].get("nodeName"):
+                want[counter.resource] = found.device_units
         assert owned == want
 
 

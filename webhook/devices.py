@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from kubernetes import client
 
 from steer.adapters.dra import CATALOG_KINDS, DraStore, DraStoreStatus
-from steer.core.dra.catalog import DeviceCatalog
+from steer.core.dra.catalog import ClaimDevices, DeviceCatalog
 
 # What the webhook watches: enough to tell which DeviceClasses a pod's claims and extended
 # resources name; no ResourceSlices.
@@ -41,6 +41,8 @@ class DeviceStore(Protocol):
     def template_classes(self, namespace: str, name: str) -> frozenset[str] | None: ...
 
     def claim_classes(self, namespace: str, name: str) -> frozenset[str] | None: ...
+
+    def template_devices(self, namespace: str, name: str) -> ClaimDevices | None: ...
 
     def class_for_extended_name(self, resource: str) -> str | None: ...
 

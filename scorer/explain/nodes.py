@@ -13,6 +13,7 @@ from scorer.explain.view import (
     BudgetPools,
     CompositeValue,
     ConditionValue,
+    CounterView,
     DeviceCount,
     DeviceView,
     DimensionCell,
@@ -28,6 +29,7 @@ from scorer.explain.view import (
 )
 from scorer.model import DeviceReadings, rfc3339
 from scorer.plan import CyclePlan, DimensionSummary, GateState, NodePlan, PoolState
+from steer.core.device_counter import CounterCapacity
 from steer.core.dra.inventory import Device, Inventory, NodeDevices
 from steer.core.policy import Policy
 from steer.core.steering import dimension_key
@@ -336,6 +338,31 @@ def budget_pools(policy: Policy, cycle: CyclePlan, plan: NodePlan) -> BudgetPool
         floor=floor,
         members={f"{lv:g}": n for lv, n in sorted(plan.members.items())} if floor else {},
         bursting={f"{lv:g}": n for lv, n in sorted(plan.bursting.items())} if floor else {},
+        counters=tuple(counter_view(c) for c in plan.counters),
+    )
+
+
+def counter_view(counter: CounterCapacity) -> CounterView:
+    parts = [f"{counter.dra} DRA devices of the class"]
+    if counter.plugin:
+        parts.append(f"{counter.plugin} from the device plugin")
+    if counter.shared:
+        parts.append(f"{counter.shared} shareable x {counter.pods} pods")
+    devices = " + ".join(parts)
+    if counter.offered:
+        why = f"{counter.capacity} = max({counter.held} held by its pods, {devices})"
+    else:
+        why = f"the node offers no device of class {counter.pod_class}: " + (
+            f"kept at the {counter.held} its pods hold" if counter.held else "not published"
+        )
+    return CounterView(
+        resource=counter.resource,
+        pod_class=counter.pod_class,
+        published=str(counter.capacity) if counter.offered or counter.held else None,
+        devices=counter.devices,
+        held=counter.held,
+        free=counter.free,
+        why=why,
     )
 
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
-from scorer.explain.nodes import condition_text, gate_view, pool_view, time_text
+from scorer.explain.nodes import condition_text, counter_view, gate_view, pool_view, time_text
 from scorer.explain.view import (
     AdmissionView,
     DeviceAskView,
@@ -164,6 +164,20 @@ def _resource_exclusions(
                         "held by pods in the pool)"
                     ),
                     data={"needs": int(need), "pool": pool_view(pool).to_json()},
+                )
+            )
+    for counter in plan.counters:
+        need = requests.get(counter.resource, Fraction(0))
+        if need > 0 and need > counter.free:
+            out.append(
+                Exclusion(
+                    rule=f"devices:{counter.pod_class}",
+                    reason=(
+                        f"{counter.resource}: the pod counts {_quantity_text(need)} devices, "
+                        f"{max(counter.free, 0)} free ({counter.capacity} published - "
+                        f"{counter.held} held by the node's pods)"
+                    ),
+                    data={"needs": int(need), "counter": counter_view(counter).to_json()},
                 )
             )
     return out
@@ -384,7 +398,13 @@ def _fit_exclusions(
     allocatable was not read (empty) is not judged."""
     if not node.allocatable:
         return []
-    planned = {p.resource for p in plan.pools} | {g.resource for g in plan.gates} if plan else set()
+    planned = (
+        {p.resource for p in plan.pools}
+        | {g.resource for g in plan.gates}
+        | {c.resource for c in plan.counters}
+        if plan
+        else set()
+    )
     out = []
     for name, need in requests.items():
         if need <= 0 or name in planned:

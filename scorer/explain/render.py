@@ -53,6 +53,10 @@ def node_text(detail: NodeDetail, served: Served) -> str:
     )
     for pool in detail.budget_pools.pools:
         lines.append(f"pool {pool.resource} = {pool.published or '-'}: {pool.why}")
+    for counter in detail.budget_pools.counters:
+        lines.append(
+            f"device counter {counter.resource} = {counter.published or '-'}: {counter.why}"
+        )
     if detail.active is not None:
         lines.append(f"active (runs movable pods): {detail.active}")
     if detail.drain_candidate is not None:

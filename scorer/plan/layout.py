@@ -17,6 +17,7 @@ from steer.core.budget import (
     levels,
     overcommit_gate,
 )
+from steer.core.device_counter import DeviceCounter, device_counters
 from steer.core.encoding import normalise
 from steer.core.gates import Gate, avoid_gate, unreserved_gate
 from steer.core.mode import taints_written
@@ -110,6 +111,8 @@ class CycleLayout:
     drain_annotation: str = ""
     # The drain candidates' PreferNoSchedule taint, when descheduling consolidation keys on it.
     drain_taint: str | None = None
+    # The pod classes' device counters (steer/core/device_counter.py).
+    counters: tuple[DeviceCounter, ...] = ()
 
     @classmethod
     def of(cls, policy: Policy) -> CycleLayout:
@@ -171,6 +174,7 @@ class CycleLayout:
             drain=drain_keys(policy),
             drain_annotation=policy.label_key(DRAIN_REASON_ANNOTATION),
             drain_taint=drain_taint_key(policy),
+            counters=device_counters(policy),
         )
 
 

@@ -14,6 +14,7 @@ from enum import StrEnum
 from steer.core.budget import Floor
 from steer.core.datacheck import DataProblem
 from steer.core.datacheck.problems import unreadable
+from steer.core.device_counter import CounterCapacity
 from steer.core.scheduling import Taint
 
 
@@ -150,6 +151,8 @@ class NodePlan:
     resource_changes: Mapping[str, str | None] = field(default_factory=dict)
     pools: tuple[PoolState, ...] = ()
     gates: tuple[GateState, ...] = ()
+    # The device counters and what decided each (published only where `offered`).
+    counters: tuple[CounterCapacity, ...] = ()
     # The budget floor published (None without enforcement or without a pod ledger), and the
     # node's pool pods per budget level, bursting or not.
     floor: Floor | None = None

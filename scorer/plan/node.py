@@ -178,6 +178,7 @@ def plan_node(
         resource_changes=resources.changes,
         pools=resources.pools,
         gates=resources.gates,
+        counters=resources.counters,
         floor=resources.floor,
         members=resources.usage.members if resources.usage else {},
         bursting=resources.usage.bursting if resources.usage else {},

@@ -24,7 +24,8 @@ from steer.core.budget import (
     node_usage,
     observed_floor,
 )
-from steer.core.gates import Gate, gate_capacity
+from steer.core.device_counter import CounterCapacity, NodeDeviceCount, counter_capacity
+from steer.core.gates import Gate, gate_capacity, open_capacity
 from steer.core.quantity import QuantityError, parse_quantity
 
 
@@ -47,6 +48,7 @@ class PlannedResources:
     floor: Floor | None
     usage: NodeUsage | None
     held: Mapping[str, int] = field(default_factory=dict)
+    counters: tuple[CounterCapacity, ...] = ()
 
 
 def plan_resources(
@@ -123,6 +125,10 @@ def plan_resources(
         wanted[g.resource] = int(g.capacity)
     for p in pools:
         wanted[p.resource] = int(p.capacity)
+    counters = _counters(layout, node, usage.held)
+    for c in counters:
+        if c.offered:  # elsewhere only what pods hold stays, as for a retired name
+            wanted[c.resource] = c.capacity
     # Names published before but no longer owned (the record lists them, or pods hold them
     # under a former prefix): kept at what pods hold, removed at nothing.
     former = {n for n in usage.held if n.startswith(layout.former_prefixes)}
@@ -145,7 +151,28 @@ def plan_resources(
         elif not _same_quantity(allocatable.get(name), str(held)):
             changes[name] = str(held)
     published = frozenset(wanted) | {n for n, held in retired.items() if held > 0}
-    return PlannedResources(pools, tuple(gates), changes, published, floor, usage, usage.held)
+    return PlannedResources(
+        pools, tuple(gates), changes, published, floor, usage, usage.held, counters
+    )
+
+
+def _counters(
+    layout: CycleLayout, node: NodeState, held: Mapping[str, int]
+) -> tuple[CounterCapacity, ...]:
+    """Each device counter on the node: its DRA devices (the classes' and those the classes'
+    `requestsAny` map, each once) and the device plugin's, never below what is held."""
+    if not layout.counters:
+        return ()
+    pods = open_capacity(node.allocatable)
+    out = []
+    for counter in layout.counters:
+        dra = NodeDeviceCount()
+        if node.dra is not None:
+            dra = NodeDeviceCount(*node.dra.count_any(counter.device_classes, counter.requests_any))
+        out.append(
+            counter_capacity(counter, dra, node.allocatable, held.get(counter.resource, 0), pods)
+        )
+    return tuple(out)
 
 
 def _gate_state(

@@ -25,6 +25,7 @@ from kubernetes import client
 
 from steer.adapters.kubejson import KubeApiError
 from steer.adapters.listwatch import ListWatcher
+from steer.core.dra.catalog import ClaimDevices
 from steer.core.dra.classes import DeviceClassInfo, classes_by_extended_name
 from steer.core.dra.inventory import (
     Inventory,
@@ -196,6 +197,10 @@ class DraStore:
     def claim_classes(self, namespace: str, name: str) -> frozenset[str] | None:
         record = self._record("resourceclaims", f"{namespace}/{name}")
         return record.classes if isinstance(record, ResourceClaimInfo) else None
+
+    def template_devices(self, namespace: str, name: str) -> ClaimDevices | None:
+        record = self._record("resourceclaimtemplates", f"{namespace}/{name}")
+        return record.devices if isinstance(record, ResourceClaimTemplateInfo) else None
 
     def class_for_extended_name(self, resource: str) -> str | None:
         with self._lock:

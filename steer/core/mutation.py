@@ -9,7 +9,8 @@ schedulerName, so a request only looks them up and merges.
 
 Merge, never clobber:
 - preferred terms are appended; the user's stay, and terms already present are not repeated;
-- hard rules are gates and budget pools (steer/core/gates.py, budget.py): resource requests
+- hard rules are gates and budget pools (steer/core/gates.py, budget.py), and a GPU pod counts
+  its devices in its class's device counter (steer/core/device_counter.py): resource requests
   set on the containers, never required node-affinity terms on labels that move with load
   (a kubelet restart would fail a running pod whose node no longer matched). Each container
   requests its own limits from the pool, the first container one unit of each gate, each
@@ -361,9 +362,9 @@ def mutate_pod(
         if pieces.preferred:
             note(pieces.preferred_rule, bool(missing))
 
-        # Hard rules as resource requests: budget pools and gates.
+        # Hard rules as resource requests: budget pools and gates; and the device counter.
         if not pieces.resources.empty or _holds_owned(pieces.resources, spec):
-            _merge_resources(pieces.resources, builder, spec, note)
+            _merge_resources(pieces.resources, builder, spec, note, classification.device_units)
 
         # Tolerations of the reserved taints this tenant may tolerate.
         tolerations = tolerations_of(spec)  # read even when none is injected: a bad one is named
@@ -450,13 +451,18 @@ def _same(current: Any, units: int) -> bool:
 
 
 def _merge_resources(
-    steering: ResourceSteering, builder: PatchBuilder, spec: Mapping[str, Any], note: Any
+    steering: ResourceSteering,
+    builder: PatchBuilder,
+    spec: Mapping[str, Any],
+    note: Any,
+    device_units: int | None = None,
 ) -> None:
     """Set each container's owned requests (and, for extended resources, the equal limits the
     API requires) to what the policy asks (steer/core/steering.py), removing any other request
-    or limit of those resources. Limits are read from cpu and memory only, so a reinvocation
-    computes the same requests and adds nothing."""
-    wanted = steered_container_requests(steering, spec)
+    or limit of those resources. Limits are read from cpu and memory only, and the device
+    counter's units from the pod's claims and device requests, which this leaves as they are,
+    so a reinvocation computes the same requests and adds nothing."""
+    wanted = steered_container_requests(steering, spec, device_units)
     owned = steering.owned
     parts = ("requests", "limits") if steering.limits else ("requests",)
     changed: set[str] = set()
@@ -492,7 +498,11 @@ def _merge_resources(
     for gate in steering.gates:
         if any(gate.resource in want for want in wanted.values()):
             note(f"gate:{gate.rule}", gate.resource in changed)
-    if changed and not pools and not steering.gates:
+    counter = steering.counter
+    counted = counter is not None and any(counter.resource in w for w in wanted.values())
+    if counter is not None and counted:
+        note(counter.rule, counter.resource in changed)
+    if changed and not pools and not steering.gates and not counted:
         note("resources:removed", True)
 
 

@@ -14,6 +14,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from steer.core.budget import TenantBudget, former_names, owned_resources, tenant_budget
+from steer.core.device_counter import (
+    DeviceCounter,
+    device_counter,
+    device_counters,
+    pod_device_units,
+)
 from steer.core.dra.catalog import DeviceCatalog
 from steer.core.dra.claims import DeviceAsk, claim_asks, extended_asks
 from steer.core.dra.classes import implicit_extended_name
@@ -176,12 +182,15 @@ class PodClassification:
     pod in another class that has `deviceClasses` (`doubt`); the pod is then classified without
     it, and steered so that nothing added can keep it off the nodes it may need: `spared`
     names the other `reserveNodes: require` classes whose "unreserved" gate it is not given,
-    those whose resources or devices it asks for (or, in doubt, may ask for)."""
+    those whose resources or devices it asks for (or, in doubt, may ask for). `device_units`:
+    the units of its class's device counter it requests (steer/core/device_counter.py), None
+    when its class has none or the devices it gets are not known exactly."""
 
     pod_class: PodClass | None
     asks: tuple[DeviceAsk, ...] = ()
     doubt: tuple[str, ...] = ()
     spared: frozenset[str] = frozenset()
+    device_units: int | None = None
 
     @property
     def unresolved(self) -> tuple[DeviceAsk, ...]:
@@ -247,7 +256,9 @@ def pod_classification(
             or not known.isdisjoint(c.device_classes)
         )
     )
-    return PodClassification(pod_class, asks, doubt, spared)
+    counter = device_counter(policy, pod_class)
+    units = None if counter is None else pod_device_units(counter, pod_spec, asks)
+    return PodClassification(pod_class, asks, doubt, spared, units)
 
 
 def classify_pod(
@@ -312,8 +323,10 @@ def pod_gates(
 
 def owned_resource_keys(policy: Policy) -> frozenset[str]:
     """Every resource the scorer publishes on nodes and the webhook adds to pods: the budget
-    pools and gates, and the gates of the rules classes avoid or reserve by."""
+    pools and gates, the gates of the rules classes avoid or reserve by, and the classes'
+    device counters."""
     names = set(owned_resources(policy))
+    names |= {c.resource for c in device_counters(policy)}
     for pod_class in policy.spec.pod_classes:
         names |= {avoid_gate(policy, policy.taint_rule(n)).resource for n in pod_class.avoid}
         if pod_class.reserve_nodes == "require":
@@ -325,32 +338,43 @@ def owned_resource_keys(policy: Policy) -> frozenset[str]:
 class ResourceSteering:
     """What the webhook makes a pod of one (tenant, class) request of the resources kube-steer
     publishes, fixed by the policy: pool requests from every container (each its own limits),
-    one unit of each gate from the first container, and nothing else under those names (a
-    request the policy would not make is removed)."""
+    one unit of each gate from the first container, the units of its class's device counter
+    (the pod's own: `PodClassification.device_units`) from the first container too, and nothing
+    else under those names (a request the policy would not make is removed)."""
 
     budget: TenantBudget | None
     gates: tuple[Gate, ...]
-    owned: frozenset[str]  # the policy's pools and gates, under the current and former prefixes
+    owned: frozenset[str]  # pools, gates, counters, under the current and former prefixes
     # Extended resources (the default) need a limit equal to the request; native-prefixed ones
     # (`nativeResourceNames`) take the request alone.
     limits: bool = True
+    counter: DeviceCounter | None = None
 
     @property
     def empty(self) -> bool:
-        return self.budget is None and not self.gates
+        return self.budget is None and not self.gates and self.counter is None
 
     def container_requests(
-        self, field: str, index: int, container: Mapping[str, Any], *, node_preset: bool
+        self,
+        field: str,
+        index: int,
+        container: Mapping[str, Any],
+        *,
+        node_preset: bool,
+        device_units: int | None = None,
     ) -> dict[str, int]:
         """What one container must request of the owned resources. A pod that names its node
         skips the scheduler, so only its budget holds it there (the kubelet enforces the pool
-        and the budget gate at admission); the other gates would only make the kubelet refuse a
-        node someone chose. Raises QuantityError for a malformed quantity."""
+        and the budget gate at admission); the other gates and the device counter would only
+        make the kubelet refuse a node someone chose. Raises QuantityError for a malformed
+        quantity."""
         out = self.budget.container_requests(container) if self.budget is not None else {}
         if field == "containers" and index == 0:
             for gate in self.gates:
                 if not node_preset or gate.rule.startswith("budget:"):
                     out[gate.resource] = 1
+            if self.counter is not None and device_units and not node_preset:
+                out[self.counter.resource] = device_units
         return out
 
 
@@ -366,6 +390,7 @@ def resource_steering(
         pod_gates(policy, tenant, pod_class, spared),
         owned | frozenset(former_names(policy, owned)),
         limits=not policy.spec.native_resource_names,
+        counter=device_counter(policy, pod_class),
     )
 
 
@@ -373,9 +398,10 @@ CONTAINER_FIELDS = ("containers", "initContainers")
 
 
 def steered_container_requests(
-    steering: ResourceSteering, spec: Mapping[str, Any]
+    steering: ResourceSteering, spec: Mapping[str, Any], device_units: int | None = None
 ) -> dict[tuple[str, int], dict[str, int]]:
-    """Per container, (field, index) -> the owned requests it carries once steered. Raises
+    """Per container, (field, index) -> the owned requests it carries once steered
+    (`device_units`: the pod's, `PodClassification.device_units`). Raises
     UninterpretablePod for a malformed field or quantity."""
     node_preset = bool(spec.get("nodeName"))
     out: dict[tuple[str, int], dict[str, int]] = {}
@@ -383,7 +409,7 @@ def steered_container_requests(
         for i, container in enumerate(pod_objects(spec, field, f"spec.{field}")):
             try:
                 out[(field, i)] = steering.container_requests(
-                    field, i, container, node_preset=node_preset
+                    field, i, container, node_preset=node_preset, device_units=device_units
                 )
             except QuantityError as exc:
                 raise UninterpretablePod(f"spec.{field}[{i}].resources", str(exc)) from None

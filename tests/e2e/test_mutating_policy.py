@@ -73,6 +73,7 @@ from steer.core.admission_policy.mutating import (
 )
 from steer.core.admission_policy.node_writes import scorer_username
 from steer.core.decision import SKIPPED, AdmissionPlans, PodRequest, decide_mutation
+from steer.core.dra.catalog import ClaimDevices
 from steer.core.dra.classes import DeviceClassInfo, classes_by_extended_name
 from steer.core.mutation import read_trace
 from steer.core.patch import apply_ops
@@ -203,6 +204,9 @@ class Catalogue:
 
     def claim_classes(self, namespace: str, name: str) -> frozenset[str] | None:
         return None
+
+    def template_devices(self, namespace: str, name: str) -> ClaimDevices | None:
+        return ClaimDevices(((DEVICE_CLASS, 1),)) if name == CLAIM_TEMPLATE else None
 
     def class_for_extended_name(self, resource: str) -> str | None:
         return self.by_extended.get(resource)
@@ -651,7 +655,9 @@ def _compare_one(
 def _left_to_webhook(policy: Policy, pod: Mapping[str, Any], verdict: Any) -> bool:
     """Whether the policy's NotCovered list leaves this pod to the webhook: when a pod class
     names DeviceClasses (the example's GPU class), a pod the webhook steers that has a claim,
-    or an extended resource a DeviceClass may map while its requests put it in no class."""
+    or an extended resource a DeviceClass may map while its requests put it in no class
+    (dra-extended-resources) or in the GPU class, whose device counter would count it
+    (device-counter; the generated init containers request no GPU)."""
     if not any(c.device_classes for c in policy.spec.pod_classes):
         return False
     if verdict.mutation is None or verdict.mutation.skipped is not None:
@@ -664,9 +670,8 @@ def _left_to_webhook(policy: Policy, pod: Mapping[str, Any], verdict: Any) -> bo
         for kind in ("requests", "limits")
         for name in (container.get("resources") or {}).get(kind) or {}
     }
-    gpu = {"nvidia.com/gpu", "deviceclass.resource.kubernetes.io/gpu.nvidia.com"}
     foreign = any(n.startswith("example.com/") for n in names)
-    return bool(spec.get("resourceClaims")) or (foreign and not names & gpu)
+    return bool(spec.get("resourceClaims")) or foreign
 
 
 def _diff(a: Any, b: Any, sides: tuple[str, str] = ("policy", "webhook"), path: str = "") -> str:

@@ -256,6 +256,43 @@ class GateView:
 
 
 @dataclass(frozen=True)
+class CounterView:
+    """A pod class's device counter on the node (steer/core/device_counter.py): capacity =
+    max(held, devices of the class), published only where the node offers the class."""
+
+    resource: str
+    pod_class: str
+    published: str | None  # what the node carries once the plan is written (None: nothing)
+    devices: int  # DRA and device-plugin devices of the class, as the capacity counts them
+    held: int  # requested by the node's bound pods
+    free: int
+    why: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "resource": self.resource,
+            "podClass": self.pod_class,
+            "published": self.published,
+            "devices": self.devices,
+            "held": self.held,
+            "free": self.free,
+            "why": self.why,
+        }
+
+    @classmethod
+    def from_json(cls, obj: Json) -> CounterView:
+        return cls(
+            obj["resource"],
+            obj["podClass"],
+            obj.get("published"),
+            obj["devices"],
+            obj["held"],
+            obj["free"],
+            obj["why"],
+        )
+
+
+@dataclass(frozen=True)
 class FloorView:
     """The budget floor published: budgets below `gates` % closed, room at 100 + `room` %."""
 
@@ -284,6 +321,7 @@ class BudgetPools:
     # Pool pods per budget level ("25" → 3), and those bursting; only with a floor.
     members: Mapping[str, int] = field(default_factory=dict)
     bursting: Mapping[str, int] = field(default_factory=dict)
+    counters: tuple[CounterView, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -291,6 +329,7 @@ class BudgetPools:
             "podLedgerSynced": self.pod_ledger_synced,
             "pools": [p.to_json() for p in self.pools],
             "gates": [g.to_json() for g in self.gates],
+            "counters": [c.to_json() for c in self.counters],
             "pendingResourceChanges": dict(self.pending_resource_changes),
         }
         if self.floor is not None:
@@ -311,6 +350,7 @@ class BudgetPools:
             floor=FloorView.from_json(floor) if floor is not None else None,
             members=dict(obj.get("members") or {}),
             bursting=dict(obj.get("bursting") or {}),
+            counters=tuple(CounterView.from_json(c) for c in obj.get("counters") or ()),
         )
 
 

@@ -91,7 +91,8 @@ from steer.core.admission_policy.objects import (
     resource_rule,
 )
 from steer.core.budget import POOL_KINDS, pool_resource
-from steer.core.dra.classes import IMPLICIT_EXTENDED_PREFIX
+from steer.core.device_counter import device_counter
+from steer.core.dra.classes import IMPLICIT_EXTENDED_PREFIX, implicit_extended_name
 from steer.core.mode import audited_tenants
 from steer.core.mutation import Pieces, build_pieces
 from steer.core.policy import DEFAULT_SCHEDULER, PodClass, Policy, Tenant
@@ -300,6 +301,17 @@ def _gates(pieces: Pieces) -> str:
     )
 
 
+def _counted(pieces: Pieces) -> str:
+    """The extended resources whose quantities a pod of the combination counts in its class's
+    device counter (steer/core/device_counter.py `pod_device_units`, for a pod with no claim
+    and no other extended resource a DeviceClass may map: the others are the webhook's)."""
+    counter = pieces.resources.counter
+    if counter is None:
+        return cel_empty_list("''")
+    names = {*counter.requests_any, *map(implicit_extended_name, counter.device_classes)}
+    return cel_list(sorted(names))
+
+
 _ASPECTS: dict[str, Callable[[Pieces], str]] = {
     "haveTerms": _have_terms,
     "missingTerms": _missing_terms,
@@ -311,6 +323,9 @@ _ASPECTS: dict[str, Callable[[Pieces], str]] = {
     "scheduler": lambda p: cel_string(p.scheduler or ""),
     "pooled": lambda p: "true" if p.resources.budget and p.resources.budget.pools else "false",
     "gates": _gates,
+    "counter": lambda p: cel_string(p.resources.counter.resource if p.resources.counter else ""),
+    "counterRule": lambda p: _json(p.resources.counter.rule) if p.resources.counter else "''",
+    "counted": _counted,
     "terms": lambda p: cel_string(orjson.dumps(list(p.term_notes)).decode()),
 }
 
@@ -339,7 +354,8 @@ def _want(policy: Policy, container: str, first: str) -> str:
     """CEL: [name, units as text] the container must request (steer/core/steering.py
     `ResourceSteering.container_requests`): its pool units when its tenant has pools (only
     those above 0), and, for the first container, one unit of each gate (only the budget's
-    when the pod names its node)."""
+    when the pod names its node) and its device counter's units (none when it names its
+    node)."""
     cpu_pool, memory_pool = (pool_resource(policy, kind) for kind in POOL_KINDS)
     cpu = _units(_pool_text(container, "cpu"), "m", "* 1000.0")
     memory = _units(_pool_text(container, "memory"), "Mi", "/ 1048576.0")
@@ -347,7 +363,9 @@ def _want(policy: Policy, container: str, first: str) -> str:
         f"(variables.pooled ? [{cpu}].filter(u, u > 0).map(u, [{cel_string(cpu_pool)}, "
         f"string(u)]) + [{memory}].filter(u, u > 0).map(u, [{cel_string(memory_pool)}, "
         f"string(u)]) : []) + ({first} ? variables.gates.filter(g, !variables.nodePreset || "
-        "g[1].startsWith('budget:')).map(g, [g[0], '1']) : [])"
+        "g[1].startsWith('budget:')).map(g, [g[0], '1']) : []) + "
+        f"({first} && variables.deviceUnits > 0 && !variables.nodePreset ? "
+        "[[variables.counter, string(variables.deviceUnits)]] : [])"
     )
 
 
@@ -554,6 +572,24 @@ def not_covered(policy: Policy) -> tuple[NotCovered, ...]:
                 "budget is refused by steer-budget",
             )
         )
+    counted = [c for c in policy.spec.pod_classes if device_counter(policy, c) is not None]
+    if counted:
+        names = ", ".join(c.name for c in counted)
+        out.append(
+            NotCovered(
+                "device-counter",
+                f"pods of classes {names} (by their requests) that request an extended resource "
+                "a DeviceClass may map other than the class's requestsAny, or whose init "
+                "containers request the class's devices",
+                "the units of the class's device counter are the devices the pod asks for: "
+                "whether a DeviceClass of the class maps such a resource is in the "
+                "DeviceClasses, and init containers and sidecars are summed as the scheduler "
+                "sums them, which the policy leaves to the webhook",
+                "webhook",
+                "with the policy alone such a pod is not steered, and a pod of a tenant with a "
+                "budget is refused by steer-budget",
+            )
+        )
     combinations = _combinations(policy)
     pooled = any(
         c.pieces.resources.budget and c.pieces.resources.budget.pools for c in combinations
@@ -676,6 +712,28 @@ def _implicit(requested: str) -> str:
     )
 
 
+def _counted_elsewhere(policy: Policy, requested: str, pod_class: str) -> str:
+    """CEL: the pod, of class `pod_class` ('' for none) by its requests, counts devices the
+    policy cannot: its class has a device counter and the pod requests an extended resource a
+    DeviceClass may map that is not one of the class's `requestsAny` (the webhook counts it when
+    a DeviceClass of the class maps it), or an init container requests one the class counts
+    (the webhook sums init containers and sidecars as the scheduler does)."""
+    init = _requested("object.spec.?initContainers.orValue([])")
+    cases = []
+    for candidate in policy.spec.pod_classes:
+        counter = device_counter(policy, candidate)
+        if counter is None:
+            continue
+        names = {*counter.requests_any, *map(implicit_extended_name, counter.device_classes)}
+        cases.append(
+            f"({pod_class} == {cel_string(candidate.name)} && ("
+            f"{_foreign(policy, requested)}.exists(n, !(n in "
+            f"{cel_list(sorted(counter.requests_any))})) || "
+            f"{init}.exists(n, n in {cel_list(sorted(names))})))"
+        )
+    return " || ".join(cases) or "false"
+
+
 def _match_conditions(policy: Policy) -> list[Json]:
     conditions = not_infrastructure(policy)
     if not _device_classes(policy):
@@ -683,13 +741,15 @@ def _match_conditions(policy: Policy) -> list[Json]:
     requested = _requested("(object.spec.containers + object.spec.?initContainers.orValue([]))")
     implicit = _implicit(requested)
     uncertain = cel_list(_uncertain_classes(policy))
+    pod_class = f"({_class_cel(policy, requested, implicit)})"
     conditions.append(
         {
-            # NotCovered dra-claims and dra-extended-resources: the webhook steers these.
+            # NotCovered dra-claims, dra-extended-resources and device-counter: the webhook
+            # steers these.
             "name": "no-dra-lookup",
             "expression": "size(object.spec.?resourceClaims.orValue([])) == 0 && !("
-            f"size({_foreign(policy, requested)}) > 0 && "
-            f"({_class_cel(policy, requested, implicit)}) in {uncertain})",
+            f"size({_foreign(policy, requested)}) > 0 && {pod_class} in {uncertain}) && !("
+            f"{_counted_elsewhere(policy, requested, pod_class)})",
         }
     )
     return conditions
@@ -760,6 +820,28 @@ def _variables(policy: Policy, combinations: Sequence[_Combination]) -> list[Jso
         # Resources: the pools and gates, and what changes container by container.
         {"name": "pooled", "expression": by("pooled")},
         {"name": "gates", "expression": by("gates")},
+        # The device counter (steer/core/device_counter.py): as many units as the devices the
+        # pod's extended resources ask for (whole quantities only; else none, as the webhook).
+        {"name": "counter", "expression": by("counter")},
+        {"name": "counterRule", "expression": by("counterRule")},
+        {"name": "counted", "expression": by("counted")},
+        {
+            "name": "deviceAmounts",
+            "expression": "object.spec.containers.map(c, variables.counted.map(n, quantity("
+            "c.?resources.?requests[?n].orValue(c.?resources.?limits[?n].orValue('0'))))"
+            ").flatten()",
+        },
+        {
+            "name": "deviceUnits",
+            "expression": "variables.counter == '' || "
+            "!variables.deviceAmounts.all(q, q.isInteger()) ? 0 : "
+            "variables.deviceAmounts.map(q, q.asInteger()).sum()",
+        },
+        {
+            "name": "counterRules",
+            "expression": "variables.deviceUnits > 0 && !variables.nodePreset ? "
+            "[variables.counterRule] : []",
+        },
         {"name": "containerChanges", "expression": records("containers", "i == 0")},
         {"name": "initChanges", "expression": records("initContainers", "false")},
         {
@@ -768,10 +850,11 @@ def _variables(policy: Policy, combinations: Sequence[_Combination]) -> list[Jso
             "r.rq + r.uq.map(p, p[0]) + r.rl + r.ul.map(p, p[0])).flatten()",
         },
         {
-            # `_merge_resources` notes `resources:removed` for a pod with no pool and no gate
-            # that held the project's resources.
+            # `_merge_resources` notes `resources:removed` for a pod with no pool, no gate and
+            # no device counter units that held the project's resources.
             "name": "removedOnly",
-            "expression": "!variables.pooled && size(variables.gates) == 0",
+            "expression": "!variables.pooled && size(variables.gates) == 0 && "
+            "size(variables.counterRules) == 0",
         },
         # Preferred terms.
         {
@@ -807,6 +890,7 @@ def _variables(policy: Policy, combinations: Sequence[_Combination]) -> list[Jso
         {
             "name": "rulesResources",
             "expression": f"(variables.pooled ? ['\"budget:pool\"'] : []) + {first}.map(g, g[2])"
+            " + variables.counterRules"
             " + (variables.removedOnly && size(variables.changed) > 0 ? "
             "['\"resources:removed\"'] : [])",
         },
@@ -828,6 +912,7 @@ def _variables(policy: Policy, combinations: Sequence[_Combination]) -> list[Jso
             f"(variables.pooled && variables.changed.exists(n, n in {pools}) ? "
             "['\"budget:pool\"'] : []) + "
             f"{first}.filter(g, g[0] in variables.changed).map(g, g[2]) + "
+            "(variables.counter in variables.changed ? variables.counterRules : []) + "
             "(variables.removedOnly && size(variables.changed) > 0 ? "
             "['\"resources:removed\"'] : []) + "
             f"{by('tolerationsAdded')} + "

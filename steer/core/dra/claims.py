@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from steer.core.dra.catalog import DeviceCatalog
+from steer.core.dra.catalog import ClaimDevices, DeviceCatalog
 from steer.core.dra.classes import IMPLICIT_EXTENDED_PREFIX
 from steer.core.scheduling import UninterpretablePod, pod_objects
 
@@ -43,6 +43,8 @@ class DeviceAsk:
     form: AskForm
     name: str
     device_classes: frozenset[str] | None
+    # A template's: how many devices of each class its claim takes (None: not known).
+    devices: ClaimDevices | None = None
 
     @property
     def known(self) -> bool:
@@ -93,16 +95,19 @@ def claim_asks(
     spec: Mapping[str, Any], namespace: str | None, devices: DeviceCatalog | None
 ) -> tuple[DeviceAsk, ...]:
     """What each template and claim the pod names requests, from the catalogue (None for what it
-    does not know; everything, without a catalogue or a namespace to look in)."""
+    does not know; everything, without a catalogue or a namespace to look in), and for a
+    template how many devices its claim takes."""
     out = []
     for source in claim_sources(spec):
         classes: frozenset[str] | None = None
+        counts: ClaimDevices | None = None
         if devices is not None and namespace:
             if source.form == "template":
                 classes = devices.template_classes(namespace, source.name)
+                counts = devices.template_devices(namespace, source.name)
             else:
                 classes = devices.claim_classes(namespace, source.name)
-        out.append(DeviceAsk(source.form, source.name, classes))
+        out.append(DeviceAsk(source.form, source.name, classes, counts))
     return tuple(out)
 
 

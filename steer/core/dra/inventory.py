@@ -31,12 +31,17 @@ from __future__ import annotations
 
 import functools
 from collections import Counter, defaultdict
-from collections.abc import ItemsView, Iterable, Iterator, Mapping
+from collections.abc import Collection, ItemsView, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, NamedTuple
 
-from steer.core.dra.catalog import requested_device_classes
+from steer.core.dra.catalog import (
+    NO_DEVICES,
+    ClaimDevices,
+    requested_device_classes,
+    requested_device_counts,
+)
 from steer.core.dra.classes import DeviceClassInfo, classes_by_extended_name
 from steer.core.dra.selectors import AttributeValue, DeviceSelectors, Semver
 from steer.core.quantity import QuantityError, parse_quantity
@@ -350,9 +355,13 @@ class ResourceClaimInfo:
 
 @dataclass(frozen=True, slots=True)
 class ResourceClaimTemplateInfo:
+    """What kube-steer keeps of a ResourceClaimTemplate: the classes its claims request, and
+    how many devices of each they take (`ClaimDevices`)."""
+
     namespace: str
     name: str
     classes: frozenset[str] = frozenset()
+    devices: ClaimDevices = NO_DEVICES
 
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> ResourceClaimTemplateInfo:
@@ -362,6 +371,7 @@ class ResourceClaimTemplateInfo:
             namespace=str(metadata.get("namespace", "")),
             name=str(metadata.get("name", "")),
             classes=_interned(requested_device_classes(spec.get("spec"))),
+            devices=requested_device_counts(spec.get("spec")),
         )
 
 
@@ -450,6 +460,20 @@ class NodeDevices:
         """The classes that select at least one device here."""
         return frozenset(self._counts)
 
+    def count_any(
+        self, classes: Collection[str], extended_names: Collection[str] = ()
+    ) -> tuple[int, int]:
+        """(devices any of `classes`, or of the classes that map `extended_names`, selects,
+        each once; how many of those claims may share: `allowMultipleAllocations`)."""
+        wanted = set(classes)
+        wanted.update(self._by_extended[n] for n in extended_names if n in self._by_extended)
+        devices = shared = 0
+        for device in self.devices:
+            if not self._classes.get(device.key, frozenset()).isdisjoint(wanted):
+                devices += 1
+                shared += device.allow_multiple_allocations
+        return devices, shared
+
     def offered(self) -> Mapping[str, int]:
         """Devices by every extended-resource name a pod may request them by (each class's
         `extended_names`; a name two classes claim goes to the one `classes_by_extended_name`
@@ -509,6 +533,9 @@ class Inventory:
     _summaries: Mapping[str, ClassSummary] = field(default_factory=dict, repr=False)
     _claims: Mapping[tuple[str, str], frozenset[str]] = field(default_factory=dict, repr=False)
     _templates: Mapping[tuple[str, str], frozenset[str]] = field(default_factory=dict, repr=False)
+    _template_devices: Mapping[tuple[str, str], ClaimDevices] = field(
+        default_factory=dict, repr=False
+    )
     _by_extended: Mapping[str, str] = field(default_factory=dict, repr=False)
     # (class, selector index, reason) per device a selector could not be evaluated on
     _selector_errors: Mapping[DeviceKey, tuple[tuple[str, int, str], ...]] = field(
@@ -543,6 +570,9 @@ class Inventory:
 
     def claim_classes(self, namespace: str, name: str) -> frozenset[str] | None:
         return self._claims.get((namespace, name))
+
+    def template_devices(self, namespace: str, name: str) -> ClaimDevices | None:
+        return self._template_devices.get((namespace, name))
 
     def class_for_extended_name(self, resource: str) -> str | None:
         return self._by_extended.get(resource)
@@ -589,7 +619,9 @@ class Inventory:
         there, so a rebuild for a changed claim evaluates nothing."""
         class_map = {c.name: c for c in classes}
         claim_list = sorted(claims, key=lambda c: (c.namespace, c.name))
-        template_map = {(t.namespace, t.name): t.classes for t in templates}
+        template_list = list(templates)
+        template_map = {(t.namespace, t.name): t.classes for t in template_list}
+        template_devices = {(t.namespace, t.name): t.devices for t in template_list}
         claim_map = {(c.namespace, c.name): c.classes for c in claim_list}
         by_extended = classes_by_extended_name(class_map)
         if slices is None:
@@ -597,10 +629,11 @@ class Inventory:
                 classes=class_map,
                 _claims=claim_map,
                 _templates=template_map,
+                _template_devices=template_devices,
                 _by_extended=by_extended,
             )
         return _Builder(class_map, selectors or DeviceSelectors(), previous).build(
-            list(slices), claim_list, claim_map, template_map, by_extended
+            list(slices), claim_list, claim_map, template_map, by_extended, template_devices
         )
 
 
@@ -635,6 +668,7 @@ class _Builder:
         claim_map: dict[tuple[str, str], frozenset[str]],
         template_map: dict[tuple[str, str], frozenset[str]],
         by_extended: dict[str, str],
+        template_devices: dict[tuple[str, str], ClaimDevices],
     ) -> Inventory:
         current = self._current(slices)
         devices: dict[DeviceKey, Device] = {}
@@ -689,6 +723,7 @@ class _Builder:
             _summaries=_summaries(self.classes, nodes.values()),
             _claims=claim_map,
             _templates=template_map,
+            _template_devices=template_devices,
             _by_extended=by_extended,
             _selector_errors=self.errors,
         )
