@@ -10,6 +10,9 @@ from typing import Any
 
 import pytest
 
+from scorer.explain.nodes import detail_view
+from scorer.explain.render import node_text
+from scorer.explain.view import NodeDetail, Served
 from scorer.model import NodeState, with_devices
 from scorer.plan import ScorerMemory, plan_cycle
 from steer.core.device_counter import (
@@ -269,3 +272,27 @@ def test_each_device_counts_once_and_only_where_the_class_is_offered() -> None:
     assert gpu_node.resource_changes[COUNTER.resource] == "4"
     (none,) = cpu_node.counters
     assert not none.offered and COUNTER.resource not in cpu_node.resource_changes
+
+
+def test_explain_node_shows_each_counter_with_what_decided_it() -> None:
+    slice_ = load_fixture("dra/nvidia-resourceslice-gpu-node.json")
+    classes = load_fixture("dra/deviceclasses.json")["items"]
+    inventory = Inventory.from_objects(classes, [slice_])
+    nodes = with_devices(
+        [NodeState(name="gpu-node-1", allocatable={"cpu": "64", "pods": "110"})], inventory
+    )
+    plan, _ = plan_cycle(POLICY, nodes, {}, ScorerMemory(), now=1000.0, pod_usages={})
+    detail = detail_view(POLICY, plan, "gpu-node-1", inventory)
+    assert detail is not None
+    (counter,) = detail.budget_pools.counters
+    assert (counter.resource, counter.published, counter.devices, counter.held) == (
+        COUNTER.resource,
+        "4",
+        4,
+        0,
+    )
+    assert counter.why == "4 = max(0 held by its pods, 4 DRA devices of the class)"
+    assert NodeDetail.from_json(detail.to_json()) == detail
+    assert "device counter kube-steer.github.io/devices-gpu = 4" in node_text(
+        detail, Served(leader=True)
+    )
