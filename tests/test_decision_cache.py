@@ -28,7 +28,13 @@ from tests.conftest import EXAMPLE_POLICY
 from tests.dra_support import FakeCatalog, FakeStore
 from tests.test_admission_decision import CAPTURED, POLICY_TEXTS, reviews
 from tests.webhook_harness import NAMESPACES, counted, in_process_handler, review_for
-from webhook.decision_cache import IDENTITY_FIELDS, DecisionCache, template_key
+from webhook.decision_cache import (
+    IDENTITY_FIELDS,
+    LARGEST_KEYED_REVIEW,
+    DecisionCache,
+    template_key,
+    verdict_bytes,
+)
 from webhook.devices import WatchedDevices
 from webhook.handler import AdmissionHandler
 
@@ -257,3 +263,58 @@ def test_keys_differ_for_pods_the_decision_tells_apart() -> None:
             pod["spec"].setdefault("tolerations", []).append(toleration)
         keys.add(template_key(_request(body), 0))
     assert len(keys) == 4
+
+
+def _padded(body: Mapping[str, Any], size: int, tag: str) -> dict[str, Any]:
+    """`body`'s review with ~`size` bytes of annotations: another template per `tag`."""
+    review = copy.deepcopy(dict(body))
+    metadata = review["request"]["object"]["metadata"]
+    metadata["annotations"] = {f"example.com/pad-{i}": "x" * 1000 for i in range(size // 1024)}
+    metadata.setdefault("labels", {})["tag"] = tag
+    return review
+
+
+def test_the_key_is_a_digest_and_the_pod_is_never_kept() -> None:
+    handler = in_process_handler()
+    body = _padded(review_for("pod-create-by-replicaset.json", "team-b"), 64 * 1024, "a")
+    key = template_key(_request(body), 0)
+    assert key is not None and len(key) == 32
+    mutate(handler, body)
+    _plans, cache = handler._decided  # type: ignore[misc]
+    assert len(cache) == 1 and cache.bytes < 32 * 1024  # the verdict, not the 64 KiB pod
+
+
+def test_a_large_review_is_decided_every_time_and_never_kept() -> None:
+    handler = in_process_handler()
+    base = review_for("pod-create-by-replicaset.json", "team-b")
+    large = _padded(base, LARGEST_KEYED_REVIEW, "a")
+    assert len(orjson.dumps(large)) > LARGEST_KEYED_REVIEW
+    uncached = in_process_handler(decision_cache_entries=0)
+    for review in (large, another_pod(large)):
+        assert mutate(handler, review) == mutate(uncached, review)
+    handler.metrics.flush()
+    assert counted(handler, "decisions") == 0  # not keyed: neither hit nor miss
+    assert len(handler._decided[1]) == 0  # type: ignore[index]
+
+
+def test_entries_are_bounded_in_bytes() -> None:
+    verdict = decide_mutation(
+        in_process_handler().plans,
+        _request(review_for("pod-create-by-replicaset.json", "team-b")),
+    )
+    weight = verdict_bytes(verdict)
+    assert 1024 < weight < 64 * 1024
+    cache = DecisionCache(100, max_bytes=weight * 8 + weight // 2)
+    for i in range(20):
+        assert cache.put(b"%d" % i, verdict)
+    assert len(cache) == 8 and cache.bytes == 8 * weight <= cache.max_bytes
+    assert [i for i in range(20) if cache.get(b"%d" % i)] == list(range(12, 20))
+    # Replacing an entry does not count it twice.
+    cache.put(b"19", verdict)
+    assert cache.bytes == 8 * weight
+    # A verdict heavier than an eighth of the budget is not kept at all.
+    small = DecisionCache(100, max_bytes=weight * 8 - 8)
+    assert not small.put(b"a", verdict) and len(small) == 0
+    assert not DecisionCache(100, max_bytes=0).put(b"a", verdict)
+    with pytest.raises(ValueError, match="0 or more"):
+        DecisionCache(1, max_bytes=-1)

@@ -133,6 +133,7 @@ def test_deployment_args_parse_with_the_cli() -> None:
     args = parser.parse_args(container["args"])
     assert (args.workers, args.threads, args.listen) == (2, None, "0.0.0.0:8443")
     assert (args.read_timeout_seconds, args.max_connections) == (5.0, 256)
+    assert (args.max_bytes_in_flight, args.decision_cache_bytes) == (32 << 20, 8 << 20)
 
 
 def test_metrics_and_status_listen_on_the_pod_ip_only() -> None:

@@ -218,7 +218,10 @@ def test_settings_name_the_bad_flag(tmp_path: Path) -> None:
     args = build_parser().parse_args(
         ["webhook", "serve", "--policy", "p", "--cert", "c", "--key", "k"]
     )
-    assert args.decision_cache_entries == 256
+    assert (args.decision_cache_entries, args.decision_cache_bytes) == (256, 8 << 20)
+    assert args.max_bytes_in_flight == 32 << 20
+    with pytest.raises(ServeError, match=r"--decision-cache-bytes: must be 0 .* got -1"):
+        serve_webhook(WebhookOptions("p", server, decision_cache_bytes=-1))
     with pytest.raises(ServeError, match="--listen: expected HOST:PORT"):
         ServerSettings("localhost", "c", "k").check()
 
@@ -248,6 +251,10 @@ def test_connection_limits_reach_gunicorn_and_its_worker() -> None:
         ({"read_timeout_seconds": 0}, "--read-timeout-seconds: must be more than 0"),
         ({"max_connections": 4}, "--max-connections: must be at least 8, got 4"),
         ({"max_body_bytes": 10}, "--max-body-bytes: must be at least 1024"),
+        (
+            {"max_bytes_in_flight": 4 << 20},
+            r"--max-bytes-in-flight: must be at least 4/3 of --max-body-bytes \(4194304\)",
+        ),
     ],
 )
 def test_limits_name_the_bad_flag(tmp_path: Path, change: dict[str, Any], message: str) -> None:

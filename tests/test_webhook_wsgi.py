@@ -12,6 +12,7 @@ import pytest
 from webhook import review as rv
 from webhook.app import DRAIN_LIMIT, AdmissionApp, create_app, read_body
 from webhook.handler import Outcome
+from webhook.inflight import SMALL_BODY, BytesInFlight
 
 LIMIT = 1024
 
@@ -152,3 +153,77 @@ def test_a_handler_that_raises_is_a_json_500() -> None:
     status, _, body = call(create_app(Broken()), environ("POST", "/validate", b"{}", "2"))
     assert status == "500 Internal Server Error"
     assert json.loads(body)["error"]["reason"] == "internal-error"
+
+
+class Holding(Echo):
+    """Notes what the budget held while each body was being answered."""
+
+    def __init__(self, budget: BytesInFlight) -> None:
+        super().__init__()
+        self.budget = budget
+        self.held: list[int] = []
+
+    def handle(self, endpoint: str, body: bytes | None) -> Outcome:
+        self.held.append(self.budget.held)
+        return super().handle(endpoint, body)
+
+
+def test_a_body_holds_its_declared_length_until_it_is_answered() -> None:
+    budget = BytesInFlight(SMALL_BODY * 4)
+    handler = Holding(budget)
+    app = create_app(handler, budget)
+    assert call(app, environ("POST", "/mutate", b"{}", "2"))[0] == "200 OK"
+    chunked = environ("POST", "/mutate", b"x" * 10, None, **{"wsgi.input_terminated": True})
+    assert call(app, chunked)[0] == "200 OK"
+    # Over --max-body-bytes: dropped unread, nothing held.
+    assert call(app, environ("POST", "/mutate", b"x" * 2000, "2000"))[0].startswith("413")
+    assert handler.held == [2, LIMIT + 1, 0]  # a chunked body counts as the most it may be
+    assert budget.held == 0
+
+    class Broken(Holding):
+        def handle(self, endpoint: str, body: bytes | None) -> Outcome:
+            raise RuntimeError("boom")
+
+    assert call(create_app(Broken(budget), budget), environ("POST", "/mutate", b"{}", "2"))[
+        0
+    ].startswith("500")
+    assert budget.held == 0
+
+
+def test_a_body_without_room_is_dropped_unread_and_answered_429() -> None:
+    budget = BytesInFlight(SMALL_BODY * 4)
+    refused: list[str] = []
+    handler = Echo()
+    handler.max_body_bytes = SMALL_BODY * 4
+    app = create_app(handler, budget, refused=refused.append)
+    assert budget.take(SMALL_BODY * 2)  # bodies other connections are reading
+    size = SMALL_BODY + 1  # a large body may use 3/4 of the budget: 1 byte too many
+    env = environ("POST", "/validate", b"x" * size, str(size))
+    env["wsgi.input"] = CountingStream(b"x" * size)
+    status, headers, body = call(app, env)
+    assert status == "429 Too Many Requests"
+    assert headers["Retry-After"] == "1"
+    assert env["wsgi.input"].tell() == size and env["wsgi.input"].largest <= 64 * 1024
+    answer = json.loads(body)
+    assert (answer["kind"], answer["code"], answer["reason"]) == ("Status", 429, "TooManyRequests")
+    assert answer["details"]["retryAfterSeconds"] == 1
+    assert answer["error"]["reason"] == "bytes-in-flight"
+    assert f"no room for a {size}-byte body" in answer["message"]
+    assert refused == ["validate"] and handler.calls == []
+    # A small body still finds the quarter kept for it.
+    assert call(app, environ("POST", "/validate", b"{}", "2"))[0] == "200 OK"
+    assert budget.held == SMALL_BODY * 2
+
+
+def test_small_bodies_may_use_the_whole_budget_large_ones_three_quarters() -> None:
+    budget = BytesInFlight(1024 * 1024)
+    assert budget.take(768 * 1024)  # a large body: up to 3/4
+    assert not budget.take(SMALL_BODY + 1)
+    for _ in range(4):
+        assert budget.take(SMALL_BODY)  # small ones: the rest
+    assert not budget.take(1)
+    assert (budget.held, budget.peak, budget.refused) == (1024 * 1024, 1024 * 1024, 2)
+    budget.give(SMALL_BODY)
+    assert budget.take(1)
+    with pytest.raises(ValueError, match="at least"):
+        BytesInFlight(1024)

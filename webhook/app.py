@@ -18,6 +18,7 @@ from werkzeug.exceptions import HTTPException
 
 from webhook import review as rv
 from webhook.handler import Endpoint, Outcome
+from webhook.inflight import BytesInFlight
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +32,9 @@ JSON = "application/json"
 DRAIN_LIMIT = 64 * 1024 * 1024
 DROP_PIECE = 64 * 1024
 STATUS_LINES = {s.value: f"{s.value} {s.phrase}" for s in HTTPStatus}
+# What a 429 asks the apiserver to wait before it sends the review again (client-go's REST
+# client honours Retry-After on 429 within the call's timeout).
+RETRY_AFTER_SECONDS = 1
 
 
 def content_length(environ: Mapping[str, Any]) -> int | None:
@@ -72,6 +76,23 @@ def read_body(environ: Mapping[str, Any], max_bytes: int) -> bytes | None:
     return stream.read(length) if length else b""
 
 
+def bytes_to_hold(environ: Mapping[str, Any], max_bytes: int) -> int:
+    """What reading this request's body may make the worker hold: its declared length, the
+    most a chunked one may be; 0 for one over `max_bytes` (dropped unread) or none."""
+    length = content_length(environ)
+    if length is None:
+        return max_bytes + 1 if environ.get("wsgi.input_terminated") else 0
+    return length if length <= max_bytes else 0
+
+
+def drop_body(environ: Mapping[str, Any]) -> None:
+    """Read and forget the request's body (up to DRAIN_LIMIT), a piece at a time."""
+    length = content_length(environ)
+    if length is None and not environ.get("wsgi.input_terminated"):
+        return
+    _drop(environ["wsgi.input"], DRAIN_LIMIT if length is None else min(length, DRAIN_LIMIT))
+
+
 def _drop(stream: Any, limit: int) -> None:
     """Read and forget up to `limit` bytes of `stream`, a piece at a time."""
     left = limit
@@ -102,31 +123,83 @@ class AdmissionApp:
     without). Health, readiness and every error page (404 and 405 as JSON) stay in Flask.
     """
 
-    def __init__(self, handler: Answerer) -> None:
+    def __init__(
+        self,
+        handler: Answerer,
+        in_flight: BytesInFlight | None = None,
+        refused: Callable[[Endpoint], None] | None = None,
+    ) -> None:
         self.handler = handler
+        self.in_flight = in_flight
+        self.refused = refused
         self.flask = _framework_app(handler)
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
         endpoint = ENDPOINTS.get(environ.get("PATH_INFO", ""))
         if endpoint is None or environ.get("REQUEST_METHOD") != "POST":
             return self.flask(environ, start_response)
-        # A client gone mid-body raises here, to the server, which drops the connection.
-        body = read_body(environ, self.handler.max_body_bytes)
+        held = bytes_to_hold(environ, self.handler.max_body_bytes) if self.in_flight else 0
+        if held and self.in_flight is not None and not self.in_flight.take(held):
+            return self._busy(endpoint, held, environ, start_response)
         try:
-            outcome = self.handler.handle(endpoint, body)
-        except Exception:  # handle() answers every failure itself; this is the last resort
-            log.exception("unhandled error")
-            outcome = Outcome(500, rv.error_body("internal-error", "see the webhook log"), "error")
+            # A client gone mid-body raises here, to the server, which drops the connection.
+            body = read_body(environ, self.handler.max_body_bytes)
+            try:
+                outcome = self.handler.handle(endpoint, body)
+            except Exception:  # handle() answers every failure itself; this is the last resort
+                log.exception("unhandled error")
+                outcome = Outcome(
+                    500, rv.error_body("internal-error", "see the webhook log"), "error"
+                )
+            del body
+        finally:
+            if held and self.in_flight is not None:
+                self.in_flight.give(held)
         start_response(
             STATUS_LINES[outcome.status],
             [("Content-Type", JSON), ("Content-Length", str(len(outcome.body)))],
         )
         return [outcome.body]
 
+    def _busy(
+        self,
+        endpoint: Endpoint,
+        held: int,
+        environ: dict[str, Any],
+        start_response: Callable[..., Any],
+    ) -> list[bytes]:
+        """429 for a body the budget has no room for, dropped unread (webhook/inflight.py)."""
+        drop_body(environ)
+        if self.refused is not None:
+            self.refused(endpoint)
+        assert self.in_flight is not None
+        body = rv.retry_later_body(
+            "bytes-in-flight",
+            f"kube-steer webhook: no room for a {held}-byte body beside those this worker is "
+            f"reading (--max-bytes-in-flight {self.in_flight.total}); retry after "
+            f"{RETRY_AFTER_SECONDS} s",
+            RETRY_AFTER_SECONDS,
+        )
+        start_response(
+            STATUS_LINES[429],
+            [
+                ("Content-Type", JSON),
+                ("Content-Length", str(len(body))),
+                ("Retry-After", str(RETRY_AFTER_SECONDS)),
+            ],
+        )
+        return [body]
 
-def create_app(handler: Answerer) -> AdmissionApp:
-    """The WSGI app: admission endpoints, health, and JSON (never HTML) for every error."""
-    return AdmissionApp(handler)
+
+def create_app(
+    handler: Answerer,
+    in_flight: BytesInFlight | None = None,
+    refused: Callable[[Endpoint], None] | None = None,
+) -> AdmissionApp:
+    """The WSGI app: admission endpoints, health, and JSON (never HTML) for every error.
+    `in_flight`: the worker's budget for request bodies (none: unbounded); `refused` is called
+    for each request it turns away."""
+    return AdmissionApp(handler, in_flight, refused)
 
 
 def _framework_app(handler: Answerer) -> Flask:

@@ -14,6 +14,8 @@ from typing import Any
 
 from steer.adapters.service_logs import add_log_flags, configure_logging
 from webhook.decision_cache import DEFAULT_ENTRIES as DEFAULT_DECISION_CACHE_ENTRIES
+from webhook.decision_cache import DEFAULT_MAX_BYTES as DEFAULT_DECISION_CACHE_BYTES
+from webhook.inflight import DEFAULT_BYTES_IN_FLIGHT
 from webhook.review import DEFAULT_MAX_BODY_BYTES
 from webhook.serve import DEFAULT_LISTEN, DEFAULT_METRICS_LISTEN
 
@@ -100,12 +102,30 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="larger request bodies, sized or chunked, get HTTP 413 and are not read into memory",
     )
     serve.add_argument(
+        "--max-bytes-in-flight",
+        type=int,
+        default=DEFAULT_BYTES_IN_FLIGHT,
+        metavar="N",
+        help="request bodies each worker reads and answers at once, counted by their declared "
+        "size (a chunked one as --max-body-bytes); one that does not fit is dropped unread and "
+        "answered 429 with Retry-After. Bodies over 64 KiB may use 3/4 of it, so the rest "
+        "stays for the apiserver's usual reviews",
+    )
+    serve.add_argument(
         "--decision-cache-entries",
         type=int,
         default=DEFAULT_DECISION_CACHE_ENTRIES,
         metavar="N",
         help="pod templates whose mutation verdict each worker keeps, so the pods of a "
         "scale-up are decided once (least recently used out first); 0 decides every pod",
+    )
+    serve.add_argument(
+        "--decision-cache-bytes",
+        type=int,
+        default=DEFAULT_DECISION_CACHE_BYTES,
+        metavar="N",
+        help="what those verdicts may weigh together per worker (each its patch and warnings; "
+        "the key is a digest, never the pod; reviews over 256 KiB are not kept); 0 keeps none",
     )
     serve.add_argument(
         "--namespace-sync-timeout",
@@ -144,11 +164,13 @@ def _serve(args: argparse.Namespace) -> int:
             read_timeout_seconds=args.read_timeout_seconds,
             max_connections=args.max_connections,
             max_body_bytes=args.max_body_bytes,
+            max_bytes_in_flight=args.max_bytes_in_flight,
         ),
         metrics_listen=None if args.metrics_listen == "off" else args.metrics_listen,
         kubeconfig=args.kubeconfig,
         namespace_sync_timeout=args.namespace_sync_timeout,
         decision_cache_entries=args.decision_cache_entries,
+        decision_cache_bytes=args.decision_cache_bytes,
     )
     try:
         serve_webhook(options)

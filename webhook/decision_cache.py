@@ -3,20 +3,29 @@
 A Deployment, Job or ReplicaSet creates its pods from one template: they reach the webhook
 alike except for their identity (name, uid, timestamps), and the decision
 (steer/core/decision.py) reads none of that. So `/mutate` keeps the verdict of each template
-it saw last, keyed by what the decision reads: the pod without its identity fields
+it saw last, keyed by a digest of what the decision reads: the pod without its identity fields
 (`IDENTITY_FIELDS`), its namespace and that namespace's labels, the requesting user, and the
 DRA catalogue's generation. A verdict found there is the one the decision would give again;
 any change to one of those (a label, a toleration, a namespace relabelled, a claim template
 created) is another key. A new policy starts an empty cache (`AdmissionHandler`).
 
+Bounded in bytes, not only in entries, because pods are the clients' to size: the key is a
+SHA-256 digest (the pod itself is never kept: whole pods as keys let 96 distinct 2 MiB
+pods hold ~200 MB of one worker), a review over `LARGEST_KEYED_REVIEW` is decided every time
+(the handler asks), and each verdict weighs what its patch and warnings serialise to
+(`verdict_bytes`), against `max_bytes` for the whole cache. A pod's own values in a patch (its
+affinity terms, merged) count there; the policy's pieces a patch shares with the plans count
+too, so the weight errs high.
+
 Measured with the captured GPU pod review in-process (bench/webhook_bench.py has the served
-figures): deciding takes ~47 us, the key ~4 us, a reused verdict ~1 us. A pod unlike any
+figures): deciding takes ~47 us, the key ~10 us (the digest ~4 us of it), a reused verdict ~1 us. A pod unlike any
 before pays the key on top of the decision. Entries are few and bounded (`entries`, least
 recently used out first): a few hundred templates create pods at once even in a large cluster.
 """
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections import OrderedDict
 
@@ -25,6 +34,15 @@ import orjson
 from steer.core.decision import PodRequest, Verdict
 
 DEFAULT_ENTRIES = 256
+# Per worker. The GPU review's verdict weighs ~3 KiB, so 256 of them fit in under 1 MiB.
+DEFAULT_MAX_BYTES = 8 * 1024 * 1024
+# Real pods, even with long env lists or a last-applied annotation, are tens of KiB; a larger
+# review is decided every time (its parse costs more than its decision anyway).
+LARGEST_KEYED_REVIEW = 256 * 1024
+# Per entry beside its patch: the digest, the verdict's objects, the LRU's links.
+ENTRY_OVERHEAD_BYTES = 1024
+# What the patch's JSON takes once parsed into Python objects, roughly.
+OBJECTS_PER_JSON_BYTE = 4
 # Per pod, never read by the decision: `tests/test_decision_cache.py` pins that a pod differing
 # in these alone gets the same verdict.
 IDENTITY_FIELDS = frozenset(
@@ -34,7 +52,7 @@ IDENTITY_FIELDS = frozenset(
 
 
 def template_key(request: PodRequest, devices_generation: int | None) -> bytes | None:
-    """What the mutation decision reads of `request`, as bytes; None when it cannot be keyed
+    """A digest of what the mutation decision reads of `request`; None when it cannot be keyed
     (an old object, a catalogue without a generation, a value JSON cannot hold).
     `devices_generation` moves whenever what `request.devices` answers does."""
     if request.old_pod is not None or devices_generation is None:
@@ -44,7 +62,7 @@ def template_key(request: PodRequest, devices_generation: int | None) -> bytes |
     if not isinstance(metadata, dict):
         return None
     try:
-        return orjson.dumps(
+        text = orjson.dumps(
             (
                 request.operation,
                 request.mode,
@@ -58,17 +76,33 @@ def template_key(request: PodRequest, devices_generation: int | None) -> bytes |
         )
     except TypeError:
         return None
+    # Collision-resistant: a pod crafted to share another template's key would get its verdict.
+    return hashlib.sha256(text).digest()
+
+
+def verdict_bytes(verdict: Verdict) -> int:
+    """What keeping `verdict` costs, roughly and erring high: its patch and warnings as parsed
+    objects, and a fixed part."""
+    size = sum(len(w) for w in verdict.warnings)
+    if verdict.mutation is not None and verdict.mutation.ops:
+        size += len(orjson.dumps(verdict.mutation.ops))
+    return ENTRY_OVERHEAD_BYTES + OBJECTS_PER_JSON_BYTE * size
 
 
 class DecisionCache:
-    """Up to `entries` verdicts by `template_key`, least recently used out first; 0 keeps
-    none. Thread-safe."""
+    """Up to `entries` verdicts by `template_key`, weighing `max_bytes` at most together
+    (`verdict_bytes`), least recently used out first; 0 entries or 0 bytes keeps none. A
+    verdict heavier than an eighth of `max_bytes` is not kept. Thread-safe."""
 
-    def __init__(self, entries: int = DEFAULT_ENTRIES) -> None:
+    def __init__(self, entries: int = DEFAULT_ENTRIES, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         if entries < 0:
             raise ValueError(f"entries must be 0 or more, got {entries}")
-        self.entries = entries
-        self._verdicts: OrderedDict[bytes, Verdict] = OrderedDict()
+        if max_bytes < 0:
+            raise ValueError(f"max_bytes must be 0 or more, got {max_bytes}")
+        self.entries = entries if max_bytes else 0
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._verdicts: OrderedDict[bytes, tuple[Verdict, int]] = OrderedDict()
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -76,19 +110,29 @@ class DecisionCache:
 
     def get(self, key: bytes) -> Verdict | None:
         with self._lock:
-            verdict = self._verdicts.get(key)
-            if verdict is not None:
-                self._verdicts.move_to_end(key)
-            return verdict
-
-    def put(self, key: bytes, verdict: Verdict) -> None:
-        if not self.entries:
-            return
-        with self._lock:
-            self._verdicts[key] = verdict
+            found = self._verdicts.get(key)
+            if found is None:
+                return None
             self._verdicts.move_to_end(key)
-            while len(self._verdicts) > self.entries:
-                self._verdicts.popitem(last=False)
+            return found[0]
+
+    def put(self, key: bytes, verdict: Verdict) -> bool:
+        """Keep `verdict` under `key`; False when it is too heavy to keep (or nothing is)."""
+        if not self.entries:
+            return False
+        weight = verdict_bytes(verdict)
+        if weight > self.max_bytes // 8:
+            return False
+        with self._lock:
+            old = self._verdicts.pop(key, None)
+            if old is not None:
+                self.bytes -= old[1]
+            self._verdicts[key] = (verdict, weight)
+            self.bytes += weight
+            while len(self._verdicts) > self.entries or self.bytes > self.max_bytes:
+                _key, (_verdict, out) = self._verdicts.popitem(last=False)
+                self.bytes -= out
+        return True
 
 
 def reusable(verdict: Verdict) -> bool:

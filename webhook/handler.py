@@ -33,7 +33,14 @@ from steer.core.decision import (
 )
 from steer.core.policy import Policy
 from webhook import review as rv
-from webhook.decision_cache import DEFAULT_ENTRIES, DecisionCache, reusable, template_key
+from webhook.decision_cache import (
+    DEFAULT_ENTRIES,
+    DEFAULT_MAX_BYTES,
+    LARGEST_KEYED_REVIEW,
+    DecisionCache,
+    reusable,
+    template_key,
+)
 from webhook.devices import UNSYNCED, DeviceSource, NoDevices
 from webhook.metrics import WebhookMetrics
 from webhook.namespaces import NamespaceSource
@@ -77,6 +84,7 @@ class AdmissionHandler:
         cert_status: Callable[[], Mapping[str, Any]] | None = None,
         devices: DeviceSource | None = None,
         decision_cache_entries: int = DEFAULT_ENTRIES,
+        decision_cache_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:
         self.namespaces = namespaces
         self.devices: DeviceSource = devices if devices is not None else NoDevices()
@@ -85,6 +93,7 @@ class AdmissionHandler:
         self.cert_status = cert_status
         self.policy = policy
         self.decision_cache_entries = decision_cache_entries
+        self.decision_cache_bytes = decision_cache_bytes
         # The plans and the verdicts decided on them, published together (one assignment).
         self._decided: tuple[AdmissionPlans, DecisionCache] | None = None
         self._relists_published = 0
@@ -95,7 +104,7 @@ class AdmissionHandler:
         # Built off the request path, then published with one reference assignment.
         self._decided = (
             AdmissionPlans.from_policy(policy),
-            DecisionCache(self.decision_cache_entries),
+            DecisionCache(self.decision_cache_entries, self.decision_cache_bytes),
         )
         self.metrics.set_policy(policy.version)
         log.info("webhook plans built for policy %s", policy.version)
@@ -119,7 +128,7 @@ class AdmissionHandler:
             review = rv.parse_review(body, max_bytes=self.max_body_bytes)
             dry_run, uid = review.dry_run, review.uid
             if endpoint == "mutate":
-                outcome = self._mutate(review)
+                outcome = self._mutate(review, keyed=len(body) <= LARGEST_KEYED_REVIEW)
             else:
                 outcome = self._validate(
                     review, "security" if endpoint == "validate-security" else "all"
@@ -180,7 +189,7 @@ class AdmissionHandler:
             devices=self.devices.catalog(),
         )
 
-    def _mutate(self, review: rv.Review) -> Outcome:
+    def _mutate(self, review: rv.Review, *, keyed: bool = True) -> Outcome:
         if review.operation != "CREATE":
             return Outcome(200, rv.allow(review.uid), "skipped")
         obj = review.object
@@ -192,7 +201,7 @@ class AdmissionHandler:
                 f"expected a Pod object, got kind {review.kind!r}; not steered",
             )
         request = self._request(review, obj)
-        verdict = self._decide_mutation(request)
+        verdict = self._decide_mutation(request, keyed=keyed)
         if verdict.result == "namespace-unknown":
             reason, text = self._unknown_namespace(request.namespace or "")
             return self._uninterpretable("mutate", review, reason, f"{text}; pod not steered")
@@ -211,15 +220,15 @@ class AdmissionHandler:
         body = rv.allow(review.uid, patch=mutation.patch_bytes(), warnings=list(verdict.warnings))
         return Outcome(200, body, verdict.result)
 
-    def _decide_mutation(self, request: PodRequest) -> Verdict:
+    def _decide_mutation(self, request: PodRequest, *, keyed: bool = True) -> Verdict:
         """`decide_mutation`, or its verdict for an earlier pod of the same template
-        (webhook/decision_cache.py)."""
+        (webhook/decision_cache.py); not `keyed`, decided without the cache (a large review)."""
         assert self._decided is not None
         plans, cache = self._decided
         # The request holds the catalogue as `_request` found it: none (not synced) is its own
         # key, whatever the store says by now.
         devices = UNSYNCED if request.devices is None else self.devices.generation()
-        key = template_key(request, devices) if cache.entries else None
+        key = template_key(request, devices) if cache.entries and keyed else None
         if key is None:
             return decide_mutation(plans, request)
         verdict = cache.get(key)

@@ -133,6 +133,13 @@ class WebhookMetrics:
             ["reason"],
             registry=reg,
         )
+        self.deferred = Counter(
+            f"{PREFIX}_requests_deferred",
+            "Admission requests answered 429 with Retry-After, their body dropped unread, "
+            "because the worker held --max-bytes-in-flight of bodies already, by endpoint.",
+            ["endpoint"],
+            registry=reg,
+        )
         self.uninterpretable = Counter(
             f"{PREFIX}_uninterpretable",
             "Well-formed reviews answered without steering or validation because the object "
@@ -239,6 +246,10 @@ class WebhookMetrics:
         for (counter, first, last), times in pending.items():
             for value in last:
                 self._child(counter, *first, value).inc(times)
+
+    def refused_for_room(self, endpoint: str) -> None:
+        """A request turned away for the bytes in flight (webhook/inflight.py)."""
+        self._child(self.deferred, endpoint).inc()
 
     def uninterpretable_review(self, endpoint: str, reason: str) -> None:
         self._child(self.uninterpretable, endpoint, uninterpretable_reason(reason)).inc()

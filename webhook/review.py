@@ -213,3 +213,20 @@ def deny(uid: str, message: str, *, warnings: Sequence[str] = ()) -> bytes:
 def error_body(reason: str, message: str) -> bytes:
     """A JSON error for non-200 answers (the apiserver then applies the failurePolicy)."""
     return orjson.dumps({"error": {"reason": reason, "message": message}})
+
+
+def retry_later_body(reason: str, message: str, retry_after_seconds: int) -> bytes:
+    """A 429's body: a `metav1.Status` (client-go decodes it, so the apiserver's error names
+    `message`, and reads `retryAfterSeconds`), with this webhook's usual `error` beside it."""
+    return orjson.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Status",
+            "status": "Failure",
+            "reason": "TooManyRequests",
+            "code": 429,
+            "message": message,
+            "details": {"retryAfterSeconds": retry_after_seconds},
+            "error": {"reason": reason, "message": message},
+        }
+    )

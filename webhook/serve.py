@@ -37,6 +37,8 @@ from certs.files import load_cert_info
 from certs.pki import CertError
 from steer.adapters.service_logs import logging_dict_config
 from webhook.decision_cache import DEFAULT_ENTRIES as DEFAULT_DECISION_CACHE_ENTRIES
+from webhook.decision_cache import DEFAULT_MAX_BYTES as DEFAULT_DECISION_CACHE_BYTES
+from webhook.inflight import DEFAULT_BYTES_IN_FLIGHT
 from webhook.review import DEFAULT_MAX_BODY_BYTES
 from webhook.status import STATUS_PREFIX
 
@@ -180,6 +182,8 @@ class ServerSettings:
     read_timeout_seconds: float = 5.0
     max_connections: int = 256  # per worker
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    # Per worker: request bodies read at once (webhook/inflight.py).
+    max_bytes_in_flight: int = DEFAULT_BYTES_IN_FLIGHT
 
     def check(self) -> None:
         split_host_port(self.listen, "--listen")
@@ -196,6 +200,13 @@ class ServerSettings:
             )
         if self.max_body_bytes < 1024:
             raise ServeError(f"--max-body-bytes: must be at least 1024, got {self.max_body_bytes}")
+        # A body over SMALL_BODY may use all but a quarter of the budget: the largest must fit.
+        if self.max_bytes_in_flight * 3 // 4 < self.max_body_bytes:
+            raise ServeError(
+                f"--max-bytes-in-flight: must be at least 4/3 of --max-body-bytes "
+                f"({self.max_body_bytes}), so that the largest body allowed fits beside the "
+                f"quarter kept for small ones, got {self.max_bytes_in_flight}"
+            )
         for flag, path in (("--cert", self.cert_file), ("--key", self.key_file)):
             if not os.path.isfile(path):
                 raise ServeError(f"{flag}: no such file {path!r}; run `steer certs generate`")
@@ -305,6 +316,8 @@ class WebhookOptions:
     watch_seconds: int = 60
     # Mutation verdicts kept per worker by pod template (webhook/decision_cache.py); 0: none.
     decision_cache_entries: int = DEFAULT_DECISION_CACHE_ENTRIES
+    # What those verdicts may weigh together per worker (their patches); 0: none kept.
+    decision_cache_bytes: int = DEFAULT_DECISION_CACHE_BYTES
 
 
 def serve_webhook(options: WebhookOptions) -> None:
@@ -318,6 +331,11 @@ def serve_webhook(options: WebhookOptions) -> None:
         raise ServeError(
             f"--decision-cache-entries: must be 0 (none kept) or more, got "
             f"{options.decision_cache_entries}"
+        )
+    if options.decision_cache_bytes < 0:
+        raise ServeError(
+            f"--decision-cache-bytes: must be 0 (none kept) or more, got "
+            f"{options.decision_cache_bytes}"
         )
     options.server.check()
     # PolicyError names every problem (or the object that is missing); KubeConfigError says
@@ -386,6 +404,7 @@ def build_worker_app(options: WebhookOptions, reloader: CertReloader) -> WSGIApp
     from webhook.app import create_app
     from webhook.devices import watch_devices
     from webhook.handler import AdmissionHandler, start_status_pump
+    from webhook.inflight import BytesInFlight
     from webhook.metrics import WebhookMetrics
     from webhook.namespaces import NamespaceCache
 
@@ -417,11 +436,16 @@ def build_worker_app(options: WebhookOptions, reloader: CertReloader) -> WSGIApp
         cert_status=reloader.status,
         devices=devices,
         decision_cache_entries=options.decision_cache_entries,
+        decision_cache_bytes=options.decision_cache_bytes,
     )
     start_status_pump(handler, status_dir=os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
     # The last second's counts, as the worker exits (a restart, a scale-down, SIGTERM).
     atexit.register(metrics.flush)
-    app = create_app(handler)
+    app = create_app(
+        handler,
+        BytesInFlight(options.server.max_bytes_in_flight),
+        refused=metrics.refused_for_room,
+    )
     # What exists now (modules, the policy, its plans: ~57,000 objects) lives as long as the
     # worker. Frozen, a full collection no longer walks it, which paused every request in the
     # worker for ~25 ms.
