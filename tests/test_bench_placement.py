@@ -29,7 +29,7 @@ from bench.benchkit.placement_scenario import (
     scenarios,
     trace_pods,
 )
-from bench.benchkit.placement_seeds import SeedError, parse_seeds, run_seeds
+from bench.benchkit.placement_seeds import SeedError, cycle_in_trace, parse_seeds, run_seeds
 
 SEEDS = range(1, 21)
 
@@ -58,6 +58,15 @@ def test_runs_count_seeds_from_the_first_and_the_default_is_three() -> None:
         run_seeds("1-5", 5, 1)
     with pytest.raises(SeedError, match="at least 1"):
         run_seeds(None, 0, 1)
+
+
+def test_the_scorer_cycle_falls_at_a_point_of_the_trace_each_seed_draws() -> None:
+    points = [cycle_in_trace(seed, 24.0, 30.0) for seed in SEEDS]
+    assert points == [cycle_in_trace(seed, 24.0, 30.0) for seed in SEEDS]
+    assert all(0.0 <= p <= 24.0 for p in points)
+    assert len(set(points)) == len(points)
+    assert max(points) - min(points) > 12.0  # early and late in the trace, not one phase
+    assert all(0.0 <= cycle_in_trace(seed, 45.0, 30.0) <= 30.0 for seed in SEEDS)
 
 
 # -- the trace of a seed --------------------------------------------------------------------------

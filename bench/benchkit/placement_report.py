@@ -105,7 +105,8 @@ def goal_line(mode: str, rows: Sequence[dict[str, Any]]) -> str:
     )
     failures = goal_failures(rows)
     if not failures:
-        return f"- {mode}: every goal held in every run ({len(rows)} runs: {goals})."
+        runs = f"{len(rows)} run{'s' if len(rows) > 1 else ''}"
+        return f"- {mode}: every goal held in every run ({runs}: {goals})."
     by_title = {c.title: c for c in GOALS}
     parts = []
     for title, seeds in failures.items():

@@ -1,9 +1,12 @@
 """Which traces a placement bench invocation replays: one seed per run, the same seed for every
 mode of a run (so stock and steered of one pair place the same arrivals), another seed for each
-run (so the arrival order, the gaps and the sizes vary from run to run).
+run (so the arrival order, the gaps and the sizes vary from run to run, and where in the trace
+the scorer's next cycle falls).
 """
 
 from __future__ import annotations
+
+import random
 
 
 class SeedError(ValueError):
@@ -45,3 +48,11 @@ def run_seeds(seeds: str | None, runs: int | None, seed: int) -> list[int]:
     if count < 1:
         raise SeedError(f"--runs: at least 1, got {count}")
     return list(range(seed, seed + count))
+
+
+def cycle_in_trace(seed: int, span_s: float, interval_s: float) -> float:
+    """When, in seconds after the first arrival, the scorer's next cycle should fall: a point
+    drawn per seed within the trace's span (at most one interval). A cycle between two arrivals
+    of a burst republishes labels the rest of the burst reads (issue 41: the DRA burst spread
+    once the first jobs made their nodes look busier); one after the last arrival never does."""
+    return random.Random(f"scorer-cycle-{seed}").uniform(0.0, min(span_s, interval_s))
