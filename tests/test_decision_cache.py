@@ -32,6 +32,7 @@ from webhook.decision_cache import (
     IDENTITY_FIELDS,
     LARGEST_KEYED_REVIEW,
     DecisionCache,
+    keep,
     template_key,
     verdict_bytes,
 )
@@ -238,15 +239,16 @@ def test_entries_are_bounded_the_least_recently_used_out_first() -> None:
         in_process_handler().plans,
         _request(review_for("pod-create-by-replicaset.json", "team-b")),
     )
+    kept = keep(verdict)
     cache = DecisionCache(3)
     for key in (b"a", b"b", b"c"):
-        cache.put(key, verdict)
-    assert cache.get(b"a") is verdict  # now the most recently used
-    cache.put(b"d", verdict)
+        cache.put(key, kept)
+    assert cache.get(b"a") is kept  # now the most recently used
+    cache.put(b"d", kept)
     assert [k for k in (b"a", b"b", b"c", b"d") if cache.get(k)] == [b"a", b"c", b"d"]
     assert len(cache) == 3
     none = DecisionCache(0)
-    none.put(b"a", verdict)
+    none.put(b"a", kept)
     assert len(none) == 0 and none.get(b"a") is None
     with pytest.raises(ValueError, match="0 or more"):
         DecisionCache(-1)
@@ -302,19 +304,23 @@ def test_entries_are_bounded_in_bytes() -> None:
         in_process_handler().plans,
         _request(review_for("pod-create-by-replicaset.json", "team-b")),
     )
-    weight = verdict_bytes(verdict)
-    assert 1024 < weight < 64 * 1024
-    cache = DecisionCache(100, max_bytes=weight * 8 + weight // 2)
+    kept = keep(verdict)
+    weight = kept.weight
+    assert weight == verdict_bytes(verdict) and 1024 < weight < 64 * 1024
+    # The patch is serialised once, as the answer carries it.
+    assert kept.patch is not None and kept.patch == orjson.dumps(verdict.ops)
+    entry = weight + 2  # an entry weighs its key too: these are 2 bytes
+    cache = DecisionCache(100, max_bytes=entry * 8 + entry // 2)
     for i in range(20):
-        assert cache.put(b"%d" % i, verdict)
-    assert len(cache) == 8 and cache.bytes == 8 * weight <= cache.max_bytes
-    assert [i for i in range(20) if cache.get(b"%d" % i)] == list(range(12, 20))
+        assert cache.put(b"%02d" % i, kept)
+    assert len(cache) == 8 and cache.bytes == 8 * entry <= cache.max_bytes
+    assert [i for i in range(20) if cache.get(b"%02d" % i)] == list(range(12, 20))
     # Replacing an entry does not count it twice.
-    cache.put(b"19", verdict)
-    assert cache.bytes == 8 * weight
-    # A verdict heavier than an eighth of the budget is not kept at all.
-    small = DecisionCache(100, max_bytes=weight * 8 - 8)
-    assert not small.put(b"a", verdict) and len(small) == 0
-    assert not DecisionCache(100, max_bytes=0).put(b"a", verdict)
+    cache.put(b"19", kept)
+    assert cache.bytes == 8 * entry
+    # An entry heavier than an eighth of the budget is not kept at all.
+    small = DecisionCache(100, max_bytes=entry * 8 - 8)
+    assert not small.put(b"ab", kept) and len(small) == 0
+    assert not DecisionCache(100, max_bytes=0).put(b"a", kept)
     with pytest.raises(ValueError, match="0 or more"):
         DecisionCache(1, max_bytes=-1)

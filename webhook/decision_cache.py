@@ -9,18 +9,19 @@ DRA catalogue's generation. A verdict found there is the one the decision would 
 any change to one of those (a label, a toleration, a namespace relabelled, a claim template
 created) is another key. A new policy starts an empty cache (`AdmissionHandler`).
 
-Bounded in bytes, not only in entries, because pods are the clients' to size: the key is a
-SHA-256 digest (the pod itself is never kept: whole pods as keys let 96 distinct 2 MiB
-pods hold ~200 MB of one worker), a review over `LARGEST_KEYED_REVIEW` is decided every time
-(the handler asks), and each verdict weighs what its patch and warnings serialise to
-(`verdict_bytes`), against `max_bytes` for the whole cache. A pod's own values in a patch (its
-affinity terms, merged) count there; the policy's pieces a patch shares with the plans count
-too, so the weight errs high.
+Bounded in bytes, not only in entries, because pods are the clients' to size (whole pods as
+keys let 96 distinct 2 MiB pods hold ~200 MB of one worker). The key is the SHA-256 digest of
+what the decision reads, never the pod; a review over `LARGEST_KEYED_REVIEW` is decided every
+time (the handler asks). Each entry weighs its key and what its verdict's patch and warnings
+serialise to (`Kept.weight`), against `max_bytes` for the whole cache. A pod's own
+values in a patch (its affinity terms, merged) count there; the policy's pieces a patch shares
+with the plans count too, so the weight errs high.
 
 Measured with the captured GPU pod review in-process (bench/webhook_bench.py has the served
-figures): deciding takes ~47 us, the key ~10 us (the digest ~4 us of it), a reused verdict ~1 us. A pod unlike any
-before pays the key on top of the decision. Entries are few and bounded (`entries`, least
-recently used out first): a few hundred templates create pods at once even in a large cluster.
+figures): deciding takes ~47 us, the key ~6 us (the digest ~2 us of it), a reused verdict
+~1 us; an entry holds ~14 KiB and weighs 16 KiB. A pod unlike any before pays the key on top
+of the decision. Entries are few and bounded (`entries`, least recently used out first): a
+few hundred templates create pods at once even in a large cluster.
 """
 
 from __future__ import annotations
@@ -28,21 +29,22 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import OrderedDict
+from dataclasses import dataclass
 
 import orjson
 
 from steer.core.decision import PodRequest, Verdict
 
 DEFAULT_ENTRIES = 256
-# Per worker. The GPU review's verdict weighs ~3 KiB, so 256 of them fit in under 1 MiB.
+# Per worker. The GPU review's entry weighs 16 KiB: 256 of them take half of it.
 DEFAULT_MAX_BYTES = 8 * 1024 * 1024
 # Real pods, even with long env lists or a last-applied annotation, are tens of KiB; a larger
 # review is decided every time (its parse costs more than its decision anyway).
 LARGEST_KEYED_REVIEW = 256 * 1024
-# Per entry beside its patch: the digest, the verdict's objects, the LRU's links.
-ENTRY_OVERHEAD_BYTES = 1024
-# What the patch's JSON takes once parsed into Python objects, roughly.
-OBJECTS_PER_JSON_BYTE = 4
+# Per entry beside its key and patch: the verdict's objects, the LRU's links.
+ENTRY_OVERHEAD_BYTES = 2048
+# The patch's bytes, and its operations as Python objects (about four times their JSON).
+OBJECTS_PER_JSON_BYTE = 5
 # Per pod, never read by the decision: `tests/test_decision_cache.py` pins that a pod differing
 # in these alone gets the same verdict.
 IDENTITY_FIELDS = frozenset(
@@ -52,7 +54,8 @@ IDENTITY_FIELDS = frozenset(
 
 
 def template_key(request: PodRequest, devices_generation: int | None) -> bytes | None:
-    """A digest of what the mutation decision reads of `request`; None when it cannot be keyed
+    """The SHA-256 digest of what the mutation decision reads of `request`; None when it cannot
+    be keyed
     (an old object, a catalogue without a generation, a value JSON cannot hold).
     `devices_generation` moves whenever what `request.devices` answers does."""
     if request.old_pod is not None or devices_generation is None:
@@ -80,19 +83,32 @@ def template_key(request: PodRequest, devices_generation: int | None) -> bytes |
     return hashlib.sha256(text).digest()
 
 
+@dataclass(frozen=True)
+class Kept:
+    """A verdict as the cache keeps it: with its JSON Patch serialised once (a pod answered
+    from the cache reuses the bytes) and what keeping it costs, roughly and erring high: its
+    patch and warnings as parsed objects, and a fixed part."""
+
+    verdict: Verdict
+    patch: bytes | None
+    weight: int
+
+
+def keep(verdict: Verdict) -> Kept:
+    patch = verdict.mutation.patch_bytes() if verdict.mutation is not None else None
+    size = sum(len(w) for w in verdict.warnings) + len(patch or b"")
+    return Kept(verdict, patch, ENTRY_OVERHEAD_BYTES + OBJECTS_PER_JSON_BYTE * size)
+
+
 def verdict_bytes(verdict: Verdict) -> int:
-    """What keeping `verdict` costs, roughly and erring high: its patch and warnings as parsed
-    objects, and a fixed part."""
-    size = sum(len(w) for w in verdict.warnings)
-    if verdict.mutation is not None and verdict.mutation.ops:
-        size += len(orjson.dumps(verdict.mutation.ops))
-    return ENTRY_OVERHEAD_BYTES + OBJECTS_PER_JSON_BYTE * size
+    """What keeping `verdict` costs (`Kept.weight`)."""
+    return keep(verdict).weight
 
 
 class DecisionCache:
     """Up to `entries` verdicts by `template_key`, weighing `max_bytes` at most together
-    (`verdict_bytes`), least recently used out first; 0 entries or 0 bytes keeps none. A
-    verdict heavier than an eighth of `max_bytes` is not kept. Thread-safe."""
+    (each `Kept.weight` and its key), least recently used out first; 0 entries or 0 bytes keeps
+    none. An entry heavier than an eighth of `max_bytes` is not kept. Thread-safe."""
 
     def __init__(self, entries: int = DEFAULT_ENTRIES, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         if entries < 0:
@@ -102,36 +118,34 @@ class DecisionCache:
         self.entries = entries if max_bytes else 0
         self.max_bytes = max_bytes
         self.bytes = 0
-        self._verdicts: OrderedDict[bytes, tuple[Verdict, int]] = OrderedDict()
+        self._kept: OrderedDict[bytes, tuple[Kept, int]] = OrderedDict()
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
-        return len(self._verdicts)
+        return len(self._kept)
 
-    def get(self, key: bytes) -> Verdict | None:
+    def get(self, key: bytes) -> Kept | None:
         with self._lock:
-            found = self._verdicts.get(key)
+            found = self._kept.get(key)
             if found is None:
                 return None
-            self._verdicts.move_to_end(key)
+            self._kept.move_to_end(key)
             return found[0]
 
-    def put(self, key: bytes, verdict: Verdict) -> bool:
-        """Keep `verdict` under `key`; False when it is too heavy to keep (or nothing is)."""
-        if not self.entries:
-            return False
-        weight = verdict_bytes(verdict)
-        if weight > self.max_bytes // 8:
+    def put(self, key: bytes, kept: Kept) -> bool:
+        """Keep `kept` under `key`; False when it is too heavy to keep (or nothing is)."""
+        weight = kept.weight + len(key)
+        if not self.entries or weight > self.max_bytes // 8:
             return False
         with self._lock:
-            old = self._verdicts.pop(key, None)
+            old = self._kept.pop(key, None)
             if old is not None:
                 self.bytes -= old[1]
-            self._verdicts[key] = (verdict, weight)
+            self._kept[key] = (kept, weight)
             self.bytes += weight
-            while len(self._verdicts) > self.entries or self.bytes > self.max_bytes:
-                _key, (_verdict, out) = self._verdicts.popitem(last=False)
-                self.bytes -= out
+            while len(self._kept) > self.entries or self.bytes > self.max_bytes:
+                _key, (_out, out_weight) = self._kept.popitem(last=False)
+                self.bytes -= out_weight
         return True
 
 

@@ -38,6 +38,8 @@ from webhook.decision_cache import (
     DEFAULT_MAX_BYTES,
     LARGEST_KEYED_REVIEW,
     DecisionCache,
+    Kept,
+    keep,
     reusable,
     template_key,
 )
@@ -201,7 +203,7 @@ class AdmissionHandler:
                 f"expected a Pod object, got kind {review.kind!r}; not steered",
             )
         request = self._request(review, obj)
-        verdict = self._decide_mutation(request, keyed=keyed)
+        verdict, kept = self._decision(request, keyed=keyed)
         if verdict.result == "namespace-unknown":
             reason, text = self._unknown_namespace(request.namespace or "")
             return self._uninterpretable("mutate", review, reason, f"{text}; pod not steered")
@@ -217,12 +219,17 @@ class AdmissionHandler:
                 self.metrics.audited("mutate", *mutation.would_add)
             if verdict.warnings:
                 self.metrics.device_doubts.inc()
-        body = rv.allow(review.uid, patch=mutation.patch_bytes(), warnings=list(verdict.warnings))
+        patch = kept.patch if kept is not None else mutation.patch_bytes()
+        body = rv.allow(review.uid, patch=patch, warnings=list(verdict.warnings))
         return Outcome(200, body, verdict.result)
 
     def _decide_mutation(self, request: PodRequest, *, keyed: bool = True) -> Verdict:
         """`decide_mutation`, or its verdict for an earlier pod of the same template
         (webhook/decision_cache.py); not `keyed`, decided without the cache (a large review)."""
+        return self._decision(request, keyed=keyed)[0]
+
+    def _decision(self, request: PodRequest, *, keyed: bool) -> tuple[Verdict, Kept | None]:
+        """The verdict, and as the cache keeps it (its patch serialised) when it is kept."""
         assert self._decided is not None
         plans, cache = self._decided
         # The request holds the catalogue as `_request` found it: none (not synced) is its own
@@ -230,14 +237,17 @@ class AdmissionHandler:
         devices = UNSYNCED if request.devices is None else self.devices.generation()
         key = template_key(request, devices) if cache.entries and keyed else None
         if key is None:
-            return decide_mutation(plans, request)
-        verdict = cache.get(key)
-        self.metrics.decision_cache(verdict is not None)
-        if verdict is None:
-            verdict = decide_mutation(plans, request)
-            if reusable(verdict):
-                cache.put(key, verdict)
-        return verdict
+            return decide_mutation(plans, request), None
+        kept = cache.get(key)
+        self.metrics.decision_cache(kept is not None)
+        if kept is not None:
+            return kept.verdict, kept
+        verdict = decide_mutation(plans, request)
+        if not reusable(verdict):
+            return verdict, None
+        kept = keep(verdict)
+        cache.put(key, kept)
+        return verdict, kept
 
     def _unjudged(self, endpoint: Endpoint, review: rv.Review, verdict: Verdict) -> Outcome:
         """A pod allowed unjudged: a field the decision could not read, named in a warning."""

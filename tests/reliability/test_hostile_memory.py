@@ -4,7 +4,7 @@ The webhook as manifests/webhook/webhook.yaml runs it (its workers, read timeout
 limit), on 127.0.0.1. First 300 distinct pods of 2 MiB each, as `kubectl create
 --dry-run=server` sends them (no quota, nothing stored): the decision cache keeps a digest and a
 verdict of each template, never the pod, and a review that large is not kept at all. Then 256
-connections at once, each sending a 4 MiB review slowly (64 KiB pieces over ~2.5 s, within the
+connections at once, each sending a 4 MiB review slowly (64 KiB pieces over 2 s, within the
 read timeout): each worker reads at most `--max-bytes-in-flight` of bodies at once and answers
 the others 429 with Retry-After once it has dropped them unread.
 
@@ -48,7 +48,9 @@ POD_BYTES = 2 * MIB
 SLOW_CONNECTIONS = 256
 SLOW_BODY_BYTES = 4 * MIB - 4096  # just within --max-body-bytes (4 MiB)
 PIECE = 64 * 1024
-SEND_SECONDS = 2.5  # per slow body: within the manifest's 5 s read timeout
+# Per slow body: within the manifest's 5 s read timeout, with room for a busy machine (the
+# server reads and drops the bodies it refuses, 1 GB in all, while the clock runs).
+SEND_SECONDS = 2.0
 # Every run is bounded: the phases stop waiting after these, whatever the server does.
 PHASE_TIMEOUT_S = 60.0
 
@@ -255,7 +257,11 @@ def test_hostile_sizes_keep_the_webhook_within_its_memory_limit(
         f"{time.monotonic() - started:.0f} s"
     )
     assert created == [200] * DISTINCT_PODS, {s: created.count(s) for s in set(created)}
-    assert set(outcomes) <= {"200", "429"}, [s for s in slow if s not in ("200", "429")][:5]
+    closes = [ln for ln in hook.log().splitlines() if "closed" in ln and "connection" in ln]
+    assert set(outcomes) <= {"200", "429"}, (
+        [s for s in slow if s not in ("200", "429")][:5],
+        closes,
+    )
     assert outcomes.get("200", 0) >= 2, outcomes  # the budget lets large bodies through too
     assert deferred == outcomes.get("429", 0), (deferred, outcomes)
     assert watch.peak <= limit, f"peak RSS {watch.peak / MIB:.0f} MiB over {limit / MIB:.0f}"
