@@ -138,10 +138,11 @@ def test_node_restriction_prefix_is_supported() -> None:
 
 def test_long_dimension_name_breaks_the_63_byte_label_rule() -> None:
     doc = _doc()
-    doc["spec"]["dimensions"][3]["name"] = "x" * 70
+    # A name of 60 is a valid name (at most 63), but not with `score-` in front of it.
+    doc["spec"]["dimensions"][3]["name"] = "x" * 60
     issues = _issues(doc)
     assert issues == [
-        f"spec.dimensions[3].name: label key 'kube-steer.github.io/score-{'x' * 70}' is invalid: name part must be no more than 63 bytes"
+        f"spec.dimensions[3].name: label key 'kube-steer.github.io/score-{'x' * 60}' is invalid: name part must be no more than 63 bytes"
     ]
 
 
@@ -499,3 +500,75 @@ def test_a_route_to_a_scheduler_the_tenant_does_not_allow_is_rejected() -> None:
     # With a default it allows, the gpu pod falls back to it: valid.
     tenant["defaultSchedulerName"] = "steer-spread"
     parse_policy(yaml.safe_dump(doc))
+
+
+# Each name the policy mints into labels, resource names, taint keys, traces or CEL string
+# literals, and each object name it refers to, with a value none of them may hold.
+NAME_FIELDS = [
+    (("tenants", 1, "name"), "dept\nb", "spec.tenants[1].name", "RFC 1123 label"),
+    (("tenants", 0, "name"), "dept-a'", "spec.tenants[0].name", "RFC 1123 label"),
+    (("tenants", 0, "name"), "Dept-A", "spec.tenants[0].name", "RFC 1123 label"),
+    (
+        ("tenants", 0, "allowedSchedulerNames", 0),
+        "x\\y",
+        "spec.tenants[0].allowedSchedulerNames[0]",
+        "subdomain",
+    ),
+    (("podClasses", 0, "name"), "gpu job", "spec.podClasses[0].name", "RFC 1123 label"),
+    (
+        ("podClasses", 0, "deviceClasses"),
+        ["gpu\n"],
+        "spec.podClasses[0].deviceClasses[0]",
+        "subdomain",
+    ),
+    (("dimensions", 0, "name"), "gpu_util", "spec.dimensions[0].name", "RFC 1123 label"),
+    (("taints", 0, "name"), "gpu-hot" + "x" * 60, "spec.taints[0].name", "RFC 1123 label"),
+    (("spread", 0, "name"), "zone'); true || ('", "spec.spread[0].name", "RFC 1123 label"),
+    (
+        ("schedulerProfiles", "binpack"),
+        "steer binpack",
+        "spec.schedulerProfiles.binpack",
+        "subdomain",
+    ),
+    (("projectNamespace",), "kube-steer\n", "spec.projectNamespace", "RFC 1123 label"),
+    (
+        ("optIn", "excludedNamespaces"),
+        ["ok", "Not-OK"],
+        "spec.optIn.excludedNamespaces[1]",
+        "RFC 1123 label",
+    ),
+]
+
+
+@pytest.mark.parametrize(("where", "value", "path", "form"), NAME_FIELDS)
+def test_names_are_checked_at_load_naming_the_field(
+    where: tuple[str | int, ...], value: object, path: str, form: str
+) -> None:
+    doc = _doc()
+    parent: object = doc["spec"]
+    for step in where[:-1]:
+        parent = parent[step]  # type: ignore[index]
+    parent[where[-1]] = value  # type: ignore[index]
+    issues = _issues(doc)
+    assert any(
+        i.startswith(f"{path}: must be a lower-case RFC 1123") and form in i for i in issues
+    ), issues
+
+
+def test_selector_expressions_hold_only_label_keys_and_values() -> None:
+    doc = _doc()
+    doc["spec"]["tenants"][0]["namespaceSelector"] = {
+        "matchExpressions": [{"key": "tenant", "operator": "In", "values": ["dept-a", "a\nb"]}]
+    }
+    issues = _issues(doc)
+    assert any(
+        i.startswith("spec.tenants[0].namespaceSelector.matchExpressions[0].values[1]: 'a\\nb'")
+        for i in issues
+    ), issues
+    doc["spec"]["tenants"][0]["namespaceSelector"] = {
+        "matchExpressions": [{"key": "bad key'", "operator": "Exists"}]
+    }
+    assert any(
+        i.startswith('spec.tenants[0].namespaceSelector.matchExpressions[0].key: "bad key\'"')
+        for i in _issues(doc)
+    )

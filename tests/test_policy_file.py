@@ -182,3 +182,20 @@ def test_a_file_over_the_configmap_limit_is_refused_unparsed(tmp_path: Path) -> 
         load_policy_file(str(path))
     path.write_text(text)
     assert watcher.check() is False and watcher.last_error is None
+
+
+def test_a_tenant_name_that_would_break_the_compiled_policies_keeps_the_last_good(
+    tmp_path: Path,
+) -> None:
+    good = EXAMPLE_POLICY.read_text()
+    path = _configmap_volume(tmp_path, good)
+    watcher = PolicyWatcher(str(path), interval_seconds=60)
+    first = watcher.current
+    assert "name: dept-b\n" in good
+    _swap(tmp_path, good.replace("name: dept-b\n", 'name: "dept-b\\n"\n', 1), 2)
+    assert watcher.check() is False
+    assert watcher.current is first
+    error = watcher.status().last_error
+    assert (
+        error is not None and "spec.tenants[1].name: must be a lower-case RFC 1123 label" in error
+    )

@@ -53,7 +53,7 @@ def label_key_errors(key: str) -> list[str]:
         else:
             if len(prefix) > DNS1123_SUBDOMAIN_MAX:
                 errors.append(f"prefix part must be no more than {DNS1123_SUBDOMAIN_MAX} bytes")
-            if not _DNS1123_SUBDOMAIN_RE.match(prefix):
+            if not _DNS1123_SUBDOMAIN_RE.fullmatch(prefix):
                 errors.append("prefix part " + _SUBDOMAIN_MSG)
     else:
         return [
@@ -66,7 +66,7 @@ def label_key_errors(key: str) -> list[str]:
         errors.append("name part must be non-empty")
     elif len(name) > QUALIFIED_NAME_MAX:
         errors.append(f"name part must be no more than {QUALIFIED_NAME_MAX} bytes")
-    if name and not _QUALIFIED_NAME_RE.match(name):
+    if name and not _QUALIFIED_NAME_RE.fullmatch(name):
         errors.append(_NAME_MSG)
     return errors
 
@@ -76,18 +76,18 @@ def label_value_errors(value: str) -> list[str]:
     errors: list[str] = []
     if len(value) > LABEL_VALUE_MAX:
         errors.append(f"must be no more than {LABEL_VALUE_MAX} bytes")
-    if not _LABEL_VALUE_RE.match(value):
+    if not _LABEL_VALUE_RE.fullmatch(value):
         errors.append(_VALUE_MSG)
     return errors
 
 
 def is_dns1123_subdomain(value: str) -> bool:
-    return len(value) <= DNS1123_SUBDOMAIN_MAX and bool(_DNS1123_SUBDOMAIN_RE.match(value))
+    return len(value) <= DNS1123_SUBDOMAIN_MAX and bool(_DNS1123_SUBDOMAIN_RE.fullmatch(value))
 
 
 def is_dns1123_label(value: str) -> bool:
     """A namespace name: one lower-case RFC 1123 label of at most 63 characters."""
-    return len(value) <= QUALIFIED_NAME_MAX and bool(_DNS1123_LABEL_RE.match(value))
+    return len(value) <= QUALIFIED_NAME_MAX and bool(_DNS1123_LABEL_RE.fullmatch(value))
 
 
 # The domains the API conventions reserve to the Kubernetes project: keys under them "must not

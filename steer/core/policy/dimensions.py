@@ -23,6 +23,7 @@ from steer.core.k8s_names import is_dns1123_label
 from steer.core.policy.contract import KNOWN_UNITS, SCORE_PREFIX
 from steer.core.policy.fields import (
     Hysteresis,
+    Name,
     Percent,
     PolicyModel,
     PositiveSeconds,
@@ -161,7 +162,7 @@ class Coverage(PolicyModel):
 class DimensionBase(PolicyModel):
     """What every dimension has, whatever its source."""
 
-    name: str
+    name: Name
     node_label: str = "node"
     direction: Direction = Direction.HIGHER_IS_BETTER
     normalization: Normalization = Field(default_factory=Normalization)

@@ -12,6 +12,8 @@ from pydantic.alias_generators import to_camel
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 
+from steer.core.k8s_names import is_dns1123_label, is_dns1123_subdomain
+
 
 class PolicyModel(BaseModel):
     model_config = ConfigDict(
@@ -82,7 +84,34 @@ def _step(value: int) -> int:
     return value
 
 
+def _dns_label(value: str) -> str:
+    if not is_dns1123_label(value):
+        raise ValueError(
+            "must be a lower-case RFC 1123 label (at most 63 characters of a-z, 0-9 and '-', "
+            f"starting and ending with a letter or digit), got {value!r}"
+        )
+    return value
+
+
+def _dns_subdomain(value: str) -> str:
+    if not is_dns1123_subdomain(value):
+        raise ValueError(
+            "must be a lower-case RFC 1123 subdomain (at most 253 characters of a-z, 0-9, '-' "
+            f"and '.', each part starting and ending with a letter or digit), got {value!r}"
+        )
+    return value
+
+
 Finite = Annotated[float, AfterValidator(_finite)]
+# The names the policy gives its parts (tenants, pod classes, dimensions, taint and spread
+# rules) become parts of label keys, extended resource names, taint keys, trace annotations and
+# CEL string literals in the compiled admission policies: one form fits all of them, and none
+# can hold a quote, a backslash or a newline.
+Name = Annotated[str, AfterValidator(_dns_label)]
+# What Kubernetes requires of the object names the policy refers to: namespaces (a label),
+# schedulerName and DeviceClass names (a subdomain).
+NamespaceName = Annotated[str, AfterValidator(_dns_label)]
+ObjectName = Annotated[str, AfterValidator(_dns_subdomain)]
 Percent = Annotated[float, AfterValidator(_finite), _between(0, 100), JsonBounds(0, 100)]
 PositiveSeconds = Annotated[float, AfterValidator(_finite), _at_least(0.001), JsonBounds(0.001)]
 NonNegative = Annotated[float, AfterValidator(_finite), _at_least(0), JsonBounds(0)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from steer.core.policy.fields import PolicyModel
+from steer.core.policy.fields import ObjectName, PolicyModel
 
 if TYPE_CHECKING:
     from steer.core.policy.rules import PodClass
@@ -21,8 +21,8 @@ class SchedulerProfiles(PolicyModel):
     """
 
     installed: bool = False
-    spread: str = "steer-spread"
-    binpack: str = "steer-binpack"
+    spread: ObjectName = "steer-spread"
+    binpack: ObjectName = "steer-binpack"
     default_scheduler_is_unset: bool = True
 
 

@@ -8,7 +8,7 @@ from typing import Literal
 
 from steer.core.k8s_names import label_key_errors
 from steer.core.policy.contract import CORE_RESOURCES
-from steer.core.policy.fields import Cycles, MaxSkew, NonNegative, PolicyModel
+from steer.core.policy.fields import Cycles, MaxSkew, Name, NonNegative, ObjectName, PolicyModel
 from steer.core.policy.issues import PolicyIssue, nested
 
 
@@ -46,7 +46,7 @@ class TaintRule(PolicyModel):
     taint (and, with NoExecute, evict) a node.
     """
 
-    name: str
+    name: Name
     condition: Condition
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
     set_after_cycles: Cycles = 2
@@ -68,11 +68,11 @@ class PodClass(PolicyModel):
     the DeviceClass, or by an extended resource the DeviceClass maps (`extendedResourceName`,
     `deviceclass.resource.kubernetes.io/<class>`)."""
 
-    name: str
+    name: Name
     requests_any: tuple[str, ...] = ()
-    device_classes: tuple[str, ...] = ()
+    device_classes: tuple[ObjectName, ...] = ()
     dimensions: tuple[str, ...] = ()
-    scheduler_profile: str | None = None
+    scheduler_profile: ObjectName | None = None
     avoid: tuple[str, ...] = ()
     # Nodes that offer one of `requestsAny` (allocatable > 0) are kept for this class: the
     # scorer labels them `<prefix>reserved-for-<class>=true`, and the webhook steers every other
@@ -98,7 +98,7 @@ class PodClass(PolicyModel):
 
 
 class SpreadRule(PolicyModel):
-    name: str
+    name: Name
     label_key: str
     topology_key: str = "topology.kubernetes.io/zone"
     max_skew: MaxSkew = 1

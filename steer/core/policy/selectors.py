@@ -34,6 +34,11 @@ class LabelSelector(PolicyModel):
             for problem in label_value_errors(value):
                 yield PolicyIssue(f"matchLabels[{key}]", f"value {value!r}: {problem}")
         for j, req in enumerate(self.match_expressions):
+            for problem in label_key_errors(req.key):
+                yield PolicyIssue(f"matchExpressions[{j}].key", f"{req.key!r}: {problem}")
+            for k, value in enumerate(req.values):
+                for problem in label_value_errors(value):
+                    yield PolicyIssue(f"matchExpressions[{j}].values[{k}]", f"{value!r}: {problem}")
             if req.operator in ("In", "NotIn") and not req.values:
                 yield PolicyIssue(
                     f"matchExpressions[{j}].values", f"operator {req.operator} needs values"

@@ -35,6 +35,8 @@ from steer.core.policy.fields import (
     HotPenalty,
     HotWindow,
     Hysteresis,
+    NamespaceName,
+    ObjectName,
     PolicyModel,
     PositiveSeconds,
     Step,
@@ -119,7 +121,7 @@ class OptIn(PolicyModel):
     namespace_selector: LabelSelector = Field(
         default_factory=lambda: LabelSelector(match_labels={"kube-steer.github.io/enabled": "true"})
     )
-    excluded_namespaces: tuple[str, ...] = ()
+    excluded_namespaces: tuple[NamespaceName, ...] = ()
 
 
 Mode = Literal["enforce", "audit"]
@@ -153,7 +155,7 @@ class Spec(PolicyModel):
     # new nodes schedulable (their overcommit gates open: scorer/plan/resources.py); `deny` is
     # for clusters that prefer safety.
     unscored_nodes: Literal["allow", "deny"] = "allow"
-    project_namespace: str = "kube-steer"
+    project_namespace: NamespaceName = "kube-steer"
     infrastructure: Infrastructure = Field(default_factory=Infrastructure)
     cluster_scores: ClusterScores = Field(default_factory=ClusterScores)
     # What the generated DeschedulerPolicies evict (steer/core/descheduling.py).
@@ -317,7 +319,7 @@ class Spec(PolicyModel):
 
 
 class Metadata(PolicyModel):
-    name: str = "default"
+    name: ObjectName = "default"
 
 
 class SteeringPolicyDoc(PolicyModel):

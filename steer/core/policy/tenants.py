@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Literal
 
 from steer.core.policy.contract import DEFAULT_SCHEDULER
-from steer.core.policy.fields import Percent, PolicyModel
+from steer.core.policy.fields import Name, ObjectName, Percent, PolicyModel
 from steer.core.policy.issues import PolicyIssue, nested
 from steer.core.policy.routing import routed_scheduler
 from steer.core.policy.selectors import LabelSelector
@@ -17,11 +17,11 @@ if TYPE_CHECKING:
 
 
 class Tenant(PolicyModel):
-    name: str
+    name: Name
     namespace_selector: LabelSelector
     overcommit_percent: Percent | None = None
-    default_scheduler_name: str | None = None
-    allowed_scheduler_names: tuple[str, ...] = ("default-scheduler",)
+    default_scheduler_name: ObjectName | None = None
+    allowed_scheduler_names: tuple[ObjectName, ...] = ("default-scheduler",)
     allowed_tolerations: tuple[str, ...] = ()
     # `audit` for this tenant's pods alone; unset, the tenant follows `spec.mode`.
     mode: Literal["enforce", "audit"] | None = None
