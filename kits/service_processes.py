@@ -398,10 +398,13 @@ def running_scorer(
     extra_args: Sequence[str] = (),
     listen: str | None = None,
     kubeconfig: Path | None = None,
+    authorization: str = "none",
 ) -> Iterator[RunningScorer]:
     """`steer scorer run` against the control plane and a Prometheus; yields once it serves
     /healthz (call `wait_ready()` for the first cycle). `listen` (default a free loopback
-    port) and `kubeconfig` (default the admin's) as for `running_webhook`."""
+    port) and `kubeconfig` (default the admin's) as for `running_webhook`. `authorization`:
+    the scorer's `--authorization`, `none` unless a test checks who may read what (the
+    tests' own requests carry no token; the manifests run `apiserver`)."""
     address = listen or f"127.0.0.1:{free_port()}"
     base = _spawn(
         name,
@@ -415,6 +418,7 @@ def running_scorer(
             str(kubeconfig or plane.kubeconfig),
             "--listen",
             address,
+            f"--authorization={authorization}",
             *extra_args,
         ],
         workdir / f"{name}.log",
@@ -425,3 +429,57 @@ def running_scorer(
         yield scorer
     finally:
         scorer.stop()
+
+
+# -- controller ----------------------------------------------------------------------------------
+
+
+@dataclass
+class RunningController(Service):
+    url: str = ""
+
+    def metric(self, prefix: str) -> float:
+        """The sum of the samples of `/metrics` whose line starts with `prefix`."""
+        with requests.Session() as session:
+            session.trust_env = False
+            text = session.get(f"{self.url}/metrics", timeout=10).text
+        return sum(
+            float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix)
+        )
+
+
+@contextlib.contextmanager
+def running_controller(
+    plane: ApiServer,
+    policy_file: Path | None,
+    workdir: Path,
+    *,
+    policy_resource: str | None = None,
+    name: str = "controller",
+    extra_args: Sequence[str] = (),
+    kubeconfig: Path | None = None,
+) -> Iterator[RunningController]:
+    """`steer controller run` against the control plane, on a free loopback port (its health
+    and metrics); yields once it answers /readyz. `kubeconfig` (default the admin's) as for
+    `running_webhook`; `extra_args` carry the jobs' flags."""
+    address = f"127.0.0.1:{free_port()}"
+    base = _spawn(
+        name,
+        [
+            "controller",
+            "run",
+            *_policy_args(policy_file, policy_resource),
+            "--kubeconfig",
+            str(kubeconfig or plane.kubeconfig),
+            "--listen",
+            address,
+            *extra_args,
+        ],
+        workdir / f"{name}.log",
+    )
+    controller = RunningController(base.name, base.process, base.log_file, url=f"http://{address}")
+    try:
+        _wait_http(controller, f"{controller.url}/readyz", 60)
+        yield controller
+    finally:
+        controller.stop()

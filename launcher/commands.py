@@ -1,7 +1,7 @@
 """The command tree of `steer` and `kubectl steer`, declared once.
 
 `build_parser(front)` declares every command with its handler; the services add theirs
-(`register(actions)` in `scorer.cli`, `webhook.cli`, `certs.cli`). A front (launcher.front)
+(`register(actions)` in `scorer.cli`, `controller.cli`, `webhook.cli`, `certs.cli`). A front (launcher.front)
 picks the commands it offers and says how they reach out: `steer` offers them all,
 `kubectl steer` (launcher.kubectl) the client commands, with kubectl's flags. A command both
 offer runs the same handler under both.
@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from certs import cli as certs_cli
+from controller import cli as controller_cli
 from launcher import descheduler, policy
 from launcher.front import Front, PodRef
 from launcher.kubectl import KubectlFront
@@ -25,6 +26,7 @@ from scorer.cli import (
     explain_nodes,
     explain_pod_manifest,
     explain_pod_ref,
+    open_page,
 )
 from scorer.explain.audit import DEFAULT_LIMIT
 from steer import __version__
@@ -65,11 +67,15 @@ def build_parser(front: Front | None = None) -> argparse.ArgumentParser:
 
     if front.offers("scorer"):
         scorer_cli.register(sub)
+    if front.offers("controller"):
+        controller_cli.register(sub)
 
     if front.offers("explain"):
         _add_explain(front, sub)
     if front.offers("audit report"):
         _add_audit(front, sub)
+    if front.offers("page"):
+        _add_page(front, sub)
 
     if front.offers("webhook"):
         webhook_cli.register(sub)
@@ -136,6 +142,26 @@ def _add_audit(front: Front, sub: argparse._SubParsersAction[argparse.ArgumentPa
     report.set_defaults(func=_cmd_audit_report)
 
 
+def _add_page(front: Front, sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    page = front.add_command(
+        sub,
+        "page",
+        help="open the explain page on a local port, as you (your token)",
+        description="Serve the scorer's explain page on a loopback port, relaying each "
+        "request to the scorer with your bearer token, so the page shows what you may read "
+        "(a browser sends no token itself, and through `kubectl proxy` the apiserver drops "
+        "it). Open the URL it prints; Ctrl-C stops it.",
+    )
+    front.add_scorer_flags(page)
+    page.add_argument(
+        "--listen",
+        default="127.0.0.1:8001",
+        metavar="HOST:PORT",
+        help="loopback address to serve the page on (default: 127.0.0.1:8001; port 0: any)",
+    )
+    page.set_defaults(func=_cmd_page)
+
+
 # -- handlers of the commands the tree itself declares -----------------------------------------
 
 
@@ -164,6 +190,10 @@ def _cmd_explain_pod(args: argparse.Namespace) -> int:
 
 def _cmd_audit_report(args: argparse.Namespace) -> int:
     return audit_report(args.front.scorer(args), args.limit, args.output)
+
+
+def _cmd_page(args: argparse.Namespace) -> int:
+    return open_page(args.front.scorer(args), args.listen)
 
 
 # -- the two command lines ---------------------------------------------------------------------

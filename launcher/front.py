@@ -79,6 +79,12 @@ class Front:
             help=f"scorer base URL (default: $STEER_SCORER_URL or {DEFAULT_SCORER_URL})",
         )
         parser.add_argument(
+            "--token",
+            default=os.environ.get("STEER_TOKEN"),
+            help="bearer token the scorer has the apiserver review (default: $STEER_TOKEN; "
+            "none for a scorer run with --authorization none)",
+        )
+        parser.add_argument(
             "--output",
             choices=("table", "json"),
             default="table",
@@ -108,7 +114,7 @@ class Front:
         return PodManifest(args.file, args.namespace)
 
     def scorer(self, args: argparse.Namespace) -> ScorerClient:
-        return DirectScorer(args.scorer)
+        return DirectScorer(args.scorer, token=args.token)
 
     def parse_args(
         self, parser: argparse.ArgumentParser, argv: Sequence[str] | None

@@ -5,7 +5,8 @@ their `steer` handlers. kubectl runs `kubectl-steer` with every word after `stee
 of its own, so the plugin reads kubectl's flags itself: `--kubeconfig`, `--context`,
 `-n/--namespace` (and $KUBECONFIG, which kubectl passes on in the environment), anywhere on
 the line. It asks the scorer through the apiserver's Service proxy with the kubeconfig's
-credentials (no port-forward), or at `--scorer URL`.
+credentials (no port-forward), or at `--scorer URL`; either way the scorer is shown the
+user's bearer token (the kubeconfig's, or `--token`) and answers what that user may read.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 from launcher.front import Front, PodManifest, PodRef
 from scorer.cli import split_pod_ref
-from scorer.client import DirectScorer, ProxiedScorer, ScorerClient
+from scorer.client import DirectScorer, ProxiedScorer, ScorerClient, kubeconfig_token
 from steer import __version__
 from steer.adapters.kube import KubeConfigError, kubectl_api_client
 
@@ -27,7 +28,7 @@ DEFAULT_SCORER_PORT = "http"
 
 # The commands of the tree the plugin offers: those that ask the scorer or need no cluster.
 KUBECTL_COMMANDS = frozenset(
-    {"explain node", "explain nodes", "explain pod", "audit report", "policy validate"}
+    {"explain node", "explain nodes", "explain pod", "audit report", "page", "policy validate"}
 )
 
 # Flags every command takes, before or after the command words (as kubectl's own flags).
@@ -36,6 +37,7 @@ KUBECTL_COMMANDS = frozenset(
 COMMON_DEFAULTS: dict[str, Any] = {
     "kubeconfig": None,
     "context": None,
+    "token": None,
     "namespace": None,
     "scorer": None,
     "scorer_namespace": DEFAULT_SCORER_NAMESPACE,
@@ -53,12 +55,17 @@ examples:
   kubectl steer explain pod web-0 -n team-a --context prod
   kubectl steer explain pod -f pod.yaml -n team-a        what if this pod were created
   kubectl steer audit report --limit 20
+  kubectl steer page                                    the explain page at http://127.0.0.1:8001/
   kubectl steer policy validate policy.yaml
 
 The scorer is reached through the apiserver (the Service proxy of
 SCORER-NAMESPACE/SCORER-SERVICE, port SCORER-PORT) with your kubeconfig's credentials, which
-needs `get` on services/proxy there (`create` for `explain pod -f`). --scorer URL asks a
-scorer directly instead (e.g. after `kubectl -n kube-steer port-forward svc/steer-scorer 8080`).
+needs `get` on services/proxy there (`create` for `explain pod -f`). The scorer then answers
+what you may read: a pod's explanation needs `get pods` in its namespace, a node's `get
+nodes`, the audit `list pods` and `list nodes`. It reviews your bearer token (the kubeconfig's,
+or --token: a kubeconfig user with a client certificate has none to pass on). --scorer URL asks
+a scorer directly instead (e.g. after `kubectl -n kube-steer port-forward svc/steer-scorer
+8080`).
 """
 
 
@@ -81,6 +88,11 @@ def _common_flags() -> argparse.ArgumentParser:
         "--namespace",
         default=argparse.SUPPRESS,
         help="namespace of the pod (default: the context's namespace, else default)",
+    )
+    g.add_argument(
+        "--token",
+        default=argparse.SUPPRESS,
+        help="bearer token for the apiserver and the scorer (default: the kubeconfig user's)",
     )
     g.add_argument(
         "--request-timeout",
@@ -185,14 +197,24 @@ class KubectlFront(Front):
     def scorer(self, args: argparse.Namespace) -> ScorerClient:
         """The scorer as the flags say: at --scorer, or through the apiserver."""
         if args.scorer:
-            return DirectScorer(args.scorer, timeout_s=args.request_timeout)
+            token = args.token
+            if token is None:
+                try:  # the kubeconfig's user, if there is a kubeconfig
+                    token = kubeconfig_token(kubectl_api_client(args.kubeconfig, args.context)[0])
+                except KubeConfigError:
+                    token = None
+            return DirectScorer(args.scorer, timeout_s=args.request_timeout, token=token)
         api, _namespace = _api(args)
+        if args.token:  # as kubectl's --token: the apiserver's credential too
+            api.configuration.api_key = {"BearerToken": f"Bearer {args.token}"}
+            api.configuration.refresh_api_key_hook = None
         return ProxiedScorer(
             api,
             args.scorer_namespace,
             args.scorer_service,
             str(args.scorer_port),
             timeout_s=args.request_timeout,
+            token=args.token,
         )
 
     def parse_args(

@@ -1,6 +1,11 @@
 """The scorer's HTTP surface: `/explain` (nodes, node, pod, cluster, audit), the explain page
 at `/`, `/metrics`, `/healthz`, `/readyz`.
 
+Each caller is answered only what it may read (scorer/access/): with `access`, every request
+but the probes shows a bearer token the apiserver reviews, and is allowed what its path needs
+(a pod's explanation `get pods` in its namespace, a node's `get nodes`, `/metrics` the `get`
+on that URL); a node's DRA claims in namespaces the caller may not read are left out.
+
 Every answer comes from the scorer's last computed cycle (its own, also on a replica that is
 not the leader), so `/explain` never waits on Prometheus. Explaining an existing pod reads the
 pod, its namespace and its `FailedScheduling` events from the API. The page (scorer/page/) is
@@ -20,7 +25,9 @@ import yaml
 from flask import Flask, Response, request
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from scorer.admission_sync import AdmissionStatus
+from scorer.access.gate import AccessGate
+from scorer.access.reviews import ApiserverReviews
+from scorer.access.rules import LIST_PODS, ResourceNeed, pod_needs
 from scorer.clusterscore import cluster_detail
 from scorer.explain import (
     SchedulerVerdict,
@@ -31,6 +38,7 @@ from scorer.explain import (
     scheduler_verdict,
 )
 from scorer.explain.audit import DEFAULT_LIMIT
+from scorer.explain.view import NodeDetail
 from scorer.kubeapi import KubeApiError
 from scorer.page import page_asset
 from scorer.service import Scorer
@@ -57,11 +65,30 @@ def create_app(
     scorer: Scorer,
     *,
     policy_status: Callable[[], ReloadStatus] | None = None,
-    admission: Callable[[], AdmissionStatus] | None = None,
+    access: ApiserverReviews | None = None,
 ) -> Flask:
-    """`admission`: what the admission policies on the apiserver were compiled from (with
-    `--admission-policies`), said in every answer beside the running policy's version."""
+    """`access`: the apiserver that reviews every caller (`--authorization apiserver`); None
+    answers every caller everything (`--authorization none`: in-process tests, the demo)."""
     app = Flask(__name__)
+    gate = AccessGate(access, _error) if access is not None else None
+    if gate is not None:
+        gate.install(app)
+
+    def readable(detail: NodeDetail) -> NodeDetail:
+        """The node's view without the claims (and their pods) of namespaces whose pods the
+        caller may not read."""
+        if gate is None or not any(d.claim for d in detail.devices) or gate.may(LIST_PODS):
+            return detail
+        may: dict[str, bool] = {}
+        devices = []
+        for device in detail.devices:
+            namespace = device.claim.partition("/")[0] if device.claim else ""
+            if namespace and namespace not in may:
+                may[namespace] = gate.may(ResourceNeed("get", "pods", namespace))
+            if namespace and not may[namespace]:
+                device = dataclasses.replace(device, claim=None, pods=())
+            devices.append(device)
+        return dataclasses.replace(detail, devices=tuple(devices))
 
     def cycle_info() -> dict[str, Any]:
         last = scorer.last
@@ -82,8 +109,6 @@ def create_app(
             status = policy_status()
             info["policyReloadErrors"] = status.reload_errors
             info["policyLastError"] = status.last_error
-        if admission is not None:
-            info["admissionPolicies"] = admission().to_json()
         return info
 
     def no_cycle() -> Response:
@@ -116,7 +141,7 @@ def create_app(
         )
         if detail is None:
             return _error(404, f"node {name!r} was not in the last cycle ({len(last.nodes)} nodes)")
-        return _json({**cycle_info(), **detail.to_json()})
+        return _json({**cycle_info(), **readable(detail).to_json()})
 
     def explain(
         pod: dict[str, Any],
@@ -175,6 +200,10 @@ def create_app(
             return _error(400, "body: spec.containers must be a list (post a Pod or a PodSpec)")
         meta = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
         namespace = request.args.get("namespace") or (meta or {}).get("namespace")
+        if gate is not None:
+            denied = gate.require(pod_needs(namespace if isinstance(namespace, str) else None))
+            if denied is not None:
+                return denied
         return explain(body, namespace, None)
 
     @app.get("/explain/pod/<namespace>/<name>")
@@ -257,8 +286,6 @@ def create_app(
             status = policy_status()
             policy.update(reloadErrors=status.reload_errors, lastError=status.last_error)
         detail: dict[str, Any] = {"ready": scorer.ready, "policy": policy}
-        if admission is not None:
-            detail["admissionPolicies"] = admission().to_json()
         if not scorer.ready:
             detail["reason"] = "no scoring cycle has completed yet"
         last = scorer.last

@@ -19,8 +19,6 @@ from urllib.parse import quote
 
 import yaml
 
-from certs.pki import CertError
-from scorer import admission_sync, certs_renewal
 from scorer.check import check_policy
 from scorer.cleanup import clean_nodes, live_leader
 from scorer.client import ScorerClient, ScorerError
@@ -30,6 +28,7 @@ from scorer.explain.view import AuditReport, NodeDetail, NodesTable, PodExplanat
 from scorer.kubeapi import KubeApiError
 from scorer.leader import DEFAULT_LEASE_NAME
 from scorer.model import NodeState, with_devices
+from scorer.page_relay import page_relay
 from scorer.retire import Removal
 from scorer.serve import (
     DEFAULT_LISTEN,
@@ -174,8 +173,17 @@ def register(subparsers: Any) -> None:
     run.add_argument(
         "--dry-run", action="store_true", help="compute and serve /explain, never write"
     )
-    certs_renewal.add_flags(run)
-    admission_sync.add_flags(run)
+    run.add_argument(
+        "--authorization",
+        choices=("apiserver", "none"),
+        default="apiserver",
+        help="apiserver: every caller of the page, /explain and /metrics shows a bearer token "
+        "the apiserver reviews (TokenReview) and is answered only what it may read "
+        "(SubjectAccessReview; the ServiceAccount needs system:auth-delegator); none: anyone "
+        "who reaches --listen reads everything (a no-cluster demo, tests). /healthz and "
+        "/readyz answer anyone either way (default: apiserver)",
+    )
+    _add_moved_flags(run)
     add_log_flags(run)
     run.set_defaults(func=_cmd_run)
 
@@ -445,16 +453,67 @@ def _split_listen(listen: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
+# The flags of the jobs `steer controller run` took over: the scorer's identity holds no
+# admission object, webhook configuration or Secret any more (docs/security.md). Still parsed,
+# so that an old Deployment fails with the way forward instead of "unrecognized arguments".
+MOVED_FLAGS = (
+    "--webhook-certs",
+    "--webhook-namespace",
+    "--webhook-service",
+    "--webhook-secret",
+    "--webhook-ca-secret",
+    "--webhook-config",
+    "--webhook-cert-dns",
+    "--webhook-cert-ip",
+    "--webhook-cert-days",
+    "--webhook-cert-renew-before",
+    "--webhook-cert-interval",
+    "--webhook-cert-key-type",
+    "--admission-policies",
+    "--admission-policies-interval",
+)
+
+
+def _add_moved_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "moved to `steer controller run`",
+        "The webhook's certificate and the admission policies are the controller's jobs, "
+        "under its own identity (docs/security.md): these flags are refused here, but "
+        "--webhook-certs=off and --admission-policies=off.",
+    )
+    for flag in MOVED_FLAGS:
+        group.add_argument(
+            flag, action="append", metavar="VALUE", help="give it to `steer controller run`"
+        )
+
+
+def moved_flags_error(args: argparse.Namespace) -> str | None:
+    """The error for a flag of the jobs the controller runs now; None when none is given, or
+    only `--webhook-certs=off` / `--admission-policies=off` (what they always meant here)."""
+    given = []
+    for flag in MOVED_FLAGS:
+        values = getattr(args, flag.removeprefix("--").replace("-", "_"))
+        if values and not (
+            flag in ("--webhook-certs", "--admission-policies") and set(values) == {"off"}
+        ):
+            given.append(f"{flag}={values[-1]}")
+    if not given:
+        return None
+    return (
+        f"{', '.join(given)}: the webhook's certificate and the admission policies are kept by "
+        "`steer controller run` under its own ServiceAccount (steer-controller), no longer by "
+        "the scorer; give these flags to it instead (docs/install.md, The controller)"
+    )
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, args.log_format)
     if args.log_level != "debug":  # one line per job run (every 2 s for the hot-node job) is noise
         logging.getLogger("apscheduler").setLevel(logging.WARNING)
     host, port = _split_listen(args.listen)
-    try:
-        webhook_certs = certs_renewal.settings_from(args)
-        admission_policies = admission_sync.settings_from(args)
-    except (CertError, ValueError) as exc:
-        print(f"steer scorer run: {exc}", file=sys.stderr)
+    moved = moved_flags_error(args)
+    if moved is not None:
+        print(f"steer scorer run: {moved}", file=sys.stderr)
         return 2
     options = ScorerOptions(
         _inputs(args),
@@ -465,8 +524,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         identity=args.identity,
         leader_election=not args.no_leader_election,
         dry_run=args.dry_run,
-        webhook_certs=webhook_certs,
-        admission_policies=admission_policies,
+        authorization=args.authorization,
     )
     try:
         serve_scorer(options)
@@ -552,6 +610,28 @@ def audit_report(scorer: ScorerClient, limit: int, output: str) -> int:
     # Each pod judged reads every node (about 80 ms at 5,000 nodes): allow for the limit.
     body = _answer(lambda: scorer.get(f"/explain/audit?limit={limit}", timeout_s=10 + 0.2 * limit))
     return _print(body, output, lambda b: audit_text(AuditReport.from_json(b), Served.from_json(b)))
+
+
+def open_page(scorer: ScorerClient, listen: str) -> int:
+    """The explain page at http://LISTEN/ until interrupted, every request relayed to the
+    scorer with the user's token (scorer.page_relay)."""
+    host, port = _split_listen(listen)
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        raise SystemExit(f"--listen: a loopback address (it acts as you), got {host!r}")
+    try:
+        server = page_relay(scorer, host, port)
+    except OSError as exc:
+        raise SystemExit(f"--listen {listen}: {exc.strerror or exc}") from None
+    bound = server.server_address[1]
+    shown = f"[{host}]" if ":" in host else host
+    print(f"the explain page of {scorer.where}: http://{shown}:{bound}/ (Ctrl-C stops)", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0
 
 
 def split_pod_ref(ref: str, flag: str) -> tuple[str, str]:

@@ -1,10 +1,14 @@
 """How `steer explain` and `kubectl steer` reach a running scorer's `/explain` answers.
 
-`DirectScorer` calls its URL (a port-forward, the demo, inside the cluster). `ProxiedScorer`
-goes through the apiserver's Service proxy
+`DirectScorer` calls its URL (a port-forward, the demo, inside the cluster) with a bearer
+token in `Authorization`. `ProxiedScorer` goes through the apiserver's Service proxy
 (`/api/v1/namespaces/NS/services/SCHEME:NAME:PORT/proxy/...`) with a kubeconfig's credentials,
-as `kubectl` itself would: no port-forward, no route to the pod network, and the apiserver's
-RBAC decides (`get` on `services/proxy`, `create` for a posted pod).
+as `kubectl` itself would: no port-forward, no route to the pod network. The apiserver checks
+`get` on `services/proxy` (`create` for a posted pod), then drops `Authorization` before it
+proxies (kubernetes#38775), so the kubeconfig's bearer token goes again in
+`X-Steer-Authorization`: the scorer has the apiserver review it and answers only what that
+user may read (scorer/access/). A kubeconfig that authenticates with a client certificate has
+no token to send: `--token` gives one.
 
 Both hand back the scorer's JSON answer or raise `ScorerError`, whose message says what failed
 and what to check.
@@ -22,10 +26,29 @@ import requests
 from kubernetes import client
 
 DEFAULT_TIMEOUT_S = 10.0
+TOKEN_HEADER = "X-Steer-Authorization"  # scorer.access.gate reads it; the proxy passes it on
 
 
 class ScorerError(RuntimeError):
     """The scorer could not be reached, or did not answer with JSON (the message says why)."""
+
+
+# Headers of a scorer's answer a relay (scorer.page_relay) passes on to the browser.
+RELAYED_HEADERS = (
+    "Content-Type",
+    "Cache-Control",
+    "Content-Security-Policy",
+    "X-Content-Type-Options",
+)
+
+
+@dataclass(frozen=True)
+class Relayed:
+    """A scorer's answer as it is: the page's files and `/explain` answers for the relay."""
+
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
 
 
 class ScorerClient(Protocol):
@@ -48,6 +71,24 @@ class ScorerClient(Protocol):
         timeout_s: float | None = None,
     ) -> Any: ...
 
+    def relay(
+        self, method: str, path: str, body: bytes | None, content_type: str | None
+    ) -> Relayed:
+        """Any request (`path` with its query) as it is, answered as it is."""
+        ...
+
+
+def _relayed(status: int, headers: Mapping[str, str], body: bytes) -> Relayed:
+    return Relayed(status, {k: headers[k] for k in RELAYED_HEADERS if k in headers}, body)
+
+
+def _error_text(data: bytes) -> str:
+    try:
+        body = orjson.loads(data) if data else None
+    except orjson.JSONDecodeError:
+        return data[:200].decode("utf-8", "replace")
+    return str(body.get("error", body)) if isinstance(body, dict) else str(body)
+
 
 def decode_answer(where: str, status: int, data: bytes) -> Any:
     """The JSON of a 200 answer; anything else as a `ScorerError` naming the scorer's error."""
@@ -62,12 +103,35 @@ def decode_answer(where: str, status: int, data: bytes) -> Any:
     return body
 
 
+def kubeconfig_token(api_client: client.ApiClient) -> str | None:
+    """The bearer token the kubeconfig's user authenticates with (a token, a token file, an
+    exec plugin's or OIDC's, refreshed as the client refreshes it), or None (a client
+    certificate)."""
+    # The client's own header value ("Bearer ..."), as it sends it to the apiserver.
+    value = api_client.configuration.auth_settings().get("BearerToken", {}).get("value")
+    if not value:
+        return None
+    scheme, _, token = str(value).partition(" ")
+    return token.strip() or None if scheme.lower() == "bearer" else None
+
+
+def unauthorized_hint(token_sent: bool) -> str:
+    if token_sent:
+        return "the apiserver did not accept the token (expired? another cluster's?)"
+    return (
+        "no bearer token was sent: a kubeconfig user with a client certificate has none to "
+        "pass on; give --token TOKEN (an OIDC id-token, or `kubectl create token SA` of a "
+        "ServiceAccount allowed to read what you ask)"
+    )
+
+
 @dataclass
 class DirectScorer:
-    """A scorer at `base_url` (e.g. http://127.0.0.1:8080)."""
+    """A scorer at `base_url` (e.g. http://127.0.0.1:8080), asked with `token` if given."""
 
     base_url: str
     timeout_s: float = DEFAULT_TIMEOUT_S
+    token: str | None = None
 
     @property
     def where(self) -> str:
@@ -76,7 +140,17 @@ class DirectScorer:
     def _session(self) -> requests.Session:
         session = requests.Session()
         session.trust_env = False  # a proxy from the environment would not reach a port-forward
+        if self.token:
+            session.headers["Authorization"] = f"Bearer {self.token}"
         return session
+
+    def _decode(self, resp: requests.Response) -> Any:
+        if resp.status_code == 401:
+            raise ScorerError(
+                f"{resp.url}: HTTP 401: {_error_text(resp.content)}; "
+                + unauthorized_hint(bool(self.token))
+            )
+        return decode_answer(resp.url, resp.status_code, resp.content)
 
     def get(self, path: str, *, timeout_s: float | None = None) -> Any:
         url = f"{self.where}{path}"
@@ -87,7 +161,7 @@ class DirectScorer:
                 raise ScorerError(
                     f"cannot reach the scorer at {url}: {exc} (set --scorer or $STEER_SCORER_URL)"
                 ) from None
-        return decode_answer(resp.url, resp.status_code, resp.content)
+        return self._decode(resp)
 
     def post(
         self,
@@ -109,13 +183,31 @@ class DirectScorer:
                 )
             except requests.RequestException as exc:
                 raise ScorerError(f"cannot reach the scorer at {self.where}: {exc}") from None
-        return decode_answer(resp.url, resp.status_code, resp.content)
+        return self._decode(resp)
+
+    def relay(
+        self, method: str, path: str, body: bytes | None, content_type: str | None
+    ) -> Relayed:
+        headers = {"Content-Type": content_type} if content_type else {}
+        with self._session() as session:
+            try:
+                resp = session.request(
+                    method,
+                    f"{self.where}{path}",
+                    data=body,
+                    headers=headers,
+                    timeout=self.timeout_s,
+                )
+            except requests.RequestException as exc:
+                raise ScorerError(f"cannot reach the scorer at {self.where}: {exc}") from None
+        return _relayed(resp.status_code, resp.headers, resp.content)
 
 
 @dataclass
 class ProxiedScorer:
     """The scorer behind the Service `namespace/service` (port name or number `port`), reached
-    through the apiserver of `api_client`."""
+    through the apiserver of `api_client`; `token` (default: the kubeconfig's) is what the
+    scorer reviews."""
 
     api_client: client.ApiClient
     namespace: str = "kube-steer"
@@ -123,6 +215,11 @@ class ProxiedScorer:
     port: str = "http"
     scheme: str = "http"
     timeout_s: float = DEFAULT_TIMEOUT_S
+    token: str | None = None
+
+    def _token(self) -> str | None:
+        # Read on each call: an exec plugin's or OIDC token is refreshed by the client.
+        return self.token or kubeconfig_token(self.api_client)
 
     @property
     def where(self) -> str:
@@ -156,12 +253,36 @@ class ProxiedScorer:
         content_type: str | None,
         timeout_s: float | None,
     ) -> Any:
+        status, _headers, data = self._send(
+            method, path, body, params, content_type, timeout_s, accept="application/json"
+        )
+        return self._answer(status, data)
+
+    def relay(
+        self, method: str, path: str, body: bytes | None, content_type: str | None
+    ) -> Relayed:
+        return _relayed(*self._send(method, path, body, {}, content_type, None, accept="*/*"))
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None,
+        params: Mapping[str, str],
+        content_type: str | None,
+        timeout_s: float | None,
+        *,
+        accept: str,
+    ) -> tuple[int, Mapping[str, str], bytes]:
         # The path may carry its own query (`?limit=`): the client would escape the `?`.
         path, _, query = path.partition("?")
         pairs = [tuple(p.split("=", 1)) for p in query.split("&") if "=" in p]
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": accept}
         if content_type:
             headers["Content-Type"] = content_type
+        token = self._token()
+        if token:
+            headers[TOKEN_HEADER] = f"Bearer {token}"
         api = self.api_client
         request = api.param_serialize(
             method=method,
@@ -179,7 +300,7 @@ class ProxiedScorer:
                 f"cannot reach the Kubernetes API at {api.configuration.host}: {exc} "
                 "(check --kubeconfig / --context)"
             ) from None
-        return self._answer(resp.status, data)
+        return resp.status, resp.headers, data
 
     def _answer(self, status: int, data: bytes) -> Any:
         if status == 200:
@@ -191,7 +312,8 @@ class ProxiedScorer:
         if not isinstance(body, dict):
             body = {"message": str(body)}
         if "error" in body:  # the scorer's own answer, passed through by the proxy
-            raise ScorerError(f"{self.where}: HTTP {status}: {body['error']}")
+            hint = f"; {unauthorized_hint(bool(self._token()))}" if status == 401 else ""
+            raise ScorerError(f"{self.where}: HTTP {status}: {body['error']}{hint}")
         message = str(body.get("message") or body)
         if status in (401, 403):
             hint = (

@@ -1,5 +1,7 @@
 """`steer scorer run`: the scoring loop, leader election, the pod watches (bound pods for the
-ledger, unbound ones for the Events on blocked pods) and the HTTP surface.
+ledger, unbound ones for the Events on blocked pods) and the HTTP surface. The admission
+policies and the webhook's certificate are not the scorer's: `steer controller run` keeps them,
+under an identity the network-facing scorer does not hold (controller/).
 
 One process runs everything: the loop must score exactly once per replica, so the HTTP
 server is a threaded WSGI server beside the scheduler thread, not a gunicorn worker. The
@@ -16,11 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from scorer.admission_plan import recorded_label_prefixes
-from scorer.admission_sync import AdmissionPolicySync, AdmissionSyncSettings
+from scorer.access.reviews import ApiserverReviews
 from scorer.app import create_app
 from scorer.bindings import BindingWindow, PodBindingWatcher
-from scorer.certs_renewal import WebhookCertSettings, webhook_cert_job
 from scorer.kubeapi import KubeJson
 from scorer.leader import DEFAULT_LEASE_NAME, LeaseElector, default_identity
 from scorer.ledger import PodLedger
@@ -66,10 +66,9 @@ class ScorerOptions:
     identity: str | None = None
     leader_election: bool = True
     dry_run: bool = False
-    # --webhook-certs=renew: the leader keeps the webhook's certificate valid (None: off).
-    webhook_certs: WebhookCertSettings | None = None
-    # --admission-policies=validating|all: the leader applies the compiled admission policies.
-    admission_policies: AdmissionSyncSettings | None = None
+    # --authorization: "apiserver" reviews every caller of the data-bearing endpoints with the
+    # apiserver (scorer/access/); "none" answers anyone who reaches --listen (tests, the demo).
+    authorization: str = "apiserver"
 
 
 def node_api(kubeconfig: str | None) -> NodeApi:
@@ -139,23 +138,6 @@ def _serve(
         KubeJson(make_api_client(kubeconfig)),
         instance=elector.identity if elector is not None else default_identity(),
     )
-    admission = None
-    if options.admission_policies is not None and options.dry_run:
-        log.warning("--dry-run: the admission policies are not applied (--admission-policies)")
-    elif options.admission_policies is not None:
-        admission = AdmissionPolicySync(
-            KubeJson(make_api_client(kubeconfig)),
-            current,
-            metrics,
-            options.admission_policies,
-            is_leader=(lambda: elector.is_leader) if elector is not None else (lambda: True),
-            also_prefixes=lambda: (
-                recorded_label_prefixes(node_cache.nodes()) if node_cache.synced else None
-            ),
-        )
-        watcher.subscribe(admission.wake, call_now=False)  # each accepted version
-        if elector is not None:
-            elector.on_change(admission.wake)
     status_writer = None
     if isinstance(watcher, PolicyResourceWatcher) and not options.dry_run:
         status_writer = PolicyStatusWriter(
@@ -163,12 +145,9 @@ def _serve(
             watcher,
             is_leader=(lambda: elector.is_leader) if elector is not None else (lambda: True),
             data=lambda: scorer.last.plan.data_problems if scorer.last is not None else None,
-            admission=admission.condition if admission is not None else lambda: None,
         )
         if elector is not None:
             elector.on_change(status_writer.on_leadership)
-        if admission is not None:
-            admission.on_change(status_writer.sync)  # the AdmissionPolicies condition
 
     def after_cycle() -> None:
         report_blocked(scorer, pending, events)
@@ -176,17 +155,6 @@ def _serve(
             status_writer.sync()  # a write only when the data's problems changed
 
     loop = ScorerLoop(scorer, after_cycle=after_cycle)
-    certs = None
-    if options.webhook_certs is not None and options.dry_run:
-        log.warning("--dry-run: the webhook's certificate is not renewed (--webhook-certs=renew)")
-    elif options.webhook_certs is not None:
-        certs = webhook_cert_job(
-            options.webhook_certs,
-            make_api_client(kubeconfig),
-            metrics,
-            namespace=namespace,
-            is_leader=(lambda: elector.is_leader) if elector is not None else (lambda: True),
-        )
     nodes = NodeWatcher(make_api_client(kubeconfig), node_cache)
     unbound = PendingPodWatcher(
         make_api_client(kubeconfig),
@@ -200,11 +168,21 @@ def _serve(
         ledger=ledger,
         on_binding=loop.wake,
     )
+    access = None
+    if options.authorization == "apiserver":
+        access = ApiserverReviews(KubeJson(make_api_client(kubeconfig)))
+    else:
+        log.warning(
+            "--authorization none: anyone who reaches %s:%d reads every pod's explanation, "
+            "every node's data and /metrics",
+            options.host,
+            options.port,
+        )
     server = HttpServer(
         create_app(
             scorer,
             policy_status=watcher.status,
-            admission=admission.status if admission is not None else None,
+            access=access,
         ),
         options.host,
         options.port,
@@ -230,10 +208,6 @@ def _serve(
     pods.start()
     unbound.start()
     loop.start()
-    if certs is not None:
-        certs.start()
-    if admission is not None:
-        admission.start()
     server.start()
     log.info("scorer serving on %s (policy %s)", server.url, watcher.current.version)
     try:
@@ -241,10 +215,6 @@ def _serve(
     finally:
         scorer.request_stop()  # a cycle in flight ends after the node it is writing
         loop.stop()
-        if certs is not None:
-            certs.stop()
-        if admission is not None:
-            admission.stop()
         unbound.stop()
         pods.stop()
         nodes.stop()

@@ -54,6 +54,7 @@ def test_run_logs_json_counts_reload_errors_and_exports_build_info(
         *("--policy", str(policy_file), "--kubeconfig", str(kubeconfig)),
         *("--prometheus", f"http://127.0.0.1:{free_port()}"),  # down: cycles fail and say so
         *("--listen", f"127.0.0.1:{port}", "--no-leader-election"),
+        "--authorization=none",  # the API stand-in reviews no tokens: /metrics answers anyone
         *("--log-level", "INFO", "--log-format", "json"),  # upper case works as lower case
     ]
     with log_file.open("wb") as log:

@@ -743,6 +743,7 @@ def test_every_policy_file_that_cannot_load_is_counted_logged_once_and_shown_in_
         *("--policy", str(policy_file), "--kubeconfig", str(kubeconfig)),
         *("--prometheus", f"http://127.0.0.1:{free_port()}"),
         *("--listen", f"127.0.0.1:{port}", "--no-leader-election", "--log-format", "json"),
+        "--authorization=none",  # the API stand-in reviews no tokens: /metrics answers anyone
     ]
     session = requests.Session()
     session.trust_env = False
