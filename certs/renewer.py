@@ -1,8 +1,8 @@
 """The webhook's certificate kept valid from inside the cluster, with no operator machine: one
 `check()` reads the CA Secret (certs/ca_secret.py), the serving Secret and the webhooks'
 caBundles, asks certs/rollover.py what comes next, and does it with the reads and writes of
-`steer certs rotate` (certs/rotate.py). The scorer's leader runs it every minute
-(scorer/certs_renewal.py); each check is idempotent and starts from what the cluster holds, so
+`steer certs rotate` (certs/rotate.py). The controller's leader runs it every minute
+(controller/certs_renewal.py); each check is idempotent and starts from what the cluster holds, so
 a failover, a crash between two writes or a failed write is taken up by the next check.
 
 Writes, in this order: a new CA into the CA Secret (when the kept one nears its end); the

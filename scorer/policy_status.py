@@ -42,15 +42,13 @@ class PolicyStatusWriter:
         is_leader: Callable[[], bool] = lambda: True,
         retry_s: float = 10.0,
         data: Callable[[], Sequence[DataProblem] | None] = lambda: None,
-        admission: Callable[[], tuple[str, str, str] | None] = lambda: None,
     ) -> None:
         """`data`: what the last cycle found the dimensions' data lacks (None before the first
         cycle), written as the `DataReady` condition; `sync` after each cycle writes it when
         the set of problems (dimension, kind) changes, not when only their figures move.
-        `admission`: (status, reason, message) of the admission policies the leader applies
-        (`--admission-policies`), written as the `AdmissionPolicies` condition; None: none."""
+        `status.admissionPolicies` is the controller's (controller/policy_status.py): these
+        merge patches never name it, so they never overwrite it."""
         self.kube = kube
-        self.admission = admission
         self.watcher = watcher
         self.is_leader = is_leader
         self.data = data
@@ -74,14 +72,7 @@ class PolicyStatusWriter:
         policy = self.watcher.current
         before = self.watcher.object_status
         data = self.data()
-        status = self._policy_status(verdict, policy, before, data)
-        admission = self.admission()
-        if admission is not None:
-            status["conditions"] = [
-                *status.get("conditions", ()),
-                _admission_condition(admission, previous_condition(before, ADMISSION), verdict),
-            ]
-        return status
+        return self._policy_status(verdict, policy, before, data)
 
     def _policy_status(
         self,
@@ -126,7 +117,6 @@ class PolicyStatusWriter:
                 verdict,
                 self.watcher.current.digest,
                 _data_key(self.data()),
-                self.admission(),
             )
             if key == self._written:
                 return False
@@ -161,25 +151,6 @@ class PolicyStatusWriter:
 
     def stop(self) -> None:
         self._retry.stop(timeout_s=5)
-
-
-ADMISSION = "AdmissionPolicies"
-
-
-def _admission_condition(
-    admission: tuple[str, str, str], before: Mapping[str, Any], verdict: Verdict
-) -> dict[str, Any]:
-    status, reason, message = admission
-    same = before.get("status") == status and before.get("lastTransitionTime")
-    return {
-        "type": ADMISSION,
-        "status": status,
-        "reason": reason,
-        "message": message,
-        "observedGeneration": verdict.generation,
-        # Moves only when the status flips (metav1.Condition's rule).
-        "lastTransitionTime": str(before["lastTransitionTime"]) if same else _now(),
-    }
 
 
 def _data_key(problems: Sequence[DataProblem] | None) -> tuple[object, ...] | None:

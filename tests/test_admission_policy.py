@@ -53,7 +53,12 @@ def test_a_policy_and_its_binding_deny_on_every_pod_create_and_update(policy: Po
     )
     assert binding["kind"] == "ValidatingAdmissionPolicyBinding"
     assert vap["metadata"]["name"] == binding["metadata"]["name"] == DEFAULT_NAME
-    assert binding["spec"] == {"policyName": DEFAULT_NAME, "validationActions": ["Deny"]}
+    # The binding holds the policy's scope again (the install's binding is what keeps it).
+    assert binding["spec"] == {
+        "policyName": DEFAULT_NAME,
+        "validationActions": ["Deny"],
+        "matchResources": vap["spec"]["matchConstraints"],
+    }
     spec = vap["spec"]
     assert spec["failurePolicy"] == "Fail"
     (rule,) = spec["matchConstraints"]["resourceRules"]
@@ -224,7 +229,11 @@ def test_the_budget_policy_judges_creation_and_resize_only(policy: Policy) -> No
     text = str(vap["spec"]["validations"])
     for name in ("kube-steer.github.io/pool-cpu", "kube-steer.github.io/budget-0pct"):
         assert name in text
-    assert binding["spec"] == {"policyName": "steer-budget", "validationActions": ["Deny"]}
+    assert binding["spec"] == {
+        "policyName": "steer-budget",
+        "validationActions": ["Deny"],
+        "matchResources": vap["spec"]["matchConstraints"],
+    }
     labels = parse_policy(
         EXAMPLE_POLICY.read_text().replace("enforcement: scheduler", "enforcement: labels")
     )

@@ -94,10 +94,17 @@ WEBHOOK_OBJECTS = {
     ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", "", "steer-webhook"),
     ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration", "", "steer-webhook"),
     ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration", "", "steer-webhook"),
-    ("rbac.authorization.k8s.io/v1", "Role", "kube-steer", "steer-scorer-webhook-certs"),
-    ("rbac.authorization.k8s.io/v1", "RoleBinding", "kube-steer", "steer-scorer-webhook-certs"),
-    ("rbac.authorization.k8s.io/v1", "ClusterRole", "", "steer-scorer-webhook-certs"),
-    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", "", "steer-scorer-webhook-certs"),
+    ("rbac.authorization.k8s.io/v1", "Role", "kube-steer", "steer-controller-webhook-certs"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding", "kube-steer", "steer-controller-webhook-certs"),
+    ("rbac.authorization.k8s.io/v1", "ClusterRole", "", "steer-controller-webhook-certs"),
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", "", "steer-controller-webhook-certs"),
+}
+# What admission modes policy and both add: the controller's rule on steer-mutation and its
+# binding; a webhook-only install has nothing about MutatingAdmissionPolicies.
+MUTATING_OBJECTS = {
+    ("rbac.authorization.k8s.io/v1", "ClusterRole", "", "steer-controller-mutating"),
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", "", "steer-controller-mutating"),
+    ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicyBinding", "", "steer-mutation"),
 }
 
 
@@ -126,9 +133,11 @@ def test_each_admission_mode_renders_its_kustomize_component(
     assert not found, "\n".join(found)
 
 
-def scorer_args(docs: list[dict[str, Any]]) -> list[str]:
-    (scorer,) = [d for d in docs if d["kind"] == "Deployment" and "scorer" in d["metadata"]["name"]]
-    args: list[str] = scorer["spec"]["template"]["spec"]["containers"][0]["args"]
+def controller_args(docs: list[dict[str, Any]]) -> list[str]:
+    (controller,) = [
+        d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "steer-controller"
+    ]
+    args: list[str] = controller["spec"]["template"]["spec"]["containers"][0]["args"]
     return args
 
 
@@ -139,8 +148,10 @@ def test_policy_mode_has_no_webhook_no_certificate_and_applies_every_policy() ->
     )
     assert set(webhook) >= WEBHOOK_OBJECTS
     assert set(webhook) - set(policy) == WEBHOOK_OBJECTS
-    assert set(policy) <= set(webhook)
-    args = scorer_args(helm_template(values={"admission.mode": "policy"}))
+    assert set(policy) - set(webhook) == MUTATING_OBJECTS
+    assert not any("Mutating" in kind and "Policy" in kind for _, kind, _, _ in webhook)
+    assert not any(name == "steer-controller-mutating" for *_, name in webhook)
+    args = controller_args(helm_template(values={"admission.mode": "policy"}))
     assert args[-3:] == [
         "--webhook-certs=off",
         "--admission-policies=validating",
@@ -150,9 +161,12 @@ def test_policy_mode_has_no_webhook_no_certificate_and_applies_every_policy() ->
 
 def test_both_mode_keeps_the_webhook_and_applies_every_policy() -> None:
     both = helm_template(values={"admission.mode": "both"})
-    assert set(by_id(both)) == set(by_id(helm_template()))
-    assert scorer_args(both)[-2:] == ["--admission-policies=validating", "--admission-policies=all"]
-    assert scorer_args(helm_template())[-2:] == [
+    assert set(by_id(both)) - set(by_id(helm_template())) == MUTATING_OBJECTS
+    assert controller_args(both)[-2:] == [
+        "--admission-policies=validating",
+        "--admission-policies=all",
+    ]
+    assert controller_args(helm_template())[-2:] == [
         "--webhook-certs=renew",
         "--admission-policies=validating",
     ]
@@ -278,7 +292,11 @@ def test_an_existing_config_map_is_mounted_and_none_is_made() -> None:
         d for d in chart if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "steer-policy"
     ]
     deployments = [d for d in chart if d["kind"] == "Deployment"]
-    assert {d["metadata"]["name"] for d in deployments} == {"steer-scorer", "steer-webhook"}
+    assert {d["metadata"]["name"] for d in deployments} == {
+        "steer-scorer",
+        "steer-controller",
+        "steer-webhook",
+    }
     for d in deployments:
         (policy,) = [v for v in d["spec"]["template"]["spec"]["volumes"] if v["name"] == "policy"]
         assert policy["configMap"] == {"name": "my-policy"}
@@ -292,6 +310,7 @@ def test_replicas_resources_and_pull_policy_reach_both_deployments(tmp_path: Pat
                 "image": {"pullPolicy": "Always"},
                 "scorer": {"replicas": 3, "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}},
                 "webhook": {"replicas": 4, "resources": {"limits": {"memory": "2Gi"}}},
+                "controller": {"replicas": 1},
             }
         )
     )
@@ -309,6 +328,10 @@ def test_replicas_resources_and_pull_policy_reach_both_deployments(tmp_path: Pat
         "steer-webhook": (
             4,
             {"requests": {"cpu": "250m", "memory": "192Mi"}, "limits": {"memory": "2Gi"}},
+        ),
+        "steer-controller": (
+            1,
+            {"requests": {"cpu": "20m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
         ),
     }
     for name, (replicas, resources) in expected.items():

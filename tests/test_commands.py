@@ -43,10 +43,11 @@ def test_the_handlers_ask_their_front_how_to_reach_the_scorer() -> None:
 
 
 def test_the_floors_import_one_way() -> None:
-    graph = grimp.build_graph("steer", "scorer", "webhook", "certs", "launcher")
-    for above in ("scorer", "webhook", "certs", "launcher"):
+    graph = grimp.build_graph("steer", "scorer", "controller", "webhook", "certs", "launcher")
+    for above in ("scorer", "controller", "webhook", "certs", "launcher"):
         assert not graph.chain_exists("steer", above, as_packages=True), above
-    for service in ("scorer", "webhook", "certs"):
+    assert not graph.chain_exists("scorer", "controller", as_packages=True)
+    for service in ("scorer", "controller", "webhook", "certs"):
         assert not graph.chain_exists(service, "launcher", as_packages=True), service
     # Plain imports only: the launcher loads no module by name, out of the contracts' sight.
     for source in (ROOT / "launcher").glob("*.py"):
@@ -57,14 +58,14 @@ def test_pyproject_declares_the_floors_for_lint_imports() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     contracts = project["tool"]["importlinter"]["contracts"]
     top_floors = [c["layers"] for c in contracts if c["type"] == "layers" and "containers" not in c]
-    assert top_floors == [["launcher", "scorer | webhook", "certs", "steer"]]
+    assert top_floors == [["launcher", "controller", "scorer | webhook", "certs", "steer"]]
     forbidden = {
         tuple(c["source_modules"]): set(c["forbidden_modules"])
         for c in contracts
         if c["type"] == "forbidden"
     }
     assert {"scorer", "webhook", "certs", "launcher"} <= forbidden[("steer",)]
-    assert "launcher" in forbidden[("scorer", "webhook", "certs")]
+    assert "launcher" in forbidden[("scorer", "controller", "webhook", "certs")]
     assert "launcher*" in project["tool"]["setuptools"]["packages"]["find"]["include"]
     assert project["project"]["scripts"] == {
         "steer": "launcher.commands:main",

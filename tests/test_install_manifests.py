@@ -69,7 +69,11 @@ def test_the_image_setting_names_the_image_both_services_use() -> None:
     kustomization = load(MANIFESTS / "kustomization.yaml")
     (image,) = kustomization["images"]
     used = set()
-    for path in (MANIFESTS / "scorer" / "scorer.yaml", MANIFESTS / "webhook" / "webhook.yaml"):
+    for path in (
+        MANIFESTS / "scorer" / "scorer.yaml",
+        MANIFESTS / "controller" / "controller.yaml",
+        MANIFESTS / "webhook" / "webhook.yaml",
+    ):
         for doc in yaml.safe_load_all(path.read_text()):
             if doc and doc["kind"] == "Deployment":
                 for container in doc["spec"]["template"]["spec"]["containers"]:
@@ -93,6 +97,7 @@ def test_the_opt_in_setting_targets_the_mutating_webhooks_opt_in_expression() ->
     paths = {
         path
         for replacement in kustomization["replacements"]
+        if replacement["source"]["name"] == "steer-settings"
         for target in replacement["targets"]
         for path in target["fieldPaths"]
     }
@@ -103,16 +108,17 @@ def test_the_opt_in_setting_targets_the_mutating_webhooks_opt_in_expression() ->
 
 
 def exported_series() -> set[str]:
-    """Every series name the two services export (counters with _total, histograms with
+    """Every series name the three processes export (counters with _total, histograms with
     _bucket/_count/_sum), from their metric classes, plus the namespace cache age the webhook
     derives at scrape time."""
     from prometheus_client import CollectorRegistry
 
+    from controller.metrics import ControllerMetrics
     from scorer.metrics import ScorerMetrics
     from webhook.metrics import CACHE_AGE, WebhookMetrics
 
     names = {CACHE_AGE}
-    registries = [ScorerMetrics().registry, CollectorRegistry()]
+    registries = [ScorerMetrics().registry, CollectorRegistry(), ControllerMetrics().registry]
     WebhookMetrics(registries[1])
     for registry in registries:
         for family in registry.collect():
@@ -168,16 +174,16 @@ def test_the_alerts_use_only_series_the_services_export() -> None:
                 assert job in jobs, rule["alert"]
 
 
-def test_the_certificate_renewal_may_touch_only_the_objects_the_scorer_is_pointed_at() -> None:
-    """The scorer's renewal (--webhook-certs=renew, its defaults) and its RBAC name the same
+def test_the_certificate_renewal_may_touch_only_the_objects_the_controller_is_pointed_at() -> None:
+    """The controller's renewal (--webhook-certs=renew, its defaults) and its RBAC name the same
     Secrets, Service and configurations as the webhook's manifests; nothing else of them is
     granted, and `create` (which RBAC cannot limit by name) reads nothing."""
-    from scorer.certs_renewal import WebhookCertSettings
+    from controller.certs_renewal import WebhookCertSettings
 
     settings = WebhookCertSettings()
     docs = {
         d["kind"]: d
-        for d in yaml.safe_load_all((MANIFESTS / "scorer" / "webhook-certs.yaml").read_text())
+        for d in yaml.safe_load_all((MANIFESTS / "controller" / "webhook-certs.yaml").read_text())
     }
     role_rules = [(tuple(r["resources"]), tuple(r.get("resourceNames", ())), tuple(r["verbs"]))
                   for r in docs["Role"]["rules"]]  # fmt: skip
@@ -185,13 +191,14 @@ def test_the_certificate_renewal_may_touch_only_the_objects_the_scorer_is_pointe
         (("secrets",), (), ("create",)),
         (("secrets",), (settings.secret, settings.ca_secret), ("get", "update")),
         (("services",), (settings.service,), ("get",)),
+        (("endpointslices",), (), ("list",)),  # the Service's, in its namespace only
     ]
     (cluster_rule,) = docs["ClusterRole"]["rules"]
     assert cluster_rule["resourceNames"] == list(settings.configurations)
     assert cluster_rule["verbs"] == ["get", "patch"]
     for binding in ("RoleBinding", "ClusterRoleBinding"):
         assert docs[binding]["subjects"] == [
-            {"kind": "ServiceAccount", "name": "steer-scorer", "namespace": "kube-steer"}
+            {"kind": "ServiceAccount", "name": "steer-controller", "namespace": "kube-steer"}
         ]
 
     webhook = list(yaml.safe_load_all((MANIFESTS / "webhook" / "webhook.yaml").read_text()))
@@ -202,42 +209,125 @@ def test_the_certificate_renewal_may_touch_only_the_objects_the_scorer_is_pointe
     assert service["metadata"]["name"] == settings.service
     assert tls["secret"]["secretName"] == settings.secret
     assert {d["metadata"]["name"] for d in admission} == set(settings.configurations)
-    scorer = [d for d in yaml.safe_load_all((MANIFESTS / "scorer" / "scorer.yaml").read_text())]
-    (scorer_deployment,) = [d for d in scorer if d["kind"] == "Deployment"]
-    (container,) = scorer_deployment["spec"]["template"]["spec"]["containers"]
+    controller = list(
+        yaml.safe_load_all((MANIFESTS / "controller" / "controller.yaml").read_text())
+    )
+    (controller_deployment,) = [d for d in controller if d["kind"] == "Deployment"]
+    (container,) = controller_deployment["spec"]["template"]["spec"]["containers"]
     assert container["args"][6] == "--webhook-certs=renew"  # components/cert-manager flips it
     # No other role of the base grants anything on Secrets.
+    scorer = list(yaml.safe_load_all((MANIFESTS / "scorer" / "scorer.yaml").read_text()))
     assert not [
         r
-        for d in scorer + webhook
+        for d in scorer + webhook + controller
         if d["kind"] in ("Role", "ClusterRole")
         for r in d["rules"]
         if "secrets" in r["resources"]
     ]
 
 
-def test_the_admission_policies_rbac_names_exactly_the_objects_the_scorer_applies() -> None:
-    """--admission-policies (the base's `validating`, the components' `all`) and the scorer's
-    ClusterRole name the same objects; get, patch and create (server-side apply) by name, delete
-    only of the mutation (which `validating` removes); the manifests turn `validating` on."""
-    from scorer.admission_plan import PLURALS, removable_refs, wanted_objects
-
-    docs = list(yaml.safe_load_all((MANIFESTS / "scorer" / "scorer.yaml").read_text()))
-    (role,) = [d for d in docs if d["kind"] == "ClusterRole"]
+def _granted(path: Path) -> dict[tuple[str, str], set[str]]:
+    """(plural, name) -> verbs of every admissionregistration rule of the file's roles."""
     granted: dict[tuple[str, str], set[str]] = {}
-    for rule in role["rules"]:
-        if rule["apiGroups"] != ["admissionregistration.k8s.io"]:
+    for doc in yaml.safe_load_all(path.read_text()):
+        if not doc or doc["kind"] not in ("Role", "ClusterRole"):
             continue
-        assert rule.get("resourceNames"), rule  # nothing on these kinds without a name
-        for plural in rule["resources"]:
-            for name in rule["resourceNames"]:
-                granted.setdefault((plural, name), set()).update(rule["verbs"])
+        for rule in doc["rules"]:
+            if rule["apiGroups"] != ["admissionregistration.k8s.io"]:
+                continue
+            assert rule.get("resourceNames"), rule  # nothing on these kinds without a name
+            for plural in rule["resources"]:
+                for name in rule["resourceNames"]:
+                    granted.setdefault((plural, name), set()).update(rule["verbs"])
+    return granted
+
+
+def test_the_admission_policies_rbac_names_exactly_the_policies_the_controller_applies() -> None:
+    """--admission-policies (the base's `validating`, the components' `all`) and the
+    controller's roles name the same policies, get, patch and create (server-side apply) by
+    name; the MutatingAdmissionPolicy only where an admission component adds it; no verb on a
+    binding or a guard; the scorer and the webhook have nothing of admissionregistration."""
+    from controller.admission_plan import PLURALS, wanted_objects
+
     policy = parse_policy(STARTER.read_text())
-    wanted = {(PLURALS[o.ref.kind], o.ref.name) for o in wanted_objects(policy, "all")}
-    assert set(granted) == wanted
-    removable = {(PLURALS[r.kind], r.name) for r in removable_refs("validating")}
-    for key, verbs in granted.items():
-        assert verbs == {"get", "patch", "create"} | ({"delete"} if key in removable else set())
+    base = _granted(MANIFESTS / "controller" / "controller.yaml")
+    mutating = _granted(MANIFESTS / "mutating-policy" / "mutating-policy.yaml")
+    wanted = {(PLURALS[o.ref.kind], o.ref.name) for o in wanted_objects(policy, "validating")}
+    every = {(PLURALS[o.ref.kind], o.ref.name) for o in wanted_objects(policy, "all")}
+    assert set(base) == wanted
+    assert set(mutating) == every - wanted == {("mutatingadmissionpolicies", "steer-mutation")}
+    for verbs in (*base.values(), *mutating.values()):
+        assert verbs == {"get", "patch", "create"}
+    assert not any(plural.endswith("bindings") for plural, _ in (*base, *mutating))
+    for path in (MANIFESTS / "scorer" / "scorer.yaml", MANIFESTS / "webhook" / "webhook.yaml"):
+        assert not _granted(path), path
+    for component in ("admission-policy", "admission-policy-and-webhook"):
+        resources = load(MANIFESTS / "components" / component / "kustomization.yaml")
+        assert "../../mutating-policy" in resources["resources"], component
+    docs = list(yaml.safe_load_all((MANIFESTS / "controller" / "controller.yaml").read_text()))
     (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     assert container["args"][7] == "--admission-policies=validating"
+
+
+def _without_annotations(obj: dict[str, Any]) -> dict[str, Any]:
+    meta = {k: v for k, v in obj["metadata"].items() if k != "annotations"}
+    return {**obj, "metadata": meta}
+
+
+def test_the_installed_bindings_and_node_writes_guard_are_what_the_policy_compiles_to() -> None:
+    """The bindings the install makes (the scope of each admission policy) and the node-writes
+    guard are what `steer policy admission-policy --mutating` prints for the starter policy,
+    but its policy-version annotation: the starter policy's scope is the install's."""
+    from steer.core.admission_policy import admission_policies
+    from steer.core.admission_policy.mutating import mutating_admission_policy
+
+    policy = parse_policy(STARTER.read_text())
+    compiled = {
+        (o["kind"], o["metadata"]["name"]): _without_annotations(o)
+        for o in [*admission_policies(policy), *mutating_admission_policy(policy).objects]
+    }
+    installed = [
+        d
+        for path in (
+            MANIFESTS / "controller" / "admission-bindings.yaml",
+            MANIFESTS / "guards" / "node-writes.yaml",
+            MANIFESTS / "mutating-policy" / "mutating-policy.yaml",
+        )
+        for d in yaml.safe_load_all(path.read_text())
+        if d and d["kind"].startswith(("Validating", "Mutating"))
+    ]
+    assert {(d["kind"], d["metadata"]["name"]) for d in installed} == {
+        ("ValidatingAdmissionPolicyBinding", "steer-security"),
+        ("ValidatingAdmissionPolicyBinding", "steer-budget"),
+        ("ValidatingAdmissionPolicy", "steer-scorer-node-writes"),
+        ("ValidatingAdmissionPolicyBinding", "steer-scorer-node-writes"),
+        ("MutatingAdmissionPolicyBinding", "steer-mutation"),
+    }
+    for doc in installed:
+        assert doc == compiled[(doc["kind"], doc["metadata"]["name"])], doc["metadata"]["name"]
+
+
+def test_the_guards_name_the_fields_they_refuse_and_bind_to_every_kube_steer_identity() -> None:
+    docs = list(yaml.safe_load_all((MANIFESTS / "guards" / "guards.yaml").read_text()))
+    policies = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"}
+    bindings = {d["metadata"]["name"]: d for d in docs if d["kind"].endswith("Binding")}
+    assert (
+        set(policies)
+        == set(bindings)
+        == {
+            "steer-guard-webhook-configurations",
+            "steer-guard-secrets",
+        }
+    )
+    for name, guard in policies.items():
+        assert guard["spec"]["failurePolicy"] == "Fail"
+        (condition,) = guard["spec"]["matchConditions"]
+        assert "system:serviceaccounts:kube-steer" in condition["expression"]
+        assert bindings[name]["spec"] == {"policyName": name, "validationActions": ["Deny"]}
+    messages = " ".join(
+        v["message"] for v in policies["steer-guard-webhook-configurations"]["spec"]["validations"]
+    )
+    for field in ("clientConfig.service", "clientConfig.url", "rules", "namespaceSelector",
+                  "objectSelector", "matchConditions", "failurePolicy", "sideEffects"):  # fmt: skip
+        assert f"webhooks[].{field}" in messages, field

@@ -90,7 +90,7 @@ def test_a_policy_and_its_binding_that_mutate_pod_creation_only(
     )
     assert (binding["kind"], binding["spec"]) == (
         "MutatingAdmissionPolicyBinding",
-        {"policyName": POLICY_NAME},
+        {"policyName": POLICY_NAME, "matchResources": mutating["spec"]["matchConstraints"]},
     )
     for obj in compiled.objects:
         assert obj["metadata"]["name"] == POLICY_NAME

@@ -60,7 +60,7 @@ def test_steer_policy_crd_prints_it() -> None:
     (version,) = crd["spec"]["versions"]
     assert version["subresources"] == {"status": {}}
     columns = [c["name"] for c in version["additionalPrinterColumns"]]
-    assert columns == ["Accepted", "Mode", "Version", "Data", "Reason", "Age"]
+    assert columns == ["Accepted", "Mode", "Version", "Data", "Admission", "Reason", "Age"]
 
 
 def nodes(schema: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:

@@ -461,28 +461,3 @@ def test_explain_audit_and_the_report_command(
     out = capsys.readouterr().out
     assert "2 audited pods judged, 1 on the policy's first choice (50 %)" in out
     assert "team-b/on-hot" in out
-
-
-def test_every_explain_answer_names_the_admission_policies_version(
-    cluster_api: ApiStub, tmp_path: Path, prom: PrometheusServer
-) -> None:
-    """With --admission-policies: the version the apiserver's admission policies were compiled
-    from, beside the running policy's, in /explain and /readyz."""
-    from scorer.admission_sync import AdmissionStatus
-
-    scorer = scorer_for(cluster_api, tmp_path, prom)
-    scorer.run_cycle()
-    status = AdmissionStatus("validating", "older@0123456789", False, refused=POLICY.version)
-    http = session()
-    with HttpServer(create_app(scorer, admission=lambda: status)) as server:
-        table = http.get(f"{server.url}/explain/nodes").json()
-        ready = http.get(f"{server.url}/readyz").json()
-    expected = {
-        "scope": "validating",
-        "version": "older@0123456789",
-        "current": False,
-        "refusedVersion": POLICY.version,
-        "lastError": None,
-    }
-    assert table["policyVersion"] == POLICY.version
-    assert table["admissionPolicies"] == ready["admissionPolicies"] == expected

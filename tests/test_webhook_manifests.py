@@ -151,10 +151,10 @@ def network_policies() -> dict[str, dict[str, Any]]:
     return docs(NETWORK_POLICIES)
 
 
-def test_the_network_policy_admits_no_pod_but_the_scorers_to_the_admission_port() -> None:
+def test_the_network_policy_admits_no_pod_but_the_controllers_to_the_admission_port() -> None:
     """The apiserver (host network or external) and the kubelet are outside the pod network;
-    every tenant pod is inside it. Of the pods, the scorer's alone reaches the admission port
-    (its leader's TLS handshakes before an old CA leaves caBundle), Prometheus alone the
+    every tenant pod is inside it. Of the pods, the controller's alone reaches the admission
+    port (its leader's TLS handshakes before an old CA leaves caBundle), Prometheus alone the
     metrics port."""
     policies = network_policies()
     policy = policies["NetworkPolicy/steer-webhook"]
@@ -162,12 +162,19 @@ def test_the_network_policy_admits_no_pod_but_the_scorers_to_the_admission_port(
     by_port = {rule["ports"][0]["port"]: rule for rule in policy["spec"]["ingress"]}
     assert set(by_port) == {8443, 9102}
     assert all(rule.get("from") for rule in by_port.values())  # no rule open to any source
-    apiserver, scorer = by_port[8443]["from"]
+    apiserver, controller = by_port[8443]["from"]
     assert apiserver == {"ipBlock": {"cidr": "0.0.0.0/0", "except": [pod_cidr_setting()]}}
-    scorer_pods = {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "steer-scorer"}}}
-    assert scorer == scorer_pods  # this namespace's pods only: no namespaceSelector
-    (to_webhook,) = [
+    controller_pods = {
+        "podSelector": {"matchLabels": {"app.kubernetes.io/name": "steer-controller"}}
+    }
+    assert controller == controller_pods  # this namespace's pods only: no namespaceSelector
+    assert not [
         rule for rule in policies["NetworkPolicy/steer-scorer"]["spec"]["egress"] if "to" in rule
+    ]
+    (to_webhook,) = [
+        rule
+        for rule in policies["NetworkPolicy/steer-controller"]["spec"]["egress"]
+        if "to" in rule
     ]
     assert to_webhook == {
         "to": [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "steer-webhook"}}}],

@@ -23,7 +23,7 @@ import pytest
 
 from tests.conftest import ROOT
 
-PRODUCT = {"steer", "scorer", "webhook", "certs", "launcher"}
+PRODUCT = {"steer", "scorer", "controller", "webhook", "certs", "launcher"}
 # Besides modules, the wheel carries exactly the package data pyproject.toml declares.
 PACKAGE_DATA = re.compile(
     r"steer/py\.typed|steer/presets/[^/]+\.yaml|scorer/page/[^/]+\.(html|css|js)"

@@ -42,9 +42,11 @@ from kubernetes import client
 from kits.control_plane import ControlPlane
 from kits.prometheus_server import PrometheusServer, scraped_cluster
 from kits.service_processes import (
+    RunningController,
     RunningScorer,
     RunningWebhook,
     ServingCertificate,
+    running_controller,
     running_scorer,
     running_webhook,
 )
@@ -166,6 +168,7 @@ class Installation:
     stack: contextlib.ExitStack
     webhook: RunningWebhook | None = None
     scorer: RunningScorer | None = None
+    controller: RunningController | None = None
     outputs: dict[str, str] = field(default_factory=dict)
     # What a step recorded for a later one to compare against.
     facts: dict[str, Any] = field(default_factory=dict)
@@ -229,15 +232,15 @@ def bindable(port: int, host: str) -> bool:
 
 def start_webhook(run: Installation) -> None:
     """`rollout status deployment/steer-webhook`: the webhook, from this checkout, on its
-    Service's ClusterIP:443 with the certificate the scorer's leader put in its Secret (as the
-    pods wait for their Secret volume, this waits for the Secret and both caBundles)."""
+    Service's ClusterIP:443 with the certificate the controller's leader put in its Secret (as
+    the pods wait for their Secret volume, this waits for the Secret and both caBundles)."""
     ip = run.cluster_ip("steer-webhook")
     # CI runs as root; elsewhere run `make e2e` as root or with CAP_NET_BIND_SERVICE.
     assert bindable(443, ip), (
         "binding port 443 (the Service's port) needs root or CAP_NET_BIND_SERVICE"
     )
     secret = wait_until(
-        "the scorer's leader made the webhook's certificate and set both caBundles",
+        "the controller's leader made the webhook's certificate and set both caBundles",
         lambda: _issued_and_trusted(run),
         timeout=60,
         interval=0.5,
@@ -252,7 +255,7 @@ def start_webhook(run: Installation) -> None:
         config = json.loads(kubectl(run.plane, "get", kind, "steer-webhook", "-o=json"))
         bundles |= {h["clientConfig"].get("caBundle") for h in config["webhooks"]}
     (bundle,) = bundles
-    assert bundle, "the scorer's leader left a webhook without caBundle"
+    assert bundle, "the controller's leader left a webhook without caBundle"
     (folder / "ca.crt").write_bytes(base64.b64decode(bundle))
     ca = x509.load_pem_x509_certificate((folder / "ca.crt").read_bytes())
     served = x509.load_pem_x509_certificate((folder / "tls.crt").read_bytes())
@@ -290,25 +293,47 @@ def _issued_and_trusted(run: Installation) -> dict[str, Any] | None:
     return secret
 
 
-def installed_scorer_flags(run: Installation) -> list[str]:
-    """The installed scorer Deployment's `--webhook-*` flags: what its pods would run with."""
-    deployment = json.loads(
-        kubectl(run.plane, "-n", NS, "get", "deployment", "steer-scorer", "-o=json")
+def installed_flags(run: Installation, deployment: str) -> list[str]:
+    """The installed Deployment's flags after its `--listen ADDRESS`: what its pods would run
+    with, but the policy file and the address, which the test gives."""
+    found = json.loads(kubectl(run.plane, "-n", NS, "get", "deployment", deployment, "-o=json"))
+    (container,) = found["spec"]["template"]["spec"]["containers"]
+    args: list[str] = container["args"]
+    return args[args.index("--listen") + 2 :]
+
+
+def start_controller(run: Installation) -> None:
+    """`rollout status deployment/steer-controller`: the controller, from this checkout, as
+    its ServiceAccount, with the installed Deployment's flags (its leader renews the webhook's
+    certificate and applies the admission policies with the installed RBAC, the guards in
+    force)."""
+    flags = installed_flags(run, "steer-controller")
+    assert flags[0] == "--webhook-certs=renew", flags
+    run.controller = run.stack.enter_context(
+        running_controller(
+            run.plane,
+            run.installed_policy(),
+            run.scratch("controller"),
+            kubeconfig=run.account_kubeconfig("steer-controller"),
+            extra_args=flags,
+        )
     )
-    (container,) = deployment["spec"]["template"]["spec"]["containers"]
-    return [arg for arg in container["args"] if arg.startswith("--webhook-")]
+
+
+def controller_stopped(run: Installation) -> None:
+    """After `scale deployment steer-controller --replicas=0`: its pods would stop."""
+    assert run.controller is not None
+    run.controller.stop()
 
 
 def start_scorer(run: Installation) -> None:
     """`rollout status deployment/steer-scorer`: the nodes appear (no kubelet registers them),
     then the scorer, from this checkout, on its Service's ClusterIP:8080, as its
-    ServiceAccount, with the installed Deployment's `--webhook-*` flags (its leader renews the
-    webhook's certificate with the installed RBAC), scoring from a Prometheus on loopback (the
-    policy's URL is in-cluster)."""
+    ServiceAccount, scoring from a Prometheus on loopback (the policy's URL is in-cluster).
+    The admission policies and the webhook's certificate are the controller's
+    (`start_controller`)."""
     for name in NODES:
         run.plane.add_node(name, cpu="8", memory="32Gi", zone="zone-a")
-    flags = installed_scorer_flags(run)
-    assert flags == ["--webhook-certs=renew"], flags
     run.scorer = run.stack.enter_context(
         running_scorer(
             run.plane,
@@ -317,7 +342,6 @@ def start_scorer(run: Installation) -> None:
             run.scratch("scorer"),
             listen=f"{run.cluster_ip('steer-scorer')}:8080",
             kubeconfig=run.account_kubeconfig("steer-scorer"),
-            extra_args=flags,
         )
     )
     run.scorer.wait_ready()

@@ -1,15 +1,17 @@
-"""The scorer's leader keeps the admission policies current (`steer scorer run
---admission-policies`, scorer/admission_sync.py) on the real apiserver, as a user bound to
-the rules the manifests give the scorer (its ClusterRole, its Lease Role) and nothing else.
+"""The controller's leader keeps the admission policies current (`steer controller run
+--admission-policies`, controller/admission_sync.py) on the real apiserver, as a user bound to
+the rules the manifests give the controller (its ClusterRole, its Lease Role, and in modes
+`policy` and `both` its rule on steer-mutation) and nothing else.
 
-- At start the leader creates the ValidatingAdmissionPolicies and bindings by server-side
-  apply (`create` allowed by name only: the apiserver authorises it with the object's name).
+- At start the leader creates the ValidatingAdmissionPolicies by server-side apply (`create`
+  allowed by name only: the apiserver authorises it with the object's name); their bindings
+  are the install's.
 - An edit of the policy file reaches every object within seconds; with the version unchanged
   no object is written again.
 - A policy the apiserver refuses (an excluded namespace that is not a valid name, which the
   namespaceSelector cannot hold) writes nothing: the previous objects keep serving, and the
-  scorer says so (`/readyz` and the metrics).
-- `--admission-policies=all` adds the MutatingAdmissionPolicy; `validating` deletes it again.
+  controller says so (its metrics, a SteeringPolicy's status.admissionPolicies).
+- `--admission-policies=all` adds the MutatingAdmissionPolicy.
 """
 
 from __future__ import annotations
@@ -22,37 +24,52 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import requests
 import yaml
 
+from controller.admission_plan import FIELD_MANAGER, AdmissionRef
 from kits.control_plane import ROOT, ControlPlane
-from kits.service_processes import RunningScorer, running_scorer
+from kits.service_processes import RunningController, running_controller
 from kits.waiting import wait_until
 from launcher.policy import migrated_object
-from scorer.admission_plan import FIELD_MANAGER, MUTATING_REFS, AdmissionRef
 from steer.adapters.kubejson import KubeApiError, KubeJson
+from steer.adapters.policy_file import load_policy_file
 from steer.adapters.policy_resource import COLLECTION, object_path
 from tests.e2e.conftest import user_bound_to
 from tests.e2e.waiting import install_policy_crd
 
 POLICY = ROOT / "manifests" / "policy" / "starter-policy.yaml"
-SCORER = ROOT / "manifests" / "scorer" / "scorer.yaml"
-NO_PROMETHEUS = "http://127.0.0.1:9"  # the cycles fail and write nothing: not this test's part
+CONTROLLER = ROOT / "manifests" / "controller" / "controller.yaml"
+MUTATING_RBAC = ROOT / "manifests" / "mutating-policy" / "mutating-policy.yaml"
 RBAC_GROUP = "rbac.authorization.k8s.io"
 RBAC = f"/apis/{RBAC_GROUP}/v1"
 VERSION = "kube-steer.github.io/policy-version"
 VALIDATING = [
+    AdmissionRef("ValidatingAdmissionPolicy", name) for name in ("steer-security", "steer-budget")
+]
+MUTATING = [AdmissionRef("MutatingAdmissionPolicy", "steer-mutation")]
+# What a controller before this release may have left: deleted before and after each test.
+LEFT = [
     AdmissionRef(kind, name)
     for name in ("steer-security", "steer-budget", "steer-scorer-node-writes")
     for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+] + [
+    AdmissionRef(k, "steer-mutation")
+    for k in ("MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding")
 ]
 INTERVAL = "--admission-policies-interval=1"
 
 
 @contextlib.contextmanager
-def scorer_identity(control_plane: ControlPlane, admin: KubeJson, namespace: str) -> Iterator[Path]:
-    """A user bound to the scorer manifest's ClusterRole, and its Lease Role in `namespace`."""
-    docs = {d["kind"]: d for d in yaml.safe_load_all(SCORER.read_text()) if d}
+def controller_identity(
+    control_plane: ControlPlane, admin: KubeJson, namespace: str
+) -> Iterator[Path]:
+    """A user bound to the controller manifest's ClusterRole with the rule the admission
+    components add on steer-mutation, and its Lease Role in `namespace`."""
+    docs = {d["kind"]: d for d in yaml.safe_load_all(CONTROLLER.read_text()) if d}
+    (mutating,) = [
+        d for d in yaml.safe_load_all(MUTATING_RBAC.read_text()) if d["kind"] == "ClusterRole"
+    ]
+    role = {**docs["ClusterRole"], "rules": docs["ClusterRole"]["rules"] + mutating["rules"]}
     user = f"admission-sync-{uuid.uuid4().hex[:6]}"
     name = docs["Role"]["metadata"]["name"]
     admin.request(
@@ -69,12 +86,12 @@ def scorer_identity(control_plane: ControlPlane, admin: KubeJson, namespace: str
             "subjects": [{"apiGroup": RBAC_GROUP, "kind": "User", "name": user}],
         },
     )
-    with user_bound_to(control_plane, admin, docs["ClusterRole"], user) as kubeconfig:
+    with user_bound_to(control_plane, admin, role, user) as kubeconfig:
         yield kubeconfig
 
 
 def delete_all(admin: KubeJson) -> None:
-    for ref in [*MUTATING_REFS, *VALIDATING]:
+    for ref in LEFT:
         with contextlib.suppress(KubeApiError):
             admin.request("DELETE", ref.path)
 
@@ -129,21 +146,12 @@ def writes_served(control_plane: ControlPlane) -> float:
     return total
 
 
-def readyz(scorer: RunningScorer) -> dict[str, Any]:
-    """The scorer's /readyz, ready or not (no Prometheus here: no cycle completes)."""
-    with requests.Session() as session:
-        session.trust_env = False
-        body: dict[str, Any] = session.get(f"{scorer.url}/readyz", timeout=10).json()
-    return body
+def current(controller: RunningController) -> bool:
+    return controller.metric("steer_controller_admission_policies_current{") == 1
 
 
-def metric(scorer: RunningScorer, prefix: str) -> float:
-    with requests.Session() as session:
-        session.trust_env = False
-        text = session.get(f"{scorer.url}/metrics", timeout=10).text
-    return sum(
-        float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix)
-    )
+def version_of(path: Path) -> str:
+    return load_policy_file(str(path)).version
 
 
 def edit(path: Path, change: Callable[[dict[str, Any]], None]) -> None:
@@ -163,11 +171,10 @@ def test_the_leader_applies_each_version_writes_nothing_unchanged_and_keeps_a_re
     policy = tmp_path / "policy.yaml"
     policy.write_text(POLICY.read_text())
     with (
-        scorer_identity(control_plane, admin, namespace) as kubeconfig,
-        running_scorer(
+        controller_identity(control_plane, admin, namespace) as kubeconfig,
+        running_controller(
             control_plane,
             policy,
-            NO_PROMETHEUS,
             tmp_path,
             kubeconfig=kubeconfig,
             extra_args=[
@@ -176,22 +183,21 @@ def test_the_leader_applies_each_version_writes_nothing_unchanged_and_keeps_a_re
                 "--admission-policies=validating",
                 INTERVAL,
             ],
-        ) as scorer,
+        ) as controller,
     ):
-        # 1. At start: every object created, as the scorer's field manager.
+        # 1. At start: every policy created, as the controller's field manager; no binding.
         wait_until(
             "the leader applied the validating policies",
-            lambda: readyz(scorer)["admissionPolicies"]["current"],
+            lambda: current(controller),
             timeout=20,
             interval=0.2,
         )
-        first = readyz(scorer)["admissionPolicies"]["version"]
-        assert first == readyz(scorer)["policy"]["version"]
+        first = version_of(policy)
         assert versions(admin) == {first}
         objects = live(admin, VALIDATING)
         for obj in objects.values():
             # The apiserver's type checker writes the status (its own manager, subresource
-            # status) whenever it gets to it: only the object's own fields are the scorer's.
+            # status) whenever it gets to it: only the object's own fields are the controller's.
             managers = {
                 e["manager"]
                 for e in obj["metadata"]["managedFields"]
@@ -199,7 +205,8 @@ def test_the_leader_applies_each_version_writes_nothing_unchanged_and_keeps_a_re
             }
             assert managers == {FIELD_MANAGER}
             assert obj["metadata"]["labels"]["app.kubernetes.io/part-of"] == "kube-steer"
-        assert not live(admin, list(MUTATING_REFS))
+        assert not live(admin, MUTATING)
+        assert not live(admin, [AdmissionRef(f"{r.kind}Binding", r.name) for r in VALIDATING])
 
         # 2. Unchanged: three reads later, no write request reached the apiserver (its own
         # count; the objects' resourceVersion moves anyway: the apiserver writes their
@@ -212,22 +219,17 @@ def test_the_leader_applies_each_version_writes_nothing_unchanged_and_keeps_a_re
         # 3. An edit reaches the apiserver within seconds (the file is polled every 2 s).
         edit(policy, lambda d: d["spec"].setdefault("optIn", {}).update(
             excludedNamespaces=["team-batch"]))  # fmt: skip
+        second = version_of(policy)
         edited = time.monotonic()
         wait_until(
             "the edit reached the apiserver",
-            lambda: (
-                versions(admin) not in ({first}, {None})
-                and len(versions(admin)) == 1
-                and readyz(scorer)["admissionPolicies"]["current"]
-            ),
+            lambda: versions(admin) == {second} and current(controller),
             timeout=15,
             interval=0.1,
         )
         took = time.monotonic() - edited
         assert writes_served(control_plane) >= before + 2 * len(VALIDATING)
         assert took < 8, f"{took:.1f} s"
-        (second,) = versions(admin)
-        assert second == readyz(scorer)["policy"]["version"]
         security = admin.request("GET", VALIDATING[0].path)
         selector = security["spec"]["matchConstraints"]["namespaceSelector"]
         assert "team-batch" in selector["matchExpressions"][0]["values"]
@@ -236,18 +238,14 @@ def test_the_leader_applies_each_version_writes_nothing_unchanged_and_keeps_a_re
         kept = generations(admin)
         edit(policy, lambda d: d["spec"]["optIn"].update(excludedNamespaces=["Not_A/Namespace"]))
         wait_until(
-            "the scorer reports the refusal",
-            lambda: readyz(scorer)["admissionPolicies"]["refusedVersion"] is not None,
+            "the controller reports the refusal",
+            lambda: controller.metric("steer_controller_admission_policies_refused{") == 1,
             timeout=15,
             interval=0.1,
         )
-        status = readyz(scorer)
-        admission = status["admissionPolicies"]
-        assert admission["refusedVersion"] == status["policy"]["version"] != second
-        assert (admission["version"], admission["current"]) == (second, False)
-        assert "Not_A/Namespace" in admission["lastError"], admission["lastError"]
-        assert metric(scorer, "steer_scorer_admission_policies_refused{") == 1
-        assert metric(scorer, "steer_scorer_admission_policies_apply_failures_total{") >= 1
+        assert controller.metric("steer_controller_admission_policies_current{") == 0
+        assert controller.metric("steer_controller_admission_policies_apply_failures_total{") >= 1
+        assert "Not_A/Namespace" in controller.log()
         refused_at = writes_served(control_plane)
         time.sleep(2.5)  # not tried again
         assert writes_served(control_plane) == refused_at
@@ -256,42 +254,31 @@ def test_the_leader_applies_each_version_writes_nothing_unchanged_and_keeps_a_re
 
 
 @pytest.mark.usefixtures("clean")
-def test_all_adds_the_mutating_policy_and_validating_removes_what_the_scorer_made(
+def test_all_adds_the_mutating_policy(
     control_plane: ControlPlane,
     admin: KubeJson,
     make_namespace: Callable[..., str],
     tmp_path: Path,
 ) -> None:
     namespace = make_namespace(prefix="admission-sync")
-    mutating = list(MUTATING_REFS)
-    with scorer_identity(control_plane, admin, namespace) as kubeconfig:
-        for scope in ("all", "validating"):
-            with running_scorer(
-                control_plane,
-                POLICY,
-                NO_PROMETHEUS,
-                tmp_path,
-                name=f"scorer-{scope}",
-                kubeconfig=kubeconfig,
-                extra_args=[
-                    "--lease-namespace",
-                    namespace,
-                    f"--admission-policies={scope}",
-                    INTERVAL,
-                ],
-            ) as scorer:
-
-                def applied(s: RunningScorer = scorer, scope: str = scope) -> bool:
-                    current = bool(readyz(s)["admissionPolicies"]["current"])
-                    return current and bool(live(admin, mutating)) == (scope == "all")
-
-                wait_until(
-                    f"--admission-policies={scope} is applied", applied, timeout=30, interval=0.2
-                )
-                version = readyz(scorer)["policy"]["version"]
-                assert versions(admin) == {version}
-                if scope == "all":
-                    assert versions(admin, mutating) == {version}
+    with (
+        controller_identity(control_plane, admin, namespace) as kubeconfig,
+        running_controller(
+            control_plane,
+            POLICY,
+            tmp_path,
+            kubeconfig=kubeconfig,
+            extra_args=["--lease-namespace", namespace, "--admission-policies=all", INTERVAL],
+        ) as controller,
+    ):
+        wait_until(
+            "--admission-policies=all is applied",
+            lambda: current(controller) and bool(live(admin, MUTATING)),
+            timeout=30,
+            interval=0.2,
+        )
+        version = version_of(POLICY)
+        assert versions(admin) == versions(admin, MUTATING) == {version}
 
 
 @pytest.mark.usefixtures("clean")
@@ -301,25 +288,24 @@ def test_a_steering_policy_says_in_its_status_whether_its_admission_policies_are
     make_namespace: Callable[..., str],
     tmp_path: Path,
 ) -> None:
-    """With `--policy-resource`, the leader writes the `AdmissionPolicies` condition beside
-    `Accepted`: True once applied, False with the apiserver's message for a refused version."""
+    """With `--policy-resource`, the leader writes `status.admissionPolicies` (a field of its
+    own, beside the scorer's conditions): True once applied, False with the apiserver's
+    message for a refused version."""
     install_policy_crd(control_plane, admin)
     name = f"e2e-sync-{uuid.uuid4().hex[:6]}"
     admin.request("POST", COLLECTION, body=migrated_object(POLICY.read_text(), name))
     namespace = make_namespace(prefix="admission-sync")
 
-    def condition() -> dict[str, Any]:
+    def told() -> dict[str, Any]:
         status = admin.request("GET", object_path(name)).get("status") or {}
-        found = [c for c in status.get("conditions") or () if c["type"] == "AdmissionPolicies"]
-        return found[0] if found else {}
+        return dict(status.get("admissionPolicies") or {})
 
     try:
         with (
-            scorer_identity(control_plane, admin, namespace) as kubeconfig,
-            running_scorer(
+            controller_identity(control_plane, admin, namespace) as kubeconfig,
+            running_controller(
                 control_plane,
                 None,
-                NO_PROMETHEUS,
                 tmp_path,
                 policy_resource=name,
                 kubeconfig=kubeconfig,
@@ -327,8 +313,8 @@ def test_a_steering_policy_says_in_its_status_whether_its_admission_policies_are
             ),
         ):
             applied = wait_until(
-                "the AdmissionPolicies condition is True",
-                condition,
+                "status.admissionPolicies is True",
+                told,
                 until=lambda c: c.get("status") == "True",
                 timeout=30,
                 interval=0.2,
@@ -343,8 +329,8 @@ def test_a_steering_policy_says_in_its_status_whether_its_admission_policies_are
                 content_type="application/merge-patch+json",
             )
             refused = wait_until(
-                "the AdmissionPolicies condition says Refused",
-                condition,
+                "status.admissionPolicies says Refused",
+                told,
                 until=lambda c: c.get("reason") == "Refused",
                 timeout=30,
                 interval=0.2,

@@ -3,8 +3,8 @@
 
 The apiserver calls `steer webhook serve` over TLS through the project's admission
 configurations, set to failurePolicy Fail for this test's namespace: a call that fails TLS
-refuses the pod. `steer scorer run --webhook-certs=renew` runs as a user bound to the rules the
-manifests give the scorer (its ClusterRole, its Lease Role, and the renewal's Role and
+refuses the pod. `steer controller run --webhook-certs=renew` runs as a user bound to the rules the
+manifests give the controller (its ClusterRole, its Lease Role, and the renewal's Role and
 ClusterRole with this test's names), leader-elected. A thread plays the kubelet: it copies the
 Secret into the webhook's certificate files a second after each write, with the kubelet's atomic
 swap of a `..data` symlink. Pods are created one after another the whole time; every one must
@@ -43,11 +43,11 @@ from certs.pki import CertificateAuthority, WebhookIdentity, issue_serving_cert,
 from certs.rollover import parse_bundle
 from kits.control_plane import ROOT, ControlPlane
 from kits.service_processes import (
-    RunningScorer,
+    RunningController,
     RunningWebhook,
     ServingCertificate,
     admission_configurations,
-    running_scorer,
+    running_controller,
     running_webhook,
 )
 from kits.waiting import wait_until
@@ -55,9 +55,8 @@ from steer.adapters.kubejson import KubeApiError, KubeJson
 from tests.e2e.conftest import user_bound_to
 
 POLICY = ROOT / "manifests" / "policy" / "starter-policy.yaml"
-SCORER = ROOT / "manifests" / "scorer" / "scorer.yaml"
-RENEWAL_RBAC = ROOT / "manifests" / "scorer" / "webhook-certs.yaml"
-NO_PROMETHEUS = "http://127.0.0.1:9"  # nothing listens: the scorer's cycles fail, writing nothing
+CONTROLLER = ROOT / "manifests" / "controller" / "controller.yaml"
+RENEWAL_RBAC = ROOT / "manifests" / "controller" / "webhook-certs.yaml"
 TRACE = "kube-steer.github.io/trace"
 TARGET_LABEL = "e2e.kube-steer.github.io/cert-renewal"
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
@@ -239,7 +238,7 @@ class Installed:
     volume: SecretVolume
     traffic: PodTraffic
     bundles_seen: BundleWatch
-    scorer: RunningScorer
+    controller: RunningController
 
     def secret(self, name: str = "steer-webhook-tls") -> dict[str, Any]:
         return self.admin.request("GET", f"/api/v1/namespaces/{self.namespace}/secrets/{name}")
@@ -281,7 +280,7 @@ class Installed:
     def scorer_metric(self, prefix: str) -> float:
         with requests.Session() as session:
             session.trust_env = False
-            text = session.get(f"{self.scorer.url}/metrics", timeout=10).text
+            text = session.get(f"{self.controller.url}/metrics", timeout=10).text
         return sum(
             float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix)
         )
@@ -302,9 +301,9 @@ def create_secret(admin: KubeJson, namespace: str, name: str, kind: str, **data:
 def renewal_user(
     control_plane: ControlPlane, admin: KubeJson, namespace: str, configuration: str
 ) -> Iterator[Path]:
-    """A user bound to what the manifests give the scorer: its ClusterRole, its Lease Role, and
-    the renewal's Role and ClusterRole, with this test's namespace and configuration."""
-    scorer = {d["kind"]: d for d in yaml.safe_load_all(SCORER.read_text()) if d}
+    """A user bound to what the manifests give the controller: its ClusterRole, its Lease Role,
+    and the renewal's Role and ClusterRole, with this test's namespace and configuration."""
+    scorer = {d["kind"]: d for d in yaml.safe_load_all(CONTROLLER.read_text()) if d}
     renewal = {d["kind"]: d for d in yaml.safe_load_all(RENEWAL_RBAC.read_text()) if d}
     user = f"renewer-{uuid.uuid4().hex[:6]}"
     subjects = [{"apiGroup": RBAC_GROUP, "kind": "User", "name": user}]
@@ -429,10 +428,9 @@ def installed(
             renewal_user(control_plane, admin, namespace, configuration)
         )
         scorer = stack.enter_context(
-            running_scorer(
+            running_controller(
                 control_plane,
                 POLICY,
-                NO_PROMETHEUS,
                 tmp_path,
                 kubeconfig=kubeconfig,
                 extra_args=[
@@ -499,8 +497,10 @@ def test_a_certificate_expiring_within_two_minutes_is_renewed_under_the_same_ca(
         assert [c["metadata"]["resourceVersion"] for c in run.configurations()] == configs_before
         assert run.bundles() == {(ca.certificate,)}
         assert run.bundles_seen.states == [(fingerprint(ca.certificate),)]
-        assert run.scorer_metric('steer_scorer_webhook_cert_writes_total{object="serving"}') == 1
-        assert run.scorer_metric('steer_scorer_webhook_cert_writes_total{object="bundle"}') == 0
+        assert (
+            run.scorer_metric('steer_controller_webhook_cert_writes_total{object="serving"}') == 1
+        )
+        assert run.scorer_metric('steer_controller_webhook_cert_writes_total{object="bundle"}') == 0
     print(
         f"same CA: {admitted_pods} pods admitted while the certificate was renewed, "
         f"{len(failures)} failed, {time.monotonic() - started:.0f}s"
@@ -539,8 +539,8 @@ def test_a_ca_expiring_within_minutes_is_replaced_with_both_in_the_bundle_meanwh
         run.serving().verify_directly_issued_by(new)
         run.served().verify_directly_issued_by(new)
         assert datetime.now(UTC) < old.certificate.not_valid_after_utc
-        assert run.scorer_metric('steer_scorer_webhook_cert_writes_total{object="ca"}') == 1
-        assert run.scorer_metric("steer_scorer_webhook_ca_bundle_cas") == 1
+        assert run.scorer_metric('steer_controller_webhook_cert_writes_total{object="ca"}') == 1
+        assert run.scorer_metric("steer_controller_webhook_ca_bundle_cas") == 1
     names = {fingerprint(old.certificate): "old", fingerprint(new): "new"}
     seen = [
         tuple(sorted((names[ca] for ca in state), reverse=True))

@@ -36,6 +36,7 @@ from tests.e2e.install_support import (
     PAUSE,
     ROOT,
     Installation,
+    controller_stopped,
     doc_commands,
     exists_node,
     kubectl,
@@ -47,6 +48,7 @@ from tests.e2e.install_support import (
     shell,
     shell_env,
     split_section,
+    start_controller,
     start_scorer,
     start_webhook,
     steered_and_bound,
@@ -210,6 +212,9 @@ def workload_steered(run: Installation) -> None:
 
 
 INSTEAD: dict[str, Callable[[Installation], None]] = {
+    "kubectl -n kube-steer rollout status deployment/steer-controller --timeout=5m": (
+        start_controller
+    ),
     "kubectl -n kube-steer rollout status deployment/steer-webhook --timeout=5m": start_webhook,
     "kubectl -n kube-steer rollout status deployment/steer-scorer --timeout=5m": scorer_started,
 }
@@ -220,6 +225,7 @@ AFTER: dict[str, Callable[[Installation], None]] = {
     "helm upgrade kube-steer charts/kube-steer --reuse-values --set-file policy.inline=my-policy.yaml": upgraded,
     "helm rollback kube-steer 1": rolled_back,
     "kubectl -n kube-steer scale deployment steer-scorer --replicas=0": scorer_stopped,
+    "kubectl -n kube-steer scale deployment steer-controller --replicas=0": controller_stopped,
 }
 EVENTUALLY = (f"kubectl -n {TEAM} run steer-probe",)
 

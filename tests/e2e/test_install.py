@@ -43,6 +43,7 @@ from tests.e2e.install_support import (
     PAUSE,
     ROOT,
     Installation,
+    controller_stopped,
     doc_commands,
     exists_node,
     kubectl,
@@ -55,6 +56,7 @@ from tests.e2e.install_support import (
     shell,
     shell_env,
     split_section,
+    start_controller,
     start_scorer,
     start_webhook,
     steered_and_bound,
@@ -152,8 +154,15 @@ def test_the_base_and_each_component_render_and_pass_a_server_side_dry_run(
     base = {
         ("Namespace", NS),
         ("ServiceAccount", "steer-scorer"),
+        ("ServiceAccount", "steer-controller"),
         ("ServiceAccount", "steer-webhook"),
         ("Deployment", "steer-scorer"),
+        ("Deployment", "steer-controller"),
+        ("ValidatingAdmissionPolicy", "steer-guard-webhook-configurations"),
+        ("ValidatingAdmissionPolicy", "steer-guard-secrets"),
+        ("ValidatingAdmissionPolicy", "steer-scorer-node-writes"),
+        ("ValidatingAdmissionPolicyBinding", "steer-security"),
+        ("ValidatingAdmissionPolicyBinding", "steer-budget"),
         ("Deployment", "steer-webhook"),
         ("Service", "steer-scorer"),
         ("Service", "steer-webhook"),
@@ -234,8 +243,8 @@ class Access:
 COORD = "coordination.k8s.io"
 STEER = "kube-steer.github.io"
 ADMISSION = "admissionregistration.k8s.io"
-# What each service's code does with the API (scorer/writer.py, bindings.py, leader.py;
-# webhook/namespaces.py), and what neither may do.
+# What each process's code does with the API (scorer/writer.py, bindings.py, leader.py;
+# controller/; webhook/namespaces.py), and what none may do.
 SCORER_MAY = [
     Access("get", "nodes"),
     Access("list", "nodes"),
@@ -249,12 +258,25 @@ SCORER_MAY = [
     Access("list", "namespaces"),
     Access("list", "events", namespace="team-a"),
     Access("create", "events", namespace="team-a"),
+    Access("list", "endpointslices", namespace=NS, group="discovery.k8s.io"),
     Access("create", "leases", namespace=NS, group=COORD),
     Access("get", "leases", namespace=NS, group=COORD, name="steer-scorer"),
     Access("update", "leases", namespace=NS, group=COORD, name="steer-scorer"),
     Access("patch", "steeringpolicies", subresource="status", group=STEER),
-    # The webhook's certificate, renewed by the leader (manifests/scorer/webhook-certs.yaml).
+]
+CONTROLLER_MAY = [
+    Access("create", "leases", namespace=NS, group=COORD),
+    Access("get", "leases", namespace=NS, group=COORD, name="steer-controller"),
+    Access("update", "leases", namespace=NS, group=COORD, name="steer-controller"),
+    Access("patch", "steeringpolicies", subresource="status", group=STEER),
+    *(
+        Access(verb, "validatingadmissionpolicies", group=ADMISSION, name=name)
+        for name in ("steer-security", "steer-budget")
+        for verb in ("get", "patch", "create")
+    ),
+    # The webhook's certificate, renewed by the leader (manifests/controller/webhook-certs.yaml).
     Access("create", "secrets", namespace=NS),
+    Access("list", "endpointslices", namespace=NS, group="discovery.k8s.io"),
     *(
         Access(verb, "secrets", namespace=NS, name=secret)
         for secret in ("steer-webhook-tls", "steer-webhook-ca")
@@ -267,9 +289,11 @@ SCORER_MAY = [
         for verb in ("get", "patch")
     ),
 ]
-# Both read the SteeringPolicy (`--policy-resource`); only the scorer writes its status.
+# All read the SteeringPolicy (`--policy-resource`); the scorer and the controller write its
+# status (each its own fields).
 POLICY_READ = [Access(verb, "steeringpolicies", group=STEER) for verb in ("get", "list", "watch")]
 SCORER_MAY += POLICY_READ
+CONTROLLER_MAY += POLICY_READ
 WEBHOOK_MAY = [Access("list", "namespaces"), Access("watch", "namespaces"), *POLICY_READ]
 NOBODY_MAY = [
     Access("get", "secrets", namespace=NS),
@@ -295,6 +319,26 @@ NOBODY_MAY = [
     Access("update", "steeringpolicies", group=STEER),
     Access("create", "steeringpolicies", group=STEER),
     Access("delete", "steeringpolicies", group=STEER),
+    # The scope of the admission policies and the guards: the install's alone.
+    *(
+        Access(verb, kind, group=ADMISSION, name=name)
+        for kind, name in (
+            ("validatingadmissionpolicybindings", "steer-security"),
+            ("validatingadmissionpolicybindings", "steer-budget"),
+            ("mutatingadmissionpolicybindings", "steer-mutation"),
+            ("validatingadmissionpolicies", "steer-scorer-node-writes"),
+            ("validatingadmissionpolicybindings", "steer-scorer-node-writes"),
+            ("validatingadmissionpolicies", "steer-guard-webhook-configurations"),
+            ("validatingadmissionpolicies", "steer-guard-secrets"),
+            ("validatingadmissionpolicybindings", "steer-guard-secrets"),
+        )
+        for verb in ("create", "patch", "update", "delete")
+    ),
+    # A webhook-only install: nothing about MutatingAdmissionPolicies.
+    Access("get", "mutatingadmissionpolicies", group=ADMISSION, name="steer-mutation"),
+    Access("patch", "mutatingadmissionpolicies", group=ADMISSION, name="steer-mutation"),
+    Access("create", "validatingadmissionpolicies", group=ADMISSION, name="another"),
+    Access("list", "validatingadmissionpolicies", group=ADMISSION),
 ]
 
 
@@ -328,8 +372,13 @@ def test_each_service_account_can_do_its_job_and_nothing_more(
     plane: ControlPlane, api: client.ApiClient
 ) -> None:
     install_base(plane)
-    for account, may in (("steer-scorer", SCORER_MAY), ("steer-webhook", WEBHOOK_MAY)):
-        others = [a for a in SCORER_MAY + WEBHOOK_MAY if a not in may]
+    accounts = (
+        ("steer-scorer", SCORER_MAY),
+        ("steer-controller", CONTROLLER_MAY),
+        ("steer-webhook", WEBHOOK_MAY),
+    )
+    for account, may in accounts:
+        others = [a for a in SCORER_MAY + CONTROLLER_MAY + WEBHOOK_MAY if a not in may]
         for access in may:
             assert allowed(api, account, access), f"{account} must be allowed to {access}"
         for access in NOBODY_MAY + others:
@@ -622,6 +671,9 @@ def test_an_update_is_judged_only_on_the_tolerations_it_adds(
 # Steps of the page that need kubelets or the image, and what is done instead (the page's
 # other commands run as written). A step listed here but missing from the page fails the test.
 INSTEAD: dict[str, Callable[[Installation], None]] = {
+    "kubectl -n kube-steer rollout status deployment/steer-controller --timeout=5m": (
+        start_controller
+    ),
     "kubectl -n kube-steer rollout status deployment/steer-webhook --timeout=5m": start_webhook,
     "kubectl -n kube-steer rollout status deployment/steer-scorer --timeout=5m": start_scorer,
     "kubectl -n kube-steer port-forward service/steer-scorer 8080:8080 &": port_forward,
@@ -630,6 +682,7 @@ INSTEAD: dict[str, Callable[[Installation], None]] = {
 AFTER: dict[str, Callable[[Installation], None]] = {
     "kubectl apply -k manifests/": lambda run: no_pods_here(run.plane),
     "kubectl -n kube-steer scale deployment steer-scorer --replicas=0": scorer_stopped,
+    "kubectl -n kube-steer scale deployment steer-controller --replicas=0": controller_stopped,
 }
 # Commands that can briefly fail until a watch catches up (the webhook's namespace cache,
 # the default ServiceAccount): retried, as a person would.

@@ -9,7 +9,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service | quote }}
 app.kubernetes.io/instance: {{ .Release.Name | quote }}
 {{- end }}
 
-{{/* The image of both services. */}}
+{{/* The image of every kube-steer process. */}}
 {{- define "kube-steer.image" -}}
 image: {{ printf "%s:%s" .Values.image.repository (toString .Values.image.tag) | quote }}
 {{- with .Values.image.pullPolicy }}
@@ -49,7 +49,7 @@ admission.mode against certManager.enabled lives here, so every template that as
 {{- if ne .Values.admission.mode "policy" -}}true{{- end -}}
 {{- end }}
 
-{{/* "true" when the scorer's leader renews the webhook's certificate (--webhook-certs=renew). */}}
-{{- define "kube-steer.scorerRenewsWebhookCerts" -}}
+{{/* "true" when the controller's leader renews the webhook's certificate (--webhook-certs=renew). */}}
+{{- define "kube-steer.controllerRenewsWebhookCerts" -}}
 {{- if and (include "kube-steer.webhookInstalled" .) (not .Values.certManager.enabled) -}}true{{- end -}}
 {{- end }}

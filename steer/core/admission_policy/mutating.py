@@ -1030,6 +1030,9 @@ def mutating_admission_policy(policy: Policy, name: str = POLICY_NAME) -> Mutati
         "apiVersion": API_VERSION,
         "kind": "MutatingAdmissionPolicyBinding",
         "metadata": dict(metadata),
-        "spec": {"policyName": name},
+        # The scope again: the apiserver applies a policy only where its constraints and its
+        # binding's both match, and the binding is the install's, which no kube-steer
+        # identity may edit (docs/security.md).
+        "spec": {"policyName": name, "matchResources": mutating["spec"]["matchConstraints"]},
     }
     return MutatingPolicies((mutating, binding), not_covered(policy))

@@ -95,6 +95,13 @@ def policy_and_binding(
         "apiVersion": API_VERSION,
         "kind": "ValidatingAdmissionPolicyBinding",
         "metadata": dict(metadata),
-        "spec": {"policyName": name, "validationActions": ["Deny"]},
+        # The scope again: the apiserver applies a policy only where its constraints and its
+        # binding's both match, and the binding is the install's, which no kube-steer
+        # identity may edit (docs/security.md).
+        "spec": {
+            "policyName": name,
+            "validationActions": ["Deny"],
+            "matchResources": match_constraints,
+        },
     }
     return vap, binding

@@ -224,7 +224,8 @@ def status_schema() -> dict[str, Any]:
         "type": "object",
         "description": "Written by the scorer (its leader): whether the services accepted the "
         "spec of `observedGeneration`, every problem by its field path, and the policy the "
-        "scorer runs (the last good one when the spec is rejected).",
+        "scorer runs (the last good one when the spec is rejected); `admissionPolicies` by "
+        "the controller's leader.",
         "properties": {
             "observedGeneration": {"type": "integer", "format": "int64"},
             "conditions": {
@@ -240,6 +241,13 @@ def status_schema() -> dict[str, Any]:
                     "required": ["path", "message"],
                     "properties": {"path": text, "message": text},
                 },
+            },
+            "admissionPolicies": {
+                **_condition_schema(),
+                "description": "Whether the admission policies on the apiserver are those "
+                "compiled from the running policy (`steer controller run "
+                "--admission-policies`); a field of its own, so that the scorer's writes of "
+                "`conditions` never drop it.",
             },
             "scorer": {
                 "type": "object",
@@ -290,6 +298,12 @@ def crd_manifest() -> dict[str, Any]:
                             "name": "Data",
                             "type": "string",
                             "jsonPath": f'.status.conditions[?(@.type=="{DATA_READY}")].status',
+                        },
+                        {
+                            "name": "Admission",
+                            "type": "string",
+                            "jsonPath": ".status.admissionPolicies.status",
+                            "priority": 1,
                         },
                         {
                             "name": "Reason",

@@ -1,13 +1,14 @@
-"""`steer scorer run --admission-policies` (scorer/admission_plan.py, scorer/admission_sync.py):
-what to apply and delete given the live objects, and the job over HTTP against a small stand-in
-of the apiserver's server-side apply: only the leader writes, an unchanged version writes
-nothing, a refused version writes nothing and is not retried, failures are retried."""
+"""`steer controller run --admission-policies` (controller/admission_plan.py,
+controller/admission_sync.py): what to apply given the live objects (policies only: bindings
+and guards are the install's), and the job over HTTP against a small stand-in of the
+apiserver's server-side apply: only the leader writes, an unchanged version writes nothing, a
+refused version writes nothing and is not retried, failures are retried. And the scorer's old
+flags of these jobs, refused naming the controller."""
 
 from __future__ import annotations
 
 import contextlib
 import copy
-import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,27 +18,24 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from prometheus_client import CollectorRegistry
 
-from launcher.commands import build_parser
-from scorer.admission_plan import (
+from controller.admission_plan import (
     FIELD_MANAGER,
-    MUTATING_REFS,
     AdmissionRef,
     digest_key,
     live_version,
-    made_by_scorer,
     plan_sync,
-    recorded_label_prefixes,
-    removable_refs,
     wanted_objects,
 )
-from scorer.admission_sync import (
+from controller.admission_sync import (
     AdmissionPolicySync,
     AdmissionStatus,
     AdmissionSyncSettings,
     settings_from,
 )
-from scorer.metrics import ScorerMetrics
-from scorer.model import NodeState
+from controller.metrics import ControllerMetrics
+from controller.policy_status import admission_status
+from launcher.commands import build_parser
+from scorer.cli import moved_flags_error
 from steer.adapters.kubejson import KubeJson
 from steer.adapters.policy_file import load_policy_file
 from steer.core.policy import Policy
@@ -47,10 +45,9 @@ ROOT = Path(__file__).resolve().parents[1]
 STARTER = load_policy_file(str(ROOT / "manifests" / "policy" / "starter-policy.yaml"))
 EXAMPLE = load_policy_file(str(ROOT / "steer" / "presets" / "policy.yaml"))
 VALIDATING = {
-    AdmissionRef(kind, name)
-    for name in ("steer-security", "steer-budget", "steer-scorer-node-writes")
-    for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+    AdmissionRef("ValidatingAdmissionPolicy", name) for name in ("steer-security", "steer-budget")
 }
+MUTATING = AdmissionRef("MutatingAdmissionPolicy", "steer-mutation")
 
 
 def applied(obj: dict[str, Any], manager: str = FIELD_MANAGER) -> dict[str, Any]:
@@ -63,18 +60,19 @@ def applied(obj: dict[str, Any], manager: str = FIELD_MANAGER) -> dict[str, Any]
 # -- the decisions ------------------------------------------------------------------------------
 
 
-def test_the_scopes_want_the_validating_objects_and_all_adds_the_mutation() -> None:
+def test_the_scopes_want_the_validating_policies_and_all_adds_the_mutation() -> None:
+    """Policies only: their bindings (the scope) and the node-writes guard are the install's,
+    on which the controller has no verb."""
     validating = wanted_objects(STARTER, "validating")
     assert {o.ref for o in validating} == VALIDATING
     every = wanted_objects(STARTER, "all")
-    assert {o.ref for o in every} == VALIDATING | set(MUTATING_REFS)
+    assert {o.ref for o in every} == VALIDATING | {MUTATING}
     for obj in every:
         annotations = obj.body["metadata"]["annotations"]
         assert annotations[digest_key(STARTER)] == obj.digest
         assert annotations[STARTER.label_key("policy-version")] == STARTER.version
-    kinds = [o.ref.kind for o in every]  # each policy before its binding
-    assert kinds.index("MutatingAdmissionPolicy") < kinds.index("MutatingAdmissionPolicyBinding")
-    assert removable_refs("validating") == MUTATING_REFS and removable_refs("all") == ()
+        assert not obj.ref.kind.endswith("Binding")
+        assert obj.ref.name != "steer-scorer-node-writes"
 
 
 def test_missing_or_other_digests_are_applied_and_matching_ones_are_not() -> None:
@@ -98,55 +96,8 @@ def test_missing_or_other_digests_are_applied_and_matching_ones_are_not() -> Non
     assert live_version(STARTER, wanted, live) is None
 
 
-def test_the_same_version_compiled_otherwise_is_applied_again() -> None:
-    """A scorer release that compiles the policy into other CEL (here: another scorer user)
-    writes though the policy version did not change."""
-    wanted = wanted_objects(STARTER, "validating")
-    live = {o.ref: applied(o.body) for o in wanted}
-    other = wanted_objects(STARTER, "validating", scorer_user="system:serviceaccount:x:y")
-    plan = plan_sync(STARTER, other, live)
-    assert [o.ref for o in plan.apply] == [
-        AdmissionRef("ValidatingAdmissionPolicy", "steer-scorer-node-writes")
-    ]
-
-
-def test_the_mutation_is_deleted_only_when_the_scorer_applied_it() -> None:
-    every = {o.ref: o.body for o in wanted_objects(STARTER, "all")}
-    wanted = wanted_objects(STARTER, "validating")
-    live: dict[AdmissionRef, dict[str, Any] | None] = {o.ref: applied(o.body) for o in wanted}
-    by_scorer = {ref: applied(every[ref]) for ref in MUTATING_REFS}
-    plan = plan_sync(STARTER, wanted, {**live, **by_scorer}, MUTATING_REFS)
-    assert plan.delete == MUTATING_REFS  # the binding first
-    by_kubectl = {ref: applied(every[ref], "kubectl-client-side-apply") for ref in MUTATING_REFS}
-    assert plan_sync(STARTER, wanted, {**live, **by_kubectl}, MUTATING_REFS).delete == ()
-    unlabelled = copy.deepcopy(by_scorer)
-    for obj in unlabelled.values():
-        obj["metadata"]["labels"] = {}
-    assert not any(made_by_scorer(o) for o in unlabelled.values())
-    assert plan_sync(STARTER, wanted, {**live, **unlabelled}, MUTATING_REFS).delete == ()
-    assert plan_sync(STARTER, wanted, live, MUTATING_REFS).delete == ()  # absent
-
-
-def test_the_node_writes_policy_allows_the_prefixes_still_recorded_on_nodes() -> None:
-    """After a labelPrefix change the scorer retires the old prefix's keys; the node-writes
-    policy it applies lets it, for as long as a node carries a record under that prefix."""
-    old = "old.example.com/"
-    record = json.dumps({"labels": [f"{old}score-util"], "taints": [], "resources": []})
-    nodes = [
-        NodeState("a", annotations={f"{old}managed": record}),
-        NodeState("b", annotations={"other.example.com/managed": "not a record"}),
-    ]
-    assert recorded_label_prefixes(nodes) == (old,)
-    ref = AdmissionRef("ValidatingAdmissionPolicy", "steer-scorer-node-writes")
-    plain = {o.ref: o for o in wanted_objects(STARTER, "validating")}
-    wider = {o.ref: o for o in wanted_objects(STARTER, "validating", also_prefixes=(old,))}
-    assert old not in json.dumps(plain[ref].body) and old in json.dumps(wider[ref].body)
-    live = {r: applied(o.body) for r, o in plain.items()}
-    assert [o.ref for o in plan_sync(STARTER, tuple(wider.values()), live).apply] == [ref]
-
-
 def run_args(*flags: str) -> Any:
-    return build_parser().parse_args(["scorer", "run", "--policy", "p.yaml", *flags])
+    return build_parser().parse_args(["controller", "run", "--policy", "p.yaml", *flags])
 
 
 def test_off_by_default_and_the_flags() -> None:
@@ -209,7 +160,7 @@ def serving(objects: ApplyServer) -> Iterator[KubeJson]:
         yield KubeJson(api)
 
 
-def value(metrics: ScorerMetrics, name: str, **labels: str) -> float | None:
+def value(metrics: ControllerMetrics, name: str, **labels: str) -> float | None:
     registry: CollectorRegistry = metrics.registry
     return registry.get_sample_value(name, labels)
 
@@ -231,7 +182,7 @@ def make_job(
     return AdmissionPolicySync(
         kube,
         lambda: policy[0],
-        ScorerMetrics(),
+        ControllerMetrics(),
         AdmissionSyncSettings(scope),  # type: ignore[arg-type]
         is_leader=lambda: lead[0],
         wall=lambda: 1234.0,
@@ -249,14 +200,18 @@ def test_the_leader_applies_once_and_an_unchanged_version_writes_nothing(
     assert set(objects.by_path) == paths
     # Every object validated by a dry run before the first is written.
     dry = [i for i, w in enumerate(objects.writes) if w[2]]
-    assert len(dry) == 6 and max(dry) < min(i for i, w in enumerate(objects.writes) if not w[2])
+    assert len(dry) == 2 and max(dry) < min(i for i, w in enumerate(objects.writes) if not w[2])
     status = job.status()
     assert (status.version, status.current, status.refused) == (STARTER.version, True, None)
     m = job.metrics
-    assert value(m, "steer_scorer_admission_policies_current", scope="validating") == 1
-    assert value(m, "steer_scorer_admission_policies_version_info", version=STARTER.version) == 1
+    assert value(m, "steer_controller_admission_policies_current", scope="validating") == 1
     assert (
-        value(m, "steer_scorer_admission_policies_applied_timestamp_seconds", scope="validating")
+        value(m, "steer_controller_admission_policies_version_info", version=STARTER.version) == 1
+    )
+    assert (
+        value(
+            m, "steer_controller_admission_policies_applied_timestamp_seconds", scope="validating"
+        )
         == 1234.0
     )
 
@@ -266,7 +221,7 @@ def test_the_leader_applies_once_and_an_unchanged_version_writes_nothing(
 
     policy[0] = EXAMPLE
     assert job.run_once()
-    assert len(objects.real_writes()) == 6 + 6  # the example changes every object
+    assert len(objects.real_writes()) == 2 + 2  # the example changes every object
     assert job.status().version == EXAMPLE.version
 
 
@@ -279,13 +234,19 @@ def test_a_replica_that_does_not_lead_reads_and_never_writes(
     assert job.run_once()
     assert objects.writes == []
     assert job.status().current is False and job.status().version is None
-    assert value(job.metrics, "steer_scorer_admission_policies_current", scope="validating") is None
+    assert (
+        value(job.metrics, "steer_controller_admission_policies_current", scope="validating")
+        is None
+    )
     leading[0] = True
     assert job.run_once() and job.status().current
     leading[0] = False
     assert job.run_once()
     assert job.status().current  # it still says what the apiserver holds
-    assert value(job.metrics, "steer_scorer_admission_policies_current", scope="validating") is None
+    assert (
+        value(job.metrics, "steer_controller_admission_policies_current", scope="validating")
+        is None
+    )
 
 
 def test_a_refused_version_writes_nothing_keeps_the_previous_and_is_not_retried(
@@ -309,9 +270,9 @@ def test_a_refused_version_writes_nothing_keeps_the_previous_and_is_not_retried(
     )
     assert status.last_error is not None and "steer-budget: compilation failed" in status.last_error
     m = job.metrics
-    assert value(m, "steer_scorer_admission_policies_refused", scope="validating") == 1
-    assert value(m, "steer_scorer_admission_policies_current", scope="validating") == 0
-    failures = "steer_scorer_admission_policies_apply_failures_total"
+    assert value(m, "steer_controller_admission_policies_refused", scope="validating") == 1
+    assert value(m, "steer_controller_admission_policies_current", scope="validating") == 0
+    failures = "steer_controller_admission_policies_apply_failures_total"
     assert value(m, failures, object="ValidatingAdmissionPolicy/steer-budget") == 1
     tries = len(objects.writes)
     assert job.run_once()
@@ -321,25 +282,6 @@ def test_a_refused_version_writes_nothing_keeps_the_previous_and_is_not_retried(
     policy[0] = STARTER
     assert job.run_once()
     assert job.status().refused is None and job.status().current
-
-
-def test_nothing_is_applied_before_the_nodes_are_listed(
-    apiserver: tuple[ApplyServer, KubeJson],
-) -> None:
-    objects, kube = apiserver
-    prefixes: list[tuple[str, ...] | None] = [None]
-    job = AdmissionPolicySync(
-        kube,
-        lambda: STARTER,
-        ScorerMetrics(),
-        AdmissionSyncSettings("validating"),
-        is_leader=lambda: True,
-        also_prefixes=lambda: prefixes[0],
-    )
-    assert not job.run_once()  # tried again after the backoff
-    assert objects.writes == [] and "not listed yet" in (job.status().last_error or "")
-    prefixes[0] = ()
-    assert job.run_once() and job.status().current
 
 
 def test_an_unreachable_apiserver_is_a_failure_to_retry(
@@ -355,20 +297,20 @@ def test_an_unreachable_apiserver_is_a_failure_to_retry(
     assert job.run_once() and job.status().current and job.status().last_error is None
 
 
-def test_validating_deletes_the_mutation_the_scorer_applied_and_all_keeps_it(
+def test_validating_neither_reads_nor_writes_a_mutating_policy(
     apiserver: tuple[ApplyServer, KubeJson],
 ) -> None:
+    """A webhook-only install grants nothing about MutatingAdmissionPolicies: `validating`
+    leaves one an earlier `all` applied alone (inert once its binding is gone)."""
     objects, kube = apiserver
     every = make_job(kube, [STARTER], scope="all")
     assert every.run_once()
-    assert {r.path for r in MUTATING_REFS} <= set(objects.by_path)
-    assert every.run_once()
-    assert {r.path for r in MUTATING_REFS} <= set(objects.by_path)
+    assert MUTATING.path in objects.by_path
     validating = make_job(kube, [STARTER], scope="validating")
+    objects.writes.clear()
     assert validating.run_once()
-    assert set(objects.by_path) == {r.path for r in VALIDATING}
-    deletes = [path for method, path in objects.real_writes() if method == "DELETE"]
-    assert deletes == [r.path for r in MUTATING_REFS]
+    assert MUTATING.path in objects.by_path
+    assert not [w for w in objects.writes if "mutating" in w[1]]
 
 
 def test_the_steering_policy_condition_says_applied_refused_or_not_applied() -> None:
@@ -387,3 +329,37 @@ def test_the_steering_policy_condition_says_applied_refused_or_not_applied() -> 
         "NotApplied",
         "the admission policies (validating) are not current: HTTP 403",
     )
+
+
+def test_the_status_field_keeps_its_transition_time_until_the_status_flips() -> None:
+    told = ("True", "Applied", "compiled from starter@1")
+    first = admission_status(told, 3, {}, "2026-01-01T00:00:00Z")
+    assert first == {
+        "type": "AdmissionPolicies",
+        "status": "True",
+        "reason": "Applied",
+        "message": "compiled from starter@1",
+        "observedGeneration": 3,
+        "lastTransitionTime": "2026-01-01T00:00:00Z",
+    }
+    again = admission_status(told, 4, first, "2026-02-01T00:00:00Z")
+    assert again["lastTransitionTime"] == "2026-01-01T00:00:00Z"
+    flipped = admission_status(("False", "Refused", "x"), 4, first, "2026-02-01T00:00:00Z")
+    assert flipped["lastTransitionTime"] == "2026-02-01T00:00:00Z"
+
+
+def test_the_scorer_refuses_the_flags_of_the_jobs_the_controller_runs_naming_it() -> None:
+    def scorer(*flags: str) -> Any:
+        return build_parser().parse_args(["scorer", "run", "--policy", "p.yaml", *flags])
+
+    assert moved_flags_error(scorer()) is None
+    # What they always meant there: accepted, so an old Deployment with them off still starts.
+    assert moved_flags_error(scorer("--webhook-certs=off", "--admission-policies=off")) is None
+    for flags in (
+        ("--webhook-certs=renew",),
+        ("--admission-policies=validating",),
+        ("--webhook-config", "other"),
+    ):
+        error = moved_flags_error(scorer(*flags))
+        assert error is not None and "`steer controller run`" in error, flags
+        assert flags[0].split("=")[0] in error

@@ -1,12 +1,15 @@
-"""`steer scorer run --admission-policies=validating|all`: the scorer's leader keeps the admission
-policies compiled from the running policy (steer/core/admission_policy) on the apiserver, so a
-policy edit reaches them without a `steer policy admission-policy | kubectl apply` step.
+"""`steer controller run --admission-policies=validating|all`: the controller's leader keeps the
+admission policies compiled from the running policy (steer/core/admission_policy) on the
+apiserver, so a policy edit reaches them without a `steer policy admission-policy | kubectl
+apply` step. Their bindings, which decide what they apply to, are the install's
+(controller/admission_plan.py says why).
 
 Every replica reads the objects (a GET each) at start, on each accepted policy version, on a
-change of leadership and every `--admission-policies-interval` seconds, and answers in
-`/explain` with the version they were compiled from; only the Lease holder writes. What to
-write is decided in scorer/admission_plan.py: an object whose digest annotation differs from
-the compiled one's (or that is missing) is applied, an unchanged one is not written.
+change of leadership and every `--admission-policies-interval` seconds; only the Lease holder
+writes, and says what it found in its metrics and, with `--policy-resource`, in the
+SteeringPolicy's `status.admissionPolicies`. What to write is decided in
+controller/admission_plan.py: an object whose digest annotation differs from the compiled
+one's (or that is missing) is applied, an unchanged one is not written.
 
 Writes are server-side apply as the field manager `kube-steer`, with `force=true`: the objects
 are the project's by name, and an earlier `kubectl apply` (or a hand edit) owns fields the
@@ -16,11 +19,12 @@ keep enforcing a version nobody runs. Every object to write is first applied wit
 objects of the previous version keep serving together, and that version is not tried again
 until the policy changes or another replica leads; the refusal is logged and counted, and
 `/explain` says so. Other failures (unreachable, forbidden, throttled) are retried with a
-backoff of 1 s doubling to the interval, on the job's own thread: scoring never waits for it.
+backoff of 1 s doubling to the interval, on the job's own thread.
 
-`validating` also deletes the MutatingAdmissionPolicy `steer-mutation` and its binding when
-the scorer applied them (after `all`); `off` (the default of a scorer run by hand) touches no
-admission object.
+`validating` writes no MutatingAdmissionPolicy and reads none (a webhook-only install grants
+nothing about them); a `steer-mutation` left from an earlier `all` is inert once the install's
+binding is gone (docs/install.md, "Which admission mode"). `off` (the default of a controller
+run by hand) touches no admission object.
 """
 
 from __future__ import annotations
@@ -30,21 +34,20 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from scorer.admission_plan import (
+from controller.admission_plan import (
     FIELD_MANAGER,
     AdmissionRef,
     Scope,
     WantedObject,
     live_version,
     plan_sync,
-    removable_refs,
     wanted_objects,
 )
-from scorer.metrics import ScorerMetrics
+from controller.metrics import ControllerMetrics
 from steer.adapters.kubejson import KubeApiError, KubeJson
 from steer.core.policy import Policy
 
@@ -76,10 +79,9 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         "--admission-policies",
         choices=("off", "validating", "all"),
         default="off",
-        help="validating: the ValidatingAdmissionPolicies and bindings (steer-security, "
-        "steer-budget, steer-scorer-node-writes), and the MutatingAdmissionPolicy "
-        "steer-mutation and its binding deleted if the scorer made them; all: those and "
-        "steer-mutation (Kubernetes >= 1.36); off (default): none written or deleted",
+        help="validating: the ValidatingAdmissionPolicies steer-security and steer-budget; "
+        "all: those and the MutatingAdmissionPolicy steer-mutation (Kubernetes >= 1.36); "
+        "off (default): none written. Their bindings are the install's",
     )
     group.add_argument(
         "--admission-policies-interval",
@@ -106,7 +108,7 @@ def settings_from(args: argparse.Namespace) -> AdmissionSyncSettings | None:
 
 @dataclass(frozen=True)
 class AdmissionStatus:
-    """What `/explain` says of the admission policies (as this replica last read them)."""
+    """What the controller found of the admission policies (as this replica last read them)."""
 
     scope: Scope
     version: str | None  # the version the live objects were compiled from, None: not one
@@ -124,7 +126,7 @@ class AdmissionStatus:
         }
 
     def condition(self) -> tuple[str, str, str]:
-        """(status, reason, message) of the SteeringPolicy's `AdmissionPolicies` condition."""
+        """(status, reason, message) of the SteeringPolicy's `status.admissionPolicies`."""
         if self.refused is not None:
             kept = self.version or "the objects in place"
             return (
@@ -157,18 +159,13 @@ class AdmissionPolicySync:
         self,
         kube: KubeJson,
         policy: Callable[[], Policy],
-        metrics: ScorerMetrics,
+        metrics: ControllerMetrics,
         settings: AdmissionSyncSettings,
         *,
         is_leader: Callable[[], bool],
-        also_prefixes: Callable[[], Sequence[str] | None] = lambda: (),
         wall: Callable[[], float] = time.time,
     ) -> None:
-        """`also_prefixes`: the label prefixes the node-writes policy must allow besides the
-        policy's (those still recorded on nodes, `recorded_label_prefixes`); None while they
-        are not known yet (the node watch has not listed the nodes): the run waits for them."""
         self.kube = kube
-        self.also_prefixes = also_prefixes
         self.policy = policy
         self.metrics = metrics
         self.settings = settings
@@ -195,7 +192,7 @@ class AdmissionPolicySync:
             return self._status
 
     def condition(self) -> tuple[str, str, str] | None:
-        """The SteeringPolicy's `AdmissionPolicies` condition; None before the first run."""
+        """The SteeringPolicy's `status.admissionPolicies`; None before the first run."""
         if not self._ran:
             return None
         return self.status().condition()
@@ -241,13 +238,9 @@ class AdmissionPolicySync:
     def _run(self) -> None:
         policy = self.policy()
         scope = self.settings.scope
-        also = self.also_prefixes()
-        if also is None:
-            raise _Failed("the nodes are not listed yet (their recorded label prefixes)")
-        wanted = wanted_objects(policy, scope, also_prefixes=also)
-        removable = removable_refs(scope)
-        live = self._read([w.ref for w in wanted] + list(removable))
-        plan = plan_sync(policy, wanted, live, removable)
+        wanted = wanted_objects(policy, scope)
+        live = self._read([w.ref for w in wanted])
+        plan = plan_sync(policy, wanted, live)
         leading = self.is_leader()
         if leading and not self._leading:
             self._refused = None  # a new leader tries a refused version once more
@@ -282,8 +275,6 @@ class AdmissionPolicySync:
                 policy.version,
             )
             version = policy.version
-        for ref in plan.delete:
-            self._delete(ref)
         self._refused = None
         self.metrics.admission_applied.labels(scope=scope).set(self._wall())
         self._publish(version, current=True)
@@ -324,18 +315,6 @@ class AdmissionPolicySync:
                 raise _Refused(f"{obj.ref}: {exc.message or exc}") from exc
             log.warning("admission policies: %s not applied: %s", obj.ref, exc)
             raise _Failed(f"{obj.ref} not applied: {exc}") from exc
-
-    def _delete(self, ref: AdmissionRef) -> None:
-        try:
-            self.kube.request("DELETE", ref.path)
-        except KubeApiError as exc:
-            if exc.status == 404:
-                return
-            self.metrics.admission_apply_failures.labels(object=str(ref)).inc()
-            log.warning("admission policies: %s not deleted: %s", ref, exc)
-            raise _Failed(f"{ref} not deleted: {exc}") from exc
-        self.writes += 1
-        log.info("admission policies: deleted %s (--admission-policies=validating)", ref)
 
     # ---------------------------------------------------------------- reporting
 

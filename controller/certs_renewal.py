@@ -1,10 +1,10 @@
-"""`steer scorer run --webhook-certs=renew`: the scorer's leader keeps the webhook's serving
-certificate valid and trusted from inside the cluster (certs/renewer.py), every
+"""`steer controller run --webhook-certs=renew`: the controller's leader keeps the webhook's
+serving certificate valid and trusted from inside the cluster (certs/renewer.py), every
 `--webhook-cert-interval` seconds, so that no operator machine and no cron job is needed.
 
 Every replica runs the job; only the Lease holder checks, the others clear the job's gauges
 (so a `max()` over replicas is the leader's). A check that fails is counted and logged and the
-next one starts again from what the cluster holds. Off by default: a scorer run by hand
+next one starts again from what the cluster holds. Off by default: a controller run by hand
 touches no Secret; the manifests turn it on, and off again with cert-manager.
 """
 
@@ -22,7 +22,7 @@ from kubernetes import client
 from certs.pki import KEY_TYPES, MAX_DAYS, CertError, KeyType, WebhookIdentity
 from certs.renewer import DEFAULT_CA_SECRET, RenewalReport, RenewerOptions, WebhookCertRenewer
 from certs.rotate import DEFAULT_CONFIGURATIONS, RotateError, RotateOptions
-from scorer.metrics import ScorerMetrics
+from controller.metrics import ControllerMetrics
 from steer.adapters.kubejson import KubeApiError
 from steer.adapters.periodic import Periodic
 
@@ -35,7 +35,8 @@ DEFAULT_INTERVAL_S = 60.0
 
 @dataclass(frozen=True)
 class WebhookCertSettings:
-    """The flags of `--webhook-certs=renew`; `namespace` None: the scorer's own (its Lease's)."""
+    """The flags of `--webhook-certs=renew`; `namespace` None: the controller's own (its
+    Lease's)."""
 
     namespace: str | None = None
     service: str = "steer-webhook"
@@ -210,7 +211,7 @@ class WebhookCertJob:
     def __init__(
         self,
         renewer: WebhookCertRenewer,
-        metrics: ScorerMetrics,
+        metrics: ControllerMetrics,
         *,
         is_leader: Callable[[], bool],
         interval_s: float = DEFAULT_INTERVAL_S,
@@ -277,7 +278,7 @@ class WebhookCertJob:
 def webhook_cert_job(
     settings: WebhookCertSettings,
     api: client.ApiClient,
-    metrics: ScorerMetrics,
+    metrics: ControllerMetrics,
     *,
     namespace: str,
     is_leader: Callable[[], bool],

@@ -1,6 +1,6 @@
-"""`steer scorer run --webhook-certs=renew` (scorer/certs_renewal.py): the flags, off by default;
+"""`steer controller run --webhook-certs=renew` (controller/certs_renewal.py): the flags, off by default;
 only the Lease holder checks and writes, the others clear their gauges; a check's outcome in
-the scorer's metrics, a failed check counted and survived."""
+the controller's metrics, a failed check counted and survived."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from prometheus_client import CollectorRegistry
 
 from certs.pki import WebhookIdentity
 from certs.renewer import WebhookCertRenewer
+from controller.certs_renewal import WebhookCertJob, WebhookCertSettings, settings_from
+from controller.metrics import ControllerMetrics
 from launcher.commands import build_parser
-from scorer.certs_renewal import WebhookCertJob, WebhookCertSettings, settings_from
-from scorer.metrics import ScorerMetrics
 from tests.certs_support import Objects, object_server
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
@@ -24,10 +24,10 @@ MUTATING = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/
 
 
 def run_args(*flags: str) -> object:
-    return build_parser().parse_args(["scorer", "run", "--policy", "p.yaml", *flags])
+    return build_parser().parse_args(["controller", "run", "--policy", "p.yaml", *flags])
 
 
-def value(metrics: ScorerMetrics, name: str, **labels: str) -> float | None:
+def value(metrics: ControllerMetrics, name: str, **labels: str) -> float | None:
     registry: CollectorRegistry = metrics.registry
     return registry.get_sample_value(name, labels)
 
@@ -77,12 +77,12 @@ def test_only_the_leader_checks_and_its_outcome_is_in_the_metrics() -> None:
     objects = Objects()
     objects.put(MUTATING, {"webhooks": [{"name": "m", "clientConfig": {"url": "https://x"}}]})
     leading = [False]
-    metrics = ScorerMetrics()
+    metrics = ControllerMetrics()
     settings = WebhookCertSettings()
     with object_server(objects) as api:
         renewer = WebhookCertRenewer(api, settings.renewer_options(NS), now=lambda: NOW)
         job = WebhookCertJob(renewer, metrics, is_leader=lambda: leading[0], wall=lambda: 1.5e9)
-        assert value(metrics, "steer_scorer_webhook_cert_checks_total", result="error") == 0
+        assert value(metrics, "steer_controller_webhook_cert_checks_total", result="error") == 0
 
         assert job.run_once() is None
         assert objects.writes == []  # a replica that does not lead writes nothing
@@ -90,26 +90,26 @@ def test_only_the_leader_checks_and_its_outcome_is_in_the_metrics() -> None:
         leading[0] = True
         report = job.run_once()
         assert report is not None and report.ca_created and report.issued
-        assert value(metrics, "steer_scorer_webhook_cert_checks_total", result="ok") == 1
+        assert value(metrics, "steer_controller_webhook_cert_checks_total", result="ok") == 1
         named = {"secret": f"{NS}/steer-webhook-tls"}
-        last = value(metrics, "steer_scorer_webhook_cert_last_check_timestamp_seconds", **named)
+        last = value(metrics, "steer_controller_webhook_cert_last_check_timestamp_seconds", **named)
         assert last == 1.5e9
         expires = value(
             metrics,
-            "steer_scorer_webhook_cert_not_after_timestamp_seconds",
+            "steer_controller_webhook_cert_not_after_timestamp_seconds",
             certificate="serving",
             **named,
         )
         assert expires == (NOW + timedelta(days=90)).timestamp()
-        assert value(metrics, "steer_scorer_webhook_ca_bundle_cas", **named) == 1
+        assert value(metrics, "steer_controller_webhook_ca_bundle_cas", **named) == 1
         for what in ("ca", "bundle", "serving"):
-            assert value(metrics, "steer_scorer_webhook_cert_writes_total", object=what) == 1
+            assert value(metrics, "steer_controller_webhook_cert_writes_total", object=what) == 1
 
         # The Secret turned into something no renewal may overwrite: counted, logged, survived.
         secret = objects.get(SECRET)
         objects.put(SECRET, {**secret, "type": "Opaque"})
         assert job.run_once() is None
-        assert value(metrics, "steer_scorer_webhook_cert_checks_total", result="error") == 1
+        assert value(metrics, "steer_controller_webhook_cert_checks_total", result="error") == 1
 
         # Leadership lost: the gauges go, so max() over replicas is the new leader's.
         leading[0] = False
@@ -117,6 +117,6 @@ def test_only_the_leader_checks_and_its_outcome_is_in_the_metrics() -> None:
         assert not [
             sample
             for family in metrics.registry.collect()
-            if family.name.startswith("steer_scorer_webhook_") and family.type == "gauge"
+            if family.name.startswith("steer_controller_webhook_") and family.type == "gauge"
             for sample in family.samples
         ]
