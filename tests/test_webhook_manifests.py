@@ -200,8 +200,13 @@ def test_the_pod_cidr_setting_reaches_every_except_entry() -> None:
     kustomization = yaml.safe_load((NETWORK_POLICY_DIR / "kustomization.yaml").read_text())
     (replacement,) = kustomization["replacements"]
     assert replacement["source"]["fieldPath"] == "data.podCIDR"
-    (target,) = replacement["targets"]
+    target, scorer = replacement["targets"]
     assert target["select"] == {"kind": "NetworkPolicy", "name": "steer-webhook"}
+    # The same pod network keeps pods off the scorer's port (the base's steer-scorer-ingress).
+    assert scorer == {
+        "select": {"kind": "NetworkPolicy", "name": "steer-scorer-ingress"},
+        "fieldPaths": ["spec.ingress.0.from.0.ipBlock.except.0"],
+    }
     policy = network_policies()["NetworkPolicy/steer-webhook"]
     for path in target["fieldPaths"]:
         node: Any = policy
