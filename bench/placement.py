@@ -89,30 +89,53 @@ same state, rebuilt from scratch:
 
 Scenario `dra` (`--scenario dra`): the default scenario's nodes, pre-existing pods, trace and
 goals, with GPUs through Dynamic Resource Allocation (kits.dra) on a mixed cluster, as one moving
-to DRA is, and one more cool GPU node, `gpu-7` (zone-a, DRA): `gpu-1..3`, `gpu-7` and the hot
-`gpu-5` advertise no `nvidia.com/gpu`; each lists its 8 GPUs
-as devices `gpu-0..7` of the driver `gpu.nvidia.com` in a ResourceSlice (NVIDIA-like
-attributes: `type`, `uuid`, `index`, `productName`, ...; capacity `memory`). `gpu-4` and the hot
-`gpu-6` keep the device plugin's `nvidia.com/gpu: 8`. A DeviceClass `gpu.nvidia.com` selects
-the devices and maps `nvidia.com/gpu` to them (`extendedResourceName`), and every bench
-namespace has two ResourceClaimTemplates, `one-gpu` (count 1) and `eight-gpus` (count 8). The
-trace is the default's, arrival for arrival; in the burst, the odd one-GPU jobs (01, 03, ...,
-15) name the `one-gpu` template, the even ones request `nvidia.com/gpu: 1` (served from a DRA
-node's devices through a claim the scheduler makes, or from gpu-4's device plugin), and both
+to DRA is, partly used, as a cluster is mid-day, and two more cool GPU nodes, `gpu-7` (zone-a)
+and `gpu-8` (zone-b), both DRA: `gpu-1..3`, `gpu-7`, `gpu-8` and the hot `gpu-5` advertise no
+`nvidia.com/gpu`; each lists its 8 GPUs as devices `gpu-0..7` of the driver `gpu.nvidia.com` in
+a ResourceSlice (NVIDIA-like attributes: `type`, `uuid`, `index`, `productName`, ...; capacity
+`memory`). `gpu-4` and the hot `gpu-6` keep the device plugin's `nvidia.com/gpu: 8`. A
+DeviceClass `gpu.nvidia.com` selects the devices and maps `nvidia.com/gpu` to them
+(`extendedResourceName`), and every bench namespace has the ResourceClaimTemplates `one-gpu`,
+`two-gpus`, `four-gpus` and `eight-gpus` (counts 1, 2, 4, 8).
+
+- **GPU jobs from earlier** (EARLIER_GPU_JOBS): dept-a's `a-earlier-gpu-1` (template
+  `four-gpus`), `a-earlier-gpu-2` and `a-earlier-gpu-3` (`two-gpus`), 2 cores and 16 GiB per
+  GPU, Guaranteed, so gpu-1..3 have 4, 6 and 6 devices free: the burst's 16 exactly. They are
+  created in team-a after the mode's admission is up (steered in the steering modes, as dept-a's
+  pods are: the webhook gives them their device-counter units and pool requests, and they bind
+  once the scorer's first cycle has published those; stock: right after reset) and placed by
+  the scheduler, each on its node by a required node affinity on `metadata.name`: a pod naming
+  its node skips the scheduler, and nothing would allocate its claim. Where they bound is in the
+  JSON (`earlier_jobs`; steered and audit: `priming.earlier_jobs`).
+- **CPU work on the whole DRA nodes** (DRA_PREEXISTING: the default's pre-existing pods and
+  two more in `legacy`, bound by name): gpu-7 24 cores / 192 GiB (limits 28 / 224 GiB), gpu-8
+  20 cores / 160 GiB (limits 24 / 192 GiB), each leaving a whole-node job room within dept-b's
+  0 %. So cpu and memory point away from GPU use: the nodes whose cores and memory are the most
+  requested (gpu-7 38 %, gpu-8 31 %) hold no GPU, the partly used GPU nodes 25 % at most.
+
+The trace is the default's, arrival for arrival; in the burst, the odd one-GPU jobs (01, 03,
+..., 15) name the `one-gpu` template, the even ones request `nvidia.com/gpu: 1` (served from a
+DRA node's devices through a claim the scheduler makes, or from gpu-4's device plugin), and both
 whole-node jobs name `eight-gpus`, so only a cool DRA node can take them. The goals stand, and
-need the burst packed: of the four cool DRA nodes, two (or one and gpu-4) take the sixteen
-one-GPU jobs and two stay whole for the whole-node jobs. Spread over three DRA nodes (issue 41:
-8/6/2) the burst strands 8 GPUs and leaves one whole-node job Pending; nothing in the 1.36
-scheduler scores DRA devices, so bin-packing them is steering's job. Every GPU count (`GPU@hot`, `whole`, `strand`, GPUs per node) is read from the claims'
-allocations for DRA pods (the devices the scheduler allocated, on the node of their pool) and
-from `nvidia.com/gpu` requests for the others; a pod naming a claim counts as a GPU pod for
-`CPU@GPU`. The exporter reports each DRA device as a GPU (its `uuid` in `UUID`, its `index` in
-`gpu`), busy while an allocated claim holds it. Reset also deletes the bench namespaces'
-claims (waiting until they are gone) and republishes the slices. JSON per run: `gpu_forms`, how
-the bound GPU pods got their GPUs (`claim`, `extended-dra`: a plain request served by DRA,
-`device-plugin`). The webhook and the scorer run the example policy as shipped: its `gpu` pod class names the
-DeviceClass `gpu.nvidia.com`, so a pod naming a claim template is a GPU pod as one requesting
-`nvidia.com/gpu` is.
+need the burst packed into the devices the earlier jobs left free: then gpu-7 and gpu-8 stay
+whole for the whole-node jobs (gpu-4 is spare). One burst job on gpu-7 or gpu-8 leaves one whole
+DRA node for two whole-node jobs, and free GPUs stranded on gpu-1..3 (`strand`, `8G pend`).
+Nothing in the 1.36 scheduler scores a claim's devices (it scores the mapped `nvidia.com/gpu`
+by the devices of the class on the node), so MostAllocated on cpu and memory alone (steer-binpack
+before the device counter, commit a17c787) takes claim jobs to gpu-7: issue 41's held-out run,
+whose partly used GPU nodes spread a burst 8/6/2. Every GPU count (`GPU@hot`, `whole`, `strand`,
+GPUs per node) is read from the claims' allocations for DRA pods (the devices the scheduler
+allocated, on the node of their pool; the earlier jobs' too, shown per node as "(N before the
+trace)") and from `nvidia.com/gpu` requests for the others; `GPU@hot` and `CPU@GPU` count trace
+pods only, and a pod naming a claim counts as a GPU pod for `CPU@GPU`. The exporter reports each
+DRA device as a GPU (its `uuid` in `UUID`, its `index` in `gpu`), busy while an allocated claim
+holds it. Reset also deletes the bench namespaces' claims (waiting until they are gone) and
+republishes the slices. JSON per run: `gpu_forms`, how the bound GPU pods got their GPUs
+(`claim`, `extended-dra`: a plain request served by DRA, `device-plugin`). The webhook and the
+scorer run the example policy as shipped: its `gpu` pod class names the DeviceClass
+`gpu.nvidia.com`, so a pod naming a claim template is a GPU pod as one requesting
+`nvidia.com/gpu` is. On `--admission policy` the mutating policy leaves claim pods to a webhook
+there is none of, so the earlier jobs and the claim jobs are unsteered and request no counter.
 
 Scenario `energy` (`--scenario energy`): energy at equal work. 24 CPU nodes of 16 cores /
 64 GiB, 8 per zone, no GPUs, no pre-existing pods: `eff-1..12` (`cpu-efficient`: 120 W idle,
@@ -435,6 +458,34 @@ class Bench:
                 },
             )
 
+    def place_earlier(self) -> dict[str, Any]:
+        """The scenario's GPU jobs from earlier: created now, through the mode's admission (so
+        steered in a steering mode, as the tenant's pods are), and placed by the scheduler on
+        their required nodes; returns where each bound and how long it took."""
+        jobs = self.scenario.earlier_jobs
+        if not jobs:
+            return {}
+        t0 = time.monotonic()
+        for job in jobs:
+            self.core.create_namespaced_pod(NS_A, job.body())
+
+        def nodes() -> dict[str, str | None]:
+            return {
+                job.name: self.core.read_namespaced_pod(job.name, NS_A).spec.node_name
+                for job in jobs
+            }
+
+        # Steered, they request the budget pool and the device counter: bound once the
+        # scorer's first cycle has published them.
+        bound = wait_until(
+            "the earlier GPU jobs bound",
+            nodes,
+            timeout=120,
+            interval=0.5,
+            until=lambda found: all(found.values()),
+        )
+        return {"bound_on": bound, "bound_s": round(time.monotonic() - t0, 1)}
+
     def webhook_probe(self) -> WebhookEffect:
         """What admission (the webhook or the mutating policy) does to a dept-a pod now (a
         dry-run create)."""
@@ -529,6 +580,8 @@ class Bench:
             )
         )
         scorer.wait_ready(90)
+        if self.scenario.earlier_jobs:
+            info["earlier_jobs"] = self.place_earlier()
         hot = [s.name for s in self.specs if s.hot]
         gpu_hot = f"{PREFIX}gpu-hot"
 
@@ -652,6 +705,8 @@ class Bench:
                 result["priming"], scorer = self.prime(stack, run_dir, mode)
             else:
                 self.wait_webhook(mode)
+                if self.scenario.earlier_jobs:
+                    result["earlier_jobs"] = self.place_earlier()
             recorder = stack.enter_context(BindRecorder(self.plane.kubeconfig))
             if mode.steers:
                 # The scorer's next cycle falls at the seed's point of the trace.
@@ -732,8 +787,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--scenario",
         choices=sorted(scenarios()),
         default="default",
-        help="default: 16 nodes with GPUs, budgets and pre-existing pods; dra: the same with "
-        "the GPUs of 4 of the 6 GPU nodes through DRA; energy: 24 CPU nodes, half "
+        help="default: 16 nodes with GPUs, budgets and pre-existing pods; dra: the same and 2 "
+        "more GPU nodes, the GPUs of 6 of the 8 through DRA, GPU jobs from earlier; energy: "
+        "24 CPU nodes, half "
         "power-hungry, work that fits on 8 (default: default)",
     )
     parser.add_argument(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+from fractions import Fraction
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ from bench.benchkit.placement_scenario import (
     NS_A,
     NS_B,
     NS_SHOP,
+    PREEXISTING,
     SHOP_CHAIN,
     TRACE_LABEL,
     Arrival,
@@ -30,6 +32,8 @@ from bench.benchkit.placement_scenario import (
     trace_pods,
 )
 from bench.benchkit.placement_seeds import SeedError, cycle_in_trace, parse_seeds, run_seeds
+from kits.dra import DRIVER, resource_slice_body
+from steer.core.quantity import parse_quantity
 
 SEEDS = range(1, 21)
 
@@ -151,15 +155,75 @@ def test_the_energy_trace_has_no_gpu_jobs_and_no_shop() -> None:
 def test_dra_nodes_leave_a_whole_node_per_whole_node_job_only_when_packed() -> None:
     dra = scenarios()["dra"]
     cool_dra = [s for s in dra.nodes if s.dra and not s.hot]
-    jobs = scenarios()["dra"].trace(1, 4.0)
-    ones = sum(1 for a in jobs if a.kind == "gpu-1")
-    whole_jobs = sum(1 for a in jobs if a.kind == "gpu-8")
-    per_node = cool_dra[0].gpus
-    assert all(s.gpus == per_node for s in cool_dra)
-    packed = -(-ones // per_node)  # 16 one-GPU jobs fill 2 nodes
-    assert len(cool_dra) - packed >= whole_jobs  # packed: a whole DRA node for each
-    assert len(cool_dra) - 3 < whole_jobs  # spread 8/6/2 over three: one job waits
-    assert [s.name for s in dra.nodes if s.gpus][-1] == "gpu-7"
+    assert [s.name for s in cool_dra] == ["gpu-1", "gpu-2", "gpu-3", "gpu-7", "gpu-8"]
+    assert all(s.gpus == 8 for s in cool_dra)
+    trace = dra.trace(1, 4.0)
+    ones = sum(1 for a in trace if a.kind == "gpu-1")
+    whole_jobs = [a for a in trace if a.kind == "gpu-8"]
+    held = {job.node: job.gpus for job in dra.earlier_jobs}
+    # Packed, the burst fills exactly the devices the earlier jobs left free...
+    assert sum(8 - n for n in held.values()) == ones
+    assert all(0 < n < 8 for n in held.values())
+    # ... and every other cool DRA node stays whole, one per whole-node job.
+    whole = [s for s in cool_dra if s.name not in held]
+    assert len(whole) == len(whole_jobs)
+    # One burst job on a whole node strands GPUs and leaves a whole-node job waiting.
+    assert len(whole) - 1 < len(whole_jobs)
+
+
+def test_cpu_and_memory_rank_the_whole_dra_nodes_above_the_partly_used_ones() -> None:
+    """MostAllocated on cpu and memory alone (steer-binpack before the device counter) sends a
+    claim job to a whole DRA node; the GPUs held say the opposite."""
+    dra = scenarios()["dra"]
+    spec = {s.name: s for s in dra.nodes}
+    used: dict[str, list[Fraction]] = {s.name: [Fraction(0), Fraction(0)] for s in dra.nodes}
+    for node_name, cpu, _, mem, _ in dra.preexisting:
+        used[node_name][0] += parse_quantity(cpu)
+        used[node_name][1] += parse_quantity(mem)
+    for job in dra.earlier_jobs:
+        body = job.body()
+        requests = body["spec"]["containers"][0]["resources"]["requests"]
+        used[job.node][0] += parse_quantity(requests["cpu"])
+        used[job.node][1] += parse_quantity(requests["memory"])
+
+    def most_allocated(name: str) -> Fraction:
+        s = spec[name]
+        return (used[name][0] / s.cpu + used[name][1] / (s.memory_gi * 2**30)) / 2
+
+    partly = [job.node for job in dra.earlier_jobs]
+    assert min(most_allocated(n) for n in ("gpu-7", "gpu-8")) > max(map(most_allocated, partly))
+    # A whole-node job (32 cores, 256 GiB, dept-b: 0 %) fits within each whole node's limits.
+    limits = {name: [Fraction(0), Fraction(0)] for name in ("gpu-7", "gpu-8")}
+    for node_name, _, cpu_limit, _, mem_limit in dra.preexisting:
+        if node_name in limits:
+            limits[node_name][0] += parse_quantity(cpu_limit)
+            limits[node_name][1] += parse_quantity(mem_limit)
+    for name, (cpu, mem) in limits.items():
+        assert cpu + 32 <= spec[name].cpu and mem + 256 * 2**30 <= spec[name].memory_gi * 2**30
+
+
+def test_the_earlier_gpu_jobs_are_dept_a_claim_pods_the_scheduler_places() -> None:
+    dra = scenarios()["dra"]
+    assert {t: dra.claim_templates[t] for t in ("two-gpus", "four-gpus")} == {
+        "two-gpus": 2,
+        "four-gpus": 4,
+    }
+    for job in dra.earlier_jobs:
+        body = job.body()
+        assert body["metadata"]["namespace"] == NS_A
+        assert TRACE_LABEL not in body["metadata"]["labels"]  # not a trace pod
+        assert "nodeName" not in body["spec"]  # the scheduler allocates its claim
+        terms = body["spec"]["affinity"]["nodeAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        ]["nodeSelectorTerms"]
+        assert terms == [
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [job.node]}]}
+        ]
+        claims = body["spec"]["resourceClaims"]
+        assert claims == [{"name": "gpus", "resourceClaimTemplateName": job.template}]
+        assert dra.claim_templates[job.template] == job.gpus
+    assert not scenarios()["default"].earlier_jobs
+    assert scenarios()["default"].preexisting == PREEXISTING
 
 
 # -- what a run measures ---------------------------------------------------------------------------
@@ -210,6 +274,40 @@ def test_a_run_counts_shop_pods_and_the_worst_chain_skew() -> None:
     assert (out["bound_shop"], out["pending_shop"]) == (4, 1)
     # The shop's 500m beside dept-b's 15.5 cores (and checkout's 1) breaks dept-b's 0 %.
     assert out["over_budget_team-b"] == 1
+
+
+def test_gpus_the_earlier_jobs_hold_count_in_whole_and_stranded() -> None:
+    dra = scenarios()["dra"]
+    specs = [s for s in dra.nodes if s.name in ("gpu-1", "gpu-7", "gpu-8")]
+    earlier = dra.earlier_jobs[0]  # four GPUs on gpu-1
+    one = next(a for a in dra.trace(1, 4.0) if a.claim_template == "one-gpu")
+    pods = [
+        {**earlier.body(), "spec": {**earlier.body()["spec"], "nodeName": "gpu-1"}},
+        pod(one, "gpu-1"),
+    ]
+
+    def claim(name: str, namespace: str, holder: str, devices: range) -> dict[str, Any]:
+        results = [{"driver": DRIVER, "pool": "gpu-1", "device": f"gpu-{i}"} for i in devices]
+        return {
+            "metadata": {"name": name, "namespace": namespace},
+            "status": {
+                "allocation": {"devices": {"results": results}},
+                "reservedFor": [{"resource": "pods", "name": holder}],
+            },
+        }
+
+    claims = [
+        claim("earlier", NS_A, earlier.name, range(4)),
+        claim("one", NS_A, pods[1]["metadata"]["name"], range(4, 5)),
+    ]
+    slices = [resource_slice_body(s.name) for s in specs]
+    out = measure(Snapshot([node(s) for s in specs], pods, slices, claims), specs)
+    assert out["nodes"]["gpu-1"]["gpus_allocated"] == 5
+    assert out["nodes"]["gpu-1"]["gpus_before_trace"] == 4
+    assert out["stranded_gpus"] == 3
+    assert out["whole_gpu_nodes"] == 2
+    assert out["bound"] == 1  # the earlier job is no trace pod
+    assert out["gpu_forms"] == {"claim": 1}
 
 
 # -- the scoreboard --------------------------------------------------------------------------------

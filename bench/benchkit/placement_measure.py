@@ -335,6 +335,12 @@ def measure(
             "overcommit_pct": round(over[name], 2),
             "watts": round(watts[name], 1),
             "gpus_allocated": allocated[name],
+            # of those, held by pods from before the trace (the DRA scenario's earlier jobs)
+            "gpus_before_trace": sum(
+                gpus_of[id(p)]
+                for p in pods
+                if (p["metadata"].get("labels") or {}).get(TRACE_LABEL) != "1"
+            ),
             "cores_requested": float(
                 sum((pod_amount(p, "requests", "cpu") for p in pods), Fraction(0))
             ),

@@ -219,13 +219,17 @@ def node_table(result: dict[str, Any]) -> str:
         ]
         return " ".join(parts)
 
+    def gpus_before(n: Mapping[str, Any]) -> str:
+        before = n.get("gpus_before_trace", 0)
+        return f" ({before} before the trace)" if before else ""
+
     for name, n in result["nodes"].items():
         pods = ", ".join(f"{k} {v}" for k, v in sorted(n["trace_pods"].items())) or "-"
         lines.append(
             f"| {name}{' (DRA)' if n.get('dra') else ''}{' (hot)' if n['hot'] else ''} | "
             f"{n['zone']} | {short(start.get(name, {}))} | "
             f"{short(n['labels'])} | {n['overcommit_pct']:.1f} | {n['cores_requested']:g} | "
-            f"{n['gpus_allocated']} | {pods} |"
+            f"{n['gpus_allocated']}{gpus_before(n)} | {pods} |"
         )
     return "\n".join(lines)
 

@@ -1,9 +1,11 @@
 """The placement bench's scenarios (bench/placement.py describes them): `default`, 16 fake
 nodes in 3 zones with GPUs, budgets and pods there before the trace; `dra`, the same with the
-GPUs of gpu-1..3, the hot gpu-5 and one more cool node, gpu-7, as DRA devices and the GPU jobs
-asking for them by claims; `energy`, 24 CPU nodes, half of them power-hungry, and CPU work that
-fits on far fewer. Each has its nodes, the pods there before the trace, the power model and the
-pod trace, one per seed, that both modes of a pair replay.
+GPUs of gpu-1..3, the hot gpu-5 and two more cool nodes, gpu-7 and gpu-8, as DRA devices, GPU
+jobs from earlier holding part of gpu-1..3's devices, CPU work on gpu-7 and gpu-8, and the GPU
+jobs asking for them by claims; `energy`, 24 CPU nodes, half of them power-hungry, and CPU work
+that fits on far fewer. Each has its nodes, the pods there before the trace (bound by name, and
+under `dra` the earlier GPU jobs, which the scheduler places), the power model and the pod
+trace, one per seed, that both modes of a pair replay.
 """
 
 from __future__ import annotations
@@ -84,22 +86,30 @@ def cluster_nodes() -> list[NodeSpec]:
     return nodes
 
 
-# Scenario `dra`: mixed, as a cluster moving to DRA is. Four cool DRA nodes (two for the burst
-# of 16 one-GPU jobs packed, two for the whole-node jobs, which only a DRA node can serve: they
-# ask by a claim template), the device-plugin gpu-4 to spare, and one hot node of each kind.
-# Spread over three DRA nodes instead of two (as in issue 41: 8/6/2), the burst leaves one whole
-# DRA node for two whole-node jobs.
-DRA_NODES = frozenset({"gpu-1", "gpu-2", "gpu-3", "gpu-5", "gpu-7"})
+# Scenario `dra`: mixed, as a cluster moving to DRA is, and partly used, as a cluster is
+# mid-day. Five cool DRA nodes: gpu-1..3 run GPU jobs from earlier (EARLIER_GPU_JOBS: 4, 2 and
+# 2 of their 8 devices, little cpu and memory), so exactly the burst of 16 one-GPU jobs fits in
+# their free devices; gpu-7 and gpu-8 hold no GPU but run CPU work (DRA_PREEXISTING: 24 and 20
+# cores), and stay whole for the two whole-node jobs, which only a DRA node can serve (they ask
+# by a claim template). The device-plugin gpu-4 is spare, and there is one hot node of each
+# kind. cpu and memory point the other way from GPU use: MostAllocated on cpu and memory alone
+# sends claim jobs to gpu-7, whose cores are the most used, and one burst job there leaves one
+# whole DRA node for two whole-node jobs and GPUs stranded on gpu-1..3.
+DRA_NODES = frozenset({"gpu-1", "gpu-2", "gpu-3", "gpu-5", "gpu-7", "gpu-8"})
 # The claim templates of every bench namespace: name -> GPUs (class gpu.nvidia.com).
-CLAIM_TEMPLATES = {"one-gpu": 1, "eight-gpus": 8}
+CLAIM_TEMPLATES = {"one-gpu": 1, "two-gpus": 2, "four-gpus": 4, "eight-gpus": 8}
 
 
 def dra_nodes() -> list[NodeSpec]:
-    """The default's nodes, the GPUs of DRA_NODES as devices, and gpu-7 (cool, zone-a, DRA)."""
+    """The default's nodes, the GPUs of DRA_NODES as devices, and gpu-7 (zone-a) and gpu-8
+    (zone-b), cool DRA nodes."""
     nodes = cluster_nodes()
-    gpu7 = NodeSpec("gpu-7", ZONES[0], 64, 512, gpus=8, instance_type="gpu-8x")
+    more = [
+        NodeSpec(f"gpu-{i}", ZONES[(i - 1) % 3], 64, 512, gpus=8, instance_type="gpu-8x")
+        for i in (7, 8)
+    ]
     at = max(i for i, s in enumerate(nodes) if s.gpus) + 1
-    nodes.insert(at, gpu7)
+    nodes[at:at] = more
     return [dataclasses.replace(s, dra=s.name in DRA_NODES) for s in nodes]
 
 
@@ -127,6 +137,85 @@ PREEXISTING = (
     ("gpu-1", "8", "24", "64Gi", "192Gi"),
     ("gpu-2", "8", "16", "32Gi", "64Gi"),
 )
+# Scenario `dra`: the default's, and CPU work on the cool DRA nodes that hold no GPU. Each
+# leaves a whole-node job (32 cores, 256 GiB, dept-b: 0 %) room within its node's limits.
+DRA_PREEXISTING = (
+    *PREEXISTING,
+    ("gpu-7", "24", "28", "192Gi", "224Gi"),
+    ("gpu-8", "20", "24", "160Gi", "192Gi"),
+)
+
+EARLIER_KIND = "earlier-gpu"  # KIND_LABEL of the earlier GPU jobs (no TRACE_LABEL)
+
+
+@dataclass(frozen=True)
+class EarlierJob:
+    """A GPU job of dept-a running since before the trace: created in team-a through admission
+    (steered in the steering modes, as dept-a's GPU jobs are) and placed by the scheduler, its
+    node required by node affinity, its GPUs from a claim template (a pod naming its node would
+    skip the scheduler, and nothing would allocate its claim). 2 cores and 16 GiB per GPU,
+    Guaranteed."""
+
+    node: str
+    template: str  # a CLAIM_TEMPLATES name
+    gpus: int
+    cpu_per_gpu_m: int = 2000
+    mem_per_gpu_mi: int = 16384
+
+    @property
+    def name(self) -> str:
+        return f"a-earlier-{self.node}"
+
+    def body(self) -> dict[str, Any]:
+        size = {
+            "cpu": f"{self.gpus * self.cpu_per_gpu_m}m",
+            "memory": f"{self.gpus * self.mem_per_gpu_mi}Mi",
+        }
+        spec = {
+            "terminationGracePeriodSeconds": 0,
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {
+                                "matchFields": [
+                                    {
+                                        "key": "metadata.name",
+                                        "operator": "In",
+                                        "values": [self.node],
+                                    }
+                                ]
+                            }
+                        ]
+                    }
+                }
+            },
+            "containers": [
+                {
+                    "name": "main",
+                    "image": IMAGE,
+                    "resources": {"requests": dict(size), "limits": dict(size)},
+                }
+            ],
+        }
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": self.name,
+                "namespace": NS_A,
+                "labels": {KIND_LABEL: EARLIER_KIND},
+            },
+            "spec": claim_pod_spec(spec, self.template),
+        }
+
+
+# 4 + 2 + 2 of 24 devices held: 4 + 6 + 6 = 16 free, the burst exactly.
+EARLIER_GPU_JOBS = (
+    EarlierJob("gpu-1", "four-gpus", 4),
+    EarlierJob("gpu-2", "two-gpus", 2),
+    EarlierJob("gpu-3", "two-gpus", 2),
+)
 
 
 @dataclass(frozen=True)
@@ -139,6 +228,8 @@ class Scenario:
     power: PowerModel
     trace_args: dict[str, int]
     claim_templates: Mapping[str, int] = field(default_factory=dict)
+    # GPU jobs the scheduler places before the trace (after the mode's admission is up)
+    earlier_jobs: tuple[EarlierJob, ...] = ()
 
     @property
     def dra(self) -> bool:
@@ -152,16 +243,18 @@ class Scenario:
 def scenarios() -> dict[str, Scenario]:
     return {
         "default": Scenario("default", tuple(cluster_nodes()), PREEXISTING, POWER, {}),
-        # The default's nodes (and the cool DRA gpu-7), trace and goals; the one-GPU jobs
+        # The default's nodes (and the cool DRA gpu-7 and gpu-8), trace and goals, with GPU
+        # jobs from earlier on gpu-1..3 and CPU work on gpu-7 and gpu-8; the one-GPU jobs
         # alternate between a claim template and a plain nvidia.com/gpu request, the
         # whole-node jobs use a template.
         "dra": Scenario(
             "dra",
             tuple(dra_nodes()),
-            PREEXISTING,
+            DRA_PREEXISTING,
             POWER,
             {"dra_claims": 1},
             CLAIM_TEMPLATES,
+            EARLIER_GPU_JOBS,
         ),
         # 60 CPU services (~116 cores) and the 12-replica chain: ~128 of 384 cores, so the work
         # fits on 8 of the 24 nodes, and on the 12 efficient ones with room to spare.
