@@ -64,12 +64,34 @@ def admin(control_plane: ControlPlane) -> Iterator[KubeJson]:
     api_client.close()
 
 
+def may(verb: str, resource: str, group: str = "", name: str = "") -> Callable[[KubeJson], bool]:
+    """A `ready` for `user_bound_to`: the user may `verb` the resource (a
+    SelfSubjectAccessReview, which every user may make)."""
+
+    def asked(as_user: KubeJson) -> bool:
+        attributes = {"verb": verb, "resource": resource, "group": group, "name": name}
+        review = as_user.request(
+            "POST",
+            "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+            body={"spec": {"resourceAttributes": attributes}},
+        )
+        return bool((review.get("status") or {}).get("allowed"))
+
+    return asked
+
+
 @contextlib.contextmanager
 def user_bound_to(
-    control_plane: ControlPlane, admin: KubeJson, role: Mapping[str, Any], user: str
+    control_plane: ControlPlane,
+    admin: KubeJson,
+    role: Mapping[str, Any],
+    user: str,
+    ready: Callable[[KubeJson], object] | None = None,
 ) -> Iterator[Path]:
     """A kubeconfig for `user`, bound to a copy of the ClusterRole `role` (named as the user)
-    and nothing else; the role and its binding go at exit."""
+    and nothing else; the role and its binding go at exit. `ready(as_user)` says the binding
+    is in force (truthy; default: the user lists pods, which a role without that needs to
+    replace)."""
     role = {**role, "metadata": {**role["metadata"], "name": user}}
     binding = {
         "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -86,7 +108,7 @@ def user_bound_to(
     try:
         wait_until(
             "the binding is in force",
-            lambda: as_user.request("GET", "/api/v1/pods"),
+            lambda: (ready or (lambda u: u.request("GET", "/api/v1/pods")))(as_user),
             timeout=30,
             ignoring=NOT_YET,
         )

@@ -52,7 +52,7 @@ from kits.service_processes import (
 )
 from kits.waiting import wait_until
 from steer.adapters.kubejson import KubeApiError, KubeJson
-from tests.e2e.conftest import user_bound_to
+from tests.e2e.conftest import may, user_bound_to
 
 POLICY = ROOT / "manifests" / "policy" / "starter-policy.yaml"
 CONTROLLER = ROOT / "manifests" / "controller" / "controller.yaml"
@@ -67,6 +67,7 @@ PLURALS = ("mutatingwebhookconfigurations", "validatingwebhookconfigurations")
 KUBELET_DELAY_S = 5.0
 CHECK_INTERVAL_S = 2
 RBAC_GROUP = "rbac.authorization.k8s.io"
+RBAC_ADMISSION = "admissionregistration.k8s.io"
 RBAC = f"/apis/{RBAC_GROUP}/v1"
 
 
@@ -345,7 +346,8 @@ def renewal_user(
         },
     )
     try:
-        with user_bound_to(control_plane, admin, scorer["ClusterRole"], user) as kubeconfig:
+        ready = may("patch", "validatingadmissionpolicies", RBAC_ADMISSION, "steer-security")
+        with user_bound_to(control_plane, admin, scorer["ClusterRole"], user, ready) as kubeconfig:
             yield kubeconfig
     finally:
         for kind in ("clusterrolebindings", "clusterroles"):
