@@ -220,8 +220,22 @@ def prepare(plane: ControlPlane) -> None:
         plane.kubectl("-n", NS, "create", "secret", "generic", OTHER_SECRET, "--from-literal=k=v")
 
 
+def cleanup(plane: ControlPlane) -> None:
+    """The node and the Secret `prepare` made: later tests count the nodes."""
+    plane.kubectl("delete", "node", NODE, "--ignore-not-found")
+    plane.kubectl("-n", NS, "delete", "secret", OTHER_SECRET, "--ignore-not-found")
+
+
 def attempts(plane: ControlPlane, hook_fields: dict[str, Any] = HOOK_FIELDS) -> list[Attempt]:
+    """Every attempt of every account, on a node and a Secret made for them and removed after."""
     prepare(plane)
+    try:
+        return _attempts(plane, hook_fields)
+    finally:
+        cleanup(plane)
+
+
+def _attempts(plane: ControlPlane, hook_fields: dict[str, Any]) -> list[Attempt]:
     out = []
     for account in accounts(plane):
         token = plane.kubectl("-n", NS, "create", "token", account, "--duration=10m").strip()

@@ -849,11 +849,11 @@ def check_after(run: Installation, command: str) -> None:
         assert "affinity" not in made["spec"]
 
 
-def test_the_rendered_network_policy_opens_the_webhook_to_no_pod_but_the_scorers(
+def test_the_rendered_network_policy_opens_the_webhook_to_no_pod_but_the_controllers(
     plane: ControlPlane, tmp_path: Path
 ) -> None:
     """Once every source reached both webhook ports; now the admission port admits only
-    addresses outside the pod network (the apiserver, the kubelet) and the scorer's pods (its
+    addresses outside the pod network (the apiserver, the kubelet) and the controller's pods (its
     leader's TLS handshakes), the metrics port those addresses and Prometheus's pods, with the
     podCIDR setting as it is edited."""
     shutil.copytree(MANIFESTS, tmp_path / "manifests")
@@ -884,5 +884,5 @@ def test_the_rendered_network_policy_opens_the_webhook_to_no_pod_but_the_scorers
         assert rule.get("from"), f"a rule open to any source: {rule}"
         for port in rule["ports"]:
             sources.setdefault(port["port"], []).extend(rule["from"])
-    scorer = {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "steer-scorer"}}}
-    assert sources == {8443: [outside_pods, scorer], 9102: [prometheus, outside_pods]}
+    controller = {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "steer-controller"}}}
+    assert sources == {8443: [outside_pods, controller], 9102: [prometheus, outside_pods]}
