@@ -15,7 +15,7 @@ with their ServiceAccounts' tokens and the policy from the installed ConfigMap.
 No kubelet runs there: pods are bound but never run. A ResourceQuota of zero pods in kube-steer
 (`no_pods_here`) stands in for "the image does not run", so Deployments there never make pods
 that nothing could stop; the steps of the install docs that wait for or talk to running pods
-are replaced by `start_webhook`, `start_scorer`, `port_forward` and `scorer_stopped`.
+are replaced by `start_webhook`, `start_scorer`, `explain_through_plugin` and `scorer_stopped`.
 """
 
 from __future__ import annotations
@@ -342,6 +342,9 @@ def start_scorer(run: Installation) -> None:
             run.scratch("scorer"),
             listen=f"{run.cluster_ip('steer-scorer')}:8080",
             kubeconfig=run.account_kubeconfig("steer-scorer"),
+            # As the manifest runs it: each caller is asked of the apiserver, through the
+            # installed auth-delegator binding of the scorer's ServiceAccount.
+            authorization="apiserver",
         )
     )
     run.scorer.wait_ready()
@@ -356,11 +359,45 @@ def start_scorer(run: Installation) -> None:
     )
 
 
-def port_forward(run: Installation) -> None:
-    """`kubectl port-forward service/steer-scorer 8080:8080`: needs a running pod. The scorer
-    listens on the Service's ClusterIP here, which the `curl` lines are pointed at instead of
-    localhost:8080."""
+def explain_through_plugin(run: Installation, command: str) -> str:
+    """`kubectl steer explain ...` as the page writes it, at the scorer directly (the
+    apiserver's Service proxy needs the scorer's pod as an endpoint; here the scorer listens on
+    the Service's ClusterIP) and with `--token` of an operator's ServiceAccount, as the page
+    says a client-certificate user (the test's admin) does: the scorer asks the apiserver who
+    that is and whether it may read nodes and pods."""
     assert run.scorer is not None
+    token = run.facts.get("explain-token")
+    if token is None:
+        reader = "install-e2e-explain-reader"
+        rules = {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list"]}
+        documents = [
+            {"apiVersion": "v1", "kind": "ServiceAccount",
+             "metadata": {"name": reader, "namespace": "default"}},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+             "metadata": {"name": reader}, "rules": [rules]},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+             "metadata": {"name": reader},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                         "name": reader},
+             "subjects": [{"kind": "ServiceAccount", "name": reader, "namespace": "default"}]},
+        ]  # fmt: skip
+        text = yaml.safe_dump_all(documents)
+        kubectl(run.plane, "apply", "-f", "-", input=text)
+        run.stack.callback(lambda: kubectl(run.plane, "delete", "-f", "-", input=text))
+        token = kubectl(run.plane, "-n", "default", "create", "token", reader).strip()
+        run.facts["explain-token"] = token
+    flags = f" --scorer {run.scorer.url} --token {token} -o json"
+
+    def answered() -> str | None:  # the reader's binding reaches the authorizer's cache
+        done = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", command + flags],
+            cwd=run.workdir, env=run.shell_env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        return done.stdout if done.returncode == 0 else None
+
+    out = wait_until(command, answered, timeout=30, interval=0.5)
+    run.outputs[command] = out
+    return out
 
 
 def scorer_stopped(run: Installation) -> None:
@@ -396,6 +433,9 @@ def shell_env(
     wrapped = {
         "kubectl": f'"{plane.bin_dir / "kubectl"}"',
         "steer": f'"{sys.executable}" -m launcher',
+        # kubectl runs `kubectl steer` as the plugin on PATH (this checkout's, by PYTHONPATH)
+        "kubectl-steer": f'"{sys.executable}" -c "import sys; from launcher.commands import '
+        'kubectl_main; sys.exit(kubectl_main())"',
     }
     wrapped.update({name: f'"{path}"' for name, path in (tools or {}).items()})
     for name, command in wrapped.items():

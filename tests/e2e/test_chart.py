@@ -186,10 +186,15 @@ def installed(run: Installation) -> None:
     run.facts["version"] = policy_version(run.config_map_policy())
     # The notes name the next steps, and every `steer` command in them exists.
     notes = run.outputs["helm install kube-steer charts/kube-steer"].split("NOTES:", 1)[1]
-    steps = [line.strip() for line in notes.splitlines() if line.strip().startswith("steer ")]
-    assert {s.split()[1] for s in steps} == {"explain", "scorer"}, notes
+    lines = [line.split("#", 1)[0].strip() for line in notes.splitlines()]
+    steps = [line for line in lines if line.startswith("steer ")]
+    assert {s.split()[1] for s in steps} == {"scorer"}, notes
     assert not missing_commands(steps), missing_commands(steps)
-    assert "kube-steer.github.io/enabled=true" in notes and "http://localhost:8080/" in notes
+    # `kubectl steer` is the same command tree (launcher/kubectl.py): explain, and the page.
+    plugin = [line.removeprefix("kubectl ") for line in lines if line.startswith("kubectl steer ")]
+    assert {s.split()[1] for s in plugin} == {"explain", "page"}, notes
+    assert not missing_commands(plugin), missing_commands(plugin)
+    assert "kube-steer.github.io/enabled=true" in notes and "http://127.0.0.1:8001/" in notes
 
 
 def scorer_started(run: Installation) -> None:

@@ -5,7 +5,7 @@ The module has a control plane of its own whose Service ClusterIPs are loopback 
 `steer webhook serve` and `steer scorer run` from this checkout play the pods on their
 Services' ClusterIPs with their ServiceAccounts' tokens (tests/e2e/install_support.py says
 how). The steps of docs/install.md that wait for or talk to running pods (`rollout status`,
-`port-forward`) are replaced by the equivalent there, each named in `INSTEAD` below; every
+`kubectl steer`) are replaced by the equivalent there, each named in `INSTEAD` below; every
 other command of the page runs as written.
 """
 
@@ -46,11 +46,11 @@ from tests.e2e.install_support import (
     controller_stopped,
     doc_commands,
     exists_node,
+    explain_through_plugin,
     kubectl,
     loopback_plane,
     missing_commands,
     no_pods_here,
-    port_forward,
     scorer_stopped,
     scraped_nodes,
     shell,
@@ -695,6 +695,22 @@ def test_an_update_is_judged_only_on_the_tolerations_it_adds(
 # --- 4. docs/install.md, verbatim ---------------------------------------------------------------------
 
 
+POD_EXPLAIN = (
+    "kubectl steer explain pod team-a/$(kubectl -n team-a get pods -l app=web "
+    "-o jsonpath='{.items[0].metadata.name}')"
+)
+
+
+def check_explained_nodes(out: str) -> None:
+    explained = json.loads(out)
+    assert set(NODES) <= {n["node"] for n in explained["nodes"]}, out
+
+
+def check_explained_pod(out: str) -> None:
+    explained = json.loads(out)
+    assert set(NODES) == {v["node"] for v in explained["allowed"]}, out
+
+
 # Steps of the page that need kubelets or the image, and what is done instead (the page's
 # other commands run as written). A step listed here but missing from the page fails the test.
 INSTEAD: dict[str, Callable[[Installation], None]] = {
@@ -703,7 +719,10 @@ INSTEAD: dict[str, Callable[[Installation], None]] = {
     ),
     "kubectl -n kube-steer rollout status deployment/steer-webhook --timeout=5m": start_webhook,
     "kubectl -n kube-steer rollout status deployment/steer-scorer --timeout=5m": start_scorer,
-    "kubectl -n kube-steer port-forward service/steer-scorer 8080:8080 &": port_forward,
+    "kubectl steer explain nodes": lambda run: check_explained_nodes(
+        explain_through_plugin(run, "kubectl steer explain nodes")
+    ),
+    POD_EXPLAIN: lambda run: check_explained_pod(explain_through_plugin(run, POD_EXPLAIN)),
 }
 # Run as written, then what the cluster would do next.
 AFTER: dict[str, Callable[[Installation], None]] = {
@@ -811,12 +830,6 @@ def check_after(run: Installation, command: str) -> None:
             }
     elif command.startswith("kubectl -n team-a get pods"):
         assert "install-e2e-" in out and "starter@" in out, out
-    elif command.startswith("curl -s http://localhost:8080/explain/nodes"):
-        explained = json.loads(out)
-        assert set(NODES) <= {n["node"] for n in explained["nodes"]}, out
-    elif command.startswith("curl -s http://localhost:8080/explain/pod/"):
-        explained = json.loads(out)
-        assert set(NODES) == {v["node"] for v in explained["allowed"]}, out
     elif command == "kubectl apply -k my-kube-steer/":
         # Re-applying kept the caBundle the scorer's leader set: the webhook still steers.
         probe = {
