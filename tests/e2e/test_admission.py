@@ -32,6 +32,7 @@ from kits.service_processes import (
 )
 from kits.waiting import wait_until
 from steer.core.budget import tenant_budget
+from steer.core.device_counter import device_counter
 from steer.core.policy import parse_policy
 from steer.core.steering import (
     GPU_RESOURCE,
@@ -415,17 +416,21 @@ def test_gpu_pod_is_routed_to_binpack_and_avoids_hot_nodes(
     gpu_key = composite_key(POLICY, GPU_CLASS)  # kube-steer.github.io/score-class-gpu
     hot_key = condition_key(POLICY, rule_by("gpu-hot"))
     hot_gate = f"{POLICY.spec.resource_prefix}avoid-gpu-hot"
+    # The class's device counter, as the scorer publishes it on a node offering 8 GPUs.
+    counter = device_counter(POLICY, GPU_CLASS)
+    assert counter is not None
+    devices = {counter.resource: "8"}
     make_node(
         f"{set_id}-hot",
         gpus=8,
         labels={SET_KEY: set_id, gpu_key: "100", hot_key: "true"},
-        extra_capacity={**gates(POLICY, open_=True), hot_gate: "0"},
+        extra_capacity={**gates(POLICY, open_=True), hot_gate: "0", **devices},
     )
     make_node(
         f"{set_id}-cool",
         gpus=8,
         labels={SET_KEY: set_id, gpu_key: "20"},
-        extra_capacity={**gates(POLICY, open_=True), hot_gate: "110"},
+        extra_capacity={**gates(POLICY, open_=True), hot_gate: "110", **devices},
     )
     ns = namespace_for("dept-a")
     create(api, ns, confined(set_id, make_pod("trainer", extra={GPU_RESOURCE: "1"})))
@@ -440,6 +445,7 @@ def test_gpu_pod_is_routed_to_binpack_and_avoids_hot_nodes(
     assert preferred == [t.to_k8s() for t in class_preferences(POLICY, GPU_CLASS)]
     # Avoiding gpu-hot is a gate the pod requests, not a required term on a label that moves.
     assert spec["containers"][0]["resources"]["requests"][hot_gate] == "1"
+    assert spec["containers"][0]["resources"]["requests"][counter.resource] == "1"  # one GPU
     terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
         "nodeSelectorTerms"
     ]
