@@ -11,9 +11,11 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-# The versions the tests ran on (constraints.txt), not whatever is newest today.
+# The versions the tests ran on (constraints.txt), not whatever is newest today. -qq: setuptools
+# notes every editable install as a warning ("Editable installation."), which is no problem;
+# errors (a version conflict, a failed build) are still printed and stop the install.
 $(VENV)/.installed: $(BIN)/python pyproject.toml constraints.txt
-	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
+	$(BIN)/pip install -qq -c constraints.txt -e '.[dev]'
 	touch $@
 
 # Pin what the venv has into constraints.txt (tools/lock.py says how to move to newer releases).
