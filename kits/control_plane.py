@@ -18,6 +18,10 @@ API objects whose status the tests write (`add_node`), pods are bound but never 
 deleted with grace period 0 (`delete_pods`), and TaintNodesByCondition is off so a Node is not
 born tainted `not-ready`. Real kubelets, kubemark hollow nodes, are in kits.hollow_nodes;
 the plane stops them with itself (`attach`).
+
+`start(audit_groups=[...])` has the apiserver write an audit log (`audit_events()`): one JSON
+line per request of a user in those groups, at the Metadata level (who, verb, object, response
+code), e.g. to check that a role grants what its process uses and nothing more. Off by default.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import atexit
 import base64
 import contextlib
 import fcntl
+import json
 import os
 import shutil
 import signal
@@ -78,6 +83,21 @@ def ready_node_status(name: str, capacity: Mapping[str, str]) -> dict[str, Any]:
             }
         ],
         "addresses": [{"type": "Hostname", "address": name}],
+    }
+
+
+def audit_policy(groups: Sequence[str]) -> dict[str, Any]:
+    """An audit Policy that logs the requests of users in `groups` at the Metadata level (user,
+    verb, objectRef, requestURI, responseStatus; no bodies) and nothing else. A request is
+    logged when its response starts (a watch) and when it completes, not when it arrives."""
+    return {
+        "apiVersion": "audit.k8s.io/v1",
+        "kind": "Policy",
+        "omitStages": ["RequestReceived"],
+        "rules": [
+            {"level": "Metadata", "userGroups": list(groups)},
+            {"level": "None"},
+        ],
     }
 
 
@@ -295,6 +315,8 @@ class ControlPlane:
     scheduler_config: Path | None = None
     _owns_workdir: bool = True
     _api: client.ApiClient | None = None
+    # Set when the apiserver writes an audit log (`start(audit_groups=...)`).
+    audit_log: Path | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -308,9 +330,13 @@ class ControlPlane:
         scheduler: bool = True,
         scheduler_profiles: str | os.PathLike[str] | Mapping[str, Any] | None = None,
         apiserver_args: Sequence[str] = (),
+        audit_groups: Sequence[str] = (),
     ) -> ControlPlane:
         """Start etcd and kube-apiserver, then the scheduler (optionally with a profiles file or
-        `KubeSchedulerConfiguration` mapping) and the controller manager; wait until each is ready."""
+        `KubeSchedulerConfiguration` mapping) and the controller manager; wait until each is ready.
+
+        `audit_groups`: the apiserver logs every request of a user in one of these groups
+        (`audit_policy`), read back with `audit_events()`; no audit log when empty."""
         found = find_binaries(bin_dir)
         owns = workdir is None
         folder = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="steer-kube-"))
@@ -324,7 +350,7 @@ class ControlPlane:
         try:
             plane._write_pki()
             plane._start_etcd()
-            plane._start_apiserver(apiserver_args)
+            plane._start_apiserver([*apiserver_args, *plane._audit_args(audit_groups)])
             if scheduler:
                 plane.restart_scheduler(scheduler_profiles)
             if controller_manager:
@@ -418,6 +444,44 @@ class ControlPlane:
         if check and done.returncode != 0:
             raise ControlPlaneError(f"kubectl {' '.join(args)} failed: {done.stderr.strip()}")
         return done.stdout
+
+    # -- the audit log --------------------------------------------------------------------------
+
+    def _audit_args(self, groups: Sequence[str]) -> list[str]:
+        if not groups:
+            return []
+        policy = _write(
+            self.workdir / "audit-policy.yaml", yaml.safe_dump(audit_policy(groups)), 0o644
+        )
+        self.audit_log = self.logs_dir / "audit.log"
+        return [
+            f"--audit-policy-file={policy}",
+            f"--audit-log-path={self.audit_log}",
+            "--audit-log-format=json",
+            "--audit-log-mode=blocking",  # each event is written before the response
+            "--audit-log-maxsize=0",  # one file, never rotated
+        ]
+
+    def audit_offset(self) -> int:
+        """Where the audit log ends now: `audit_events(since=...)` reads what comes after."""
+        if self.audit_log is None:
+            raise ControlPlaneError("this control plane writes no audit log (audit_groups)")
+        return self.audit_log.stat().st_size if self.audit_log.exists() else 0
+
+    def audit_events(self, since: int = 0) -> list[dict[str, Any]]:
+        """The audit events logged from byte `since` (`audit_offset()`) on, oldest first (one
+        per request and stage: `ResponseStarted` opens a watch, `ResponseComplete` ends any
+        request)."""
+        if self.audit_log is None:
+            raise ControlPlaneError("this control plane writes no audit log (audit_groups)")
+        if not self.audit_log.exists():
+            return []
+        with self.audit_log.open("rb") as log:
+            log.seek(since)
+            data = log.read()
+        # The last line may be half written while the apiserver runs.
+        lines = data.split(b"\n")
+        return [json.loads(line) for line in lines[:-1] if line.strip()]
 
     # -- components ---------------------------------------------------------------------------
 

@@ -63,12 +63,15 @@ PAUSE = "registry.k8s.io/pause:3.10"
 
 @contextlib.contextmanager
 def loopback_plane(folder: Path) -> Iterator[ControlPlane]:
-    """A control plane (with the controller manager) whose ClusterIPs are loopback addresses."""
+    """A control plane (with the controller manager) whose ClusterIPs are loopback addresses,
+    and whose apiserver keeps an audit log of every request of a kube-steer ServiceAccount
+    (tests/e2e/rbac_use.py reads it)."""
     second_octet = random.randint(64, 250)  # two runs side by side rarely share a range
     with ControlPlane.start(
         folder,
         controller_manager=True,
         apiserver_args=[f"--service-cluster-ip-range=127.{second_octet}.0.0/16"],
+        audit_groups=[f"system:serviceaccounts:{NS}"],
     ) as started:
         yield started
 
@@ -262,12 +265,21 @@ def start_webhook(run: Installation) -> None:
     served.verify_directly_issued_by(ca)
     names = served.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert "steer-webhook.kube-steer.svc" in names.get_values_for_type(x509.DNSName)
+    serve_webhook(run)
+
+
+def serve_webhook(run: Installation) -> None:
+    """The webhook's process on its Service's ClusterIP:443, with the mounted certificate
+    (`start_webhook`) and the policy source of the installed Deployment."""
+    folder = run.scratch("mounted-tls")
+    policy_file, resource = installed_policy_source(run, "steer-webhook")
     run.webhook = run.stack.enter_context(
         running_webhook(
             run.plane,
-            run.installed_policy(),
+            policy_file,
             run.scratch("webhook"),
-            listen=f"{ip}:443",
+            policy_resource=resource,
+            listen=f"{run.cluster_ip('steer-webhook')}:443",
             certificate=ServingCertificate(
                 folder / "tls.crt", folder / "tls.key", folder / "ca.crt"
             ),
@@ -302,6 +314,21 @@ def installed_flags(run: Installation, deployment: str) -> list[str]:
     return args[args.index("--listen") + 2 :]
 
 
+def installed_policy_source(run: Installation, deployment: str) -> tuple[Path | None, str | None]:
+    """Where the installed Deployment's process reads its policy: the mounted ConfigMap
+    (`--policy FILE`: the file, as `installed_policy`) or a SteeringPolicy
+    (`--policy-resource NAME`, or `=NAME`: its name)."""
+    found = json.loads(kubectl(run.plane, "-n", NS, "get", "deployment", deployment, "-o=json"))
+    (container,) = found["spec"]["template"]["spec"]["containers"]
+    args: list[str] = container["args"]
+    for i, arg in enumerate(args):
+        if arg == "--policy-resource":
+            return None, args[i + 1]
+        if arg.startswith("--policy-resource="):
+            return None, arg.split("=", 1)[1]
+    return run.installed_policy(), None
+
+
 def start_controller(run: Installation) -> None:
     """`rollout status deployment/steer-controller`: the controller, from this checkout, as
     its ServiceAccount, with the installed Deployment's flags (its leader renews the webhook's
@@ -309,11 +336,13 @@ def start_controller(run: Installation) -> None:
     force)."""
     flags = installed_flags(run, "steer-controller")
     assert flags[0] == "--webhook-certs=renew", flags
+    policy_file, resource = installed_policy_source(run, "steer-controller")
     run.controller = run.stack.enter_context(
         running_controller(
             run.plane,
-            run.installed_policy(),
+            policy_file,
             run.scratch("controller"),
+            policy_resource=resource,
             kubeconfig=run.account_kubeconfig("steer-controller"),
             extra_args=flags,
         )
@@ -334,20 +363,7 @@ def start_scorer(run: Installation) -> None:
     (`start_controller`)."""
     for name in NODES:
         run.plane.add_node(name, cpu="8", memory="32Gi", zone="zone-a")
-    run.scorer = run.stack.enter_context(
-        running_scorer(
-            run.plane,
-            run.installed_policy(),
-            run.prom.url,
-            run.scratch("scorer"),
-            listen=f"{run.cluster_ip('steer-scorer')}:8080",
-            kubeconfig=run.account_kubeconfig("steer-scorer"),
-            # As the manifest runs it: each caller is asked of the apiserver, through the
-            # installed auth-delegator binding of the scorer's ServiceAccount.
-            authorization="apiserver",
-        )
-    )
-    run.scorer.wait_ready()
+    serve_scorer(run)
     wait_until(
         "the scorer labelled every node",
         lambda: all(
@@ -357,6 +373,57 @@ def start_scorer(run: Installation) -> None:
         timeout=30,
         interval=0.2,
     )
+
+
+def serve_scorer(run: Installation) -> None:
+    """The scorer's process on its Service's ClusterIP:8080, with the policy source of the
+    installed Deployment; returns once it has scored (`/readyz`)."""
+    policy_file, resource = installed_policy_source(run, "steer-scorer")
+    run.scorer = run.stack.enter_context(
+        running_scorer(
+            run.plane,
+            policy_file,
+            run.prom.url,
+            run.scratch("scorer"),
+            policy_resource=resource,
+            listen=f"{run.cluster_ip('steer-scorer')}:8080",
+            kubeconfig=run.account_kubeconfig("steer-scorer"),
+            # As the manifest runs it: each caller is asked of the apiserver, through the
+            # installed auth-delegator binding of the scorer's ServiceAccount.
+            authorization="apiserver",
+        )
+    )
+    run.scorer.wait_ready()
+
+
+def rolled_out(run: Installation, deployment: str) -> None:
+    """After a change of a Deployment's pod template (`kubectl patch deployment`): its pod is
+    replaced by one running the new template. Here its process stops and starts again with
+    the Deployment's policy source; for a SteeringPolicy, until it wrote its part of the
+    object's status (the scorer's leader `status.scorer`, the controller's
+    `status.admissionPolicies`)."""
+    if deployment == "steer-scorer":
+        assert run.scorer is not None
+        run.scorer.stop()
+        serve_scorer(run)
+    elif deployment == "steer-webhook":
+        assert run.webhook is not None
+        run.webhook.stop()
+        serve_webhook(run)
+    else:
+        assert deployment == "steer-controller" and run.controller is not None
+        run.controller.stop()
+        start_controller(run)
+    _policy_file, resource = installed_policy_source(run, deployment)
+    field = {"steer-scorer": "scorer", "steer-controller": "admissionPolicies"}.get(deployment)
+    if resource is None or field is None:
+        return
+
+    def written() -> bool:
+        found = kubectl(run.plane, "get", "steeringpolicy", resource, "-o=json")
+        return bool((json.loads(found).get("status") or {}).get(field))
+
+    wait_until(f"{deployment} wrote status.{field} of {resource}", written, timeout=30)
 
 
 def explain_through_plugin(run: Installation, command: str) -> str:
@@ -404,6 +471,12 @@ def scorer_stopped(run: Installation) -> None:
     """After `scale deployment steer-scorer --replicas=0`: its pods would stop."""
     assert run.scorer is not None
     run.scorer.stop()
+
+
+def webhook_stopped(run: Installation) -> None:
+    """Its Deployment is deleted: its pods would stop."""
+    assert run.webhook is not None
+    run.webhook.stop()
 
 
 def shell(run: Installation, command: str) -> str:

@@ -35,6 +35,7 @@ from kits.waiting import wait_until
 from steer.core.admission import ValidationPlan, validate_pod
 from steer.core.policy import Policy, parse_policy
 from steer.core.steering import condition_key, tenant_for, trace_annotation_key
+from tests.e2e import rbac_use
 from tests.e2e.install_support import (
     HELM_SECTION,
     MANIFESTS,
@@ -51,6 +52,7 @@ from tests.e2e.install_support import (
     loopback_plane,
     missing_commands,
     no_pods_here,
+    rolled_out,
     scorer_stopped,
     scraped_nodes,
     shell,
@@ -61,6 +63,7 @@ from tests.e2e.install_support import (
     start_webhook,
     steered_and_bound,
     try_shell,
+    webhook_stopped,
 )
 from tests.e2e.privilege_support import attempts, may_set_ca_bundle, not_refused
 
@@ -711,6 +714,10 @@ def check_explained_pod(out: str) -> None:
     assert set(NODES) == {v["node"] for v in explained["allowed"]}, out
 
 
+def check_audit_report(out: str) -> None:
+    assert isinstance(json.loads(out), dict), out
+
+
 # Steps of the page that need kubelets or the image, and what is done instead (the page's
 # other commands run as written). A step listed here but missing from the page fails the test.
 INSTEAD: dict[str, Callable[[Installation], None]] = {
@@ -723,12 +730,22 @@ INSTEAD: dict[str, Callable[[Installation], None]] = {
         explain_through_plugin(run, "kubectl steer explain nodes")
     ),
     POD_EXPLAIN: lambda run: check_explained_pod(explain_through_plugin(run, POD_EXPLAIN)),
+    "kubectl steer audit report": lambda run: check_audit_report(
+        explain_through_plugin(run, "kubectl steer audit report")
+    ),
 }
 # Run as written, then what the cluster would do next.
 AFTER: dict[str, Callable[[Installation], None]] = {
     "kubectl apply -k manifests/": lambda run: no_pods_here(run.plane),
     "kubectl -n kube-steer scale deployment steer-scorer --replicas=0": scorer_stopped,
     "kubectl -n kube-steer scale deployment steer-controller --replicas=0": controller_stopped,
+}
+# `kubectl -n kube-steer patch deployment NAME ...` (step 6): its pod would be replaced.
+PATCHED = "kubectl -n kube-steer patch deployment "
+# Run before the command: what goes with it. The uninstall's last command deletes the webhook's
+# Deployment, so its pods, with its RBAC (the scorer and the controller were scaled to 0 before).
+BEFORE: dict[str, Callable[[Installation], None]] = {
+    "kubectl delete -k my-kube-steer/ --ignore-not-found": webhook_stopped,
 }
 # Commands that can briefly fail until a watch catches up (the webhook's namespace cache,
 # the default ServiceAccount): retried, as a person would.
@@ -756,11 +773,17 @@ def test_install_md_runs_verbatim_and_ends_with_a_steered_pod_bound(
     install_commands: list[str], plane: ControlPlane, prometheus: PrometheusServer, tmp_path: Path
 ) -> None:
     commands = install_commands
-    assert set(INSTEAD) | set(AFTER) <= set(commands), "docs/install.md changed: update the test"
+    assert set(INSTEAD) | set(AFTER) | set(BEFORE) <= set(commands), (
+        "docs/install.md changed: update the test"
+    )
+    # Step 6 moves the three processes to the SteeringPolicy.
+    patched = {c.removeprefix(PATCHED).split()[0] for c in commands if c.startswith(PATCHED)}
+    assert patched == {"steer-scorer", "steer-webhook", "steer-controller"}, patched
     workdir = tmp_path / "checkout"
     workdir.mkdir()
     (workdir / "manifests").symlink_to(MANIFESTS)  # the commands run from the repository's top
     core = client.CoreV1Api(plane.api_client())
+    audited_from = plane.audit_offset()
     with contextlib.ExitStack() as stack:
         run = Installation(
             plane,
@@ -775,6 +798,8 @@ def test_install_md_runs_verbatim_and_ends_with_a_steered_pod_bound(
             if command in INSTEAD:
                 INSTEAD[command](run)
                 continue
+            if command in BEFORE:
+                BEFORE[command](run)
             if command.startswith(EVENTUALLY):
                 run.outputs[command] = wait_until(
                     command,
@@ -786,6 +811,8 @@ def test_install_md_runs_verbatim_and_ends_with_a_steered_pod_bound(
                 run.outputs[command] = shell(run, command)
             if command in AFTER:
                 AFTER[command](run)
+            if command.startswith(PATCHED):
+                rolled_out(run, command.removeprefix(PATCHED).split()[0])
             check_after(run, command)
 
         # Uninstalled: nothing of kube-steer is left, and nodes carry none of its keys.
@@ -802,6 +829,65 @@ def test_install_md_runs_verbatim_and_ends_with_a_steered_pod_bound(
                 assert not [k for k in keys if k.startswith("kube-steer.github.io/")], (
                     node.metadata.name
                 )
+    check_rbac_equals_use(plane, plane.audit_events(since=audited_from))
+
+
+# Grants the walk-through cannot reach, and the code that uses each: a policy feature the
+# starter policy has not, a write conflict, or time. Exactly these go unused: a grant the
+# walk-through comes to use must leave this list, and an unused grant not in it fails.
+BEYOND_THE_WALK_THROUGH = {
+    ("steer-scorer", "create events"): (
+        "scorer/pending.py: an Event on a steered pod that kube-steer's rules keep Pending"
+    ),
+    ("steer-scorer", "get nodes"): "scorer/writer.py: a node read again after a 409 conflict",
+    ("steer-scorer", "patch nodes/status"): (
+        "scorer/writer.py: the extended resources of budget pools and gates (overcommit; "
+        "tests/e2e/test_budget_pools.py)"
+    ),
+    ("steer-scorer", "list discovery.k8s.io/endpointslices"): (
+        "scorer/sources/kubernetes.py: a policy's endpointReadiness dimension"
+    ),
+    ("steer-controller", "update secrets steer-webhook-tls in kube-steer"): (
+        "certs/renewer.py: the serving certificate renewed before it expires "
+        "(tests/e2e/test_cert_renewal.py)"
+    ),
+    ("steer-controller", "get services steer-webhook in kube-steer"): (
+        "certs/probe.py: in a CA rollover, whether every endpoint serves the new CA's "
+        "certificate (tests/e2e/test_cert_renewal.py)"
+    ),
+    ("steer-controller", "list discovery.k8s.io/endpointslices in kube-steer"): (
+        "certs/probe.py: the same probe's endpoints"
+    ),
+}
+
+
+def check_rbac_equals_use(plane: ControlPlane, events: list[dict[str, Any]]) -> None:
+    """RBAC equals use (tests/e2e/rbac_use.py): every grant of every role the install binds to
+    a kube-steer ServiceAccount was used by that account during the walk-through (but those
+    `BEYOND_THE_WALK_THROUGH`), and none of its requests was refused. The table (grant, first
+    request it authorised) is printed."""
+    rbac = client.RbacAuthorizationV1Api(plane.api_client())
+
+    def cluster_role(name: str) -> dict[str, Any]:
+        found: dict[str, Any] = plane.api_client().sanitize_for_serialization(
+            rbac.read_cluster_role(name)
+        )
+        return found
+
+    documents = [d for d in yaml.safe_load_all(kubectl(plane, "kustomize", str(MANIFESTS))) if d]
+    used = rbac_use.uses(rbac_use.grants(documents, NS, cluster_role), events, NS)
+    table = rbac_use.table(
+        used, beyond={f"{a}: {g}": why for (a, g), why in BEYOND_THE_WALK_THROUGH.items()}
+    )
+    print(f"RBAC equals use: {len(events)} audited requests of kube-steer ServiceAccounts\n{table}")
+    assert {g.account for g in used} == {"steer-scorer", "steer-controller", "steer-webhook"}
+    unused = {(g.account, str(g)) for g, e in used.items() if e is None}
+    surprise = sorted(unused - set(BEYOND_THE_WALK_THROUGH))
+    assert not surprise, "granted but never used: " + "; ".join(f"{a}: {g}" for a, g in surprise)
+    reached = sorted(set(BEYOND_THE_WALK_THROUGH) - unused)
+    assert not reached, "used now, so not beyond the walk-through: " + str(reached)
+    refused = [rbac_use.describe(e) for e in rbac_use.refused(events, NS)]
+    assert not refused, "refused in normal operation:\n" + "\n".join(refused)
 
 
 def check_after(run: Installation, command: str) -> None:
