@@ -301,6 +301,7 @@ def create_app(
                         "nodes": d.nodes,
                         "expectedNodes": d.expected,
                         "problems": [p.to_json() for p in d.problems],
+                        "forms": [{"form": f, "nodes": n} for f, n in d.forms],
                     }
                     for d in last.plan.dimensions
                 },

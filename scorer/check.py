@@ -21,6 +21,7 @@ from steer.adapters.prometheus import PrometheusClient, PrometheusError
 from steer.adapters.prometheus_probe import metric_index, probe
 from steer.core.datacheck import DataProblem, diagnose, expected_nodes
 from steer.core.datacheck.diagnose import metrics_of
+from steer.core.datacheck.exporters import forms_text
 from steer.core.datacheck.identities import IdentityKind, classify
 from steer.core.policy import Policy, PrometheusDimension
 
@@ -34,6 +35,7 @@ class DimensionCheck:
     expected: int | None = None
     problems: tuple[DataProblem, ...] = ()
     error: str | None = None  # the query failed
+    forms: tuple[tuple[str, int], ...] = ()  # the exporter forms read, with their nodes
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,7 @@ class CheckReport:
                     "expectedNodes": d.expected,
                     "error": d.error,
                     "problems": [p.to_json() for p in d.problems],
+                    "forms": [{"form": f, "nodes": n} for f, n in d.forms],
                 }
                 for d in self.dimensions
             ],
@@ -79,6 +82,15 @@ class CheckReport:
             else:
                 out.extend(p.line() for p in d.problems)
         return out
+
+    def form_lines(self) -> list[str]:
+        """`read dcgm-exporter hostname (2 nodes): gpu-util, gpu-free, gpu-frag`: which exporter
+        form the dimensions that read more than one found, one line per set of forms."""
+        by_forms: dict[str, list[str]] = {}
+        for d in self.dimensions:
+            if d.forms:
+                by_forms.setdefault(forms_text(d.forms), []).append(d.dimension)
+        return [f"read {forms}: {', '.join(dims)}" for forms, dims in by_forms.items()]
 
     def summary(self) -> str:
         count = len(self.problems) + len(self.errors)
@@ -139,6 +151,7 @@ def check_policy(
                 nodes=resolved,
                 expected=None if expected is None else len(expected),
                 problems=vetted.problems,
+                forms=reading.forms,
             )
         )
     return CheckReport(client.url, nodes is not None, tuple(checks))

@@ -124,7 +124,7 @@ def _cmd_policy_check(args: argparse.Namespace) -> int:
     if args.output == "json":
         print(json.dumps(report.to_json(), indent=2))
     else:
-        for line in report.lines():
+        for line in report.lines() + report.form_lines():
             print(line)
         print(report.summary())
     return 1 if report.problems or report.errors else 0

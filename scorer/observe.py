@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from scorer.model import NodeState
 from steer.core.datacheck import DataProblem, ProblemKind, ReadingFacts, vet_reading
+from steer.core.datacheck.exporters import FORM_LABEL
 from steer.core.policy import Dimension
 
 # How many unmatched identities a reading keeps for /explain; the count is always exact.
@@ -102,6 +104,9 @@ class DimensionReading:
     too_large: int = 0
     duration_s: float = 0.0
     warnings: tuple[str, ...] = field(default=())
+    # The exporter forms the nodes were read from (a sample's `form` label, which a query
+    # reading more than one form sets: docs/exporters.md), each with its count of nodes.
+    forms: tuple[tuple[str, int], ...] = ()
     # Set by vetting (steer/core/datacheck): values dropped as out of their unit's range, the
     # nodes the coverage expects (None: any) and what the data lacks.
     out_of_range: int = 0
@@ -134,6 +139,7 @@ def read_dimension(
     warnings: tuple[str, ...] = (),
 ) -> DimensionReading:
     values: dict[str, float] = {}
+    forms: dict[str, str] = {}
     unknown_examples: list[str] = []
     count = unknown = unlabelled = non_finite = duplicates = too_large = 0
     raw = dim.publish == "raw"
@@ -161,6 +167,9 @@ def read_dimension(
             duplicates += 1
             value = max(value, values[node])
         values[node] = value
+        form = sample.labels.get(FORM_LABEL)
+        if form:
+            forms[node] = min(form, forms.get(node, form))
     return DimensionReading(
         dimension=dim.name,
         query=dim.what,
@@ -175,7 +184,14 @@ def read_dimension(
         too_large=too_large,
         duration_s=duration_s,
         warnings=warnings,
+        forms=form_counts(forms.values()),
     )
+
+
+def form_counts(forms: Iterable[str]) -> tuple[tuple[str, int], ...]:
+    """Each form with the number of nodes read from it, most nodes first."""
+    counts = Counter(forms)
+    return tuple(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
 
 
 def vet(

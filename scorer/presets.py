@@ -62,11 +62,3 @@ ENERGY_KEPLER_07 = """\
       weight: 1
       ttlSeconds: 3600
 """
-
-
-def with_dcgm_node_label(policy_text: str, label: str) -> str:
-    """The policy with the DCGM dimensions grouped by `label` instead of `hostname`: `Hostname`
-    for dcgm-exporter releases before #655, `node` for a relabelling that carries the node."""
-    return policy_text.replace("by (hostname)", f"by ({label})").replace(
-        "nodeLabel: hostname", f"nodeLabel: {label}"
-    )

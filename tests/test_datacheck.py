@@ -159,13 +159,16 @@ def test_metric_and_label_names_of_the_example_queries() -> None:
         "kepler_node_cpu_watts",
         "kepler_node_cpu_usage_ratio",
         "kube_node_status_capacity",
+        "kepler_node_package_joules_total",
+        "kepler_node_dram_joules_total",
+        "kube_pod_container_resource_requests",
     )
     assert metric_names(dim("gpu-frag").query) == ("DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED")
     assert metric_names('rate(a_total{x="y"}[5m] offset 1h) > bool 1e3 and {__name__="b"}') == (
         "b",
         "a_total",
     )
-    assert label_names(dim("gpu-util").query) == {"pod", "hostname"}
+    assert label_names(dim("gpu-util").query) == {"pod", "hostname", "Hostname"}
 
 
 # -- diagnosis ---------------------------------------------------------------------------------
@@ -195,7 +198,13 @@ def test_a_node_label_spelled_otherwise_is_named_with_the_fix() -> None:
         frozenset({"DCGM_FI_DEV_GPU_UTIL"}),
         (MetricFacts("DCGM_FI_DEV_GPU_UTIL", True, frozenset({"gpu", "UUID", "Hostname"})),),
     )
-    (problem,) = diagnose(dim("gpu-util"), facts)
+    one_spelling = made(
+        name="gpu-util",
+        unit="pct",
+        node_label="hostname",
+        query='avg by (hostname) (DCGM_FI_DEV_GPU_UTIL{pod=""})',
+    )
+    (problem,) = diagnose(one_spelling, facts)
     assert problem.kind == ProblemKind.NODE_LABEL
     assert problem.fix.startswith("set nodeLabel: Hostname")
 

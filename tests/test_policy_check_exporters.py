@@ -1,13 +1,13 @@
 """`steer policy check` against a real Prometheus holding the exporters' own output.
 
 The fixtures (tests/fixtures/exporters/, README.md there) are the expositions of dcgm-exporter,
-Kepler, kube-state-metrics and the blackbox exporter in the forms a cluster meets: the current
-releases, which the example policy reads, and the older or misconfigured ones that make it read
-nothing (a capital `Hostname`, a `hostname` that names the exporter pod, Kepler <= 0.9, a ratio
-where a percent is declared, a scrape without honor_labels). Each Prometheus is filled with
-promtool before it starts (samples of the last two minutes, so instant queries see them), one
-per fixture family and module; only the honor_labels case is scraped, because the renaming is
-the scrape's doing.
+Kepler, kube-state-metrics and the blackbox exporter in the forms a cluster meets: the releases
+the example policy reads (dcgm-exporter 3.x with `Hostname` and 4.8 with `hostname`, Kepler
+0.7-0.9 and >= 0.10, each alone and mixed across and within nodes), and the misconfigured ones
+that make it read nothing (a `hostname` that names the exporter pod, a ratio where a percent is
+declared, a scrape without honor_labels). Each Prometheus is filled with promtool before it
+starts (samples of the last ten minutes, so instant queries see them), one per fixture family
+and module; only the honor_labels case is scraped, because the renaming is the scrape's doing.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from kits.prometheus_server import PrometheusServer
 from launcher.commands import main
 from scorer.check import CheckReport, check_policy
 from scorer.model import NodeState
-from scorer.presets import ENERGY_KEPLER_07, POWER_KEPLER_07, with_dcgm_node_label
+from scorer.presets import ENERGY_KEPLER_07, POWER_KEPLER_07
 from steer.adapters.policy_file import load_policy_file
 from tests.conftest import EXAMPLE_POLICY, FIXTURES
 from tests.json_server import json_server
@@ -166,30 +166,52 @@ def kepler_cluster(scrape: Sequence[Family], usage: float) -> list[Family]:
     return out
 
 
-def openmetrics(families: Sequence[Family], timestamps: Sequence[float]) -> str:
+# Kepler 0.7's joule counters grow by this share of their fixture value per second over the
+# history: 38605 J of a package's dynamic energy reads as 38.6 W.
+COUNTER_GROWTH = 1e-3
+
+
+def counter_watts(value: float) -> float:
+    return value * COUNTER_GROWTH
+
+
+def openmetrics(
+    families: Sequence[Family], timestamps: Sequence[float], *, growing: bool = False
+) -> str:
     """OpenMetrics text for `promtool tsdb create-blocks-from openmetrics`: each series held
-    at its value over `timestamps` (counters too: no query here reads their rate)."""
+    at its value over `timestamps`; with `growing`, counters rise from their value by
+    `COUNTER_GROWTH` of it per second (Kepler 0.7's, which the queries read as a rate)."""
     lines = []
     for family in families:
         name = family.name.removesuffix("_total") if family.kind == "counter" else family.name
         lines += [f"# HELP {name} {family.help}", f"# TYPE {name} {family.kind}"]
+        grows = growing and family.kind == "counter"
         for labels, value in family.samples:
             text = ",".join(f'{k}="{v}"' for k, v in labels.items())
-            lines += [f"{family.name}{{{text}}} {value!r} {ts:.3f}" for ts in timestamps]
+            lines += [
+                f"{family.name}{{{text}}} "
+                f"{value + (counter_watts(value) * (ts - timestamps[0]) if grows else 0.0)!r} "
+                f"{ts:.3f}"
+                for ts in timestamps
+            ]
     lines.append("# EOF")
     return "\n".join(lines) + "\n"
 
 
 @contextmanager
 def backfilled(
-    families: Sequence[Family], kepler: tuple[Sequence[Family], Sequence[Family]] | None = None
+    families: Sequence[Family],
+    kepler: tuple[Sequence[Family], Sequence[Family]] | None = None,
+    counters: Sequence[Family] = (),
 ) -> Iterator[PrometheusServer]:
     """`families` held over the whole history; `kepler`'s first part over its first half and
-    its second part over the rest."""
+    its second part over the rest; `counters` rising over the whole history."""
     now = time.time()
     timestamps = [now - HISTORY_S + i * STEP_S for i in range(HISTORY_S // STEP_S + 1)]
     half = len(timestamps) // 2
     text = openmetrics(families, timestamps)
+    if counters:
+        text = text.removesuffix("# EOF\n") + openmetrics(counters, timestamps, growing=True)
     if kepler is not None:
         first, second = kepler
         text = text.removesuffix("# EOF\n") + _merged(
@@ -243,6 +265,14 @@ def kepler_07() -> list[Family]:
     return scraped_as(exposition("kepler-0.7-node.prom"), job="kepler")
 
 
+def on_nodes(families: Sequence[Family], label: str, nodes: Sequence[str]) -> list[Family]:
+    """Only the series whose `label` names one of `nodes`."""
+    return [
+        dataclasses.replace(f, samples=tuple(s for s in f.samples if s[0].get(label) in nodes))
+        for f in families
+    ]
+
+
 def tenancy_and_health() -> list[Family]:
     ksm = scraped_as(
         exposition("kube-state-metrics.prom"), job="kube-state-metrics", instance="10.0.2.9:8080"
@@ -274,8 +304,45 @@ def pod_hostname() -> Iterator[PrometheusServer]:
 
 @pytest.fixture(scope="module")
 def old_kepler() -> Iterator[PrometheusServer]:
-    families = dcgm("dcgm-exporter-4.8-hostname.prom") + kepler_07() + tenancy_and_health()
-    with backfilled(families) as prom:
+    families = dcgm("dcgm-exporter-4.8-hostname.prom") + tenancy_and_health()
+    with backfilled(families, counters=kepler_07()) as prom:
+        yield prom
+
+
+# A cluster in the middle of upgrading both exporters: dcgm-exporter 4.8 on the first GPU node
+# and 3.x on the second, and on the first the 3.x exporter's series still there (renamed
+# `Hostname`); Kepler >= 0.10 on the first GPU node and the first CPU node, 0.7 on the other two
+# and on the first GPU node too.
+BOTH_FORMS_GPU, BOTH_FORMS_CPU = GPU_NODES[0], NODES[0]
+KEPLER_NEW = (NODES[0], NODES[2])
+KEPLER_OLD = (NODES[0], NODES[1], NODES[3])
+
+
+@pytest.fixture(scope="module")
+def mixed() -> Iterator[PrometheusServer]:
+    new = on_nodes(dcgm("dcgm-exporter-4.8-hostname.prom"), "hostname", GPU_NODES[:1])
+    old = dcgm("dcgm-exporter-3.x-Hostname.prom")
+    # The 3.x exporter on the first node read its GPUs otherwise (all idle, all free): were it
+    # counted beside the 4.8 exporter's, the first node's values would move.
+    old = [
+        dataclasses.replace(
+            f,
+            samples=tuple(
+                (
+                    ls,
+                    0.0
+                    if ls["Hostname"] == GPU_NODES[0] and f.name != "DCGM_FI_DEV_FB_FREE"
+                    else v,
+                )
+                for ls, v in f.samples
+            ),
+        )
+        for f in old
+    ]
+    first, second = kepler_010()
+    kepler = (on_nodes(first, "node_name", KEPLER_NEW), on_nodes(second, "node_name", KEPLER_NEW))
+    kepler_old = on_nodes(kepler_07(), "instance", KEPLER_OLD)
+    with backfilled(new + old + tenancy_and_health(), kepler, kepler_old) as prom:
         yield prom
 
 
@@ -350,6 +417,13 @@ def report_for(prom: PrometheusServer, nodes: Sequence[NodeState] | None) -> Che
 ALL_NODES = ("--nodes", ",".join(NODES))
 
 
+def read_example(prom: PrometheusServer, dimension: str) -> dict[str, float]:
+    """A dimension of the example policy, read through its own query, by its node label."""
+    (dim,) = (d for d in load_policy_file(EXAMPLE_POLICY).spec.dimensions if d.name == dimension)
+    with prom.client() as client:
+        return client.query(dim.query).values_by(dim.node_label)
+
+
 # --- the current releases ---------------------------------------------------------------------
 
 
@@ -358,7 +432,11 @@ def test_example_policy_passes_on_the_current_exporters(
 ) -> None:
     code, out = policy_check(capsys, current, *ALL_NODES)
 
-    assert out.splitlines() == [f"8 dimensions checked against {current.url}: 0 problems"]
+    assert out.splitlines() == [
+        "read dcgm-exporter hostname (2 nodes): gpu-util, gpu-free, gpu-frag",
+        "read kepler >= 0.10 (4 nodes): power, core-power, idle-power",
+        f"8 dimensions checked against {current.url}: 0 problems",
+    ]
     assert code == 0
 
 
@@ -418,37 +496,29 @@ def test_fixture_values_reach_the_queries(current: PrometheusServer) -> None:
 # --- dcgm-exporter: the node label ----------------------------------------------------------------
 
 
-def test_capital_hostname_of_dcgm_exporter_3x_names_the_label_to_read(
+def test_example_policy_reads_dcgm_exporter_3x_with_its_capital_hostname(
     capital_hostname: PrometheusServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, out = policy_check(capsys, capital_hostname, *ALL_NODES)
 
-    assert code == 1
-    metrics = {
-        "gpu-util": "DCGM_FI_DEV_GPU_UTIL",
-        "gpu-free": "DCGM_FI_DEV_FB_USED, DCGM_FI_DEV_FB_FREE",
-        "gpu-frag": "DCGM_FI_DEV_FB_FREE, DCGM_FI_DEV_FB_USED",
-    }
-    for dimension, read in metrics.items():
-        assert (
-            f"{dimension}: none of the series it reads ({read}) carries label hostname; they "
-            "carry Hostname; fix: set nodeLabel: Hostname and group the query by it "
-            "(`by (Hostname)`)"
-        ) in lines_of(out, dimension), out
-    others = [line for line in out.splitlines()[:-1] if not line.startswith(GPU_DIMENSIONS)]
-    assert others == []
-
-
-def test_the_suggested_node_label_fixes_dcgm_exporter_3x(
-    capital_hostname: PrometheusServer, capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
-    policy = tmp_path / "policy.yaml"
-    policy.write_text(with_dcgm_node_label(EXAMPLE_POLICY.read_text(), "Hostname"))
-
-    code, out = policy_check(capsys, capital_hostname, *ALL_NODES, policy=policy)
-
-    assert out.splitlines()[-1].endswith(": 0 problems"), out
+    assert out.splitlines() == [
+        "read dcgm-exporter Hostname (2 nodes): gpu-util, gpu-free, gpu-frag",
+        "read kepler >= 0.10 (4 nodes): power, core-power, idle-power",
+        f"8 dimensions checked against {capital_hostname.url}: 0 problems",
+    ]
     assert code == 0
+    report = report_for(capital_hostname, NODE_STATES)
+    assert {d.dimension: (d.nodes, d.expected) for d in report.dimensions if d.forms} == {
+        **dict.fromkeys(GPU_DIMENSIONS, (2, 2)),
+        "power": (4, 4),
+        "core-power": (4, None),
+        "idle-power": (4, 4),
+    }
+    # The same GPUs as the 4.8 fixture: the same values.
+    assert read_example(capital_hostname, "gpu-util") == pytest.approx(
+        {GPU_NODES[0]: 8.0, GPU_NODES[1]: 6.0}
+    )
+    assert read_example(capital_hostname, "gpu-free") == dict.fromkeys(GPU_NODES, 2.0)
 
 
 @pytest.mark.parametrize("node_list", [ALL_NODES, ()], ids=["nodes", "no-node-list"])
@@ -489,25 +559,89 @@ def test_pod_name_hostname_reports_gpu_dimensions_below_their_coverage(
 # --- Kepler: the release line -------------------------------------------------------------------
 
 
-def test_kepler_09_data_names_the_other_form_for_every_energy_dimension(
+def test_example_policy_reads_kepler_09_as_watts(
     old_kepler: PrometheusServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, out = policy_check(capsys, old_kepler, *ALL_NODES)
 
-    assert code == 1
-    absent = {
-        "power": "kepler_node_cpu_watts",
-        "core-power": "kepler_node_cpu_watts",
-        "idle-power": "kepler_node_cpu_idle_watts",
+    assert out.splitlines() == [
+        "read dcgm-exporter hostname (2 nodes): gpu-util, gpu-free, gpu-frag",
+        "read kepler <= 0.9 (4 nodes): power, core-power, idle-power",
+        f"8 dimensions checked against {old_kepler.url}: 0 problems",
+    ]
+    assert code == 0
+    # The counters' rates: package (every mode, every socket) for power, its idle mode for
+    # idle-power, its dynamic mode per requested core for core-power.
+    joules = {n: kepler_07_joules(n) for n in NODES}
+    assert read_example(old_kepler, "power") == pytest.approx(
+        {n: counter_watts(sum(j.values())) for n, j in joules.items()}, rel=1e-3
+    )
+    assert read_example(old_kepler, "idle-power") == pytest.approx(
+        {n: counter_watts(j["idle"]) for n, j in joules.items()}, rel=1e-3
+    )
+    requested = read_example(old_kepler, "overcommit-pct")  # every node: a value
+    core = read_example(old_kepler, "core-power")
+    assert set(core) == set(requested) == set(NODES)
+    assert all(0 < v < counter_watts(joules[n]["dynamic"]) + 1e-9 for n, v in core.items())
+
+
+def kepler_07_joules(node: str) -> dict[str, float]:
+    """The fixture's package joules of `node`, summed by mode."""
+    (package,) = (f for f in kepler_07() if f.name == "kepler_node_package_joules_total")
+    out = {"dynamic": 0.0, "idle": 0.0}
+    for labels, value in package.samples:
+        if labels["instance"] == node:
+            out[labels["mode"]] += value
+    return out
+
+
+# --- mid-upgrade: both forms, across nodes and on one node ------------------------------------
+
+
+def test_a_cluster_mid_upgrade_resolves_every_node_once_by_its_newest_form(
+    mixed: PrometheusServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out = policy_check(capsys, mixed, *ALL_NODES)
+
+    assert out.splitlines() == [
+        "read dcgm-exporter Hostname (1 node), dcgm-exporter hostname (1 node): "
+        "gpu-util, gpu-free, gpu-frag",
+        "read kepler <= 0.9 (2 nodes), kepler >= 0.10 (2 nodes): power, core-power, idle-power",
+        f"8 dimensions checked against {mixed.url}: 0 problems",
+    ]
+    assert code == 0
+    report = report_for(mixed, NODE_STATES)
+    assert report.problems == () and report.errors == ()
+    resolved = {d.dimension: (d.nodes, d.expected) for d in report.dimensions}
+    assert resolved == {
+        **dict.fromkeys(GPU_DIMENSIONS, (2, 2)),
+        "power": (4, 4),
+        "core-power": (4, None),
+        "idle-power": (4, 4),
+        "overcommit-pct": (4, None),
+        "health": (4, 4),
     }
-    for dimension, metric in absent.items():
-        assert (
-            f"{dimension}: metric {metric} has no current series in Prometheus; Kepler <= 0.9 "
-            "series found: kepler_node_package_joules_total, kepler_node_platform_joules_total; "
-            "fix: the cluster runs Kepler <= 0.9: use its form of this dimension"
-        ) in "\n".join(lines_of(out, dimension)), out
-    others = [line for line in out.splitlines()[:-1] if not line.startswith(ENERGY_DIMENSIONS)]
-    assert others == []
+    with mixed.client() as client:
+        policy = load_policy_file(EXAMPLE_POLICY)
+        for dim in policy.spec.dimensions:
+            if dim.name in GPU_DIMENSIONS + ENERGY_DIMENSIONS:
+                answer = client.query(dim.query)
+                names = [s.labels[dim.node_label] for s in answer.samples]
+                assert sorted(names) == sorted(set(names)), (dim.name, names)  # once each
+                forms = {s.labels[dim.node_label]: s.labels["form"] for s in answer.samples}
+                both = BOTH_FORMS_GPU if dim.name in GPU_DIMENSIONS else BOTH_FORMS_CPU
+                assert forms[both] in ("dcgm-exporter hostname", "kepler >= 0.10"), dim.name
+    # The node with both forms reads as its new exporter reports it, the other as its old one.
+    assert read_example(mixed, "gpu-util") == pytest.approx({GPU_NODES[0]: 8.0, GPU_NODES[1]: 6.0})
+    assert read_example(mixed, "gpu-free") == dict.fromkeys(GPU_NODES, 2.0)
+    power = read_example(mixed, "power")
+    assert power[BOTH_FORMS_CPU] == pytest.approx(KEPLER_WATTS[BOTH_FORMS_CPU])
+    assert power[NODES[1]] == pytest.approx(
+        counter_watts(sum(kepler_07_joules(NODES[1]).values())), rel=1e-3
+    )
+    assert read_example(mixed, "core-power")[BOTH_FORMS_CPU] == pytest.approx(
+        MACHINES[BOTH_FORMS_CPU][2]
+    )
 
 
 def kepler_07_policy(path: Path) -> Path:
@@ -560,7 +694,7 @@ def test_gpu_utilisation_as_a_ratio_is_held_back_with_the_scale_to_apply(
         "or a release that changed the unit) (not published); fix: multiply by 100 in the "
         "query, or declare unit: ratio with normalization fixed 0..1"
     ]
-    assert len(out.splitlines()) == 2  # that line and the summary
+    assert len(out.splitlines()) == 4  # that line, the two forms read and the summary
 
 
 # --- the scrape ---------------------------------------------------------------------------------
@@ -588,11 +722,11 @@ def test_honor_labels_false_reports_the_renamed_pod_label(
 
 def test_json_output_has_one_entry_per_dimension_with_its_problems(
     current: PrometheusServer,
-    capital_hostname: PrometheusServer,
+    pod_hostname: PrometheusServer,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     clean_code, clean_out = policy_check(capsys, current, *ALL_NODES, "--output", "json")
-    code, out = policy_check(capsys, capital_hostname, *ALL_NODES, "--output", "json")
+    code, out = policy_check(capsys, pod_hostname, *ALL_NODES, "--output", "json")
 
     clean, report = json.loads(clean_out), json.loads(out)
     for doc in (clean, report):
@@ -613,6 +747,7 @@ def test_json_output_has_one_entry_per_dimension_with_its_problems(
                 "expectedNodes",
                 "error",
                 "problems",
+                "forms",
             }
             assert d["checked"] is True and d["error"] is None
     assert (clean_code, clean["problems"], clean["prometheus"]) == (0, 0, current.url)
@@ -620,12 +755,18 @@ def test_json_output_has_one_entry_per_dimension_with_its_problems(
         **dict.fromkeys(GPU_DIMENSIONS, 2),
         **dict.fromkeys([*ENERGY_DIMENSIONS, "overcommit-pct", "health"], 4),
     }
+    assert {d["dimension"]: d["forms"] for d in clean["dimensions"]} == {
+        **{d: [{"form": "dcgm-exporter hostname", "nodes": 2}] for d in GPU_DIMENSIONS},
+        **{d: [{"form": "kepler >= 0.10", "nodes": 4}] for d in ENERGY_DIMENSIONS},
+        "overcommit-pct": [],
+        "health": [],
+    }
 
     assert code == 1
     gpu_util = report["dimensions"][0]
-    assert (gpu_util["samples"], gpu_util["nodes"]) == (1, 0)  # one sample, no hostname on it
-    # The diagnosis (the series carry Hostname) replaces the generic "samples lack it" guess.
-    assert [p["kind"] for p in gpu_util["problems"]] == ["node-label"]
+    # One sample per exporter pod, whose name is no node's.
+    assert (gpu_util["samples"], gpu_util["nodes"], gpu_util["forms"]) == (2, 0, [])
+    assert [p["kind"] for p in gpu_util["problems"]] == ["not-node-names"]
     assert all(
         set(p) == {"dimension", "kind", "message", "fix", "blocking"} for p in gpu_util["problems"]
     )

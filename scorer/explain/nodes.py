@@ -178,6 +178,7 @@ def dimension_status(summary: DimensionSummary) -> DimensionStatus:
         error_kind=summary.error_kind,
         expected_nodes=summary.expected,
         problems=summary.problems,
+        forms=summary.forms,
     )
 
 

@@ -163,6 +163,7 @@ def plan_cycle(
                 error_kind=failure.kind if failure else None,
                 expected=reading.expected if reading else failure.expected if failure else None,
                 problems=reading.problems if reading else failure.problems if failure else (),
+                forms=reading.forms if reading else (),
             )
         )
     cycle = CyclePlan(

@@ -200,6 +200,8 @@ class DimensionSummary:
     # (steer/core/datacheck): shown by /readyz, /explain and the policy's status.
     expected: int | None = None
     problems: tuple[DataProblem, ...] = ()
+    # The exporter forms this cycle's answer was read from, with their nodes (observe.py).
+    forms: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)

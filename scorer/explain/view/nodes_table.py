@@ -41,6 +41,7 @@ class DimensionStatus:
     error_kind: str | None
     expected_nodes: int | None = None  # what the dimension's coverage expects (None: any)
     problems: tuple[DataProblem, ...] = ()  # what its data lacks, each with the fix
+    forms: tuple[tuple[str, int], ...] = ()  # the exporter forms read, with their nodes
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -61,6 +62,7 @@ class DimensionStatus:
             "errorKind": self.error_kind,
             "expectedNodes": self.expected_nodes,
             "problems": [p.to_json() for p in self.problems],
+            "forms": [{"form": f, "nodes": n} for f, n in self.forms],
         }
 
     @classmethod
@@ -83,6 +85,7 @@ class DimensionStatus:
             error_kind=obj.get("errorKind"),
             expected_nodes=obj.get("expectedNodes"),
             problems=tuple(DataProblem.from_json(p) for p in obj.get("problems") or ()),
+            forms=tuple((f["form"], f["nodes"]) for f in obj.get("forms") or ()),
         )
 
 

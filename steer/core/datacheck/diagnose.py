@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from steer.core.datacheck.exporters import FAMILIES, family_of, present_related
+from steer.core.datacheck.exporters import FAMILIES, Family, family_of, present_related
 from steer.core.datacheck.problems import DataProblem, ProblemKind
 from steer.core.datacheck.promql import label_names, metric_names
 from steer.core.policy import PrometheusDimension
@@ -60,14 +60,22 @@ def diagnose(
     if not short:
         return tuple(_renamed(dim, present))
     problems: list[DataProblem] = []
+    read = {f for f in (family_of(m.name) for m in present) if f is not None}
     for metric in facts.metrics:
-        if not metric.present:
+        if not metric.present and not _other_form_read(metric.name, read):
             problems.append(_absent(dim, metric.name, facts.names))
     label = _node_label(dim, present)
     if label is not None:
         problems.append(label)
     problems.extend(_renamed(dim, present))
     return tuple(problems)
+
+
+def _other_form_read(metric: str, read: set[Family]) -> bool:
+    """The query also reads another release line of the metric's exporter, which Prometheus
+    holds (the example policy's `or` of Kepler's two forms): the absent one is not a cause."""
+    own = family_of(metric)
+    return own is not None and any(f.exporter == own.exporter and f != own for f in read)
 
 
 def _renamed(dim: PrometheusDimension, present: list[MetricFacts]) -> list[DataProblem]:

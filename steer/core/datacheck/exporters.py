@@ -8,6 +8,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+# The label a query reading more than one exporter form sets on each answer (the example
+# policy's `label_replace(..., "form", "kepler >= 0.10", "", "")`): the checks count the nodes
+# read from each form and name them.
+FORM_LABEL = "form"
+
+
+def forms_text(forms: Iterable[tuple[str, int]]) -> str:
+    """`dcgm-exporter hostname (2 nodes), dcgm-exporter Hostname (1 node)`."""
+    return ", ".join(f"{form} ({n} node{'s' if n != 1 else ''})" for form, n in forms)
+
 
 @dataclass(frozen=True)
 class Family:
@@ -56,7 +66,7 @@ FAMILIES: tuple[Family, ...] = (
             }
         ),
         "instance",
-        "the Kepler <= 0.9 forms: scorer/presets.py POWER_KEPLER_07 and ENERGY_KEPLER_07 (docs/exporters.md)",
+        "the example policy's energy dimensions (docs/exporters.md, Kepler <= 0.9)",
     ),
     Family(
         "DCGM exporter",
