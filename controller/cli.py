@@ -15,9 +15,9 @@ from controller.serve import (
     ControllerOptions,
     serve_controller,
 )
-from steer.adapters.kube import KubeConfigError, add_kubeconfig_flag
+from steer.adapters.kube import add_kubeconfig_flag
 from steer.adapters.service_logs import add_log_flags, configure_logging
-from steer.core.policy import PolicyError
+from steer.adapters.service_run import serve_exit_code
 
 
 def register(subparsers: Any) -> None:
@@ -109,12 +109,4 @@ def _cmd_run(args: argparse.Namespace) -> int:
         webhook_certs=webhook_certs,
         admission_policies=admission_policies,
     )
-    try:
-        serve_controller(options)
-    except PolicyError as exc:
-        print(f"invalid policy:\n{exc}", file=sys.stderr)
-        return 2
-    except KubeConfigError as exc:
-        print(str(exc), file=sys.stderr)
-        return 2
-    return 0
+    return serve_exit_code(lambda: serve_controller(options))

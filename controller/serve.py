@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from steer.adapters.kube import make_api_client
 from steer.adapters.kubejson import KubeJson
 from steer.adapters.policy_file import PolicyWatcher
 from steer.adapters.policy_resource import PolicyResourceWatcher
+from steer.adapters.service_run import stop_on_signals
 
 log = logging.getLogger(__name__)
 
@@ -138,14 +138,7 @@ def serve_controller(options: ControllerOptions) -> None:
     server = HttpServer(
         health_app(metrics, started.is_set), options.host, options.port, name="controller-http"
     )
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        log.info("signal %d: shutting down", signum)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop = stop_on_signals(log)
     server.start()
     watcher.start()
     if elector is not None:

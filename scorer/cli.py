@@ -46,6 +46,7 @@ from steer.adapters.policy_file import load_policy_file
 from steer.adapters.policy_resource import fetch_policy_object, parse_policy_object
 from steer.adapters.prometheus import PrometheusClient, PrometheusError
 from steer.adapters.service_logs import add_log_flags, configure_logging
+from steer.adapters.service_run import serve_exit_code
 from steer.core.policy import Policy, PolicyError
 
 DEFAULT_SCORER_URL = "http://127.0.0.1:8080"
@@ -526,15 +527,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         dry_run=args.dry_run,
         authorization=args.authorization,
     )
-    try:
-        serve_scorer(options)
-    except PolicyError as exc:
-        print(f"invalid policy:\n{exc}", file=sys.stderr)
-        return 2
-    except KubeConfigError as exc:
-        print(str(exc), file=sys.stderr)
-        return 2
-    return 0
+    return serve_exit_code(lambda: serve_scorer(options))
 
 
 # ------------------------------------------------------------------------------ explain

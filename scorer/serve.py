@@ -12,11 +12,8 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from scorer.access.reviews import ApiserverReviews
 from scorer.app import create_app
@@ -36,6 +33,7 @@ from steer.adapters.http_server import HttpServer
 from steer.adapters.kube import make_api_client
 from steer.adapters.policy_file import PolicyWatcher
 from steer.adapters.policy_resource import PolicyResourceWatcher
+from steer.adapters.service_run import stop_on_signals
 from steer.core.policy import Policy, PolicyError
 from steer.core.steering import trace_annotation_key
 
@@ -188,14 +186,7 @@ def _serve(
         options.port,
         name="scorer-http",
     )
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        log.info("signal %d: shutting down", signum)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop = stop_on_signals(log)
     watcher.start()
     if elector is not None:
         # One round before the first cycle, so a lone replica writes from its first cycle on.

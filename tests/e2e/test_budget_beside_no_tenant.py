@@ -34,7 +34,7 @@ from kits.waiting import wait_until
 from scorer.kubeapi import KubeJson, node_path, pod_path
 from steer.core.budget import pod_limits
 from steer.core.quantity import parse_quantity
-from tests.e2e.waiting import NOT_YET, metric
+from tests.e2e.waiting import NOT_YET, bound_node, metric, unschedulable_message
 from tests.scorer_support import SMALL_POLICY
 
 NODE = "budget-beside-e2e"
@@ -90,18 +90,6 @@ def create(admin: KubeJson, namespace: str, body: Mapping[str, Any]) -> dict[str
         "POST", f"/api/v1/namespaces/{namespace}/pods", body=body
     )
     return created
-
-
-def bound(admin: KubeJson, namespace: str, name: str) -> bool:
-    return bool(admin.request("GET", pod_path(namespace, name))["spec"].get("nodeName"))
-
-
-def unschedulable(admin: KubeJson, namespace: str, name: str) -> str | None:
-    pod = admin.request("GET", pod_path(namespace, name))
-    for cond in pod.get("status", {}).get("conditions") or ():
-        if cond["type"] == "PodScheduled" and cond["status"] == "False":
-            return str(cond.get("message", ""))
-    return None
 
 
 def node_limits_m(admin: KubeJson) -> Fraction:
@@ -168,9 +156,9 @@ def test_a_steered_pod_of_no_tenant_cannot_break_a_zero_budget_and_outsiders_are
             # pool of 16 (floor 0 %: a 0 % pod is here), requests 4 + 10 = 14 of 16 cores.
             b = create(admin, dept_b, pod_body("b-0", ("4", "4")))
             assert b["spec"]["containers"][0]["resources"]["requests"][POOL_CPU] == "4k"
-            wait_until("b-0 bound", lambda: bound(admin, dept_b, "b-0"), timeout=30)
+            wait_until("b-0 bound", lambda: bound_node(admin, dept_b, "b-0"), timeout=30)
             create(admin, dept_a, pod_body("a-0", ("10", "10500m")))
-            wait_until("a-0 bound", lambda: bound(admin, dept_a, "a-0"), timeout=30)
+            wait_until("a-0 bound", lambda: bound_node(admin, dept_a, "a-0"), timeout=30)
 
             # A steered pod of no tenant fits the remaining cpu requests (2 of 2 cores) but
             # not the room the 0 % budget keeps (1.5 cores of limits): it requests its limits
@@ -181,18 +169,18 @@ def test_a_steered_pod_of_no_tenant_cannot_break_a_zero_budget_and_outsiders_are
             assert not any(k.startswith(f"{PREFIX}budget-") for k in requests), requests
             message = wait_until(
                 "chain-0 unschedulable",
-                lambda: unschedulable(admin, shop, "chain-0"),
+                lambda: unschedulable_message(admin, shop, "chain-0"),
                 timeout=30,
                 ignoring=NOT_YET,
             )
             assert f"Insufficient {POOL_CPU}" in message, message
-            assert not bound(admin, shop, "chain-0")
+            assert not bound_node(admin, shop, "chain-0")
             limits = node_limits_m(admin)
             assert limits == 14_500 and limits <= allocatable_m, limits  # the 0 % budget holds
 
             # One that fits the pool binds beside them: the pool shares, it does not exclude.
             create(admin, shop, pod_body("chain-1", ("1", "1"), memory="1Gi"))
-            wait_until("chain-1 bound", lambda: bound(admin, shop, "chain-1"), timeout=30)
+            wait_until("chain-1 bound", lambda: bound_node(admin, shop, "chain-1"), timeout=30)
             admin.request("DELETE", pod_path(shop, "chain-0"), query={"gracePeriodSeconds": "0"})
 
             # A pod of a namespace that did not opt in is never steered nor refused: it lands
@@ -201,7 +189,7 @@ def test_a_steered_pod_of_no_tenant_cannot_break_a_zero_budget_and_outsiders_are
             # what its pods hold (a kubelet restart re-admits every one of them).
             outsider = create(admin, legacy, pod_body("outsider", ("1", "2"), memory="1Gi"))
             assert POOL_CPU not in outsider["spec"]["containers"][0]["resources"]["requests"]
-            wait_until("outsider bound", lambda: bound(admin, legacy, "outsider"), timeout=30)
+            wait_until("outsider bound", lambda: bound_node(admin, legacy, "outsider"), timeout=30)
             assert node_limits_m(admin) == 17_500  # 14.5 + 1 + 2 cores of limits on 16
 
             def overrun() -> dict[str, Any] | None:

@@ -25,7 +25,7 @@ from scorer.pending import EVENT_COMPONENT, EVENT_REASON
 from steer.core.budget import FLOOR_SETTLE_S, tenant_budget
 from steer.core.policy import Policy, Tenant, parse_policy
 from steer.core.steering import trace_annotation_key
-from tests.e2e.waiting import NOT_YET, metric
+from tests.e2e.waiting import NOT_YET, bound_node, metric, unschedulable_message
 from tests.scorer_support import SMALL_POLICY
 
 SCORER_MANIFEST = ROOT / "manifests" / "scorer" / "scorer.yaml"
@@ -117,19 +117,6 @@ def both(values: Mapping[str, str]) -> dict[str, dict[str, str]]:
 
 def create_pod(admin: KubeJson, namespace: str, body: Mapping[str, Any]) -> None:
     admin.request("POST", f"/api/v1/namespaces/{namespace}/pods", body=body)
-
-
-def bound_node(admin: KubeJson, namespace: str, name: str) -> str | None:
-    node: str | None = admin.request("GET", pod_path(namespace, name))["spec"].get("nodeName")
-    return node
-
-
-def unschedulable_message(admin: KubeJson, namespace: str, name: str) -> str | None:
-    pod = admin.request("GET", pod_path(namespace, name))
-    for cond in pod.get("status", {}).get("conditions") or ():
-        if cond["type"] == "PodScheduled" and cond["status"] == "False":
-            return str(cond.get("message", ""))
-    return None
 
 
 def blocked_event(admin: KubeJson, namespace: str, name: str) -> dict[str, Any] | None:

@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from kits.control_plane import ROOT, ControlPlane
 from kits.service_processes import RunningScorer
 from kits.waiting import wait_until
-from scorer.kubeapi import KubeApiError
+from scorer.kubeapi import KubeApiError, pod_path
 from steer.adapters.kubejson import KubeJson
 from steer.core.policy.crd import CRD_NAME
 
@@ -50,3 +50,18 @@ def install_policy_crd(control_plane: ControlPlane, admin: KubeJson) -> None:
         timeout=30,
         ignoring=NOT_YET,
     )
+
+
+def bound_node(admin: KubeJson, namespace: str, name: str) -> str | None:
+    """The node the pod is bound to, None while it is not."""
+    node: str | None = admin.request("GET", pod_path(namespace, name))["spec"].get("nodeName")
+    return node
+
+
+def unschedulable_message(admin: KubeJson, namespace: str, name: str) -> str | None:
+    """The scheduler's message while the pod is unschedulable (PodScheduled False), else None."""
+    pod = admin.request("GET", pod_path(namespace, name))
+    for cond in pod.get("status", {}).get("conditions") or ():
+        if cond["type"] == "PodScheduled" and cond["status"] == "False":
+            return str(cond.get("message", ""))
+    return None
