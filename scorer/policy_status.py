@@ -22,7 +22,12 @@ from steer.adapters.periodic import Periodic
 from steer.adapters.policy_resource import PolicyResourceWatcher, Verdict, object_path
 from steer.core.datacheck import DataProblem
 from steer.core.policy import Policy, PolicyError
-from steer.core.policy.crd import accepted_status, previous_condition, rejected_status
+from steer.core.policy.crd import (
+    DimensionForms,
+    accepted_status,
+    previous_condition,
+    rejected_status,
+)
 
 log = logging.getLogger(__name__)
 
@@ -42,16 +47,20 @@ class PolicyStatusWriter:
         is_leader: Callable[[], bool] = lambda: True,
         retry_s: float = 10.0,
         data: Callable[[], Sequence[DataProblem] | None] = lambda: None,
+        forms: Callable[[], Sequence[DimensionForms]] = lambda: (),
     ) -> None:
         """`data`: what the last cycle found the dimensions' data lacks (None before the first
         cycle), written as the `DataReady` condition; `sync` after each cycle writes it when
         the set of problems (dimension, kind) changes, not when only their figures move.
+        `forms`: the exporter forms each dimension's last reading found, named by a True
+        condition; a form that appears or goes rewrites it, a node count that moves does not.
         `status.admissionPolicies` is the controller's (controller/policy_status.py): these
         merge patches never name it, so they never overwrite it."""
         self.kube = kube
         self.watcher = watcher
         self.is_leader = is_leader
         self.data = data
+        self.forms = forms
         self._written: tuple[Any, ...] | None = None
         self._lock = threading.Lock()
         self.writes = 0
@@ -72,7 +81,7 @@ class PolicyStatusWriter:
         policy = self.watcher.current
         before = self.watcher.object_status
         data = self.data()
-        return self._policy_status(verdict, policy, before, data)
+        return self._policy_status(verdict, policy, before, data, self.forms())
 
     def _policy_status(
         self,
@@ -80,6 +89,7 @@ class PolicyStatusWriter:
         policy: Policy,
         before: Mapping[str, Any] | None,
         data: Sequence[DataProblem] | None,
+        forms: Sequence[DimensionForms] = (),
     ) -> dict[str, Any]:
         if verdict.accepted:
             return accepted_status(
@@ -90,6 +100,7 @@ class PolicyStatusWriter:
                 now=_now(),
                 before=before,
                 data=data,
+                forms=forms,
             )
         running = {
             "version": policy.version,
@@ -104,6 +115,7 @@ class PolicyStatusWriter:
             now=_now(),
             before=before,
             data=data,
+            forms=forms,
         )
 
     def sync(self) -> bool:
@@ -117,6 +129,7 @@ class PolicyStatusWriter:
                 verdict,
                 self.watcher.current.digest,
                 _data_key(self.data()),
+                tuple((d, tuple(f)) for d, f in self.forms()),
             )
             if key == self._written:
                 return False

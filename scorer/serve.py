@@ -143,6 +143,7 @@ def _serve(
             watcher,
             is_leader=(lambda: elector.is_leader) if elector is not None else (lambda: True),
             data=lambda: scorer.last.plan.data_problems if scorer.last is not None else None,
+            forms=lambda: scorer.last.plan.data_forms if scorer.last is not None else (),
         )
         if elector is not None:
             elector.on_change(status_writer.on_leadership)

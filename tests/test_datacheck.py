@@ -163,7 +163,12 @@ def test_metric_and_label_names_of_the_example_queries() -> None:
         "kepler_node_dram_joules_total",
         "kube_pod_container_resource_requests",
     )
-    assert metric_names(dim("gpu-frag").query) == ("DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED")
+    assert metric_names(dim("gpu-frag").query) == (
+        "DCGM_FI_DEV_FB_FREE_BYTES",
+        "DCGM_FI_DEV_FB_USED_BYTES",
+        "DCGM_FI_DEV_FB_FREE",
+        "DCGM_FI_DEV_FB_USED",
+    )
     assert metric_names('rate(a_total{x="y"}[5m] offset 1h) > bool 1e3 and {__name__="b"}') == (
         "b",
         "a_total",

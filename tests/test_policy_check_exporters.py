@@ -1,9 +1,10 @@
-"""`steer policy check` against a real Prometheus holding the exporters' own output.
+"""`steer policy check` and the scorer against a real Prometheus holding exporters' own output.
 
 The fixtures (tests/fixtures/exporters/, README.md there) are the expositions of dcgm-exporter,
 Kepler, kube-state-metrics and the blackbox exporter in the forms a cluster meets: the releases
-the example policy reads (dcgm-exporter 3.x with `Hostname` and 4.8 with `hostname`, Kepler
-0.7-0.9 and >= 0.10, each alone and mixed across and within nodes), and the misconfigured ones
+the example policy reads (dcgm-exporter 3.x with `Hostname`, 4.8 with `hostname` and the
+ratio/bytes names reported for 4.9, Kepler 0.7-0.9 and >= 0.10, each alone and mixed across and
+within nodes; the scorer's cycle and its DataReady condition name the form of each), and the misconfigured ones
 that make it read nothing (a `hostname` that names the exporter pod, a ratio where a percent is
 declared, a scrape without honor_labels). Each Prometheus is filled with promtool before it
 starts (samples of the last ten minutes, so instant queries see them), one per fixture family
@@ -25,13 +26,20 @@ from typing import Any
 import pytest
 import yaml
 
+from kits.apistub import ApiStub
+from kits.apistub.synthetic import synthetic_node
 from kits.net import free_port
 from kits.prometheus_server import PrometheusServer
 from launcher.commands import main
 from scorer.check import CheckReport, check_policy
+from scorer.kubeapi import KubeJson
 from scorer.model import NodeState
 from scorer.presets import ENERGY_KEPLER_07, POWER_KEPLER_07
+from scorer.service import Scorer
+from scorer.writer import NodeApi
 from steer.adapters.policy_file import load_policy_file
+from steer.core.policy.crd import data_condition
+from tests.apistub_fixtures import client_for
 from tests.conftest import EXAMPLE_POLICY, FIXTURES
 from tests.json_server import json_server
 
@@ -303,8 +311,24 @@ def pod_hostname() -> Iterator[PrometheusServer]:
 
 
 @pytest.fixture(scope="module")
+def ratio_bytes() -> Iterator[PrometheusServer]:
+    """The ratio/bytes names reported for dcgm-exporter 4.9, with Kepler >= 0.10."""
+    families = dcgm("dcgm-exporter-4.9-ratio-bytes.prom") + tenancy_and_health()
+    with backfilled(families, kepler_010()) as prom:
+        yield prom
+
+
+@pytest.fixture(scope="module")
 def old_kepler() -> Iterator[PrometheusServer]:
     families = dcgm("dcgm-exporter-4.8-hostname.prom") + tenancy_and_health()
+    with backfilled(families, counters=kepler_07()) as prom:
+        yield prom
+
+
+@pytest.fixture(scope="module")
+def older() -> Iterator[PrometheusServer]:
+    """The older releases together: dcgm-exporter 3.x (`Hostname`) and Kepler 0.7."""
+    families = dcgm("dcgm-exporter-3.x-Hostname.prom") + tenancy_and_health()
     with backfilled(families, counters=kepler_07()) as prom:
         yield prom
 
@@ -521,6 +545,20 @@ def test_example_policy_reads_dcgm_exporter_3x_with_its_capital_hostname(
     assert read_example(capital_hostname, "gpu-free") == dict.fromkeys(GPU_NODES, 2.0)
 
 
+def test_example_policy_reads_the_ratio_and_bytes_names_in_its_own_units(
+    ratio_bytes: PrometheusServer, current: PrometheusServer
+) -> None:
+    """The same GPUs as the 4.8 fixture, as a 0..1 ratio and in bytes: the same values, gpu-util
+    in percent (that nothing is held back, and the form named: the scorer's test below)."""
+    for dimension in GPU_DIMENSIONS:
+        assert read_example(ratio_bytes, dimension) == pytest.approx(
+            read_example(current, dimension)
+        ), dimension
+    assert read_example(ratio_bytes, "gpu-util") == pytest.approx(
+        {GPU_NODES[0]: 8.0, GPU_NODES[1]: 6.0}
+    )
+
+
 @pytest.mark.parametrize("node_list", [ALL_NODES, ()], ids=["nodes", "no-node-list"])
 def test_hostname_holding_the_exporter_pod_name_says_so_and_names_the_relabelling(
     pod_hostname: PrometheusServer, capsys: pytest.CaptureFixture[str], node_list: tuple[str, ...]
@@ -593,6 +631,66 @@ def kepler_07_joules(node: str) -> dict[str, float]:
         if labels["instance"] == node:
             out[labels["mode"]] += value
     return out
+
+
+# --- every release, through the scorer's cycle ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("cluster", "gpu_form", "energy_form"),
+    [
+        ("capital_hostname", "dcgm-exporter Hostname", "kepler >= 0.10"),
+        ("current", "dcgm-exporter hostname", "kepler >= 0.10"),
+        ("ratio_bytes", "dcgm-exporter ratio/bytes", "kepler >= 0.10"),
+        ("old_kepler", "dcgm-exporter hostname", "kepler <= 0.9"),
+        ("older", "dcgm-exporter Hostname", "kepler <= 0.9"),
+    ],
+)
+def test_the_scorer_resolves_every_node_of_each_release_and_data_ready_names_its_form(
+    request: pytest.FixtureRequest,
+    apistub: ApiStub,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    cluster: str,
+    gpu_form: str,
+    energy_form: str,
+) -> None:
+    """The unmodified example policy in a scoring cycle (the nodes as the apiserver lists them):
+    every dimension resolves every node it covers, from the one form the cluster runs, and
+    the DataReady condition built from that cycle says True with the forms; `steer policy
+    check` names the same."""
+    prom: PrometheusServer = request.getfixturevalue(cluster)
+    for name in GPU_NODES:
+        apistub.add_node(synthetic_node(name, cpu="48", gpus=4))
+    for name in CPU_NODES:
+        apistub.add_node(synthetic_node(name, cpu="16"))
+    kube = KubeJson(client_for(apistub, tmp_path / "kubeconfig"))
+    scorer = Scorer(
+        lambda: load_policy_file(EXAMPLE_POLICY), NodeApi(kube), prometheus_url=prom.url
+    )
+
+    plan = scorer.run_cycle().plan
+
+    assert plan.data_problems == ()
+    read = {d.dimension: (d.nodes, d.forms) for d in plan.dimensions}
+    assert read == {
+        **dict.fromkeys(GPU_DIMENSIONS, (2, ((gpu_form, 2),))),
+        **dict.fromkeys(ENERGY_DIMENSIONS, (4, ((energy_form, 4),))),
+        "overcommit-pct": (4, ()),
+        "health": (4, ()),
+    }
+    (condition,) = data_condition(plan.data_problems, generation=1, now="T", forms=plan.data_forms)
+    assert (condition["status"], condition["reason"]) == ("True", "Resolved")
+    assert condition["message"] == (
+        "every dimension resolves the nodes it expects, in the unit it declares; "
+        f"read {gpu_form}: gpu-util, gpu-free, gpu-frag; "
+        f"read {energy_form}: power, core-power, idle-power"
+    )
+    code, out = policy_check(capsys, prom, *ALL_NODES)
+    assert code == 0 and out.splitlines()[:2] == [
+        f"read {gpu_form} (2 nodes): gpu-util, gpu-free, gpu-frag",
+        f"read {energy_form} (4 nodes): power, core-power, idle-power",
+    ]
 
 
 # --- mid-upgrade: both forms, across nodes and on one node ------------------------------------

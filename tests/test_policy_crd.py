@@ -255,6 +255,22 @@ def test_the_data_ready_condition_says_every_problem_and_moves_only_when_it_flip
     )
     (data,) = [c for c in whole["conditions"] if c["type"] == DATA_READY]
     assert (data["status"], data["lastTransitionTime"]) == ("True", "T3")
+    # True names the exporter forms each dimension read, dimensions grouped by their forms.
+    forms = [
+        ("gpu-util", ("dcgm-exporter hostname", "dcgm-exporter Hostname")),
+        ("gpu-free", ("dcgm-exporter Hostname", "dcgm-exporter hostname")),
+        ("power", ("kepler >= 0.10",)),
+        ("health", ()),
+    ]
+    named = accepted_status(
+        generation=1, version="p@1", digest="d", mode="enforce", now="T4", data=[], forms=forms
+    )
+    (data,) = [c for c in named["conditions"] if c["type"] == DATA_READY]
+    assert data["message"] == (
+        "every dimension resolves the nodes it expects, in the unit it declares; "
+        "read dcgm-exporter Hostname, dcgm-exporter hostname: gpu-util, gpu-free; "
+        "read kepler >= 0.10: power"
+    )
     # Before the first cycle there is nothing to say: only Accepted.
     assert [
         c["type"]

@@ -229,6 +229,16 @@ class CyclePlan:
         return tuple(d.dimension for d in self.dimensions if d.stale)
 
     @property
+    def data_forms(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        """Each dimension with the exporter forms its reading found (the DataReady condition
+        names them); dimensions whose query names no form are left out."""
+        return tuple(
+            (d.dimension, tuple(form for form, _nodes in d.forms))
+            for d in self.dimensions
+            if d.forms
+        )
+
+    @property
     def data_problems(self) -> tuple[DataProblem, ...]:
         """Every dimension's data problems; a failed read counts as one (`unreadable`)."""
         out: list[DataProblem] = []

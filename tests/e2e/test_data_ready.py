@@ -2,7 +2,8 @@
 the scorer manifest's ClusterRole allows) reads a SteeringPolicy whose GPU dimension groups by
 DCGM exporter's old `Hostname` label while the exporter (as released now) says `hostname`. The
 object's `DataReady` condition turns False with the fix, `/readyz` lists it, and the operator's
-edit to `hostname` turns it True; no node gets a score from the unresolved data meanwhile."""
+edit to `hostname` turns it True, naming the exporter form the query read; no node gets a score
+from the unresolved data meanwhile."""
 
 from __future__ import annotations
 
@@ -29,6 +30,9 @@ MERGE = "application/merge-patch+json"
 
 
 def policy_object(name: str, label: str) -> dict[str, Any]:
+    """`gpu-util` grouped by `label`, its answer marked with the form it reads (as the example
+    policy's queries do: docs/exporters.md)."""
+    query = f'label_replace(avg by ({label}) (DCGM_FI_DEV_GPU_UTIL), "form", "{label}", "", "")'
     return {
         "apiVersion": "kube-steer.github.io/v1alpha1",
         "kind": "SteeringPolicy",
@@ -38,7 +42,7 @@ def policy_object(name: str, label: str) -> dict[str, Any]:
             "dimensions": [
                 {
                     "name": "gpu-util",
-                    "query": f"avg by ({label}) (DCGM_FI_DEV_GPU_UTIL)",
+                    "query": query,
                     "nodeLabel": label,
                     "unit": "pct",
                     "direction": "lowerIsBetter",
@@ -124,6 +128,8 @@ def test_the_policy_status_says_what_the_data_lacks_and_clears_when_it_is_fixed(
                 until=lambda o: (data_ready(o) or {}).get("status") == "True",
             )
             assert good["status"]["observedGeneration"] == 2
+            cond = data_ready(good)
+            assert cond is not None and cond["message"].endswith("; read hostname: gpu-util")
             labels = admin.request("GET", f"/api/v1/nodes/{NODES[0]}")["metadata"]["labels"]
             assert labels["kube-steer.github.io/score-gpu-util"] == "70"
             assert scorer.get("/readyz")["data"]["problems"] == 0

@@ -84,6 +84,19 @@ FAMILIES: tuple[Family, ...] = (
         "the example policy's GPU dimensions (docs/exporters.md, DCGM exporter)",
     ),
     Family(
+        "DCGM exporter",
+        "ratio/bytes names",
+        frozenset(
+            {
+                "DCGM_FI_DEV_GPU_UTIL_RATIO",
+                "DCGM_FI_DEV_FB_USED_BYTES",
+                "DCGM_FI_DEV_FB_FREE_BYTES",
+            }
+        ),
+        "hostname",
+        "the example policy's GPU dimensions (docs/exporters.md, DCGM exporter)",
+    ),
+    Family(
         "kube-state-metrics",
         "2.x",
         frozenset(

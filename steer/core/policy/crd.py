@@ -367,21 +367,41 @@ def previous_condition(status: Mapping[str, Any] | None, kind: str = ACCEPTED) -
     return {}
 
 
+# A dimension and the exporter forms its last reading found (the `form` label a query reading
+# more than one release sets: docs/exporters.md), e.g. ("gpu-util", ("dcgm-exporter hostname",)).
+DimensionForms = tuple[str, Sequence[str]]
+
+
+def forms_read(forms: Sequence[DimensionForms]) -> str:
+    """`read dcgm-exporter hostname: gpu-util, gpu-free; read kepler >= 0.10: power`: the
+    dimensions grouped by the forms they found, without node counts, so that the condition
+    moves when a form appears or goes, not with each node that joins."""
+    by_forms: dict[str, list[str]] = {}
+    for dimension, found in forms:
+        if found:
+            by_forms.setdefault(", ".join(sorted(found)), []).append(dimension)
+    return "; ".join(f"read {names}: {', '.join(dims)}" for names, dims in by_forms.items())
+
+
 def data_condition(
     problems: Sequence[DataProblem] | None,
     *,
     generation: int,
     now: str,
     before: Mapping[str, Any] | None = None,
+    forms: Sequence[DimensionForms] = (),
 ) -> list[dict[str, Any]]:
     """`DataReady`: True when every dimension of the running policy resolves the nodes it
-    expects in the units it declares, False with each problem and its fix; no condition before
-    the first scoring cycle (`problems` None)."""
+    expects in the units it declares, naming the exporter forms read (`forms`), False with each
+    problem and its fix; no condition before the first scoring cycle (`problems` None)."""
     if problems is None:
         return []
     previous = previous_condition(before, DATA_READY)
     if not problems:
         message = "every dimension resolves the nodes it expects, in the unit it declares"
+        read = forms_read(forms)
+        if read:
+            message += f"; {read}"
         return [_condition("True", "Resolved", message, generation, now, previous, DATA_READY)]
     shown = [p.line() for p in problems[:MAX_STATUS_PROBLEMS]]
     more = len(problems) - len(shown)
@@ -399,8 +419,10 @@ def accepted_status(
     now: str,
     before: Mapping[str, Any] | None = None,
     data: Sequence[DataProblem] | None = None,
+    forms: Sequence[DimensionForms] = (),
 ) -> dict[str, Any]:
-    """The status of a spec the services run; `data`: what its dimensions' data lacks."""
+    """The status of a spec the services run; `data`: what its dimensions' data lacks, `forms`:
+    the exporter forms each read."""
     return {
         "observedGeneration": generation,
         "conditions": [
@@ -412,7 +434,7 @@ def accepted_status(
                 now,
                 previous_condition(before),
             ),
-            *data_condition(data, generation=generation, now=now, before=before),
+            *data_condition(data, generation=generation, now=now, before=before, forms=forms),
         ],
         "problems": [],
         "scorer": {"version": version, "digest": digest, "generation": generation, "mode": mode},
@@ -427,6 +449,7 @@ def rejected_status(
     now: str,
     before: Mapping[str, Any] | None = None,
     data: Sequence[DataProblem] | None = None,
+    forms: Sequence[DimensionForms] = (),
 ) -> dict[str, Any]:
     """The status of a spec the services refused: every problem with its path (`spec.…`), and
     the policy still running (`running`: the `scorer` block of the last good one)."""
@@ -440,7 +463,7 @@ def rejected_status(
         "observedGeneration": generation,
         "conditions": [
             _condition("False", "Invalid", message, generation, now, previous_condition(before)),
-            *data_condition(data, generation=generation, now=now, before=before),
+            *data_condition(data, generation=generation, now=now, before=before, forms=forms),
         ],
         "problems": [{"path": i.path, "message": i.message} for i in shown],
     }
