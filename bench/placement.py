@@ -6,6 +6,7 @@ kube-apiserver + kube-scheduler + kube-controller-manager v1.36.2 and a real Pro
     .venv/bin/python bench/placement.py --seeds 1-5           # the scoreboard: 5 seeds, ~10 min
     .venv/bin/python bench/placement.py --scenario dra --seeds 1-5
     .venv/bin/python bench/placement.py --admission policy --seeds 1-5
+    .venv/bin/python bench/placement.py --exporters older --seeds 1-5   # DCGM Hostname, Kepler 0.7
     .venv/bin/python bench/placement.py --modes stock,steered,audit   # and audit mode
     .venv/bin/python bench/placement.py --seeds 7 --modes steered --rate 8
     .venv/bin/python bench/placement.py --scenario energy     # energy at equal work, ~5 min
@@ -186,6 +187,15 @@ Admission (`--admission`, default webhook), for `steered` and `audit`:
   scorer's Node writes). The goals are the same. Pods the mutating policy leaves to the webhook
   (DRA claim pods: `--scenario dra`) are created unsteered on this path.
 
+Exporters (`--exporters`, default current), for `steered` and `audit`: what the synthetic
+exporters write, the example policy reading each unmodified (`form` of its queries, recorded
+as the run's `priming.query_forms` and printed under the scoreboard):
+
+- `current`: dcgm-exporter with `hostname` (4.8.3 on), Kepler >= 0.10;
+- `older`: dcgm-exporter before 4.8.3 (`Hostname`) and Kepler 0.7 (joule counters by `mode`,
+  the node in `instance`): what GPU operator bundles through mid-2026 ship. Kepler 0.7 reads no
+  backfilled Kepler >= 0.10 history, so run it on a scenario that starts with none.
+
 Reset before every run: admission configurations and the project's admission policies removed, the Deployments and every pod of the
 bench namespaces deleted (grace 0) and gone, every Node deleted and recreated (so no steer
 label, taint or annotation survives), pre-existing pods recreated, the scheduler restarted with
@@ -288,6 +298,7 @@ from bench.benchkit.placement_admission import (  # noqa: E402
     compiled_policies,
     remove_compiled,
 )
+from bench.benchkit.placement_exporters import EXPORTERS  # noqa: E402
 from bench.benchkit.placement_measure import (  # noqa: E402
     BindRecorder,
     WebhookEffect,
@@ -535,6 +546,7 @@ class Bench:
         sim = SimCluster(
             self.scenario.power,
             external_gpu_util={s.name: HOT_UTIL for s in self.specs if s.hot},
+            **EXPORTERS[self.args.exporters],
         )
         stack.enter_context(ApiPoller(make_api_client(str(self.plane.kubeconfig)), sim))
         exporter = stack.enter_context(SyntheticExporter(sim))
@@ -555,7 +567,7 @@ class Bench:
             "overcommit-pct": with_pods,
             "health": len(self.specs),
         }
-        coverage = {}
+        coverage, forms = {}, {}
         for dim in self.policy_doc["spec"]["dimensions"]:
             want = expect[dim["name"]]
             result = prom.wait_for(
@@ -564,7 +576,11 @@ class Bench:
                 timeout_s=60,
             )
             coverage[dim["name"]] = len(result.values_by(dim["nodeLabel"]))
+            forms[dim["name"]] = sorted(
+                {s.labels["form"] for s in result.samples if "form" in s.labels}
+            )
         info["query_coverage"] = coverage
+        info["query_forms"] = {name: found for name, found in forms.items() if found}
         info["prometheus_s"] = round(time.monotonic() - t0, 1)
         doc = mode.policy(self.policy_doc)
         doc["spec"]["prometheus"]["url"] = prom.url
@@ -793,6 +809,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "power-hungry, work that fits on 8 (default: default)",
     )
     parser.add_argument(
+        "--exporters",
+        choices=sorted(EXPORTERS),
+        default="current",
+        help="what the exporters write, the example policy reading either unmodified: current "
+        "(dcgm-exporter hostname, Kepler >= 0.10) or older (dcgm-exporter Hostname, as before "
+        "4.8.3, and Kepler 0.7) (default current)",
+    )
+    parser.add_argument(
         "--seed", type=int, default=1, help="the first run's trace seed, with --runs (default 1)"
     )
     parser.add_argument("--rate", type=float, default=4.0, help="arrivals per second (default 4)")
@@ -866,6 +890,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     elapsed = time.monotonic() - began
     print(table(results, modes))
     print()
+    read = next((r["priming"]["query_forms"] for r in results if "priming" in r), None)
+    if read:
+        by_forms: dict[str, list[str]] = {}
+        for dimension, found in read.items():
+            by_forms.setdefault(", ".join(found), []).append(dimension)
+        listed = "; ".join(f"{f}: {', '.join(dims)}" for f, dims in by_forms.items())
+        print(f"Exporters {args.exporters}, forms the example policy read: {listed}")
+        print()
     for mode in modes:
         first = next((r for r in results if r["mode"] == mode), None)
         if first is not None:

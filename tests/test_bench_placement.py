@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from bench.benchkit.placement_exporters import EXPORTERS
 from bench.benchkit.placement_measure import Snapshot, measure
 from bench.benchkit.placement_report import COLUMNS, goal_line, goals, summary, table
 from bench.benchkit.placement_scenario import (
@@ -32,7 +33,9 @@ from bench.benchkit.placement_scenario import (
     trace_pods,
 )
 from bench.benchkit.placement_seeds import SeedError, cycle_in_trace, parse_seeds, run_seeds
+from kits.apistub.synthetic import synthetic_node
 from kits.dra import DRIVER, resource_slice_body
+from kits.simulated_cluster import SimCluster
 from steer.core.quantity import parse_quantity
 
 SEEDS = range(1, 21)
@@ -150,6 +153,29 @@ def test_the_energy_trace_has_no_gpu_jobs_and_no_shop() -> None:
     trace = scenarios()["energy"].trace(1, 4.0)
     assert {a.kind for a in trace} == {"svc-a", "svc-b", "chain"}
     assert trace_pods(trace) == 72
+
+
+@pytest.mark.parametrize(
+    ("exporters", "node_label", "kepler"),
+    [
+        ("current", "hostname", "kepler_node_cpu_watts"),
+        ("older", "Hostname", "kepler_node_package_joules_total"),
+    ],
+)
+def test_the_exporter_variants_write_the_node_label_and_kepler_line_they_name(
+    exporters: str, node_label: str, kepler: str
+) -> None:
+    """`--exporters older`: dcgm-exporter's `Hostname` and Kepler 0.7's joule counters alone
+    (the example policy reads them: tests/test_policy_check_exporters.py)."""
+    sim = SimCluster(**EXPORTERS[exporters])
+    sim.update([synthetic_node("gpu-1", cpu="32", gpus=2)], [], now=1000.0)
+    families = {f.name: f for f in sim.families(now=1030.0)}
+    assert {node_label} <= set(families["DCGM_FI_DEV_GPU_UTIL"].samples[0][0])
+    assert kepler in families
+    other = (
+        "kepler_node_package_joules_total" if exporters == "current" else "kepler_node_cpu_watts"
+    )
+    assert other not in families
 
 
 def test_dra_nodes_leave_a_whole_node_per_whole_node_job_only_when_packed() -> None:
