@@ -36,6 +36,7 @@ from scorer.kubeapi import KubeJson
 from scorer.model import NodeState
 from scorer.presets import ENERGY_KEPLER_07, POWER_KEPLER_07
 from scorer.service import Scorer
+from scorer.sources.prometheus import read_device_heat
 from scorer.writer import NodeApi
 from steer.adapters.policy_file import load_policy_file
 from steer.core.policy.crd import data_condition
@@ -557,6 +558,12 @@ def test_example_policy_reads_the_ratio_and_bytes_names_in_its_own_units(
     assert read_example(ratio_bytes, "gpu-util") == pytest.approx(
         {GPU_NODES[0]: 8.0, GPU_NODES[1]: 6.0}
     )
+    # Each GPU's heat (spec.devices.heat), in percent from either form.
+    policy = load_policy_file(EXAMPLE_POLICY)
+    with ratio_bytes.client() as new, current.client() as released:
+        heat, expected = read_device_heat(new, policy), read_device_heat(released, policy)
+    assert heat.problems == () and len(heat.values) == 8
+    assert heat.values == pytest.approx(dict(expected.values))
 
 
 @pytest.mark.parametrize("node_list", [ALL_NODES, ()], ids=["nodes", "no-node-list"])
