@@ -10,6 +10,8 @@ kube-apiserver + kube-scheduler + kube-controller-manager v1.36.2 and a real Pro
     .venv/bin/python bench/placement.py --modes stock,steered,audit   # and audit mode
     .venv/bin/python bench/placement.py --seeds 7 --modes steered --rate 8
     .venv/bin/python bench/placement.py --scenario energy     # energy at equal work, ~5 min
+    .venv/bin/python bench/placement.py --scenario mixed-energy --seeds 1-5
+    .venv/bin/python bench/placement.py --scenario mixed-energy --history none   # first hour
 
 Not a test: it asserts nothing, it measures, and it reports what it measures. The scoreboard is
 printed as markdown on stdout (one row per run with its seed, then per mode the median and the
@@ -48,8 +50,9 @@ same state, rebuilt from scratch:
 - **Power model** (kits.simulated_cluster.PowerModel): a node draws idle watts (CPU nodes 150,
   GPU nodes 800) + 6 W per requested CPU core of its bound pods + 300 W per GPU times its busy
   share (1 when allocated to a pod; the external utilisation, 0.95, on the two hot nodes). Nodes
-  carry `node.kubernetes.io/instance-type` (`cpu-16`, `cpu-32`, `gpu-8x`), which the example
-  policy's `energy.powerModel` lists with the same watts.
+  carry `node.kubernetes.io/instance-type` (`cpu-16`, `cpu-32`, `gpu-8x`); the example policy's
+  `energy.powerModel` lists no figures (left for the operator), so the scorer ranks nodes by
+  what Kepler measures.
 - **Exporter** (kits.simulated_cluster, steered and audit modes only): lists nodes and pods
   every 1 s and serves DCGM (GPUs given to bound pods: 85 % util, 60,000 MiB used), Kepler
   >= 0.10's node CPU watts and joules (the CPU meter reads the power model's whole node draw)
@@ -57,8 +60,9 @@ same state, rebuilt from scratch:
   kube-state-metrics allocatable and per-container requests/limits with the `node` label, and blackbox `probe_success{job="node-health"}`. A
   fresh real Prometheus scrapes it every 1 s (honor_labels). Before the trace, every query of the policy
   is run and must return a value for the nodes it should cover (GPU dimensions: 6 nodes; power,
-  idle-power and health: 16; overcommit and core-power: the 9 nodes with pods, the others get
-  their watts per core from the policy's powerModel).
+  idle-power and health: 16; overcommit: the 9 nodes with pods; core-power, the slope of watts
+  over usage in the last hour: none in a Prometheus minutes old, every node with `--history
+  hour`).
 - **The trace** (one per seed; the same for every mode of a run): arrivals at `--rate` per
   second (exponential gaps, default 4/s), 106 arrivals = 122 pods in ~22-30 s, i.e. inside one
   30 s scoring interval. Every pod sets cpu and memory requests and limits.
@@ -146,7 +150,30 @@ and 30 dept-b services and the 12-replica checkout chain, 72 pods, ~128 cores (1
 1): the work fits on 8 of the 24 nodes,
 so both modes bind every pod and differ only in where. Its columns that count are `dyn W/core`
 and `empty` (the issue's goal: steered ≤ 0.8 x stock's dynamic watts per placed core, at least
-4 nodes empty), with every other goal of the table still held.
+12 nodes empty), with every other goal of the table still held. Each steered run's Prometheus
+starts with an hour of Kepler history (`--history`, below).
+
+Scenario `mixed-energy` (`--scenario mixed-energy`): energy off a pure CPU cluster. 24 nodes in
+3 zones: `gpu-1..4` (64 cores, 512 GiB, 8 GPUs, `gpu-8x`: 800 W idle, 8 W per busy core of its
+host CPUs; gpu-3 and gpu-4 hot through external load, so CPU pods may go there and GPU jobs
+may not), `eff-1..10` and `leg-1..10` (16 cores / 64 GiB, the energy scenario's two kinds),
+interleaved over the zones. Work from before the trace (MIXED_PREEXISTING, namespace legacy):
+leg-1 (4 cores), leg-4 and leg-8 (2), eff-2 (2) and gpu-1 (8), so three power-hungry nodes are
+already active. The trace: 24 dept-a, 24 dept-b and 8 shop services, both chains (checkout 12,
+cart 6), a burst of 8 one-GPU jobs and one whole-node job: ~120 cores of CPU work, which fits
+on the 160 efficient cores, and 64 cores of GPU jobs. `dyn W/core` counts every placed trace
+pod (the GPU jobs' cores at the GPU nodes' 8 W in both modes); the goal is steered ≤ 0.8 x
+stock, with every other goal of the table held.
+
+Kepler history (`--history`, default `scenario`: `hour` for energy and mixed-energy, `none`
+for default and dra): with `hour`, each steered run's Prometheus is backfilled (promtool tsdb
+create-blocks-from openmetrics, before it starts) with the hour before the run of every node's
+Kepler >= 0.10 gauges and kube-state-metrics cpu allocatable (bench/benchkit/kepler_history.py:
+each node's usage moved between 5 % and 60 % and its watts followed the power model), as a
+cluster scraped for an hour holds, so the example's core-power (a subquery over the last hour)
+has every node's watts per core at the scorer's first cycle. With `none` it starts empty: the
+first hour of an install, where core-power has a node only once its load has moved. Not under
+`--exporters older` (Kepler 0.7 measures what a core costs from its counters).
 
 Modes (`--modes`, default stock,steered; alternated run by run in the order given: stock,
 steered, stock, steered, ...):
@@ -292,6 +319,7 @@ from kubernetes import client
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.benchkit.kepler_history import backfill_kepler_history  # noqa: E402
 from bench.benchkit.placement_admission import (  # noqa: E402
     ADMISSION_PATHS,
     apply_compiled,
@@ -377,6 +405,16 @@ class Bench:
         self.policy_doc = yaml.safe_load(EXAMPLE_POLICY.read_text())
         self.dra = DraKit(KubeJson(plane.api_client()))
         self.webhooks: dict[str, RunningWebhook] = {}  # by mode: each serves its mode's policy
+
+    def history_s(self) -> float:
+        """Seconds of Kepler history a steered run's Prometheus starts with (--history): Kepler
+        >= 0.10's gauges, so none under `--exporters older` (Kepler 0.7 measures what a core
+        costs from its counters, with no history)."""
+        if "0.10" not in EXPORTERS[self.args.exporters]["kepler_styles"]:
+            return 0.0
+        if self.args.history == "scenario":
+            return self.scenario.kepler_history_s
+        return 3600.0 if self.args.history == "hour" else 0.0
 
     def trace(self, seed: int) -> list[Arrival]:
         """The trace of `seed` (made once: every mode of a pair replays the same one)."""
@@ -550,18 +588,22 @@ class Bench:
         )
         stack.enter_context(ApiPoller(make_api_client(str(self.plane.kubeconfig)), sim))
         exporter = stack.enter_context(SyntheticExporter(sim))
-        prom = stack.enter_context(
-            PrometheusServer([exporter.target], scrape_interval_s=SCRAPE_INTERVAL_S)
-        )
+        prom = PrometheusServer([exporter.target], scrape_interval_s=SCRAPE_INTERVAL_S)
+        history_s = self.history_s()
+        if history_s:
+            info["kepler_history"] = backfill_kepler_history(
+                prom, self.specs, self.scenario.power, exporter.target, history_s
+            )
+        prom = stack.enter_context(prom)
         gpu_nodes = sum(1 for s in self.specs if s.gpus)
         with_pods = len({p[0] for p in self.scenario.preexisting})
         expect = {
             "gpu-util": gpu_nodes,
             "gpu-free": gpu_nodes,
             "gpu-frag": gpu_nodes,
-            # The slope of watts over usage in the last hour: this Prometheus is minutes old,
-            # so spec.energy.powerModel (the figures the simulation draws from) covers them all.
-            "core-power": 0,
+            # The slope of watts over usage in the last hour: every node's from the backfilled
+            # hour of Kepler history, none in a Prometheus that starts empty (minutes old).
+            "core-power": len(self.specs) if history_s else 0,
             "idle-power": len(self.specs),
             "power": len(self.specs),
             "overcommit-pct": with_pods,
@@ -806,7 +848,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="default: 16 nodes with GPUs, budgets and pre-existing pods; dra: the same and 2 "
         "more GPU nodes, the GPUs of 6 of the 8 through DRA, GPU jobs from earlier; energy: "
         "24 CPU nodes, half "
-        "power-hungry, work that fits on 8 (default: default)",
+        "power-hungry, work that fits on 8; mixed-energy: 4 GPU nodes (2 hot) and 20 CPU "
+        "nodes, half power-hungry, tenants, both chains, GPU jobs and work from before "
+        "(default: default)",
+    )
+    parser.add_argument(
+        "--history",
+        choices=("scenario", "hour", "none"),
+        default="scenario",
+        help="Kepler history in each steered run's Prometheus when it starts: hour (an hour "
+        "backfilled, bench/benchkit/kepler_history.py), none (it starts empty), scenario "
+        "(energy and mixed-energy: hour; default, dra: none) (default scenario)",
     )
     parser.add_argument(
         "--exporters",

@@ -1,7 +1,7 @@
 """The example policy's energy queries on a real Prometheus holding the simulated cluster's
 Kepler >= 0.10 and kube-state-metrics series over the last hour: watts per busy core where a
-node's load moved, idle watts everywhere, and the power model covering the node that has no
-work."""
+node's load moved, idle watts everywhere, and the node that has no work ranked by what is
+measured (or by a power model the operator fills)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 import pytest
+import yaml
 
 from kits.prometheus_server import PrometheusServer
 from kits.simulated_cluster import INSTANCE_TYPE_LABEL, NodePower, PowerModel, SimCluster
@@ -89,7 +90,8 @@ def test_kepler_watts_per_busy_core_from_the_hours_slope_and_the_model_for_the_i
     """Kepler >= 0.10 reports each node's watts and CPU usage, not what a core adds: the
     example's core-power reads it as the slope of watts over usage in the last hour, per core.
     Over 50 minutes of changing load that is exactly each machine's watts per core; the node
-    whose load never moved has no value, and the powerModel covers it."""
+    whose load never moved has no value. The example ships no powerModel figures, so that node
+    is ranked by what is measured; a model the operator fills covers it."""
     nodes = [
         api_node("eff-1", "cpu-efficient"),
         api_node("leg-1", "cpu-legacy"),
@@ -126,8 +128,29 @@ def test_kepler_watts_per_busy_core_from_the_hours_slope_and_the_model_for_the_i
     plan, _ = plan_cycle(POLICY, states, readings, ScorerMemory(), per_core.evaluated_at)
     scored = {p.node: p.dimensions["core-power"] for p in plan.nodes}
     assert scored["eff-1"].status is DataStatus.FRESH
-    # eff-2 runs nothing, so Kepler cannot say what its cores cost: the powerModel can, and
-    # the idle efficient node ranks with the efficient one, not with the hungry one.
-    assert scored["eff-2"].raw == 5.0
+    # eff-2 runs nothing, so Kepler cannot say what its cores cost, and the example invents
+    # no figure for its instance type: no core-power label; its composite counts what is
+    # measured (its idle watts, the lowest, and health).
+    assert scored["eff-2"].raw is None
+    assert "kube-steer.github.io/score-core-power" not in plan_of(plan, "eff-2").labels
+    labels = {p.node: p.labels.get("kube-steer.github.io/score-core-power") for p in plan.nodes}
+    assert labels == {"eff-1": "100", "eff-2": None, "leg-1": "0"}
+    composite = {p.node: int(p.labels["kube-steer.github.io/score"]) for p in plan.nodes}
+    assert composite["eff-2"] > composite["leg-1"]
+
+    # The operator's figures (spec.energy.powerModel) cover it: the idle efficient node ranks
+    # with the efficient one, not with the hungry one.
+    doc = yaml.safe_load(example_policy_text())
+    doc["spec"]["energy"]["powerModel"]["types"] = {
+        "cpu-efficient": {"idleWatts": 120, "wattsPerCore": 5},
+        "cpu-legacy": {"idleWatts": 220, "wattsPerCore": 11},
+    }
+    filled = parse_policy(yaml.safe_dump(doc))
+    plan, _ = plan_cycle(filled, states, readings, ScorerMemory(), per_core.evaluated_at)
+    assert plan_of(plan, "eff-2").dimensions["core-power"].raw == 5.0
     labels = {p.node: p.labels["kube-steer.github.io/score-core-power"] for p in plan.nodes}
     assert labels == {"eff-1": "100", "eff-2": "100", "leg-1": "0"}
+
+
+def plan_of(plan: Any, node: str) -> Any:
+    return next(p for p in plan.nodes if p.node == node)

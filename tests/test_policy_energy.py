@@ -90,5 +90,6 @@ def test_the_example_policy_consolidates_its_default_composite_only() -> None:
         "kube-steer.github.io/drain-candidate",
         "kube-steer.github.io/drain-candidate-reason",
     )
-    kinds = energy.power_model.types
-    assert kinds["cpu-legacy"].watts_per_core >= 2 * kinds["cpu-efficient"].watts_per_core
+    # No figures invented for instance types: the operator fills the model, or nodes with no
+    # measurement are ranked by what is measured.
+    assert energy.power_model.types == {}

@@ -3,7 +3,9 @@ nodes in 3 zones with GPUs, budgets and pods there before the trace; `dra`, the 
 GPUs of gpu-1..3, the hot gpu-5 and two more cool nodes, gpu-7 and gpu-8, as DRA devices, GPU
 jobs from earlier holding part of gpu-1..3's devices, CPU work on gpu-7 and gpu-8, and the GPU
 jobs asking for them by claims; `energy`, 24 CPU nodes, half of them power-hungry, and CPU work
-that fits on far fewer. Each has its nodes, the pods there before the trace (bound by name, and
+that fits on far fewer; `mixed-energy`, the two kinds of CPU node beside GPU nodes, two of them
+hot, with tenants, both order chains, GPU jobs and CPU work there before the trace. Each has its
+nodes, the pods there before the trace (bound by name, and
 under `dra` the earlier GPU jobs, which the scheduler places), the power model and the pod
 trace, one per seed, that both modes of a pair replay.
 """
@@ -47,6 +49,16 @@ ENERGY_POWER = PowerModel(
     types={
         "cpu-efficient": NodePower(idle_w=120, per_core_w=5),
         "cpu-legacy": NodePower(idle_w=220, per_core_w=11),
+    },
+)
+# Scenario `mixed-energy`: the same two kinds of CPU node, and GPU servers whose host CPUs
+# draw more per busy core than the efficient kind (and idle far higher).
+MIXED_POWER = PowerModel(
+    per_gpu_w=300,
+    types={
+        "cpu-efficient": NodePower(idle_w=120, per_core_w=5),
+        "cpu-legacy": NodePower(idle_w=220, per_core_w=11),
+        "gpu-8x": NodePower(idle_w=800, per_core_w=8),
     },
 )
 SCRAPE_INTERVAL_S = 1.0
@@ -125,6 +137,24 @@ def energy_nodes() -> list[NodeSpec]:
     return nodes
 
 
+def mixed_energy_nodes() -> list[NodeSpec]:
+    """24 nodes in 3 zones: `gpu-1..4` (64 cores, 512 GiB, 8 GPUs; gpu-3 and gpu-4 hot),
+    `eff-1..10` and `leg-1..10` (16 cores / 64 GiB, efficient and power-hungry, interleaved
+    over the zones)."""
+    nodes = [
+        NodeSpec(
+            f"gpu-{i}", ZONES[(i - 1) % 3], 64, 512, gpus=8, hot=i in (3, 4), instance_type="gpu-8x"
+        )
+        for i in range(1, 5)
+    ]
+    for i in range(1, 11):
+        nodes.append(
+            NodeSpec(f"eff-{i}", ZONES[(i - 1) % 3], 16, 64, instance_type="cpu-efficient")
+        )
+        nodes.append(NodeSpec(f"leg-{i}", ZONES[(i - 1) % 3], 16, 64, instance_type="cpu-legacy"))
+    return nodes
+
+
 # (node, cpu request, cpu limit, memory request, memory limit): one pod each, namespace legacy.
 PREEXISTING = (
     ("cpu-1", "4", "24", "16Gi", "48Gi"),  # cpu limits 150 % of allocatable
@@ -143,6 +173,17 @@ DRA_PREEXISTING = (
     *PREEXISTING,
     ("gpu-7", "24", "28", "192Gi", "224Gi"),
     ("gpu-8", "20", "24", "160Gi", "192Gi"),
+)
+
+# Scenario `mixed-energy`: a cluster mid-day, whose power-hungry nodes already run some work
+# (so they are active, and consolidation alone would fill them first), one efficient node and
+# a cool GPU node too.
+MIXED_PREEXISTING = (
+    ("leg-1", "4", "4", "8Gi", "8Gi"),
+    ("leg-4", "2", "3", "4Gi", "6Gi"),
+    ("leg-8", "2", "2", "4Gi", "4Gi"),
+    ("eff-2", "2", "2", "4Gi", "4Gi"),
+    ("gpu-1", "8", "16", "32Gi", "64Gi"),
 )
 
 EARLIER_KIND = "earlier-gpu"  # KIND_LABEL of the earlier GPU jobs (no TRACE_LABEL)
@@ -230,6 +271,9 @@ class Scenario:
     claim_templates: Mapping[str, int] = field(default_factory=dict)
     # GPU jobs the scheduler places before the trace (after the mode's admission is up)
     earlier_jobs: tuple[EarlierJob, ...] = ()
+    # Seconds of Kepler history backfilled into each steered run's Prometheus before it
+    # starts (bench/benchkit/kepler_history.py); 0: it starts empty.
+    kepler_history_s: float = 0.0
 
     @property
     def dra(self) -> bool:
@@ -271,6 +315,25 @@ def scenarios() -> dict[str, Scenario]:
                 "gpu8_jobs": 0,
                 "shop_chain_replicas": 0,
             },
+            kepler_history_s=3600.0,
+        ),
+        # Both kinds of CPU node beside GPU nodes (two hot, which CPU pods may use), work there
+        # before the trace, dept-a, dept-b and the shop, both chains, a burst of 8 one-GPU jobs
+        # and a whole-node job: ~120 cores of CPU work and 64 of GPU jobs' cores, on 160
+        # efficient cores.
+        "mixed-energy": Scenario(
+            "mixed-energy",
+            tuple(mixed_energy_nodes()),
+            MIXED_PREEXISTING,
+            MIXED_POWER,
+            {
+                "services_a": 24,
+                "services_b": 24,
+                "services_shop": 8,
+                "gpu1_jobs": 8,
+                "gpu8_jobs": 1,
+            },
+            kepler_history_s=3600.0,
         ),
     }
 

@@ -1,6 +1,7 @@
 """Energy as efficiency on the real kube-apiserver and kube-scheduler (steer profiles): the
-example policy's plan for two efficient and two power-hungry nodes (watts from its powerModel:
-no Kepler series, as for nodes with only specs), written by the scorer's own writer, and the
+example policy's plan for two efficient and two power-hungry nodes (watts from the powerModel
+an operator fills in it, which the example leaves empty: no Kepler series, as for nodes with
+only specs), written by the scorer's own writer, and the
 real scheduler filling the active efficient node before waking the idle one or using a
 power-hungry one, while the hungry node whose pods fit there is marked a drain candidate.
 """
@@ -11,6 +12,7 @@ import time
 import uuid
 from typing import Any
 
+import yaml
 from kubernetes import client
 
 from kits.control_plane import ControlPlane
@@ -26,7 +28,13 @@ from tests.scorer_support import readings_for
 
 from .conftest import ROOT
 
-POLICY = parse_policy((ROOT / "examples" / "policy.yaml").read_text())
+# The example as an operator completes it: figures for the two kinds of node it runs.
+_DOC = yaml.safe_load((ROOT / "examples" / "policy.yaml").read_text())
+_DOC["spec"]["energy"]["powerModel"]["types"] = {
+    "cpu-efficient": {"idleWatts": 120, "wattsPerCore": 5},
+    "cpu-legacy": {"idleWatts": 220, "wattsPerCore": 11},
+}
+POLICY = parse_policy(yaml.safe_dump(_DOC))
 SCORE = composite_key(POLICY, None)
 PREFIX = POLICY.spec.label_prefix
 INSTANCE_TYPE = POLICY.spec.energy.power_model.node_label
@@ -107,11 +115,12 @@ def test_cpu_work_fills_the_active_efficient_node_and_the_hungry_one_is_marked(
 
     stored = {s: core.read_node(names[s]).metadata for s in KINDS}
     # (2 x core-power + 1 x idle-power + 2 x health + 1 x active) / 6: the active efficient
-    # node 100, the idle efficient one 80, the active hungry one 50, the idle hungry one 30.
+    # node 100, the idle efficient one 80, both hungry ones 30 (the active one's pods earn it
+    # no consolidation term: its cores cost more than the cheapest).
     assert {s: m.labels[SCORE] for s, m in stored.items()} == {
         "eff-0": "100",
         "eff-1": "80",
-        "leg-0": "50",
+        "leg-0": "30",
         "leg-1": "30",
     }
     marked = {s for s, m in stored.items() if m.labels.get(f"{PREFIX}drain-candidate") == "true"}
