@@ -151,9 +151,11 @@ def test_active_efficient_nodes_rank_first_and_the_hot_penalty_spares_the_energy
     )
     score = {p.node: p.labels[f"{PREFIX}score"] for p in plan.nodes}
     # (2 x core + 1 x idle + 2 x health + 1 x active) / 6, with core/idle 100 (efficient) or 0:
-    # e1 (active) 100, e2 (idle) 500/6 = 83.3 → 80, l1 (active) 300/6 = 50, l2 (only a
-    # DaemonSet pod: idle) 200/6 = 33.3 → 30. No hot penalty on e1.
-    assert score == {"e1": "100", "e2": "80", "l1": "50", "l2": "30"}
+    # e1 (active) 100, e2 (idle) 500/6 = 83.3 → 80, l2 (only a DaemonSet pod: idle) 200/6 =
+    # 33.3 → 30. l1 runs pods, but its cores cost the most: its active term is 100 less its
+    # core score's distance to the cheapest (100), i.e. 0, and it ranks with the idle l2: its
+    # pods pull no work onto it. No hot penalty on e1.
+    assert score == {"e1": "100", "e2": "80", "l1": "30", "l2": "30"}
     assert [p.active for p in plan.nodes] == [True, False, True, False]
     e1 = plan.node("e1")
     assert e1 is not None
@@ -418,3 +420,69 @@ def test_consolidation_without_drain_candidates_is_refused_with_its_path() -> No
     with pytest.raises(PolicyError) as caught:
         parse_policy(text + "  descheduling:\n    consolidation: {enabled: true}\n")
     assert [i.path for i in caught.value.issues] == ["spec.descheduling.consolidation.enabled"]
+
+
+def test_consolidation_never_pulls_work_onto_costlier_cores() -> None:
+    """The consolidation term of an active node is 100 less how far its cores' score falls
+    below the cheapest cores': equal nodes consolidate in full, a hungry node's pods earn it
+    nothing over an idle efficient node, a node whose cores are unmeasured (no model figure)
+    while others' are is neutral (50), and where none is measured all active nodes are equal."""
+    policy = parse_policy(
+        ENERGY_POLICY.replace(
+            """    powerModel:
+      types:
+        efficient: {idleWatts: 100, wattsPerCore: 5}
+        legacy: {idleWatts: 200, wattsPerCore: 10}
+""",
+            "",
+        )
+    )
+    cluster = [node(n, None) for n in ("e1", "e2", "l1", "u1", "u2")]
+    pods = {"e1": [pod(2)], "l1": [pod(2)], "u1": [pod(2)]}
+    values = health(cluster) | {
+        "core-power": {"e1": 5.0, "e2": 5.0, "l1": 10.0},
+        "idle-power": dict.fromkeys(("e1", "e2", "l1", "u1", "u2"), 150.0),
+    }
+    plan, _ = plan_cycle(
+        policy,
+        cluster,
+        readings_for(policy, cluster, values, T0),
+        ScorerMemory(),
+        T0,
+        pod_usages=pods,
+    )
+    score = {p.node: int(p.labels[f"{PREFIX}score"]) for p in plan.nodes}
+    # idle-power is the same everywhere (50). e1: (200 + 50 + 200 + 100) / 6 = 91.7 → 90;
+    # e2 idle: 450 / 6 = 75 → 80; l1 active, costliest cores: (0 + 50 + 200 + 0) / 6 = 41.7
+    # → 40; u1 active, unmeasured (core-power left out): (50 + 200 + 50) / 4 = 75 → 80; u2 idle,
+    # unmeasured: 250 / 4 = 62.5 → 60.
+    assert score == {"e1": 90, "e2": 80, "l1": 40, "u1": 80, "u2": 60}
+    assert score["e2"] > score["l1"]
+
+    # Nothing measured anywhere: consolidation among what is measured, in full.
+    values = health(cluster) | {"idle-power": dict.fromkeys(("e1", "e2", "l1", "u1", "u2"), 150.0)}
+    plan, _ = plan_cycle(
+        policy,
+        cluster,
+        readings_for(policy, cluster, values, T0),
+        ScorerMemory(),
+        T0,
+        pod_usages=pods,
+    )
+    score = {p.node: int(p.labels[f"{PREFIX}score"]) for p in plan.nodes}
+    # active: (50 + 200 + 100) / 4 = 87.5 → 90; idle: 250 / 4 = 62.5 → 60
+    assert score == {"e1": 90, "e2": 60, "l1": 90, "u1": 90, "u2": 60}
+
+    # Equal cores everywhere (one distinct value scores 50 on every node): full credit.
+    values = health(cluster) | {"core-power": dict.fromkeys(("e1", "e2", "l1", "u1", "u2"), 7.0)}
+    plan, _ = plan_cycle(
+        policy,
+        cluster,
+        readings_for(policy, cluster, values, T0),
+        ScorerMemory(),
+        T0,
+        pod_usages=pods,
+    )
+    score = {p.node: int(p.labels[f"{PREFIX}score"]) for p in plan.nodes}
+    # active: (100 + 200 + 100) / 5 = 80; idle: 300 / 5 = 60
+    assert score == {"e1": 80, "e2": 60, "l1": 80, "u1": 80, "u2": 60}

@@ -105,6 +105,8 @@ class CycleLayout:
     # this much beside their dimensions, and no hot-node penalty applies to them.
     consolidating: frozenset[str | None] = frozenset()
     consolidation_weight: float = 0.0
+    # The energy wattsPerCore dimension, which scales each active node's consolidation term.
+    watts_per_core: str | None = None
     # (drain-candidate label, its reason annotation) when the policy marks drain candidates;
     # the annotation key alone otherwise, so a mark left by an earlier policy is removed.
     drain: tuple[str, str] | None = None
@@ -171,6 +173,7 @@ class CycleLayout:
             overcommit_label=overcommit_key(policy),
             consolidating=energy_composites(policy),
             consolidation_weight=policy.spec.energy.consolidation.weight,
+            watts_per_core=policy.spec.energy.watts_per_core,
             drain=drain_keys(policy),
             drain_annotation=policy.label_key(DRAIN_REASON_ANNOTATION),
             drain_taint=drain_taint_key(policy),
@@ -217,6 +220,9 @@ class CycleContext:
     scores: Mapping[str, Mapping[str, float]]
     memory: ScorerMemory
     now: float
+    # The best score of the energy wattsPerCore dimension on any node (the cheapest cores in
+    # the cluster), None when no node has one: what consolidation weighs each node against.
+    cheapest_cores: float | None = None
 
     @classmethod
     def of(
@@ -240,4 +246,6 @@ class CycleContext:
             for d in layout.dims
         }
         fresh = {name: reading.values for name, reading in readings.items()}
-        return cls(layout, fresh, observations, scores, memory, now)
+        per_core = scores.get(layout.watts_per_core or "", {})
+        cheapest = max(per_core.values()) if per_core else None
+        return cls(layout, fresh, observations, scores, memory, now, cheapest)

@@ -24,6 +24,23 @@ from steer.core.steering import CONDITION_VALUE, offers
 ACTIVE_TERM = "(active)"
 
 
+def consolidation_credit(active: bool, core_score: float | None, cheapest: float | None) -> float:
+    """The consolidation term of a node (0..100): 0 when it runs no pods; when it does, 100 less
+    how far its wattsPerCore score falls below the cheapest cores' in the cluster. Filling an
+    active node saves waking another, but never at a higher cost per core than cores elsewhere:
+    a hungry node's pods do not pull more work onto it (measured on the placement bench: with
+    the full credit, idle efficient nodes tied with active hungry ones whenever the energy
+    dimensions were unmeasured or compressed). A node whose cores' cost is unmeasured while
+    others' is gets the neutral 50; where no node's is measured, all active nodes are equal."""
+    if not active:
+        return 0.0
+    if cheapest is None:
+        return 100.0
+    if core_score is None:
+        return 50.0
+    return max(0.0, 100.0 - (cheapest - core_score))
+
+
 def plan_node(
     cycle: CycleContext,
     node: NodeState,
@@ -58,8 +75,11 @@ def plan_node(
         value = composite(usable, weights)
         if consolidating and active is not None and value is not None:
             # "Runs pods" beside the dimensions: only where the node has a composite at all.
+            credit = consolidation_credit(
+                active, usable.get(layout.watts_per_core or ""), cycle.cheapest_cores
+            )
             value = composite(
-                {**usable, ACTIVE_TERM: 100.0 if active else 0.0},
+                {**usable, ACTIVE_TERM: credit},
                 {**weights, ACTIVE_TERM: layout.consolidation_weight},
             )
         label = None
