@@ -20,6 +20,7 @@ from launcher.commands import main
 from steer.core.admission_policy import admission_policies
 from steer.core.admission_policy.cel import Cel, cel_empty_list, cel_value
 from steer.core.admission_policy.mutating import (
+    MATCH_CONDITION,
     POLICY_NAME,
     TRACE_VIA,
     MutatingPolicies,
@@ -146,17 +147,54 @@ def test_an_opt_in_selector_with_expressions_keeps_them_beside_the_exclusions() 
 def test_infrastructure_and_dra_lookups_are_left_out_by_match_conditions(
     compiled: MutatingPolicies, policy: Policy
 ) -> None:
-    conditions = spec_of(compiled)["matchConditions"]
-    assert conditions[0] == {"name": "not-infrastructure", "expression": f"!({exempt_cel(policy)})"}
-    assert [c["name"] for c in conditions] == ["not-infrastructure", "no-dra-lookup"]
-    dra = conditions[1]["expression"]
+    (condition,) = spec_of(compiled)["matchConditions"]
+    assert condition["name"] == MATCH_CONDITION
+    # Steered already first (the cheapest, and false on a first pass), then infrastructure,
+    # then the DRA lookups.
+    steered, rest = condition["expression"].split(f" && !({exempt_cel(policy)}) && ")
+    assert steered.startswith("!(object.metadata.?annotations[?")
+    dra = rest
     assert "object.spec.?resourceClaims" in dra
     assert "'deviceclass.resource.kubernetes.io/'" in dra
     assert "'kube-steer.github.io/'" in dra  # the project's own resources are never a device
     # Without DeviceClasses in any class, no pod needs a DRA lookup.
     without = edited(podClasses=lambda classes: [{**c, "deviceClasses": []} for c in classes])
-    names = [c["name"] for c in spec_of(mutating_admission_policy(without))["matchConditions"]]
-    assert names == ["not-infrastructure"]
+    (alone,) = spec_of(mutating_admission_policy(without))["matchConditions"]
+    assert "resourceClaims" not in alone["expression"]
+    assert alone["expression"].endswith(f" && !({exempt_cel(policy)})")
+
+
+def test_a_pod_steered_already_is_not_evaluated_again(
+    compiled: MutatingPolicies, policy: Policy
+) -> None:
+    """The reinvocation after the policy's own change: the pod carries this version's trace and
+    its pool requests, and the one matchCondition stops there, before the infrastructure and
+    DRA checks and before the mutation (steer/core/admission_policy/mutating.py `_steered`)."""
+    (condition,) = spec_of(compiled)["matchConditions"]
+    expression = condition["expression"]
+    prefix = '{"policy":' + orjson.dumps(policy.version).decode() + ","
+    assert expression.startswith(
+        "!(object.metadata.?annotations[?'kube-steer.github.io/trace'].orValue('')"
+        f".startsWith('{prefix}') && "
+    )
+    # Every container, init containers too, holds its pool units: a sidecar added by a later
+    # webhook holds none, and the policy steers the pod again.
+    assert "(object.spec.containers + object.spec.?initContainers.orValue([])).all(c, " in (
+        expression
+    )
+    for pool, suffix in (("pool-cpu", "m"), ("pool-memory", "Mi")):
+        held = f"c.resources.requests['kube-steer.github.io/{pool}']"
+        assert f"quantity({held} + '{suffix}').compareTo(" in expression
+        assert f"quantity(string(int({held}) - 1) + '{suffix}').compareTo(" in expression
+    # A policy without pools checks the trace alone.
+    starter = parse_policy(STARTER_TEXT)
+    (alone,) = spec_of(mutating_admission_policy(starter))["matchConditions"]
+    version = orjson.dumps(starter.version).decode()
+    assert alone["expression"].startswith(
+        "!(object.metadata.?annotations[?'kube-steer.github.io/trace'].orValue('')"
+        f".startsWith('{{\"policy\":{version},')) && "
+    )
+    assert "pool-cpu" not in alone["expression"]
 
 
 # -- the CEL ---------------------------------------------------------------------------------
@@ -357,6 +395,7 @@ def test_the_example_lists_what_it_leaves_to_the_webhook(policy: Policy) -> None
         "dra-extended-resources",
         "device-counter",
         "quantity-range",
+        "steered-already",
     }
     assert items["dra-claims"].covered_by == "webhook"
     # A GPU pod's counter units are the policy's own for nvidia.com/gpu and the implicit name.
