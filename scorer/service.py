@@ -112,7 +112,8 @@ class Scorer:
     ) -> None:
         """`sources` are used instead of the registry's for their names (`prometheus`,
         `kubernetes`, `http`), e.g. to replay recorded readings. `node_cache`, kept by a
-        `scorer.nodes.NodeWatcher`, spares each cycle a list of every node while it is synced.
+        `scorer.nodes.NodeWatcher`, spares each cycle a list of every node while it is synced, and
+        each write after a 409 a GET of its node.
         `devices`, kept by the DRA watches (`steer.adapters.dra`), adds each node's DRA devices
         to what it offers (reserved nodes, coverage, free-device scores)."""
         self._policy = policy
@@ -140,7 +141,11 @@ class Scorer:
             scoring.resource_write_qps, scoring.resource_write_burst, sleep=sleep
         )
         self.writer = NodeWriter(
-            node_api, self.limiter, status_limiter=self.status_limiter, sleep=sleep
+            node_api,
+            self.limiter,
+            status_limiter=self.status_limiter,
+            sleep=sleep,
+            reread=node_cache.get if node_cache is not None else None,
         )
         self._memory = ScorerMemory()
         self._lock = threading.Lock()  # one cycle (or hot refresh) at a time

@@ -6,7 +6,9 @@
 - `spec.taints` is an atomic list: any patch replaces all of it. So the writer takes the
   node's taints as read, keeps every foreign taint exactly as it is, puts its own in, and sends
   the list with `metadata.resourceVersion`; a concurrent writer makes that a 409, after which
-  it re-reads the node and merges again, with exponential backoff.
+  it merges again, with exponential backoff, onto the node as the scorer's node watch has seen
+  it since (`reread`; no GET per conflict, the watch delivers the change that caused it), or
+  as a GET reads it where no watch runs (`steer scorer cleanup`).
 - Budget pools are extended resources in the node's status: a merge patch of
   `status.capacity` and `status.allocatable` (the same values: a kubelet recomputes allocatable
   from capacity) through the `/status` subresource, naming only the pools that changed, so
@@ -45,6 +47,7 @@ from scorer.kubeapi import (
     pod_path,
 )
 from scorer.model import NodeState
+from scorer.nodes import newer
 from scorer.plan import CyclePlan, NodePlan
 from steer.core.policy import Policy
 from steer.core.steering import owned_taint_keys
@@ -210,8 +213,12 @@ class NodeWriter:
         max_backoff_s: float = 2.0,
         concurrency: int = 8,
         sleep: Callable[[float], None] = time.sleep,
+        reread: Callable[[str], NodeState | None] | None = None,
     ) -> None:
+        """`reread(name)`: the node as a watch last saw it (None once it is gone), read after a
+        409 instead of a GET."""
         self.api = api
+        self.reread = reread
         self.concurrency = max(1, concurrency)
         self.limiter = limiter
         self.status_limiter = status_limiter or limiter
@@ -360,6 +367,17 @@ class NodeWriter:
                 self._backoff(attempt)
         raise AssertionError("unreachable: the loop returns on its last attempt")
 
+    def _fresher(self, name: str, held: NodeState) -> NodeState:
+        """The node after a 409 on `held`: the watch's state when it is newer (else `held`
+        again: the next attempt, after a longer backoff, gives the watch more time), or a GET
+        where no watch runs. Raises a 404 `KubeApiError` once the watch has seen it deleted."""
+        if self.reread is None:
+            return self.api.get_node(name)
+        seen = self.reread(name)
+        if seen is None:
+            raise KubeApiError(404, "NotFound", f"the node watch saw node {name} deleted")
+        return seen if newer(seen.resource_version, held.resource_version) else held
+
     def _pace(self, limiter: RateLimiter | None = None) -> None:
         waited = (limiter or self.limiter).acquire()
         with self._waited_lock:
@@ -425,7 +443,7 @@ class NodeWriter:
                 self._backoff(attempt)
                 if exc.conflict:
                     try:
-                        current = self.api.get_node(plan.node)
+                        current = self._fresher(plan.node, current)
                     except KubeApiError as read_exc:
                         return WriteResult(
                             plan.node,

@@ -157,6 +157,56 @@ def test_a_concurrent_taint_change_causes_a_real_409_then_a_merge(
     ]
 
 
+def test_after_a_409_the_node_watch_s_state_is_merged_without_a_get(
+    apistub: ApiStub, api: NodeApi
+) -> None:
+    """With a node watch (`reread`), the change that caused the 409 is taken from the watch,
+    not read again by a GET: the scorer's role needs no `get nodes`. A watch that has not
+    caught up yet is asked again after the next backoff."""
+    plan, nodes = hot_plans(api)
+
+    def add_taint(node: dict[str, Any]) -> dict[str, Any]:
+        node["spec"]["taints"].append({"key": "maintenance", "effect": "NoSchedule"})
+        return node
+
+    apistub.modify("nodes", "c", add_taint)
+    fresh = api.list_nodes()[0]
+    asked: list[str] = []
+
+    def watch_seen(name: str) -> Any:  # behind for its first answer, as a watch can be
+        asked.append(name)
+        return nodes[0] if len(asked) == 1 else fresh
+
+    apistub.clear_requests()
+    sleep = NoSleep()
+    report = NodeWriter(api, RateLimiter(1000, 1000), sleep=sleep, reread=watch_seen).apply(
+        POLICY, plan, nodes
+    )
+    (result,) = report.results
+    assert result.ok and result.conflicts == 2 and asked == ["c", "c"]
+    assert [r.method for r in apistub.requests] == ["PATCH", "PATCH", "PATCH"]
+    keys = [t["key"] for t in apistub.get("nodes", "c")["spec"]["taints"]]
+    assert keys == [
+        "node.kubernetes.io/unreachable",
+        "dedicated",
+        "maintenance",
+        "kube-steer.github.io/gpu-hot",
+    ]
+
+
+def test_a_node_the_watch_saw_deleted_after_a_409_is_not_written_again(
+    apistub: ApiStub, api: NodeApi
+) -> None:
+    plan, nodes = hot_plans(api)
+    apistub.fail_next_writes(1, status=409, path_contains="/nodes/c")
+    apistub.clear_requests()
+    report = NodeWriter(
+        api, RateLimiter(1000, 1000), sleep=NoSleep(), reread=lambda _name: None
+    ).apply(POLICY, plan, nodes)
+    (result,) = report.results
+    assert not result.ok and result.status == 404 and len(apistub.requests) == 1
+
+
 def test_withdrawing_a_taint_removes_only_ours(apistub: ApiStub, api: NodeApi) -> None:
     plan, nodes = hot_plans(api)
     writer(api).apply(POLICY, plan, nodes)

@@ -177,21 +177,10 @@ def describe(event: Mapping[str, Any]) -> str:
     return f"{event['verb']} {group}{what}{named}{where} -> {code(event)}"
 
 
-def table(
-    used: Mapping[Grant, Mapping[str, Any] | None], beyond: Mapping[str, str] | None = None
-) -> str:
-    """One line per grant: account, role, grant, and the first request it authorised (or,
-    unused, why: `beyond["account: grant"]`, else UNUSED)."""
-    why = beyond or {}
-    rows = [
-        (
-            g.account,
-            g.role,
-            str(g),
-            describe(e) if e else "not used here: " + why.get(f"{g.account}: {g}", "UNUSED"),
-        )
-        for g, e in used.items()
-    ]
+def table(used: Mapping[Grant, Mapping[str, Any] | None]) -> str:
+    """One line per grant: account, role, grant, and the first request it authorised (or
+    UNUSED)."""
+    rows = [(g.account, g.role, str(g), describe(e) if e else "UNUSED") for g, e in used.items()]
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     return "\n".join(
         "  ".join(cell.ljust(w) for cell, w in zip(row[:3], widths, strict=True)) + "  " + row[3]
