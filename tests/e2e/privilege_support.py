@@ -297,3 +297,27 @@ def may_set_ca_bundle(plane: ControlPlane, account: str) -> Attempt:
             patch,
             JSON_PATCH,
         )
+
+
+def check_no_identity_widens_its_reach(plane: ControlPlane) -> list[Attempt]:
+    """Every attempt of every account refused, by RBAC or by a guard naming what it refuses
+    (the webhook configurations' fields, the Secrets' names, the node keys); the controller
+    may still set caBundle. Returns the attempts (their table is printed)."""
+    found = attempts(plane)
+    table = "\n".join(a.line() for a in found)
+    print(table)  # the list of attempts and refusals, in the test's output
+    assert {a.account for a in found} >= {"steer-scorer", "steer-controller", "steer-webhook"}
+    assert not not_refused(found, lambda _a: False), table
+    by = {(a.account, a.action): a for a in found}
+    for named in ("clientConfig.service", "rules", "namespaceSelector", "failurePolicy"):
+        action = f"change webhooks[0].{named.split('.')[0]} of MutatingWebhookConfiguration"
+        refusal = by[("steer-controller", f"{action} steer-webhook")]
+        assert "steer-guard-webhook-configurations" in refusal.message, refusal.line()
+        assert named in refusal.message, refusal.line()
+    for action in ("create a Secret of another name", "create a ServiceAccount token Secret"):
+        assert "steer-guard-secrets" in by[("steer-controller", action)].message
+    for action in ("label a node outside the prefixes", "taint a node outside the prefixes"):
+        assert "scorer-owned-keys" in by[("steer-scorer", action)].message
+    allowed = may_set_ca_bundle(plane, "steer-controller")
+    assert allowed.status == 200, allowed.line()
+    return found

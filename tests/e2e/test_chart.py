@@ -54,6 +54,7 @@ from tests.e2e.install_support import (
     steered_and_bound,
     try_shell,
 )
+from tests.e2e.privilege_support import check_no_identity_widens_its_reach
 
 INSTALL_DOC = ROOT / "docs" / "install.md"
 OPERATOR_CRDS = Path(__file__).parent / "fixtures" / "operator-crds.yaml"
@@ -221,7 +222,9 @@ INSTEAD: dict[str, Callable[[Installation], None]] = {
         start_controller
     ),
     "kubectl -n kube-steer rollout status deployment/steer-webhook --timeout=5m": start_webhook,
-    "kubectl -n kube-steer rollout status deployment/steer-scorer --timeout=5m": scorer_started,
+    "kubectl -n kube-steer rollout status deployment/steer-scorer --timeout=5m": (
+        lambda run: (scorer_started(run), check_no_identity_widens_its_reach(run.plane))
+    ),
 }
 AFTER: dict[str, Callable[[Installation], None]] = {
     "helm install kube-steer charts/kube-steer": installed,

@@ -65,7 +65,7 @@ from tests.e2e.install_support import (
     try_shell,
     webhook_stopped,
 )
-from tests.e2e.privilege_support import attempts, may_set_ca_bundle, not_refused
+from tests.e2e.privilege_support import check_no_identity_widens_its_reach
 
 COMPONENTS = ("scheduler-profiles", "cert-manager", "prometheus-operator", "network-policy")
 INSTALL_DOC = ROOT / "docs" / "install.md"
@@ -401,23 +401,7 @@ def test_no_kube_steer_identity_can_widen_its_reach(plane: ControlPlane) -> None
     Secret): every attempt is refused, by RBAC or by a guard naming what it refuses. The
     controller may still set caBundle."""
     install_base(plane)
-    found = attempts(plane)
-    table = "\n".join(a.line() for a in found)
-    print(table)  # the list of attempts and refusals, in the test's output
-    assert {a.account for a in found} >= {"steer-scorer", "steer-controller", "steer-webhook"}
-    assert not not_refused(found, lambda _a: False), table
-    by = {(a.account, a.action): a for a in found}
-    for named in ("clientConfig.service", "rules", "namespaceSelector", "failurePolicy"):
-        action = f"change webhooks[0].{named.split('.')[0]} of MutatingWebhookConfiguration"
-        refusal = by[("steer-controller", f"{action} steer-webhook")]
-        assert "steer-guard-webhook-configurations" in refusal.message, refusal.line()
-        assert named in refusal.message, refusal.line()
-    for action in ("create a Secret of another name", "create a ServiceAccount token Secret"):
-        assert "steer-guard-secrets" in by[("steer-controller", action)].message
-    for action in ("label a node outside the prefixes", "taint a node outside the prefixes"):
-        assert "scorer-owned-keys" in by[("steer-scorer", action)].message
-    allowed = may_set_ca_bundle(plane, "steer-controller")
-    assert allowed.status == 200, allowed.line()
+    check_no_identity_widens_its_reach(plane)
 
 
 def fail_open_count(plane: ControlPlane, webhook: str) -> float:
