@@ -55,7 +55,7 @@ same state, rebuilt from scratch:
   what Kepler measures.
 - **Exporter** (kits.simulated_cluster, steered and audit modes only): lists nodes and pods
   every 1 s and serves DCGM (GPUs given to bound pods: 85 % util, 60,000 MiB used), Kepler
-  >= 0.10's node CPU watts and joules (the CPU meter reads the power model's whole node draw)
+  >= 0.10's node CPU watts and joules (the CPU meter reads the power model's draw without the GPUs', as RAPL does)
   split into active = total x usage ratio (requested cores / allocatable) and idle = the rest,
   kube-state-metrics allocatable and per-container requests/limits with the `node` label, and blackbox `probe_success{job="node-health"}`. A
   fresh real Prometheus scrapes it every 1 s (honor_labels). Before the trace, every query of the policy
@@ -671,6 +671,24 @@ class Bench:
         info["scorer_log"] = str(run_dir / "scorer.log")
         return info, scorer
 
+    def watch_after(self, scorer: RunningScorer) -> dict[str, Any]:
+        """What the scorer reads once the trace's load has been in Prometheus for
+        --watch-after seconds: per node its core-power (watts per busy core, None where its
+        load has not moved in the last hour) and its composite label. Shows what the first
+        hour of an install does (--history none): nodes gain a core-power as load moves."""
+        time.sleep(self.args.watch_after)
+        view = scorer.get("/explain/nodes")
+        nodes = {
+            n["node"]: {
+                "core_power": n["raw"].get("core-power"),
+                "score": n["labels"].get(f"{PREFIX}score"),
+            }
+            for n in view.get("nodes", ())
+        }
+        measured = sorted(name for name, n in nodes.items() if n["core_power"] is not None)
+        log(f"after {self.args.watch_after:.0f} s: core-power on {len(measured)} nodes {measured}")
+        return {"after_s": self.args.watch_after, "nodes": nodes, "core_power_on": measured}
+
     def audit_report(self, scorer: RunningScorer) -> dict[str, Any]:
         """The scorer's `/explain/audit` answer, or why it could not be read. Each audited pod
         is one explanation over every node, hence a longer timeout than `scorer.get`'s."""
@@ -788,6 +806,8 @@ class Bench:
             result.update(self.play(recorder, trace))
             snap = snapshot(self.core)
             bind_times = recorder.bind_times()
+            if scorer is not None and self.args.watch_after:
+                result["after_trace"] = self.watch_after(scorer)
             if scorer is not None and not mode.writes_taints:
                 t2 = time.monotonic()
                 result["audit"] = self.audit_report(scorer)
@@ -897,6 +917,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=float,
         default=30.0,
         help="stop waiting for bindings after this (s)",
+    )
+    parser.add_argument(
+        "--watch-after",
+        type=float,
+        default=0.0,
+        help="steered and audit: this many s after the trace settles, record each node's "
+        "core-power and composite label as the scorer reads them (results: after_trace), "
+        "e.g. 120 with --history none to see the first hour fill in (default 0: not)",
     )
     parser.add_argument("--workdir", type=Path, help="keep logs here (default: a temporary folder)")
     args = parser.parse_args(argv)

@@ -33,9 +33,12 @@ Every scrape evaluates the state at that moment:
   `kepler_node_cpu_watts{node_name, path, zone}` and its `_active_` / `_idle_` parts, the
   matching `_joules_total` counters, and `kepler_node_cpu_usage_ratio{node_name}`. The usage
   ratio is the CPU cores the node's bound pods request over its allocatable cores (0..1). The
-  simulation lets the CPU meter read the node's whole modelled draw (`PowerModel.node_watts`,
-  GPUs included), split over the `package` and `dram` zones (`DRAM_SHARE`), so
-  `sum by (node_name) (kepler_node_cpu_watts)` is the node's watts. As in Kepler, active =
+  CPU meter reads the node's modelled draw without its GPUs' busy share (idle watts + watts per
+  requested core: Kepler reads the CPU's RAPL zones, which no discrete GPU is part of; its
+  EP-003 proposal, docs/developer/proposal/EP-003-GPU-Power-Monitoring.md: "Kepler currently
+  measures only CPU power via Intel RAPL"), split over the `package` and `dram` zones
+  (`DRAM_SHARE`), so `sum by (node_name) (kepler_node_cpu_watts)` is that draw; on a CPU node
+  it is the node's watts. As in Kepler, active =
   total x usage ratio and idle = total - active: active watts per requested core read about
   total / allocatable cores, not the model's marginal watts per core.
 - **Kepler 0.7** (`kepler_styles=("0.7",)`, for comparisons)
@@ -407,7 +410,7 @@ class SimCluster:
                 node.platform_joules += total * dt
                 node.idle_joules += idle * dt
                 node.cpu_dynamic_joules += cpu * dt
-                node.cpu.advance(total, self._usage_ratio(node), dt)
+                node.cpu.advance(idle + cpu, self._usage_ratio(node), dt)
         if self._last_t is None or now > self._last_t:
             self._last_t = now
 
@@ -461,9 +464,10 @@ class SimCluster:
                         fb_free_mib=round(self.fb_total_mib - gpu.fb_used),
                     )
                 if "0.10" in self.kepler_styles:
+                    _, idle, cpu = self._watts(node)
                     out.cpu_power(
                         node.name,
-                        watts=self._watts(node)[0],
+                        watts=idle + cpu,  # RAPL: the CPU and memory, no GPU
                         usage_ratio=self._usage_ratio(node),
                         meter=node.cpu,
                     )

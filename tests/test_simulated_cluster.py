@@ -159,9 +159,14 @@ def test_kepler_010_splits_the_modelled_watts_by_requested_cores() -> None:
     fams = sim.families(now=110)  # 10 s at those watts
     ratio = {lb["node_name"]: v for lb, v in samples(fams, "kepler_node_cpu_usage_ratio")}
     assert ratio == {"cpu-1": 0.25, "cpu-2": 1.0, "gpu-1": 0.5, "gpu-2": 0.0}
-    # The CPU meter reads the node's whole modelled draw, GPUs included.
-    watts = {"cpu-1": 140, "cpu-2": 500, "gpu-1": 500 + 80 + 400, "gpu-2": 500 + 800}
-    assert sim.node_watts() == watts
+    # The node draws its GPUs' busy share too; the CPU meter (RAPL) reads the rest.
+    assert sim.node_watts() == {
+        "cpu-1": 140,
+        "cpu-2": 500,
+        "gpu-1": 500 + 80 + 400,
+        "gpu-2": 500 + 800,
+    }
+    watts = {"cpu-1": 140, "cpu-2": 500, "gpu-1": 500 + 80, "gpu-2": 500}
     assert zone_sums(fams, "kepler_node_cpu_watts") == pytest.approx(watts)
     package = {
         lb["node_name"]: v

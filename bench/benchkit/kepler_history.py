@@ -5,14 +5,14 @@ for every node from the scorer's first cycle, as it would where Kepler has been 
 hour.
 
 Each node's CPU usage ratio moved through the hour (a slow wave of its own phase between 5 %
-and 60 %), and its watts followed the scenario's power model at that usage: its idle watts, its
-watts per requested core times the cores in use, and the external GPU load of a hot node (a
-constant, which adds nothing to the slope). The families and labels are the live exporter's
+and 60 %), and its CPU watts followed the scenario's power model at that usage: its idle watts
+and its watts per requested core times the cores in use (Kepler's CPU meter reads RAPL, which
+holds no GPU: kits.simulated_cluster). The families and labels are the live exporter's
 (`kits.synthetic_exporter.Exposition.cpu_power`: `kepler_node_cpu_watts` and its active and
 idle parts by RAPL zone, `kepler_node_cpu_usage_ratio`; kube-state-metrics' cpu allocatable and
-capacity), gauges only, with the scrape's `job`
-and `instance`, so the live scrape continues the same series. The history stops
-`gap_s` before the server starts: the live samples follow it.
+capacity), gauges only, with the scrape's `job` and `instance`, so the live scrape continues
+the same series. The history stops `gap_s` before the server starts: the live samples follow
+it.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from kits.prometheus_server import JOB_NAME, PrometheusServer
 from kits.simulated_cluster import PowerModel
 from kits.synthetic_exporter import CpuMeter, Exposition, label_text
 
-from .placement_scenario import HOT_UTIL, NodeSpec
+from .placement_scenario import NodeSpec
 
 HOUR_S = 3600.0
 STEP_S = 30.0  # one sample per 30 s, as Kepler is often scraped
@@ -63,13 +63,13 @@ def write_history(
     series: dict[str, dict[str, list[str]]] = {}  # family -> label text -> sample lines
     kinds: dict[str, str] = {}
     for index, spec in enumerate(specs):
-        busy_gpus = spec.gpus * HOT_UTIL / 100 if spec.hot else 0.0
         for t in stamps:
             usage = usage_at(index, t)
+            # RAPL's CPU and memory: no GPU watts (kits.simulated_cluster's CPU meter).
             watts = power.node_watts(
                 gpu_node=spec.gpus > 0,
                 cores=usage * spec.cpu,
-                busy_gpus=busy_gpus,
+                busy_gpus=0.0,
                 instance_type=spec.instance_type,
             )
             exposition = Exposition()
