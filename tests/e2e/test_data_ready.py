@@ -32,7 +32,10 @@ MERGE = "application/merge-patch+json"
 def policy_object(name: str, label: str) -> dict[str, Any]:
     """`gpu-util` grouped by `label`, its answer marked with the form it reads (as the example
     policy's queries do: docs/exporters.md)."""
-    query = f'label_replace(avg by ({label}) (DCGM_FI_DEV_GPU_UTIL), "form", "{label}", "", "")'
+    query = (
+        f"label_replace(avg by ({label}) (DCGM_FI_DEV_GPU_UTIL), "
+        f'"form", "dcgm-exporter {label}", "", "")'
+    )
     return {
         "apiVersion": "kube-steer.github.io/v1alpha1",
         "kind": "SteeringPolicy",
@@ -129,7 +132,9 @@ def test_the_policy_status_says_what_the_data_lacks_and_clears_when_it_is_fixed(
             )
             assert good["status"]["observedGeneration"] == 2
             cond = data_ready(good)
-            assert cond is not None and cond["message"].endswith("; read hostname: gpu-util")
+            assert cond is not None and cond["message"].endswith(
+                "; read dcgm-exporter hostname: gpu-util"
+            )
             labels = admin.request("GET", f"/api/v1/nodes/{NODES[0]}")["metadata"]["labels"]
             assert labels["kube-steer.github.io/score-gpu-util"] == "70"
             assert scorer.get("/readyz")["data"]["problems"] == 0
