@@ -304,9 +304,11 @@ def test_pool_requests_are_ceilings_checked_exactly_without_multiplication(
     """CEL's quantity library has no multiplication or division: millicores and MiB are
     estimated in floating point and confirmed by comparing quantities."""
     changes = variables(compiled)["containerChanges"]
-    assert "quantity(string(n) + 'm').compareTo(q) >= 0" in changes
-    assert "quantity(string(n) + 'Mi').compareTo(q) >= 0" in changes
-    assert "[t - 1, t, t + 1, t + 2]" in changes
+    for suffix in ("m", "Mi"):
+        assert f"quantity(string(t) + '{suffix}').compareTo(q) >= 0 ? (" in changes
+        assert f"[t + 2].filter(n, quantity(string(n) + '{suffix}').compareTo(q) >= 0)[0]" in (
+            changes
+        )
     # A limit first, the request without one (container_pool_units).
     assert "c.?resources.?limits[?'cpu'].orValue(c.?resources.?requests[?'cpu'].orValue('0'))" in (
         changes

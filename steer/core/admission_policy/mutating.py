@@ -346,13 +346,19 @@ _ASPECTS: dict[str, Callable[[Pieces], str]] = {
 
 
 def _units(quantity: str, suffix: str, scale: str) -> str:
-    """CEL: ceil(`quantity` in units of `suffix`), exactly: a float estimate (`scale` turns the
-    quantity's value into units), then the first of the four integers around it whose
-    quantity `<n><suffix>` is at least the value."""
+    """CEL: ceil(`quantity` in units of `suffix`), exactly: a float estimate t (`scale` turns the
+    quantity's value into units, truncated), then the least of t - 1 .. t + 2 whose quantity
+    `<n><suffix>` is at least the value, found by comparing two of them (below 2^52 units the
+    estimate is off by less than one, so the answer is t or t + 1); none of the four: an error
+    (NotCovered quantity-range)."""
+
+    def holds(n: str) -> str:
+        return f"quantity(string({n}) + {cel_string(suffix)}).compareTo(q) >= 0"
+
     return (
         f"[quantity({quantity})].map(q, [int(q.asApproximateFloat() {scale})].map(t, "
-        f"[t - 1, t, t + 1, t + 2].filter(n, quantity(string(n) + {cel_string(suffix)})"
-        ".compareTo(q) >= 0)[0])[0])[0]"
+        f"{holds('t')} ? ({holds('t - 1')} ? t - 1 : t) : {holds('t + 1')} ? t + 1 : "
+        f"[t + 2].filter(n, {holds('n')})[0])[0])[0]"
     )
 
 
@@ -742,12 +748,13 @@ def _implicit(requested: str) -> str:
     )
 
 
-def _counted_elsewhere(policy: Policy, requested: str, pod_class: str) -> str:
+def _counted_elsewhere(policy: Policy, foreign: str, pod_class: str) -> str:
     """CEL: the pod, of class `pod_class` ('' for none) by its requests, counts devices the
     policy cannot: its class has a device counter and the pod requests an extended resource a
-    DeviceClass may map that is not one of the class's `requestsAny` (the webhook counts it when
-    a DeviceClass of the class maps it), or an init container requests one the class counts
-    (the webhook sums init containers and sidecars as the scheduler does)."""
+    DeviceClass may map (`foreign`, `_foreign` of its requests) that is not one of the class's
+    `requestsAny` (the webhook counts it when a DeviceClass of the class maps it), or an init
+    container requests one the class counts (the webhook sums init containers and sidecars as
+    the scheduler does)."""
     init = _requested("object.spec.?initContainers.orValue([])")
     cases = []
     for candidate in policy.spec.pod_classes:
@@ -757,8 +764,7 @@ def _counted_elsewhere(policy: Policy, requested: str, pod_class: str) -> str:
         names = {*counter.requests_any, *map(implicit_extended_name, counter.device_classes)}
         cases.append(
             f"({pod_class} == {cel_string(candidate.name)} && ("
-            f"{_foreign(policy, requested)}.exists(n, !(n in "
-            f"{cel_list(sorted(counter.requests_any))})) || "
+            f"{foreign}.exists(n, !(n in {cel_list(sorted(counter.requests_any))})) || "
             f"{init}.exists(n, n in {cel_list(sorted(names))})))"
         )
     return " || ".join(cases) or "false"
@@ -811,16 +817,18 @@ def _match_conditions(policy: Policy, combinations: Sequence[_Combination]) -> l
     and the pool checks alone."""
     parts = [f"!({_steered(policy, combinations)})", f"!({exempt_cel(policy)})"]
     if _device_classes(policy):
+        # The requested names, those a DeviceClass may map and the class, computed once each
+        # (bound by a one-item list: a matchCondition has no variables).
         requested = _requested("(object.spec.containers + object.spec.?initContainers.orValue([]))")
-        implicit = _implicit(requested)
         uncertain = cel_list(_uncertain_classes(policy))
-        pod_class = f"({_class_cel(policy, requested, implicit)})"
+        pod_class = _class_cel(policy, "rq", _implicit("rq"))
         # NotCovered dra-claims, dra-extended-resources and device-counter: the webhook
         # steers these.
         parts.append(
-            "size(object.spec.?resourceClaims.orValue([])) == 0 && !("
-            f"size({_foreign(policy, requested)}) > 0 && {pod_class} in {uncertain}) && !("
-            f"{_counted_elsewhere(policy, requested, pod_class)})"
+            "size(object.spec.?resourceClaims.orValue([])) == 0 && "
+            f"[{requested}].all(rq, [{_foreign(policy, 'rq')}].all(fg, [{pod_class}].all(pc, "
+            f"!(size(fg) > 0 && pc in {uncertain}) && "
+            f"!({_counted_elsewhere(policy, 'fg', 'pc')}))))"
         )
     return [{"name": MATCH_CONDITION, "expression": " && ".join(parts)}]
 
