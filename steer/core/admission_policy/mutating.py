@@ -666,8 +666,9 @@ def not_covered(policy: Policy) -> tuple[NotCovered, ...]:
             "spread-duplicates",
             f"pods with the label {a.label_key}",
             f"spread rules {a.name} and {b.name} ask for the same constraint on "
-            f"{a.topology_key}: after the reinvocation its own change causes, the policy finds "
-            f"the constraint {a.name} added and notes {b.name} as in effect as well",
+            f"{a.topology_key}: evaluated again after its own change (a pod its matchCondition "
+            "does not find steered already: pool requests that do not match its limits), the "
+            f"policy finds the constraint {a.name} added and notes {b.name} as in effect as well",
             "none",
             f"the trace lists spread:{b.name}, which the webhook's does not; steering is the same",
         )
