@@ -320,6 +320,15 @@ def ratio_bytes() -> Iterator[PrometheusServer]:
 
 
 @pytest.fixture(scope="module")
+def ratio_name_in_percent() -> Iterator[PrometheusServer]:
+    """DCGM_FI_DEV_GPU_UTIL_RATIO holding the integer percent, as DCGM's own code still fills
+    field 203 under that name (docs/exporters.md)."""
+    gpus = scaled(dcgm("dcgm-exporter-4.9-ratio-bytes.prom"), "DCGM_FI_DEV_GPU_UTIL_RATIO", 100)
+    with backfilled(gpus + tenancy_and_health(), kepler_010()) as prom:
+        yield prom
+
+
+@pytest.fixture(scope="module")
 def old_kepler() -> Iterator[PrometheusServer]:
     families = dcgm("dcgm-exporter-4.8-hostname.prom") + tenancy_and_health()
     with backfilled(families, counters=kepler_07()) as prom:
@@ -546,21 +555,22 @@ def test_example_policy_reads_dcgm_exporter_3x_with_its_capital_hostname(
     assert read_example(capital_hostname, "gpu-free") == dict.fromkeys(GPU_NODES, 2.0)
 
 
+@pytest.mark.parametrize("cluster", ["ratio_bytes", "ratio_name_in_percent"])
 def test_example_policy_reads_the_ratio_and_bytes_names_in_its_own_units(
-    ratio_bytes: PrometheusServer, current: PrometheusServer
+    request: pytest.FixtureRequest, current: PrometheusServer, cluster: str
 ) -> None:
-    """The same GPUs as the 4.8 fixture, as a 0..1 ratio and in bytes: the same values, gpu-util
-    in percent (that nothing is held back, and the form named: the scorer's test below)."""
+    """The same GPUs as the 4.8 fixture, under the ratio/bytes names (utilisation as a 0..1
+    ratio, or as the percent DCGM still fills field 203 with): the same values, gpu-util in
+    percent (that nothing is held back, and the form named: the scorer's test below)."""
+    prom: PrometheusServer = request.getfixturevalue(cluster)
     for dimension in GPU_DIMENSIONS:
-        assert read_example(ratio_bytes, dimension) == pytest.approx(
-            read_example(current, dimension)
-        ), dimension
-    assert read_example(ratio_bytes, "gpu-util") == pytest.approx(
-        {GPU_NODES[0]: 8.0, GPU_NODES[1]: 6.0}
-    )
+        assert read_example(prom, dimension) == pytest.approx(read_example(current, dimension)), (
+            dimension
+        )
+    assert read_example(prom, "gpu-util") == pytest.approx({GPU_NODES[0]: 8.0, GPU_NODES[1]: 6.0})
     # Each GPU's heat (spec.devices.heat), in percent from either form.
     policy = load_policy_file(EXAMPLE_POLICY)
-    with ratio_bytes.client() as new, current.client() as released:
+    with prom.client() as new, current.client() as released:
         heat, expected = read_device_heat(new, policy), read_device_heat(released, policy)
     assert heat.problems == () and len(heat.values) == 8
     assert heat.values == pytest.approx(dict(expected.values))
