@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -179,6 +181,34 @@ def test_prometheus_down_keeps_labels_until_the_ttl_then_withdraws_them() -> Non
     assert node.taints == ()
     assert observed_times(POLICY, node) == {}
     assert dict(node.labels).items() >= FOREIGN.items()
+
+
+def test_dimensions_read_in_one_cycle_expire_in_one_cycle() -> None:
+    """util's answer evaluated 1.5 s after power's (it waited for a connection): when Prometheus
+    goes down, both are withdrawn by the same cycle, in one write a node; the composite is never
+    rewritten from util alone for the cycle between (tests/faults, the down fault)."""
+    cluster = nodes("a", "b")
+    values = {"util": {"a": 20.0, "b": 60.0}, "power": {"a": 100.0, "b": 300.0}}
+    readings = readings_for(POLICY, cluster, values, T0)
+    readings["util"] = replace(readings["util"], observed_at=T0 + 1.5)
+    plan, memory = plan_cycle(POLICY, cluster, readings, ScorerMemory(), T0 + 1.5)
+    cluster = apply_plan(POLICY, cluster, plan)
+    assert cluster[1].labels["kube-steer.github.io/score"] == "30"
+    assert {d.dimension: d.last_success for d in plan.dimensions if d.ok} == {
+        "util": T0,
+        "power": T0,
+    }
+    # Down from here; TTL 60 s. One cycle a second: the first past power's TTL takes all.
+    plan, memory = plan_cycle(POLICY, cluster, {}, memory, T0 + 60)
+    assert not plan.changes
+    plan, memory = plan_cycle(POLICY, cluster, {}, memory, T0 + 61)
+    b = plan.node("b")
+    assert b is not None
+    assert {d.status for d in b.dimensions.values()} == {DataStatus.STALE, DataStatus.MISSING}
+    assert "kube-steer.github.io/score" not in b.labels
+    cluster = apply_plan(POLICY, cluster, plan)
+    plan, _ = plan_cycle(POLICY, cluster, {}, memory, T0 + 62)
+    assert not plan.changes
 
 
 def test_restart_carries_labels_by_their_annotation_until_the_ttl() -> None:

@@ -9,7 +9,11 @@ Rules that shape the result:
 - Per (dimension, node) the last observation is remembered. A node missing from this cycle's
   reading, or a failed query, keeps its label until the observation is older than the TTL;
   then the label is withdrawn, the composites are recomputed without it, and no taint is
-  kept from it. A node that was never observed gets no label, never a zero.
+  kept from it. A node that was never observed gets no label, never a zero. The readings of
+  one cycle count as observed at one instant (the earliest of their evaluation times), so
+  dimensions read together expire together: a source gone down withdraws a node's labels in
+  one write, never first rewriting its composites from the dimensions that expire a moment
+  later.
 - Hysteresis compares with the value the node carries now (its label), so a restarted scorer
   or a new leader continues from the cluster's state, not from an empty memory.
 - After a restart the memory is empty; a label whose `<prefix>observed-at` annotation is still

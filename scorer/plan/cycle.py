@@ -6,6 +6,7 @@ Pure: no clock, no network (the rules are in scorer/plan/__init__.py).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from types import MappingProxyType
 
 from scorer.model import NodeState
@@ -77,6 +78,25 @@ def plan_drain(
     return drain_candidates(drain_nodes, marking.min_saved_watts, marking.max_candidates)
 
 
+def one_instant(readings: Mapping[str, DimensionReading]) -> Mapping[str, DimensionReading]:
+    """The cycle's readings, each observed at the earliest evaluation among them.
+
+    Prometheus stamps each answer with its own evaluation time: queries sent side by side land
+    milliseconds apart, one that waits for a connection or behind a slow proxy seconds apart.
+    Left so, dimensions read in the same cycle age past the same TTL in different cycles when
+    their source goes down: the first withdrawal rewrites every node's composites from the
+    dimensions that expire a moment later, and the next withdraws those too (two writes a node,
+    and a composite that moves on data that did not). One instant, the oldest, expires them
+    together and never extends a TTL."""
+    if len(readings) < 2:
+        return readings
+    instant = min(r.observed_at for r in readings.values())
+    return {
+        name: r if r.observed_at == instant else replace(r, observed_at=instant)
+        for name, r in readings.items()
+    }
+
+
 def plan_cycle(
     policy: Policy,
     nodes: Sequence[NodeState],
@@ -102,6 +122,7 @@ def plan_cycle(
     and their scores still count in every normalisation."""
     failures = failures or {}
     hot = hot or {}
+    readings = one_instant(readings)
     layout = CycleLayout.of(policy)
     names = {n.name for n in nodes} if known is None else set(known)
     context = CycleContext.of(layout, names, readings, memory, now, modelled_values(policy, nodes))
