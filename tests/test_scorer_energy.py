@@ -486,3 +486,30 @@ def test_consolidation_never_pulls_work_onto_costlier_cores() -> None:
     score = {p.node: int(p.labels[f"{PREFIX}score"]) for p in plan.nodes}
     # active: (100 + 200 + 100) / 5 = 80; idle: 300 / 5 = 60
     assert score == {"e1": 80, "e2": 60, "l1": 80, "u1": 80, "u2": 60}
+
+
+def test_idle_watts_are_scored_per_allocatable_core_and_shown_whole() -> None:
+    """What waking a node costs is scored per core it brings: a 64-core GPU server idling at
+    800 W ranks near an efficient 16-core node (120 W), not below a power-hungry one (220 W),
+    so GPU servers no longer squeeze the two CPU kinds into one bucket. The raw value stays
+    watts, and a replan of one node scores it against the cores the others had."""
+    cluster = [node("eff", None), node("leg", None), node("gpu", None, cpu="64")]
+    values = health(cluster) | {"idle-power": {"eff": 120.0, "leg": 220.0, "gpu": 800.0}}
+    plan, memory = plan_cycle(
+        POLICY, cluster, readings_for(POLICY, cluster, values, T0), ScorerMemory(), T0
+    )
+    idle = {p.node: p.dimensions["idle-power"] for p in plan.nodes}
+    assert {n: d.raw for n, d in idle.items()} == {"eff": 120.0, "leg": 220.0, "gpu": 800.0}
+    # 7.5, 13.75 and 12.5 W per core: eff 100, gpu 20, leg 0 (whole watts: 100, 85, 0).
+    assert {n: d.label for n, d in idle.items()} == {"eff": "100", "leg": "0", "gpu": "20"}
+    assert memory.cores == {"eff": 16.0, "leg": 16.0, "gpu": 64.0}
+
+    replan, _ = plan_cycle(
+        POLICY,
+        [cluster[1]],
+        readings_for(POLICY, cluster, values, T0 + 1),
+        memory,
+        T0 + 1,
+        known=[n.name for n in cluster],
+    )
+    assert replan.node("leg").dimensions["idle-power"].label == "0"  # type: ignore[union-attr]

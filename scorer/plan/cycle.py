@@ -125,8 +125,12 @@ def plan_cycle(
     readings = one_instant(readings)
     layout = CycleLayout.of(policy)
     names = {n.name for n in nodes} if known is None else set(known)
-    context = CycleContext.of(layout, names, readings, memory, now, modelled_values(policy, nodes))
     planned = {n.name for n in nodes}
+    cores = {k: v for k, v in memory.cores.items() if k in names and k not in planned}
+    cores.update((n.name, _amount(n.allocatable.get("cpu"), 1000) / 1000) for n in nodes)
+    context = CycleContext.of(
+        layout, names, readings, memory, now, modelled_values(policy, nodes), cores
+    )
     # Drain candidates weigh every node against the others: found in full cycles only (with a
     # complete pod ledger); a replan after pod events keeps the last full cycle's.
     if layout.drain is None:
@@ -204,5 +208,6 @@ def plan_cycle(
             else {k: v for k, v in memory.floors.items() if k in names}
         ),
         drain=MappingProxyType(drain),
+        cores=MappingProxyType(cores),
     )
     return cycle, new_memory

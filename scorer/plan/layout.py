@@ -107,6 +107,8 @@ class CycleLayout:
     consolidation_weight: float = 0.0
     # The energy wattsPerCore dimension, which scales each active node's consolidation term.
     watts_per_core: str | None = None
+    # The energy idleWatts dimension, scored per allocatable core (CycleContext.of).
+    idle_watts: str | None = None
     # (drain-candidate label, its reason annotation) when the policy marks drain candidates;
     # the annotation key alone otherwise, so a mark left by an earlier policy is removed.
     drain: tuple[str, str] | None = None
@@ -174,6 +176,7 @@ class CycleLayout:
             consolidating=energy_composites(policy),
             consolidation_weight=policy.spec.energy.consolidation.weight,
             watts_per_core=policy.spec.energy.watts_per_core,
+            idle_watts=policy.spec.energy.idle_watts,
             drain=drain_keys(policy),
             drain_annotation=policy.label_key(DRAIN_REASON_ANNOTATION),
             drain_taint=drain_taint_key(policy),
@@ -208,6 +211,24 @@ def remember(
     return out
 
 
+def scored_values(
+    name: str,
+    observations: Mapping[str, Observation],
+    idle_watts: str | None,
+    cores: Mapping[str, float],
+) -> dict[str, float]:
+    """The values a dimension's scores are normalised from: its raw values, except the energy
+    idleWatts dimension's, which are per allocatable core. Waking a node buys its cores: a
+    64-core GPU server idling at 800 W costs less per core than a 16-core node at 220 W, and
+    compared whole, such servers stretch the range until an efficient 16-core node (120 W) and
+    a power-hungry one (220 W) score within a bucket of each other (measured on the placement
+    bench's mixed-energy scenario). The raw value, what /explain shows and drain candidates
+    weigh, stays the node's watts; a node whose cores are unknown gets no score."""
+    if name != idle_watts:
+        return {n: o.value for n, o in observations.items()}
+    return {n: o.value / cores[n] for n, o in observations.items() if cores.get(n, 0.0) > 0}
+
+
 @dataclass(frozen=True)
 class CycleContext:
     """This cycle's inputs every node's plan reads: the layout, the dimensions read this cycle
@@ -233,13 +254,15 @@ class CycleContext:
         memory: ScorerMemory,
         now: float,
         modelled: Mapping[str, Mapping[str, float]] | None = None,
+        cores: Mapping[str, float] | None = None,
     ) -> CycleContext:
         """`names`: every node of the cluster (their scores count in every normalisation);
-        `modelled`: the power model's values for nodes without a measurement."""
+        `modelled`: the power model's values for nodes without a measurement; `cores`: each
+        node's allocatable cores, per which the energy idleWatts dimension is scored."""
         observations = remember(layout, names, readings, memory, now, modelled)
         scores = {
             d.name: normalise(
-                {n: o.value for n, o in observations[d.name].items()},
+                scored_values(d.name, observations[d.name], layout.idle_watts, cores or {}),
                 higher_is_better=d.dim.direction is Direction.HIGHER_IS_BETTER,
                 bounds=_bounds(d.dim),
             )

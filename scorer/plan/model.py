@@ -50,6 +50,9 @@ class ScorerMemory:
     floors: Mapping[str, Floor] = field(default_factory=dict)
     # Drain candidates of the last full cycle: node → why (scorer/plan/drain.py).
     drain: Mapping[str, str] = field(default_factory=dict)
+    # Each node's allocatable cores as last planned: a replan of some nodes still scores the
+    # energy idleWatts dimension per core over all of them.
+    cores: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
