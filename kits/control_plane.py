@@ -618,6 +618,18 @@ class ControlPlane:
             180,
         )
 
+    def stop_apiserver(self) -> None:
+        """Stop kube-apiserver (SIGTERM, its graceful shutdown) while etcd, the scheduler and
+        every client keep running: they see connections refused until `start_apiserver_again`."""
+        self.components["kube-apiserver"].stop()
+
+    def start_apiserver_again(self, timeout: float = 180) -> None:
+        """Start kube-apiserver again with the arguments it had, on the same port and etcd
+        (so with the same objects and resourceVersions); returns once it is ready."""
+        component = self.components["kube-apiserver"]
+        component.spawn([str(self.bin_dir / component.name)])
+        self._wait_ready(component, timeout)
+
     def stop_scheduler(self) -> None:
         """Stop kube-scheduler, if running: pods created meanwhile stay Pending."""
         old = self.components.pop("kube-scheduler", None)

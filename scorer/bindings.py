@@ -79,6 +79,9 @@ class PodBindingWatcher(ListWatcher):
     path = PODS_PATH
     query: ClassVar[Mapping[str, str]] = {"fieldSelector": BOUND_PODS}
     thread_name = "pod-bindings"
+    # The ledger's pools must never be published from a stream it cannot prove complete: a
+    # resumed watch says nothing when it has caught up, so a failed watch costs one list.
+    resume_after_failure = False
 
     def __init__(
         self,
@@ -91,7 +94,7 @@ class PodBindingWatcher(ListWatcher):
         timeout_s: int = 300,
         page_size: int = 500,
         backoff_s: float = 0.5,
-        max_backoff_s: float = 30.0,
+        max_backoff_s: float = 10.0,
     ) -> None:
         super().__init__(
             api_client,

@@ -132,3 +132,4 @@ class NodeWatcher(ListWatcher):
 
     def on_restart(self) -> None:
         self.cache.desync()
+        self.cache.listing = True  # a list follows: cycles wait for it rather than list too

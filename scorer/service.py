@@ -57,6 +57,9 @@ def plans_from_pods(policy: Policy) -> bool:
 
 # How long the first cycle waits for the pod watch's first list (100,000 pods: about a minute).
 FIRST_LIST_WAIT_S = 120.0
+# A later cycle waits this long for a relist the node watch is reading (after a 410) before
+# listing the nodes itself: one list, not two.
+RELIST_WAIT_S = 5.0
 
 
 class DeviceSource(Protocol):
@@ -384,11 +387,13 @@ class Scorer:
         )
 
     def _current_nodes(self, *, first: bool, wait_s: float) -> tuple[NodeState, ...]:
-        """Every node: from the node watch while it is synced (the first cycle waits a while
-        for its list), else from a list. Raises `CycleError` when that list fails."""
+        """Every node: from the node watch while it is synced (a cycle waits a while for the
+        list the watch is reading: the first one's, or one after a 410), else from a list.
+        Raises `CycleError` when that list fails."""
         cache = self.node_cache
         if cache is not None:
-            if cache.synced or (first and cache.wait_synced(min(FIRST_LIST_WAIT_S, wait_s))):
+            wait = min(FIRST_LIST_WAIT_S if first else RELIST_WAIT_S, wait_s)
+            if cache.synced or cache.wait_synced(wait):
                 return cache.nodes()
             log.info("node watch not synced: listing the nodes")
         try:

@@ -1,9 +1,15 @@
 """List + watch of one collection, in a thread: what client-go calls a reflector.
 
 One list (read page by page, handed to the subclass as a stream), then a watch from the list's
-resourceVersion, resumed from the last version seen whenever the server ends it. A 410 Gone
-(the watch history no longer reaches back that far) or any other failure starts over with a
-list, after a backoff unless it is the first 410 in a row. The scorer keeps two (the bound
+resourceVersion, resumed from the last version seen whenever the server ends it, and, after a
+backoff, whenever it fails (a dropped connection, an apiserver restarting or away): the
+apiserver then sends every change since that version, as client-go's reflector relies on. Only
+a 410 Gone (the watch history no longer reaches back that far; a restarted apiserver's fresh
+watch cache answers it once) starts over with a list, at once unless it is the second 410 in a
+row; so does a failure in the subclass's own handling of an event, and any failure of a
+collection that sets `resume_after_failure = False`. Measured by tests/faults/
+test_apiserver_restart.py: before this, an apiserver away for 30 s cost the scorer 10 node lists
+once it was back (every cycle listed while the node watch waited out its backoff). The scorer keeps two (the bound
 pods, `scorer/bindings.py`; the nodes, `scorer/nodes.py`), the webhook one (namespace labels,
 `webhook/namespaces.py`).
 """
@@ -30,6 +36,10 @@ class WatchExpired(Exception):
     """The watch's resourceVersion is older than the apiserver's history (410 Gone)."""
 
 
+class HandlerFailed(Exception):
+    """The subclass failed on an event: resuming would hand it the same event again."""
+
+
 class ListWatcher:
     """Subclasses say what to list (`path`, `query`) and what to do with the list
     (`on_list`), each event (`on_event`), a restart (`on_restart`), a failure (`on_failure`)
@@ -41,6 +51,9 @@ class ListWatcher:
     path = ""
     query: ClassVar[Mapping[str, str]] = {}
     thread_name = "list-watch"
+    # False: a failed watch starts over with a list instead of resuming (a consumer that must
+    # not act on a stream it cannot prove complete).
+    resume_after_failure: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -49,7 +62,7 @@ class ListWatcher:
         timeout_s: int = 300,
         page_size: int = 500,
         backoff_s: float = 0.5,
-        max_backoff_s: float = 30.0,
+        max_backoff_s: float = 10.0,
     ) -> None:
         self._api_client = api_client
         self._kube: KubeJson | None = None
@@ -59,6 +72,8 @@ class ListWatcher:
         self.max_backoff_s = max_backoff_s
         self.resource_version: str | None = None  # None: the next round starts with a list
         self.lists = 0
+        self.resumes = 0  # watches opened again from the last version after a failure
+        self._interrupted = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._stream: WatchStream | None = None
@@ -90,6 +105,14 @@ class ListWatcher:
 
     def on_watch_end(self) -> None:
         """A watch ended without error: what is held was current until now."""
+
+    def on_interrupted(self) -> None:
+        """The watch failed and will be resumed from the last version seen (after a backoff):
+        what the collection holds may lag behind the cluster until `on_resumed`."""
+
+    def on_resumed(self) -> None:
+        """The watch opened again after `on_interrupted`; every change since the last version
+        seen follows in it."""
 
     def before_start(self) -> None:
         """Runs in `start()` before the thread does."""
@@ -141,13 +164,20 @@ class ListWatcher:
                     self.on_failure(f"apiserver answered {exc.status}: {exc.reason}")
                 else:
                     self.on_failure(f"{type(exc).__name__}: {exc}")
-                self._restart()
+                resumable = self.resume_after_failure and not isinstance(exc, HandlerFailed)
+                if resumable and self.resource_version is not None:
+                    if not self._interrupted:
+                        self._interrupted = True
+                        self.on_interrupted()
+                else:
+                    self._restart()
             if self._stop.wait(backoff):
                 return
             backoff = min(backoff * 2, self.max_backoff_s)
 
     def _restart(self) -> None:
         self.resource_version = None
+        self._interrupted = False
         self.on_restart()
 
     def relist(self) -> None:
@@ -172,6 +202,10 @@ class ListWatcher:
                 raise WatchExpired(str(exc)) from exc
             raise
         self._stream = stream
+        if self._interrupted:
+            self._interrupted = False
+            self.resumes += 1
+            self.on_resumed()
         try:
             for event in stream:
                 if self._stop.is_set():
@@ -192,7 +226,10 @@ class ListWatcher:
                     )
                 version = (obj.get("metadata") or {}).get("resourceVersion")
                 if kind != "BOOKMARK":
-                    self.on_event(kind, obj)
+                    try:
+                        self.on_event(kind, obj)
+                    except Exception as exc:
+                        raise HandlerFailed(f"{kind} event not handled: {exc!r}") from exc
                 if version:
                     self.resource_version = str(version)
         finally:
