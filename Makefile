@@ -43,14 +43,15 @@ layers: venv
 
 # Fast suite: no Kubernetes binaries needed (the API stand-in plays the apiserver).
 pytest: venv
-	$(BIN)/pytest -q --ignore=tests/e2e
+	$(BIN)/pytest -q --ignore=tests/e2e --ignore=tests/faults
 
 # End-to-end suite on a real control plane: binaries from $$KUBE_BIN_DIR or ../shared/kube.
 # Two workers, each with its own control plane; a module stays on one worker (its fixtures are
-# module-scoped). E2E_WORKERS=0 runs it in this process.
+# module-scoped). E2E_WORKERS=0 runs it in this process. tests/faults: what the product does
+# when what it stands on misbehaves (each module starts and faults components of its own).
 E2E_WORKERS ?= 2
 e2e: venv
-	$(BIN)/pytest -q -n $(E2E_WORKERS) --dist loadfile tests/e2e
+	$(BIN)/pytest -q -n $(E2E_WORKERS) --dist loadfile tests/e2e tests/faults
 
 # The no-cluster demo, the whole loop: synthetic exporter, real Prometheus, API stand-in, the
 # scorer and the TLS webhook; example pods through admission, their verdicts, the node table.

@@ -1,4 +1,5 @@
-"""The end-to-end suite imports cleanly, checked where no Kubernetes binary is needed.
+"""The end-to-end suite (tests/e2e and tests/faults) imports cleanly, checked where no
+Kubernetes binary is needed.
 
 `make e2e` runs on a real control plane, minutes after `make test`; a module of it that no
 longer imports (a name moved between helpers) would otherwise first fail there. Collection
@@ -25,6 +26,7 @@ def test_every_e2e_module_imports_and_its_tests_are_collected() -> None:
             "-p",
             "no:cacheprovider",
             "tests/e2e",
+            "tests/faults",
         ],
         cwd=ROOT,
         capture_output=True,

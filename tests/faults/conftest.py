@@ -1,5 +1,7 @@
 """Fault figures: each fault's one line (time to recover, writes, flaps) is printed when it is
-measured and repeated in the terminal summary, whatever pytest's capture mode."""
+measured and repeated in the terminal summary, whatever pytest's capture mode. The line travels
+in the test's report (`user_properties`), so `make e2e`'s xdist workers hand it to the process
+that writes the summary."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ from typing import Any
 
 import pytest
 
-SUMMARIES: list[str] = []
+FIGURES = "fault figures"
 
 
 @pytest.fixture
@@ -17,13 +19,20 @@ def fault_summary(request: pytest.FixtureRequest) -> Callable[[str], None]:
 
     def record(line: str) -> None:
         print(line)
-        SUMMARIES.append(f"{request.node.name}: {line}")
+        request.node.user_properties.append((FIGURES, line))
 
     return record
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if SUMMARIES:
-        terminalreporter.section("fault figures")
-        for line in SUMMARIES:
+    lines = []
+    for outcome in ("passed", "failed"):
+        for report in terminalreporter.stats.get(outcome, ()):
+            if getattr(report, "when", None) != "call":
+                continue
+            name = report.nodeid.rsplit("::", 1)[-1]
+            lines += [f"{name}: {v}" for k, v in report.user_properties if k == FIGURES]
+    if lines:
+        terminalreporter.section(FIGURES)
+        for line in lines:
             terminalreporter.write_line(line)

@@ -70,6 +70,7 @@ class FaultProxy:
         self._closing = threading.Event()
         # PromQL → when its last query was passed on (a moment before Prometheus evaluated it)
         self.asked_at: dict[str, float] = {}
+        self._asked: list[tuple[float, str]] = []  # every query passed on, oldest first
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -109,6 +110,12 @@ class FaultProxy:
         if self._thread is not None:
             self._thread.join(timeout=10)
             self._thread = None
+
+    def asked_since(self, at: float, query: str) -> int:
+        """How many times `query` was passed on to Prometheus from `at` on: with one query per
+        dimension a cycle, the scoring cycles that read since then."""
+        with self._lock:
+            return sum(1 for t, q in self._asked if t >= at and q == query)
 
     def start(self) -> FaultProxy:
         self.heal()
@@ -167,7 +174,8 @@ class FaultProxy:
             self._closing.wait(lag[1])
         if query is not None:
             with self._lock:
-                self.asked_at[query] = time.time()
+                self.asked_at[query] = now = time.time()
+                self._asked.append((now, query))
         conn = HTTPConnection(*self.upstream, timeout=60)
         try:
             conn.request(handler.command, handler.path, body=body or None, headers=headers)
