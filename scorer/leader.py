@@ -6,6 +6,13 @@ notes when it last saw the record change, so clocks need not agree); every write
 Lease carries its resourceVersion, so of two candidates racing for it one gets a 409. A
 leader that cannot renew within `renew_deadline_s` stops calling itself leader before any
 other replica may take over (`renew_deadline_s < lease_duration_s`).
+
+A term is counted from when the round that won it *began* (before its GET), not from when its
+answer arrived: a replica frozen (SIGSTOP, a paused VM) with a renewal in flight hears "renewed"
+only once thawed, long after another replica may have taken over, and counting from that moment
+let it write for another `renew_deadline_s` beside the new leader (tests/faults/
+test_leader_failover.py: before this, a leader thawed after 21 s wrote three nodes the new
+leader had just written).
 """
 
 from __future__ import annotations
@@ -90,10 +97,10 @@ class LeaseElector:
     def on_change(self, listener: Callable[[bool], None]) -> None:
         self._listeners.append(listener)
 
-    def _set_leader(self, renewed: bool) -> None:
+    def _set_leader(self, renewed: bool, asked_at: float | None = None) -> None:
         with self._lock:
             if renewed:
-                self._renewed_at = self._clock()
+                self._renewed_at = self._clock() if asked_at is None else asked_at
             elif (
                 self._renewed_at is not None
                 and self._clock() - self._renewed_at >= self.renew_deadline_s
@@ -131,6 +138,7 @@ class LeaseElector:
         """One round of the election; True when this candidate holds the Lease afterwards."""
         path = lease_path(self.namespace, self.name)
         now_wall = self._wall()
+        asked_at = self._clock()  # the term a win gives is counted from here
         try:
             lease = self.kube.request("GET", path)
         except KubeApiError as exc:
@@ -140,7 +148,7 @@ class LeaseElector:
                 )
                 self._set_leader(False)
                 return self.is_leader
-            return self._create(now_wall)
+            return self._create(now_wall, asked_at)
         spec: dict[str, Any] = dict(lease.get("spec") or {})
         holder = str(spec.get("holderIdentity") or "")
         record = (holder, str(spec.get("renewTime") or ""))
@@ -176,10 +184,10 @@ class LeaseElector:
             )
             self._set_leader(False)
             return self.is_leader
-        self._accept(updated)
+        self._accept(updated, asked_at)
         return True
 
-    def _create(self, now_wall: float) -> bool:
+    def _create(self, now_wall: float, asked_at: float) -> bool:
         body = {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
@@ -201,16 +209,16 @@ class LeaseElector:
                 )
             self._lost()
             return False
-        self._accept(created)
+        self._accept(created, asked_at)
         return True
 
-    def _accept(self, lease: dict[str, Any]) -> None:
+    def _accept(self, lease: dict[str, Any], asked_at: float) -> None:
         spec = lease.get("spec") or {}
         self._observed = (str(spec.get("holderIdentity") or ""), str(spec.get("renewTime") or ""))
         self._observed_at = self._clock()
         self.holder = self.identity
         self.transitions = int(spec.get("leaseTransitions") or 0)
-        self._set_leader(True)
+        self._set_leader(True, asked_at)
 
     def release(self) -> None:
         """Give the Lease up on shutdown so another replica takes over without waiting it out."""

@@ -113,3 +113,33 @@ def test_of_two_racing_takeovers_the_stale_one_gets_a_409(
     assert a.is_leader and not b.is_leader
     assert apistub.get("leases", DEFAULT_LEASE_NAME, "default")["spec"]["holderIdentity"] == "a"
     assert [r.status for r in apistub.requests if r.method == "PUT"][-2:] == [200, 409]
+
+
+class FrozenInFlight(KubeJson):
+    """The Lease's PUT answered only after the process was frozen for `frozen_s` (its clock
+    moves on meanwhile, as CLOCK_MONOTONIC does under SIGSTOP)."""
+
+    def __init__(self, api: client.ApiClient, clock: Clock, frozen_s: float) -> None:
+        super().__init__(api)
+        self.clock, self.frozen_s = clock, frozen_s
+
+    def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        answer = super().request(method, path, **kwargs)
+        if method == "PUT" and "/leases/" in path:
+            self.clock.now += self.frozen_s
+        return answer
+
+
+def test_a_term_counts_from_when_its_round_began_not_from_a_late_answer(
+    apistub: ApiStub, kube_client: client.ApiClient
+) -> None:
+    """A replica frozen with a renewal in flight hears it succeeded only once thawed: its term
+    ran from before the freeze, so it is over (tests/faults/test_leader_failover.py)."""
+    clock = Clock()
+    a = elector(KubeJson(kube_client), "a", clock)
+    assert a.try_acquire_or_renew() and a.is_leader
+    a.kube = FrozenInFlight(kube_client, clock, frozen_s=21)
+    assert a.try_acquire_or_renew()  # the Lease took the renewal before the freeze
+    assert not a.is_leader  # 21 s since the round began: past the 10 s renew deadline
+    a.kube = FrozenInFlight(kube_client, clock, frozen_s=3)
+    assert a.try_acquire_or_renew() and a.is_leader  # 3 s: within it

@@ -33,51 +33,38 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
 from kits.control_plane import ControlPlane
 from kits.prometheus_server import scraped_cluster
 from kits.service_processes import register_admission, running_scorer, running_webhook
-from kits.synthetic_exporter import SyntheticCluster
 from kits.waiting import wait_until
 from steer.adapters.kube import make_api_client
 from steer.adapters.kubejson import KubeApiError, KubeJson
 from steer.core.budget import pod_limits
 from steer.core.quantity import parse_quantity
+from tests.faults.control_plane_support import (
+    CHANGED,
+    GROUP,
+    NODES,
+    POLICY,
+    PREFIX,
+    SCORE,
+    UNCHANGED,
+    grant_group,
+    labels_of,
+    lists,
+    make_nodes,
+    node_writes,
+    scorer_kubeconfig,
+)
 
-NODES = tuple(f"fault-{i}" for i in range(1, 9))
-CHANGED = NODES[:4]  # their GPU utilisation moves during the test
-UNCHANGED = NODES[4:]
-GROUP = "kube-steer-faults"  # the scorer's user's group, audited
 SCORER_USER = "fault-scorer"
 OPT_IN = "kube-steer.github.io/enabled"
-PREFIX = "kube-steer.github.io/"
 TRACE = f"{PREFIX}trace"
 DOWN_S = 30.0
 BURST_RATE = 4.0  # pods a second
-POLICY = """\
-apiVersion: kube-steer.github.io/v1alpha1
-kind: SteeringPolicy
-metadata: {name: faults}
-spec:
-  scoring: {step: 10, hysteresis: 3, ttlSeconds: 600, hotPenaltyPerPod: 0, intervalSeconds: 3,
-            writeQps: 1, writeBurst: 1}
-  dimensions:
-    - name: util
-      query: avg by (hostname) (DCGM_FI_DEV_GPU_UTIL)
-      nodeLabel: hostname
-      unit: pct
-      direction: lowerIsBetter
-      normalization: {method: fixed, min: 0, max: 100}
-      weight: 1
-  tenants:
-    - name: dept-b
-      namespaceSelector: {matchLabels: {tenant: dept-b}}
-      overcommitPercent: 0
-  overcommit: {enforcement: scheduler}
-"""
 
 
 @dataclass
@@ -163,72 +150,17 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
         yield started
 
 
-def scorer_kubeconfig(plane: ControlPlane, admin: KubeJson) -> Path:
-    """The scorer as a user of GROUP, bound to cluster-admin: what it may do is not under
-    test here, what it does is (the audit log)."""
-    admin.request(
-        "POST",
-        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-        body={
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": "fault-scorer"},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": "cluster-admin",
-            },
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": GROUP}],
-        },
-    )
-    return plane.user_kubeconfig(SCORER_USER, groups=[GROUP])
-
-
-def node_writes(events: list[dict[str, Any]]) -> dict[str, list[int]]:
-    """The scorer's writes to each node (metadata or status), as their response codes."""
-    out: dict[str, list[int]] = {n: [] for n in NODES}
-    for e in events:
-        ref = e.get("objectRef") or {}
-        if e.get("verb") in ("patch", "update") and ref.get("resource") == "nodes":
-            name = ref.get("name", "")
-            if name in out:
-                out[name].append(int((e.get("responseStatus") or {}).get("code") or 0))
-    return out
-
-
-def lists(events: list[dict[str, Any]]) -> dict[str, int]:
-    """The scorer's LISTs (not watches) by collection: resource and field selector (the bound
-    and the unbound pods are two collections, each with its own watch)."""
-    out: dict[str, int] = {}
-    for e in events:
-        if e.get("verb") == "list":
-            resource = (e.get("objectRef") or {}).get("resource", "?")
-            query = parse_qs(urlsplit(str(e.get("requestURI", ""))).query)
-            selector = query.get("fieldSelector", [""])[0]
-            key = f"{resource}{'?' + selector if selector else ''}"
-            out[key] = out.get(key, 0) + 1
-    return out
-
-
-def labels_of(admin: KubeJson, node: str) -> dict[str, str]:
-    found = admin.request("GET", f"/api/v1/nodes/{node}")["metadata"].get("labels") or {}
-    return {k: v for k, v in found.items() if k.startswith(PREFIX)}
-
-
 def test_an_apiserver_restart_mid_cycle_and_mid_burst_loses_nothing_and_flaps_nothing(
     plane: ControlPlane, tmp_path: Path, fault_summary: Callable[[str], None]
 ) -> None:
     admin = KubeJson(make_api_client(str(plane.kubeconfig)))
-    for name in NODES:
-        plane.add_node(name, cpu="16", memory="64Gi", zone="zone-a")
+    cluster = make_nodes(plane)
     namespace = f"faults-{uuid.uuid4().hex[:6]}"
     plane.ensure_namespace(namespace, {"tenant": "dept-b", OPT_IN: "true"})
     policy_file = tmp_path / "policy.yaml"
     policy_file.write_text(POLICY)
-    cluster = SyntheticCluster(nodes=len(NODES), gpus_per_node=1, node_prefix="fault-")
-    for name in NODES:
-        cluster.set_gpu_util(name, 10)
-    kubeconfig = scorer_kubeconfig(plane, admin)
+    grant_group(admin)
+    kubeconfig = scorer_kubeconfig(plane, SCORER_USER)
     with contextlib.ExitStack() as stack:
         _exporter, prom = stack.enter_context(scraped_cluster(cluster, scrape_interval_s=0.5))
         hook = stack.enter_context(running_webhook(plane, policy_file, tmp_path))
@@ -245,10 +177,9 @@ def test_an_apiserver_restart_mid_cycle_and_mid_burst_loses_nothing_and_flaps_no
             )
         )
         scorer.wait_ready()
-        util = f"{PREFIX}score-util"  # 100 - utilisation, in steps of 10
         wait_until(
             "every node labelled and pooled",
-            lambda: all(labels_of(admin, n).get(util) == "90" for n in NODES) or None,
+            lambda: all(labels_of(admin, n).get(SCORE) == "90" for n in NODES) or None,
             timeout=60,
             interval=0.5,
         )
@@ -298,7 +229,7 @@ def test_an_apiserver_restart_mid_cycle_and_mid_burst_loses_nothing_and_flaps_no
 
         changed_labels = wait_until(
             "the changed nodes' new labels",
-            lambda: all(labels_of(admin, n).get(util) == "20" for n in CHANGED) or None,
+            lambda: all(labels_of(admin, n).get(SCORE) == "20" for n in CHANGED) or None,
             timeout=60,
             interval=0.5,
         )

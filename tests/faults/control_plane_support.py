@@ -1,0 +1,119 @@
+"""What the control-plane faults share (tests/faults/test_apiserver_restart.py,
+test_leader_failover.py): eight nodes whose GPU utilisation a real Prometheus scrapes, a policy
+that writes at most one node a second (so one cycle's writes of four nodes take four seconds,
+and a fault can land in the middle of them), scorers that run as users of an audited group,
+and readers of the apiserver's audit log: each node's writes, each collection's lists."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from kits.control_plane import ControlPlane
+from kits.synthetic_exporter import SyntheticCluster
+from steer.adapters.kubejson import KubeJson
+
+NODES = tuple(f"fault-{i}" for i in range(1, 9))
+CHANGED = NODES[:4]  # their GPU utilisation moves during a test
+UNCHANGED = NODES[4:]
+GROUP = "kube-steer-faults"  # the scorers' users' group, audited
+PREFIX = "kube-steer.github.io/"
+SCORE = f"{PREFIX}score-util"  # 100 - utilisation, in steps of 10
+POLICY = """\
+apiVersion: kube-steer.github.io/v1alpha1
+kind: SteeringPolicy
+metadata: {name: faults}
+spec:
+  scoring: {step: 10, hysteresis: 3, ttlSeconds: 600, hotPenaltyPerPod: 0, intervalSeconds: 3,
+            writeQps: 1, writeBurst: 1}
+  dimensions:
+    - name: util
+      query: avg by (hostname) (DCGM_FI_DEV_GPU_UTIL)
+      nodeLabel: hostname
+      unit: pct
+      direction: lowerIsBetter
+      normalization: {method: fixed, min: 0, max: 100}
+      weight: 1
+  tenants:
+    - name: dept-b
+      namespaceSelector: {matchLabels: {tenant: dept-b}}
+      overcommitPercent: 0
+  overcommit: {enforcement: scheduler}
+"""
+
+
+def make_nodes(plane: ControlPlane) -> SyntheticCluster:
+    """NODES in the cluster, and their GPUs at 10 % in the synthetic exporter it returns."""
+    for name in NODES:
+        plane.add_node(name, cpu="16", memory="64Gi", zone="zone-a")
+    cluster = SyntheticCluster(nodes=len(NODES), gpus_per_node=1, node_prefix="fault-")
+    for name in NODES:
+        cluster.set_gpu_util(name, 10)
+    return cluster
+
+
+def grant_group(admin: KubeJson) -> None:
+    """GROUP bound to cluster-admin: what a scorer may do is not under test here, what it
+    does is (the audit log)."""
+    admin.request(
+        "POST",
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        body={
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": "fault-scorers"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "cluster-admin",
+            },
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": GROUP}],
+        },
+    )
+
+
+def scorer_kubeconfig(plane: ControlPlane, user: str) -> Path:
+    return plane.user_kubeconfig(user, groups=[GROUP])
+
+
+def node_writes(events: list[dict[str, Any]], user: str | None = None) -> dict[str, list[int]]:
+    """Each node's writes (metadata or status) by a scorer (or by `user`), as response codes."""
+    out: dict[str, list[int]] = {n: [] for n in NODES}
+    for e in writes_to_nodes(events, user):
+        out[e["objectRef"]["name"]].append(int((e.get("responseStatus") or {}).get("code") or 0))
+    return out
+
+
+def writes_to_nodes(
+    events: list[dict[str, Any]], user: str | None = None
+) -> Iterator[dict[str, Any]]:
+    for e in events:
+        ref = e.get("objectRef") or {}
+        if (
+            e.get("verb") in ("patch", "update")
+            and ref.get("resource") == "nodes"
+            and ref.get("name") in NODES
+            and (user is None or (e.get("user") or {}).get("username") == user)
+        ):
+            yield e
+
+
+def lists(events: list[dict[str, Any]]) -> dict[str, int]:
+    """The scorer's LISTs (not watches) by collection: resource and field selector (the bound
+    and the unbound pods are two collections, each with its own watch)."""
+    out: dict[str, int] = {}
+    for e in events:
+        if e.get("verb") == "list":
+            resource = (e.get("objectRef") or {}).get("resource", "?")
+            query = parse_qs(urlsplit(str(e.get("requestURI", ""))).query)
+            selector = query.get("fieldSelector", [""])[0]
+            key = f"{resource}{'?' + selector if selector else ''}"
+            out[key] = out.get(key, 0) + 1
+    return out
+
+
+def labels_of(admin: KubeJson, node: str) -> dict[str, str]:
+    found = admin.request("GET", f"/api/v1/nodes/{node}")["metadata"].get("labels") or {}
+    return {k: v for k, v in found.items() if k.startswith(PREFIX)}
