@@ -88,6 +88,7 @@ class PrometheusServer:
         data_dir: str | os.PathLike[str] | None = None,
         extra_args: Sequence[str] = (),
         startup_timeout_s: float = 30.0,
+        rule_groups: Sequence[Mapping[str, Any]] = (),
     ) -> None:
         self.binary = _which("prometheus")
         self.targets = list(targets)
@@ -100,6 +101,10 @@ class PrometheusServer:
         self.data_dir = Path(data_dir) if data_dir else self._workdir / "data"
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.config_path = self._workdir / "prometheus.yml"
+        # Rule groups (a PrometheusRule's spec.groups is a rule file's groups), evaluated by
+        # the server from its start.
+        self.rule_groups = [dict(g) for g in rule_groups]
+        self.rules_path = self._workdir / "rules.yml"
         self.log_path = self._workdir / "prometheus.log"
         self._args = [f"--storage.tsdb.retention.time={retention}", *extra_args]
         if lookback_delta:
@@ -139,6 +144,8 @@ class PrometheusServer:
                 }
             ],
         }
+        if self.rule_groups:
+            config["rule_files"] = [str(self.rules_path)]
         if self.warning_probe:
             config["remote_read"] = [
                 {
@@ -152,6 +159,10 @@ class PrometheusServer:
         return config
 
     def _write_config(self) -> None:
+        if self.rule_groups:
+            self.rules_path.write_text(
+                yaml.safe_dump({"groups": self.rule_groups}, sort_keys=False)
+            )
         self.config_path.write_text(yaml.safe_dump(self.config(), sort_keys=False))
 
     def set_targets(self, targets: Sequence[str]) -> None:

@@ -7,6 +7,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kits.prometheus_server import PrometheusServer
 from kits.synthetic_exporter import SyntheticCluster
@@ -64,8 +65,13 @@ class PromSetup:
 
 
 def backfilled_prometheus(
-    cluster: SyntheticCluster, workdir: Path, step_s: float, horizon_s: float
+    cluster: SyntheticCluster,
+    workdir: Path,
+    step_s: float,
+    horizon_s: float,
+    rule_groups: Sequence[Mapping[str, Any]] = (),
 ) -> tuple[PrometheusServer, PromSetup]:
+    """`rule_groups`: evaluated by the server from its start (over the backfilled data)."""
     now = time.time()
     first = now - 360
     count = int((horizon_s + 360) // step_s) + 1
@@ -81,7 +87,7 @@ def backfilled_prometheus(
         for line in lines:
             if line.endswith(last_ts):
                 series += 1
-    prom = PrometheusServer([], startup_timeout_s=300)
+    prom = PrometheusServer([], startup_timeout_s=300, rule_groups=rule_groups)
     t1 = time.monotonic()
     prom.backfill_file(data)
     backfill_s = time.monotonic() - t1

@@ -35,6 +35,7 @@ class CycleLine:
     written: int
     duration_s: float
     proc: ProcSample
+    prometheus: ProcSample | None = None  # the Prometheus the scorer queries, read at once
 
     @property
     def started(self) -> float:
@@ -61,6 +62,9 @@ class ScorerProcess:
             "--kubeconfig",
             str(kubeconfig),
             "--no-leader-election",
+            # The bench reads /metrics without a token (the default asks the apiserver).
+            "--authorization",
+            "none",
             "--listen",
             f"127.0.0.1:{self.port}",
         ]
@@ -78,6 +82,9 @@ class ScorerProcess:
         self._session = requests.Session()
         self._session.trust_env = False
         self.last: ProcSample | None = None
+        # The Prometheus process the scorer queries (when it runs here): its CPU is read at each
+        # cycle line beside the scorer's, so a cycle's cost to Prometheus shows next to its own.
+        self.prometheus_pid: int | None = None
 
     def start(self) -> None:
         env = {**os.environ, "NO_PROXY": "127.0.0.1,localhost", "PYTHONUNBUFFERED": "1"}
@@ -128,6 +135,10 @@ class ScorerProcess:
                 proc = read_proc(self.pid)
             except (FileNotFoundError, ProcessLookupError):
                 return
+            prometheus = None
+            if self.prometheus_pid is not None:
+                with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+                    prometheus = read_proc(self.prometheus_pid)
             with self._cond:
                 self.cycles.append(
                     CycleLine(
@@ -138,6 +149,7 @@ class ScorerProcess:
                         int(match[3]),
                         float(match[4]),
                         proc,
+                        prometheus,
                     )
                 )
                 self._cond.notify_all()

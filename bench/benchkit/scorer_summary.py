@@ -80,9 +80,12 @@ def summarise(
 ) -> None:
     """Cycles, memory and the steady figures from whatever the run got to."""
     t0 = scorer.started
-    rows = []
+    rows: list[dict[str, Any]] = []
     prev = None
     for c in scorer.cycles:
+        prom_cpu = None
+        if c.prometheus is not None and prev is not None and prev.prometheus is not None:
+            prom_cpu = round(c.prometheus.cpu_s - prev.prometheus.cpu_s, 2)
         rows.append(
             {
                 "cycle": c.index,
@@ -95,6 +98,9 @@ def summarise(
                 "rss_mib": round(c.proc.rss_mib, 1),
                 "hwm_mib": round(c.proc.hwm_mib, 1),
                 "threads": c.proc.threads,
+                # Prometheus's CPU over the same span: the cycle's queries and whatever else it
+                # did then (rule evaluations, compaction).
+                "prometheus_cpu_s": prom_cpu,
             }
         )
         prev = c
@@ -121,11 +127,17 @@ def summarise(
     hist = delta(steady.metrics_end, steady.metrics_start)
     count = hist.get("steer_scorer_cycle_duration_seconds_count", 0.0)
     cpu = [r["cpu_s"] for r in chosen]
+    prom_cpus: list[float] = [
+        r["prometheus_cpu_s"] for r in chosen if r.get("prometheus_cpu_s") is not None
+    ]
     doc["steady"] = {
         "cycles": [r["cycle"] for r in chosen],
         "cpu_s": cpu,
         "cpu_median_s": round(statistics.median(cpu), 2) if cpu else None,
         "cpu_max_s": max(cpu, default=None),
+        "prometheus_cpu_s": prom_cpus,
+        "prometheus_cpu_median_s": round(statistics.median(prom_cpus), 2) if prom_cpus else None,
+        "prometheus_cpu_max_s": max(prom_cpus, default=None),
         "duration_median_s": round(statistics.median([r["duration_s"] for r in chosen]), 2)
         if chosen
         else None,
