@@ -175,7 +175,11 @@ def test_both_mode_keeps_the_webhook_and_applies_every_policy() -> None:
 def test_policy_mode_has_no_alert_for_a_webhook_it_does_not_run() -> None:
     def alerts(mode: str) -> set[str]:
         docs = helm_template(values={"prometheusOperator.enabled": "true", "admission.mode": mode})
-        (rule,) = [d for d in docs if d["kind"] == "PrometheusRule"]
+        (rule,) = [
+            d
+            for d in docs
+            if d["kind"] == "PrometheusRule" and d["metadata"]["name"] == "kube-steer"
+        ]
         return {r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]}
 
     assert "SteerWebhookDown" in alerts("webhook")

@@ -6,6 +6,7 @@ measured (or by a power model the operator fills)."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +22,10 @@ from scorer.presets import example_policy_text
 from steer.core.policy import parse_policy
 
 POLICY = parse_policy(example_policy_text())
+RECORDING_RULES = (
+    Path(__file__).resolve().parent.parent
+    / "manifests/components/prometheus-operator/recording-rules.yaml"
+)
 POWER = PowerModel(
     types={
         "cpu-efficient": NodePower(idle_w=120, per_core_w=5),
@@ -154,3 +159,23 @@ def test_kepler_watts_per_busy_core_from_the_hours_slope_and_the_model_for_the_i
 
 def plan_of(plan: Any, node: str) -> Any:
     return next(p for p in plan.nodes if p.node == node)
+
+
+def test_core_power_reads_the_recording_rule_where_prometheus_evaluates_it() -> None:
+    """With the shipped recording rule loaded, the example's core-power query reads the
+    recorded slope (same values as the expression it records), named by the same form."""
+    nodes = [api_node("eff-1", "cpu-efficient"), api_node("leg-1", "cpu-legacy")]
+    now = time.time()
+    groups = yaml.safe_load(RECORDING_RULES.read_text())["spec"]["groups"]
+    fast = [{**g, "interval": "1s"} for g in groups]  # evaluated at once, not a minute later
+    prom = PrometheusServer([], rule_groups=fast)
+    prom.backfill(history(SimCluster(POWER), nodes, now - 3000, now))
+    (rule,) = [r for g in groups for r in g["rules"]]
+    core = POLICY.dimension("core-power")
+    with prom:
+        recorded = prom.wait_for(rule["record"], lambda r: len(r.values_by("node_name")) == 2)
+        per_core = prom.wait_for(core.what, lambda r: len(r.values_by("node_name")) == 2)
+    expected = {"eff-1": pytest.approx(5.0), "leg-1": pytest.approx(11.0)}
+    assert recorded.values_by("node_name") == expected
+    assert per_core.values_by("node_name") == expected
+    assert {s.labels.get("form") for s in per_core.samples} == {"kepler >= 0.10"}

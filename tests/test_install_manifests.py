@@ -152,6 +152,23 @@ def test_both_services_read_dra_objects_and_write_none() -> None:
     assert "resourceslices" not in WEBHOOK_KINDS
 
 
+def test_each_recording_rule_is_the_newest_form_of_a_preset_query() -> None:
+    """The presets read a recorded series first and compute the same expression only for the
+    nodes it leaves out: the rule records exactly what the query would compute."""
+    rules = load(MANIFESTS / "components" / "prometheus-operator" / "recording-rules.yaml")
+    preset = parse_policy((ROOT / "steer" / "presets" / "policy.yaml").read_text())
+    queries = {d.name: " ".join(d.query.split()) for d in preset.spec.dimensions}
+    recorded = [r for g in rules["spec"]["groups"] for r in g["rules"]]
+    assert recorded
+    for rule in recorded:
+        readers = [name for name, q in queries.items() if rule["record"] in q]
+        assert readers, f"{rule['record']}: no preset reads it"
+        for name in readers:
+            first, _, rest = queries[name].partition(" or on (node_name) ")
+            assert rule["record"] in first, name
+            assert " ".join(rule["expr"].split()) in rest, name
+
+
 def test_the_alerts_use_only_series_the_services_export() -> None:
     rules = load(MANIFESTS / "components" / "prometheus-operator" / "rules.yaml")
     exported = exported_series()
