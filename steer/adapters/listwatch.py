@@ -100,8 +100,9 @@ class ListWatcher:
         """The watch broke: what is held is no longer known to be current until a list."""
 
     def on_failure(self, message: str) -> None:
-        """The list or the watch failed (`message` says how); a list follows after a backoff."""
-        log.info("%s: %s; listing again", self.thread_name, message)
+        """The list or the watch failed (`message` says how); a watch from the last version
+        seen, or a list, follows (after a backoff unless it is a first 410)."""
+        log.info("%s: %s", self.thread_name, message)
 
     def on_watch_end(self) -> None:
         """A watch ended without error: what is held was current until now."""
@@ -167,6 +168,11 @@ class ListWatcher:
                 resumable = self.resume_after_failure and not isinstance(exc, HandlerFailed)
                 if resumable and self.resource_version is not None:
                     if not self._interrupted:
+                        log.info(
+                            "%s: resuming the watch from resourceVersion %s",
+                            self.thread_name,
+                            self.resource_version,
+                        )
                         self._interrupted = True
                         self.on_interrupted()
                 else:
