@@ -35,7 +35,7 @@ from scorer.sources import SOURCES, Readings, Source, SourceContext
 from scorer.sources.base import concurrently
 from scorer.sources.prometheus import PrometheusSource, read_device_heat
 from scorer.writer import NodeApi, NodeWriter, RateLimiter, WriteReport
-from steer.adapters.gc_pause import gc_paused
+from steer.adapters.gc_pause import freeze_survivors, gc_paused
 from steer.core.budget import PodUsage
 from steer.core.datacheck import ProblemKind, expected_nodes
 from steer.core.dra.inventory import Inventory
@@ -327,12 +327,6 @@ class Scorer:
 
     def _cycle(self, dry: bool, at: float | None) -> CycleResult:
         policy = self.policy
-        if self._last is None and self.ledger is not None and not self.ledger.synced:
-            # The first cycle waits (a while) for the pod list being read: a cycle without it
-            # plans no gate or pool, and the refresh that would publish them waits for it.
-            waited = min(FIRST_LIST_WAIT_S, 4 * policy.spec.scoring.interval_seconds)
-            if not self.ledger.wait_synced(waited):
-                log.warning("first cycle without the pod list (not synced after %.0fs)", waited)
         self.metrics.set_policy(policy.version)
         scoring = policy.spec.scoring
         self.limiter.configure(scoring.write_qps, scoring.write_burst)
@@ -347,10 +341,17 @@ class Scorer:
             nodes = with_devices(nodes, inventory)
             self.metrics.set_devices({c: inventory.summary(c) for c in inventory.device_classes()})
         self._nodes = {n.name: n for n in nodes}
-        if self.ledger is not None:
-            self.ledger.take_dirty()  # this cycle plans every node
         list_s = time.perf_counter() - t0
         readings, failures, query_s = self.read_all(policy, nodes, at)
+        if self._last is None and self.ledger is not None and not self.ledger.synced:
+            # The first cycle waits (a while) for the pod list being read: a cycle without it
+            # plans no gate or pool, and the refresh that would publish them waits for it.
+            # Prometheus was asked first: its answers do not wait for the list, nor it for them.
+            waited = min(FIRST_LIST_WAIT_S, 4 * policy.spec.scoring.interval_seconds)
+            if not self.ledger.wait_synced(waited):
+                log.warning("first cycle without the pod list (not synced after %.0fs)", waited)
+        if self.ledger is not None:
+            self.ledger.take_dirty()  # this cycle plans every node
         self.device_readings = self._read_device_heat(policy, at, inventory)
         generation = self._generations()
         hot = self._hot_counts(policy)
@@ -371,6 +372,8 @@ class Scorer:
                 pod_usages=usages,
             )
         compute_s, compute_cpu_s = time.perf_counter() - t1, time.thread_time() - c1
+        if self._last is None and usages is not None:
+            freeze_survivors()  # the first lists' objects live on: no full collection walks them
         self._memory = memory
         self._last_bindings_generation, self._last_ledger_generation = generation
         return self._finish(

@@ -5,6 +5,7 @@ Pure: no clock, no network (the rules are in scorer/plan/__init__.py).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from types import MappingProxyType
@@ -45,6 +46,32 @@ def _amount(text: str | None, scale: int) -> int:
         return 0
 
 
+# What a drain candidate is weighed by besides its watts, per node, with the Node and pods it
+# was read from: the same objects in the next cycle (nothing changed) give the same figures.
+_DRAIN_BASIS: dict[str, tuple[NodeState, Sequence[PodUsage], tuple[str, ...], DrainNode]] = {}
+
+
+def _drain_basis(node: NodeState, pods: Sequence[PodUsage], prefixes: tuple[str, ...]) -> DrainNode:
+    held = _DRAIN_BASIS.get(node.name)
+    if held is not None and held[0] is node and held[1] is pods and held[2] == prefixes:
+        return held[3]
+    basis = DrainNode(
+        name=node.name,
+        cpu_m=_amount(node.allocatable.get("cpu"), 1000),
+        memory=_amount(node.allocatable.get("memory"), 1),
+        watts_per_core=None,
+        idle_watts=None,
+        pods=pods,
+        schedulable=not node.unschedulable,
+        scale_down_disabled=scale_down_disabled(node.annotations),
+        pinned=pinned_resources(pods, prefixes),
+    )
+    if len(_DRAIN_BASIS) >= 100_000:
+        _DRAIN_BASIS.clear()
+    _DRAIN_BASIS[node.name] = (node, pods, prefixes, basis)
+    return basis
+
+
 def plan_drain(
     policy: Policy,
     nodes: Sequence[NodeState],
@@ -56,22 +83,16 @@ def plan_drain(
     energy = policy.spec.energy
     per_core = context.observations.get(energy.watts_per_core or "", {})
     idle = context.observations.get(energy.idle_watts or "", {})
+    prefixes = tuple(policy.spec.resource_prefixes)
     drain_nodes = []
     for n in nodes:
-        pods = pod_usages.get(n.name, ())
         core = per_core.get(n.name)
         idle_obs = idle.get(n.name)
         drain_nodes.append(
-            DrainNode(
-                name=n.name,
-                cpu_m=_amount(n.allocatable.get("cpu"), 1000),
-                memory=_amount(n.allocatable.get("memory"), 1),
+            dataclasses.replace(
+                _drain_basis(n, pod_usages.get(n.name, ()), prefixes),
                 watts_per_core=None if core is None else core.value,
                 idle_watts=None if idle_obs is None else idle_obs.value,
-                pods=pods,
-                schedulable=not n.unschedulable,
-                scale_down_disabled=scale_down_disabled(n.annotations),
-                pinned=pinned_resources(pods, policy.spec.resource_prefixes),
             )
         )
     marking = energy.drain_candidates

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 
@@ -24,13 +25,20 @@ def observed_times(node: NodeState, key: str) -> dict[str, str]:
     text = node.annotations.get(key)
     if not text:
         return {}
+    return dict(_parsed_times(text))
+
+
+@functools.lru_cache(maxsize=1024)
+def _parsed_times(text: str) -> tuple[tuple[str, str], ...]:
+    """The annotation's times; nodes observed together carry the same text, and every cycle
+    reads every node's, so each text is parsed once."""
     try:
         data = json.loads(text)
     except ValueError:
-        return {}
+        return ()
     if not isinstance(data, dict):
-        return {}
-    return {str(k): str(v) for k, v in data.items()}
+        return ()
+    return tuple((str(k), str(v)) for k, v in data.items())
 
 
 def score_dimension(

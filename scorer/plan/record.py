@@ -42,22 +42,27 @@ class ManagedRecord:
 
     @classmethod
     def parse(cls, text: str | None) -> ManagedRecord:
-        if not text:
-            return cls()
-        try:
-            data = json.loads(text)
-        except ValueError:
-            return cls()  # hand-edited: nothing is known to be ours
-        if not isinstance(data, dict):
-            return cls()
-        return cls(
-            labels=frozenset(str(k) for k in data.get("labels") or () if isinstance(k, str)),
-            taints=frozenset(str(k) for k in data.get("taints") or () if isinstance(k, str)),
-            resources=frozenset(str(k) for k in data.get("resources") or () if isinstance(k, str)),
-        )
+        return _parsed_record(text) if text else cls()
 
     def text(self) -> str | None:
         return _record_text(self)
+
+
+@functools.lru_cache(maxsize=1024)
+def _parsed_record(text: str) -> ManagedRecord:
+    """A record from its JSON; nodes share a few records (every cycle parses each node's), so
+    each text is read once."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return ManagedRecord()  # hand-edited: nothing is known to be ours
+    if not isinstance(data, dict):
+        return ManagedRecord()
+    return ManagedRecord(
+        labels=frozenset(str(k) for k in data.get("labels") or () if isinstance(k, str)),
+        taints=frozenset(str(k) for k in data.get("taints") or () if isinstance(k, str)),
+        resources=frozenset(str(k) for k in data.get("resources") or () if isinstance(k, str)),
+    )
 
 
 @functools.lru_cache(maxsize=1024)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from scorer.model import NodeState
 from scorer.plan.layout import CycleLayout
@@ -51,6 +52,15 @@ class PlannedResources:
     counters: tuple[CounterCapacity, ...] = ()
 
 
+# The last plan of each node's resources with what it was planned from. A steady cycle plans
+# every node again with nothing changed: the same Node (the watch replaces the object when it
+# changes), the same pods (the ledger regroups them only after a change), the same gates'
+# inputs and floor. Summing 20 pods and building a node's pools and gates cost about half of
+# its plan (measured at 5,000 nodes, 100,000 pods); an unchanged node reuses the last answer.
+_LAST: dict[str, tuple[tuple[Any, ...], PlannedResources]] = {}
+_LAST_MAX = 100_000
+
+
 def plan_resources(
     layout: CycleLayout,
     node: NodeState,
@@ -63,7 +73,49 @@ def plan_resources(
 ) -> PlannedResources:
     """The node's gates and pools, the resource changes to write and the names the managed
     record lists afterwards. Without a ledger (`pods` None) nothing changes and the record
-    keeps what it listed."""
+    keeps what it listed.
+
+    The answer is that of the last call for the node when the inputs are the same objects
+    (policy, Node, pods; the record is the Node's) and equal (what the gates read, the floor):
+    `now` matters only while a floor's rise settles, and such an answer is not reused."""
+    inputs = tuple(
+        (conditions[str(what)].active if str(what) in conditions else None)
+        if kind == "avoid"
+        else (str(what) in labels if kind == "reserved" else labels.get(layout.overcommit_label))
+        for _gate, (kind, what) in layout.gates
+    )
+    held = _LAST.get(node.name)
+    if held is not None:
+        key, answer = held
+        if (
+            key[0] is layout.policy
+            and key[1] is node
+            and key[2] is pods
+            and key[3] == inputs
+            and key[4] == previous
+        ):
+            return answer
+    answer = _plan_resources(layout, node, pods, record, conditions, labels, previous, now)
+    floor = answer.floor
+    if floor is None or (floor == previous and floor.room >= floor.gates):
+        if len(_LAST) >= _LAST_MAX:
+            _LAST.clear()
+        _LAST[node.name] = ((layout.policy, node, pods, inputs, previous), answer)
+    else:
+        _LAST.pop(node.name, None)
+    return answer
+
+
+def _plan_resources(
+    layout: CycleLayout,
+    node: NodeState,
+    pods: Sequence[PodUsage] | None,
+    record: ManagedRecord,
+    conditions: Mapping[str, ConditionState],
+    labels: Mapping[str, str],
+    previous: Floor | None,
+    now: float,
+) -> PlannedResources:
     if pods is None:
         kept = record.resources & layout.owned_resources
         return PlannedResources((), (), {}, kept, None, None)

@@ -37,3 +37,12 @@ def gc_paused() -> Iterator[None]:
             _holders -= 1
             if _holders == 0 and _resume:
                 gc.enable()
+
+
+def freeze_survivors() -> None:
+    """Move every object alive now into the collector's permanent generation (`gc.freeze`):
+    the pod ledger and the node cache after the first lists, hundreds of thousands of
+    long-lived objects that hold no cycles and are freed by reference counting when replaced.
+    Every full collection would otherwise walk them all again (measured: about 0.2 s a cycle
+    at 100,000 pods, each time planning ends and the collector resumes)."""
+    gc.freeze()
