@@ -57,6 +57,7 @@ class ScriptedApi:
 
 class Recorder(ListWatcher):
     path = "/api/v1/things"
+    streaming_list = False  # lists by `stream_list`, the script's watches follow
 
     def __init__(self, api: ScriptedApi, *, fail_on: str = "") -> None:
         super().__init__(lambda: None, backoff_s=0.01, max_backoff_s=0.02)  # type: ignore[arg-type]

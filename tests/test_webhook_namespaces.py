@@ -44,10 +44,13 @@ def own(cache: NamespaceCache, name: str) -> dict[str, str] | None:
 
 
 def lists(stub: ApiStub) -> int:
+    """Lists of the namespaces: paginated, or streaming (a watch that starts with all of them)."""
     return sum(
         1
         for r in stub.requests
-        if r.method == "GET" and r.path == "/api/v1/namespaces" and "watch" not in r.query
+        if r.method == "GET"
+        and r.path == "/api/v1/namespaces"
+        and ("watch" not in r.query or "sendInitialEvents=true" in r.query)
     )
 
 

@@ -199,7 +199,23 @@ class Api:
         since = _int_param(query, "resourceVersion", 0) or None
         seconds = _int_param(query, "timeoutSeconds", 0) or DEFAULT_WATCH_SECONDS
         deadline = time.monotonic() + seconds
-        events = self.store.watch(route.rt, route.namespace, since, _selection(query), deadline)
+        # A streaming list (sendInitialEvents=true): the current state, then a bookmark marking
+        # its end, as the apiserver sends it (it serves the state at `since` or newer: here, now).
+        initial_events = _truthy(query.get("sendInitialEvents"))
+        if initial_events:
+            if query.get("resourceVersionMatch") != "NotOlderThan":
+                raise status.bad_request(
+                    "resourceVersionMatch: must be NotOlderThan with sendInitialEvents"
+                )
+            since = None
+        events = self.store.watch(
+            route.rt,
+            route.namespace,
+            since,
+            _selection(query),
+            deadline,
+            initial_events_end=initial_events,
+        )
         return WatchReply(events)
 
     def _put(self, route: Route, body: Any) -> JsonObject:

@@ -322,6 +322,8 @@ class Store:
         since: int | None,
         matches: Matcher,
         deadline: float,
+        *,
+        initial_events_end: bool = False,
     ) -> Iterator[tuple[str, JsonObject]]:
         """(type, object) pairs until the deadline, `drop_watches` or `close`.
 
@@ -331,17 +333,32 @@ class Store:
         The starting point is fixed now, not at the first `next()`: a `drop_watches` that
         follows this call ends this watch too.
         """
+        initial: list[tuple[str, JsonObject]] = []
         with self.cond:
             epoch = self._watch_epoch
             if since:
-                cursor, initial = since, []
+                cursor = since
             else:
                 cursor = self._rv
                 initial = [
-                    copy.deepcopy(obj)
+                    ("ADDED", copy.deepcopy(obj))
                     for (plural, ns, _), obj in sorted(self._objects.items())
                     if plural == rt.plural and (not namespace or ns == namespace) and matches(obj)
                 ]
+        if initial_events_end:  # a streaming list: a bookmark closes the initial events
+            initial.append(
+                (
+                    "BOOKMARK",
+                    {
+                        "kind": rt.kind,
+                        "apiVersion": rt.api_version,
+                        "metadata": {
+                            "resourceVersion": str(cursor),
+                            "annotations": {"k8s.io/initial-events-end": "true"},
+                        },
+                    },
+                )
+            )
         return self._follow(rt, namespace, matches, deadline, epoch, cursor, initial)
 
     def _follow(
@@ -352,10 +369,9 @@ class Store:
         deadline: float,
         epoch: int,
         cursor: int,
-        initial: list[JsonObject],
+        initial: list[tuple[str, JsonObject]],
     ) -> Iterator[tuple[str, JsonObject]]:
-        for obj in initial:
-            yield "ADDED", obj
+        yield from initial
         while True:
             gone: JsonObject | None = None
             with self.cond:

@@ -1,6 +1,6 @@
 """List + watch of one collection, in a thread: what client-go calls a reflector.
 
-One list (read page by page, handed to the subclass as a stream), then a watch from the list's
+One list (handed to the subclass as a stream), then a watch from the list's
 resourceVersion, resumed from the last version seen whenever the server ends it, and, after a
 backoff, whenever it fails (a dropped connection, an apiserver restarting or away): the
 apiserver then sends every change since that version, as client-go's reflector relies on. Only
@@ -12,6 +12,15 @@ test_apiserver_restart.py: before this, an apiserver away for 30 s cost the scor
 once it was back (every cycle listed while the node watch waited out its backoff). The scorer keeps two (the bound
 pods, `scorer/bindings.py`; the nodes, `scorer/nodes.py`), the webhook one (namespace labels,
 `webhook/namespaces.py`).
+
+The list is a streaming one where the apiserver serves it (`sendInitialEvents=true`, the
+WatchList feature, on by default since Kubernetes 1.32; what client-go's reflector uses): one
+watch request whose first events are the collection, ended by a bookmark annotated
+`k8s.io/initial-events-end`, after which the same stream carries the changes. The apiserver
+writes the events from its watch cache while this side decodes them, where a paginated list
+waits for each page to be encoded, sent and decoded before asking for the next (measured on
+the v1.36.2 apiserver, 27,000 bound pods of 7 KB: 30 s instead of 49 s, and a fraction of the
+client's CPU). A server that refuses it (older, or the feature off) gets paginated lists.
 """
 
 from __future__ import annotations
@@ -19,13 +28,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, ClassVar
 
 from kubernetes import client
 
 from steer.adapters.gc_pause import gc_paused
-from steer.adapters.kubejson import KubeApiError, KubeJson, WatchStream
+from steer.adapters.kubejson import INITIAL_EVENTS_END, KubeApiError, KubeJson, WatchStream
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +47,16 @@ class WatchExpired(Exception):
 
 class HandlerFailed(Exception):
     """The subclass failed on an event: resuming would hand it the same event again."""
+
+
+class InitialEventsMissing(Exception):
+    """A streaming list ended without the bookmark that closes its initial events: a server
+    that ignored `sendInitialEvents`."""
+
+
+# A server that does not know sendInitialEvents, or has the WatchList feature off, refuses the
+# request as invalid (resourceVersionMatch without resourceVersion, or the field forbidden).
+REFUSED_AS_INVALID = (400, 422)
 
 
 class ListWatcher:
@@ -54,6 +73,8 @@ class ListWatcher:
     # False: a failed watch starts over with a list instead of resuming (a consumer that must
     # not act on a stream it cannot prove complete).
     resume_after_failure: ClassVar[bool] = True
+    # List by a streaming watch while the server accepts it (False: paginated lists only).
+    streaming_list: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -74,9 +95,12 @@ class ListWatcher:
         self.lists = 0
         self.resumes = 0  # watches opened again from the last version after a failure
         self._interrupted = False
+        self.streamed = self.streaming_list  # False once the server refused a streaming list
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._stream: WatchStream | None = None
+        # The events of a streaming list's stream after its initial ones, for the next watch.
+        self._resumable: Iterator[dict[str, Any]] | None = None
 
     @property
     def kube(self) -> KubeJson:
@@ -177,6 +201,8 @@ class ListWatcher:
                         self.on_interrupted()
                 else:
                     self._restart()
+            finally:
+                self._drop_resumable()
             if self._stop.wait(backoff):
                 return
             backoff = min(backoff * 2, self.max_backoff_s)
@@ -187,19 +213,90 @@ class ListWatcher:
         self.on_restart()
 
     def relist(self) -> None:
-        """List the collection page by page into `on_list`; the watch resumes from there."""
+        """List the collection into `on_list`; the watch resumes from there. A streaming list
+        leaves its stream open for the watch that follows."""
+        if self.streamed and self._stream_list():
+            return
         stream = self.kube.stream_list(self.path, page_size=self.page_size, query=self.query)
         with gc_paused():  # pages of decoded JSON, freed by reference counting
             self.on_list(stream)
         self.lists += 1
         self.resource_version = stream.resource_version
 
-    def _watch_once(self) -> None:
-        assert self.resource_version is not None
+    def _stream_list(self) -> bool:
+        """List by a streaming watch into `on_list`, keeping the stream for `_watch_once`;
+        False when the server refuses it (paginated lists from then on)."""
         try:
-            stream = self.kube.watch(
+            stream = self._open(initial_events=True)
+        except KubeApiError as exc:
+            if exc.status not in REFUSED_AS_INVALID:
+                raise
+            self._refused(f"apiserver answered {exc.status}: {exc.message or exc.reason}")
+            return False
+        self._stream = stream
+        events = iter(stream)
+        ended: list[str] = []
+
+        def initial() -> Iterator[dict[str, Any]]:
+            for event in events:
+                kind, obj = self._checked(event)
+                if obj is None:
+                    continue
+                if kind == "BOOKMARK":
+                    meta = obj.get("metadata") or {}
+                    if (meta.get("annotations") or {}).get(INITIAL_EVENTS_END) == "true":
+                        ended.append(str(meta.get("resourceVersion") or ""))
+                        return
+                    continue
+                yield obj
+            if not self._stop.is_set():
+                self._refused("the watch ended before its initial events did")
+                raise InitialEventsMissing("the watch ended before its initial events did")
+
+        items = initial()
+        try:
+            with gc_paused():  # decoded events, freed by reference counting
+                self.on_list(items)
+                for _ in items:  # what on_list left unread (it should read every item)
+                    pass
+        except BaseException:
+            self._stream = None
+            stream.close()
+            raise
+        if not ended:  # stopped while listing
+            self._stream = None
+            stream.close()
+            raise InitialEventsMissing("stopped while listing")
+        self.lists += 1
+        self.resource_version = ended[0] or None
+        self._resumable = events
+        return True
+
+    def _drop_resumable(self) -> None:
+        """A streaming list's stream that no watch followed (something failed first): closed."""
+        if self._resumable is not None:
+            self._resumable = None
+            stream, self._stream = self._stream, None
+            if stream is not None:
+                stream.close()
+
+    def _refused(self, why: str) -> None:
+        self.streamed = False
+        log.info("%s: no streaming list (%s): paginated lists from now on", self.thread_name, why)
+
+    def _open(self, *, initial_events: bool = False) -> WatchStream:
+        try:
+            if initial_events:
+                return self.kube.watch(
+                    self.path,
+                    resource_version="",
+                    timeout_s=self.timeout_s,
+                    query=self.query,
+                    initial_events=True,
+                )
+            return self.kube.watch(
                 self.path,
-                resource_version=self.resource_version,
+                resource_version=self.resource_version or "",
                 timeout_s=self.timeout_s,
                 query=self.query,
             )
@@ -207,29 +304,44 @@ class ListWatcher:
             if exc.status == HTTP_GONE:
                 raise WatchExpired(str(exc)) from exc
             raise
-        self._stream = stream
+
+    def _checked(self, event: Mapping[str, Any]) -> tuple[str, dict[str, Any] | None]:
+        """An event's type and object (None: nothing to act on); an ERROR event raises."""
+        kind = str(event.get("type"))
+        obj = event.get("object")
+        if not isinstance(obj, dict):
+            return kind, None
+        if kind == "ERROR":
+            if obj.get("code") == HTTP_GONE:
+                raise WatchExpired(str(obj.get("message", "")))
+            raise KubeApiError(
+                int(obj.get("code") or 0),
+                str(obj.get("reason", "")),
+                str(obj.get("message", "")),
+                method="WATCH",
+                path=self.path,
+            )
+        return kind, obj
+
+    def _watch_once(self) -> None:
+        """Follow the stream a streaming list left open, else open a watch from
+        `resource_version`, until the server ends it."""
+        assert self.resource_version is not None
+        events, self._resumable = self._resumable, None
+        if events is None or self._stream is None:
+            self._stream = self._open()
+            events = iter(self._stream)
         if self._interrupted:
             self._interrupted = False
             self.resumes += 1
             self.on_resumed()
         try:
-            for event in stream:
+            for event in events:
                 if self._stop.is_set():
                     return
-                kind = str(event.get("type"))
-                obj = event.get("object")
-                if not isinstance(obj, dict):
+                kind, obj = self._checked(event)
+                if obj is None:
                     continue
-                if kind == "ERROR":
-                    if obj.get("code") == HTTP_GONE:
-                        raise WatchExpired(str(obj.get("message", "")))
-                    raise KubeApiError(
-                        int(obj.get("code") or 0),
-                        str(obj.get("reason", "")),
-                        str(obj.get("message", "")),
-                        method="WATCH",
-                        path=self.path,
-                    )
                 version = (obj.get("metadata") or {}).get("resourceVersion")
                 if kind != "BOOKMARK":
                     try:

@@ -101,11 +101,18 @@ def writes_to_nodes(
 
 
 def lists(events: list[dict[str, Any]]) -> dict[str, int]:
-    """The scorer's LISTs (not watches) by collection: resource and field selector (the bound
-    and the unbound pods are two collections, each with its own watch)."""
+    """The scorer's lists by collection: resource and field selector (the bound and the
+    unbound pods are two collections, each with its own watch). A list is a LIST, or a
+    streaming one: a watch with sendInitialEvents=true (counted when it opens), the way the
+    scorer lists where the apiserver serves it (steer/adapters/listwatch.py)."""
     out: dict[str, int] = {}
     for e in events:
-        if e.get("verb") == "list":
+        streaming = (
+            e.get("verb") == "watch"
+            and e.get("stage") == "ResponseStarted"
+            and "sendInitialEvents=true" in str(e.get("requestURI", ""))
+        )
+        if e.get("verb") == "list" or streaming:
             resource = (e.get("objectRef") or {}).get("resource", "?")
             query = parse_qs(urlsplit(str(e.get("requestURI", ""))).query)
             selector = query.get("fieldSelector", [""])[0]
