@@ -157,6 +157,31 @@ def test_the_pool_is_the_room_minus_outside_limits_and_a_burst_raises_the_floor(
     assert settled.resource_changes[MEM] == str(34406 - 1536)  # 105 % of 32768, floored
 
 
+def test_a_steady_node_reuses_its_last_gates_and_pools_and_a_settling_one_does_not() -> None:
+    """Planned again with the same Node and pods, a node's gates and pools are the last ones
+    (the same objects); a floor still settling is planned again at each moment."""
+    node = node_state()
+    pods = (usage(FOREIGN), usage(tenant_spec()))
+    first = plan_one(node, {"n1": pods})
+    assert first.floor is not None and first.floor.room < first.floor.gates  # settling
+    memory = ScorerMemory(floors={"n1": first.floor})
+    early = plan_one(node, {"n1": pods}, memory=memory, at=T0 + 1)
+    settled = plan_one(node, {"n1": pods}, memory=memory, at=T0 + FLOOR_SETTLE_S)
+    assert early.floor == first.floor
+    assert settled.floor is not None and settled.floor.room == 5.0
+    after = plan_one(node, {"n1": pods}, memory=ScorerMemory(floors={"n1": settled.floor}))
+    assert after.floor is not None
+    steady_memory = ScorerMemory(floors={"n1": after.floor})
+    again = plan_one(node, {"n1": pods}, memory=steady_memory, at=T0 + FLOOR_SETTLE_S + 30)
+    later = plan_one(node, {"n1": pods}, memory=steady_memory, at=T0 + FLOOR_SETTLE_S + 60)
+    assert later.pools is again.pools and later.gates is again.gates
+    assert again.floor == after.floor and again.pools == settled.pools
+    # Other pods (a new grouping), or a foreign pod gone: planned from them.
+    fewer = plan_one(node, {"n1": pods[1:]}, memory=steady_memory, at=T0 + FLOOR_SETTLE_S + 90)
+    cpu = next(p for p in fewer.pools if p.resource == CPU)
+    assert cpu.outside_limits == 0 and fewer.pools is not again.pools
+
+
 def test_a_dept_b_pod_keeps_the_floor_at_its_budget() -> None:
     usages = {"n1": (usage(tenant_spec()), usage(tenant_spec("dept-b", "0m")))}
     plan = plan_one(node_state(), usages)
