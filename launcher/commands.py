@@ -16,11 +16,7 @@ from collections.abc import Sequence
 from certs import cli as certs_cli
 from controller import cli as controller_cli
 from launcher import descheduler, policy
-from launcher.front import Front, PodRef
-from launcher.kubectl import KubectlFront
-from launcher.policy import cmd_policy_validate
-from scorer import cli as scorer_cli
-from scorer.cli import (
+from launcher.explain import (
     audit_report,
     explain_node,
     explain_nodes,
@@ -28,6 +24,10 @@ from scorer.cli import (
     explain_pod_ref,
     open_page,
 )
+from launcher.front import Front, PodRef
+from launcher.kubectl import KubectlFront
+from launcher.policy import cmd_policy_validate
+from scorer import cli as scorer_cli
 from scorer.explain.audit import DEFAULT_LIMIT
 from steer import __version__
 from webhook import cli as webhook_cli

@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from scorer.cli import DEFAULT_SCORER_URL, split_pod_ref
-from scorer.client import DirectScorer, ScorerClient
+from launcher.explain import DEFAULT_SCORER_URL, split_pod_ref
+from launcher.scorer_client import DirectScorer, ScorerClient
 
 
 @dataclass(frozen=True)

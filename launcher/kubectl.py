@@ -15,9 +15,9 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
+from launcher.explain import split_pod_ref
 from launcher.front import Front, PodManifest, PodRef
-from scorer.cli import split_pod_ref
-from scorer.client import DirectScorer, ProxiedScorer, ScorerClient, kubeconfig_token
+from launcher.scorer_client import DirectScorer, ProxiedScorer, ScorerClient, kubeconfig_token
 from steer import __version__
 from steer.adapters.kube import KubeConfigError, kubectl_api_client
 

@@ -13,8 +13,8 @@ import pytest
 from bench.benchkit.kepler_history import HOUR_S, backfill_kepler_history, history_times
 from bench.benchkit.placement_scenario import MIXED_PREEXISTING, scenarios, trace_pods
 from kits.prometheus_server import PrometheusServer
-from scorer.presets import example_policy_text
 from steer.core.policy import parse_policy
+from steer.presets import example_policy_text
 
 POLICY = parse_policy(example_policy_text())
 

@@ -7,7 +7,6 @@ from hypothesis import strategies as st
 
 from scorer.model import NodeState
 from scorer.observe import DimensionFailure, DimensionReading, vet
-from scorer.presets import example_policy_text
 from steer.core.datacheck import (
     MetricFacts,
     ProblemKind,
@@ -21,6 +20,7 @@ from steer.core.datacheck.identities import IdentityKind, classify
 from steer.core.datacheck.promql import label_names, metric_names
 from steer.core.datacheck.units import check_unit
 from steer.core.policy import PrometheusDimension, parse_policy
+from steer.presets import example_policy_text
 
 POLICY = parse_policy(example_policy_text())
 

@@ -21,8 +21,8 @@ import requests
 
 from kits.demo.cli import main
 from kits.demo.environment import demo_policy
-from scorer.presets import POWER_KEPLER_010
 from steer.adapters.policy_file import load_policy_file
+from steer.presets import POWER_KEPLER_010
 from tests.conftest import EXAMPLE_POLICY, ROOT
 
 PREFIX = "kube-steer.github.io/"

@@ -18,8 +18,8 @@ from kits.synthetic_exporter import Family, label_text
 from scorer.model import NodeState
 from scorer.observe import NodeIndex, read_dimension
 from scorer.plan import DataStatus, ScorerMemory, plan_cycle
-from scorer.presets import example_policy_text
 from steer.core.policy import parse_policy
+from steer.presets import example_policy_text
 
 POLICY = parse_policy(example_policy_text())
 RECORDING_RULES = (

@@ -34,12 +34,12 @@ from launcher.commands import main
 from scorer.check import CheckReport, check_policy
 from scorer.kubeapi import KubeJson
 from scorer.model import NodeState
-from scorer.presets import ENERGY_KEPLER_07, POWER_KEPLER_07
 from scorer.service import Scorer
 from scorer.sources.prometheus import read_device_heat
 from scorer.writer import NodeApi
 from steer.adapters.policy_file import load_policy_file
 from steer.core.policy.crd import data_condition
+from steer.presets import ENERGY_KEPLER_07, POWER_KEPLER_07
 from tests.apistub_fixtures import client_for
 from tests.conftest import EXAMPLE_POLICY, FIXTURES
 from tests.json_server import json_server

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from scorer.presets import example_policy_text
 from steer.core.policy import PolicyError, parse_policy
 from steer.core.steering import composite_weights, drain_keys, energy_composites
+from steer.presets import example_policy_text
 from tests.scorer_support import SMALL_POLICY
 
 

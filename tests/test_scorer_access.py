@@ -26,6 +26,8 @@ from kubernetes import client
 from kits.apistub import ApiStub
 from kits.prometheus_server import PrometheusServer
 from kits.synthetic_exporter import SyntheticCluster
+from launcher.page_relay import page_relay
+from launcher.scorer_client import DirectScorer, ProxiedScorer, ScorerError
 from scorer.access.cache import TtlCache
 from scorer.access.gate import TOKEN_HEADER, bearer_token
 from scorer.access.reviews import ApiserverReviews, ReviewSettings, ReviewUnavailable
@@ -42,9 +44,7 @@ from scorer.access.rules import (
     requirement,
 )
 from scorer.app import create_app
-from scorer.client import DirectScorer, ProxiedScorer, ScorerError
 from scorer.kubeapi import KubeJson
-from scorer.page_relay import page_relay
 from scorer.service import Scorer
 from scorer.writer import NodeApi
 from steer.adapters.http_server import HttpServer

@@ -23,11 +23,11 @@ from scorer.ledger import PodLedger
 from scorer.model import NodeState
 from scorer.nodes import NodeCache, NodeWatcher
 from scorer.plan import DataStatus
-from scorer.presets import POWER_KEPLER_010, POWER_KEPLER_07
 from scorer.service import Scorer
 from scorer.writer import NodeApi
 from steer.adapters.prometheus import QueryResult
 from steer.core.policy import Policy, parse_policy
+from steer.presets import POWER_KEPLER_010, POWER_KEPLER_07
 from tests.apistub_fixtures import client_for
 from tests.scorer_support import (
     FOREIGN_LABELS,

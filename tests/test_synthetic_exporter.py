@@ -21,8 +21,8 @@ from kits.synthetic_exporter import (
     SyntheticCluster,
     SyntheticCollector,
 )
-from scorer.presets import example_policy_text
 from steer.core.datacheck.exporters import FAMILIES
+from steer.presets import example_policy_text
 from tests.conftest import FIXTURES
 
 REAL_KEPLER = FIXTURES / "exporters" / "kepler-v0.11.4-node.prom"

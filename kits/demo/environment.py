@@ -20,8 +20,8 @@ from kits.apistub.synthetic import synthetic_node
 from kits.demo.pods import DEMO_NAMESPACES
 from kits.prometheus_server import JOB_NAME, PrometheusServer
 from kits.synthetic_exporter import GIB, SyntheticCluster, SyntheticExporter
-from scorer.presets import example_policy_text
 from steer.core.policy import Policy, parse_policy
+from steer.presets import example_policy_text
 
 DEMO_NODES = 6
 

@@ -33,7 +33,7 @@ class ScorerError(RuntimeError):
     """The scorer could not be reached, or did not answer with JSON (the message says why)."""
 
 
-# Headers of a scorer's answer a relay (scorer.page_relay) passes on to the browser.
+# Headers of a scorer's answer a relay (launcher.page_relay) passes on to the browser.
 RELAYED_HEADERS = (
     "Content-Type",
     "Cache-Control",
@@ -152,16 +152,35 @@ class DirectScorer:
             )
         return decode_answer(resp.url, resp.status_code, resp.content)
 
-    def get(self, path: str, *, timeout_s: float | None = None) -> Any:
+    def _send(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        params: Mapping[str, str] | None = None,
+        content_type: str | None = None,
+        timeout_s: float | None = None,
+    ) -> requests.Response:
+        """One request to the scorer; `ScorerError` when it cannot be reached."""
         url = f"{self.where}{path}"
+        headers = {"Content-Type": content_type} if content_type else {}
         with self._session() as session:
             try:
-                resp = session.get(url, timeout=timeout_s or self.timeout_s)
+                return session.request(
+                    method,
+                    url,
+                    data=body,
+                    params=dict(params or {}),
+                    headers=headers,
+                    timeout=timeout_s or self.timeout_s,
+                )
             except requests.RequestException as exc:
                 raise ScorerError(
                     f"cannot reach the scorer at {url}: {exc} (set --scorer or $STEER_SCORER_URL)"
                 ) from None
-        return self._decode(resp)
+
+    def get(self, path: str, *, timeout_s: float | None = None) -> Any:
+        return self._decode(self._send("GET", path, timeout_s=timeout_s))
 
     def post(
         self,
@@ -172,34 +191,12 @@ class DirectScorer:
         content_type: str,
         timeout_s: float | None = None,
     ) -> Any:
-        with self._session() as session:
-            try:
-                resp = session.post(
-                    f"{self.where}{path}",
-                    data=body,
-                    params=dict(params),
-                    headers={"Content-Type": content_type},
-                    timeout=timeout_s or self.timeout_s,
-                )
-            except requests.RequestException as exc:
-                raise ScorerError(f"cannot reach the scorer at {self.where}: {exc}") from None
-        return self._decode(resp)
+        return self._decode(self._send("POST", path, body, params, content_type, timeout_s))
 
     def relay(
         self, method: str, path: str, body: bytes | None, content_type: str | None
     ) -> Relayed:
-        headers = {"Content-Type": content_type} if content_type else {}
-        with self._session() as session:
-            try:
-                resp = session.request(
-                    method,
-                    f"{self.where}{path}",
-                    data=body,
-                    headers=headers,
-                    timeout=self.timeout_s,
-                )
-            except requests.RequestException as exc:
-                raise ScorerError(f"cannot reach the scorer at {self.where}: {exc}") from None
+        resp = self._send(method, path, body, content_type=content_type)
         return _relayed(resp.status_code, resp.headers, resp.content)
 
 

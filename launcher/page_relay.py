@@ -17,7 +17,7 @@ import re
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from scorer.client import ScorerClient, ScorerError
+from launcher.scorer_client import ScorerClient, ScorerError
 
 log = logging.getLogger(__name__)
 
