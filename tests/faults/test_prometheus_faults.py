@@ -29,6 +29,7 @@ to recover, node writes during the fault (audit log), flaps on unchanged data (m
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import time
@@ -180,54 +181,46 @@ def shape(cluster: SyntheticCluster) -> None:
 @pytest.fixture(scope="module")
 def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
     work = tmp_path_factory.mktemp("prometheus-faults")
-    plane = ControlPlane.start(work / "plane", scheduler=False, audit_groups=[GROUP])
-    try:
+    with contextlib.ExitStack() as stack:
+        plane = ControlPlane.start(work / "plane", scheduler=False, audit_groups=[GROUP])
+        stack.callback(plane.stop)
         for name in NODES:
             plane.add_node(name, cpu="64", memory="512Gi", gpus=2)
         admin_client = make_api_client(str(plane.kubeconfig))
+        stack.callback(admin_client.close)
         recorder = NodeRecorder(KubeJson(admin_client), frozenset(NODES)).start()
+        stack.callback(recorder.stop)
         cluster = SyntheticCluster(nodes=len(NODES), gpus_per_node=2, node_prefix="prom-fault-")
         shape(cluster)
+        _exporter, prom = stack.enter_context(scraped_cluster(cluster, scrape_interval_s=0.5))
+        proxy = stack.enter_context(FaultProxy(prom.url))
+        prom.wait_for(POWER_QUERY, lambda r: len(r.samples) == len(NODES))
         policy_file = work / "policy.yaml"
         policy_file.write_text(POLICY)
-        kubeconfig = plane.user_kubeconfig(SCORER_USER, groups=["system:masters", GROUP])
-        with (
-            scraped_cluster(cluster, scrape_interval_s=0.5) as (_exporter, prom),
-            FaultProxy(prom.url) as proxy,
-        ):
-            prom.wait_for(POWER_QUERY, lambda r: len(r.samples) == len(NODES))
-            with running_scorer(
+        scorer = stack.enter_context(
+            running_scorer(
                 plane,
                 policy_file,
                 proxy.url,
                 work,
                 name="scorer-prometheus-faults",
-                kubeconfig=kubeconfig,
+                kubeconfig=plane.user_kubeconfig(SCORER_USER, groups=["system:masters", GROUP]),
                 extra_args=["--no-leader-election", "--log-format", "json"],
-            ) as scorer:
-                scorer.wait_ready(timeout=120)
-                rig = Rig(plane, prom, proxy, scorer, recorder, {})
+            )
+        )
+        scorer.wait_ready(timeout=120)
+        rig = Rig(plane, prom, proxy, scorer, recorder, {})
 
-                def settled() -> bool:
-                    views = recorder.snapshot()
-                    return all(all(k in views[n]["labels"] for k in SCORES) for n in NODES) and any(
-                        t[0] == HOT for t in views[NODES[-1]]["taints"]
-                    )
+        def settled() -> bool:
+            views = recorder.snapshot()
+            return all(all(k in views[n]["labels"] for k in SCORES) for n in NODES) and any(
+                t[0] == HOT for t in views[NODES[-1]]["taints"]
+            )
 
-                wait_until("every node scored, the hot one tainted", settled, timeout=120)
-                # Steady: two cycles in a row write nothing.
-                wait_until(
-                    "two cycles without a write",
-                    lambda: _quiet(rig),
-                    timeout=120,
-                    interval=0.1,
-                )
-                rig.baseline = recorder.snapshot()
-                yield rig
-        recorder.stop()
-        admin_client.close()
-    finally:
-        plane.stop()
+        wait_until("every node scored, the hot one tainted", settled, timeout=120)
+        wait_until("two cycles without a write", lambda: _quiet(rig), timeout=120, interval=0.1)
+        rig.baseline = recorder.snapshot()
+        yield rig
 
 
 @pytest.fixture
