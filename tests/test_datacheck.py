@@ -156,6 +156,7 @@ def test_identities_that_name_no_node() -> None:
 
 def test_metric_and_label_names_of_the_example_queries() -> None:
     assert metric_names(dim("core-power").query) == (
+        "node_name:kepler_node_cpu_watts_per_core:slope1h",  # the recording rule's, if installed
         "kepler_node_cpu_watts",
         "kepler_node_cpu_usage_ratio",
         "kube_node_status_capacity",
@@ -177,6 +178,21 @@ def test_metric_and_label_names_of_the_example_queries() -> None:
 
 
 # -- diagnosis ---------------------------------------------------------------------------------
+
+
+def test_an_absent_recording_rule_beside_the_expression_it_records_is_no_cause() -> None:
+    facts = PrometheusFacts(
+        frozenset({"kepler_node_cpu_watts", "kepler_node_cpu_usage_ratio"}),
+        (
+            MetricFacts("node_name:kepler_node_cpu_watts_per_core:slope1h", False),
+            MetricFacts("kepler_node_cpu_watts", True),
+            MetricFacts("kepler_node_cpu_usage_ratio", True),
+        ),
+    )
+    assert not [p for p in diagnose(dim("core-power"), facts) if p.kind == ProblemKind.ABSENT]
+    alone = PrometheusFacts(frozenset(), (MetricFacts("level:metric:rate5m", False),))
+    (problem,) = diagnose(dim("core-power"), alone)
+    assert problem.kind == ProblemKind.ABSENT
 
 
 def test_an_absent_kepler_metric_names_the_family_found_instead() -> None:
