@@ -54,9 +54,9 @@ class FaultProxy:
     """A threaded HTTP proxy on 127.0.0.1 in front of `upstream` (a Prometheus base URL).
 
     `heal()` passes everything through; `delay(s)` holds every answer `s` seconds after
-    Prometheus gave it; `lag(query, s)` passes one query on `s` seconds late; `partial(...)` filters one query's result vector; `refuse()` closes the
-    listening socket, so connections are refused as when Prometheus is down, until `heal()`
-    listens again on the same port."""
+    Prometheus gave it; `lag(query, s)` passes one query on `s` seconds late; `partial(...)`
+    filters one query's result vector; `refuse()` closes the listening socket, so connections
+    are refused as when Prometheus is down, until `heal()` listens again on the same port."""
 
     def __init__(self, upstream: str) -> None:
         parsed = urllib.parse.urlsplit(upstream)

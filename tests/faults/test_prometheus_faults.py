@@ -6,22 +6,25 @@ scraping the synthetic exporter, with a fault proxy between the scorer and Prome
 Six nodes whose data never changes: GPU utilisation 10..85 % (fixed 0..100 normalisation),
 CPU power 300..550 W (min-max over the nodes, `coverage: {nodes: all}`), a composite of both,
 the gpu-hot taint on the 85 % node (set and cleared after one cycle) and the avoid-gpu-hot gate
-of the gpu pod class. The policy asks Prometheus with a 4 s timeout, every second, and keeps
-data 15 s (`ttlSeconds`). The docs promise (docs/policy.md "Data sources", DESIGN decision 5):
-a failed or held-back reading keeps the labels until they age past the TTL, then withdraws
-them; a node missing from a reading keeps its own until its TTL; nothing is rewritten while
-the data does not change.
+of the gpu pod class. The policy asks Prometheus with a 4 s timeout, every second, keeps data
+15 s (`ttlSeconds`) and has no hot-node penalty (a pod bound is data that moves composites).
+The docs promise (docs/policy.md "Data sources", DESIGN decision 5): a failed or held-back
+reading keeps the labels until they age past the TTL, then withdraws them; a node missing from
+a reading keeps its own until its TTL; nothing is rewritten while the data does not change.
 
 - slow: answers held 8 s (beyond the timeout: every query fails, the labels stay), then 3 s
   (within it: the answers are used, nothing changes);
 - partial: the power dimension answers with half its series (3 of 6 nodes, 50 %: published,
   not held back); min-max over the three that answer would move two of them (80 → 100,
   40 → 50), so any write is a flip on unchanged data;
+- partial past the TTL: the missing half loses its power label at the TTL, the answering
+  half is normalised among itself (documented; counted apart from flaps);
 - down: connections refused for longer than the TTL, after cycles whose util query reached
   Prometheus 1.5 s after power's: nothing moves before the TTL, then each node's labels are
   written once, withdrawing its scores and the taint together (never a composite recomputed
-  from the dimension that expires a moment later), and the gate opens; once Prometheus answers
-  again one cycle puts back exactly what was there.
+  from the dimension that expires a moment later), and the gate opens; a gpu pod bound through
+  the open gate keeps its unit when the gate closes again; once Prometheus answers again one
+  cycle puts back exactly what was there.
 
 Figures per fault (printed and repeated at the end of the run): time to recover, scoring cycles
 to recover, node writes during the fault (audit log), flaps on unchanged data (must be 0).
@@ -68,15 +71,18 @@ LAG_S = 1.5
 INTERVAL_S = 1.0
 CYCLE_SECONDS = re.compile(r"([0-9.]+)s \(leader")
 HOT = f"{PREFIX}gpu-hot"
+HOT_NODE = "prom-fault-6"  # 85 % busy: tainted gpu-hot, its avoid-gpu-hot gate closed
 GATE = f"{PREFIX}avoid-gpu-hot"
 SCORES = (f"{PREFIX}score-util", f"{PREFIX}score-power", f"{PREFIX}score")
+POD_NAMESPACE = "prometheus-faults"
 POLICY = f"""\
 apiVersion: kube-steer.github.io/v1alpha1
 kind: SteeringPolicy
 metadata: {{name: prometheus-faults}}
 spec:
   prometheus: {{timeoutSeconds: {TIMEOUT_S:g}}}
-  scoring: {{step: 10, hysteresis: 3, ttlSeconds: {TTL_S:g}, intervalSeconds: {INTERVAL_S:g}}}
+  scoring: {{step: 10, hysteresis: 3, ttlSeconds: {TTL_S:g}, intervalSeconds: {INTERVAL_S:g},
+            hotPenaltyPerPod: 0}}
   dimensions:
     - name: util
       query: {UTIL_QUERY}
@@ -214,7 +220,7 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
         def settled() -> bool:
             views = recorder.snapshot()
             return all(all(k in views[n]["labels"] for k in SCORES) for n in NODES) and any(
-                t[0] == HOT for t in views[NODES[-1]]["taints"]
+                t[0] == HOT for t in views[HOT_NODE]["taints"]
             )
 
         wait_until("every node scored, the hot one tainted", settled, timeout=120)
@@ -271,6 +277,28 @@ def recovered_within(rig: Rig, healed_at: float, check: Callable[[], bool]) -> t
     )
     took = time.time() - healed_at
     return took, rig.proxy.asked_since(healed_at, UTIL_QUERY)
+
+
+def gpu_pod(name: str, node: str) -> dict[str, Any]:
+    """A gpu-class pod bound to `node` as the scheduler binds it, holding one unit of the
+    avoid-gpu-hot gate as the webhook makes it request (no kubelet runs it: the scorer's pod
+    watch counts what it holds all the same)."""
+    one = {GATE: "1"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": POD_NAMESPACE},
+        "spec": {
+            "nodeName": node,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"requests": one, "limits": one},
+                }
+            ],
+        },
+    }
 
 
 def cycles_until(rig: Rig, healed_at: float, restoring: list[Change]) -> int:
@@ -485,8 +513,10 @@ def test_prometheus_down_past_the_ttl_withdraws_once_and_one_cycle_restores(
 ) -> None:
     """Connections refused: nothing moves until the data is TTL old; then each node is written
     once, to withdraw its scores (and the hot node's taint, opening its gate), and nothing more
-    while Prometheus stays down; the first cycle that reads again puts back exactly the
-    baseline, each node written once."""
+    while Prometheus stays down. A gpu pod bound to the hot node through the open gate while
+    Prometheus is down is not harmed when the gate closes again: the gate is published at what
+    the pod holds, never below (a kubelet restart would fail the pod, DESIGN decision 11). The
+    first cycle that reads again puts back exactly the baseline, each node written once."""
     # util's query reaches Prometheus 1.5 s after power's, as a query does when it waits for a
     # connection (more dimensions than the scorer's 8 at once) or behind a slow proxy: the two
     # were read in one cycle, but their evaluation times straddle a cycle boundary.
@@ -504,12 +534,16 @@ def test_prometheus_down_past_the_ttl_withdraws_once_and_one_cycle_restores(
         def withdrawn() -> bool:
             views = rig.recorder.snapshot()
             return all(not any(k in views[n]["labels"] for k in SCORES) for n in NODES) and not any(
-                t[0] == HOT for t in views[NODES[-1]]["taints"]
+                t[0] == HOT for t in views[HOT_NODE]["taints"]
             )
 
         wait_until(
             "every score withdrawn past the TTL", withdrawn, timeout=TTL_S + 60, interval=0.05
         )
+        rig.plane.ensure_namespace(POD_NAMESPACE)
+        pod_path = f"/api/v1/namespaces/{POD_NAMESPACE}/pods"
+        rig.recorder.kube.request("POST", pod_path, body=gpu_pod("through-the-gate", HOT_NODE))
+        bound_at = time.time()
         rig.wait_cycles(2, "down, after the withdrawal")
         down_writes = node_writes(rig.plane, offset, SCORER_USER)
         down_changes = rig.recorder.since(started)
@@ -528,26 +562,50 @@ def test_prometheus_down_past_the_ttl_withdraws_once_and_one_cycle_restores(
     relabelled = [c.node for c in steering if c.labels or c.taints]
     assert sorted(relabelled) == sorted(NODES), f"not once per node:\n{shown}"
     reopened = [c.node for c in steering if c.pools]
-    assert reopened == [NODES[-1]], f"the gate not opened once:\n{shown}"
+    assert reopened == [HOT_NODE], f"the gate not opened once:\n{shown}"
     writes_per_node = {n: sum(1 for w in down_writes if w.node == n) for n in NODES}
     assert max(writes_per_node.values()) <= 2, down_writes  # labels, and the gate (status)
     assert all(w.code < 300 for w in down_writes), down_writes
     for name in NODES:
         assert not any(k in views[name]["labels"] for k in SCORES), views[name]
-    hot = views[NODES[-1]]
-    assert hot["taints"] == [] and hot["pools"][GATE] != rig.baseline[NODES[-1]]["pools"][GATE]
+    hot = views[HOT_NODE]
+    assert hot["taints"] == [] and hot["pools"][GATE] != rig.baseline[HOT_NODE]["pools"][GATE]
     lag = max(c.at for c in steering) - deadline
 
-    took, _ = recovered_within(rig, healed_at, rig.at_baseline)
-    time.sleep(INTERVAL_S)  # a cycle more: what the watch delivers late is counted too
-    rig.wait_cycles(1, "after the recovery")
-    back = steering_changes(rig.recorder.since(healed_at))
-    recovery_writes = rig.writes(heal_offset)
+    def restored() -> bool:
+        # The baseline, but for the gate: closed at what the pod holds.
+        views = rig.recorder.snapshot()
+        return (
+            all(
+                views[n]["labels"] == rig.baseline[n]["labels"]
+                and views[n]["taints"] == rig.baseline[n]["taints"]
+                for n in NODES
+            )
+            and views[HOT_NODE]["pools"].get(GATE) == "1"
+        )
+
+    try:
+        took, _ = recovered_within(rig, healed_at, restored)
+        time.sleep(INTERVAL_S)  # a cycle more: what the watch delivers late is counted too
+        rig.wait_cycles(1, "after the recovery")
+        back = steering_changes(rig.recorder.since(healed_at))
+        recovery_writes = rig.writes(heal_offset)
+        # From the pod's binding on, the gate never goes below the one unit it holds.
+        gate_values = [
+            c.pools[GATE][1]
+            for c in rig.recorder.since(bound_at)
+            if c.node == HOT_NODE and GATE in c.pools
+        ]
+    finally:
+        rig.recorder.kube.request(
+            "DELETE", f"{pod_path}/through-the-gate", query={"gracePeriodSeconds": 0}
+        )
+    assert gate_values and all(v is not None and int(v) >= 1 for v in gate_values), gate_values
     cycles = cycles_until(rig, healed_at, back)
     assert cycles == 1, (cycles, took, back)
     assert not any(flips_label(c, rig.baseline) for c in back), back
     assert sorted(c.node for c in back if c.labels or c.taints) == sorted(NODES), back
-    assert [c.node for c in back if c.pools] == [NODES[-1]], back
+    assert [c.node for c in back if c.pools] == [HOT_NODE], back
     flaps = sum(1 for c in back if flips_label(c, rig.baseline)) + sum(
         1 for c in steering if flips_label(c, rig.baseline)
     )
@@ -556,5 +614,6 @@ def test_prometheus_down_past_the_ttl_withdraws_once_and_one_cycle_restores(
         f"{lag:+.1f} s after the TTL, writes during fault {len(down_writes)} "
         f"({', '.join(f'{n[-1]}:{c}' for n, c in writes_per_node.items())}), recovered in "
         f"{took:.1f} s ({cycles} cycles read), writes on recovery {recovery_writes}, "
-        f"flaps {flaps}"
+        f"flaps {flaps}; gate after a pod bound through it: {' -> '.join(gate_values)} "
+        f"(never below its 1 unit; pods harmed 0)"
     )
