@@ -9,8 +9,9 @@ and 60 %), and its CPU watts followed the scenario's power model at that usage: 
 and its watts per requested core times the cores in use (Kepler's CPU meter reads RAPL, which
 holds no GPU: kits.simulated_cluster). The families and labels are the live exporter's
 (`kits.synthetic_exporter.Exposition.cpu_power`: `kepler_node_cpu_watts` and its active and
-idle parts by RAPL zone, `kepler_node_cpu_usage_ratio`; kube-state-metrics' cpu allocatable and
-capacity), gauges only, with the scrape's `job` and `instance`, so the live scrape continues
+idle parts by RAPL zone, `kepler_node_cpu_usage_ratio`, "CPU usage ratio of a node (value
+between 0.0 and 1.0)", as kepler's docs/metrics/metrics.md lists them; kube-state-metrics' cpu
+allocatable and capacity), gauges only, with the scrape's `job` and `instance`, so the live scrape continues
 the same series. The history stops `gap_s` before the server starts: the live samples follow
 it.
 """
