@@ -55,10 +55,6 @@ def plans_from_pods(policy: Policy) -> bool:
     )
 
 
-# Node writes in flight at once (each pipeline, status and metadata): the limiters cap the
-# rate, this only hides round trips. A first cycle writes every node, and at 5,000 nodes on a
-# loaded apiserver (120 ms a PATCH) 8 in flight published 65 pools a second of the 250 allowed.
-WRITE_CONCURRENCY = 32
 # How long the first cycle waits for the pod watch's first list (100,000 pods: about a minute).
 FIRST_LIST_WAIT_S = 120.0
 # A later cycle waits this long for a relist the node watch is reading (after a 410) before
@@ -153,7 +149,6 @@ class Scorer:
             status_limiter=self.status_limiter,
             sleep=sleep,
             reread=node_cache.get if node_cache is not None else None,
-            concurrency=WRITE_CONCURRENCY,
         )
         self._memory = ScorerMemory()
         self._lock = threading.Lock()  # one cycle (or hot refresh) at a time
