@@ -20,6 +20,7 @@ read from the cluster and count the same way.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -159,6 +160,29 @@ def uses(
     }
 
 
+def streamed_instead(
+    grant: Grant, events: Sequence[Mapping[str, Any]], namespace: str
+) -> Mapping[str, Any] | None:
+    """For a `list` grant: the first streaming list (a `watch` with `sendInitialEvents=true`,
+    KEP-3157) of the grant's account on the same resource, which the apiserver served instead.
+    A streaming list is authorised as `watch` alone (measured on the v1.36.2 apiserver), so
+    the `list` grant is then what the paginated fallback needs on an apiserver that refuses
+    streaming lists (the WatchList feature off: v1.33's default)."""
+    if grant.verb != "list":
+        return None
+    as_watch = dataclasses.replace(grant, verb="watch")
+    return next(
+        (
+            e
+            for e in events
+            if e["user"]["username"] == user(namespace, grant.account)
+            and "sendInitialEvents=true" in str(e.get("requestURI", ""))
+            and authorises(as_watch, e)
+        ),
+        None,
+    )
+
+
 def refused(events: Sequence[Mapping[str, Any]], namespace: str) -> list[Mapping[str, Any]]:
     """The requests of the namespace's ServiceAccounts that the apiserver answered 403."""
     prefix = user(namespace, "")
@@ -177,10 +201,22 @@ def describe(event: Mapping[str, Any]) -> str:
     return f"{event['verb']} {group}{what}{named}{where} -> {code(event)}"
 
 
-def table(used: Mapping[Grant, Mapping[str, Any] | None]) -> str:
-    """One line per grant: account, role, grant, and the first request it authorised (or
-    UNUSED)."""
-    rows = [(g.account, g.role, str(g), describe(e) if e else "UNUSED") for g, e in used.items()]
+def table(
+    used: Mapping[Grant, Mapping[str, Any] | None],
+    streamed: Mapping[Grant, Mapping[str, Any]] | None = None,
+) -> str:
+    """One line per grant: account, role, grant, and the first request it authorised (or the
+    streaming list served instead of its `list`, or UNUSED)."""
+
+    def why(grant: Grant, event: Mapping[str, Any] | None) -> str:
+        if event is not None:
+            return describe(event)
+        instead = (streamed or {}).get(grant)
+        if instead is not None:
+            return "fallback of the streaming list " + describe(instead)
+        return "UNUSED"
+
+    rows = [(g.account, g.role, str(g), why(g, e)) for g, e in used.items()]
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     return "\n".join(
         "  ".join(cell.ljust(w) for cell, w in zip(row[:3], widths, strict=True)) + "  " + row[3]
