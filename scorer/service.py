@@ -35,7 +35,7 @@ from scorer.sources import SOURCES, Readings, Source, SourceContext
 from scorer.sources.base import concurrently
 from scorer.sources.prometheus import PrometheusSource, read_device_heat
 from scorer.writer import NodeApi, NodeWriter, RateLimiter, WriteReport
-from steer.adapters.gc_pause import freeze_survivors, gc_paused
+from steer.adapters.gc_pause import freeze_survivors, gc_paused, release_free_memory
 from steer.core.budget import PodUsage
 from steer.core.datacheck import ProblemKind, expected_nodes
 from steer.core.dra.inventory import Inventory
@@ -343,6 +343,7 @@ class Scorer:
                 self.metrics.cycles.labels(result="error").inc()
                 raise
             self.metrics.cycles.labels(result="ok").inc()
+            release_free_memory()  # the cycle's garbage, freed, back to the system
             return result
 
     def _cycle(self, dry: bool, at: float | None) -> CycleResult:
