@@ -559,11 +559,15 @@ class Bench:
         return webhook_effect(json.loads(made.data))
 
     def wait_webhook(self, mode: Mode) -> None:
+        # Compiled policies reach the apiserver by its watch, each on its own: for a moment the
+        # budget's ValidatingAdmissionPolicy may be in force before the mutating one that
+        # satisfies it, and refuses the probe (403), as it would any pod then.
         wait_until(
             f"webhook effect {mode.webhook_effect!r}",
             lambda: self.webhook_probe() == mode.webhook_effect,
             timeout=30,
             interval=0.5,
+            ignoring=(client.ApiException,),
         )
 
     # -- priming (steered, audit) ------------------------------------------------------------------
