@@ -214,13 +214,15 @@ def test_promql_of_the_alerting_rules_is_accepted_by_prometheus(
     promtool = shutil.which("promtool")
     # .ci/run installs it (Debian package prometheus): a missing promtool is a broken setup.
     assert promtool is not None, "promtool (Debian package prometheus) is not installed"
-    (rules,) = [
+    # The alerts and the recording rules (the core-power slope), each a PrometheusRule.
+    rules = [
         d
         for d in render(plane, tmp_path, ("prometheus-operator",))
         if d["kind"] == "PrometheusRule"
     ]
+    assert {r["metadata"]["name"] for r in rules} >= {"kube-steer-recording"}, rules
     path = tmp_path / "rules.yaml"
-    path.write_text(yaml.safe_dump({"groups": rules["spec"]["groups"]}))
+    path.write_text(yaml.safe_dump({"groups": [g for r in rules for g in r["spec"]["groups"]]}))
     done = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
 
