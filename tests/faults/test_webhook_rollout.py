@@ -5,13 +5,13 @@ v1.36.2 and real webhook processes.
 The apiserver reaches the webhook as in a cluster: through its Service (`clientConfig.service`,
 TLS verified for steer-webhook.kube-steer.svc), resolved to one ready address of the Service's
 endpoints per call (`--enable-aggregator-routing`: the apiserver picks the endpoint itself, as
-kube-proxy would for a ClusterIP). Two replicas serve on loopback addresses; the test plays the
+kube-proxy would for a ClusterIP). Two replicas serve on addresses added to `lo`; the test plays the
 Deployment controller, the EndpointSlice controller and the kubelet, in the manifest's order
 (`maxSurge: 1, maxUnavailable: 0`): a new replica starts, becomes ready and joins the
 endpoints; then an old one is deleted: its endpoint leaves the ready ones at once, the kubelet
 runs its preStop hook (manifests/webhook/webhook.yaml, `lifecycle.preStop.sleep`), then sends
 SIGTERM and the process drains. Meanwhile four clients create pods in an opted-in namespace
-without pause.
+at 10 pods a second each (a scale-up of several hundred pods during the roll).
 
 What must hold, and is printed as figures: 0 creates refused, 0 pods admitted without the
 webhook's trace (failurePolicy Ignore would let them in unsteered), and the apiserver's own
@@ -57,6 +57,7 @@ NEW = ("10.250.0.13", "10.250.0.14")
 TRACE = "kube-steer.github.io/trace"
 OPT_IN = "kube-steer.github.io/enabled"
 CLIENTS = 4
+CLIENT_RATE = 10.0  # pods a second each: a scale-up of several hundred pods, not a saturation test
 # From a pod's deletion to the apiserver's endpoint cache without it: the EndpointSlice
 # controller's write, then the apiserver's watch (well under a second on an idle control
 # plane; a busy one takes longer).
@@ -169,14 +170,14 @@ def register(plane: ControlPlane, ca_bundle: str) -> None:
 
 @contextlib.contextmanager
 def storm(admin: KubeJson, namespace: str) -> Iterator[dict[str, Any]]:
-    """CLIENTS threads creating pods back to back until the block ends."""
+    """CLIENTS threads creating CLIENT_RATE pods a second each until the block ends."""
     made: dict[str, Any] = {"created": 0, "refused": [], "unsteered": []}
     lock = threading.Lock()
     stop = threading.Event()
 
     def client(k: int) -> None:
         i = 0
-        while not stop.is_set():
+        while not stop.wait(1 / CLIENT_RATE):
             name = f"storm-{k}-{i:04d}"
             i += 1
             body = {
@@ -319,11 +320,14 @@ def test_a_webhook_rollout_under_a_pod_storm_leaves_no_pod_unsteered(
 
     fault_summary(
         f"webhook rolled (2 replicas, maxSurge 1, preStop sleep {prestop:g} s) in {rolled_s:.1f} s "
-        f"under {CLIENTS} clients creating pods back to back: {made['created']} pods admitted, "
+        f"under {CLIENTS} clients creating {CLIENT_RATE:g} pods a second each: {made['created']} pods admitted, "
         f"{len(made['refused'])} refused, {len(made['unsteered'])} unsteered, calls failed open "
         f"{failed_open:g}"
     )
     assert made["created"] > 100, made["created"]
+    if failed_open or made["unsteered"]:
+        log = (plane.logs_dir / "kube-apiserver.log").read_text(errors="replace")
+        print("\n".join(ln for ln in log.splitlines() if "failed calling webhook" in ln)[-3000:])
     assert not made["refused"], made["refused"][:5]
     assert not made["unsteered"], made["unsteered"][:5]
     assert failed_open == 0
