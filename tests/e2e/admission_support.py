@@ -13,7 +13,7 @@ import contextlib
 import json
 import ssl
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -51,7 +51,13 @@ def _json_pointer(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
-def _handler(hook: RelabelWebhook) -> type[BaseHTTPRequestHandler]:
+Patcher = Callable[[dict[str, Any]], list[dict[str, Any]]]
+
+
+def _handler(patch_for: Patcher, seen: list[dict[str, Any]]) -> type[BaseHTTPRequestHandler]:
+    """Answers each AdmissionReview allowed, with the JSON Patch `patch_for(pod)` (none when
+    empty); every pod it is asked about goes into `seen`."""
+
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
@@ -59,16 +65,8 @@ def _handler(hook: RelabelWebhook) -> type[BaseHTTPRequestHandler]:
             review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             request = review["request"]
             pod = request["object"]
-            hook.seen.append(pod)
-            labels = pod.get("metadata", {}).get("labels")
-            ops: list[dict[str, Any]] = []
-            if labels is None:
-                ops = [
-                    {"op": "add", "path": "/metadata/labels", "value": {RELABEL_POD_LABEL: "yes"}}
-                ]
-            elif RELABEL_POD_LABEL not in labels:
-                path = "/metadata/labels/" + _json_pointer(RELABEL_POD_LABEL)
-                ops = [{"op": "add", "path": path, "value": "yes"}]
+            seen.append(pod)
+            ops = patch_for(pod)
             response: dict[str, Any] = {"uid": request["uid"], "allowed": True}
             if ops:
                 response["patchType"] = "JSONPatch"
@@ -93,26 +91,29 @@ def _handler(hook: RelabelWebhook) -> type[BaseHTTPRequestHandler]:
 
 
 @contextlib.contextmanager
-def relabel_webhook(plane: ControlPlane, workdir: Path) -> Iterator[RelabelWebhook]:
-    """Serve the relabelling webhook over TLS and register it for pods in namespaces labelled
-    RELABEL_NAMESPACE_LABEL=on; unregister and stop on exit."""
+def patching_webhook(
+    plane: ControlPlane, workdir: Path, name: str, namespace_label: str, patch_for: Patcher
+) -> Iterator[RelabelWebhook]:
+    """A mutating webhook of the test's own, over TLS, registered as the configuration `name`
+    (failurePolicy Fail, never reinvoked) for pods created in namespaces labelled
+    `namespace_label`=on, answering with `patch_for(pod)`; unregistered and stopped on exit."""
     issued = issue_webhook_certs(LOOPBACK_IDENTITY)
-    paths = write_webhook_certs(workdir / "relabel-certs", issued)
+    paths = write_webhook_certs(workdir / f"{name}-certs", issued)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(paths.cert, paths.key)
     hook = RelabelWebhook(url="", ca_bundle=issued.ca_bundle)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(hook))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(patch_for, hook.seen))
     server.socket = context.wrap_socket(server.socket, server_side=True)
     hook.url = f"https://127.0.0.1:{server.server_address[1]}/mutate"
-    thread = threading.Thread(target=server.serve_forever, name="relabel-webhook", daemon=True)
+    thread = threading.Thread(target=server.serve_forever, name=name, daemon=True)
     thread.start()
     admission = client.AdmissionregistrationV1Api(plane.api_client())
     admission.create_mutating_webhook_configuration(
         {
-            "metadata": {"name": RELABEL_CONFIGURATION},
+            "metadata": {"name": name},
             "webhooks": [
                 {
-                    "name": "relabel.e2e.kube-steer.github.io",
+                    "name": f"{name}.e2e.kube-steer.github.io",
                     "admissionReviewVersions": ["v1"],
                     "clientConfig": {"url": hook.url, "caBundle": hook.ca_bundle},
                     "rules": [
@@ -124,7 +125,7 @@ def relabel_webhook(plane: ControlPlane, workdir: Path) -> Iterator[RelabelWebho
                             "scope": "Namespaced",
                         }
                     ],
-                    "namespaceSelector": {"matchLabels": {RELABEL_NAMESPACE_LABEL: "on"}},
+                    "namespaceSelector": {"matchLabels": {namespace_label: "on"}},
                     "failurePolicy": "Fail",
                     "reinvocationPolicy": "Never",
                     "sideEffects": "None",
@@ -137,9 +138,29 @@ def relabel_webhook(plane: ControlPlane, workdir: Path) -> Iterator[RelabelWebho
         yield hook
     finally:
         with contextlib.suppress(client.ApiException):
-            admission.delete_mutating_webhook_configuration(RELABEL_CONFIGURATION)
+            admission.delete_mutating_webhook_configuration(name)
         server.shutdown()
         server.server_close()
+
+
+def _relabel(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    labels = pod.get("metadata", {}).get("labels")
+    if labels is None:
+        return [{"op": "add", "path": "/metadata/labels", "value": {RELABEL_POD_LABEL: "yes"}}]
+    if RELABEL_POD_LABEL not in labels:
+        path = "/metadata/labels/" + _json_pointer(RELABEL_POD_LABEL)
+        return [{"op": "add", "path": path, "value": "yes"}]
+    return []
+
+
+@contextlib.contextmanager
+def relabel_webhook(plane: ControlPlane, workdir: Path) -> Iterator[RelabelWebhook]:
+    """Serve the relabelling webhook over TLS and register it for pods in namespaces labelled
+    RELABEL_NAMESPACE_LABEL=on; unregister and stop on exit."""
+    with patching_webhook(
+        plane, workdir, RELABEL_CONFIGURATION, RELABEL_NAMESPACE_LABEL, _relabel
+    ) as hook:
+        yield hook
 
 
 @contextlib.contextmanager

@@ -14,24 +14,16 @@ Counted with the apiserver's own metric of patch evaluations,
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import json
 import re
-import ssl
-import threading
 from collections.abc import Callable, Iterator, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
-from kubernetes import client
 
-from certs import issue_webhook_certs, write_webhook_certs
 from kits.control_plane import ControlPlane
-from kits.service_processes import LOOPBACK_IDENTITY
 from kits.waiting import wait_until
 from steer.core.admission_policy.mutating import POLICY_NAME, TRACE_VIA, mutating_admission_policy
 from steer.core.budget import POOL_KINDS, pool_resource
@@ -39,6 +31,7 @@ from steer.core.mutation import read_trace
 from steer.core.policy import Policy, parse_policy
 from steer.core.steering import trace_annotation_key
 from tests.conftest import EXAMPLE_POLICY
+from tests.e2e.admission_support import patching_webhook
 
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 PLURAL = {
@@ -109,36 +102,11 @@ def _app_pod() -> dict[str, Any]:
     }
 
 
-def _sidecar_handler() -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def do_POST(self) -> None:
-            review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            request = review["request"]
-            names = [c["name"] for c in request["object"]["spec"]["containers"]]
-            response: dict[str, Any] = {"uid": request["uid"], "allowed": True}
-            if SIDECAR["name"] not in names:
-                ops = [{"op": "add", "path": "/spec/containers/-", "value": SIDECAR}]
-                response["patchType"] = "JSONPatch"
-                response["patch"] = base64.b64encode(json.dumps(ops).encode()).decode()
-            body = json.dumps(
-                {
-                    "apiVersion": "admission.k8s.io/v1",
-                    "kind": "AdmissionReview",
-                    "response": response,
-                }
-            ).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    return Handler
+def _add_sidecar(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    names = [c["name"] for c in pod["spec"]["containers"]]
+    if SIDECAR["name"] in names:
+        return []
+    return [{"op": "add", "path": "/spec/containers/-", "value": SIDECAR}]
 
 
 @contextlib.contextmanager
@@ -146,49 +114,8 @@ def sidecar_webhook(plane: ControlPlane, workdir: Path) -> Iterator[None]:
     """A mutating webhook, called after the policies (the apiserver runs MutatingAdmissionPolicy
     before MutatingAdmissionWebhook), that adds SIDECAR to pods in namespaces labelled
     SIDECAR_LABEL=on."""
-    issued = issue_webhook_certs(LOOPBACK_IDENTITY)
-    paths = write_webhook_certs(workdir / "sidecar-certs", issued)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(paths.cert, paths.key)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _sidecar_handler())
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    url = f"https://127.0.0.1:{server.server_address[1]}/mutate"
-    thread = threading.Thread(target=server.serve_forever, name="sidecar-webhook", daemon=True)
-    thread.start()
-    admission = client.AdmissionregistrationV1Api(plane.api_client())
-    admission.create_mutating_webhook_configuration(
-        {
-            "metadata": {"name": SIDECAR_CONFIGURATION},
-            "webhooks": [
-                {
-                    "name": "sidecar.e2e.kube-steer.github.io",
-                    "admissionReviewVersions": ["v1"],
-                    "clientConfig": {"url": url, "caBundle": issued.ca_bundle},
-                    "rules": [
-                        {
-                            "operations": ["CREATE"],
-                            "apiGroups": [""],
-                            "apiVersions": ["v1"],
-                            "resources": ["pods"],
-                            "scope": "Namespaced",
-                        }
-                    ],
-                    "namespaceSelector": {"matchLabels": {SIDECAR_LABEL: "on"}},
-                    "failurePolicy": "Fail",
-                    "reinvocationPolicy": "Never",
-                    "sideEffects": "None",
-                    "timeoutSeconds": 5,
-                }
-            ],
-        }
-    )
-    try:
+    with patching_webhook(plane, workdir, SIDECAR_CONFIGURATION, SIDECAR_LABEL, _add_sidecar):
         yield
-    finally:
-        with contextlib.suppress(client.ApiException):
-            admission.delete_mutating_webhook_configuration(SIDECAR_CONFIGURATION)
-        server.shutdown()
-        server.server_close()
 
 
 @pytest.fixture

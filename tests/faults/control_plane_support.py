@@ -6,13 +6,23 @@ and readers of the apiserver's audit log: each node's writes, each collection's 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from kits.control_plane import ControlPlane
+from kits.prometheus_server import scraped_cluster
+from kits.service_processes import (
+    RunningScorer,
+    RunningWebhook,
+    register_admission,
+    running_scorer,
+    running_webhook,
+)
 from kits.synthetic_exporter import SyntheticCluster
+from kits.waiting import wait_until
 from steer.adapters.kubejson import KubeJson
 
 NODES = tuple(f"fault-{i}" for i in range(1, 9))
@@ -124,3 +134,70 @@ def lists(events: list[dict[str, Any]]) -> dict[str, int]:
 def labels_of(admin: KubeJson, node: str) -> dict[str, str]:
     found = admin.request("GET", f"/api/v1/nodes/{node}")["metadata"].get("labels") or {}
     return {k: v for k, v in found.items() if k.startswith(PREFIX)}
+
+
+POOL_CPU = f"{PREFIX}pool-cpu"
+
+
+def guaranteed_pod(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """A pod of half a core and 256 Mi, requests equal to limits (no gate ever moves)."""
+    amounts = {"cpu": "500m", "memory": "256Mi"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, **({"labels": labels} if labels else {})},
+        "spec": {
+            "containers": [
+                {
+                    "name": "app",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"requests": amounts, "limits": amounts},
+                }
+            ],
+            "terminationGracePeriodSeconds": 0,
+        },
+    }
+
+
+def steady_rig(
+    stack: contextlib.ExitStack,
+    plane: ControlPlane,
+    admin: KubeJson,
+    cluster: SyntheticCluster,
+    policy_file: Path,
+    workdir: Path,
+    kubeconfig: Path,
+) -> tuple[RunningWebhook, RunningScorer]:
+    """Prometheus scraping `cluster`, the webhook registered, one scorer (no Lease) as the
+    user of `kubeconfig`; returns once every node carries its score and its cpu pool."""
+    _exporter, prom = stack.enter_context(scraped_cluster(cluster, scrape_interval_s=0.5))
+    hook = stack.enter_context(running_webhook(plane, policy_file, workdir))
+    register_admission(plane, hook)
+    scorer = stack.enter_context(
+        running_scorer(
+            plane,
+            policy_file,
+            prom.url,
+            workdir,
+            name="fault-scorer",
+            kubeconfig=kubeconfig,
+            extra_args=["--no-leader-election"],
+        )
+    )
+    scorer.wait_ready()
+    wait_until(
+        "every node labelled and pooled",
+        lambda: (
+            all(
+                labels_of(admin, n).get(SCORE) == "90"
+                and admin.request("GET", f"/api/v1/nodes/{n}")["status"]["allocatable"].get(
+                    POOL_CPU
+                )
+                for n in NODES
+            )
+            or None
+        ),
+        timeout=60,
+        interval=0.5,
+    )
+    return hook, scorer

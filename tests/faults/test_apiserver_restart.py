@@ -37,8 +37,6 @@ from typing import Any
 import pytest
 
 from kits.control_plane import ControlPlane
-from kits.prometheus_server import scraped_cluster
-from kits.service_processes import register_admission, running_scorer, running_webhook
 from kits.waiting import wait_until
 from steer.adapters.kube import make_api_client
 from steer.adapters.kubejson import KubeApiError, KubeJson
@@ -53,11 +51,13 @@ from tests.faults.control_plane_support import (
     SCORE,
     UNCHANGED,
     grant_group,
+    guaranteed_pod,
     labels_of,
     lists,
     make_nodes,
     node_writes,
     scorer_kubeconfig,
+    steady_rig,
 )
 
 SCORER_USER = "fault-scorer"
@@ -85,7 +85,9 @@ class Burst:
             while not self.stopped.is_set():
                 try:
                     self.admin.request(
-                        "POST", f"/api/v1/namespaces/{self.namespace}/pods", body=pod(name)
+                        "POST",
+                        f"/api/v1/namespaces/{self.namespace}/pods",
+                        body=guaranteed_pod(name, {"app": "burst"}),
                     )
                     break
                 except KubeApiError as exc:
@@ -96,25 +98,6 @@ class Burst:
             self.created.append(name)
             i += 1
             time.sleep(1 / BURST_RATE)
-
-
-def pod(name: str) -> dict[str, Any]:
-    amounts = {"cpu": "500m", "memory": "256Mi"}
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "labels": {"app": "burst"}},
-        "spec": {
-            "containers": [
-                {
-                    "name": "app",
-                    "image": "registry.k8s.io/pause:3.10",
-                    "resources": {"requests": amounts, "limits": amounts},
-                }
-            ],
-            "terminationGracePeriodSeconds": 0,
-        },
-    }
 
 
 def review(namespace: str) -> dict[str, Any]:
@@ -129,7 +112,7 @@ def review(namespace: str) -> dict[str, Any]:
             "namespace": namespace,
             "operation": "CREATE",
             "userInfo": {"username": "fault-client", "groups": ["system:authenticated"]},
-            "object": {**pod("during-outage"), "metadata": {"namespace": namespace}},
+            "object": {**guaranteed_pod("during-outage"), "metadata": {"namespace": namespace}},
         },
     }
 
@@ -162,27 +145,7 @@ def test_an_apiserver_restart_mid_cycle_and_mid_burst_loses_nothing_and_flaps_no
     grant_group(admin)
     kubeconfig = scorer_kubeconfig(plane, SCORER_USER)
     with contextlib.ExitStack() as stack:
-        _exporter, prom = stack.enter_context(scraped_cluster(cluster, scrape_interval_s=0.5))
-        hook = stack.enter_context(running_webhook(plane, policy_file, tmp_path))
-        register_admission(plane, hook)
-        scorer = stack.enter_context(
-            running_scorer(
-                plane,
-                policy_file,
-                prom.url,
-                tmp_path,
-                name="fault-scorer",
-                kubeconfig=kubeconfig,
-                extra_args=["--no-leader-election"],
-            )
-        )
-        scorer.wait_ready()
-        wait_until(
-            "every node labelled and pooled",
-            lambda: all(labels_of(admin, n).get(SCORE) == "90" for n in NODES) or None,
-            timeout=60,
-            interval=0.5,
-        )
+        hook, _scorer = steady_rig(stack, plane, admin, cluster, policy_file, tmp_path, kubeconfig)
         time.sleep(4)  # a cycle with nothing to write: the steady state
         steady = plane.audit_offset()
         before = {n: labels_of(admin, n) for n in NODES}

@@ -29,8 +29,6 @@ import pytest
 import yaml
 
 from kits.control_plane import ControlPlane
-from kits.prometheus_server import scraped_cluster
-from kits.service_processes import register_admission, running_scorer, running_webhook
 from kits.waiting import wait_until
 from steer.adapters.kube import make_api_client
 from steer.adapters.kubejson import KubeJson
@@ -39,18 +37,17 @@ from tests.faults.control_plane_support import (
     GROUP,
     NODES,
     POLICY,
-    PREFIX,
-    SCORE,
+    POOL_CPU,
     grant_group,
-    labels_of,
+    guaranteed_pod,
     lists,
     make_nodes,
     node_writes,
     scorer_kubeconfig,
+    steady_rig,
 )
 from tests.faults.partition import partitioned
 
-POOL_CPU = f"{PREFIX}pool-cpu"
 OPT_IN = "kube-steer.github.io/enabled"
 COMPACTION_S = 3
 PODS, DELETED = 40, 8
@@ -75,25 +72,6 @@ def through(kubeconfig: Path, url: str) -> Path:
     relayed.write_text(yaml.safe_dump(config))
     relayed.chmod(0o600)
     return relayed
-
-
-def pod(name: str) -> dict[str, Any]:
-    amounts = {"cpu": "500m", "memory": "256Mi"}
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "containers": [
-                {
-                    "name": "app",
-                    "image": "registry.k8s.io/pause:3.10",
-                    "resources": {"requests": amounts, "limits": amounts},
-                }
-            ],
-            "terminationGracePeriodSeconds": 0,
-        },
-    }
 
 
 def held_by_pods(admin: KubeJson, namespace: str) -> dict[str, Fraction]:
@@ -128,43 +106,16 @@ def test_expired_watches_relist_once_and_the_ledger_misses_no_binding(
     with contextlib.ExitStack() as stack:
         relay = stack.enter_context(partitioned(plane.ports["apiserver"]))
         kubeconfig = through(scorer_kubeconfig(plane, "fault-scorer-expiry"), relay.url)
-        _exporter, prom = stack.enter_context(scraped_cluster(cluster, scrape_interval_s=0.5))
-        hook = stack.enter_context(running_webhook(plane, policy_file, tmp_path))
-        register_admission(plane, hook)
-        scorer = stack.enter_context(
-            running_scorer(
-                plane,
-                policy_file,
-                prom.url,
-                tmp_path,
-                name="fault-scorer",
-                kubeconfig=kubeconfig,
-                extra_args=["--no-leader-election"],
-            )
-        )
-        scorer.wait_ready()
-        wait_until(
-            "every node labelled and pooled",
-            lambda: (
-                all(
-                    labels_of(admin, n).get(SCORE) == "90"
-                    and admin.request("GET", f"/api/v1/nodes/{n}")["status"]["allocatable"].get(
-                        POOL_CPU
-                    )
-                    for n in NODES
-                )
-                or None
-            ),
-            timeout=60,
-            interval=0.5,
-        )
+        _hook, scorer = steady_rig(stack, plane, admin, cluster, policy_file, tmp_path, kubeconfig)
         steady = plane.audit_offset()
 
         relay.cut()
         cut_at = time.monotonic()
         names = [f"expiry-{i:02d}" for i in range(PODS)]
         for name in names:
-            made = admin.request("POST", f"/api/v1/namespaces/{namespace}/pods", body=pod(name))
+            made = admin.request(
+                "POST", f"/api/v1/namespaces/{namespace}/pods", body=guaranteed_pod(name)
+            )
             assert POOL_CPU in made["spec"]["containers"][0]["resources"]["requests"], made
         wait_until(
             "every pod bound",

@@ -118,15 +118,7 @@ def set_endpoints(admin: KubeJson, ready: list[str], terminating: list[str]) -> 
         "metadata": {"name": SERVICE, "namespace": NS},
         "subsets": subsets,
     }
-    path = f"/api/v1/namespaces/{NS}/endpoints/{SERVICE}"
-    try:
-        current = admin.request("GET", path)
-        body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-        admin.request("PUT", path, body=body)
-    except KubeApiError as exc:
-        if exc.status != 404:
-            raise
-        admin.request("POST", f"/api/v1/namespaces/{NS}/endpoints", body=body)
+    put_or_create(admin, f"/api/v1/namespaces/{NS}/endpoints", body)
     endpoints = [
         {"addresses": [ip], "conditions": {"ready": True, "serving": True, "terminating": False}}
         for ip in ready
@@ -146,17 +138,21 @@ def set_endpoints(admin: KubeJson, ready: list[str], terminating: list[str]) -> 
         "endpoints": endpoints,
         "ports": [{"port": PORT, "protocol": "TCP"}],
     }
-    slice_path = f"/apis/discovery.k8s.io/v1/namespaces/{NS}/endpointslices/{SERVICE}"
+    put_or_create(admin, f"/apis/discovery.k8s.io/v1/namespaces/{NS}/endpointslices", slice_body)
+
+
+def put_or_create(admin: KubeJson, collection: str, body: dict[str, Any]) -> None:
+    """Replace the object of `body`'s name in `collection`, or create it."""
+    path = f"{collection}/{body['metadata']['name']}"
     try:
-        current = admin.request("GET", slice_path)
-        slice_body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-        admin.request("PUT", slice_path, body=slice_body)
+        current = admin.request("GET", path)
     except KubeApiError as exc:
         if exc.status != 404:
             raise
-        admin.request(
-            "POST", f"/apis/discovery.k8s.io/v1/namespaces/{NS}/endpointslices", body=slice_body
-        )
+        admin.request("POST", collection, body=body)
+        return
+    body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+    admin.request("PUT", path, body=body)
 
 
 def register(plane: ControlPlane, ca_bundle: str) -> None:
