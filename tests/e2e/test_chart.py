@@ -235,6 +235,17 @@ AFTER: dict[str, Callable[[Installation], None]] = {
     "kubectl -n kube-steer scale deployment steer-scorer --replicas=0": scorer_stopped,
     "kubectl -n kube-steer scale deployment steer-controller --replicas=0": controller_stopped,
 }
+
+
+# Run before the command. No kubelet runs here, so a pod of the release that was bound before
+# the zero-pod quota landed (`installed` applies it just after `helm install`) would stay
+# Terminating forever and `helm uninstall --wait` with it: what the kubelet would confirm,
+# the test does (deleted with grace period 0).
+def pods_gone(run: Installation) -> None:
+    run.plane.delete_pods(NS)
+
+
+BEFORE: dict[str, Callable[[Installation], None]] = {"helm uninstall kube-steer --wait": pods_gone}
 EVENTUALLY = (f"kubectl -n {TEAM} run steer-probe",)
 
 
@@ -251,7 +262,9 @@ def kube_steer_keys(node: Any) -> list[str]:
 
 def test_the_helm_section_of_install_md_runs_verbatim(plane: ControlPlane, tmp_path: Path) -> None:
     commands = helm_commands()
-    assert set(INSTEAD) | set(AFTER) <= set(commands), "docs/install.md changed: update the test"
+    assert set(INSTEAD) | set(AFTER) | set(BEFORE) <= set(commands), (
+        "docs/install.md changed: update the test"
+    )
     workdir = tmp_path / "checkout"
     workdir.mkdir()
     for name in ("manifests", "charts"):  # the commands run from the repository's top
@@ -274,6 +287,8 @@ def test_the_helm_section_of_install_md_runs_verbatim(plane: ControlPlane, tmp_p
             if command in INSTEAD:
                 INSTEAD[command](run)
                 continue
+            if command in BEFORE:
+                BEFORE[command](run)
             if command.startswith(EVENTUALLY):
                 run.outputs[command] = wait_until(
                     command,
