@@ -39,7 +39,7 @@ ReplicaSets the bench creates are never acted on.
   256 GiB, 110 pods, zones a/b/c round robin, `kubernetes.io/hostname`. Every 4th node has
   `nvidia.com/gpu`: 8, or more when --pods GPU pods would need more than half of them (the
   header says how many).
-- **What the product's scorer writes**, written by the real scorer: `scorer.service.Scorer`
+- **What the product's scorer writes**, written by the real scorer: `scorer.cycle.service.Scorer`
   on examples/policy.yaml (writeQps/Burst and resourceWriteQps/Burst raised to 1000 for the
   setup), its Prometheus source replaced by seeded random readings (SCORER_READINGS) and a
   synced, empty pod ledger, run for two cycles (the taints have setAfterCycles: 2). Nodes

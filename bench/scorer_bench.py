@@ -40,9 +40,9 @@ sys.path.insert(0, str(ROOT))
 from kits.demo.environment import demo_policy_text  # noqa: E402
 from kits.prometheus_server import PrometheusServer  # noqa: E402
 from kits.synthetic_exporter import GIB, SyntheticCluster  # noqa: E402
+from scorer.cycle.service import Scorer  # noqa: E402
+from scorer.cycle.writer import NodeApi  # noqa: E402
 from scorer.kubeapi import KubeJson  # noqa: E402
-from scorer.service import Scorer  # noqa: E402
-from scorer.writer import NodeApi  # noqa: E402
 from steer.adapters.kube import make_api_client  # noqa: E402
 from steer.core.policy import parse_policy  # noqa: E402
 

@@ -20,10 +20,10 @@ from controller.admission_sync import AdmissionPolicySync, AdmissionSyncSettings
 from controller.certs_renewal import WebhookCertSettings, webhook_cert_job
 from controller.metrics import ControllerMetrics
 from controller.policy_status import AdmissionStatusWriter
-from scorer.leader import LeaseElector
 from steer.adapters.http_server import HttpServer
 from steer.adapters.kube import make_api_client
 from steer.adapters.kubejson import KubeJson
+from steer.adapters.lease import LeaseElector
 from steer.adapters.policy_file import PolicyWatcher
 from steer.adapters.policy_resource import PolicyResourceWatcher
 from steer.adapters.service_run import stop_on_signals

@@ -28,7 +28,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from scorer.access.gate import AccessGate
 from scorer.access.reviews import ApiserverReviews
 from scorer.access.rules import LIST_PODS, ResourceNeed, pod_needs
-from scorer.clusterscore import cluster_detail
+from scorer.cycle.clusterscore import cluster_detail
+from scorer.cycle.service import Scorer
 from scorer.explain import (
     SchedulerVerdict,
     audit_report,
@@ -41,7 +42,6 @@ from scorer.explain.audit import DEFAULT_LIMIT
 from scorer.explain.view import NodeDetail
 from scorer.kubeapi import KubeApiError
 from scorer.page import page_asset
-from scorer.service import Scorer
 from steer.adapters.policy_file import ReloadStatus
 from steer.core.infrastructure import presumed_requester
 from steer.core.scheduling import UninterpretablePod, pod_spec_of

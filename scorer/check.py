@@ -2,7 +2,7 @@
 install or at any time, each problem on one line with its fix.
 
 The same pure checks as the scorer's cycle (steer/core/datacheck: units, coverage, node names)
-over the same mapping of samples onto nodes (scorer/observe.py), plus the diagnosis from what
+over the same mapping of samples onto nodes (scorer/cycle/observe.py), plus the diagnosis from what
 Prometheus holds for every dimension, not only the silent ones. Without a node list (no
 `--kubeconfig`, no `--nodes`) the label values that look like node names stand for the nodes;
 values that are plainly a pod's name or a scrape address are reported.
@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from scorer.cycle.observe import DimensionFailure, NodeIndex, read_dimension, vet
 from scorer.model import NodeState
-from scorer.observe import DimensionFailure, NodeIndex, read_dimension, vet
 from steer.adapters.prometheus import PrometheusClient, PrometheusError
 from steer.adapters.prometheus_probe import metric_index, probe
 from steer.core.datacheck import DataProblem, diagnose, expected_nodes

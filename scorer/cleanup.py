@@ -1,5 +1,5 @@
 """`steer scorer cleanup`: take every label, taint, annotation and extended resource the
-scorer wrote off every node (scorer/retire.py decides what), with the scorer's own writer, so
+scorer wrote off every node (scorer/cycle/retire.py decides what), with the scorer's own writer, so
 the writes are the same as in a cycle: resources through `/status` first, then one metadata
 patch whose taint list keeps every foreign taint and carries `resourceVersion` (retried on 409).
 
@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from scorer.kubeapi import BOUND_PODS, PODS_PATH, KubeApiError, lease_path
-from scorer.leader import DEFAULT_LEASE_NAME
-from scorer.ledger import BoundPod
+from scorer.cycle.retire import Removal, cleanup_removal, removal_plan
+from scorer.cycle.writer import NodeApi, NodeWriter, RateLimiter, WriteResult
+from scorer.kubeapi import BOUND_PODS, PODS_PATH, KubeApiError
 from scorer.model import parse_rfc3339
-from scorer.retire import Removal, cleanup_removal, removal_plan
-from scorer.writer import NodeApi, NodeWriter, RateLimiter, WriteResult
+from scorer.watch.ledger import BoundPod
+from steer.adapters.lease import DEFAULT_LEASE_NAME, lease_path
 from steer.core.policy import Policy
 
 log = logging.getLogger(__name__)

@@ -16,11 +16,12 @@ from typing import Any
 
 from scorer.check import check_policy
 from scorer.cleanup import clean_nodes, live_leader
+from scorer.cycle.retire import Removal
+from scorer.cycle.service import CycleError, CycleResult, Scorer
+from scorer.cycle.writer import WriteResult
 from scorer.explain import node_row, plan_table
 from scorer.kubeapi import KubeApiError
-from scorer.leader import DEFAULT_LEASE_NAME
 from scorer.model import NodeState, with_devices
-from scorer.retire import Removal
 from scorer.serve import (
     DEFAULT_LISTEN,
     ScorerInputs,
@@ -28,11 +29,10 @@ from scorer.serve import (
     node_api,
     serve_scorer,
 )
-from scorer.service import CycleError, CycleResult, Scorer
-from scorer.writer import WriteResult
 from steer.adapters.dra import DraStore
 from steer.adapters.kube import KubeConfigError, add_kubeconfig_flag, make_api_client
 from steer.adapters.kubejson import KubeJson
+from steer.adapters.lease import DEFAULT_LEASE_NAME
 from steer.adapters.policy_file import load_policy_file
 from steer.adapters.policy_resource import fetch_policy_object, parse_policy_object
 from steer.adapters.prometheus import PrometheusClient, PrometheusError

@@ -19,7 +19,6 @@ __all__ = [
     "WatchStream",
     "events_path",
     "failed_scheduling_selector",
-    "lease_path",
     "namespace_path",
     "node_path",
     "node_status_path",
@@ -62,11 +61,6 @@ def failed_scheduling_selector(namespace: str, name: str) -> str:
 
 def namespace_path(name: str) -> str:
     return f"/api/v1/namespaces/{quote(name, safe='')}"
-
-
-def lease_path(namespace: str, name: str = "") -> str:
-    base = f"/apis/coordination.k8s.io/v1/namespaces/{quote(namespace, safe='')}/leases"
-    return f"{base}/{quote(name, safe='')}" if name else base
 
 
 PLACEMENT_SCORE_API = "/apis/cluster.open-cluster-management.io/v1alpha1"

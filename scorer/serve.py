@@ -17,20 +17,20 @@ from dataclasses import dataclass
 
 from scorer.access.reviews import ApiserverReviews
 from scorer.app import create_app
-from scorer.bindings import BindingWindow, PodBindingWatcher
+from scorer.cycle.loop import ScorerLoop
+from scorer.cycle.service import Scorer
+from scorer.cycle.writer import NodeApi
+from scorer.jobs.pending import PendingPods, PendingPodWatcher, SteeringEvents, report_blocked
+from scorer.jobs.policy_status import PolicyStatusWriter, report_rejected_at_start
 from scorer.kubeapi import KubeJson
-from scorer.leader import DEFAULT_LEASE_NAME, LeaseElector, default_identity
-from scorer.ledger import PodLedger
-from scorer.loop import ScorerLoop
 from scorer.metrics import ScorerMetrics
-from scorer.nodes import NodeCache, NodeWatcher
-from scorer.pending import PendingPods, PendingPodWatcher, SteeringEvents, report_blocked
-from scorer.policy_status import PolicyStatusWriter, report_rejected_at_start
-from scorer.service import Scorer
-from scorer.writer import NodeApi
+from scorer.watch.bindings import BindingWindow, PodBindingWatcher
+from scorer.watch.ledger import PodLedger
+from scorer.watch.nodes import NodeCache, NodeWatcher
 from steer.adapters.dra import DraStore
 from steer.adapters.http_server import HttpServer
 from steer.adapters.kube import make_api_client
+from steer.adapters.lease import DEFAULT_LEASE_NAME, LeaseElector, default_identity
 from steer.adapters.policy_file import PolicyWatcher
 from steer.adapters.policy_resource import PolicyResourceWatcher
 from steer.adapters.service_run import stop_on_signals
@@ -46,7 +46,7 @@ DEFAULT_LISTEN = "0.0.0.0:8080"
 class ScorerInputs:
     """What the scorer is pointed at: the policy file, or the name of a SteeringPolicy object
     (`policy_resource`, then `policy_file` is unused), a Prometheus URL override, a kubeconfig
-    (the data sources of the dimensions are in scorer/sources/)."""
+    (the data sources of the dimensions are in scorer/cycle/sources/)."""
 
     policy_file: str
     prometheus_url: str | None = None

@@ -14,9 +14,9 @@ from kits.apistub import ApiStub
 from kits.apistub.synthetic import synthetic_node
 from kits.prometheus_server import PrometheusServer
 from kits.synthetic_exporter import SyntheticCluster
+from scorer.cycle.observe import DimensionReading, NodeIndex, read_dimension
+from scorer.cycle.plan import CyclePlan, NodePlan, observed_at_key
 from scorer.model import NodeState
-from scorer.observe import DimensionReading, NodeIndex, read_dimension
-from scorer.plan import CyclePlan, NodePlan, observed_at_key
 from steer.core.policy import Policy, parse_policy
 
 SMALL_POLICY = """\

@@ -19,8 +19,8 @@ import jsonpatch
 import pytest
 import yaml
 
+from scorer.cycle.plan import ScorerMemory, plan_cycle
 from scorer.model import NodeState
-from scorer.plan import ScorerMemory, plan_cycle
 from steer.core.admission_policy import admission_policies
 from steer.core.budget import pod_usage
 from steer.core.descheduling import descheduler_policy

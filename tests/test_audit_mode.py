@@ -14,10 +14,10 @@ import orjson
 import pytest
 from prometheus_client import CollectorRegistry
 
+from scorer.cycle.plan import ScorerMemory, plan_cycle
 from scorer.explain import AuditReport, Served, audit_report
 from scorer.explain.render import audit_text, pod_text
 from scorer.model import NodeState
-from scorer.plan import ScorerMemory, plan_cycle
 from steer.adapters.policy_file import PolicyWatcher
 from steer.core.admission_policy.budget import budget_admission_policy
 from steer.core.mode import audited_tenants, mode_for

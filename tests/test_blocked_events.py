@@ -1,4 +1,4 @@
-"""Events on pods a kube-steer rule keeps Pending (scorer/pending.py, scorer/explain/blocked.py):
+"""Events on pods a kube-steer rule keeps Pending (scorer/jobs/pending.py, scorer/explain/blocked.py):
 which pods are watched, when a rule is the blocker, and how often an Event is written."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from typing import Any
 from kits.apistub import ApiStub
 from scorer.explain.blocked import blocking_message
 from scorer.explain.view import Exclusion, NodeVerdict, PodExplanation
+from scorer.jobs.pending import EVENT_REASON, REJUDGE_S, PendingPods, SteeringEvents
 from scorer.kubeapi import KubeJson
-from scorer.pending import EVENT_REASON, REJUDGE_S, PendingPods, SteeringEvents
 from tests.apistub_fixtures import client_for
 
 TRACE = "kube-steer.github.io/trace"

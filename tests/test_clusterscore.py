@@ -1,4 +1,4 @@
-"""Cluster scores for OCM Placement (scorer/clusterscore.py): the formulas on a planned cycle,
+"""Cluster scores for OCM Placement (scorer/cycle/clusterscore.py): the formulas on a planned cycle,
 the -100..100 mapping and when the publisher must write."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scorer.clusterscore import (
+from scorer.cycle.clusterscore import (
     PublishedScores,
     cluster_scores,
     published,
@@ -21,9 +21,9 @@ from scorer.clusterscore import (
     valid_until,
     write_reason,
 )
-from scorer.ledger import PodLedger
+from scorer.cycle.plan import ScorerMemory, plan_cycle
 from scorer.model import NodeState, Taint
-from scorer.plan import ScorerMemory, plan_cycle
+from scorer.watch.ledger import PodLedger
 from steer.core.budget import Amount, PodUsage
 from steer.core.policy import Policy, parse_policy
 from tests.scorer_support import SMALL_POLICY, readings_for

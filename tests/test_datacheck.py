@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from scorer.cycle.observe import DimensionFailure, DimensionReading, vet
 from scorer.model import NodeState
-from scorer.observe import DimensionFailure, DimensionReading, vet
 from steer.core.datacheck import (
     MetricFacts,
     ProblemKind,

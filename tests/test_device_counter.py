@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
+from scorer.cycle.plan import ScorerMemory, plan_cycle
 from scorer.explain.nodes import detail_view
 from scorer.explain.render import node_text
 from scorer.explain.view import NodeDetail, Served
 from scorer.model import NodeState, with_devices
-from scorer.plan import ScorerMemory, plan_cycle
 from steer.core.device_counter import (
     NodeDeviceCount,
     counter_capacity,

@@ -15,9 +15,9 @@ import yaml
 from kits.prometheus_server import PrometheusServer
 from kits.simulated_cluster import INSTANCE_TYPE_LABEL, NodePower, PowerModel, SimCluster
 from kits.synthetic_exporter import Family, label_text
+from scorer.cycle.observe import NodeIndex, read_dimension
+from scorer.cycle.plan import DataStatus, ScorerMemory, plan_cycle
 from scorer.model import NodeState
-from scorer.observe import NodeIndex, read_dimension
-from scorer.plan import DataStatus, ScorerMemory, plan_cycle
 from steer.core.policy import parse_policy
 from steer.presets import example_policy_text
 

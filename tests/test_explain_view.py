@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from scorer.cycle.plan import ScorerMemory, plan_cycle
 from scorer.explain import (
     NodeDetail,
     NodesTable,
@@ -20,7 +21,6 @@ from scorer.explain import (
     scheduler_verdict,
 )
 from scorer.explain.render import node_text, nodes_text, pod_text, scheduler_lines
-from scorer.plan import ScorerMemory, plan_cycle
 from tests import test_scorer_budget as budget
 from tests.test_scorer_explain import OPTED_IN, POLICY, gpu_pod, scored_cluster
 

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from kits.demo.environment import demo_environment
+from scorer.cycle.service import Scorer
 from scorer.serve import node_api
-from scorer.service import Scorer
 from steer.adapters.policy_file import load_policy_file
 
 OLD = json.loads((Path(__file__).parent / "fixtures/nodes/written-by-0.1.0.json").read_text())

@@ -1,4 +1,4 @@
-"""The AddOnPlacementScore publisher (scorer/placementscore.py) against a hub stand-in that
+"""The AddOnPlacementScore publisher (scorer/cycle/placementscore.py) against a hub stand-in that
 answers like the apiserver for a CRD with a status subresource, and its hook in the cycle."""
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from kits.apistub import ApiStub
 from kits.apistub.status import ApiError
 from kits.apistub.synthetic import synthetic_node
 from scorer.app import create_app
-from scorer.clusterscore import ClusterScoreValue
+from scorer.cycle.clusterscore import ClusterScoreValue
+from scorer.cycle.placementscore import PlacementScorePublisher, PublishError
+from scorer.cycle.service import Scorer
+from scorer.cycle.writer import NodeApi
 from scorer.kubeapi import KubeApiError, KubeJson
-from scorer.ledger import PodLedger
-from scorer.placementscore import PlacementScorePublisher, PublishError
-from scorer.service import Scorer
-from scorer.writer import NodeApi
+from scorer.watch.ledger import PodLedger
 from steer.adapters.kube import KubeConfigError
 from steer.core.policy import Policy, parse_policy
 from tests.apistub_fixtures import client_for

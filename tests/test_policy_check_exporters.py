@@ -32,11 +32,11 @@ from kits.net import free_port
 from kits.prometheus_server import PrometheusServer
 from launcher.commands import main
 from scorer.check import CheckReport, check_policy
+from scorer.cycle.service import Scorer
+from scorer.cycle.sources.prometheus import read_device_heat
+from scorer.cycle.writer import NodeApi
 from scorer.kubeapi import KubeJson
 from scorer.model import NodeState
-from scorer.service import Scorer
-from scorer.sources.prometheus import read_device_heat
-from scorer.writer import NodeApi
 from steer.adapters.policy_file import load_policy_file
 from steer.core.policy.crd import data_condition
 from steer.presets import ENERGY_KEPLER_07, POWER_KEPLER_07

@@ -1,7 +1,7 @@
 """The pure floor by allow-list: every module of the pure packages (today's and any added later)
 imports only what `ALLOWED` names and the pure floor itself. import-linter's contracts in
 pyproject.toml forbid named modules (the layers, the I/O libraries); this is the other side: a
-module added to `steer/core` or `scorer/plan` is judged the day it appears, and a new import of
+module added to `steer/core` or `scorer/cycle/plan` is judged the day it appears, and a new import of
 anything not on the list (a client library, `socket`, `os`, `time`, a service module) fails
 here, naming the module and the import."""
 
@@ -17,11 +17,11 @@ ROOT = Path(__file__).resolve().parents[1]
 PURE = (
     "steer/core",
     "scorer/model.py",
-    "scorer/observe.py",
-    "scorer/plan",
+    "scorer/cycle/observe.py",
+    "scorer/cycle/plan",
     "scorer/explain",
-    "scorer/retire.py",
-    "scorer/clusterscore.py",
+    "scorer/cycle/retire.py",
+    "scorer/cycle/clusterscore.py",
     "controller/admission_plan.py",
     "certs/renewal.py",
     "certs/rollover.py",

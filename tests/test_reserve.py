@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
+from scorer.cycle.plan import ScorerMemory, plan_cycle
 from scorer.model import NodeState
-from scorer.plan import ScorerMemory, plan_cycle
 from steer.core.encoding import preference_weight
 from steer.core.policy import Policy, PolicyError, parse_policy
 from steer.core.steering import (

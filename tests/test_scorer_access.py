@@ -44,9 +44,9 @@ from scorer.access.rules import (
     requirement,
 )
 from scorer.app import create_app
+from scorer.cycle.service import Scorer
+from scorer.cycle.writer import NodeApi
 from scorer.kubeapi import KubeJson
-from scorer.service import Scorer
-from scorer.writer import NodeApi
 from steer.adapters.http_server import HttpServer
 from steer.core.policy import parse_policy
 from tests.apistub_fixtures import client_for

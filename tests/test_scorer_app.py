@@ -19,12 +19,12 @@ from kits.prometheus_server import PrometheusServer
 from kits.synthetic_exporter import SyntheticCluster
 from launcher.commands import main
 from scorer.app import create_app
+from scorer.cycle.loop import ScorerLoop
+from scorer.cycle.service import Scorer
+from scorer.cycle.writer import NodeApi
 from scorer.kubeapi import MERGE_PATCH, KubeJson, pod_path
-from scorer.leader import LeaseElector
-from scorer.loop import ScorerLoop
-from scorer.service import Scorer
-from scorer.writer import NodeApi
 from steer.adapters.http_server import HttpServer
+from steer.adapters.lease import LeaseElector
 from steer.core.mutation import MutationPlan, mutate_pod
 from steer.core.policy import parse_policy
 from tests.apistub_fixtures import client_for

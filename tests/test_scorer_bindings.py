@@ -11,10 +11,10 @@ from kubernetes import client
 from kits.apistub import ApiStub
 from kits.apistub.synthetic import synthetic_node
 from kits.synthetic_exporter import SyntheticCluster
-from scorer.bindings import BindingWindow, PodBindingWatcher, binding_time
+from scorer.cycle.service import Scorer
+from scorer.cycle.writer import NodeApi
 from scorer.kubeapi import KubeJson
-from scorer.service import Scorer
-from scorer.writer import NodeApi
+from scorer.watch.bindings import BindingWindow, PodBindingWatcher, binding_time
 from steer.core.policy import parse_policy
 from tests.scorer_support import SMALL_POLICY, backfilled_prometheus
 

@@ -17,15 +17,15 @@ from kubernetes import client
 from kits.apistub import ApiStub
 from kits.apistub.synthetic import synthetic_node
 from kits.waiting import wait_until
-from scorer.bindings import BindingWindow, PodBindingWatcher
+from scorer.cycle.loop import ScorerLoop
+from scorer.cycle.plan import ManagedRecord, NodePlan, ScorerMemory, managed_key, plan_cycle
+from scorer.cycle.service import Scorer
+from scorer.cycle.writer import NodeApi, NodeWriter, RateLimiter
 from scorer.explain import explain_pod, node_detail
 from scorer.kubeapi import MERGE_PATCH, KubeJson, pod_path
-from scorer.ledger import BoundPod, PodLedger
-from scorer.loop import ScorerLoop
 from scorer.model import NodeState
-from scorer.plan import ManagedRecord, NodePlan, ScorerMemory, managed_key, plan_cycle
-from scorer.service import Scorer
-from scorer.writer import NodeApi, NodeWriter, RateLimiter
+from scorer.watch.bindings import BindingWindow, PodBindingWatcher
+from scorer.watch.ledger import BoundPod, PodLedger
 from steer.core.budget import FLOOR_SETTLE_S, PodUsage, pod_usage, tenant_budget
 from steer.core.policy import Policy, parse_policy
 from tests.scorer_support import SMALL_POLICY

@@ -18,10 +18,10 @@ from kits.prometheus_server import PrometheusServer
 from kits.synthetic_exporter import SyntheticCluster
 from launcher.commands import main
 from scorer.app import create_app
+from scorer.cycle.plan import DataStatus
+from scorer.cycle.service import Scorer
+from scorer.cycle.writer import NodeApi
 from scorer.kubeapi import KubeJson
-from scorer.plan import DataStatus
-from scorer.service import Scorer
-from scorer.writer import NodeApi
 from steer.adapters.http_server import HttpServer
 from steer.core.datacheck import ProblemKind
 from steer.core.policy import Policy, parse_policy

@@ -15,17 +15,17 @@ from kits.apistub import ApiStub
 from kits.apistub.synthetic import synthetic_node
 from kits.prometheus_server import PrometheusServer, scraped_cluster
 from kits.synthetic_exporter import SyntheticCluster, dcgm_labels
+from scorer.cycle.plan import ScorerMemory, plan_cycle
+from scorer.cycle.service import Scorer
+from scorer.cycle.sources.prometheus import read_device_heat
+from scorer.cycle.writer import NodeApi
 from scorer.explain.nodes import detail_view, nodes_view
 from scorer.explain.pod import explain_pod
 from scorer.explain.render import node_text, nodes_text
 from scorer.explain.view import NodeDetail, NodesTable, Served
 from scorer.kubeapi import KubeJson
-from scorer.ledger import PodLedger
 from scorer.model import DeviceReadings, NodeState, with_devices
-from scorer.plan import ScorerMemory, plan_cycle
-from scorer.service import Scorer
-from scorer.sources.prometheus import read_device_heat
-from scorer.writer import NodeApi
+from scorer.watch.ledger import PodLedger
 from steer.core.dra.inventory import Inventory
 from steer.core.policy import Policy, PolicyError, parse_policy
 from tests.conftest import EXAMPLE_POLICY, load_fixture

@@ -8,16 +8,16 @@ from kubernetes import client
 
 from kits.apistub import ApiStub
 from kits.apistub.synthetic import synthetic_node
+from scorer.cycle.plan import CyclePlan, DataStatus, ScorerMemory, plan_cycle
+from scorer.cycle.plan.drain import DrainNode, drain_candidates
+from scorer.cycle.service import Scorer, plans_from_pods
+from scorer.cycle.writer import NodeApi, NodeWriter, RateLimiter
 from scorer.explain.nodes import detail_view
 from scorer.explain.render import node_text
 from scorer.explain.view import Served
 from scorer.kubeapi import KubeJson
-from scorer.ledger import BoundPod
 from scorer.model import NodeState
-from scorer.plan import CyclePlan, DataStatus, ScorerMemory, plan_cycle
-from scorer.plan.drain import DrainNode, drain_candidates
-from scorer.service import Scorer, plans_from_pods
-from scorer.writer import NodeApi, NodeWriter, RateLimiter
+from scorer.watch.ledger import BoundPod
 from steer.core.budget import PodUsage
 from steer.core.policy import Policy, PolicyError, parse_policy
 from steer.core.steering import owned_label_keys, owned_resource_keys

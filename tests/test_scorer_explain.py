@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from scorer.cycle.plan import CyclePlan, ScorerMemory, plan_cycle
 from scorer.explain import explain_pod, node_detail, nodes_table, plan_table
 from scorer.explain.render import pod_text
 from scorer.explain.view import PodExplanation, Served
 from scorer.model import NodeState
-from scorer.plan import CyclePlan, ScorerMemory, plan_cycle
 from steer.core.policy import parse_policy
 from steer.core.scheduling import Taint
 from tests.dra_support import CLAIM_POD, DOUBLE_GPU_TEMPLATE, GPU_CLASS, FakeCatalog

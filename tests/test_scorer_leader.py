@@ -9,7 +9,7 @@ from kubernetes import client
 
 from kits.apistub import ApiStub
 from scorer.kubeapi import KubeJson
-from scorer.leader import DEFAULT_LEASE_NAME, LeaseElector
+from steer.adapters.lease import DEFAULT_LEASE_NAME, LeaseElector
 
 
 class Clock:

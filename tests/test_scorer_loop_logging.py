@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-import scorer.loop  # noqa: F401  (installs the filter)
+import scorer.cycle.loop  # noqa: F401  (installs the filter)
 from steer.adapters.kube import make_api_client
 
 

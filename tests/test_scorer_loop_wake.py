@@ -1,4 +1,4 @@
-"""The pod watch's wake-ups (scorer/loop.py): a burst of events is one refresh, run once the
+"""The pod watch's wake-ups (scorer/cycle/loop.py): a burst of events is one refresh, run once the
 events pause, and a stream that never pauses still refreshes at least every
 `max_wake_delay_seconds`."""
 
@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from kits.waiting import wait_until
-from scorer.loop import ScorerLoop
+from scorer.cycle.loop import ScorerLoop
 
 
 class CountingLoop(ScorerLoop):

@@ -11,9 +11,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from scorer.ledger import PodLedger
 from scorer.model import NodeState
-from scorer.nodes import NodeCache
+from scorer.watch.ledger import PodLedger
+from scorer.watch.nodes import NodeCache
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
+from scorer.cycle.observe import NodeIndex, read_dimension
 from scorer.model import NodeState, parse_rfc3339, rfc3339
-from scorer.observe import NodeIndex, read_dimension
 from steer.core.policy import PrometheusDimension
 from steer.core.scheduling import Taint
 from tests.apistub_fixtures import load_api_fixture

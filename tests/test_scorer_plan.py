@@ -7,8 +7,8 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from scorer.cycle.plan import DataStatus, ScorerMemory, plan_cycle
 from scorer.model import NodeState
-from scorer.plan import DataStatus, ScorerMemory, plan_cycle
 from steer.core.policy import parse_policy
 from steer.core.scheduling import Taint
 from steer.core.steering import owned_label_keys, owned_taint_keys

@@ -9,16 +9,16 @@ from kubernetes import client
 from kits.apistub import ApiStub
 from kits.apistub.synthetic import synthetic_node
 from scorer.cleanup import clean_nodes
-from scorer.kubeapi import KubeJson
-from scorer.model import NodeState
-from scorer.plan import ScorerMemory, plan_cycle
-from scorer.retire import (
+from scorer.cycle.plan import ScorerMemory, plan_cycle
+from scorer.cycle.retire import (
     cleanup_removal,
     recorded_prefixes,
     removal_plan,
     retire_old_prefixes,
 )
-from scorer.writer import NodeApi, NodeWriter, RateLimiter
+from scorer.cycle.writer import NodeApi, NodeWriter, RateLimiter
+from scorer.kubeapi import KubeJson
+from scorer.model import NodeState
 from steer.core.scheduling import Taint
 from tests.scorer_support import apply_node_plan, readings_for, small_policy
 

@@ -17,14 +17,14 @@ from kits.apistub.synthetic import synthetic_node
 from kits.prometheus_server import PrometheusServer, scraped_cluster
 from kits.synthetic_exporter import GIB, SyntheticCluster
 from kits.waiting import wait_until
+from scorer.cycle.plan import DataStatus
+from scorer.cycle.service import Scorer
+from scorer.cycle.writer import NodeApi
 from scorer.kubeapi import MERGE_PATCH, KubeJson
-from scorer.leader import LeaseElector
-from scorer.ledger import PodLedger
 from scorer.model import NodeState
-from scorer.nodes import NodeCache, NodeWatcher
-from scorer.plan import DataStatus
-from scorer.service import Scorer
-from scorer.writer import NodeApi
+from scorer.watch.ledger import PodLedger
+from scorer.watch.nodes import NodeCache, NodeWatcher
+from steer.adapters.lease import LeaseElector
 from steer.adapters.prometheus import QueryResult
 from steer.core.policy import Policy, parse_policy
 from steer.presets import POWER_KEPLER_010, POWER_KEPLER_07

@@ -13,9 +13,9 @@ from kubernetes import client
 
 from kits.apistub import ApiStub
 from kits.apistub.synthetic import synthetic_node
+from scorer.cycle.plan import ScorerMemory, plan_cycle
+from scorer.cycle.writer import NodeApi, NodeWriter, RateLimiter
 from scorer.kubeapi import KubeJson
-from scorer.plan import ScorerMemory, plan_cycle
-from scorer.writer import NodeApi, NodeWriter, RateLimiter
 from steer.core.policy import parse_policy
 from tests.scorer_support import SMALL_POLICY, readings_for, small_policy
 

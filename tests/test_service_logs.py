@@ -57,13 +57,13 @@ def test_json_record_is_one_line_with_the_exception() -> None:
     try:
         raise ValueError("bad\nvalue")
     except ValueError:
-        record = logging.getLogger("scorer.loop").makeRecord(
-            "scorer.loop", logging.ERROR, __file__, 1, "cycle %d failed", (3,), sys.exc_info()
+        record = logging.getLogger("scorer.cycle.loop").makeRecord(
+            "scorer.cycle.loop", logging.ERROR, __file__, 1, "cycle %d failed", (3,), sys.exc_info()
         )
     line = JsonFormatter().format(record)
     assert "\n" not in line
     entry = json.loads(line)
-    assert entry["level"] == "ERROR" and entry["logger"] == "scorer.loop"
+    assert entry["level"] == "ERROR" and entry["logger"] == "scorer.cycle.loop"
     assert entry["message"] == "cycle 3 failed"
     assert entry["time"].endswith("Z") and entry["time"][10] == "T"
     assert "Traceback" in entry["exception"] and "ValueError: bad\nvalue" in entry["exception"]

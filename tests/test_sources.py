@@ -14,15 +14,15 @@ import pytest
 
 from kits.apistub import ApiStub
 from kits.apistub.synthetic import synthetic_node
+from scorer.cycle.observe import NodeIndex
+from scorer.cycle.service import Scorer
+from scorer.cycle.sources import Readings, SourceContext
+from scorer.cycle.sources.http_json import HttpJsonSource, field_at, node_values
+from scorer.cycle.sources.kubernetes import KubernetesApiSource, endpoint_readiness
+from scorer.cycle.writer import NodeApi
 from scorer.kubeapi import KubeApiError, KubeJson
-from scorer.ledger import PodLedger
 from scorer.model import NodeState
-from scorer.observe import NodeIndex
-from scorer.service import Scorer
-from scorer.sources import Readings, SourceContext
-from scorer.sources.http_json import HttpJsonSource, field_at, node_values
-from scorer.sources.kubernetes import KubernetesApiSource, endpoint_readiness
-from scorer.writer import NodeApi
+from scorer.watch.ledger import PodLedger
 from steer.core.budget import Amount, limit_overcommit_pct
 from steer.core.policy import PolicyError, parse_policy
 from tests.apistub_fixtures import client_for

@@ -13,13 +13,13 @@ from typing import Any
 import yaml
 
 from kits.control_plane import ControlPlane
+from scorer.cycle.observe import NodeIndex, read_dimension
+from scorer.cycle.service import Scorer
+from scorer.cycle.sources import Readings
+from scorer.cycle.writer import NodeApi
 from scorer.kubeapi import KubeJson
-from scorer.ledger import PodLedger
 from scorer.model import NodeState
-from scorer.observe import NodeIndex, read_dimension
-from scorer.service import Scorer
-from scorer.sources import Readings
-from scorer.writer import NodeApi
+from scorer.watch.ledger import PodLedger
 from steer.adapters.prometheus import Sample
 from steer.core.policy import Dimension, Policy
 

@@ -130,7 +130,7 @@ class ScorerProcess:
 
     def _line(self, line: str) -> None:
         match = _CYCLE.search(line)
-        if match and " scorer.loop: " in line:
+        if match and " scorer.cycle.loop: " in line:
             try:
                 proc = read_proc(self.pid)
             except (FileNotFoundError, ProcessLookupError):

@@ -16,10 +16,10 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from scorer.cycle.plan import CyclePlan
 from scorer.explain.pod import explain_pod
 from scorer.explain.view import AuditedPod, AuditReport, RuleCount
 from scorer.model import NodeState, binding_time
-from scorer.plan import CyclePlan
 from steer.core.dra.catalog import DeviceCatalog
 from steer.core.mode import AUDIT
 from steer.core.mutation import read_trace

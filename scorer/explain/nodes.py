@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from scorer.cycle.plan import CyclePlan, DimensionSummary, GateState, NodePlan, PoolState
 from scorer.explain.view import (
     BudgetPools,
     CompositeValue,
@@ -28,7 +29,6 @@ from scorer.explain.view import (
     PoolView,
 )
 from scorer.model import DeviceReadings, rfc3339
-from scorer.plan import CyclePlan, DimensionSummary, GateState, NodePlan, PoolState
 from steer.core.device_counter import CounterCapacity
 from steer.core.dra.inventory import Device, Inventory, NodeDevices
 from steer.core.policy import Policy

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
+from scorer.cycle.plan import CyclePlan, NodePlan
 from scorer.explain.nodes import condition_text, counter_view, gate_view, pool_view, time_text
 from scorer.explain.view import (
     AdmissionView,
@@ -23,7 +24,6 @@ from scorer.explain.view import (
     PodExplanation,
 )
 from scorer.model import NodeState
-from scorer.plan import CyclePlan, NodePlan
 from steer.core.decision import Admission, AdmissionPlans, PodRequest, decide
 from steer.core.dra.catalog import DeviceCatalog
 from steer.core.dra.claims import DeviceAsk

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from scorer.cycle.plan import CyclePlan
 from scorer.explain.nodes import rounded
 from scorer.model import NodeState
-from scorer.plan import CyclePlan
 from steer.core.policy import RESERVED_PREFIX, SCORE_PREFIX, Dimension, Policy, composite_suffix
 
 

@@ -41,7 +41,7 @@ def make_api_client(kubeconfig: str | None = None) -> client.ApiClient:
         raise KubeConfigError(
             f"no Kubernetes credentials: {exc} (pass --kubeconfig, set KUBECONFIG, or run in a pod; tried {where})"
         ) from None
-    # The node writer keeps 2 x 16 requests in flight (scorer.service.WRITE_CONCURRENCY) beside
+    # The node writer keeps 2 x 16 requests in flight (scorer.cycle.service.WRITE_CONCURRENCY) beside
     # the pod, node and DRA watches and the Lease; urllib3's default pool (5 per CPU) would open
     # and discard a connection (a TLS handshake) per write beyond it.
     cfg.connection_pool_maxsize = max(cfg.connection_pool_maxsize or 0, 48)

@@ -10,7 +10,7 @@ row; so does a failure in the subclass's own handling of an event, and any failu
 collection that sets `resume_after_failure = False`. Measured by tests/faults/
 test_apiserver_restart.py: before this, an apiserver away for 30 s cost the scorer 10 node lists
 once it was back (every cycle listed while the node watch waited out its backoff). The scorer keeps two (the bound
-pods, `scorer/bindings.py`; the nodes, `scorer/nodes.py`), the webhook one (namespace labels,
+pods, `scorer/watch/bindings.py`; the nodes, `scorer/watch/nodes.py`), the webhook one (namespace labels,
 `webhook/namespaces.py`).
 
 The list is a streaming one where the apiserver serves it (`sendInitialEvents=true`, the

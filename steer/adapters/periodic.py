@@ -1,7 +1,7 @@
 """A job run every few seconds on a daemon thread: the policy file's reload check, the webhook's
 status gauges, the scorer's lease renewal.
 
-The scorer's scoring cycles run on APScheduler (scorer/loop.py), which coalesces missed runs
+The scorer's scoring cycles run on APScheduler (scorer/cycle/loop.py), which coalesces missed runs
 and keeps one cycle at a time; these jobs are single, short and need neither, so one thread
 each keeps the webhook free of a scheduler. A run that raises is handed to `on_error` (logged
 by default) and the next run goes on: whatever one round throws, the job never ends by itself.

@@ -7,7 +7,7 @@ One list + watch of the one object (`fieldSelector=metadata.name=NAME`, the proj
 (apiVersion, kind, the object's name, spec) as canonical JSON, whose hash is the policy's
 digest, so every replica of both services names the same object the same version. A bad spec,
 a deleted object, an apiserver away: the last good policy keeps serving; what was judged last
-(`verdict`) is what the scorer reports in the object's status (scorer/policy_status.py).
+(`verdict`) is what the scorer reports in the object's status (scorer/jobs/policy_status.py).
 Status writes do not change the spec, so they are not judged again.
 """
 

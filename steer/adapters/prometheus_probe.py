@@ -4,7 +4,7 @@
 One index read for every metric name (`/api/v1/label/__name__/values`, shared by all the
 dimensions of one check), and per metric the query reads that exists, one instant query of a
 few of its series for their label names. The scorer asks only for dimensions that resolve
-nothing or too little, and at most every few minutes (scorer/sources/prometheus.py); `steer
+nothing or too little, and at most every few minutes (scorer/cycle/sources/prometheus.py); `steer
 policy check` asks for every dimension once.
 """
 

@@ -13,7 +13,7 @@ spec's). In audit mode:
 - the rules of a taint rule marked `security: true` hold in every mode: a toleration of a
   reserved taint is denied in audit mode too, by the webhook and by the apiserver's policy;
 - with `spec.mode: audit` the scorer writes labels, gates and pools but no taint (a taint acts
-  on every pod, steered or not): scorer/plan/node.py.
+  on every pod, steered or not): scorer/cycle/plan/node.py.
 
 Pods of no tenant follow `spec.mode`.
 """

@@ -20,8 +20,8 @@ from typing import Any
 from kits.control_plane import ROOT, ControlPlane
 from kits.service_processes import running_scorer
 from kits.waiting import wait_until
+from scorer.jobs.pending import EVENT_COMPONENT, EVENT_REASON
 from scorer.kubeapi import KubeJson, node_path, pod_path
-from scorer.pending import EVENT_COMPONENT, EVENT_REASON
 from steer.core.budget import FLOOR_SETTLE_S, tenant_budget
 from steer.core.policy import Policy, Tenant, parse_policy
 from steer.core.steering import trace_annotation_key
@@ -303,7 +303,7 @@ def test_scheduler_enforces_the_pool_and_gates_the_scorer_publishes(
             {"cpu": "100m", "memory": "64Mi"},
             tenant=DEPT_B,
         )
-        # As the webhook stores it: its trace says it was steered (scorer/pending.py watches
+        # As the webhook stores it: its trace says it was steered (scorer/jobs/pending.py watches
         # only those).
         zero["metadata"]["annotations"] = {
             trace_annotation_key(POLICY): json.dumps(

@@ -41,8 +41,8 @@ from kits.hollow_nodes import HollowNode, start_all, wait_pods_running
 from kits.prometheus_server import PrometheusServer, scraped_cluster
 from kits.synthetic_exporter import SyntheticCluster
 from kits.waiting import wait_until
-from scorer.service import Scorer
-from scorer.writer import NodeApi
+from scorer.cycle.service import Scorer
+from scorer.cycle.writer import NodeApi
 from steer.adapters.kube import make_api_client
 from steer.adapters.kubejson import KubeJson
 from steer.core.descheduling import descheduler_policy, drain_candidate_key

@@ -220,7 +220,7 @@ def test_dra_and_device_plugin_gpus_are_steered_alike(
             unmet.append(f"whole-node jobs not each on a node of their own: {placed_b}")
         # CPU pods keep off the GPU nodes kept for GPU pods, DRA or device plugin, while the
         # CPU nodes have room. A hot GPU node is kept for no one (GPU jobs avoid it: reserving
-        # it would waste it, scorer/plan/node.py), so a CPU pod there is not counted.
+        # it would waste it, scorer/cycle/plan/node.py), so a CPU pod there is not counted.
         cool = set(gpu_nodes) - hot
         off = {s: placed_a[s] for s in services if placed_a[s] in cool}
         if off:

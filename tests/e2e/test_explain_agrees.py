@@ -34,13 +34,13 @@ from kubernetes import client
 
 from kits.control_plane import ControlPlane
 from scorer.app import create_app
+from scorer.cycle.observe import NodeIndex
+from scorer.cycle.service import Scorer
+from scorer.cycle.sources import Readings
+from scorer.cycle.writer import NodeApi
 from scorer.kubeapi import KubeJson
-from scorer.ledger import PodLedger
 from scorer.model import NodeState
-from scorer.observe import NodeIndex
-from scorer.service import Scorer
-from scorer.sources import Readings
-from scorer.writer import NodeApi
+from scorer.watch.ledger import PodLedger
 from steer.adapters.http_server import HttpServer
 from steer.core.admission import ValidationPlan, validate_pod
 from steer.core.mutation import MutationPlan, mutate_pod

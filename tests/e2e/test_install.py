@@ -249,7 +249,7 @@ class Access:
 COORD = "coordination.k8s.io"
 STEER = "kube-steer.github.io"
 ADMISSION = "admissionregistration.k8s.io"
-# What each process's code does with the API (scorer/writer.py, bindings.py, leader.py;
+# What each process's code does with the API (scorer/cycle/writer.py, bindings.py, leader.py;
 # controller/; webhook/namespaces.py), and what none may do.
 SCORER_MAY = [
     Access("list", "nodes"),

@@ -25,8 +25,8 @@ from typing import Any
 from kubernetes import client
 
 from kits.control_plane import ControlPlane
+from scorer.cycle.plan import ScorerMemory, plan_cycle
 from scorer.model import NodeState
-from scorer.plan import ScorerMemory, plan_cycle
 from steer.core.mutation import spread_constraint
 from steer.core.policy import parse_policy
 from steer.core.steering import (

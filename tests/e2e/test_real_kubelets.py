@@ -35,14 +35,14 @@ from kits.service_processes import (
     unregister_admission,
 )
 from kits.waiting import wait_until
-from scorer.bindings import BindingWindow, PodBindingWatcher
+from scorer.cycle.observe import NodeIndex
+from scorer.cycle.service import Scorer
+from scorer.cycle.sources import Readings
+from scorer.cycle.writer import NodeApi
 from scorer.kubeapi import KubeJson
-from scorer.ledger import PodLedger
 from scorer.model import NodeState
-from scorer.observe import NodeIndex
-from scorer.service import Scorer
-from scorer.sources import Readings
-from scorer.writer import NodeApi
+from scorer.watch.bindings import BindingWindow, PodBindingWatcher
+from scorer.watch.ledger import PodLedger
 from steer.adapters.kube import make_api_client
 from steer.core.budget import pod_limits
 from steer.core.policy import Dimension, Policy, parse_policy

@@ -30,13 +30,13 @@ from kits.prometheus_server import PrometheusServer, scraped_cluster
 from kits.service_processes import RunningScorer, running_scorer
 from kits.synthetic_exporter import GIB, SyntheticCluster
 from kits.waiting import wait_until
-from scorer.kubeapi import MERGE_PATCH, KubeApiError, KubeJson, lease_path, node_path
-from scorer.leader import DEFAULT_LEASE_NAME
+from scorer.cycle.plan import DataStatus
+from scorer.cycle.service import Scorer
+from scorer.cycle.writer import NodeApi
+from scorer.kubeapi import MERGE_PATCH, KubeApiError, KubeJson, node_path
 from scorer.model import parse_rfc3339
-from scorer.plan import DataStatus
-from scorer.service import Scorer
-from scorer.writer import NodeApi
 from steer.adapters.kube import make_api_client
+from steer.adapters.lease import DEFAULT_LEASE_NAME, lease_path
 from steer.core.policy import Policy, parse_policy
 from tests.e2e.waiting import NOT_YET, metric
 from tests.scorer_support import SMALL_POLICY

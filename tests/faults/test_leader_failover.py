@@ -11,7 +11,7 @@ a second) and is frozen after its first write. What must hold, and is printed as
 - the standby takes the Lease and writes the rest within the lease duration, a cycle and its
   writes (the bound: 15 s + 3 s + 4 s, stated in the assertion);
 - the old leader, thawed after the standby leads, writes nothing more: its own clock says it
-  has not renewed within its renew deadline (scorer/leader.py), whatever its threads were doing
+  has not renewed within its renew deadline (steer/adapters/lease.py), whatever its threads were doing
   when frozen;
 - each changed node is written once in all (no write lost or applied twice), the unchanged
   nodes not at all.

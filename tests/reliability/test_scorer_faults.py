@@ -34,16 +34,16 @@ from kits.apistub.synthetic import synthetic_node
 from kits.net import free_port
 from kits.prometheus_server import PrometheusServer, scraped_cluster
 from kits.synthetic_exporter import GIB, SyntheticCluster
+from scorer.cycle.observe import NodeIndex
+from scorer.cycle.plan import DataStatus, ManagedRecord, managed_key, observed_at_key
+from scorer.cycle.service import Scorer
+from scorer.cycle.sources import Readings, SourceContext
+from scorer.cycle.sources.prometheus import PrometheusSource
+from scorer.cycle.writer import NodeApi
 from scorer.kubeapi import KubeJson
-from scorer.leader import LeaseElector
-from scorer.ledger import PodLedger
 from scorer.model import NodeState
-from scorer.observe import NodeIndex
-from scorer.plan import DataStatus, ManagedRecord, managed_key, observed_at_key
-from scorer.service import Scorer
-from scorer.sources import Readings, SourceContext
-from scorer.sources.prometheus import PrometheusSource
-from scorer.writer import NodeApi
+from scorer.watch.ledger import PodLedger
+from steer.adapters.lease import LeaseElector
 from steer.core.encoding import bucket_values
 from steer.core.policy import Dimension, Policy, parse_policy
 from steer.core.steering import (
@@ -619,7 +619,7 @@ def test_a_lease_lost_mid_cycle_stops_the_writes(
     leader `renewDeadline` after its last renewal, before anyone may take over at
     `leaseDuration`.
 
-    The bound `scorer/leader.py` and the writer promise: until the scorer knows, writes go on
+    The bound `steer/adapters/lease.py` and the writer promise: until the scorer knows, writes go on
     at the paced rate (2 x 4/s, plus the one in flight per pipeline); from then on no request
     is sent, so only a request already in flight (one per pipeline) may land after. No node
     is left with a record claiming gates it lacks; a later cycle writes nothing at all."""

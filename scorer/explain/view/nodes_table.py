@@ -97,7 +97,7 @@ class DimensionCell:
     dimension: str
     raw: float | None
     score: float | None
-    status: str  # fresh, retained, carried, stale, missing (scorer.plan.DataStatus)
+    status: str  # fresh, retained, carried, stale, missing (scorer.cycle.plan.DataStatus)
     age_s: float | None
 
 

@@ -56,7 +56,7 @@ class DataProblem:
         )
 
 
-# What to check when a source could not be read, by the failure's kind (scorer/sources).
+# What to check when a source could not be read, by the failure's kind (scorer/cycle/sources).
 _READ_FIXES = {
     "unavailable": "check spec.prometheus.url (or the dimension's url) and that the source is up",
     "query": "correct the query: the source's own error says what it refused",

@@ -1,4 +1,4 @@
-"""Cluster-level scores for Open Cluster Management's Placement (scorer/clusterscore.py
+"""Cluster-level scores for Open Cluster Management's Placement (scorer/cycle/clusterscore.py
 computes them).
 
 `kind:` picks the model: `ClusterScore` is the discriminated union of one model per kind, each
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 
 class ClusterScoreBase(PolicyModel):
-    """One cluster-level score in the AddOnPlacementScore (scorer/clusterscore.py computes it).
+    """One cluster-level score in the AddOnPlacementScore (scorer/cycle/clusterscore.py computes it).
 
     The raw value (`freeResource`: whole units; `tenantHeadroom`: cores or GiB;
     `powerPerCore`: watts per requested core) maps linearly from `worst` (-100) to `best`

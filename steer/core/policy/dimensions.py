@@ -63,7 +63,7 @@ class Normalization(PolicyModel):
 
 
 class KubernetesSource(PolicyModel):
-    """A value computed from the Kubernetes API (scorer/sources/kubernetes.py).
+    """A value computed from the Kubernetes API (scorer/cycle/sources/kubernetes.py).
 
     `limitOvercommit`: max over cpu and memory of the node's pods' limits / allocatable - 1, in
     % (a node without pods reads -100). `endpointReadiness`: % of the endpoints of Service

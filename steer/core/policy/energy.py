@@ -12,7 +12,7 @@ an idle efficient node would never be chosen.
 `consolidation` ranks nodes already running pods above idle ones in every composite that counts
 `wattsPerCore`, and takes the hot-node penalty off those composites: filling a node is the point
 there, and the scheduler's own resource accounting stops it at full. `drainCandidates` marks
-nodes whose movable pods fit on active nodes at least as efficient (scorer/plan/drain.py).
+nodes whose movable pods fit on active nodes at least as efficient (scorer/cycle/plan/drain.py).
 """
 
 from __future__ import annotations

@@ -152,7 +152,7 @@ class Spec(PolicyModel):
     opt_in: OptIn = Field(default_factory=OptIn)
     overcommit: Overcommit = Field(default_factory=Overcommit)
     # What a node that was never scored (no label) does under a required rule: `allow` keeps
-    # new nodes schedulable (their overcommit gates open: scorer/plan/resources.py); `deny` is
+    # new nodes schedulable (their overcommit gates open: scorer/cycle/plan/resources.py); `deny` is
     # for clusters that prefer safety.
     unscored_nodes: Literal["allow", "deny"] = "allow"
     project_namespace: NamespaceName = "kube-steer"

@@ -22,8 +22,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from scorer.model import NodeState
-from scorer.plan import (
+from scorer.cycle.plan import (
     MANAGED_SUFFIX,
     OBSERVED_AT_SUFFIX,
     CyclePlan,
@@ -33,6 +32,7 @@ from scorer.plan import (
     observed_at_key,
     recorded_prefixes,
 )
+from scorer.model import NodeState
 from steer.core.policy import DRAIN_REASON_ANNOTATION, Policy
 from steer.core.steering import owned_label_keys, owned_resource_keys, owned_taint_keys
 

@@ -15,9 +15,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from scorer.cycle.observe import DimensionFailure, DimensionReading, NodeIndex, read_dimension
+from scorer.cycle.sources.base import Readings, SourceContext, concurrently
 from scorer.model import DeviceReadings, NodeState
-from scorer.observe import DimensionFailure, DimensionReading, NodeIndex, read_dimension
-from scorer.sources.base import Readings, SourceContext, concurrently
 from steer.adapters.prometheus import (
     PrometheusAuthError,
     PrometheusClient,
@@ -92,7 +92,9 @@ class PrometheusSource:
         client = self.client(policy)
 
         def ask(dim: Dimension) -> QueryResult | DimensionFailure:
-            assert isinstance(dim, PrometheusDimension)  # grouped by source (scorer/service.py)
+            assert isinstance(
+                dim, PrometheusDimension
+            )  # grouped by source (scorer/cycle/service.py)
             t0 = time.perf_counter()
             try:
                 return client.query(dim.query, time=at)

@@ -1,4 +1,5 @@
-"""Leader election on a coordination.k8s.io/v1 Lease, so two scorer replicas never both write.
+"""Leader election on a coordination.k8s.io/v1 Lease, so two replicas of a service (the scorer,
+the controller) never both write.
 
 The algorithm is client-go's: a candidate takes the Lease when it is free or its holder has
 not renewed it for `leaseDurationSeconds` *as measured on the candidate's own clock* (it
@@ -26,13 +27,19 @@ import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
-from scorer.kubeapi import KubeApiError, KubeJson, lease_path
+from steer.adapters.kubejson import KubeApiError, KubeJson
 from steer.adapters.periodic import Periodic
 
 log = logging.getLogger(__name__)
 
 DEFAULT_LEASE_NAME = "steer-scorer"  # the name manifests/scorer/scorer.yaml grants get/update on
+
+
+def lease_path(namespace: str, name: str = "") -> str:
+    base = f"/apis/coordination.k8s.io/v1/namespaces/{quote(namespace, safe='')}/leases"
+    return f"{base}/{quote(name, safe='')}" if name else base
 
 
 def _micro_time(ts: float) -> str:

@@ -32,6 +32,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from scorer.cycle.plan import CyclePlan, NodePlan
 from scorer.kubeapi import (
     BOUND_PODS,
     MERGE_PATCH,
@@ -47,8 +48,7 @@ from scorer.kubeapi import (
     pod_path,
 )
 from scorer.model import NodeState
-from scorer.nodes import newer
-from scorer.plan import CyclePlan, NodePlan
+from scorer.watch.nodes import newer
 from steer.core.policy import Policy
 from steer.core.steering import owned_taint_keys
 

@@ -2,7 +2,7 @@
 
 Pure: no clock, no network. `cluster_scores` turns the planned nodes, the pods bound to them
 (from the pod ledger) and the policy's `spec.clusterScores` into integer scores -100..100; the
-publisher (scorer/placementscore.py) writes them into an AddOnPlacementScore on the hub, and a
+publisher (scorer/cycle/placementscore.py) writes them into an AddOnPlacementScore on the hub, and a
 Placement prioritizer of type AddOn (`scoreCoordinate.addOn: {resourceName, scoreName}`) ranks
 clusters by them. Placement gives 0 to a cluster without the object, without the score, or
 whose `validUntil` has passed, so 0 is also what "unknown" reads as.
@@ -38,8 +38,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
+from scorer.cycle.plan import CyclePlan, NodePlan
 from scorer.model import NodeState, rfc3339
-from scorer.plan import CyclePlan, NodePlan
 from steer.core.budget import MIB, POOL_KINDS, PodUsage, level_text
 from steer.core.dra.classes import implicit_extended_name
 from steer.core.policy import (

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from scorer.sources.base import Readings, Source, SourceContext, SourceFailed
-from scorer.sources.http_json import HttpJsonSource
-from scorer.sources.kubernetes import KubernetesApiSource
-from scorer.sources.prometheus import PrometheusSource
+from scorer.cycle.sources.base import Readings, Source, SourceContext, SourceFailed
+from scorer.cycle.sources.http_json import HttpJsonSource
+from scorer.cycle.sources.kubernetes import KubernetesApiSource
+from scorer.cycle.sources.prometheus import PrometheusSource
 
 SOURCES: dict[str, Callable[[SourceContext], Source]] = {
     "prometheus": PrometheusSource,

@@ -35,8 +35,8 @@ and the memory), `layout` (what the policy fixes for a cycle, and the cycle's in
 `node` (one node's plan) and `cycle` (`plan_cycle`, the entry point).
 """
 
-from scorer.plan.cycle import plan_cycle
-from scorer.plan.model import (
+from scorer.cycle.plan.cycle import plan_cycle
+from scorer.cycle.plan.model import (
     CompositeScore,
     ConditionState,
     CyclePlan,
@@ -50,7 +50,7 @@ from scorer.plan.model import (
     ScorerMemory,
     TaintCounter,
 )
-from scorer.plan.record import (
+from scorer.cycle.plan.record import (
     MANAGED_SUFFIX,
     OBSERVED_AT_SUFFIX,
     ManagedRecord,

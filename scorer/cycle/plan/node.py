@@ -7,13 +7,13 @@ from collections.abc import Sequence
 
 import orjson
 
+from scorer.cycle.plan.conditions import plan_condition
+from scorer.cycle.plan.dimensions import bucket, observed_times, score_dimension
+from scorer.cycle.plan.layout import CycleContext
+from scorer.cycle.plan.model import CompositeScore, ConditionState, DimensionScore, NodePlan
+from scorer.cycle.plan.record import ManagedRecord
+from scorer.cycle.plan.resources import plan_resources
 from scorer.model import NodeState, rfc3339
-from scorer.plan.conditions import plan_condition
-from scorer.plan.dimensions import bucket, observed_times, score_dimension
-from scorer.plan.layout import CycleContext
-from scorer.plan.model import CompositeScore, ConditionState, DimensionScore, NodePlan
-from scorer.plan.record import ManagedRecord
-from scorer.plan.resources import plan_resources
 from steer.core.budget import PodUsage
 from steer.core.encoding import composite, quantise
 from steer.core.scheduling import Taint

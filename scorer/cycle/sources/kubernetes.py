@@ -1,6 +1,6 @@
 """Values the Kubernetes API gives exactly, with no exporter in between.
 
-- `limitOvercommit`: from the pod ledger the scorer's pod watch keeps (scorer/ledger.py) and
+- `limitOvercommit`: from the pod ledger the scorer's pod watch keeps (scorer/watch/ledger.py) and
   the nodes' allocatable. Unlike kube-state-metrics, a node without pods has a value (-100),
   and the sum counts containers the way the scheduler does (sidecars, init containers).
 - `endpointReadiness`: the EndpointSlices of a named Service, listed each cycle; per node, the
@@ -14,11 +14,11 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from scorer.cycle.observe import DimensionFailure, NodeIndex, read_dimension
+from scorer.cycle.sources.base import NodeValue, Readings, SourceContext, SourceFailed
 from scorer.kubeapi import KubeApiError
-from scorer.ledger import PodLedger
 from scorer.model import NodeState
-from scorer.observe import DimensionFailure, NodeIndex, read_dimension
-from scorer.sources.base import NodeValue, Readings, SourceContext, SourceFailed
+from scorer.watch.ledger import PodLedger
 from steer.core.budget import Amount, limit_overcommit_pct
 from steer.core.policy import Dimension, KubernetesDimension, Policy
 
@@ -66,7 +66,7 @@ class KubernetesApiSource:
         return out
 
     def _values(self, dim: Dimension, nodes: Sequence[NodeState]) -> dict[str, float]:
-        assert isinstance(dim, KubernetesDimension)  # grouped by source (scorer/service.py)
+        assert isinstance(dim, KubernetesDimension)  # grouped by source (scorer/cycle/service.py)
         settings = dim.kubernetes
         if settings.kind == "limitOvercommit":
             return self._limit_overcommit(nodes)

@@ -6,9 +6,9 @@ import functools
 import json
 from collections.abc import Mapping
 
+from scorer.cycle.plan.layout import CycleContext, DimensionLayout
+from scorer.cycle.plan.model import DataStatus, DimensionScore
 from scorer.model import NodeState, parse_rfc3339
-from scorer.plan.layout import CycleContext, DimensionLayout
-from scorer.plan.model import DataStatus, DimensionScore
 from steer.core.encoding import quantise, quantise_raw
 
 

@@ -1,4 +1,4 @@
-"""Writes the cluster scores (scorer/clusterscore.py) into an AddOnPlacementScore on the hub.
+"""Writes the cluster scores (scorer/cycle/clusterscore.py) into an AddOnPlacementScore on the hub.
 
 The object is `<clusterName>/<resourceName>` of cluster.open-cluster-management.io/v1alpha1;
 its scores live in `status`, which upstream serves as a subresource, so the scores go in a
@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from scorer.clusterscore import (
+from scorer.cycle.clusterscore import (
     ClusterScoreValue,
     PublishedScores,
     published,

@@ -11,10 +11,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from scorer.cycle.plan.layout import CycleLayout
+from scorer.cycle.plan.model import ConditionState, GateState, PoolState
+from scorer.cycle.plan.record import ManagedRecord
 from scorer.model import NodeState
-from scorer.plan.layout import CycleLayout
-from scorer.plan.model import ConditionState, GateState, PoolState
-from scorer.plan.record import ManagedRecord
 from steer.core.budget import (
     Floor,
     NodeUsage,

@@ -1,10 +1,10 @@
 """What every data source gives the scorer: one reading or one failure per dimension.
 
 A source reads the dimensions of the policy that name it, for the nodes listed this cycle,
-and maps its answer onto them (`NodeIndex`, scorer/observe.py). The scorer counts, times and
-plans the same way whatever the source; a new source is one module under `scorer/sources/`,
+and maps its answer onto them (`NodeIndex`, scorer/cycle/observe.py). The scorer counts, times and
+plans the same way whatever the source; a new source is one module under `scorer/cycle/sources/`,
 a variant of `Dimension` with its settings (steer/core/policy/dimensions.py), and its line in
-the registry (`scorer/sources/__init__.py`).
+the registry (`scorer/cycle/sources/__init__.py`).
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
+from scorer.cycle.observe import DimensionFailure, DimensionReading, NodeIndex
 from scorer.kubeapi import KubeJson
-from scorer.ledger import PodLedger
 from scorer.model import NodeState
-from scorer.observe import DimensionFailure, DimensionReading, NodeIndex
+from scorer.watch.ledger import PodLedger
 from steer.core.policy import Dimension, Policy
 
 _In = TypeVar("_In")

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Set
 from dataclasses import dataclass
 
-from scorer.observe import DimensionReading
-from scorer.plan.model import Observation, ScorerMemory
-from scorer.plan.record import managed_key, observed_at_key
+from scorer.cycle.observe import DimensionReading
+from scorer.cycle.plan.model import Observation, ScorerMemory
+from scorer.cycle.plan.record import managed_key, observed_at_key
 from steer.core.budget import (
     BudgetNames,
     budget_gate,

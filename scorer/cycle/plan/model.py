@@ -1,6 +1,6 @@
 """What a cycle's plan says, and what the planner remembers between cycles.
 
-Frozen data only: `scorer.plan.cycle.plan_cycle` builds them, the writer, `/explain` and the
+Frozen data only: `scorer.cycle.plan.cycle.plan_cycle` builds them, the writer, `/explain` and the
 cluster score read them.
 """
 
@@ -48,7 +48,7 @@ class ScorerMemory:
     last_success: Mapping[str, float] = field(default_factory=dict)
     # Each node's budget floor as last published (steer/core/budget.py).
     floors: Mapping[str, Floor] = field(default_factory=dict)
-    # Drain candidates of the last full cycle: node → why (scorer/plan/drain.py).
+    # Drain candidates of the last full cycle: node → why (scorer/cycle/plan/drain.py).
     drain: Mapping[str, str] = field(default_factory=dict)
     # Each node's allocatable cores as last planned: a replan of some nodes still scores the
     # energy idleWatts dimension per core over all of them.

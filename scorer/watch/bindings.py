@@ -3,7 +3,7 @@
 - Anti-herding. Labels change at most once per cycle, so a burst of pods created right after
   a cycle would all rank the same node first. The scorer lowers the composite score of a node
   by `hotPenaltyPerPod` per pod bound to it within `hotWindowSeconds` (`BindingWindow`).
-- Budget pools. Every bound pod goes into the `PodLedger` (scorer/ledger.py), from which the
+- Budget pools. Every bound pod goes into the `PodLedger` (scorer/watch/ledger.py), from which the
   pools' capacities follow; a pod that lands, ends or leaves moves them.
 
 In both cases the loop rewrites the nodes from memory as soon as the watch reports a change.
@@ -21,8 +21,8 @@ from typing import Any, ClassVar
 from kubernetes import client
 
 from scorer.kubeapi import BOUND_PODS, PODS_PATH
-from scorer.ledger import PodLedger
 from scorer.model import binding_time
+from scorer.watch.ledger import PodLedger
 from steer.adapters.listwatch import ListWatcher
 
 log = logging.getLogger(__name__)

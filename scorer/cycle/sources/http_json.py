@@ -18,15 +18,15 @@ from typing import Any
 
 import requests
 
-from scorer.model import NodeState
-from scorer.observe import DimensionFailure, NodeIndex, read_dimension
-from scorer.sources.base import (
+from scorer.cycle.observe import DimensionFailure, NodeIndex, read_dimension
+from scorer.cycle.sources.base import (
     NodeValue,
     Readings,
     SourceContext,
     SourceFailed,
     concurrently,
 )
+from scorer.model import NodeState
 from steer.core.policy import Dimension, HttpDimension, HttpSource, Policy
 
 _MISSING = object()
@@ -49,7 +49,7 @@ class HttpJsonSource:
     ) -> Readings:
         def fetch(dim: Dimension) -> tuple[float, float, Any]:
             """(observed at, seconds taken, the node values or the failure)."""
-            assert isinstance(dim, HttpDimension)  # grouped by source (scorer/service.py)
+            assert isinstance(dim, HttpDimension)  # grouped by source (scorer/cycle/service.py)
             settings = dim.http
             t0 = time.perf_counter()
             observed_at = time.time() if at is None else at

@@ -9,7 +9,7 @@ Failed pods; so does a kubelet when it re-admits). The ledger keeps, per pod uid
 its `PodUsage`, computed once when the pod arrives: about 300 bytes a pod, so 100,000 pods fit
 in a few tens of MiB.
 
-It is fed by the scorer's pod watch (`scorer.bindings.PodBindingWatcher`): one list, read page by
+It is fed by the scorer's pod watch (`scorer.watch.bindings.PodBindingWatcher`): one list, read page by
 page, then a watch from the list's resourceVersion. Until that list has been applied the ledger
 is not `synced` and the scorer publishes no gate or pool: capacities computed from a partial
 ledger could be below what the missing pods hold. `generation` bumps on every change that can

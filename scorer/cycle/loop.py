@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from scorer.service import CycleError, Scorer
+from scorer.cycle.service import CycleError, Scorer
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ class ScorerLoop:
         after_cycle: Callable[[], object] | None = None,
     ) -> None:
         self.scorer = scorer
-        # Runs after each cycle that completed (the Events on blocked pods: scorer/pending.py).
+        # Runs after each cycle that completed (the Events on blocked pods: scorer/jobs/pending.py).
         self.after_cycle = after_cycle
         self.hot_refresh_seconds = hot_refresh_seconds
         # A refresh waits until pod events pause for `wake_delay_seconds`, never longer than

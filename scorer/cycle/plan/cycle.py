@@ -1,6 +1,6 @@
 """One scoring cycle: every node's plan, each dimension's summary, and the memory for the next.
 
-Pure: no clock, no network (the rules are in scorer/plan/__init__.py).
+Pure: no clock, no network (the rules are in scorer/cycle/plan/__init__.py).
 """
 
 from __future__ import annotations
@@ -10,12 +10,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from types import MappingProxyType
 
+from scorer.cycle.observe import DimensionFailure, DimensionReading
+from scorer.cycle.plan.drain import (
+    DrainNode,
+    drain_candidates,
+    pinned_resources,
+    scale_down_disabled,
+)
+from scorer.cycle.plan.layout import CycleContext, CycleLayout
+from scorer.cycle.plan.model import CyclePlan, DimensionSummary, ScorerMemory, TaintCounter
+from scorer.cycle.plan.node import plan_node
 from scorer.model import NodeState
-from scorer.observe import DimensionFailure, DimensionReading
-from scorer.plan.drain import DrainNode, drain_candidates, pinned_resources, scale_down_disabled
-from scorer.plan.layout import CycleContext, CycleLayout
-from scorer.plan.model import CyclePlan, DimensionSummary, ScorerMemory, TaintCounter
-from scorer.plan.node import plan_node
 from steer.core.budget import Floor, PodUsage
 from steer.core.policy import Policy
 from steer.core.quantity import QuantityError, parse_quantity
@@ -78,7 +83,7 @@ def plan_drain(
     context: CycleContext,
     pod_usages: Mapping[str, Sequence[PodUsage]],
 ) -> dict[str, str]:
-    """This cycle's drain candidates (scorer/plan/drain.py), from the remembered raw values of
+    """This cycle's drain candidates (scorer/cycle/plan/drain.py), from the remembered raw values of
     the energy dimensions (measured, else from the power model)."""
     energy = policy.spec.energy
     per_core = context.observations.get(energy.watts_per_core or "", {})

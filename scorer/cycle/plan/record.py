@@ -3,7 +3,7 @@ observation was made.
 
 The managed record (`<prefix>managed`) lists the label and taint keys and the extended
 resources this scorer has written, so a rule that leaves the policy has its keys removed and
-no key the scorer did not write is ever touched (scorer/retire.py, scorer/cleanup.py).
+no key the scorer did not write is ever touched (scorer/cycle/retire.py, scorer/cleanup.py).
 """
 
 from __future__ import annotations

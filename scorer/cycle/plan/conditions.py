@@ -8,16 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from scorer.model import NodeState
-from scorer.plan.layout import RuleLayout
-from scorer.plan.model import (
+from scorer.cycle.plan.layout import RuleLayout
+from scorer.cycle.plan.model import (
     ConditionState,
     DataStatus,
     DimensionScore,
     ScorerMemory,
     TaintCounter,
 )
-from scorer.plan.record import MANAGED_SUFFIX, ManagedRecord, recorded_prefixes
+from scorer.cycle.plan.record import MANAGED_SUFFIX, ManagedRecord, recorded_prefixes
+from scorer.model import NodeState
 from steer.core.steering import CONDITION_VALUE
 
 
@@ -60,7 +60,7 @@ def plan_condition(
     observed = entry.raw if rule.condition.source == "raw" else entry.score
     holds: bool | None = None
     if entry.status in (DataStatus.STALE, DataStatus.MISSING):
-        # No usable data: no taint from it (the TTL rule, scorer/plan/__init__.py).
+        # No usable data: no taint from it (the TTL rule, scorer/cycle/plan/__init__.py).
         counter = TaintCounter(active=False)
     elif entry.status is DataStatus.FRESH and observed is not None:
         holds = rule.condition.holds(observed, active=previous.active)

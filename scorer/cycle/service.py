@@ -1,8 +1,8 @@
 """One scoring cycle end to end: take the nodes (from the node watch, else a list), read each dimension from its source (one PromQL
-query per Prometheus dimension, scorer/sources/), plan, write if leader.
+query per Prometheus dimension, scorer/cycle/sources/), plan, write if leader.
 
 `Scorer` holds what outlives a cycle (the planner's memory, the last result for `/explain`,
-metrics) and is driven either directly (`steer scorer once`, tests) or by `scorer.loop`.
+metrics) and is driven either directly (`steer scorer once`, tests) or by `scorer.cycle.loop`.
 A replica that is not the leader runs the same cycles and serves the same `/explain`
 answers, but never writes. With budget pools enforced by the scheduler, the pods bound to each
 node come from the `PodLedger` the pod watch keeps; a change there republishes the pools of
@@ -19,23 +19,23 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from scorer.bindings import BindingWindow
-from scorer.clusterscore import ClusterScoreValue, cluster_scores, requested_resources
+from scorer.cycle.clusterscore import ClusterScoreValue, cluster_scores, requested_resources
+from scorer.cycle.observe import DimensionFailure, DimensionReading, NodeIndex, vet
+from scorer.cycle.placementscore import PlacementScorePublisher, PublishError
+from scorer.cycle.plan import CyclePlan, ScorerMemory, plan_cycle
+from scorer.cycle.retire import retire_old_prefixes
+from scorer.cycle.sources import SOURCES, Readings, Source, SourceContext
+from scorer.cycle.sources.base import concurrently
+from scorer.cycle.sources.prometheus import PrometheusSource, read_device_heat
+from scorer.cycle.writer import NodeApi, NodeWriter, RateLimiter, WriteReport
 from scorer.kubeapi import BOUND_PODS, PODS_PATH, KubeApiError, KubeJson
-from scorer.leader import LeaseElector
-from scorer.ledger import PodLedger
 from scorer.metrics import ScorerMetrics
 from scorer.model import DeviceReadings, NodeState, with_devices
-from scorer.nodes import NodeCache
-from scorer.observe import DimensionFailure, DimensionReading, NodeIndex, vet
-from scorer.placementscore import PlacementScorePublisher, PublishError
-from scorer.plan import CyclePlan, ScorerMemory, plan_cycle
-from scorer.retire import retire_old_prefixes
-from scorer.sources import SOURCES, Readings, Source, SourceContext
-from scorer.sources.base import concurrently
-from scorer.sources.prometheus import PrometheusSource, read_device_heat
-from scorer.writer import NodeApi, NodeWriter, RateLimiter, WriteReport
+from scorer.watch.bindings import BindingWindow
+from scorer.watch.ledger import PodLedger
+from scorer.watch.nodes import NodeCache
 from steer.adapters.gc_pause import freeze_survivors, gc_paused, release_free_memory
+from steer.adapters.lease import LeaseElector
 from steer.core.budget import PodUsage
 from steer.core.datacheck import ProblemKind, expected_nodes
 from steer.core.dra.inventory import Inventory
@@ -122,7 +122,7 @@ class Scorer:
     ) -> None:
         """`sources` are used instead of the registry's for their names (`prometheus`,
         `kubernetes`, `http`), e.g. to replay recorded readings. `node_cache`, kept by a
-        `scorer.nodes.NodeWatcher`, spares each cycle a list of every node while it is synced, and
+        `scorer.watch.nodes.NodeWatcher`, spares each cycle a list of every node while it is synced, and
         each write after a 409 a GET of its node.
         `devices`, kept by the DRA watches (`steer.adapters.dra`), adds each node's DRA devices
         to what it offers (reserved nodes, coverage, free-device scores)."""
@@ -675,7 +675,7 @@ class Scorer:
         self, policy: Policy, plan: CyclePlan, nodes: tuple[NodeState, ...], *, write: bool
     ) -> None:
         """Compute spec.clusterScores from this plan and, when writing, publish them to the
-        hub (scorer/placementscore.py). A hub failure is logged and counted, never fatal."""
+        hub (scorer/cycle/placementscore.py). A hub failure is logged and counted, never fatal."""
         if not policy.spec.cluster_scores.enabled:
             return
         ledger = self.ledger
