@@ -22,6 +22,7 @@ PURE = (
     "scorer/explain",
     "scorer/cycle/retire.py",
     "scorer/cycle/clusterscore.py",
+    "scorer/cycle/decide.py",
     "controller/admission_plan.py",
     "certs/renewal.py",
     "certs/rollover.py",

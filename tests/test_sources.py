@@ -14,6 +14,7 @@ import pytest
 
 from kits.apistub import ApiStub
 from kits.apistub.synthetic import synthetic_node
+from scorer.cycle.decide import check_readings
 from scorer.cycle.observe import NodeIndex
 from scorer.cycle.service import Scorer
 from scorer.cycle.sources import Readings, SourceContext
@@ -455,7 +456,8 @@ def test_without_a_pod_watch_the_pods_are_listed_once_per_read() -> None:
 
 
 def _read_all_with_http_source(apistub: ApiStub, tmp_path: Path, source: Any) -> tuple[Any, Any]:
-    """One `read_all` of the test policy on one node, the http dimension read by `source`."""
+    """One `read_all` of the test policy on one node, the http dimension read by `source`, and
+    its readings checked as a cycle checks them (`check_readings`)."""
     policy = parse_policy(POLICY.replace("URL", "http://127.0.0.1:9/x"))
     apistub.add_node(synthetic_node("node-1"))
     ledger = PodLedger()
@@ -467,10 +469,15 @@ def _read_all_with_http_source(apistub: ApiStub, tmp_path: Path, source: Any) ->
         sources={"http": source},
     )
     try:
-        readings, failures, _ = scorer.read_all(policy, tuple(scorer.node_api.list_nodes()))
+        nodes = tuple(scorer.node_api.list_nodes())
+        readings, failures, _ = scorer.read_all(policy, nodes)
     finally:
         scorer.close()
-    return readings, failures
+    checks = check_readings(policy, nodes, readings, failures)
+    return (
+        {c.dimension: c.reading for c in checks if c.reading is not None},
+        {c.dimension: c.failure for c in checks if c.failure is not None},
+    )
 
 
 def test_a_broken_source_fails_only_its_dimensions(apistub: ApiStub, tmp_path: Path) -> None:

@@ -19,11 +19,17 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from scorer.cycle.clusterscore import ClusterScoreValue, cluster_scores, requested_resources
-from scorer.cycle.observe import DimensionFailure, DimensionReading, NodeIndex, vet
+from scorer.cycle.clusterscore import ClusterScoreValue, requested_resources
+from scorer.cycle.decide import (
+    ClusterPods,
+    CycleDecision,
+    CycleInputs,
+    DimensionCheck,
+    decide_cycle,
+)
+from scorer.cycle.observe import DimensionFailure, DimensionReading, NodeIndex
 from scorer.cycle.placementscore import PlacementScorePublisher, PublishError
-from scorer.cycle.plan import CyclePlan, ScorerMemory, plan_cycle
-from scorer.cycle.retire import retire_old_prefixes
+from scorer.cycle.plan import CyclePlan, ScorerMemory
 from scorer.cycle.sources import SOURCES, Readings, Source, SourceContext
 from scorer.cycle.sources.base import concurrently
 from scorer.cycle.sources.prometheus import PrometheusSource, read_device_heat
@@ -37,9 +43,9 @@ from scorer.watch.nodes import NodeCache
 from steer.adapters.gc_pause import freeze_survivors, gc_paused, release_free_memory
 from steer.adapters.lease import LeaseElector
 from steer.core.budget import PodUsage
-from steer.core.datacheck import ProblemKind, expected_nodes
+from steer.core.datacheck import ProblemKind
 from steer.core.dra.inventory import Inventory
-from steer.core.policy import Coverage, Dimension, Policy
+from steer.core.policy import Dimension, Policy
 from steer.core.steering import drain_keys, energy_composites, owned_resource_keys
 
 log = logging.getLogger(__name__)
@@ -97,6 +103,17 @@ class CycleResult:
     @property
     def duration_s(self) -> float:
         return self.list_s + self.query_s + self.compute_s + self.write_s
+
+
+@dataclass(frozen=True)
+class Timings:
+    """When a cycle started (unix seconds) and how long its steps took (seconds)."""
+
+    started_at: float
+    list_s: float = 0.0
+    query_s: float = 0.0
+    compute_s: float = 0.0
+    compute_cpu_s: float = 0.0
 
 
 class Scorer:
@@ -238,8 +255,8 @@ class Scorer:
     def read_all(
         self, policy: Policy, nodes: tuple[NodeState, ...], at: float | None = None
     ) -> tuple[dict[str, DimensionReading], dict[str, DimensionFailure], float]:
-        """Every dimension read from its source, mapped onto `nodes`; PromQL evaluated at `at`
-        (unix seconds) when given, else at Prometheus' now."""
+        """Every dimension read from its source, mapped onto `nodes`, not yet vetted; PromQL
+        evaluated at `at` (unix seconds) when given, else at Prometheus' now."""
         started = time.perf_counter()
         index = NodeIndex(nodes)
         by_source: dict[str, list[Dimension]] = {}
@@ -269,56 +286,41 @@ class Scorer:
             answer.failures.update(part.failures)
             answer.requests += part.requests
         self.query_count += answer.requests
-        # Every reading against its unit and the nodes its coverage expects: what contradicts
-        # them is dropped or held back, and said (steer/core/datacheck).
-        expected: dict[Coverage, frozenset[str] | None] = {}  # dimensions share coverages
-        for dim in policy.spec.dimensions:
-            raw = answer.readings.get(dim.name)
-            if raw is None:
-                continue
-            if dim.coverage not in expected:
-                expected[dim.coverage] = expected_nodes(policy, dim, nodes)
-            vetted = vet(dim, raw, expected[dim.coverage])
-            if isinstance(vetted, DimensionFailure):
-                del answer.readings[dim.name]
-                answer.failures[dim.name] = vetted
-                self.metrics.held_readings.labels(dimension=dim.name, reason=vetted.kind).inc()
-            else:
-                answer.readings[dim.name] = vetted
-        for dim in policy.spec.dimensions:
-            self.metrics.queries.labels(dimension=dim.name).inc()
-            failure = answer.failures.get(dim.name)
-            if failure is None and dim.name not in answer.readings:
-                # A source that answered neither (its bug): this dimension failed, not the cycle.
-                failure = DimensionFailure(
-                    dim.name, dim.what, "response", "its source gave no answer", 0.0
-                )
-                answer.failures[dim.name] = failure
+        return answer.readings, answer.failures, time.perf_counter() - started
+
+    def _record_checks(self, checks: Iterable[DimensionCheck]) -> None:
+        """Each dimension's reading as vetted (`decide.check_readings`): the metrics of its
+        query and its data, and a log line when its set of data problems changes."""
+        m = self.metrics
+        for check in checks:
+            name, failure, reading = check.dimension, check.failure, check.reading
+            m.queries.labels(dimension=name).inc()
+            if check.held and failure is not None:
+                m.held_readings.labels(dimension=name, reason=failure.kind).inc()
             problems = (
-                failure.problems if failure is not None else answer.readings[dim.name].problems
+                failure.problems if failure is not None else reading.problems if reading else ()
             )
             kinds = {p.kind for p in problems}
             for kind in ProblemKind:
-                self.metrics.data_problems.labels(dimension=dim.name, kind=kind).set(
-                    1 if kind in kinds else 0
-                )
+                m.data_problems.labels(dimension=name, kind=kind).set(1 if kind in kinds else 0)
             # Logged when the dimension's set of problems changes, not every cycle it lasts.
             told = frozenset((p.kind, p.blocking) for p in problems)
-            if told != self._told_problems.get(dim.name, frozenset()):
+            if told != self._told_problems.get(name, frozenset()):
                 for problem in problems:
                     log.warning("dimension %s", problem.line())
                 if not problems:
-                    log.info("dimension %s: its data problems are gone", dim.name)
-                self._told_problems[dim.name] = told
+                    log.info("dimension %s: its data problems are gone", name)
+                self._told_problems[name] = told
             if failure is not None:
                 if not failure.problems:
-                    self.metrics.query_errors.labels(dimension=dim.name, kind=failure.kind).inc()
-                    log.warning("dimension %s: %s", dim.name, failure.message)
-                self.metrics.query_duration.labels(dimension=dim.name).observe(failure.duration_s)
+                    m.query_errors.labels(dimension=name, kind=failure.kind).inc()
+                    log.warning("dimension %s: %s", name, failure.message)
+                m.query_duration.labels(dimension=name).observe(failure.duration_s)
                 continue
-            reading = answer.readings[dim.name]
-            self.metrics.query_duration.labels(dimension=dim.name).observe(reading.duration_s)
-            self.metrics.unknown_nodes.labels(dimension=dim.name).set(reading.unknown)
+            if reading is None:
+                continue
+            m.query_duration.labels(dimension=name).observe(reading.duration_s)
+            m.unknown_nodes.labels(dimension=name).set(reading.unknown)
             for reason, count in (
                 ("non-finite", reading.non_finite),
                 ("too-large", reading.too_large),
@@ -326,8 +328,7 @@ class Scorer:
                 ("unlabelled", reading.unlabelled),
                 ("out-of-range", reading.out_of_range),
             ):
-                self.metrics.dropped_samples.labels(dimension=dim.name, reason=reason).set(count)
-        return answer.readings, answer.failures, time.perf_counter() - started
+                m.dropped_samples.labels(dimension=name, reason=reason).set(count)
 
     def run_cycle(self, *, dry_run: bool | None = None, at: float | None = None) -> CycleResult:
         """List nodes, query, plan and (if leader and not a dry run) write. Raises `CycleError`
@@ -382,32 +383,32 @@ class Scorer:
         # at 5,000 nodes with the collector running).
         with gc_paused():
             usages = self._pod_usages(policy)
-            plan, memory = plan_cycle(
-                policy,
-                nodes,
-                readings,
-                self._memory,
-                now,
-                failures=failures,
-                hot=hot,
-                pod_usages=usages,
+            decision = decide_cycle(
+                CycleInputs(
+                    policy,
+                    nodes,
+                    now,
+                    self._memory,
+                    readings=readings,
+                    failures=failures,
+                    hot=hot,
+                    pod_usages=usages,
+                    cluster_pods=self._cluster_pods(policy),
+                )
             )
         compute_s, compute_cpu_s = time.perf_counter() - t1, time.thread_time() - c1
         if self._last is None and usages is not None:
             freeze_survivors()  # the first lists' objects live on: no full collection walks them
-        self._memory = memory
+        self._record_checks(decision.checks)
+        self._memory = decision.memory
         self._last_bindings_generation, self._last_ledger_generation = generation
         return self._finish(
             policy,
-            plan,
+            decision,
             nodes,
             dry,
-            started_at,
-            list_s,
-            query_s,
-            compute_s,
+            Timings(started_at, list_s, query_s, compute_s, compute_cpu_s),
             len(policy.spec.dimensions),
-            compute_cpu_s,
         )
 
     def _current_nodes(self, *, first: bool, wait_s: float) -> tuple[NodeState, ...]:
@@ -537,30 +538,30 @@ class Scorer:
             # which a cycle reads.
             nodes = tuple(self._nodes[n] for n in sorted(names))
             t1 = time.perf_counter()
-            plan, memory = plan_cycle(
-                policy,
-                nodes,
-                {},
-                self._memory,
-                self._clock(),
-                hot=hot,
-                pod_usages=self._pod_usages(policy, names),
-                known=self._nodes,
+            decision = decide_cycle(
+                CycleInputs(
+                    policy,
+                    nodes,
+                    self._clock(),
+                    self._memory,
+                    hot=hot,
+                    pod_usages=self._pod_usages(policy, names),
+                    known=dict(self._nodes),
+                    previous=previous.plan,
+                    cluster_pods=self._cluster_pods(policy),
+                )
             )
             compute_s = time.perf_counter() - t1
-            self._memory = memory
+            self._memory = decision.memory
             self._last_bindings_generation, self._last_ledger_generation = generation
             return self._finish(
                 policy,
-                plan,
+                decision,
                 nodes,
                 self.dry_run,
-                started_at,
-                0.0,
-                0.0,
-                compute_s,
+                Timings(started_at, 0.0, 0.0, compute_s),
                 0,
-                merge_into=previous,
+                refresh=True,
             )
 
     def _hot_counts(self, policy: Policy) -> dict[str, int]:
@@ -576,21 +577,17 @@ class Scorer:
     def _finish(
         self,
         policy: Policy,
-        plan: CyclePlan,
+        decision: CycleDecision,
         nodes: tuple[NodeState, ...],
         dry: bool,
-        started_at: float,
-        list_s: float,
-        query_s: float,
-        compute_s: float,
+        timings: Timings,
         queries: int,
-        compute_cpu_s: float = 0.0,
-        merge_into: CycleResult | None = None,
+        *,
+        refresh: bool = False,
     ) -> CycleResult:
-        """Write (if leading) and record a plan. `merge_into`: the plan covers only some nodes
-        (a refresh), and the result is the previous one with those nodes replaced."""
-        # Records left under an earlier labelPrefix: their keys go in this cycle's writes.
-        plan, retired = retire_old_prefixes(policy, plan, nodes)
+        """Write (if leading) what `decision` plans for `nodes`, publish its cluster scores and
+        record it. In a refresh `nodes` are some of the nodes, and the result holds them all."""
+        retired = decision.retired
         if retired:
             log.info(
                 "retiring keys under old label prefixes %s on %d nodes",
@@ -604,7 +601,7 @@ class Scorer:
             t2 = time.perf_counter()
             report = self.writer.apply(
                 policy,
-                plan,
+                decision.writes,
                 nodes,
                 still_allowed=lambda: self.is_leader and not self.stopping.is_set(),
                 still_leading=lambda: self.is_leader,
@@ -619,16 +616,11 @@ class Scorer:
             self.metrics.node_writes.labels(result="error").inc(len(report.errors))
             self.metrics.write_requests.inc(report.requests)
             self.metrics.write_conflicts.inc(report.conflicts)
-        if merge_into is not None:
-            replaced = {p.node: p for p in plan.nodes}
-            plan = dataclasses.replace(
-                merge_into.plan,
-                planned_at=plan.planned_at,
-                pods_known=plan.pods_known,
-                nodes=tuple(replaced.get(p.node, p) for p in merge_into.plan.nodes),
-            )
+        plan = decision.plan
+        if refresh:
             nodes = tuple(self._nodes.values())
-        self._cluster_scores(policy, plan, nodes, write=leader and not dry)
+        if decision.cluster_scores is not None:
+            self._publish_cluster_scores(policy, decision.cluster_scores, write=leader and not dry)
         result = CycleResult(
             plan=plan,
             nodes=nodes,
@@ -636,17 +628,17 @@ class Scorer:
             leader=leader,
             dry_run=dry,
             queries=queries,
-            started_at=started_at,
-            list_s=list_s,
-            query_s=query_s,
-            compute_s=compute_s,
+            started_at=timings.started_at,
+            list_s=timings.list_s,
+            query_s=timings.query_s,
+            compute_s=timings.compute_s,
             write_s=write_s,
-            compute_cpu_s=compute_cpu_s,
+            compute_cpu_s=timings.compute_cpu_s,
         )
         self._last = result
         m = self.metrics
         m.cycle_duration.observe(result.duration_s)
-        m.compute_duration.observe(compute_s)
+        m.compute_duration.observe(timings.compute_s)
         m.planned_changes.set(len(plan.changes))
         m.nodes.set(len(nodes))
         m.leader.set(1 if leader else 0)
@@ -671,17 +663,21 @@ class Scorer:
 
     # ----------------------------------------------------------------- cluster scores
 
-    def _cluster_scores(
-        self, policy: Policy, plan: CyclePlan, nodes: tuple[NodeState, ...], *, write: bool
-    ) -> None:
-        """Compute spec.clusterScores from this plan and, when writing, publish them to the
-        hub (scorer/cycle/placementscore.py). A hub failure is logged and counted, never fatal."""
+    def _cluster_pods(self, policy: Policy) -> ClusterPods | None:
+        """The pods as the cluster scores count them, from the ledger (none without one); None
+        when the policy has no cluster score."""
         if not policy.spec.cluster_scores.enabled:
-            return
+            return None
         ledger = self.ledger
-        requests = None if ledger is None else ledger.requested(requested_resources(policy))
-        usages = None if ledger is None else ledger.usages()
-        values = cluster_scores(policy, plan, nodes, requests, usages)
+        if ledger is None:
+            return ClusterPods(None, None)
+        return ClusterPods(ledger.requested(requested_resources(policy)), ledger.usages())
+
+    def _publish_cluster_scores(
+        self, policy: Policy, values: tuple[ClusterScoreValue, ...], *, write: bool
+    ) -> None:
+        """Record this plan's spec.clusterScores and, when writing, publish them to the hub
+        (scorer/cycle/placementscore.py). A hub failure is logged and counted, never fatal."""
         self.cluster_scores = values
         known = {v.name for v in values if v.value is not None}
         for name in self._cluster_score_names - known:
