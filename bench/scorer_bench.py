@@ -42,8 +42,8 @@ from kits.prometheus_server import PrometheusServer  # noqa: E402
 from kits.synthetic_exporter import GIB, SyntheticCluster  # noqa: E402
 from scorer.cycle.service import Scorer  # noqa: E402
 from scorer.cycle.writer import NodeApi  # noqa: E402
-from scorer.kubeapi import KubeJson  # noqa: E402
 from steer.adapters.kube import make_api_client  # noqa: E402
+from steer.adapters.kubejson import KubeJson  # noqa: E402
 from steer.core.policy import parse_policy  # noqa: E402
 
 STEP_S = 30.0  # one scoring cycle per sample time, as with intervalSeconds: 30

@@ -11,7 +11,7 @@ taints and budget pools out, explained on request. Its map, by job:
   nodes, pods and the audit), `page/` (the explain page), `metrics`;
 - entry points: `serve` (`steer scorer run`), `cli` (its flags, `once`, `cleanup`, `steer
   policy check`), `check` (what `steer policy check` finds), `cleanup`; and what every room
-  shares: `model` (a node as read), `kubeapi` (API paths).
+  shares: `model` (a node as read).
 
 The Lease election is `steer.adapters.lease` (the controller's too). The command-line clients
 of a running scorer and their printers are launcher's (`launcher.explain`,

@@ -40,8 +40,8 @@ from scorer.explain import (
 )
 from scorer.explain.audit import DEFAULT_LIMIT
 from scorer.explain.view import NodeDetail
-from scorer.kubeapi import KubeApiError
 from scorer.page import page_asset
+from steer.adapters.kubejson import KubeApiError
 from steer.adapters.policy_file import ReloadStatus
 from steer.core.infrastructure import presumed_requester
 from steer.core.scheduling import UninterpretablePod, pod_spec_of

@@ -16,9 +16,9 @@ from typing import Any
 
 from scorer.cycle.retire import Removal, cleanup_removal, removal_plan
 from scorer.cycle.writer import NodeApi, NodeWriter, RateLimiter, WriteResult
-from scorer.kubeapi import BOUND_PODS, PODS_PATH, KubeApiError
 from scorer.model import parse_rfc3339
 from scorer.watch.ledger import BoundPod
+from steer.adapters.kubejson import BOUND_PODS, PODS_PATH, KubeApiError
 from steer.adapters.lease import DEFAULT_LEASE_NAME, lease_path
 from steer.core.policy import Policy
 

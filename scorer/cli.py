@@ -20,7 +20,6 @@ from scorer.cycle.retire import Removal
 from scorer.cycle.service import CycleError, CycleResult, Scorer
 from scorer.cycle.writer import WriteResult
 from scorer.explain import node_row, plan_table
-from scorer.kubeapi import KubeApiError
 from scorer.model import NodeState, with_devices
 from scorer.serve import (
     DEFAULT_LISTEN,
@@ -31,7 +30,7 @@ from scorer.serve import (
 )
 from steer.adapters.dra import DraStore
 from steer.adapters.kube import KubeConfigError, add_kubeconfig_flag, make_api_client
-from steer.adapters.kubejson import KubeJson
+from steer.adapters.kubejson import KubeApiError, KubeJson
 from steer.adapters.lease import DEFAULT_LEASE_NAME
 from steer.adapters.policy_file import load_policy_file
 from steer.adapters.policy_resource import fetch_policy_object, parse_policy_object

@@ -22,7 +22,6 @@ from scorer.cycle.service import Scorer
 from scorer.cycle.writer import NodeApi
 from scorer.jobs.pending import PendingPods, PendingPodWatcher, SteeringEvents, report_blocked
 from scorer.jobs.policy_status import PolicyStatusWriter, report_rejected_at_start
-from scorer.kubeapi import KubeJson
 from scorer.metrics import ScorerMetrics
 from scorer.watch.bindings import BindingWindow, PodBindingWatcher
 from scorer.watch.ledger import PodLedger
@@ -30,6 +29,7 @@ from scorer.watch.nodes import NodeCache, NodeWatcher
 from steer.adapters.dra import DraStore
 from steer.adapters.http_server import HttpServer
 from steer.adapters.kube import make_api_client
+from steer.adapters.kubejson import KubeJson
 from steer.adapters.lease import DEFAULT_LEASE_NAME, LeaseElector, default_identity
 from steer.adapters.policy_file import PolicyWatcher
 from steer.adapters.policy_resource import PolicyResourceWatcher

@@ -11,7 +11,7 @@ from kits.apistub import ApiStub
 from scorer.explain.blocked import blocking_message
 from scorer.explain.view import Exclusion, NodeVerdict, PodExplanation
 from scorer.jobs.pending import EVENT_REASON, REJUDGE_S, PendingPods, SteeringEvents
-from scorer.kubeapi import KubeJson
+from steer.adapters.kubejson import KubeJson
 from tests.apistub_fixtures import client_for
 
 TRACE = "kube-steer.github.io/trace"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 
@@ -69,3 +70,59 @@ def test_a_stopped_job_starts_again() -> None:
     assert runs.acquire(timeout=10)
     assert not runs.acquire(timeout=0.1)
     runner.stop()
+
+
+def test_a_wake_runs_now_and_one_during_a_run_runs_again_after_it() -> None:
+    runs = threading.Semaphore(0)
+    in_run, go_on = threading.Event(), threading.Event()
+
+    def job() -> None:
+        in_run.set()
+        go_on.wait(10)
+        runs.release()
+
+    runner = Periodic("t", 60, job)
+    runner.wake()  # before start: nothing more than the first run
+    runner.start()
+    assert in_run.wait(10)
+    in_run.clear()
+    runner.wake()  # during the first run
+    go_on.set()
+    assert runs.acquire(timeout=10)
+    assert runs.acquire(timeout=10)  # the second run came at once, not after 60 s
+    assert not runs.acquire(timeout=0.2)
+    runner.wake()
+    assert runs.acquire(timeout=10)
+    runner.stop(timeout_s=5)
+    assert not runner.running
+
+
+def test_failed_runs_are_retried_sooner_doubling_up_to_the_interval() -> None:
+    times: list[float] = []
+    third_retry = threading.Event()
+
+    def job() -> bool:
+        times.append(time.monotonic())
+        if len(times) == 4:
+            third_retry.set()
+        return len(times) > 4  # four failures, then success
+
+    runner = Periodic("t", 30, job, retry_s=0.05).start()
+    assert third_retry.wait(10)  # three retries within seconds: not the 30 s interval
+    runner.stop(timeout_s=5)
+    gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
+    for gap, backoff in zip(gaps, (0.05, 0.1, 0.2), strict=False):
+        assert gap >= backoff * 0.9, (gaps, backoff)
+
+
+def test_without_retry_a_failed_run_waits_the_interval() -> None:
+    runs = threading.Semaphore(0)
+
+    def job() -> bool:
+        runs.release()
+        return False
+
+    runner = Periodic("t", 60, job).start()
+    assert runs.acquire(timeout=10)
+    assert not runs.acquire(timeout=0.3)
+    runner.stop(timeout_s=5)

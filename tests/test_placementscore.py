@@ -20,9 +20,9 @@ from scorer.cycle.clusterscore import ClusterScoreValue
 from scorer.cycle.placementscore import PlacementScorePublisher, PublishError
 from scorer.cycle.service import Scorer
 from scorer.cycle.writer import NodeApi
-from scorer.kubeapi import KubeApiError, KubeJson
 from scorer.watch.ledger import PodLedger
 from steer.adapters.kube import KubeConfigError
+from steer.adapters.kubejson import KubeApiError, KubeJson
 from steer.core.policy import Policy, parse_policy
 from tests.apistub_fixtures import client_for
 from tests.scorer_support import SMALL_POLICY

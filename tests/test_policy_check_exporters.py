@@ -35,8 +35,8 @@ from scorer.check import CheckReport, check_policy
 from scorer.cycle.service import Scorer
 from scorer.cycle.sources.prometheus import read_device_heat
 from scorer.cycle.writer import NodeApi
-from scorer.kubeapi import KubeJson
 from scorer.model import NodeState
+from steer.adapters.kubejson import KubeJson
 from steer.adapters.policy_file import load_policy_file
 from steer.core.policy.crd import data_condition
 from steer.presets import ENERGY_KEPLER_07, POWER_KEPLER_07

@@ -46,8 +46,8 @@ from scorer.access.rules import (
 from scorer.app import create_app
 from scorer.cycle.service import Scorer
 from scorer.cycle.writer import NodeApi
-from scorer.kubeapi import KubeJson
 from steer.adapters.http_server import HttpServer
+from steer.adapters.kubejson import KubeJson
 from steer.core.policy import parse_policy
 from tests.apistub_fixtures import client_for
 from tests.scorer_support import SMALL_POLICY, backfilled_prometheus, stub_nodes

@@ -22,8 +22,8 @@ from scorer.app import create_app
 from scorer.cycle.loop import ScorerLoop
 from scorer.cycle.service import Scorer
 from scorer.cycle.writer import NodeApi
-from scorer.kubeapi import MERGE_PATCH, KubeJson, pod_path
 from steer.adapters.http_server import HttpServer
+from steer.adapters.kubejson import MERGE_PATCH, KubeJson, pod_path
 from steer.adapters.lease import LeaseElector
 from steer.core.mutation import MutationPlan, mutate_pod
 from steer.core.policy import parse_policy

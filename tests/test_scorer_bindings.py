@@ -13,8 +13,8 @@ from kits.apistub.synthetic import synthetic_node
 from kits.synthetic_exporter import SyntheticCluster
 from scorer.cycle.service import Scorer
 from scorer.cycle.writer import NodeApi
-from scorer.kubeapi import KubeJson
 from scorer.watch.bindings import BindingWindow, PodBindingWatcher, binding_time
+from steer.adapters.kubejson import KubeJson
 from steer.core.policy import parse_policy
 from tests.scorer_support import SMALL_POLICY, backfilled_prometheus
 

@@ -22,10 +22,10 @@ from scorer.cycle.plan import ManagedRecord, NodePlan, ScorerMemory, managed_key
 from scorer.cycle.service import Scorer
 from scorer.cycle.writer import NodeApi, NodeWriter, RateLimiter
 from scorer.explain import explain_pod, node_detail
-from scorer.kubeapi import MERGE_PATCH, KubeJson, pod_path
 from scorer.model import NodeState
 from scorer.watch.bindings import BindingWindow, PodBindingWatcher
 from scorer.watch.ledger import BoundPod, PodLedger
+from steer.adapters.kubejson import MERGE_PATCH, KubeJson, pod_path
 from steer.core.budget import FLOOR_SETTLE_S, PodUsage, pod_usage, tenant_budget
 from steer.core.policy import Policy, parse_policy
 from tests.scorer_support import SMALL_POLICY

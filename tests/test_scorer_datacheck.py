@@ -21,8 +21,8 @@ from scorer.app import create_app
 from scorer.cycle.plan import DataStatus
 from scorer.cycle.service import Scorer
 from scorer.cycle.writer import NodeApi
-from scorer.kubeapi import KubeJson
 from steer.adapters.http_server import HttpServer
+from steer.adapters.kubejson import KubeJson
 from steer.core.datacheck import ProblemKind
 from steer.core.policy import Policy, parse_policy
 from tests.apistub_fixtures import client_for

@@ -23,9 +23,9 @@ from scorer.explain.nodes import detail_view, nodes_view
 from scorer.explain.pod import explain_pod
 from scorer.explain.render import node_text, nodes_text
 from scorer.explain.view import NodeDetail, NodesTable, Served
-from scorer.kubeapi import KubeJson
 from scorer.model import DeviceReadings, NodeState, with_devices
 from scorer.watch.ledger import PodLedger
+from steer.adapters.kubejson import KubeJson
 from steer.core.dra.inventory import Inventory
 from steer.core.policy import Policy, PolicyError, parse_policy
 from tests.conftest import EXAMPLE_POLICY, load_fixture

@@ -15,9 +15,9 @@ from scorer.cycle.writer import NodeApi, NodeWriter, RateLimiter
 from scorer.explain.nodes import detail_view
 from scorer.explain.render import node_text
 from scorer.explain.view import Served
-from scorer.kubeapi import KubeJson
 from scorer.model import NodeState
 from scorer.watch.ledger import BoundPod
+from steer.adapters.kubejson import KubeJson
 from steer.core.budget import PodUsage
 from steer.core.policy import Policy, PolicyError, parse_policy
 from steer.core.steering import owned_label_keys, owned_resource_keys

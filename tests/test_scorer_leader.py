@@ -8,7 +8,7 @@ from typing import Any
 from kubernetes import client
 
 from kits.apistub import ApiStub
-from scorer.kubeapi import KubeJson
+from steer.adapters.kubejson import KubeJson
 from steer.adapters.lease import DEFAULT_LEASE_NAME, LeaseElector
 
 

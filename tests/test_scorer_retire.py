@@ -17,8 +17,8 @@ from scorer.cycle.retire import (
     retire_old_prefixes,
 )
 from scorer.cycle.writer import NodeApi, NodeWriter, RateLimiter
-from scorer.kubeapi import KubeJson
 from scorer.model import NodeState
+from steer.adapters.kubejson import KubeJson
 from steer.core.scheduling import Taint
 from tests.scorer_support import apply_node_plan, readings_for, small_policy
 

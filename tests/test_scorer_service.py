@@ -20,10 +20,10 @@ from kits.waiting import wait_until
 from scorer.cycle.plan import DataStatus
 from scorer.cycle.service import Scorer
 from scorer.cycle.writer import NodeApi
-from scorer.kubeapi import MERGE_PATCH, KubeJson
 from scorer.model import NodeState
 from scorer.watch.ledger import PodLedger
 from scorer.watch.nodes import NodeCache, NodeWatcher
+from steer.adapters.kubejson import MERGE_PATCH, KubeJson
 from steer.adapters.lease import LeaseElector
 from steer.adapters.prometheus import QueryResult
 from steer.core.policy import Policy, parse_policy

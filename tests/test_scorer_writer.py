@@ -15,7 +15,7 @@ from kits.apistub import ApiStub
 from kits.apistub.synthetic import synthetic_node
 from scorer.cycle.plan import ScorerMemory, plan_cycle
 from scorer.cycle.writer import NodeApi, NodeWriter, RateLimiter
-from scorer.kubeapi import KubeJson
+from steer.adapters.kubejson import KubeJson
 from steer.core.policy import parse_policy
 from tests.scorer_support import SMALL_POLICY, readings_for, small_policy
 

@@ -21,9 +21,9 @@ from scorer.cycle.sources import Readings, SourceContext
 from scorer.cycle.sources.http_json import HttpJsonSource, field_at, node_values
 from scorer.cycle.sources.kubernetes import KubernetesApiSource, endpoint_readiness
 from scorer.cycle.writer import NodeApi
-from scorer.kubeapi import KubeApiError, KubeJson
 from scorer.model import NodeState
 from scorer.watch.ledger import PodLedger
+from steer.adapters.kubejson import KubeApiError, KubeJson
 from steer.core.budget import Amount, limit_overcommit_pct
 from steer.core.policy import PolicyError, parse_policy
 from tests.apistub_fixtures import client_for

@@ -17,9 +17,9 @@ from scorer.cycle.observe import NodeIndex, read_dimension
 from scorer.cycle.service import Scorer
 from scorer.cycle.sources import Readings
 from scorer.cycle.writer import NodeApi
-from scorer.kubeapi import KubeJson
 from scorer.model import NodeState
 from scorer.watch.ledger import PodLedger
+from steer.adapters.kubejson import KubeJson
 from steer.adapters.prometheus import Sample
 from steer.core.policy import Dimension, Policy
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from urllib.parse import quote
 
 from scorer.cycle.clusterscore import (
     ClusterScoreValue,
@@ -24,9 +25,19 @@ from scorer.cycle.clusterscore import (
     valid_until,
     write_reason,
 )
-from scorer.kubeapi import MERGE_PATCH, KubeApiError, KubeJson, placement_score_path
 from steer.adapters.kube import KubeConfigError, make_api_client
+from steer.adapters.kubejson import MERGE_PATCH, KubeApiError, KubeJson
 from steer.core.policy import Policy
+
+PLACEMENT_SCORE_API = "/apis/cluster.open-cluster-management.io/v1alpha1"
+
+
+def placement_score_path(namespace: str, name: str = "") -> str:
+    """An Open Cluster Management AddOnPlacementScore (namespaced in the cluster's namespace
+    on the hub), or the collection of one namespace."""
+    base = f"{PLACEMENT_SCORE_API}/namespaces/{quote(namespace, safe='')}/addonplacementscores"
+    return f"{base}/{quote(name, safe='')}" if name else base
+
 
 log = logging.getLogger(__name__)
 

@@ -34,13 +34,13 @@ from scorer.cycle.sources import SOURCES, Readings, Source, SourceContext
 from scorer.cycle.sources.base import concurrently
 from scorer.cycle.sources.prometheus import PrometheusSource, read_device_heat
 from scorer.cycle.writer import NodeApi, NodeWriter, RateLimiter, WriteReport
-from scorer.kubeapi import BOUND_PODS, PODS_PATH, KubeApiError, KubeJson
 from scorer.metrics import ScorerMetrics
 from scorer.model import DeviceReadings, NodeState, with_devices
 from scorer.watch.bindings import BindingWindow
 from scorer.watch.ledger import PodLedger
 from scorer.watch.nodes import NodeCache
 from steer.adapters.gc_pause import freeze_survivors, gc_paused, release_free_memory
+from steer.adapters.kubejson import BOUND_PODS, PODS_PATH, KubeApiError, KubeJson
 from steer.adapters.lease import LeaseElector
 from steer.core.budget import PodUsage
 from steer.core.datacheck import ProblemKind

@@ -33,7 +33,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from scorer.cycle.plan import CyclePlan, NodePlan
-from scorer.kubeapi import (
+from scorer.model import NodeState
+from scorer.watch.nodes import newer
+from steer.adapters.kubejson import (
     BOUND_PODS,
     MERGE_PATCH,
     NAMESPACES_PATH,
@@ -47,8 +49,6 @@ from scorer.kubeapi import (
     node_status_path,
     pod_path,
 )
-from scorer.model import NodeState
-from scorer.watch.nodes import newer
 from steer.core.policy import Policy
 from steer.core.steering import owned_taint_keys
 

@@ -26,7 +26,7 @@ from kubernetes import client
 from scorer.cycle.service import Scorer
 from scorer.explain.blocked import blocking_message
 from scorer.explain.pod import explain_pod
-from scorer.kubeapi import PODS_PATH, KubeApiError, KubeJson
+from steer.adapters.kubejson import PODS_PATH, KubeApiError, KubeJson
 from steer.adapters.listwatch import ListWatcher
 from steer.core.infrastructure import presumed_requester
 from steer.core.mode import AUDIT

@@ -20,9 +20,9 @@ from typing import Any, ClassVar
 
 from kubernetes import client
 
-from scorer.kubeapi import BOUND_PODS, PODS_PATH
 from scorer.model import binding_time
 from scorer.watch.ledger import PodLedger
+from steer.adapters.kubejson import BOUND_PODS, PODS_PATH
 from steer.adapters.listwatch import ListWatcher
 
 log = logging.getLogger(__name__)

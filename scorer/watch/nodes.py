@@ -19,8 +19,8 @@ from typing import Any
 
 from kubernetes import client
 
-from scorer.kubeapi import node_path
 from scorer.model import NodeState
+from steer.adapters.kubejson import node_path
 from steer.adapters.listwatch import ListWatcher
 
 log = logging.getLogger(__name__)

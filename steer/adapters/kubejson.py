@@ -12,6 +12,7 @@ import logging
 import socket
 from collections.abc import Iterator, Mapping
 from typing import Any
+from urllib.parse import quote
 
 import orjson
 from kubernetes import client
@@ -24,6 +25,45 @@ JSON = "application/json"
 # On the BOOKMARK that ends a watch's initial events (`sendInitialEvents=true`): the state so
 # far was sent in full (apimachinery metav1.InitialEventsAnnotationKey).
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+
+
+# Paths and field selectors of the core API that the services call.
+
+
+def node_path(name: str = "") -> str:
+    return f"/api/v1/nodes/{quote(name, safe='')}" if name else "/api/v1/nodes"
+
+
+def node_status_path(name: str) -> str:
+    return f"{node_path(name)}/status"
+
+
+PODS_PATH = "/api/v1/pods"
+NAMESPACES_PATH = "/api/v1/namespaces"
+BOUND_PODS = "spec.nodeName!="  # the field selector of pods bound to a node
+
+
+def pod_path(namespace: str, name: str) -> str:
+    return f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}"
+
+
+def events_path(namespace: str) -> str:
+    """The core/v1 Events of a namespace (the scheduler's, written through events.k8s.io, are
+    served here too)."""
+    return f"{namespace_path(namespace)}/events"
+
+
+def failed_scheduling_selector(namespace: str, name: str) -> str:
+    """The fieldSelector of one pod's `FailedScheduling` events (fields the apiserver indexes
+    for core/v1 Events)."""
+    return (
+        f"involvedObject.kind=Pod,involvedObject.namespace={namespace},"
+        f"involvedObject.name={name},reason=FailedScheduling"
+    )
+
+
+def namespace_path(name: str) -> str:
+    return f"/api/v1/namespaces/{quote(name, safe='')}"
 
 
 class KubeApiError(Exception):

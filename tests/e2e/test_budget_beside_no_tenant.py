@@ -31,7 +31,7 @@ from kits.service_processes import (
     unregister_admission,
 )
 from kits.waiting import wait_until
-from scorer.kubeapi import KubeJson, node_path, pod_path
+from steer.adapters.kubejson import KubeJson, node_path, pod_path
 from steer.core.budget import pod_limits
 from steer.core.quantity import parse_quantity
 from tests.e2e.waiting import NOT_YET, bound_node, metric, unschedulable_message

@@ -21,7 +21,7 @@ from kits.control_plane import ROOT, ControlPlane
 from kits.service_processes import running_scorer
 from kits.waiting import wait_until
 from scorer.jobs.pending import EVENT_COMPONENT, EVENT_REASON
-from scorer.kubeapi import KubeJson, node_path, pod_path
+from steer.adapters.kubejson import KubeJson, node_path, pod_path
 from steer.core.budget import FLOOR_SETTLE_S, tenant_budget
 from steer.core.policy import Policy, Tenant, parse_policy
 from steer.core.steering import trace_annotation_key

@@ -31,9 +31,9 @@ from kits.dra import API as DRA_API
 from kits.dra import DEVICE_CLASS, DraKit, claim_pod_spec, pod_devices
 from kits.service_processes import register_admission, running_webhook, unregister_admission
 from kits.waiting import WaitTimeout, wait_until
-from scorer.kubeapi import KubeJson
 from steer.adapters.dra import DraStore
 from steer.adapters.kube import make_api_client
+from steer.adapters.kubejson import KubeJson
 from steer.core.policy import parse_policy
 from tests.e2e.test_real_kubelets import InProcessScorer, Observations
 from tests.e2e.test_scheduler import wait_bound

@@ -36,9 +36,9 @@ from typing import Any
 from kits.control_plane import ControlPlane
 from kits.dra import DraKit, claim_pod_spec, pod_devices
 from kits.waiting import wait_until
-from scorer.kubeapi import KubeJson
 from steer.adapters.dra import DraStore
 from steer.adapters.kube import make_api_client
+from steer.adapters.kubejson import KubeJson
 from steer.core.policy import parse_policy
 from tests.e2e.test_dra import EXAMPLE, GPU, INSTANCE_TYPE, OPT_IN, PREFIX, dra, stopping, webhook
 from tests.e2e.test_real_kubelets import InProcessScorer, Observations

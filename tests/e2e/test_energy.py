@@ -19,8 +19,8 @@ from kits.control_plane import ControlPlane
 from kits.waiting import wait_until
 from scorer.cycle.plan import ScorerMemory, plan_cycle
 from scorer.cycle.writer import NodeApi, NodeWriter, RateLimiter
-from scorer.kubeapi import KubeJson
 from scorer.watch.ledger import BoundPod
+from steer.adapters.kubejson import KubeJson
 from steer.core.policy import parse_policy
 from steer.core.steering import class_preferences, composite_key
 from tests.e2e.test_scheduler import SET_KEY, bare_pod, pod_template, wait_bound

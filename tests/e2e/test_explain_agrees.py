@@ -38,10 +38,10 @@ from scorer.cycle.observe import NodeIndex
 from scorer.cycle.service import Scorer
 from scorer.cycle.sources import Readings
 from scorer.cycle.writer import NodeApi
-from scorer.kubeapi import KubeJson
 from scorer.model import NodeState
 from scorer.watch.ledger import PodLedger
 from steer.adapters.http_server import HttpServer
+from steer.adapters.kubejson import KubeJson
 from steer.core.admission import ValidationPlan, validate_pod
 from steer.core.mutation import MutationPlan, mutate_pod
 from steer.core.policy import Dimension, Policy, parse_policy

@@ -29,7 +29,7 @@ from kits.prometheus_server import PrometheusServer, scraped_cluster
 from kits.service_processes import RunningScorer, running_scorer
 from kits.synthetic_exporter import SyntheticCluster
 from kits.waiting import wait_until
-from scorer.kubeapi import KubeJson
+from steer.adapters.kubejson import KubeJson
 from tests.conftest import EXAMPLE_POLICY
 from tests.e2e.waiting import NOT_YET
 from tests.scorer_support import SMALL_POLICY

@@ -41,7 +41,7 @@ from kits.prometheus_server import PrometheusServer, scraped_cluster
 from kits.service_processes import _spawn, _wait_http, running_scorer
 from kits.synthetic_exporter import SyntheticCluster
 from kits.waiting import wait_until
-from scorer.kubeapi import MERGE_PATCH, KubeJson, node_path
+from steer.adapters.kubejson import MERGE_PATCH, KubeJson, node_path
 from tests.e2e.waiting import NOT_YET
 from tests.scorer_support import SMALL_POLICY
 

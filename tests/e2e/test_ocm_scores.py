@@ -25,8 +25,9 @@ import yaml
 from kits.control_plane import ROOT, ControlPlane
 from kits.service_processes import running_scorer
 from kits.waiting import wait_until
-from scorer.kubeapi import MERGE_PATCH, KubeApiError, KubeJson, placement_score_path, pod_path
+from scorer.cycle.placementscore import placement_score_path
 from scorer.model import parse_rfc3339
+from steer.adapters.kubejson import MERGE_PATCH, KubeApiError, KubeJson, pod_path
 from tests.e2e.waiting import NOT_YET, metric
 from tests.scorer_support import SMALL_POLICY
 

@@ -43,7 +43,7 @@ from kits.service_processes import (
 from kits.synthetic_exporter import SyntheticCluster
 from kits.waiting import wait_until
 from scorer.jobs.pending import EVENT_REASON
-from scorer.kubeapi import KubeApiError, KubeJson, events_path, node_path, pod_path
+from steer.adapters.kubejson import KubeApiError, KubeJson, events_path, node_path, pod_path
 from steer.core.policy import parse_policy
 from steer.core.steering import trace_annotation_key
 from tests.e2e.waiting import NOT_YET

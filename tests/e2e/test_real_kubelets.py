@@ -39,11 +39,11 @@ from scorer.cycle.observe import NodeIndex
 from scorer.cycle.service import Scorer
 from scorer.cycle.sources import Readings
 from scorer.cycle.writer import NodeApi
-from scorer.kubeapi import KubeJson
 from scorer.model import NodeState
 from scorer.watch.bindings import BindingWindow, PodBindingWatcher
 from scorer.watch.ledger import PodLedger
 from steer.adapters.kube import make_api_client
+from steer.adapters.kubejson import KubeJson
 from steer.core.budget import pod_limits
 from steer.core.policy import Dimension, Policy, parse_policy
 from steer.core.quantity import parse_quantity

@@ -34,7 +34,7 @@ from kits.service_processes import (
 )
 from kits.waiting import wait_until
 from scorer.cycle.writer import FIELD_MANAGER
-from scorer.kubeapi import KubeJson
+from steer.adapters.kubejson import KubeJson
 from steer.core.budget import pod_limits
 from steer.core.k8s_names import WELL_KNOWN_KEYS, kubernetes_domain
 from steer.core.policy import parse_policy

@@ -33,9 +33,9 @@ from kits.waiting import wait_until
 from scorer.cycle.plan import DataStatus
 from scorer.cycle.service import Scorer
 from scorer.cycle.writer import NodeApi
-from scorer.kubeapi import MERGE_PATCH, KubeApiError, KubeJson, node_path
 from scorer.model import parse_rfc3339
 from steer.adapters.kube import make_api_client
+from steer.adapters.kubejson import MERGE_PATCH, KubeApiError, KubeJson, node_path
 from steer.adapters.lease import DEFAULT_LEASE_NAME, lease_path
 from steer.core.policy import Policy, parse_policy
 from tests.e2e.waiting import NOT_YET, metric

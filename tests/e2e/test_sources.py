@@ -14,7 +14,7 @@ import pytest
 from kits.control_plane import ControlPlane
 from kits.service_processes import running_scorer
 from kits.waiting import wait_until
-from scorer.kubeapi import KubeJson, node_path
+from steer.adapters.kubejson import KubeJson, node_path
 from tests.e2e.test_budget_pools import NO_PROMETHEUS
 from tests.e2e.waiting import NOT_YET
 from tests.json_server import json_server

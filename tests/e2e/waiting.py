@@ -11,8 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from kits.control_plane import ROOT, ControlPlane
 from kits.service_processes import RunningScorer
 from kits.waiting import wait_until
-from scorer.kubeapi import KubeApiError, pod_path
-from steer.adapters.kubejson import KubeJson
+from steer.adapters.kubejson import KubeApiError, KubeJson, pod_path
 from steer.core.policy.crd import CRD_NAME
 
 # What a check against the control plane or a running scorer raises while the change it waits

@@ -40,9 +40,9 @@ from scorer.cycle.service import Scorer
 from scorer.cycle.sources import Readings, SourceContext
 from scorer.cycle.sources.prometheus import PrometheusSource
 from scorer.cycle.writer import NodeApi
-from scorer.kubeapi import KubeJson
 from scorer.model import NodeState
 from scorer.watch.ledger import PodLedger
+from steer.adapters.kubejson import KubeJson
 from steer.adapters.lease import LeaseElector
 from steer.core.encoding import bucket_values
 from steer.core.policy import Dimension, Policy, parse_policy

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
 from scorer.cycle.observe import DimensionFailure, DimensionReading, NodeIndex
-from scorer.kubeapi import KubeJson
 from scorer.model import NodeState
 from scorer.watch.ledger import PodLedger
+from steer.adapters.kubejson import KubeJson
 from steer.core.policy import Dimension, Policy
 
 _In = TypeVar("_In")

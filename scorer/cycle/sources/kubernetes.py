@@ -16,9 +16,9 @@ from typing import Any
 
 from scorer.cycle.observe import DimensionFailure, NodeIndex, read_dimension
 from scorer.cycle.sources.base import NodeValue, Readings, SourceContext, SourceFailed
-from scorer.kubeapi import KubeApiError
 from scorer.model import NodeState
 from scorer.watch.ledger import PodLedger
+from steer.adapters.kubejson import KubeApiError
 from steer.core.budget import Amount, limit_overcommit_pct
 from steer.core.policy import Dimension, KubernetesDimension, Policy
 
