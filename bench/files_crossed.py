@@ -83,8 +83,8 @@ def one_cycle(workdir: Path) -> list[str]:
     writer = _first("scorer.cycle.writer", "scorer.writer")
     ledger_mod = _first("scorer.watch.ledger", "scorer.ledger")
     from kubernetes import config
-    from steer.adapters.kubejson import KubeJson
 
+    from steer.adapters.kubejson import KubeJson
     from steer.core.policy import parse_policy
 
     cluster = SyntheticCluster(nodes=3, gpus_per_node=8)

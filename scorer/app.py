@@ -30,16 +30,9 @@ from scorer.access.reviews import ApiserverReviews
 from scorer.access.rules import LIST_PODS, ResourceNeed, pod_needs
 from scorer.cycle.clusterscore import cluster_detail
 from scorer.cycle.service import Scorer
-from scorer.explain import (
-    SchedulerVerdict,
-    audit_report,
-    detail_view,
-    explain_pod,
-    nodes_view,
-    scheduler_verdict,
-)
+from scorer.explain import audit_report, detail_view, explain_pod, nodes_view, scheduler_verdict
 from scorer.explain.audit import DEFAULT_LIMIT
-from scorer.explain.view import NodeDetail
+from scorer.explain.view import NodeDetail, SchedulerVerdict
 from scorer.page import page_asset
 from steer.adapters.kubejson import KubeApiError
 from steer.adapters.policy_file import ReloadStatus

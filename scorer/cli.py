@@ -36,7 +36,7 @@ from steer.adapters.policy_file import load_policy_file
 from steer.adapters.policy_resource import fetch_policy_object, parse_policy_object
 from steer.adapters.prometheus import PrometheusClient, PrometheusError
 from steer.adapters.service_logs import add_log_flags, configure_logging
-from steer.adapters.service_run import serve_exit_code
+from steer.adapters.service_run import START_ERRORS, serve_exit_code, start_problem
 from steer.core.policy import Policy, PolicyError
 
 log = logging.getLogger(__name__)
@@ -372,11 +372,8 @@ def _cmd_cleanup(args: argparse.Namespace) -> int:
     try:
         policy = load_policy_file(args.policy)
         api = node_api(args.kubeconfig)
-    except PolicyError as exc:
-        print(f"invalid policy:\n{exc}", file=sys.stderr)
-        return 2
-    except KubeConfigError as exc:
-        print(str(exc), file=sys.stderr)
+    except START_ERRORS as exc:
+        print(start_problem(exc), file=sys.stderr)
         return 2
     holder = live_leader(api, policy)
     if holder is not None:

@@ -15,8 +15,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from scorer.cycle.plan import ScorerMemory, plan_cycle
-from scorer.explain import AuditReport, Served, audit_report
+from scorer.explain import audit_report
 from scorer.explain.render import audit_text, pod_text
+from scorer.explain.view import AuditReport, Served
 from scorer.model import NodeState
 from steer.adapters.policy_file import PolicyWatcher
 from steer.core.admission_policy.budget import budget_admission_policy

@@ -8,12 +8,6 @@ from typing import Any
 
 from scorer.cycle.plan import ScorerMemory, plan_cycle
 from scorer.explain import (
-    NodeDetail,
-    NodesTable,
-    PodExplanation,
-    SchedulerVerdict,
-    SchedulingEvent,
-    Served,
     detail_view,
     explain_pod,
     latest_failed_scheduling,
@@ -21,6 +15,14 @@ from scorer.explain import (
     scheduler_verdict,
 )
 from scorer.explain.render import node_text, nodes_text, pod_text, scheduler_lines
+from scorer.explain.view import (
+    NodeDetail,
+    NodesTable,
+    PodExplanation,
+    SchedulerVerdict,
+    SchedulingEvent,
+    Served,
+)
 from tests import test_scorer_budget as budget
 from tests.test_scorer_explain import OPTED_IN, POLICY, gpu_pod, scored_cluster
 

@@ -12,7 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scorer.explain import PodExplanation, explain_pod
+from scorer.explain import explain_pod
+from scorer.explain.view import PodExplanation
 from scorer.model import NodeState
 from steer.core.mutation import MutationPlan, mutate_pod
 from steer.core.policy import parse_policy

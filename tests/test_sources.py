@@ -17,7 +17,7 @@ from kits.apistub.synthetic import synthetic_node
 from scorer.cycle.decide import check_readings
 from scorer.cycle.observe import NodeIndex
 from scorer.cycle.service import Scorer
-from scorer.cycle.sources import Readings, SourceContext
+from scorer.cycle.sources import Readings, SourceContext, SourceRequest
 from scorer.cycle.sources.http_json import HttpJsonSource, field_at, node_values
 from scorer.cycle.sources.kubernetes import KubernetesApiSource, endpoint_readiness
 from scorer.cycle.writer import NodeApi
@@ -231,7 +231,7 @@ def test_kubernetes_source_reads_the_ledger_exactly() -> None:
     dims = policy.spec.dimensions[:1]
     nodes = [node("node-1"), node("node-2"), node("node-3", cpu="0", memory="0")]
     index = NodeIndex(nodes)
-    unsynced = source.read(policy, dims, nodes, index, 100.0)
+    unsynced = source.read(SourceRequest(policy, dims, nodes, index, 100.0))
     assert unsynced.failures["overcommit-pct"].kind == "unavailable"
     ledger.replace(
         [
@@ -240,7 +240,7 @@ def test_kubernetes_source_reads_the_ledger_exactly() -> None:
             pod("c", "node-9", {"cpu": "1"}),
         ]
     )
-    answer = source.read(policy, dims, nodes, index, 100.0)
+    answer = source.read(SourceRequest(policy, dims, nodes, index, 100.0))
     reading = answer.readings["overcommit-pct"]
     # node-1: 4.5 of 4 cores; node-2: no pods; node-3: nothing allocatable, no value.
     assert dict(reading.values) == {"node-1": 12.5, "node-2": -100.0}
@@ -305,7 +305,9 @@ def test_endpoint_readiness_source_lists_the_services_slices() -> None:
     nodes = [node("node-1"), node("node-2")]
     kube = FakeKube([SLICE])
     source = KubernetesApiSource(SourceContext(kube=lambda: kube))  # type: ignore[arg-type,return-value]
-    reading = source.read(policy, dims, nodes, NodeIndex(nodes), 5.0).readings["overcommit-pct"]
+    reading = source.read(SourceRequest(policy, dims, nodes, NodeIndex(nodes), 5.0)).readings[
+        "overcommit-pct"
+    ]
     assert dict(reading.values) == {"node-1": 50.0, "node-2": 100.0}
     assert kube.asked == [
         (
@@ -314,7 +316,7 @@ def test_endpoint_readiness_source_lists_the_services_slices() -> None:
         )
     ]
     kube.slices = None
-    failed = source.read(policy, dims, nodes, NodeIndex(nodes), 5.0).failures
+    failed = source.read(SourceRequest(policy, dims, nodes, NodeIndex(nodes), 5.0)).failures
     assert failed["overcommit-pct"].kind == "auth"
 
 
@@ -349,7 +351,9 @@ def test_consul_checks_combine_to_the_worst_per_node(registry: Any) -> None:
     nodes = [node("node-1"), node("node-2")]
     source = HttpJsonSource(SourceContext())
     try:
-        answer = source.read(policy, policy.spec.dimensions, nodes, NodeIndex(nodes), 7.0)
+        answer = source.read(
+            SourceRequest(policy, policy.spec.dimensions, nodes, NodeIndex(nodes), 7.0)
+        )
     finally:
         source.close()
     reading = answer.readings["health"]
@@ -374,7 +378,9 @@ def test_nacos_hosts_by_address(registry: Any) -> None:
     nodes = [node("node-1", ip="10.0.0.1"), node("node-3", ip="10.0.0.3")]
     source = HttpJsonSource(SourceContext())
     try:
-        reading = source.read(policy, policy.spec.dimensions, nodes, NodeIndex(nodes), None)
+        reading = source.read(
+            SourceRequest(policy, policy.spec.dimensions, nodes, NodeIndex(nodes), None)
+        )
     finally:
         source.close()
     assert dict(reading.readings["health"].values) == {"node-1": 100.0, "node-3": 0.0}
@@ -404,7 +410,9 @@ def test_http_failures_are_typed(registry: Any) -> None:
     try:
         for path in ("/bad", "/denied", "/down", "/missing"):
             policy = http_dim(url + path, nodeField="Node", valueField="v")
-            answer = source.read(policy, policy.spec.dimensions, nodes, NodeIndex(nodes), None)
+            answer = source.read(
+                SourceRequest(policy, policy.spec.dimensions, nodes, NodeIndex(nodes), None)
+            )
             kinds[path] = answer.failures["health"].kind
     finally:
         source.close()
@@ -450,7 +458,9 @@ def test_without_a_pod_watch_the_pods_are_listed_once_per_read() -> None:
     nodes = [node("node-1"), node("node-2")]
     kube = FakeKube([pod("a", "node-1", {"cpu": "2", "memory": "12Gi"})])
     source = KubernetesApiSource(SourceContext(kube=lambda: kube))  # type: ignore[arg-type,return-value]
-    reading = source.read(policy, policy.spec.dimensions[:1], nodes, NodeIndex(nodes), 1.0)
+    reading = source.read(
+        SourceRequest(policy, policy.spec.dimensions[:1], nodes, NodeIndex(nodes), 1.0)
+    )
     assert dict(reading.readings["overcommit-pct"].values) == {"node-1": 50.0, "node-2": -100.0}
     assert kube.asked == [("/api/v1/pods", None)]
 
@@ -528,11 +538,15 @@ def test_a_bearer_token_is_sent_from_its_file(registry: Any, tmp_path: Path) -> 
     nodes = [node("node-1")]
     source = HttpJsonSource(SourceContext())
     try:
-        answer = source.read(policy, policy.spec.dimensions, nodes, NodeIndex(nodes), None)
+        answer = source.read(
+            SourceRequest(policy, policy.spec.dimensions, nodes, NodeIndex(nodes), None)
+        )
         assert routes["seen-authorization"] == (0, b"Bearer s3cret")
         assert answer.readings["health"].values == {"node-1": 1.0}
         token.unlink()
-        failed = source.read(policy, policy.spec.dimensions, nodes, NodeIndex(nodes), None)
+        failed = source.read(
+            SourceRequest(policy, policy.spec.dimensions, nodes, NodeIndex(nodes), None)
+        )
         assert failed.failures["health"].kind == "auth"
     finally:
         source.close()

@@ -13,15 +13,14 @@ from typing import Any
 import yaml
 
 from kits.control_plane import ControlPlane
-from scorer.cycle.observe import NodeIndex, read_dimension
+from scorer.cycle.observe import read_dimension
 from scorer.cycle.service import Scorer
-from scorer.cycle.sources import Readings
+from scorer.cycle.sources import Readings, SourceRequest
 from scorer.cycle.writer import NodeApi
-from scorer.model import NodeState
 from scorer.watch.ledger import PodLedger
 from steer.adapters.kubejson import KubeJson
 from steer.adapters.prometheus import Sample
-from steer.core.policy import Dimension, Policy
+from steer.core.policy import Policy
 
 from . import ROOT
 from .nodes import BareNode
@@ -37,14 +36,8 @@ class RecordedSource:
     def __init__(self, values: Mapping[str, Mapping[str, float]]) -> None:
         self.values = values
 
-    def read(
-        self,
-        policy: Policy,
-        dimensions: Sequence[Dimension],
-        nodes: Sequence[NodeState],
-        index: NodeIndex,
-        at: float | None,
-    ) -> Readings:
+    def read(self, request: SourceRequest) -> Readings:
+        dimensions, index, at = request.dimensions, request.index, request.at
         observed_at = time.time() if at is None else at
         out = Readings()
         for dim in dimensions:

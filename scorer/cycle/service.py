@@ -30,7 +30,7 @@ from scorer.cycle.decide import (
 from scorer.cycle.observe import DimensionFailure, DimensionReading, NodeIndex
 from scorer.cycle.placementscore import PlacementScorePublisher, PublishError
 from scorer.cycle.plan import CyclePlan, ScorerMemory
-from scorer.cycle.sources import SOURCES, Readings, Source, SourceContext
+from scorer.cycle.sources import SOURCES, Readings, Source, SourceContext, SourceRequest
 from scorer.cycle.sources.base import concurrently
 from scorer.cycle.sources.prometheus import PrometheusSource, read_device_heat
 from scorer.cycle.writer import NodeApi, NodeWriter, RateLimiter, WriteReport
@@ -268,7 +268,7 @@ class Scorer:
             dims = by_source[name]
             t0 = time.perf_counter()
             try:
-                return sources[name].read(policy, dims, nodes, index, at)
+                return sources[name].read(SourceRequest(policy, dims, nodes, index, at))
             except Exception as exc:  # a source's bug must not stop the other dimensions
                 log.exception("source %s failed", name)
                 elapsed = time.perf_counter() - t0

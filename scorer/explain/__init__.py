@@ -5,7 +5,7 @@ One view model, many renderers. The producers build typed views once: `nodes` (a
 ranking on the steered pod), `scheduler` (what the kube-scheduler said of a live pod: its
 `PodScheduled` condition and latest `FailedScheduling` event), `audit` (the audited pods as
 placed, judged by `pod` as enforce mode would have steered them) and `blocked` (whether
-kube-steer's rules keep a pod Pending); `view` (a package, one module a view) holds the frozen
+kube-steer's rules keep a pod Pending); `view` (a package, one module a view, imported from there) holds the frozen
 types with their `to_json()` (the HTTP answer, `steer scorer once --output json`) and
 `from_json()` (the CLI reading the answer back); `render` draws the CLI's tables from the
 views, and the explain page (scorer/page/) draws the same JSON in a browser; `table` is the
@@ -26,56 +26,8 @@ from scorer.explain.nodes import (
 from scorer.explain.pod import effective_labels, effective_taints, explain_pod
 from scorer.explain.scheduler import latest_failed_scheduling, scheduler_verdict
 from scorer.explain.table import plan_table
-from scorer.explain.view import (
-    AuditedPod,
-    AuditReport,
-    BudgetPools,
-    CompositeValue,
-    ConditionValue,
-    DimensionCell,
-    DimensionStatus,
-    DimensionValue,
-    Exclusion,
-    FloorView,
-    GateView,
-    NodeDetail,
-    NodeRow,
-    NodesTable,
-    NodeVerdict,
-    PodExplanation,
-    PodScheduled,
-    PoolCell,
-    PoolView,
-    RuleCount,
-    SchedulerVerdict,
-    SchedulingEvent,
-    Served,
-)
 
 __all__ = [
-    "AuditReport",
-    "AuditedPod",
-    "BudgetPools",
-    "CompositeValue",
-    "ConditionValue",
-    "DimensionCell",
-    "DimensionStatus",
-    "DimensionValue",
-    "Exclusion",
-    "FloorView",
-    "GateView",
-    "NodeDetail",
-    "NodeRow",
-    "NodeVerdict",
-    "NodesTable",
-    "PodExplanation",
-    "PodScheduled",
-    "PoolCell",
-    "PoolView",
-    "RuleCount",
-    "SchedulerVerdict",
-    "SchedulingEvent",
-    "Served",
     "audit_report",
     "budget_pools",
     "detail_view",

@@ -29,14 +29,19 @@ def stop_on_signals(log: logging.Logger) -> threading.Event:
     return stop
 
 
+# What a command's start may fail with, and then exits 2 with `start_problem` on stderr.
+START_ERRORS = (PolicyError, KubeConfigError)
+
+
+def start_problem(exc: PolicyError | KubeConfigError) -> str:
+    return f"invalid policy:\n{exc}" if isinstance(exc, PolicyError) else str(exc)
+
+
 def serve_exit_code(serve: Callable[[], None]) -> int:
     """Run a service until it stops: 0, or 2 with the reason when it could not start."""
     try:
         serve()
-    except PolicyError as exc:
-        print(f"invalid policy:\n{exc}", file=sys.stderr)
-        return 2
-    except KubeConfigError as exc:
-        print(str(exc), file=sys.stderr)
+    except START_ERRORS as exc:
+        print(start_problem(exc), file=sys.stderr)
         return 2
     return 0

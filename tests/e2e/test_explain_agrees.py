@@ -25,7 +25,7 @@ import os
 import random
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import jsonpatch
@@ -34,9 +34,8 @@ from kubernetes import client
 
 from kits.control_plane import ControlPlane
 from scorer.app import create_app
-from scorer.cycle.observe import NodeIndex
 from scorer.cycle.service import Scorer
-from scorer.cycle.sources import Readings
+from scorer.cycle.sources import Readings, SourceRequest
 from scorer.cycle.writer import NodeApi
 from scorer.model import NodeState
 from scorer.watch.ledger import PodLedger
@@ -44,7 +43,7 @@ from steer.adapters.http_server import HttpServer
 from steer.adapters.kubejson import KubeJson
 from steer.core.admission import ValidationPlan, validate_pod
 from steer.core.mutation import MutationPlan, mutate_pod
-from steer.core.policy import Dimension, Policy, parse_policy
+from steer.core.policy import parse_policy
 from steer.core.steering import condition_key
 from tests.e2e.test_scheduler import SET_KEY
 from tests.scorer_support import readings_for
@@ -240,14 +239,13 @@ class RecordedReadings:
     def __init__(self, values: Mapping[str, Mapping[str, float]]) -> None:
         self.values = values
 
-    def read(
-        self,
-        policy: Policy,
-        dimensions: Sequence[Dimension],
-        nodes: Sequence[NodeState],
-        index: NodeIndex,
-        at: float | None,
-    ) -> Readings:
+    def read(self, request: SourceRequest) -> Readings:
+        policy, dimensions, nodes, at = (
+            request.policy,
+            request.dimensions,
+            request.nodes,
+            request.at,
+        )
         assert at is not None
         wanted = {d.name for d in dimensions}
         # Prometheus answers every query, with an empty vector where nothing is recorded.

@@ -35,17 +35,15 @@ from kits.service_processes import (
     unregister_admission,
 )
 from kits.waiting import wait_until
-from scorer.cycle.observe import NodeIndex
 from scorer.cycle.service import Scorer
-from scorer.cycle.sources import Readings
+from scorer.cycle.sources import Readings, SourceRequest
 from scorer.cycle.writer import NodeApi
-from scorer.model import NodeState
 from scorer.watch.bindings import BindingWindow, PodBindingWatcher
 from scorer.watch.ledger import PodLedger
 from steer.adapters.kube import make_api_client
 from steer.adapters.kubejson import KubeJson
 from steer.core.budget import pod_limits
-from steer.core.policy import Dimension, Policy, parse_policy
+from steer.core.policy import Policy, parse_policy
 from steer.core.quantity import parse_quantity
 from tests.e2e.waiting import NOT_YET
 from tests.scorer_support import readings_for
@@ -64,14 +62,13 @@ class Observations:
     def __init__(self) -> None:
         self.values: dict[str, dict[str, float]] = {}
 
-    def read(
-        self,
-        policy: Policy,
-        dimensions: Sequence[Dimension],
-        nodes: Sequence[NodeState],
-        index: NodeIndex,
-        at: float | None,
-    ) -> Readings:
+    def read(self, request: SourceRequest) -> Readings:
+        policy, dimensions, nodes, at = (
+            request.policy,
+            request.dimensions,
+            request.nodes,
+            request.at,
+        )
         wanted = {d.name for d in dimensions}
         # Prometheus answers every query, with an empty vector where nothing is recorded.
         recorded = {d: self.values.get(d, {}) for d in wanted}

@@ -34,18 +34,16 @@ from kits.apistub.synthetic import synthetic_node
 from kits.net import free_port
 from kits.prometheus_server import PrometheusServer, scraped_cluster
 from kits.synthetic_exporter import GIB, SyntheticCluster
-from scorer.cycle.observe import NodeIndex
 from scorer.cycle.plan import DataStatus, ManagedRecord, managed_key, observed_at_key
 from scorer.cycle.service import Scorer
-from scorer.cycle.sources import Readings, SourceContext
+from scorer.cycle.sources import Readings, SourceContext, SourceRequest
 from scorer.cycle.sources.prometheus import PrometheusSource
 from scorer.cycle.writer import NodeApi
-from scorer.model import NodeState
 from scorer.watch.ledger import PodLedger
 from steer.adapters.kubejson import KubeJson
 from steer.adapters.lease import LeaseElector
 from steer.core.encoding import bucket_values
-from steer.core.policy import Dimension, Policy, parse_policy
+from steer.core.policy import Policy, parse_policy
 from steer.core.steering import (
     composites,
     condition_key,
@@ -482,14 +480,7 @@ class ForeignWriter:
         self.armed = False
         self.edited: dict[str, Any] | None = None
 
-    def read(
-        self,
-        policy: Policy,
-        dimensions: Sequence[Dimension],
-        nodes: Sequence[NodeState],
-        index: NodeIndex,
-        at: float | None,
-    ) -> Readings:
+    def read(self, request: SourceRequest) -> Readings:
         if self.armed:
             self.armed = False
 
@@ -500,7 +491,7 @@ class ForeignWriter:
                 return node
 
             self.edited = self.stub.modify("nodes", "node-3", edit)
-        return self.inner.read(policy, dimensions, nodes, index, at)
+        return self.inner.read(request)
 
     def close(self) -> None:
         self.inner.close()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from scorer.cycle.sources.base import Readings, Source, SourceContext, SourceFailed
+from scorer.cycle.sources.base import Readings, Source, SourceContext, SourceFailed, SourceRequest
 from scorer.cycle.sources.http_json import HttpJsonSource
 from scorer.cycle.sources.kubernetes import KubernetesApiSource
 from scorer.cycle.sources.prometheus import PrometheusSource
@@ -18,4 +18,4 @@ SOURCES: dict[str, Callable[[SourceContext], Source]] = {
     "http": HttpJsonSource,
 }
 
-__all__ = ["SOURCES", "Readings", "Source", "SourceContext", "SourceFailed"]
+__all__ = ["SOURCES", "Readings", "Source", "SourceContext", "SourceFailed", "SourceRequest"]

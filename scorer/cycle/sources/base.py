@@ -57,17 +57,23 @@ class SourceContext:
     kube: Callable[[], KubeJson] | None = None
 
 
+@dataclass(frozen=True)
+class SourceRequest:
+    """What a cycle asks of one source: its `dimensions` of `policy`, mapped onto `nodes`
+    (`index` finds a node by any name a series may give it); `at` (unix seconds) asks for the
+    values at a past moment where the source can (Prometheus), else it is the observation
+    time."""
+
+    policy: Policy
+    dimensions: Sequence[Dimension]
+    nodes: Sequence[NodeState]
+    index: NodeIndex
+    at: float | None = None
+
+
 class Source(Protocol):
-    def read(
-        self,
-        policy: Policy,
-        dimensions: Sequence[Dimension],
-        nodes: Sequence[NodeState],
-        index: NodeIndex,
-        at: float | None,
-    ) -> Readings:
-        """One reading or one failure per dimension; `at` (unix seconds) asks for the values
-        at a past moment where the source can (Prometheus), else it is the observation time."""
+    def read(self, request: SourceRequest) -> Readings:
+        """One reading or one failure per dimension asked."""
         ...
 
     def close(self) -> None: ...

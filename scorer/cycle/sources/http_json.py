@@ -13,21 +13,21 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import requests
 
-from scorer.cycle.observe import DimensionFailure, NodeIndex, read_dimension
+from scorer.cycle.observe import DimensionFailure, read_dimension
 from scorer.cycle.sources.base import (
     NodeValue,
     Readings,
     SourceContext,
     SourceFailed,
+    SourceRequest,
     concurrently,
 )
-from scorer.model import NodeState
-from steer.core.policy import Dimension, HttpDimension, HttpSource, Policy
+from steer.core.policy import Dimension, HttpDimension, HttpSource
 
 _MISSING = object()
 
@@ -39,14 +39,9 @@ class HttpJsonSource:
     def close(self) -> None:
         self.session.close()
 
-    def read(
-        self,
-        policy: Policy,
-        dimensions: Sequence[Dimension],
-        nodes: Sequence[NodeState],
-        index: NodeIndex,
-        at: float | None,
-    ) -> Readings:
+    def read(self, request: SourceRequest) -> Readings:
+        dimensions, index, at = request.dimensions, request.index, request.at
+
         def fetch(dim: Dimension) -> tuple[float, float, Any]:
             """(observed at, seconds taken, the node values or the failure)."""
             assert isinstance(dim, HttpDimension)  # grouped by source (scorer/cycle/service.py)

@@ -14,13 +14,19 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from scorer.cycle.observe import DimensionFailure, NodeIndex, read_dimension
-from scorer.cycle.sources.base import NodeValue, Readings, SourceContext, SourceFailed
+from scorer.cycle.observe import DimensionFailure, read_dimension
+from scorer.cycle.sources.base import (
+    NodeValue,
+    Readings,
+    SourceContext,
+    SourceFailed,
+    SourceRequest,
+)
 from scorer.model import NodeState
 from scorer.watch.ledger import PodLedger
 from steer.adapters.kubejson import KubeApiError
 from steer.core.budget import Amount, limit_overcommit_pct
-from steer.core.policy import Dimension, KubernetesDimension, Policy
+from steer.core.policy import Dimension, KubernetesDimension
 
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 _ZERO = Amount()
@@ -36,14 +42,8 @@ class KubernetesApiSource:
     def close(self) -> None:
         pass
 
-    def read(
-        self,
-        policy: Policy,
-        dimensions: Sequence[Dimension],
-        nodes: Sequence[NodeState],
-        index: NodeIndex,
-        at: float | None,
-    ) -> Readings:
+    def read(self, request: SourceRequest) -> Readings:
+        dimensions, nodes, index, at = request.dimensions, request.nodes, request.index, request.at
         out = Readings()
         for dim in dimensions:
             t0 = time.perf_counter()

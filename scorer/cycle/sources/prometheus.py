@@ -15,9 +15,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from scorer.cycle.observe import DimensionFailure, DimensionReading, NodeIndex, read_dimension
-from scorer.cycle.sources.base import Readings, SourceContext, concurrently
-from scorer.model import DeviceReadings, NodeState
+from scorer.cycle.observe import DimensionFailure, DimensionReading, read_dimension
+from scorer.cycle.sources.base import Readings, SourceContext, SourceRequest, concurrently
+from scorer.model import DeviceReadings
 from steer.adapters.prometheus import (
     PrometheusAuthError,
     PrometheusClient,
@@ -81,14 +81,13 @@ class PrometheusSource:
             self._client.close()
             self._client = None
 
-    def read(
-        self,
-        policy: Policy,
-        dimensions: Sequence[Dimension],
-        nodes: Sequence[NodeState],
-        index: NodeIndex,
-        at: float | None,
-    ) -> Readings:
+    def read(self, request: SourceRequest) -> Readings:
+        policy, dimensions, index, at = (
+            request.policy,
+            request.dimensions,
+            request.index,
+            request.at,
+        )
         client = self.client(policy)
 
         def ask(dim: Dimension) -> QueryResult | DimensionFailure:
