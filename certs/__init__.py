@@ -1,5 +1,7 @@
 """TLS for the admission webhook: a kept CA, serving certificates it signs, atomic PEM files,
-and `steer certs rotate` (certs.rotate) keeping the cluster's Secret and caBundle current."""
+and `steer certs rotate` (certs.rotate) keeping the cluster's Secret and caBundle current. The
+certificate's defaults and flags, for `steer certs` and the controller's renewal alike, are
+declared once in certs.settings."""
 
 from certs.files import (
     CertInfo,

@@ -20,7 +20,7 @@ from typing import Any
 from cryptography.hazmat.primitives.serialization import Encoding
 from kubernetes import client
 
-from certs.pki import CertError, CertificateAuthority, KeyType, new_ca
+from certs.pki import DEFAULT_KEY_TYPE, CertError, CertificateAuthority, KeyType, new_ca
 from certs.rotate import call_api, get_object, secret_path
 
 CA_CERT_KEY = "ca.crt"
@@ -54,7 +54,7 @@ class CaSecret:
         return f"Secret {self.namespace}/{self.name}"
 
     def load_or_create(
-        self, *, key_type: KeyType = "ecdsa", now: datetime | None = None
+        self, *, key_type: KeyType = DEFAULT_KEY_TYPE, now: datetime | None = None
     ) -> tuple[KeptCa, bool]:
         """The CA, and whether it was made just now: a new CA when there is no Secret, or the
         Secret holds neither key (made empty beforehand). `CertError` when it holds a CA that

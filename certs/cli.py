@@ -15,17 +15,24 @@ from pathlib import Path
 from typing import Any
 
 from certs.files import CA_CERT_FILE, CERT_FILE, KEY_FILE, load_cert_info, write_webhook_certs
-from certs.pki import (
-    DEFAULT_DAYS,
-    KEY_TYPES,
-    MAX_DAYS,
-    CertError,
-    WebhookIdentity,
-    issue_serving_cert,
-)
-from certs.rotate import DEFAULT_CONFIGURATIONS, RotateError, RotateOptions, RotateReport, rotate
+from certs.pki import CertError, WebhookIdentity, issue_serving_cert
+from certs.rotate import RotateError, RotateOptions, RotateReport, rotate
+from certs.settings import DEFAULT_CONFIGURATIONS, add_cert_flags, cert_values
 from certs.store import CaStore, default_ca_dir, unsafe_key_location
 from steer.adapters.kube import KubeConfigError, add_kubeconfig_flag, make_api_client
+
+GENERATE_SETTINGS = ("service", "namespace", "dns", "ips", "days", "key_type")
+ROTATE_SETTINGS = (
+    "namespace",
+    "service",
+    "secret",
+    "renew_before",
+    "configurations",
+    "dns",
+    "ips",
+    "days",
+    "key_type",
+)
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -50,7 +57,6 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
             "would not ignore. Files are replaced atomically, so a running server never reads "
             "half a file."
         ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     gen.add_argument(
         "--out",
@@ -59,40 +65,12 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         metavar="DIR",
         help=f"directory to write into (created 0700 if missing); {KEY_FILE} is written 0600",
     )
-    gen.add_argument(
-        "--service",
-        required=True,
-        metavar="NAME",
-        help="name of the webhook's Service (the apiserver dials NAME.NAMESPACE.svc)",
+    add_cert_flags(
+        gen,
+        GENERATE_SETTINGS,
+        "certs",
+        overrides={"service": {"required": True}, "namespace": {"required": True}},
     )
-    gen.add_argument(
-        "--namespace",
-        required=True,
-        metavar="NS",
-        help="namespace of the webhook's Service",
-    )
-    gen.add_argument(
-        "--dns",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="extra DNS name for the certificate, e.g. localhost (repeatable)",
-    )
-    gen.add_argument(
-        "--ip",
-        action="append",
-        default=[],
-        metavar="IP",
-        help="extra IP address for the certificate, e.g. 127.0.0.1 for local runs (repeatable)",
-    )
-    gen.add_argument(
-        "--days",
-        type=int,
-        default=DEFAULT_DAYS,
-        metavar="N",
-        help=f"validity of the certificate, in days (1..{MAX_DAYS}; never past the CA's)",
-    )
-    _key_type_arg(gen)
     _ca_dir_arg(gen)
     gen.set_defaults(func=_generate)
 
@@ -109,71 +87,12 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
             "Mutating/ValidatingWebhookConfigurations. A second run changes nothing and says "
             "so. Run it on a schedule (or before --renew-before runs out)."
         ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    rot.add_argument(
-        "--namespace", default="kube-steer", metavar="NS", help="the webhook's namespace"
-    )
-    rot.add_argument(
-        "--service", default="steer-webhook", metavar="NAME", help="the webhook's Service name"
-    )
-    rot.add_argument(
-        "--secret",
-        default="steer-webhook-tls",
-        metavar="NAME",
-        help="the kubernetes.io/tls Secret the webhook mounts",
-    )
+    add_cert_flags(rot, ROTATE_SETTINGS, "certs")
     add_kubeconfig_flag(rot)
     _ca_dir_arg(rot)
-    rot.add_argument(
-        "--renew-before",
-        type=float,
-        default=30,
-        metavar="DAYS",
-        help="issue a new certificate when the current one expires within DAYS",
-    )
-    rot.add_argument(
-        "--webhook-config",
-        action="append",
-        metavar="NAME",
-        help="Mutating/ValidatingWebhookConfiguration whose caBundle to set (repeatable; "
-        f"default: {' and '.join(DEFAULT_CONFIGURATIONS)}, each kind that exists); a name "
-        "that does not exist is reported, not an error",
-    )
-    rot.add_argument(
-        "--dns",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="extra DNS name the certificate must carry (repeatable)",
-    )
-    rot.add_argument(
-        "--ip",
-        action="append",
-        default=[],
-        metavar="IP",
-        help="extra IP address the certificate must carry, e.g. for a url clientConfig "
-        "(repeatable)",
-    )
-    rot.add_argument(
-        "--days",
-        type=int,
-        default=DEFAULT_DAYS,
-        metavar="N",
-        help=f"validity of a new certificate, in days (1..{MAX_DAYS})",
-    )
-    _key_type_arg(rot)
     rot.add_argument("--dry-run", action="store_true", help="say what would change, write nothing")
     rot.set_defaults(func=_rotate)
-
-
-def _key_type_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--key-type",
-        choices=KEY_TYPES,
-        default="ecdsa",
-        help="ecdsa: P-256 (smaller, faster handshakes); rsa: 2048-bit, for old clients",
-    )
 
 
 def _ca_dir_arg(parser: argparse.ArgumentParser) -> None:
@@ -187,19 +106,26 @@ def _ca_dir_arg(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _identity(flags: dict[str, Any]) -> WebhookIdentity:
+    return WebhookIdentity(
+        flags["service"], flags["namespace"], tuple(flags["dns"]), tuple(flags["ips"])
+    )
+
+
 def _store(args: argparse.Namespace) -> CaStore:
     return CaStore(args.ca_dir if args.ca_dir is not None else default_ca_dir())
 
 
 def _generate(args: argparse.Namespace) -> int:
     try:
-        identity = WebhookIdentity(args.service, args.namespace, tuple(args.dns), tuple(args.ip))
+        flags = cert_values(args, GENERATE_SETTINGS, "certs")
+        identity = _identity(flags)
         problem = unsafe_key_location(args.out, KEY_FILE)
         if problem:
             raise CertError(f"--out: {problem}")
         store = _store(args)
-        ca, created = store.load_or_create(key_type=args.key_type)
-        certs = issue_serving_cert(ca, identity, days=args.days, key_type=args.key_type)
+        ca, created = store.load_or_create(key_type=flags["key_type"])
+        certs = issue_serving_cert(ca, identity, days=flags["days"], key_type=flags["key_type"])
         paths = write_webhook_certs(args.out, certs)
         info = load_cert_info(paths.cert)
     except (CertError, OSError) as exc:
@@ -220,19 +146,21 @@ def _generate(args: argparse.Namespace) -> int:
 
 def _rotate(args: argparse.Namespace) -> int:
     try:
-        if not 0 <= args.renew_before < args.days:
+        flags = cert_values(args, ROTATE_SETTINGS, "certs")
+        days, renew_before = flags["days"], flags["renew_before"]
+        if not 0 <= renew_before < days:
             # A window as long as the validity would issue a new certificate on every run.
             raise CertError(
-                f"--renew-before: must be 0 or more days and less than --days ({args.days}), "
-                f"got {args.renew_before:g}"
+                f"--renew-before: must be 0 or more days and less than --days ({days}), "
+                f"got {renew_before:g}"
             )
         options = RotateOptions(
-            identity=WebhookIdentity(args.service, args.namespace, tuple(args.dns), tuple(args.ip)),
-            secret=args.secret,
-            renew_before=timedelta(days=args.renew_before),
-            configurations=tuple(args.webhook_config or DEFAULT_CONFIGURATIONS),
-            days=args.days,
-            key_type=args.key_type,
+            identity=_identity(flags),
+            secret=flags["secret"],
+            renew_before=timedelta(days=renew_before),
+            configurations=tuple(flags["configurations"] or DEFAULT_CONFIGURATIONS),
+            days=days,
+            key_type=flags["key_type"],
             dry_run=args.dry_run,
         )
         store = _store(args)

@@ -30,6 +30,7 @@ from steer.core.k8s_names import is_dns1123_subdomain
 
 KeyType = Literal["ecdsa", "rsa"]
 KEY_TYPES: tuple[str, ...] = get_args(KeyType)
+DEFAULT_KEY_TYPE: KeyType = "ecdsa"
 
 DEFAULT_DAYS = 365
 CA_DAYS = 3650
@@ -150,7 +151,7 @@ class CertificateAuthority:
 
 
 def new_ca(
-    *, days: int = CA_DAYS, key_type: KeyType = "ecdsa", now: datetime | None = None
+    *, days: int = CA_DAYS, key_type: KeyType = DEFAULT_KEY_TYPE, now: datetime | None = None
 ) -> CertificateAuthority:
     """A self-signed CA that signs leaf certificates only (pathlen 0)."""
     if not 1 <= days <= MAX_DAYS:
@@ -203,7 +204,7 @@ def issue_cert(
     dns_names: Sequence[str] = (),
     ips: Sequence[str | ipaddress.IPv4Address | ipaddress.IPv6Address] = (),
     days: int = DEFAULT_DAYS,
-    key_type: KeyType = "ecdsa",
+    key_type: KeyType = DEFAULT_KEY_TYPE,
     now: datetime | None = None,
 ) -> IssuedCert:
     """A leaf certificate signed by `ca`, valid for `days` (never past the CA's own expiry: a
@@ -263,7 +264,7 @@ def issue_serving_cert(
     identity: WebhookIdentity,
     *,
     days: int = DEFAULT_DAYS,
-    key_type: KeyType = "ecdsa",
+    key_type: KeyType = DEFAULT_KEY_TYPE,
     now: datetime | None = None,
 ) -> WebhookCerts:
     """A serverAuth certificate for `identity` signed by `ca`, valid for `days` (never past
@@ -284,7 +285,7 @@ def issue_webhook_certs(
     identity: WebhookIdentity,
     *,
     days: int = DEFAULT_DAYS,
-    key_type: KeyType = "ecdsa",
+    key_type: KeyType = DEFAULT_KEY_TYPE,
     now: datetime | None = None,
 ) -> WebhookCerts:
     """A throwaway CA and a serverAuth certificate for `identity`, both valid for `days`; the

@@ -31,8 +31,7 @@ from certs.rotate import (
     set_ca_bundles,
     write_serving_secret,
 )
-
-DEFAULT_CA_SECRET = "steer-webhook-ca"
+from certs.settings import DEFAULT_CA_SECRET
 
 Prober = Callable[[client.ApiClient, Sequence[WebhookTrust], bytes], ServedReport]
 

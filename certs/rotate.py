@@ -32,6 +32,7 @@ from kubernetes import client
 
 from certs.pki import (
     DEFAULT_DAYS,
+    DEFAULT_KEY_TYPE,
     CertificateAuthority,
     KeyType,
     WebhookCerts,
@@ -41,10 +42,10 @@ from certs.pki import (
     new_ca,
 )
 from certs.renewal import ServingPems, renewal_reasons
+from certs.settings import DEFAULT_CONFIGURATIONS, DEFAULT_RENEW_BEFORE_DAYS
 from certs.store import CaStore
 from steer.adapters.kubejson import JSON_PATCH, KubeApiError, KubeJson
 
-DEFAULT_CONFIGURATIONS = ("steer-webhook",)
 TLS_TYPE = "kubernetes.io/tls"
 _ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 KINDS = (
@@ -66,10 +67,10 @@ class Conflict(RotateError):
 class RotateOptions:
     identity: WebhookIdentity
     secret: str
-    renew_before: timedelta = timedelta(days=30)
+    renew_before: timedelta = timedelta(days=DEFAULT_RENEW_BEFORE_DAYS)
     configurations: tuple[str, ...] = DEFAULT_CONFIGURATIONS
     days: int = DEFAULT_DAYS
-    key_type: KeyType = "ecdsa"
+    key_type: KeyType = DEFAULT_KEY_TYPE
     dry_run: bool = False
 
 

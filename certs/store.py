@@ -17,7 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from certs.files import atomic_write
-from certs.pki import CA_DAYS, CertError, CertificateAuthority, KeyType, new_ca
+from certs.pki import (
+    CA_DAYS,
+    DEFAULT_KEY_TYPE,
+    CertError,
+    CertificateAuthority,
+    KeyType,
+    new_ca,
+)
 
 CA_CERT = "ca.crt"
 CA_KEY = "ca.key"
@@ -110,7 +117,9 @@ class CaStore:
         except CertError as exc:
             raise CertError(f"{self.directory}: {exc}") from None
 
-    def create(self, *, key_type: KeyType = "ecdsa", days: int = CA_DAYS) -> CertificateAuthority:
+    def create(
+        self, *, key_type: KeyType = DEFAULT_KEY_TYPE, days: int = CA_DAYS
+    ) -> CertificateAuthority:
         problem = unsafe_key_location(self.directory, CA_KEY)
         if problem:
             raise CertError(f"--ca-dir: {problem}")
@@ -131,7 +140,9 @@ class CaStore:
         atomic_write(self.cert_path, ca.cert_pem, FILE_MODE)
         return ca
 
-    def load_or_create(self, *, key_type: KeyType = "ecdsa") -> tuple[CertificateAuthority, bool]:
+    def load_or_create(
+        self, *, key_type: KeyType = DEFAULT_KEY_TYPE
+    ) -> tuple[CertificateAuthority, bool]:
         """The CA, and whether it was made just now."""
         if self.exists():
             return self.load(), False

@@ -19,7 +19,8 @@ keep enforcing a version nobody runs. Every object to write is first applied wit
 objects of the previous version keep serving together, and that version is not tried again
 until the policy changes or another replica leads; the refusal is logged and counted, and
 `/explain` says so. Other failures (unreachable, forbidden, throttled) are retried with a
-backoff of 1 s doubling to the interval, on the job's own thread.
+backoff of 1 s doubling to the interval, on the job's own thread (steer.adapters.periodic, woken
+by each of those events).
 
 `validating` writes no MutatingAdmissionPolicy and reads none (a webhook-only install grants
 nothing about them); a `steer-mutation` left from an earlier `all` is inert once the install's
@@ -49,13 +50,14 @@ from controller.admission_plan import (
 )
 from controller.metrics import ControllerMetrics
 from steer.adapters.kubejson import KubeApiError, KubeJson
+from steer.adapters.periodic import Periodic
 from steer.core.policy import Policy
 
 log = logging.getLogger(__name__)
 
 APPLY_PATCH = "application/apply-patch+yaml"
 DEFAULT_INTERVAL_S = 60.0
-FIRST_BACKOFF_S = 1.0
+FIRST_BACKOFF_S = 1.0  # a failed run is tried again after this, doubling up to the interval
 # The apiserver's answers to an object it will not store: its CEL does not compile (422
 # Invalid) or the body is malformed (400). Trying the same object again gives the same answer.
 REFUSED = (400, 422)
@@ -171,9 +173,9 @@ class AdmissionPolicySync:
         self.settings = settings
         self.is_leader = is_leader
         self._wall = wall
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._periodic = Periodic(
+            "admission-policies", settings.interval_s, self.run_once, retry_s=FIRST_BACKOFF_S
+        )
         self._lock = threading.Lock()
         self._refused: tuple[str, ...] | None = None  # digests of the set the apiserver refused
         self._refused_version: str | None = None
@@ -199,7 +201,7 @@ class AdmissionPolicySync:
 
     def wake(self, _why: object = None) -> None:
         """Run now (a new policy version, a change of leadership)."""
-        self._wake.set()
+        self._periodic.wake()
 
     # ---------------------------------------------------------------- one run
 
@@ -211,7 +213,7 @@ class AdmissionPolicySync:
         except _Failed as exc:
             self._set_status(last_error=str(exc))
             return False
-        except Exception as exc:  # never end the thread; say what broke
+        except Exception as exc:  # say what broke; the next run is the backoff's
             log.exception("admission policies: run failed")
             self._set_status(last_error=f"{type(exc).__name__}: {exc}")
             return False
@@ -347,26 +349,7 @@ class AdmissionPolicySync:
     # ---------------------------------------------------------------- the thread
 
     def start(self) -> None:
-        if self._thread is None:
-            self._stop.clear()
-            self._thread = threading.Thread(
-                target=self._loop, name="admission-policies", daemon=True
-            )
-            self._thread.start()
+        self._periodic.start()
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        self._stop.set()
-        self._wake.set()
-        thread, self._thread = self._thread, None
-        if thread is not None:
-            thread.join(timeout=timeout_s)
-
-    def _loop(self) -> None:
-        failures = 0
-        while not self._stop.is_set():
-            ok = self.run_once()
-            failures = 0 if ok else failures + 1
-            interval = self.settings.interval_s
-            wait = interval if ok else min(interval, FIRST_BACKOFF_S * 2 ** (failures - 1))
-            self._wake.wait(wait)
-            self._wake.clear()
+        self._periodic.stop(timeout_s)

@@ -19,18 +19,40 @@ from datetime import timedelta
 
 from kubernetes import client
 
-from certs.pki import KEY_TYPES, MAX_DAYS, CertError, KeyType, WebhookIdentity
-from certs.renewer import DEFAULT_CA_SECRET, RenewalReport, RenewerOptions, WebhookCertRenewer
-from certs.rotate import DEFAULT_CONFIGURATIONS, RotateError, RotateOptions
+from certs.pki import DEFAULT_KEY_TYPE, MAX_DAYS, CertError, KeyType, WebhookIdentity
+from certs.renewer import RenewalReport, RenewerOptions, WebhookCertRenewer
+from certs.rotate import RotateError, RotateOptions
+from certs.settings import (
+    DEFAULT_CA_SECRET,
+    DEFAULT_CONFIGURATIONS,
+    DEFAULT_NAMESPACE,
+    DEFAULT_RENEW_BEFORE_DAYS,
+    DEFAULT_SECRET,
+    DEFAULT_SERVICE,
+    RENEWED_DAYS,
+    add_cert_flags,
+    cert_values,
+    flag_name,
+)
 from controller.metrics import ControllerMetrics
 from steer.adapters.kubejson import KubeApiError
 from steer.adapters.periodic import Periodic
 
 log = logging.getLogger(__name__)
 
-DEFAULT_DAYS = 90
-DEFAULT_RENEW_BEFORE_DAYS = 30.0
 DEFAULT_INTERVAL_S = 60.0
+# The certificate's settings this job takes, as certs.settings declares them.
+CERT_SETTINGS = (
+    "namespace",
+    "service",
+    "secret",
+    "configurations",
+    "dns",
+    "ips",
+    "days",
+    "renew_before",
+    "key_type",
+)
 
 
 @dataclass(frozen=True)
@@ -39,16 +61,16 @@ class WebhookCertSettings:
     Lease's)."""
 
     namespace: str | None = None
-    service: str = "steer-webhook"
-    secret: str = "steer-webhook-tls"
+    service: str = DEFAULT_SERVICE
+    secret: str = DEFAULT_SECRET
     ca_secret: str = DEFAULT_CA_SECRET
     configurations: tuple[str, ...] = DEFAULT_CONFIGURATIONS
     dns: tuple[str, ...] = ()
     ips: tuple[str, ...] = ()
-    days: int = DEFAULT_DAYS
+    days: int = RENEWED_DAYS
     renew_before: timedelta = timedelta(days=DEFAULT_RENEW_BEFORE_DAYS)
     interval_s: float = DEFAULT_INTERVAL_S
-    key_type: KeyType = "ecdsa"
+    key_type: KeyType = DEFAULT_KEY_TYPE
 
     def renewer_options(self, namespace: str) -> RenewerOptions:
         """`CertError` naming the flag when a name is not one Kubernetes allows."""
@@ -85,62 +107,23 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         "cert-manager or `steer certs rotate` does",
     )
     group.add_argument(
-        "--webhook-namespace",
-        metavar="NS",
-        help="the webhook's namespace (default: the Lease's, $POD_NAMESPACE or the policy's "
-        "projectNamespace)",
-    )
-    group.add_argument(
-        "--webhook-service", default="steer-webhook", metavar="NAME", help="the webhook's Service"
-    )
-    group.add_argument(
-        "--webhook-secret",
-        default="steer-webhook-tls",
-        metavar="NAME",
-        help="the kubernetes.io/tls Secret the webhook mounts",
-    )
-    group.add_argument(
         "--webhook-ca-secret",
         default=DEFAULT_CA_SECRET,
         metavar="NAME",
         help="the Secret holding the CA (ca.crt, ca.key)",
     )
-    group.add_argument(
-        "--webhook-config",
-        action="append",
-        metavar="NAME",
-        help="Mutating/ValidatingWebhookConfiguration whose caBundle to keep (repeatable; "
-        f"default: {' and '.join(DEFAULT_CONFIGURATIONS)})",
-    )
-    group.add_argument(
-        "--webhook-cert-dns",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="extra DNS name the certificate must carry (repeatable)",
-    )
-    group.add_argument(
-        "--webhook-cert-ip",
-        action="append",
-        default=[],
-        metavar="IP",
-        help="extra IP address the certificate must carry, e.g. for a url clientConfig "
-        "(repeatable)",
-    )
-    group.add_argument(
-        "--webhook-cert-days",
-        type=int,
-        default=DEFAULT_DAYS,
-        metavar="N",
-        help=f"validity of a new certificate, in days (default: {DEFAULT_DAYS})",
-    )
-    group.add_argument(
-        "--webhook-cert-renew-before",
-        type=float,
-        default=DEFAULT_RENEW_BEFORE_DAYS,
-        metavar="DAYS",
-        help="issue a new certificate when the current one expires within DAYS (default: "
-        f"{DEFAULT_RENEW_BEFORE_DAYS:g})",
+    add_cert_flags(
+        group,
+        CERT_SETTINGS,
+        "controller",
+        overrides={
+            # None: the controller's own namespace, as serve_controller finds it.
+            "namespace": {
+                "default": None,
+                "shown_default": "the Lease's, $POD_NAMESPACE or the policy's projectNamespace",
+            },
+            "days": {"default": RENEWED_DAYS},
+        },
     )
     group.add_argument(
         "--webhook-cert-interval",
@@ -149,60 +132,57 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help=f"how often the leader checks (default: {DEFAULT_INTERVAL_S:g})",
     )
-    group.add_argument(
-        "--webhook-cert-key-type",
-        choices=KEY_TYPES,
-        default="ecdsa",
-        help="ecdsa: P-256; rsa: 2048-bit, for old clients (default: ecdsa)",
-    )
 
 
 def settings_from(args: argparse.Namespace) -> WebhookCertSettings | None:
     """The settings, None with --webhook-certs=off; `CertError` naming a flag that is wrong."""
     if args.webhook_certs == "off":
         return None
-    if not 1 <= args.webhook_cert_days <= MAX_DAYS:
-        raise CertError(f"--webhook-cert-days: must be 1..{MAX_DAYS}, got {args.webhook_cert_days}")
-    if not 0 < args.webhook_cert_renew_before < args.webhook_cert_days:
+    flags = cert_values(args, CERT_SETTINGS, "controller")
+    days, renew_before = flags["days"], flags["renew_before"]
+    days_flag = flag_name("days", "controller")
+    if not 1 <= days <= MAX_DAYS:
+        raise CertError(f"{days_flag}: must be 1..{MAX_DAYS}, got {days}")
+    if not 0 < renew_before < days:
         # A window as long as the validity would issue a new certificate on every check.
         raise CertError(
-            "--webhook-cert-renew-before: must be more than 0 days and less than "
-            f"--webhook-cert-days ({args.webhook_cert_days}), got {args.webhook_cert_renew_before:g}"
+            f"{flag_name('renew_before', 'controller')}: must be more than 0 days and less than "
+            f"{days_flag} ({days}), got {renew_before:g}"
         )
     if not args.webhook_cert_interval > 0:
         raise CertError(
             f"--webhook-cert-interval: must be more than 0 seconds, got {args.webhook_cert_interval:g}"
         )
     settings = WebhookCertSettings(
-        namespace=args.webhook_namespace,
-        service=args.webhook_service,
-        secret=args.webhook_secret,
+        namespace=flags["namespace"],
+        service=flags["service"],
+        secret=flags["secret"],
         ca_secret=args.webhook_ca_secret,
-        configurations=tuple(args.webhook_config or DEFAULT_CONFIGURATIONS),
-        dns=tuple(args.webhook_cert_dns),
-        ips=tuple(args.webhook_cert_ip),
-        days=args.webhook_cert_days,
-        renew_before=timedelta(days=args.webhook_cert_renew_before),
+        configurations=tuple(flags["configurations"] or DEFAULT_CONFIGURATIONS),
+        dns=tuple(flags["dns"]),
+        ips=tuple(flags["ips"]),
+        days=days,
+        renew_before=timedelta(days=renew_before),
         interval_s=args.webhook_cert_interval,
-        key_type=args.webhook_cert_key_type,
+        key_type=flags["key_type"],
     )
     try:
-        settings.renewer_options(settings.namespace or "kube-steer")  # the names, checked now
+        settings.renewer_options(settings.namespace or DEFAULT_NAMESPACE)  # the names, checked now
     except CertError as exc:
+        # WebhookIdentity names its field, and `steer certs`' flags in its hints.
         field = str(exc).split(":", 1)[0].split("[", 1)[0]
-        flag = _IDENTITY_FLAGS.get(field, "--webhook-service")
-        text = str(exc).replace("with --dns", "with --webhook-cert-dns")
-        raise CertError(f"{flag}: {text.replace('with --ip', 'with --webhook-cert-ip')}") from None
+        setting = _IDENTITY_SETTINGS.get(field, "service")
+        text = str(exc)
+        for hinted in ("dns", "ips"):
+            text = text.replace(
+                f"with {flag_name(hinted, 'certs')}", f"with {flag_name(hinted, 'controller')}"
+            )
+        raise CertError(f"{flag_name(setting, 'controller')}: {text}") from None
     return settings
 
 
-# WebhookIdentity's fields, by the flag that sets each.
-_IDENTITY_FLAGS = {
-    "service": "--webhook-service",
-    "namespace": "--webhook-namespace",
-    "dns": "--webhook-cert-dns",
-    "ip": "--webhook-cert-ip",
-}
+# WebhookIdentity's fields, by the setting that gives each.
+_IDENTITY_SETTINGS = {"service": "service", "namespace": "namespace", "dns": "dns", "ip": "ips"}
 
 
 class WebhookCertJob:

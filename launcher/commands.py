@@ -24,7 +24,7 @@ from launcher.explain import (
     explain_pod_ref,
     open_page,
 )
-from launcher.front import Front, PodRef
+from launcher.front import CommandParser, Front, PodRef
 from launcher.kubectl import KubectlFront
 from launcher.policy import cmd_policy_validate
 from scorer import cli as scorer_cli
@@ -33,7 +33,7 @@ from steer import __version__
 from webhook import cli as webhook_cli
 
 
-def build_parser(front: Front | None = None) -> argparse.ArgumentParser:
+def build_parser(front: Front | None = None) -> CommandParser:
     """The tree as `front` offers it (default: `steer`'s, every command)."""
     front = front or Front()
     parser = front.root_parser()

@@ -3,19 +3,50 @@
 The tree declares each command once, with its handler. A front decides what differs between
 `steer` and `kubectl steer`: which commands it offers, the flags every command takes, how a
 command reaches the scorer and how it names a pod. `Front` is `steer`'s; `launcher.kubectl`
-holds `kubectl steer`'s.
+holds `kubectl steer`'s. Both parse with a `CommandParser`, which can list every command of the
+tree (tests/test_help_pages.py walks every help page of both with it).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from launcher.explain import DEFAULT_SCORER_URL, split_pod_ref
 from launcher.scorer_client import DirectScorer, ScorerClient
+
+
+class CommandParser(argparse.ArgumentParser):
+    """The parser of the tree and of each of its commands: it keeps its subcommands, so the
+    tree can be walked (every command, every help page) without argparse's private
+    attributes. argparse makes a subcommand's parser of its parent's class (the documented
+    default of `add_subparsers(parser_class=...)`), so the whole tree is of this class."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._subcommand_actions: list[argparse.Action] = []
+
+    def add_subparsers(self, **kwargs: Any) -> Any:
+        action = super().add_subparsers(**kwargs)
+        self._subcommand_actions.append(action)
+        return action
+
+    def commands(
+        self, words: tuple[str, ...] = ()
+    ) -> Iterator[tuple[tuple[str, ...], CommandParser]]:
+        """(words, parser) of this parser and of every command and group under it, depth
+        first: `()` is the root, `("explain", "pod")` one command."""
+        yield words, self
+        for action in self._subcommand_actions:
+            # A subcommands action's choices: each command's name and its parser.
+            choices = action.choices if isinstance(action.choices, Mapping) else {}
+            for name, parser in choices.items():
+                if not isinstance(parser, CommandParser):  # a parser_class of its own
+                    raise TypeError(f"{self.prog} {name}: not a CommandParser, so not walked")
+                yield from parser.commands((*words, name))
 
 
 @dataclass(frozen=True)
@@ -49,8 +80,8 @@ class Front:
             return True
         return any(c == path or c.startswith(path + " ") for c in self.commands)
 
-    def root_parser(self) -> argparse.ArgumentParser:
-        return argparse.ArgumentParser(
+    def root_parser(self) -> CommandParser:
+        return CommandParser(
             prog=self.prog,
             description="kube-steer: steer the stock kube-scheduler with node labels scored "
             "from Prometheus and pod mutations at admission.",
@@ -65,6 +96,7 @@ class Front:
     def add_report_format(self, parser: argparse.ArgumentParser) -> None:
         """`policy validate`'s report format."""
         parser.add_argument(
+            "-o",
             "--output",
             choices=("text", "json"),
             default="text",
@@ -75,6 +107,7 @@ class Front:
         """Where the scorer is, and the answer's format, for a command that asks it."""
         parser.add_argument(
             "--scorer",
+            metavar="URL",
             default=os.environ.get("STEER_SCORER_URL", DEFAULT_SCORER_URL),
             help=f"scorer base URL (default: $STEER_SCORER_URL or {DEFAULT_SCORER_URL})",
         )
@@ -85,6 +118,7 @@ class Front:
             "none for a scorer run with --authorization none)",
         )
         parser.add_argument(
+            "-o",
             "--output",
             choices=("table", "json"),
             default="table",

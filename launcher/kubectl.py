@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from launcher.explain import split_pod_ref
-from launcher.front import Front, PodManifest, PodRef
+from launcher.front import CommandParser, Front, PodManifest, PodRef
 from launcher.scorer_client import DirectScorer, ProxiedScorer, ScorerClient, kubeconfig_token
 from steer import __version__
 from steer.adapters.kube import KubeConfigError, kubectl_api_client
@@ -147,11 +147,12 @@ class KubectlFront(Front):
         # One parser of the common flags, parent of the root and of every command.
         self._common = _common_flags()
 
-    def root_parser(self) -> argparse.ArgumentParser:
-        parser = argparse.ArgumentParser(
+    def root_parser(self) -> CommandParser:
+        parser = CommandParser(
             prog=PROG,
-            description="kube-steer as a kubectl plugin: why a node scores as it does, where a "
-            "pod may go and why not elsewhere, and whether a policy file is valid.",
+            # Broken by hand: the raw formatter, which keeps the examples' columns, wraps nothing.
+            description="kube-steer as a kubectl plugin: why a node scores as it does, where a pod\n"
+            "may go and why not elsewhere, and whether a policy file is valid.",
             epilog=EXAMPLES,
             formatter_class=argparse.RawDescriptionHelpFormatter,
             parents=[self._common],

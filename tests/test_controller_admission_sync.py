@@ -10,7 +10,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -295,6 +296,49 @@ def test_an_unreachable_apiserver_is_a_failure_to_retry(
     assert error is not None and "503" in error
     objects.down = False
     assert job.run_once() and job.status().current and job.status().last_error is None
+
+
+def until(condition: Callable[[], bool], timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+@contextlib.contextmanager
+def running(job: AdmissionPolicySync) -> Iterator[AdmissionPolicySync]:
+    job.start()
+    try:
+        yield job
+    finally:
+        job.stop(timeout_s=5)
+
+
+def test_the_thread_runs_at_start_on_a_wake_and_retries_a_failure_before_the_interval(
+    apiserver: tuple[ApplyServer, KubeJson],
+) -> None:
+    """The interval is 60 s: every run below comes from the start, a wake or the backoff."""
+    objects, kube = apiserver
+    policy = [STARTER]
+    with running(make_job(kube, policy)) as job:
+        assert until(lambda: job.status().version == STARTER.version)
+        policy[0] = EXAMPLE
+        job.wake()  # a new policy version
+        assert until(lambda: job.status().version == EXAMPLE.version)
+        objects.down = True
+        policy[0] = STARTER
+        job.wake()
+        assert until(lambda: job.status().last_error is not None)
+        objects.down = False  # the next try, a backoff of 1 s later, goes through
+        assert until(lambda: job.status().version == STARTER.version, timeout_s=5)
+        assert job.status().last_error is None
+    written = len(objects.writes)
+    policy[0] = EXAMPLE
+    job.wake()  # stopped: nothing runs
+    time.sleep(0.2)
+    assert len(objects.writes) == written
 
 
 def test_validating_neither_reads_nor_writes_a_mutating_policy(

@@ -10,9 +10,16 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from prometheus_client import CollectorRegistry
 
+from certs.cli import ROTATE_SETTINGS
 from certs.pki import WebhookIdentity
 from certs.renewer import WebhookCertRenewer
-from controller.certs_renewal import WebhookCertJob, WebhookCertSettings, settings_from
+from certs.settings import CERT_FLAGS, cert_values
+from controller.certs_renewal import (
+    CERT_SETTINGS,
+    WebhookCertJob,
+    WebhookCertSettings,
+    settings_from,
+)
 from controller.metrics import ControllerMetrics
 from launcher.commands import build_parser
 from tests.certs_support import Objects, object_server
@@ -71,6 +78,29 @@ def test_a_wrong_flag_is_named(flags: list[str], message: str) -> None:
     args = run_args("--webhook-certs=renew", *flags)
     with pytest.raises(ValueError, match=re.escape(message)):
         settings_from(args)  # type: ignore[arg-type]
+
+
+def test_the_flags_are_those_of_steer_certs_rotate_under_the_controllers_names(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Declared once (certs/settings.py): the same defaults and help under both names, but
+    for the two defaults that differ on purpose."""
+    rotate = build_parser().parse_args(["certs", "rotate"])
+    by_hand = cert_values(rotate, ROTATE_SETTINGS, "certs")
+    renewed = cert_values(run_args("--webhook-certs=renew"), CERT_SETTINGS, "controller")  # type: ignore[arg-type]
+    assert set(CERT_SETTINGS) == set(ROTATE_SETTINGS) == set(CERT_FLAGS)
+    differ = {setting for setting in CERT_FLAGS if by_hand[setting] != renewed[setting]}
+    # The controller's own namespace (the Lease's); a certificate renewed unattended lives 90 days.
+    assert differ == {"namespace", "days"}
+    assert (renewed["namespace"], renewed["days"], by_hand["days"]) == (None, 90, 365)
+    pages = []
+    for words in (["certs", "rotate"], ["controller", "run"]):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args([*words, "--help"])
+        pages.append(" ".join(capsys.readouterr().out.split()))
+    for flag in CERT_FLAGS.values():
+        for page in pages:
+            assert " ".join(flag.help.split()) in page, flag.help
 
 
 def test_only_the_leader_checks_and_its_outcome_is_in_the_metrics() -> None:
