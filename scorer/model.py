@@ -11,10 +11,12 @@ import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from fractions import Fraction
 from types import MappingProxyType
 from typing import Any
 
 from steer.core.dra.inventory import Inventory, NodeDevices
+from steer.core.quantity import parse_amounts
 from steer.core.scheduling import Taint
 
 
@@ -40,6 +42,12 @@ class NodeState:
     free_devices: Mapping[str, int] = field(default_factory=dict)
     # The same devices with their classes, for the device counters (steer/core/device_counter.py).
     dra: NodeDevices | None = field(default=None, compare=False, repr=False)
+    # `allocatable` read once, where the node enters (every rule that weighs what the node
+    # offers reads these); the texts stay for the writes, which compare what is published.
+    amounts: Mapping[str, Fraction] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "amounts", parse_amounts(self.allocatable))
 
     @classmethod
     def from_k8s(cls, obj: Mapping[str, Any]) -> NodeState:

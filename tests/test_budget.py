@@ -42,7 +42,7 @@ from steer.core.budget import (
 from steer.core.gates import gate_capacity
 from steer.core.mutation import MutationPlan, mutate_pod
 from steer.core.policy import Policy, parse_policy
-from steer.core.quantity import QuantityError, parse_quantity
+from steer.core.quantity import QuantityError, parse_amounts, parse_quantity
 from tests.conftest import EXAMPLE_POLICY
 
 PREFIX = "kube-steer.github.io/"
@@ -193,15 +193,20 @@ def test_the_pool_counts_limits_outside_it_and_never_drops_below_what_it_holds()
     )
     outside = pod_usage(_pod(("200m", "200m"), ("10Mi", "10Mi"))["spec"])
     usage = node_usage(policy, [inside, outside])
-    cpu, memory = node_pools(policy, alloc, usage, 5.0)
+    cpu, memory = node_pools(policy, parse_amounts(alloc), usage, 5.0)
     assert cpu.capacity == 16800 - 200 and cpu.taken == 300 and cpu.free == 16800 - 200 - 300
     assert memory.capacity == 68812 - 10  # 105 % of 65536 MiB = 68812.8, floored
     # An outside pod takes more than the room: the pool is published at what its pods hold
     # (no new pod fits, none bound is refused by a kubelet restart).
     huge = pod_usage(_pod(("20", "20"))["spec"])
-    (cpu, _memory) = node_pools(policy, alloc, node_usage(policy, [inside, huge]), 5.0)
+    (cpu, _memory) = node_pools(
+        policy, parse_amounts(alloc), node_usage(policy, [inside, huge]), 5.0
+    )
     assert cpu.capacity == 300 and cpu.free == 0
-    assert node_pools(policy, {"cpu": "many"}, usage, 0.0) == ()
+    # An allocatable that does not parse is not offered (the apiserver validates Node status):
+    # no room, so each pool holds exactly what is taken there, and no new pod fits.
+    unreadable = node_pools(policy, parse_amounts({"cpu": "many"}), usage, 0.0)
+    assert [(p.room, p.capacity, p.free) for p in unreadable] == [(0, 300, 0), (0, 0, 0)]
 
 
 def test_a_node_over_the_lowest_budget_of_a_pod_there_reports_by_how_much() -> None:
@@ -220,15 +225,19 @@ def test_a_node_over_the_lowest_budget_of_a_pod_there_reports_by_how_much() -> N
     zero, five = member(4000, gate=True), member(10_500, gate=False)
     outsider = pod_usage(_pod(("1", "2"))["spec"])
     usage = node_usage(policy, [zero, five, outsider])
-    cpu, _memory = node_pools(policy, alloc, usage, 0.0)
+    cpu, _memory = node_pools(policy, parse_amounts(alloc), usage, 0.0)
     # 4 + 10.5 + 2 cores of limits against the 0 % pod's 16: 500 millicores over.
     assert cpu.promise == 0 and cpu.promise_room == 16_000 and cpu.overrun == 500
     assert cpu.capacity == 14_500  # never below what is held
     # Without the 0 % pod the lowest budget here is 5 %: 16.8 cores of room, nothing over.
-    (cpu, _memory) = node_pools(policy, alloc, node_usage(policy, [five, outsider]), 5.0)
+    (cpu, _memory) = node_pools(
+        policy, parse_amounts(alloc), node_usage(policy, [five, outsider]), 5.0
+    )
     assert cpu.promise == 5 and cpu.overrun == 0
     # No pool pod, no promise: outsiders alone are never over a budget.
-    (cpu, _memory) = node_pools(policy, alloc, node_usage(policy, [outsider] * 20), 0.0)
+    (cpu, _memory) = node_pools(
+        policy, parse_amounts(alloc), node_usage(policy, [outsider] * 20), 0.0
+    )
     assert cpu.promise is None and cpu.overrun == 0
 
 
@@ -388,9 +397,9 @@ def test_property_budgets_hold_and_nothing_published_is_below_what_pods_hold(
             gate = budget_gate(policy, lv)
             is_open = lv >= floor.gates
             published[gate.resource] = gate_capacity(
-                is_open, usage.held.get(gate.resource, 0), ALLOCATABLE
+                is_open, usage.held.get(gate.resource, 0), parse_amounts(ALLOCATABLE)
             )
-        for pool in node_pools(policy, ALLOCATABLE, usage, floor.room):
+        for pool in node_pools(policy, parse_amounts(ALLOCATABLE), usage, floor.room):
             published[pool.resource] = pool.capacity
         # A kubelet restart now re-admits every bound pod: nothing is below what they hold.
         for name, amount in held().items():

@@ -26,6 +26,7 @@ from steer.core.dra.inventory import Inventory
 from steer.core.mutation import MutationPlan, mutate_pod, read_trace
 from steer.core.patch import apply_ops
 from steer.core.policy import parse_policy
+from steer.core.quantity import parse_amounts
 from steer.core.steering import pod_classification
 from tests.conftest import EXAMPLE_POLICY, load_fixture
 from tests.dra_support import CLAIM_POD, DOUBLE_GPU_TEMPLATE, GPU_CLASS, NVIDIA, FakeCatalog
@@ -228,14 +229,18 @@ def test_a_forged_count_is_replaced_and_a_pod_naming_its_node_gets_none() -> Non
 
 def test_capacity_is_never_below_what_is_held() -> None:
     eight = NodeDeviceCount(devices=8)
-    assert counter_capacity(COUNTER, eight, {}, held=3, pods=110).capacity == 8
-    assert counter_capacity(COUNTER, eight, {}, held=9, pods=110).capacity == 9
-    gone = counter_capacity(COUNTER, NodeDeviceCount(), {}, held=2, pods=110)
+    assert counter_capacity(COUNTER, eight, parse_amounts({}), held=3, pods=110).capacity == 8
+    assert counter_capacity(COUNTER, eight, parse_amounts({}), held=9, pods=110).capacity == 9
+    gone = counter_capacity(COUNTER, NodeDeviceCount(), parse_amounts({}), held=2, pods=110)
     assert (gone.offered, gone.capacity) == (False, 2)
-    plugin = counter_capacity(COUNTER, NodeDeviceCount(), {"nvidia.com/gpu": "4"}, 0, 110)
+    plugin = counter_capacity(
+        COUNTER, NodeDeviceCount(), parse_amounts({"nvidia.com/gpu": "4"}), 0, 110
+    )
     assert (plugin.offered, plugin.capacity) == (True, 4)
     # A device claims may share bounds nothing per pod: it counts a unit per pod the node runs.
-    shared = counter_capacity(COUNTER, NodeDeviceCount(devices=2, shared=1), {}, 0, pods=10)
+    shared = counter_capacity(
+        COUNTER, NodeDeviceCount(devices=2, shared=1), parse_amounts({}), 0, pods=10
+    )
     assert shared.capacity == 1 + 10
 
 

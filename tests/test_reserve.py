@@ -13,6 +13,7 @@ from scorer.cycle.plan import ScorerMemory, plan_cycle
 from scorer.model import NodeState
 from steer.core.encoding import preference_weight
 from steer.core.policy import Policy, PolicyError, parse_policy
+from steer.core.quantity import parse_amounts
 from steer.core.steering import (
     class_preferences,
     composite_weights,
@@ -41,10 +42,10 @@ def _node(name: str, gpus: str | None) -> NodeState:
 
 def test_offers_reads_positive_allocatable_of_the_class_resources() -> None:
     gpu = _policy().spec.pod_classes[0]
-    assert offers(gpu, {"nvidia.com/gpu": "8"})
-    assert not offers(gpu, {"nvidia.com/gpu": "0"})
-    assert not offers(gpu, {"cpu": "8"})
-    assert not offers(gpu, {"nvidia.com/gpu": "lots"})  # unparsable: not offered
+    assert offers(gpu, parse_amounts({"nvidia.com/gpu": "8"}))
+    assert not offers(gpu, parse_amounts({"nvidia.com/gpu": "0"}))
+    assert not offers(gpu, parse_amounts({"cpu": "8"}))
+    assert not offers(gpu, parse_amounts({"nvidia.com/gpu": "lots"}))  # unparsable: not offered
 
 
 def test_scorer_labels_reserved_nodes_from_allocatable_without_any_metric() -> None:
@@ -264,11 +265,15 @@ def test_dra_devices_reserve_a_node_and_count_for_the_class() -> None:
     reserved like a device-plugin GPU node."""
     policy = _policy()
     gpu = policy.spec.pod_classes[0]
-    assert offers(gpu, {"cpu": "8"}, {"nvidia.com/gpu": 8})
+    assert offers(gpu, parse_amounts({"cpu": "8"}), {"nvidia.com/gpu": 8})
     implicit = {"deviceclass.resource.kubernetes.io/gpu.nvidia.com": 8}
-    assert offers(gpu, {"cpu": "8"}, implicit)  # the example gpu class names gpu.nvidia.com
-    assert not offers(gpu, {"cpu": "8"}, {"deviceclass.resource.kubernetes.io/other": 8})
-    assert not offers(gpu, {"cpu": "8"}, {"nvidia.com/gpu": 0})
+    assert offers(
+        gpu, parse_amounts({"cpu": "8"}), implicit
+    )  # the example gpu class names gpu.nvidia.com
+    assert not offers(
+        gpu, parse_amounts({"cpu": "8"}), {"deviceclass.resource.kubernetes.io/other": 8}
+    )
+    assert not offers(gpu, parse_amounts({"cpu": "8"}), {"nvidia.com/gpu": 0})
     dra = NodeState(name="dra-1", allocatable={"cpu": "32"}, devices={"nvidia.com/gpu": 8})
     plan, _ = plan_cycle(policy, [dra, _node("cpu-1", None)], {}, ScorerMemory(), now=1000.0)
     key = "kube-steer.github.io/reserved-for-gpu"

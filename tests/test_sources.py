@@ -26,6 +26,7 @@ from scorer.watch.ledger import PodLedger
 from steer.adapters.kubejson import KubeApiError, KubeJson
 from steer.core.budget import Amount, limit_overcommit_pct
 from steer.core.policy import PolicyError, parse_policy
+from steer.core.quantity import parse_amounts
 from tests.apistub_fixtures import client_for
 from tests.json_server import json_server
 
@@ -215,13 +216,21 @@ def test_policy_source_settings_are_checked() -> None:
 
 def test_limit_overcommit_is_the_larger_of_cpu_and_memory() -> None:
     alloc = {"cpu": "4", "memory": "8Gi"}
-    assert limit_overcommit_pct(alloc, Amount()) == -100.0
-    assert limit_overcommit_pct(alloc, Amount(cpu_m=Fraction(5000), memory=Fraction(GIB))) == 25.0
+    assert limit_overcommit_pct(parse_amounts(alloc), Amount()) == -100.0
     assert (
-        limit_overcommit_pct(alloc, Amount(cpu_m=Fraction(1000), memory=Fraction(12 * GIB))) == 50.0
+        limit_overcommit_pct(
+            parse_amounts(alloc), Amount(cpu_m=Fraction(5000), memory=Fraction(GIB))
+        )
+        == 25.0
     )
-    assert limit_overcommit_pct({"cpu": "4"}, Amount(cpu_m=Fraction(2000))) == -50.0
-    assert limit_overcommit_pct({"cpu": "0", "memory": "x"}, Amount()) is None
+    assert (
+        limit_overcommit_pct(
+            parse_amounts(alloc), Amount(cpu_m=Fraction(1000), memory=Fraction(12 * GIB))
+        )
+        == 50.0
+    )
+    assert limit_overcommit_pct(parse_amounts({"cpu": "4"}), Amount(cpu_m=Fraction(2000))) == -50.0
+    assert limit_overcommit_pct(parse_amounts({"cpu": "0", "memory": "x"}), Amount()) is None
 
 
 def test_kubernetes_source_reads_the_ledger_exactly() -> None:

@@ -49,7 +49,6 @@ from steer.core.policy import (
     PowerPerCoreScore,
     TenantHeadroomScore,
 )
-from steer.core.quantity import QuantityError, parse_quantity
 
 SCORE_MIN = -100
 SCORE_MAX = 100
@@ -140,13 +139,6 @@ def _active(plan: NodePlan | None, rules: Sequence[str] | None = None) -> set[st
     }
 
 
-def _quantity(values: Mapping[str, str], name: str) -> Fraction:
-    try:
-        return parse_quantity(values.get(name, "0"))
-    except QuantityError:
-        return Fraction(0)
-
-
 def _free_resource(
     policy: Policy,
     score: FreeResourceScore,
@@ -172,7 +164,7 @@ def _free_resource(
     for node in nodes:
         dra = node.devices.get(resource, 0) > 0
         allocatable = (
-            Fraction(node.devices[resource]) if dra else _quantity(node.allocatable, resource)
+            Fraction(node.devices[resource]) if dra else node.amounts.get(resource, Fraction(0))
         )
         if allocatable <= 0:
             continue
@@ -217,7 +209,7 @@ def _tenant_headroom(
         }
         if node.unschedulable or hard - allowed:
             continue
-        base = _quantity(node.allocatable, kind)
+        base = node.amounts.get(kind, Fraction(0))
         base = base * 1000 if kind == "cpu" else base / MIB
         room = math.floor(base * (100 + budget) / 100)
         index = POOL_KINDS.index(kind)

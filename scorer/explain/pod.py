@@ -32,7 +32,7 @@ from steer.core.encoding import preference_weight
 from steer.core.mutation import Mutation
 from steer.core.policy import Policy
 from steer.core.policy.spec import Mode
-from steer.core.quantity import QuantityError, parse_quantity
+from steer.core.quantity import QuantityError
 from steer.core.scheduling import (
     UNSCHEDULABLE_TAINT,
     Taint,
@@ -423,10 +423,7 @@ def _fit_exclusions(
                     )
                 )
             continue
-        try:
-            offered = parse_quantity(node.allocatable.get(name, "0"))
-        except QuantityError:
-            offered = Fraction(0)
+        offered = node.amounts.get(name, Fraction(0))
         if need > offered and name in gate_rules:
             out.append(
                 Exclusion(

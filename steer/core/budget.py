@@ -217,16 +217,13 @@ def pod_bursts(spec: Mapping[str, Any]) -> bool:
     return any(pod_amount(spec, "limits", r) > pod_amount(spec, "requests", r) for r in POOL_KINDS)
 
 
-def limit_overcommit_pct(allocatable: Mapping[str, str], limits: Amount) -> float | None:
+def limit_overcommit_pct(amounts: Mapping[str, Fraction], limits: Amount) -> float | None:
     """The node's overcommit by limits, in %: max over cpu and memory of the pods' limits /
-    allocatable - 1 (a node without pods reads -100). A resource whose allocatable is missing,
-    zero or malformed is left out; None when both are."""
+    allocatable (`amounts`, parsed) - 1 (a node without pods reads -100). A resource whose
+    allocatable is missing or zero is left out; None when both are."""
     ratios = []
     for name, amount in (("cpu", limits.cpu_m / 1000), ("memory", limits.memory)):
-        try:
-            offered = parse_quantity(allocatable.get(name, "0"))
-        except QuantityError:
-            continue
+        offered = amounts.get(name, Fraction(0))
         if offered > 0:
             ratios.append(amount / offered)
     if not ratios:
@@ -541,14 +538,15 @@ def next_floor(
     return Floor(gates, room, closed_at)
 
 
-def observed_floor(policy: Policy, capacities: Mapping[str, str], usage: NodeUsage) -> Floor:
-    """The floor a node's published gates show (for a scorer that starts with no memory): the
-    gates closed there count as settled, since they closed before this scorer started."""
+def observed_floor(policy: Policy, amounts: Mapping[str, Fraction], usage: NodeUsage) -> Floor:
+    """The floor a node's published gates show (`amounts`: its allocatable, parsed), for a
+    scorer that starts with no memory: the gates closed there count as settled, since they
+    closed before this scorer started."""
     gated = gated_levels(policy)
     closed = [
         lv
         for lv in gated
-        if _int(capacities.get(budget_gate(policy, lv).resource)) == 0
+        if amounts.get(budget_gate(policy, lv).resource) == 0
         and usage.held.get(budget_gate(policy, lv).resource, 0) == 0
     ]
     all_levels = levels(policy)
@@ -558,15 +556,6 @@ def observed_floor(policy: Policy, capacities: Mapping[str, str], usage: NodeUsa
     open_levels = [lv for lv in all_levels if lv not in closed]
     floor = min(open_levels) if open_levels else all_levels[-1]
     return Floor(floor, floor, None)
-
-
-def _int(text: str | None) -> int | None:
-    if text is None:
-        return None
-    try:
-        return int(parse_quantity(text))
-    except QuantityError:
-        return None
 
 
 @dataclass(frozen=True)
@@ -611,20 +600,18 @@ class PoolCapacity:
 
 
 def node_pools(
-    policy: Policy | BudgetNames, allocatable: Mapping[str, str], usage: NodeUsage, floor: float
+    policy: Policy | BudgetNames, amounts: Mapping[str, Fraction], usage: NodeUsage, floor: float
 ) -> tuple[PoolCapacity, ...]:
-    """The node's pools with their arithmetic; () without enforcement or with an unreadable
-    allocatable."""
+    """The node's pools with their arithmetic (`amounts`: its allocatable, parsed; a node
+    that offers no cpu or memory has no room, and its pools hold what is taken); () without
+    enforcement."""
     names = BudgetNames.of(policy)
     if not names.enforced:
         return ()
-    cpu, memory = allocatable.get("cpu", "0"), allocatable.get("memory", "0")
+    cpu, memory = amounts.get("cpu", Fraction(0)), amounts.get("memory", Fraction(0))
     promise = usage.lowest_member
-    try:
-        rooms = _rooms(cpu, memory, floor)
-        promised = rooms if promise is None else _rooms(cpu, memory, promise)
-    except (QuantityError, TypeError):
-        return ()
+    rooms = _rooms(cpu, memory, floor)
+    promised = rooms if promise is None else _rooms(cpu, memory, promise)
     out = []
     for i, (kind, name) in enumerate(zip(POOL_KINDS, names.pools, strict=True)):
         out.append(
@@ -644,11 +631,11 @@ def node_pools(
 
 
 @functools.lru_cache(maxsize=1024)
-def _rooms(cpu: str, memory: str, floor: float) -> tuple[int, int]:
+def _rooms(cpu: Fraction, memory: Fraction, floor: float) -> tuple[int, int]:
     """floor((100 + floor) % of allocatable) in pool units (millicores, MiB); nodes of one
     shape share it."""
     factor = (100 + Fraction(level_text(floor))) / 100
     return (
-        math.floor(parse_quantity(cpu) * 1000 * factor),
-        math.floor(parse_quantity(memory) / MIB * factor),
+        math.floor(cpu * 1000 * factor),
+        math.floor(memory / MIB * factor),
     )

@@ -42,7 +42,7 @@ from typing import Any
 
 from steer.core.dra.claims import DeviceAsk
 from steer.core.policy import PodClass, Policy
-from steer.core.quantity import QuantityError, parse_quantity
+from steer.core.quantity import QuantityError
 from steer.core.scheduling import pod_amount
 
 COUNTER_PREFIX = "devices-"
@@ -135,15 +135,15 @@ class NodeDeviceCount:
     shared: int = 0
 
 
-def plugin_devices(counter: DeviceCounter, allocatable: Mapping[str, str]) -> int:
-    """The device plugin's devices of the class on a node: its allocatable of `requestsAny`."""
-    total = Fraction(0)
-    for name in sorted(counter.requests_any):
-        try:
-            total += max(Fraction(0), parse_quantity(allocatable.get(name, "0")))
-        except QuantityError:
-            continue
-    return int(total)
+def plugin_devices(counter: DeviceCounter, amounts: Mapping[str, Fraction]) -> int:
+    """The device plugin's devices of the class on a node: its allocatable of `requestsAny`
+    (`amounts`: parsed)."""
+    return int(
+        sum(
+            (max(Fraction(0), amounts.get(n, Fraction(0))) for n in counter.requests_any),
+            Fraction(0),
+        )
+    )
 
 
 @dataclass(frozen=True)
@@ -180,7 +180,7 @@ class CounterCapacity:
 def counter_capacity(
     counter: DeviceCounter,
     dra: NodeDeviceCount,
-    allocatable: Mapping[str, str],
+    amounts: Mapping[str, Fraction],
     held: int,
     pods: int,
 ) -> CounterCapacity:
@@ -190,7 +190,7 @@ def counter_capacity(
         resource=counter.resource,
         pod_class=counter.pod_class,
         dra=dra.devices - dra.shared,
-        plugin=plugin_devices(counter, allocatable),
+        plugin=plugin_devices(counter, amounts),
         shared=dra.shared,
         pods=pods,
         held=held,

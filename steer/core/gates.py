@@ -30,9 +30,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 
 from steer.core.policy import PodClass, Policy, TaintRule
-from steer.core.quantity import QuantityError, parse_quantity
 
 # What a node offers of an open gate when its allocatable pods cannot be read.
 DEFAULT_OPEN = 110
@@ -59,15 +59,12 @@ def unreserved_gate(policy: Policy, pod_class: PodClass) -> Gate:
     )
 
 
-def open_capacity(allocatable: Mapping[str, str]) -> int:
-    """What an open gate offers: one unit per pod the node may run."""
-    try:
-        pods = int(parse_quantity(allocatable.get("pods", str(DEFAULT_OPEN))))
-    except QuantityError:
-        pods = DEFAULT_OPEN
-    return max(pods, 1)
+def open_capacity(amounts: Mapping[str, Fraction]) -> int:
+    """What an open gate offers: one unit per pod the node may run (`amounts`: its
+    allocatable, parsed)."""
+    return max(int(amounts.get("pods", DEFAULT_OPEN)), 1)
 
 
-def gate_capacity(is_open: bool, held: int, allocatable: Mapping[str, str]) -> int:
+def gate_capacity(is_open: bool, held: int, amounts: Mapping[str, Fraction]) -> int:
     """The capacity to publish: never below what the node's bound pods hold."""
-    return max(held, open_capacity(allocatable)) if is_open else held
+    return max(held, open_capacity(amounts)) if is_open else held

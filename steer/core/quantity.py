@@ -23,6 +23,7 @@ from __future__ import annotations
 import decimal
 import functools
 import re
+from collections.abc import Mapping
 from decimal import Decimal
 from fractions import Fraction
 
@@ -41,6 +42,19 @@ _NANO = Decimal("1e-9")
 # Enough digits for every value within the cap to the nano (19 + 9), with room; rounding the
 # rest toward the ceiling cannot cross a multiple of 10^-9 (those have at most 28 digits).
 _CONTEXT = decimal.Context(prec=80, rounding=decimal.ROUND_CEILING, Emax=2**40, Emin=-(2**40))
+
+
+def parse_amounts(texts: Mapping[str, str]) -> dict[str, Fraction]:
+    """A Node's `status.allocatable` (or any name -> quantity map) read once, where it enters:
+    each name's exact amount. A quantity that does not parse is left out, as if the node did
+    not offer it (the apiserver validates Node status, so only a hand-made object has one)."""
+    out = {}
+    for name, text in texts.items():
+        try:
+            out[name] = parse_quantity(text)
+        except QuantityError:
+            continue
+    return out
 
 
 class QuantityError(ValueError):

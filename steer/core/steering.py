@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 from steer.core.budget import TenantBudget, former_names, owned_resources, tenant_budget
@@ -38,7 +39,7 @@ from steer.core.policy import (
     Tenant,
     routed_scheduler,
 )
-from steer.core.quantity import QuantityError, parse_quantity
+from steer.core.quantity import QuantityError
 from steer.core.scheduling import (
     Json,
     UninterpretablePod,
@@ -102,9 +103,10 @@ def reserving_classes(policy: Policy) -> tuple[PodClass, ...]:
 
 
 def offers(
-    pod_class: PodClass, allocatable: Mapping[str, str], devices: Mapping[str, int] | None = None
+    pod_class: PodClass, amounts: Mapping[str, Fraction], devices: Mapping[str, int] | None = None
 ) -> bool:
-    """Whether a node with this `status.allocatable` offers one of the class's `requestsAny`
+    """Whether a node with this `status.allocatable` (`amounts`: parsed, `parse_amounts`)
+    offers one of the class's `requestsAny`
     (a positive quantity), or holds DRA devices the class asks for: `devices` counts the
     node's devices by every extended-resource name their DeviceClasses map
     (steer/core/dra/classes.py), the implicit `deviceclass.resource.kubernetes.io/<class>`
@@ -114,13 +116,7 @@ def offers(
         names = (*pod_class.requests_any, *map(implicit_extended_name, pod_class.device_classes))
         if any(devices.get(name, 0) > 0 for name in names):
             return True
-    for name in pod_class.requests_any:
-        try:
-            if parse_quantity(allocatable.get(name, "0")) > 0:
-                return True
-        except QuantityError:
-            continue
-    return False
+    return any(amounts.get(name, 0) > 0 for name in pod_class.requests_any)
 
 
 def overcommit_key(policy: Policy) -> str:

@@ -23,7 +23,6 @@ from scorer.cycle.plan.node import plan_node
 from scorer.model import NodeState
 from steer.core.budget import Floor, PodUsage
 from steer.core.policy import Policy
-from steer.core.quantity import QuantityError, parse_quantity
 
 
 def modelled_values(policy: Policy, nodes: Sequence[NodeState]) -> dict[str, dict[str, float]]:
@@ -44,13 +43,6 @@ def modelled_values(policy: Policy, nodes: Sequence[NodeState]) -> dict[str, dic
     return out
 
 
-def _amount(text: str | None, scale: int) -> int:
-    try:
-        return int(parse_quantity(text) * scale) if text else 0
-    except QuantityError:
-        return 0
-
-
 # What a drain candidate is weighed by besides its watts, per node, with the Node and pods it
 # was read from: the same objects in the next cycle (nothing changed) give the same figures.
 _DRAIN_BASIS: dict[str, tuple[NodeState, Sequence[PodUsage], tuple[str, ...], DrainNode]] = {}
@@ -62,8 +54,8 @@ def _drain_basis(node: NodeState, pods: Sequence[PodUsage], prefixes: tuple[str,
         return held[3]
     basis = DrainNode(
         name=node.name,
-        cpu_m=_amount(node.allocatable.get("cpu"), 1000),
-        memory=_amount(node.allocatable.get("memory"), 1),
+        cpu_m=int(node.amounts.get("cpu", 0) * 1000),
+        memory=int(node.amounts.get("memory", 0)),
         watts_per_core=None,
         idle_watts=None,
         pods=pods,
@@ -153,7 +145,7 @@ def plan_cycle(
     names = {n.name for n in nodes} if known is None else set(known)
     planned = {n.name for n in nodes}
     cores = {k: v for k, v in memory.cores.items() if k in names and k not in planned}
-    cores.update((n.name, _amount(n.allocatable.get("cpu"), 1000) / 1000) for n in nodes)
+    cores.update((n.name, int(n.amounts.get("cpu", 0) * 1000) / 1000) for n in nodes)
     context = CycleContext.of(
         layout, names, readings, memory, now, modelled_values(policy, nodes), cores
     )

@@ -117,7 +117,7 @@ def plan_node(
     # other pods off it would only waste it.
     for pod_class, key in layout.reserving:
         avoided = any(conditions[n].active for n in pod_class.avoid if n in conditions)
-        if offers(pod_class, node.allocatable, node.devices) and not avoided:
+        if offers(pod_class, node.amounts, node.devices) and not avoided:
             desired[key] = CONDITION_VALUE
 
     if layout.drain is not None and drain_reason is not None:

@@ -143,19 +143,17 @@ def _plan_resources(
             else:
                 is_open = int(value) <= float(what)
                 why = f"{layout.overcommit_label}={value} {'<=' if is_open else '>'} {what:g}"
-        gates.append(_gate_state(gate, is_open, held, allocatable, node, why))
+        gates.append(_gate_state(gate, is_open, held, node, why))
     floor = None
     pools: tuple[PoolState, ...] = ()
     if enforced(policy):
-        start = (
-            previous if previous is not None else observed_floor(policy, node.allocatable, usage)
-        )
+        start = previous if previous is not None else observed_floor(policy, node.amounts, usage)
         floor = next_floor(layout.budget_names, usage, start, now)
         for lv, gate in layout.budget_gates:
             held = usage.held.get(gate.resource, 0)
             is_open = lv >= floor.gates
             why = f"floor {floor.gates:g} % {'<=' if is_open else '>'} budget {lv:g} %"
-            gates.append(_gate_state(gate, is_open, held, allocatable, node, why))
+            gates.append(_gate_state(gate, is_open, held, node, why))
         pools = tuple(
             PoolState(
                 resource=p.resource,
@@ -171,7 +169,7 @@ def _plan_resources(
                 promise=p.promise,
                 overrun=p.overrun,
             )
-            for p in node_pools(layout.budget_names, allocatable, usage, floor.room)
+            for p in node_pools(layout.budget_names, node.amounts, usage, floor.room)
         )
     for g in gates:
         wanted[g.resource] = int(g.capacity)
@@ -215,14 +213,14 @@ def _counters(
     `requestsAny` map, each once) and the device plugin's, never below what is held."""
     if not layout.counters:
         return ()
-    pods = open_capacity(node.allocatable)
+    pods = open_capacity(node.amounts)
     out = []
     for counter in layout.counters:
         dra = NodeDeviceCount()
         if node.dra is not None:
             dra = NodeDeviceCount(*node.dra.count_any(counter.device_classes, counter.requests_any))
         out.append(
-            counter_capacity(counter, dra, node.allocatable, held.get(counter.resource, 0), pods)
+            counter_capacity(counter, dra, node.amounts, held.get(counter.resource, 0), pods)
         )
     return tuple(out)
 
@@ -231,7 +229,6 @@ def _gate_state(
     gate: Gate,
     is_open: bool,
     held: int,
-    allocatable: Mapping[str, str],
     node: NodeState,
     why: str,
 ) -> GateState:
@@ -240,7 +237,7 @@ def _gate_state(
         rule=gate.rule,
         open=is_open,
         held=held,
-        capacity=str(gate_capacity(is_open, held, allocatable)),
+        capacity=str(gate_capacity(is_open, held, node.amounts)),
         current=node.allocatable.get(gate.resource),
         why=why,
     )

@@ -81,7 +81,7 @@ class KubernetesApiSource:
             raise SourceFailed("unavailable", "the pod watch has not listed the pods yet")
         out = {}
         for node in nodes:
-            value = limit_overcommit_pct(node.allocatable, limits.get(node.name, _ZERO))
+            value = limit_overcommit_pct(node.amounts, limits.get(node.name, _ZERO))
             out[node.name] = float("nan") if value is None else value
         return out
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Protocol
 
 from steer.core.datacheck.identities import describe
@@ -28,7 +29,7 @@ class NodeLike(Protocol):
     def name(self) -> str: ...
 
     @property
-    def allocatable(self) -> Mapping[str, str]: ...
+    def amounts(self) -> Mapping[str, Fraction]: ...
 
     @property
     def devices(self) -> Mapping[str, int]: ...
@@ -44,7 +45,7 @@ def expected_nodes(
     if coverage.nodes == "all":
         return frozenset(n.name for n in nodes)
     pod_class = next(c for c in policy.spec.pod_classes if c.name == coverage.pod_class)
-    return frozenset(n.name for n in nodes if offers(pod_class, n.allocatable, n.devices))
+    return frozenset(n.name for n in nodes if offers(pod_class, n.amounts, n.devices))
 
 
 @dataclass(frozen=True)
