@@ -16,6 +16,8 @@ from controller.serve import (
     serve_controller,
 )
 from steer.adapters.kube import add_kubeconfig_flag
+from steer.adapters.lease import add_lease_flags
+from steer.adapters.policy_resource import add_policy_source
 from steer.adapters.service_logs import add_log_flags, configure_logging
 from steer.adapters.service_run import serve_exit_code
 
@@ -37,13 +39,11 @@ def register(subparsers: Any) -> None:
         "(--webhook-certs=renew), from the holder of a Lease. Serves /healthz, /readyz and "
         "/metrics on --listen, nothing else.",
     )
-    source = run.add_mutually_exclusive_group(required=True)
-    source.add_argument("--policy", metavar="FILE", help="SteeringPolicy YAML file (hot-reloaded)")
-    source.add_argument(
-        "--policy-resource",
-        metavar="NAME",
-        help="the cluster-scoped SteeringPolicy object NAME instead of a file (watched; the "
-        "leader writes its status.admissionPolicies)",
+    add_policy_source(
+        run,
+        required=True,
+        file_note=" (hot-reloaded)",
+        object_note=" (watched; the leader writes its status.admissionPolicies)",
     )
     add_kubeconfig_flag(run)
     run.add_argument(
@@ -52,24 +52,7 @@ def register(subparsers: Any) -> None:
         metavar="HOST:PORT",
         help=f"health and metrics address (default: {DEFAULT_LISTEN})",
     )
-    run.add_argument(
-        "--lease-namespace",
-        help="namespace of the leader-election Lease (default: $POD_NAMESPACE, else the "
-        "policy's projectNamespace)",
-    )
-    run.add_argument(
-        "--lease-name",
-        default=DEFAULT_LEASE_NAME,
-        help=f"Lease name (default: {DEFAULT_LEASE_NAME})",
-    )
-    run.add_argument(
-        "--identity", help="this replica's identity in the Lease (default: hostname + suffix)"
-    )
-    run.add_argument(
-        "--no-leader-election",
-        action="store_true",
-        help="write without a Lease (only ever run one replica then)",
-    )
+    add_lease_flags(run, DEFAULT_LEASE_NAME)
     certs_renewal.add_flags(run)
     admission_sync.add_flags(run)
     add_log_flags(run)

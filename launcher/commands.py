@@ -63,7 +63,7 @@ def build_parser(front: Front | None = None) -> CommandParser:
         if front.offers("policy admission-policy"):
             policy.register(actions)
         if front.offers("policy check"):
-            scorer_cli.register_policy(actions)
+            scorer_cli.register_policy(actions, front.add_report_format)
 
     if front.offers("scorer"):
         scorer_cli.register(sub)

@@ -12,6 +12,7 @@ import argparse
 import json
 import logging
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from scorer.check import check_policy
@@ -31,9 +32,13 @@ from scorer.serve import (
 from steer.adapters.dra import DraStore
 from steer.adapters.kube import KubeConfigError, add_kubeconfig_flag, make_api_client
 from steer.adapters.kubejson import KubeApiError, KubeJson
-from steer.adapters.lease import DEFAULT_LEASE_NAME
+from steer.adapters.lease import DEFAULT_LEASE_NAME, add_lease_flags
 from steer.adapters.policy_file import load_policy_file
-from steer.adapters.policy_resource import fetch_policy_object, parse_policy_object
+from steer.adapters.policy_resource import (
+    add_policy_source,
+    fetch_policy_object,
+    parse_policy_object,
+)
 from steer.adapters.prometheus import PrometheusClient, PrometheusError
 from steer.adapters.service_logs import add_log_flags, configure_logging
 from steer.adapters.service_run import START_ERRORS, serve_exit_code, start_problem
@@ -42,8 +47,11 @@ from steer.core.policy import Policy, PolicyError
 log = logging.getLogger(__name__)
 
 
-def register_policy(policy_subparsers: Any) -> None:
-    """`steer policy check`: added under `steer policy` by the command tree (launcher.commands)."""
+def register_policy(
+    policy_subparsers: Any, add_report_format: Callable[[argparse.ArgumentParser], None]
+) -> None:
+    """`steer policy check`: added under `steer policy` by the command tree (launcher.commands),
+    which says how a report's format is asked (`add_report_format`, its front's)."""
     check = policy_subparsers.add_parser(
         "check",
         help="check a policy's dimensions against a Prometheus; one line per problem, its fix",
@@ -56,25 +64,15 @@ def register_policy(policy_subparsers: Any) -> None:
         "with no problem, 1 with problems, 2 when it cannot check.",
     )
     check.add_argument("file", help="path to the policy YAML file")
-    check.add_argument(
-        "--prometheus",
-        metavar="URL",
-        help="the Prometheus to ask (default: the policy's spec.prometheus.url)",
-    )
+    _prometheus_flag(check)
     nodes = check.add_mutually_exclusive_group()
-    nodes.add_argument(
-        "--kubeconfig",
-        metavar="FILE",
-        help="list the cluster's nodes from this kubeconfig, to check coverage and node names",
-    )
+    add_kubeconfig_flag(nodes, "to list the cluster's nodes, to check coverage and node names")
     nodes.add_argument(
         "--nodes",
         metavar="NAME[,NAME...]",
         help="the node names to expect, without a cluster",
     )
-    check.add_argument(
-        "--output", choices=("text", "json"), default="text", help="report format (default: text)"
-    )
+    add_report_format(check)
     check.set_defaults(func=_cmd_policy_check)
 
 
@@ -142,24 +140,7 @@ def register(subparsers: Any) -> None:
         metavar="HOST:PORT",
         help=f"HTTP address (default: {DEFAULT_LISTEN})",
     )
-    run.add_argument(
-        "--lease-namespace",
-        help="namespace of the leader-election Lease (default: $POD_NAMESPACE, else the policy's projectNamespace)",
-    )
-    run.add_argument(
-        "--lease-name",
-        default=DEFAULT_LEASE_NAME,
-        help=f"Lease name (default: {DEFAULT_LEASE_NAME})",
-    )
-    run.add_argument(
-        "--identity",
-        help="this replica's identity in the Lease (default: hostname + random suffix)",
-    )
-    run.add_argument(
-        "--no-leader-election",
-        action="store_true",
-        help="write without a Lease (only ever run one replica then)",
-    )
+    add_lease_flags(run, DEFAULT_LEASE_NAME)
     run.add_argument(
         "--dry-run", action="store_true", help="compute and serve /explain, never write"
     )
@@ -222,20 +203,22 @@ def register(subparsers: Any) -> None:
 
 
 def _source_args(parser: argparse.ArgumentParser) -> None:
-    source = parser.add_mutually_exclusive_group()
-    source.add_argument(
-        "--policy", metavar="FILE", help="SteeringPolicy YAML file (hot-reloaded by `run`)"
+    add_policy_source(
+        parser,
+        required=False,
+        file_note=" (hot-reloaded by `run`)",
+        object_note=" (watched by `run`, which writes its status as leader; docs/policy.md)",
     )
-    source.add_argument(
-        "--policy-resource",
-        metavar="NAME",
-        help="the cluster-scoped SteeringPolicy object NAME instead of a file (watched by "
-        "`run`, which writes its status as leader; docs/policy.md)",
-    )
-    parser.add_argument(
-        "--prometheus", metavar="URL", help="Prometheus base URL (default: the policy's)"
-    )
+    _prometheus_flag(parser)
     add_kubeconfig_flag(parser)
+
+
+def _prometheus_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--prometheus",
+        metavar="URL",
+        help="the Prometheus to ask (default: the policy's spec.prometheus.url)",
+    )
 
 
 # ------------------------------------------------------------------------------ inputs

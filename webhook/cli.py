@@ -12,6 +12,8 @@ import logging
 import sys
 from typing import Any
 
+from steer.adapters.kube import add_kubeconfig_flag
+from steer.adapters.policy_resource import add_policy_source
 from steer.adapters.service_logs import add_log_flags, configure_logging
 from webhook.decision_cache import DEFAULT_ENTRIES as DEFAULT_DECISION_CACHE_ENTRIES
 from webhook.decision_cache import DEFAULT_MAX_BYTES as DEFAULT_DECISION_CACHE_BYTES
@@ -42,13 +44,11 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    source = serve.add_mutually_exclusive_group(required=True)
-    source.add_argument("--policy", metavar="FILE", help="SteeringPolicy YAML file")
-    source.add_argument(
-        "--policy-resource",
-        metavar="NAME",
-        help="the cluster-scoped SteeringPolicy object NAME instead of a file (each worker "
-        "watches it; a bad edit keeps the last good policy)",
+    add_policy_source(
+        serve,
+        required=True,
+        file_note="",
+        object_note=" (each worker watches it; a bad edit keeps the last good policy)",
     )
     serve.add_argument("--cert", required=True, metavar="FILE", help="serving certificate (PEM)")
     serve.add_argument("--key", required=True, metavar="FILE", help="private key of --cert (PEM)")
@@ -61,12 +61,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "policy version and errors, namespace cache, certificate); a bare PORT binds the host "
         "of --listen; 'off' disables it",
     )
-    serve.add_argument(
-        "--kubeconfig",
-        metavar="FILE",
-        help="kubeconfig for the namespace and SteeringPolicy watches (default: in-cluster "
-        "service account, then $KUBECONFIG, then ~/.kube/config)",
-    )
+    add_kubeconfig_flag(serve, "for the namespace and SteeringPolicy watches")
     serve.add_argument(
         "--workers", type=int, default=2, metavar="N", help="gunicorn worker processes"
     )

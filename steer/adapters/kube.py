@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import Any, Protocol
 
 from kubernetes import client, config
 
@@ -17,12 +18,20 @@ class KubeConfigError(RuntimeError):
     """No usable cluster credentials were found."""
 
 
-def add_kubeconfig_flag(parser: argparse.ArgumentParser) -> None:
-    """`--kubeconfig FILE`, resolved as `make_api_client` resolves it."""
+class ArgumentTarget(Protocol):
+    """A parser, or a group of one (`add_mutually_exclusive_group`, `add_argument_group`)."""
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action: ...
+
+
+def add_kubeconfig_flag(parser: ArgumentTarget, purpose: str = "") -> None:
+    """`--kubeconfig FILE`, resolved as `make_api_client` resolves it; `purpose` says what the
+    command reads with it."""
     parser.add_argument(
         "--kubeconfig",
         metavar="FILE",
-        help="kubeconfig (default: in-cluster, $KUBECONFIG, ~/.kube/config)",
+        help=f"kubeconfig{' ' + purpose if purpose else ''} (default: in-cluster service "
+        "account, then $KUBECONFIG, then ~/.kube/config)",
     )
 
 

@@ -18,6 +18,7 @@ leader had just written).
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import socket
@@ -35,6 +36,27 @@ from steer.adapters.periodic import Periodic
 log = logging.getLogger(__name__)
 
 DEFAULT_LEASE_NAME = "steer-scorer"  # the name manifests/scorer/scorer.yaml grants get/update on
+
+
+def add_lease_flags(parser: argparse.ArgumentParser, default_name: str) -> None:
+    """The flags of a leader-elected service's Lease, `default_name` its Lease's name."""
+    parser.add_argument(
+        "--lease-namespace",
+        help="namespace of the leader-election Lease (default: $POD_NAMESPACE, else the "
+        "policy's projectNamespace)",
+    )
+    parser.add_argument(
+        "--lease-name", default=default_name, help=f"Lease name (default: {default_name})"
+    )
+    parser.add_argument(
+        "--identity",
+        help="this replica's identity in the Lease (default: hostname + random suffix)",
+    )
+    parser.add_argument(
+        "--no-leader-election",
+        action="store_true",
+        help="write without a Lease (only ever run one replica then)",
+    )
 
 
 def lease_path(namespace: str, name: str = "") -> str:

@@ -13,6 +13,7 @@ Status writes do not change the spec, so they are not judged again.
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import logging
 from collections.abc import Callable, Iterable, Mapping
@@ -32,6 +33,20 @@ log = logging.getLogger(__name__)
 
 COLLECTION = f"/apis/{GROUP}/{VERSION}/{PLURAL}"
 HTTP_NOT_FOUND = 404
+
+
+def add_policy_source(
+    parser: argparse.ArgumentParser, *, required: bool, file_note: str, object_note: str
+) -> None:
+    """`--policy FILE` or `--policy-resource NAME`, one of them; the notes say how the service
+    follows each."""
+    source = parser.add_mutually_exclusive_group(required=required)
+    source.add_argument("--policy", metavar="FILE", help=f"SteeringPolicy YAML file{file_note}")
+    source.add_argument(
+        "--policy-resource",
+        metavar="NAME",
+        help=f"the cluster-scoped SteeringPolicy object NAME instead of a file{object_note}",
+    )
 
 
 def object_path(name: str) -> str:
