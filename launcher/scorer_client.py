@@ -16,9 +16,10 @@ and what to check.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple
 from urllib.parse import quote
 
 import orjson
@@ -51,15 +52,28 @@ class Relayed:
     body: bytes
 
 
-class ScorerClient(Protocol):
-    """The `/explain` endpoints of one scorer."""
+class Ask(NamedTuple):
+    """One request to a scorer."""
+
+    method: str
+    path: str
+    body: bytes | None = None
+    params: Mapping[str, str] = {}
+    content_type: str | None = None
+    timeout_s: float | None = None
+
+
+class ScorerClient(ABC):
+    """The `/explain` endpoints of one scorer: its JSON answers asked with GET or POST, and
+    any request relayed as it is. A client says how it sends (`_call`, `relay`)."""
 
     @property
+    @abstractmethod
     def where(self) -> str:
         """The scorer as a person would name it, for messages."""
-        ...
 
-    def get(self, path: str, *, timeout_s: float | None = None) -> Any: ...
+    def get(self, path: str, *, timeout_s: float | None = None) -> Any:
+        return self._call(Ask("GET", path, timeout_s=timeout_s))
 
     def post(
         self,
@@ -69,13 +83,18 @@ class ScorerClient(Protocol):
         params: Mapping[str, str],
         content_type: str,
         timeout_s: float | None = None,
-    ) -> Any: ...
+    ) -> Any:
+        return self._call(Ask("POST", path, body, params, content_type, timeout_s))
 
+    @abstractmethod
     def relay(
         self, method: str, path: str, body: bytes | None, content_type: str | None
     ) -> Relayed:
         """Any request (`path` with its query) as it is, answered as it is."""
-        ...
+
+    @abstractmethod
+    def _call(self, ask: Ask) -> Any:
+        """The scorer's JSON answer to `ask`; `ScorerError` when there is none."""
 
 
 def _relayed(status: int, headers: Mapping[str, str], body: bytes) -> Relayed:
@@ -126,7 +145,7 @@ def unauthorized_hint(token_sent: bool) -> str:
 
 
 @dataclass
-class DirectScorer:
+class DirectScorer(ScorerClient):
     """A scorer at `base_url` (e.g. http://127.0.0.1:8080), asked with `token` if given."""
 
     base_url: str
@@ -152,56 +171,37 @@ class DirectScorer:
             )
         return decode_answer(resp.url, resp.status_code, resp.content)
 
-    def _send(
-        self,
-        method: str,
-        path: str,
-        body: bytes | None = None,
-        params: Mapping[str, str] | None = None,
-        content_type: str | None = None,
-        timeout_s: float | None = None,
-    ) -> requests.Response:
+    def _send(self, ask: Ask) -> requests.Response:
         """One request to the scorer; `ScorerError` when it cannot be reached."""
-        url = f"{self.where}{path}"
-        headers = {"Content-Type": content_type} if content_type else {}
+        url = f"{self.where}{ask.path}"
+        headers = {"Content-Type": ask.content_type} if ask.content_type else {}
         with self._session() as session:
             try:
                 return session.request(
-                    method,
+                    ask.method,
                     url,
-                    data=body,
-                    params=dict(params or {}),
+                    data=ask.body,
+                    params=dict(ask.params),
                     headers=headers,
-                    timeout=timeout_s or self.timeout_s,
+                    timeout=ask.timeout_s or self.timeout_s,
                 )
             except requests.RequestException as exc:
                 raise ScorerError(
                     f"cannot reach the scorer at {url}: {exc} (set --scorer or $STEER_SCORER_URL)"
                 ) from None
 
-    def get(self, path: str, *, timeout_s: float | None = None) -> Any:
-        return self._decode(self._send("GET", path, timeout_s=timeout_s))
-
-    def post(
-        self,
-        path: str,
-        body: bytes,
-        *,
-        params: Mapping[str, str],
-        content_type: str,
-        timeout_s: float | None = None,
-    ) -> Any:
-        return self._decode(self._send("POST", path, body, params, content_type, timeout_s))
+    def _call(self, ask: Ask) -> Any:
+        return self._decode(self._send(ask))
 
     def relay(
         self, method: str, path: str, body: bytes | None, content_type: str | None
     ) -> Relayed:
-        resp = self._send(method, path, body, content_type=content_type)
+        resp = self._send(Ask(method, path, body, content_type=content_type))
         return _relayed(resp.status_code, resp.headers, resp.content)
 
 
 @dataclass
-class ProxiedScorer:
+class ProxiedScorer(ScorerClient):
     """The scorer behind the Service `namespace/service` (port name or number `port`), reached
     through the apiserver of `api_client`; `token` (default: the kubeconfig's) is what the
     scorer reviews."""
@@ -227,70 +227,38 @@ class ProxiedScorer:
         name = quote(f"{self.scheme}:{self.service}:{self.port}", safe=":")
         return f"/api/v1/namespaces/{quote(self.namespace)}/services/{name}/proxy"
 
-    def get(self, path: str, *, timeout_s: float | None = None) -> Any:
-        return self._call("GET", path, None, {}, None, timeout_s)
-
-    def post(
-        self,
-        path: str,
-        body: bytes,
-        *,
-        params: Mapping[str, str],
-        content_type: str,
-        timeout_s: float | None = None,
-    ) -> Any:
-        return self._call("POST", path, body, params, content_type, timeout_s)
-
-    def _call(
-        self,
-        method: str,
-        path: str,
-        body: bytes | None,
-        params: Mapping[str, str],
-        content_type: str | None,
-        timeout_s: float | None,
-    ) -> Any:
-        status, _headers, data = self._send(
-            method, path, body, params, content_type, timeout_s, accept="application/json"
-        )
+    def _call(self, ask: Ask) -> Any:
+        status, _headers, data = self._send(ask, accept="application/json")
         return self._answer(status, data)
 
     def relay(
         self, method: str, path: str, body: bytes | None, content_type: str | None
     ) -> Relayed:
-        return _relayed(*self._send(method, path, body, {}, content_type, None, accept="*/*"))
+        return _relayed(
+            *self._send(Ask(method, path, body, content_type=content_type), accept="*/*")
+        )
 
-    def _send(
-        self,
-        method: str,
-        path: str,
-        body: bytes | None,
-        params: Mapping[str, str],
-        content_type: str | None,
-        timeout_s: float | None,
-        *,
-        accept: str,
-    ) -> tuple[int, Mapping[str, str], bytes]:
+    def _send(self, ask: Ask, *, accept: str) -> tuple[int, Mapping[str, str], bytes]:
         # The path may carry its own query (`?limit=`): the client would escape the `?`.
-        path, _, query = path.partition("?")
+        path, _, query = ask.path.partition("?")
         pairs = [tuple(p.split("=", 1)) for p in query.split("&") if "=" in p]
         headers = {"Accept": accept}
-        if content_type:
-            headers["Content-Type"] = content_type
+        if ask.content_type:
+            headers["Content-Type"] = ask.content_type
         token = self._token()
         if token:
             headers[TOKEN_HEADER] = f"Bearer {token}"
         api = self.api_client
         request = api.param_serialize(
-            method=method,
+            method=ask.method,
             resource_path=self.proxy_path + path,
-            query_params=[*pairs, *params.items()],
+            query_params=[*pairs, *ask.params.items()],
             header_params=headers,
-            body=body,
+            body=ask.body,
             auth_settings=["BearerToken"],
         )
         try:
-            resp = api.call_api(*request, _request_timeout=timeout_s or self.timeout_s)
+            resp = api.call_api(*request, _request_timeout=ask.timeout_s or self.timeout_s)
             data = resp.read()
         except Exception as exc:  # urllib3 connection, TLS and timeout errors
             raise ScorerError(
