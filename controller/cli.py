@@ -16,7 +16,7 @@ from controller.serve import (
     serve_controller,
 )
 from steer.adapters.kube import add_kubeconfig_flag
-from steer.adapters.lease import add_lease_flags
+from steer.adapters.lease import LeaseSettings, add_lease_flags
 from steer.adapters.policy_resource import add_policy_source
 from steer.adapters.service_logs import add_log_flags, configure_logging
 from steer.adapters.service_run import serve_exit_code
@@ -85,10 +85,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         kubeconfig=args.kubeconfig,
         host=host,
         port=port,
-        lease_namespace=args.lease_namespace,
-        lease_name=args.lease_name,
-        identity=args.identity,
-        leader_election=not args.no_leader_election,
+        lease=LeaseSettings.from_args(args),
         webhook_certs=webhook_certs,
         admission_policies=admission_policies,
     )

@@ -8,10 +8,9 @@ The CLI (`controller.cli`) parses flags into `ControllerOptions` and calls `serv
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import make_wsgi_app
@@ -23,7 +22,7 @@ from controller.policy_status import AdmissionStatusWriter
 from steer.adapters.http_server import HttpServer
 from steer.adapters.kube import make_api_client
 from steer.adapters.kubejson import KubeJson
-from steer.adapters.lease import LeaseElector
+from steer.adapters.lease import LeaseSettings
 from steer.adapters.policy_file import PolicyWatcher
 from steer.adapters.policy_resource import PolicyResourceWatcher
 from steer.adapters.service_run import stop_on_signals
@@ -41,10 +40,7 @@ class ControllerOptions:
     kubeconfig: str | None = None
     host: str = "0.0.0.0"
     port: int = 8081
-    lease_namespace: str | None = None
-    lease_name: str = DEFAULT_LEASE_NAME
-    identity: str | None = None
-    leader_election: bool = True
+    lease: LeaseSettings = field(default_factory=lambda: LeaseSettings(DEFAULT_LEASE_NAME))
     # --webhook-certs=renew: the leader keeps the webhook's certificate valid (None: off).
     webhook_certs: WebhookCertSettings | None = None
     # --admission-policies=validating|all: the leader applies the compiled admission policies.
@@ -84,19 +80,10 @@ def serve_controller(options: ControllerOptions) -> None:
         )
     else:
         watcher = PolicyWatcher(options.policy_file)
-    namespace = (
-        options.lease_namespace
-        or os.environ.get("POD_NAMESPACE")
-        or watcher.current.spec.project_namespace
+    elector = options.lease.elector(
+        KubeJson(make_api_client(options.kubeconfig)), watcher.current.spec.project_namespace
     )
-    elector = None
-    if options.leader_election:
-        elector = LeaseElector(
-            KubeJson(make_api_client(options.kubeconfig)),
-            namespace=namespace,
-            name=options.lease_name,
-            identity=options.identity,
-        )
+    if elector is not None:
         elector.on_change(lambda leading: metrics.leader.set(1 if leading else 0))
 
     def is_leader() -> bool:
@@ -131,7 +118,7 @@ def serve_controller(options: ControllerOptions) -> None:
             options.webhook_certs,
             make_api_client(options.kubeconfig),
             metrics,
-            namespace=namespace,
+            namespace=options.lease.namespace_in(watcher.current.spec.project_namespace),
             is_leader=is_leader,
         )
     started = threading.Event()

@@ -32,7 +32,7 @@ from scorer.serve import (
 from steer.adapters.dra import DraStore
 from steer.adapters.kube import KubeConfigError, add_kubeconfig_flag, make_api_client
 from steer.adapters.kubejson import KubeApiError, KubeJson
-from steer.adapters.lease import DEFAULT_LEASE_NAME, add_lease_flags
+from steer.adapters.lease import DEFAULT_LEASE_NAME, LeaseSettings, add_lease_flags
 from steer.adapters.policy_file import load_policy_file
 from steer.adapters.policy_resource import (
     add_policy_source,
@@ -489,10 +489,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         _inputs(args),
         host=host,
         port=port,
-        lease_namespace=args.lease_namespace,
-        lease_name=args.lease_name,
-        identity=args.identity,
-        leader_election=not args.no_leader_election,
+        lease=LeaseSettings.from_args(args),
         dry_run=args.dry_run,
         authorization=args.authorization,
     )

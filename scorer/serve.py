@@ -11,9 +11,8 @@ CLI (`scorer.cli`) only parses flags into `ScorerOptions` and calls `serve_score
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from scorer.access.reviews import ApiserverReviews
 from scorer.app import create_app
@@ -30,7 +29,7 @@ from steer.adapters.dra import DraStore
 from steer.adapters.http_server import HttpServer
 from steer.adapters.kube import make_api_client
 from steer.adapters.kubejson import KubeJson
-from steer.adapters.lease import DEFAULT_LEASE_NAME, LeaseElector, default_identity
+from steer.adapters.lease import DEFAULT_LEASE_NAME, LeaseSettings, default_identity
 from steer.adapters.policy_file import PolicyWatcher
 from steer.adapters.policy_resource import PolicyResourceWatcher
 from steer.adapters.service_run import stop_on_signals
@@ -59,10 +58,7 @@ class ScorerOptions:
     inputs: ScorerInputs
     host: str = "0.0.0.0"
     port: int = 8080
-    lease_namespace: str | None = None
-    lease_name: str = DEFAULT_LEASE_NAME
-    identity: str | None = None
-    leader_election: bool = True
+    lease: LeaseSettings = field(default_factory=lambda: LeaseSettings(DEFAULT_LEASE_NAME))
     dry_run: bool = False
     # --authorization: "apiserver" reviews every caller of the data-bearing endpoints with the
     # apiserver (scorer/access/); "none" answers anyone who reaches --listen (tests, the demo).
@@ -100,19 +96,9 @@ def _serve(
     kubeconfig: str | None,
 ) -> None:
     current: Callable[[], Policy] = lambda: watcher.current  # noqa: E731
-    elector = None
-    namespace = (
-        options.lease_namespace
-        or os.environ.get("POD_NAMESPACE")
-        or watcher.current.spec.project_namespace
+    elector = options.lease.elector(
+        KubeJson(make_api_client(kubeconfig)), watcher.current.spec.project_namespace
     )
-    if options.leader_election:
-        elector = LeaseElector(
-            KubeJson(make_api_client(kubeconfig)),
-            namespace=namespace,
-            name=options.lease_name,
-            identity=options.identity,
-        )
     bindings = BindingWindow()
     ledger = PodLedger()
     node_cache = NodeCache()

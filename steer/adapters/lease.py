@@ -26,6 +26,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
@@ -57,6 +58,37 @@ def add_lease_flags(parser: argparse.ArgumentParser, default_name: str) -> None:
         action="store_true",
         help="write without a Lease (only ever run one replica then)",
     )
+
+
+@dataclass(frozen=True)
+class LeaseSettings:
+    """A service's Lease as its flags set it (`add_lease_flags`); `namespace` None: the pod's
+    namespace ($POD_NAMESPACE), else the policy's projectNamespace."""
+
+    name: str
+    namespace: str | None = None
+    identity: str | None = None
+    election: bool = True
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> LeaseSettings:
+        return cls(
+            name=args.lease_name,
+            namespace=args.lease_namespace,
+            identity=args.identity,
+            election=not args.no_leader_election,
+        )
+
+    def namespace_in(self, project_namespace: str) -> str:
+        """The Lease's namespace: the flag's, else the pod's, else the policy's project one."""
+        return self.namespace or os.environ.get("POD_NAMESPACE") or project_namespace
+
+    def elector(self, kube: KubeJson, project_namespace: str) -> LeaseElector | None:
+        """The election these settings ask for, not started; None without one."""
+        if not self.election:
+            return None
+        namespace = self.namespace_in(project_namespace)
+        return LeaseElector(kube, namespace=namespace, name=self.name, identity=self.identity)
 
 
 def lease_path(namespace: str, name: str = "") -> str:
