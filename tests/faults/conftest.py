@@ -13,6 +13,13 @@ import pytest
 FIGURES = "fault figures"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "scale: a fault at thousands of nodes, longer than `make e2e` affords (make faults-scale)",
+    )
+
+
 @pytest.fixture
 def fault_summary(request: pytest.FixtureRequest) -> Callable[[str], None]:
     """`fault_summary(line)`: print `line` now and again in the terminal summary."""

@@ -15,6 +15,10 @@ a second) and is frozen after its first write. What must hold, and is printed as
   when frozen;
 - each changed node is written once in all (no write lost or applied twice), the unchanged
   nodes not at all.
+
+The same faults at 5,000 nodes, the leader killed (SIGKILL) or frozen in the middle of 5,000
+writes, with pools checked against the pods they hold: test_leader_failover_scale.py (`make
+faults-scale`).
 """
 
 from __future__ import annotations
