@@ -146,8 +146,7 @@ class AllowAll:
     def handle(self, endpoint: str, body: bytes | None) -> Any:
         import orjson
 
-        from webhook.handler import Outcome
-        from webhook.review import allow
+        from webhook.review import Outcome, allow
 
         review = orjson.loads(body or b"{}")
         return Outcome(200, allow(review["request"]["uid"]), "allowed")

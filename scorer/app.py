@@ -37,7 +37,7 @@ from scorer.page import page_asset
 from steer.adapters.kubejson import KubeApiError
 from steer.adapters.policy_file import ReloadStatus
 from steer.core.infrastructure import presumed_requester
-from steer.core.scheduling import UninterpretablePod, pod_spec_of
+from steer.core.pod_shape import UninterpretablePod, pod_spec_of
 
 PAGE_POLICY = (
     "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import dataclasses
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ from steer.core.decision import (
 )
 from steer.core.dra.catalog import DeviceCatalog
 from steer.core.infrastructure import presumed_requester
-from steer.core.scheduling import UninterpretablePod
+from steer.core.pod_shape import UninterpretablePod
 from tests.conftest import EXAMPLE_POLICY, FIXTURES
 from tests.dra_support import CLAIM_POD, DOUBLE_GPU_TEMPLATE, FakeCatalog, FakeStore
 from tests.webhook_harness import NAMESPACES, in_process_handler, review_for
@@ -296,6 +297,31 @@ def test_an_excluded_namespace_is_left_alone_by_both(
 ) -> None:
     body = _review("kube-system", tolerations=(WILDCARD,), scheduler="other")
     assert assert_agree(handlers["enforce"], body) == Answer(True, None, ())
+
+
+def test_an_object_that_is_not_a_pod_is_allowed_unjudged_once_the_operation_is_judged() -> None:
+    """The operation first (another is left alone, whatever the object), then the kind: another
+    kind, or no object, is allowed with a warning naming the kind, by both webhooks."""
+    plans = AdmissionPlans.from_policy(in_process_handler().policy.current)
+    pod = review_for("pod-create-by-replicaset.json", "team-b")["request"]["object"]
+    labels = NAMESPACES["team-b"]
+    for request in (
+        PodRequest(pod, "team-b", labels, kind="Deployment"),
+        PodRequest(None, "team-b", labels),
+    ):
+        for decide_one, action in (
+            (decide_mutation, "not steered"),
+            (decide_validation, "not validated"),
+        ):
+            verdict = decide_one(plans, request)
+            text = f"expected a Pod object, got kind {request.kind!r}; {action}"
+            assert verdict.result == "uninterpretable" and verdict.allowed
+            assert verdict.warnings == (f"kube-steer: {text}",) and verdict.mutation is None
+            assert verdict.unreadable is not None
+            assert (verdict.unreadable.field, verdict.unreadable.log) == ("kind", text)
+        deleted = dataclasses.replace(request, operation="DELETE")
+        assert decide_mutation(plans, deleted).result == "skipped"
+        assert decide_validation(plans, deleted).result == "skipped"
 
 
 def test_the_decision_leaves_an_unknown_namespace_to_its_caller() -> None:

@@ -228,10 +228,22 @@ def test_a_catalogue_that_has_not_synced_is_its_own_key() -> None:
     # A request that found no catalogue is decided apart from one that found it, even when the
     # store has synced in between.
     handler = in_process_handler(devices=devices)
-    handler._decide_mutation(request)
-    handler._decide_mutation(dataclasses.replace(request, devices=store))  # type: ignore[arg-type]
-    handler.metrics.flush()
-    assert counted(handler, "decisions", result="miss") == 2
+    found = handler._decision(request, keyed=True)
+    with_store = dataclasses.replace(request, devices=store)  # type: ignore[arg-type]
+    assert found[2] is False and handler._decision(with_store, keyed=True)[2] is False
+
+
+def test_only_the_creation_of_a_pod_is_keyed() -> None:
+    """Anything else the decision answers at once, and the cache neither counts nor keeps it."""
+    request = _request(review_for("pod-create-by-replicaset.json", "team-b"))
+    assert template_key(request, 0) is not None
+    for other in (
+        dataclasses.replace(request, operation="UPDATE"),
+        dataclasses.replace(request, operation="DELETE"),
+        dataclasses.replace(request, kind="Deployment"),
+        dataclasses.replace(request, pod=None),
+    ):
+        assert template_key(other, 0) is None
 
 
 def test_entries_are_bounded_the_least_recently_used_out_first() -> None:

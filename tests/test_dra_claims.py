@@ -17,8 +17,8 @@ from steer.core.dra.claims import (
     extended_asks,
     may_be_device_backed,
 )
+from steer.core.pod_shape import UninterpretablePod
 from steer.core.policy import Policy, parse_policy
-from steer.core.scheduling import UninterpretablePod
 from steer.core.steering import classify_pod, pod_classification, pod_gates
 from tests.conftest import EXAMPLE_POLICY
 from tests.dra_support import (

@@ -35,7 +35,8 @@ from steer.adapters.policy_file import PolicyWatcher
 from steer.core.policy import Policy
 from tests.conftest import EXAMPLE_POLICY, FIXTURES
 from tests.webhook_harness import counted, in_process_handler, review_for
-from webhook.handler import AdmissionHandler, Endpoint
+from webhook.handler import AdmissionHandler
+from webhook.review import Endpoint
 
 ROOT = Path(__file__).resolve().parent.parent
 ENDPOINTS: tuple[Endpoint, ...] = ("mutate", "validate", "validate-security")

@@ -16,17 +16,16 @@ from scorer.explain import explain_pod
 from scorer.explain.view import PodExplanation
 from scorer.model import NodeState
 from steer.core.mutation import MutationPlan, mutate_pod
+from steer.core.pod_shape import UninterpretablePod, required_terms
 from steer.core.policy import parse_policy
 from steer.core.scheduling import (
     UNSCHEDULABLE_TAINT,
     Taint,
-    UninterpretablePod,
     blocking_taints,
     expression_matches,
     field_matches,
     merge_required,
     pod_requests,
-    required_terms,
     selector_problems,
     term_matches,
     terms_match,

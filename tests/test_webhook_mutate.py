@@ -14,14 +14,9 @@ from hypothesis import strategies as st
 from steer.core.budget import container_pool_units, tenant_budget
 from steer.core.device_counter import device_counter
 from steer.core.encoding import bucket_values
-from steer.core.mutation import (
-    MutationPlan,
-    UninterpretablePod,
-    UnknownNamespace,
-    mutate_pod,
-    steer_pod,
-)
+from steer.core.mutation import MutationPlan, UnknownNamespace, mutate_pod, steer_pod
 from steer.core.patch import PatchBuilder, apply_ops, escape, pointer
+from steer.core.pod_shape import UninterpretablePod
 from steer.core.policy import Policy, parse_policy
 from steer.core.scheduling import merge_required, term_matches
 from steer.core.steering import (

@@ -14,8 +14,8 @@ from steer.core.admission import (
     uninterpretable_denial,
     validate_pod,
 )
+from steer.core.pod_shape import UninterpretablePod
 from steer.core.policy import parse_policy
-from steer.core.scheduling import UninterpretablePod
 from tests.conftest import EXAMPLE_POLICY
 from tests.webhook_harness import admission_fixture
 

@@ -11,8 +11,8 @@ import pytest
 
 from webhook import review as rv
 from webhook.app import DRAIN_LIMIT, AdmissionApp, create_app, read_body
-from webhook.handler import Outcome
 from webhook.inflight import SMALL_BODY, BytesInFlight
+from webhook.review import Outcome
 
 LIMIT = 1024
 

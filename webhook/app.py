@@ -17,8 +17,8 @@ from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
 from webhook import review as rv
-from webhook.handler import Endpoint, Outcome
 from webhook.inflight import BytesInFlight
+from webhook.review import Endpoint, Outcome
 
 log = logging.getLogger(__name__)
 

@@ -55,12 +55,14 @@ IDENTITY_FIELDS = frozenset(
 
 def template_key(request: PodRequest, devices_generation: int | None) -> bytes | None:
     """The SHA-256 digest of what the mutation decision reads of `request`; None when it cannot
-    be keyed
-    (an old object, a catalogue without a generation, a value JSON cannot hold).
-    `devices_generation` moves whenever what `request.devices` answers does."""
+    be keyed: not the creation of a pod (a template's pods are created; the decision answers
+    anything else at once), an old object, a catalogue without a generation, a value JSON
+    cannot hold. `devices_generation` moves whenever what `request.devices` answers does."""
+    pod = request.pod
+    if request.operation != "CREATE" or request.kind != "Pod" or pod is None:
+        return None
     if request.old_pod is not None or devices_generation is None:
         return None
-    pod = request.pod
     metadata = pod.get("metadata")
     if not isinstance(metadata, dict):
         return None

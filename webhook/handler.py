@@ -2,9 +2,10 @@
 
 What a pod gets is decided in the core (steer/core/decision.py: `decide_mutation`,
 `decide_validation`), the same function `/explain` asks; this module decodes the review, reads
-what the decision needs from memory and turns the verdict into bytes, metrics and logs. Everything
-a request reads is in memory: the plans built when the policy changed, the namespace map kept by
-the watch, and the DRA catalogue its watches keep (webhook/devices.py).
+what the decision needs from memory and asks it. The decided request (`webhook.review.Decided`)
+is then answered by `webhook.review.response` and counted by `WebhookMetrics.record`, one call
+each. Everything a request reads is in memory: the plans built when the policy changed, the
+namespace map kept by the watch, and the DRA catalogue its watches keep (webhook/devices.py).
 
 `AdmissionHandler` never raises, so the HTTP surface (webhook/app.py) stays thin and every
 failure mode maps to an answer: 400 with a JSON error for a body that is not an AdmissionReview
@@ -19,8 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from steer.adapters.periodic import Periodic
 from steer.core.admission import Scope
@@ -46,10 +46,9 @@ from webhook.decision_cache import (
 from webhook.devices import UNSYNCED, DeviceSource, NoDevices
 from webhook.metrics import WebhookMetrics
 from webhook.namespaces import NamespaceSource
+from webhook.review import Endpoint
 
 log = logging.getLogger(__name__)
-
-Endpoint = Literal["mutate", "validate", "validate-security"]
 
 
 class PolicySource(Protocol):
@@ -64,13 +63,6 @@ class PolicySource(Protocol):
     def on_reload_error(self, listener: Callable[[str], None]) -> None: ...
 
     def status(self) -> Any: ...
-
-
-@dataclass(frozen=True)
-class Outcome:
-    status: int
-    body: bytes
-    result: str
 
 
 class AdmissionHandler:
@@ -118,69 +110,58 @@ class AdmissionHandler:
 
     # -- entry point -----------------------------------------------------------------------
 
-    def handle(self, endpoint: Endpoint, body: bytes | None) -> Outcome:
+    def handle(self, endpoint: Endpoint, body: bytes | None) -> rv.Outcome:
+        """Decide the review, then answer it and count it, each in one step."""
         started = time.perf_counter()
-        dry_run = False
-        uid = ""
+        decided = self._decide(endpoint, body)
+        outcome = rv.response(decided)
+        self.metrics.record(decided, time.perf_counter() - started)
+        return outcome
+
+    def _decide(self, endpoint: Endpoint, body: bytes | None) -> rv.Decided:
+        """The core's verdict on the review, or why there is none; never raises."""
+        review = None
         try:
             if body is None:
                 raise rv.BadReview(
                     "body-too-large", f"request body is over the {self.max_body_bytes}-byte limit"
                 )
             review = rv.parse_review(body, max_bytes=self.max_body_bytes)
-            dry_run, uid = review.dry_run, review.uid
-            if endpoint == "mutate":
-                outcome = self._mutate(review, keyed=len(body) <= LARGEST_KEYED_REVIEW)
-            else:
-                outcome = self._validate(
-                    review, "security" if endpoint == "validate-security" else "all"
-                )
+            judged = self._judge(endpoint, review, keyed=len(body) <= LARGEST_KEYED_REVIEW)
         except rv.BadReview as exc:
-            self.metrics.bad_requests.labels(reason=exc.reason).inc()
-            status = 413 if exc.reason == "body-too-large" else 400
-            outcome = Outcome(status, exc.body(), "bad_request")
+            return rv.Refused(endpoint, exc)
         except Exception:
-            log.exception("%s %s: unexpected failure", endpoint, uid)
-            self.metrics.uninterpretable_review(endpoint, "internal-error")
-            if endpoint == "mutate" and uid:
-                # Steering is optional: an unsteered pod beats a failed admission.
-                warning = "kube-steer: internal error, pod not steered (see the webhook log)"
-                outcome = Outcome(200, rv.allow(uid, warnings=[warning]), "error")
-            else:
-                # Validation in doubt: a JSON 500 lets the failurePolicy decide.
-                body_ = rv.error_body(
-                    "internal-error", "the webhook failed on this request; see its log"
-                )
-                outcome = Outcome(500, body_, "error")
-        self.metrics.observe(endpoint, outcome.result, time.perf_counter() - started)
-        if dry_run:
-            self.metrics.dry_run(endpoint, outcome.result)
-        return outcome
+            log.exception("%s %s: unexpected failure", endpoint, review.uid if review else "")
+            return rv.Failed(endpoint, review)
+        if judged.unjudged is not None:
+            log.warning("%s %s: %s", endpoint, review.uid, judged.unjudged)
+        return judged
 
-    def _uninterpretable(
-        self, endpoint: Endpoint, review: rv.Review, reason: str, warning: str
-    ) -> Outcome:
-        self.metrics.uninterpretable_review(endpoint, reason)
-        log.warning("%s %s: %s", endpoint, review.uid, warning)
-        return Outcome(
-            200, rv.allow(review.uid, warnings=[f"kube-steer: {warning}"]), "uninterpretable"
-        )
+    def _judge(self, endpoint: Endpoint, review: rv.Review, *, keyed: bool) -> rv.Judged:
+        """The core's verdict on `review`; for `/mutate`, from the decision cache when `keyed`,
+        with its patch serialised (the cache keeps it so)."""
+        request = self._request(review)
+        patch = cached = None
+        if endpoint == "mutate":
+            verdict, kept, cached = self._decision(request, keyed=keyed)
+            if kept is not None:
+                patch = kept.patch
+            elif verdict.mutation is not None:
+                patch = verdict.mutation.patch_bytes()
+        else:
+            scope: Scope = "security" if endpoint == "validate-security" else "all"
+            verdict = decide_validation(self.plans, request, scope)
+        gap = None
+        if verdict.result == "namespace-unknown":
+            gap = self._namespace_gap(request.namespace or "")
+        return rv.Judged(endpoint, review, verdict, patch, cached, gap)
 
-    def _namespace(self, review: rv.Review, obj: Mapping[str, Any]) -> str:
-        if review.namespace:
-            return review.namespace
-        metadata = obj.get("metadata")
-        return str(metadata.get("namespace") or "") if isinstance(metadata, dict) else ""
-
-    def _unknown_namespace(self, namespace: str) -> tuple[str, str]:
-        if not self.namespaces.synced:
-            return "namespace-cache-not-synced", "the namespace cache has not synced yet"
-        return "namespace-unknown", f'namespace "{namespace}" is not in the namespace cache yet'
-
-    # -- mutation --------------------------------------------------------------------------
-
-    def _request(self, review: rv.Review, obj: Mapping[str, Any]) -> PodRequest:
-        namespace = self._namespace(review, obj)
+    def _request(self, review: rv.Review) -> PodRequest:
+        obj = review.object
+        namespace = review.namespace
+        if not namespace and obj is not None:
+            metadata = obj.get("metadata")
+            namespace = str(metadata.get("namespace") or "") if isinstance(metadata, dict) else ""
         return PodRequest(
             pod=obj,
             namespace=namespace,
@@ -189,47 +170,24 @@ class AdmissionHandler:
             operation=review.operation,
             old_pod=review.old_object,
             devices=self.devices.catalog(),
+            kind=review.kind,
         )
 
-    def _mutate(self, review: rv.Review, *, keyed: bool = True) -> Outcome:
-        if review.operation != "CREATE":
-            return Outcome(200, rv.allow(review.uid), "skipped")
-        obj = review.object
-        if review.kind != "Pod" or obj is None:
-            return self._uninterpretable(
-                "mutate",
-                review,
-                "kind",
-                f"expected a Pod object, got kind {review.kind!r}; not steered",
+    def _namespace_gap(self, namespace: str) -> rv.NamespaceGap:
+        if not self.namespaces.synced:
+            return rv.NamespaceGap(
+                "namespace-cache-not-synced", "the namespace cache has not synced yet"
             )
-        request = self._request(review, obj)
-        verdict, kept = self._decision(request, keyed=keyed)
-        if verdict.result == "namespace-unknown":
-            reason, text = self._unknown_namespace(request.namespace or "")
-            return self._uninterpretable("mutate", review, reason, f"{text}; pod not steered")
-        if verdict.unreadable is not None:
-            return self._unjudged("mutate", review, verdict)
-        mutation = verdict.mutation
-        if verdict.result == "skipped" or mutation is None:
-            return Outcome(200, rv.allow(review.uid), "skipped")
-        if not review.dry_run:
-            if mutation.added:
-                self.metrics.mutated(*mutation.added)
-            if mutation.would_add:
-                self.metrics.audited("mutate", *mutation.would_add)
-            if verdict.warnings:
-                self.metrics.device_doubts.inc()
-        patch = kept.patch if kept is not None else mutation.patch_bytes()
-        body = rv.allow(review.uid, patch=patch, warnings=list(verdict.warnings))
-        return Outcome(200, body, verdict.result)
+        text = f'namespace "{namespace}" is not in the namespace cache yet'
+        return rv.NamespaceGap("namespace-unknown", text)
 
-    def _decide_mutation(self, request: PodRequest, *, keyed: bool = True) -> Verdict:
+    def _decision(
+        self, request: PodRequest, *, keyed: bool
+    ) -> tuple[Verdict, Kept | None, bool | None]:
         """`decide_mutation`, or its verdict for an earlier pod of the same template
-        (webhook/decision_cache.py); not `keyed`, decided without the cache (a large review)."""
-        return self._decision(request, keyed=keyed)[0]
-
-    def _decision(self, request: PodRequest, *, keyed: bool) -> tuple[Verdict, Kept | None]:
-        """The verdict, and as the cache keeps it (its patch serialised) when it is kept."""
+        (webhook/decision_cache.py; not `keyed`, decided without the cache: a large review);
+        as the cache keeps it (its patch serialised) when it is kept; and whether the cache
+        held it (None: not asked)."""
         assert self._decided is not None
         plans, cache = self._decided
         # The request holds the catalogue as `_request` found it: none (not synced) is its own
@@ -237,62 +195,16 @@ class AdmissionHandler:
         devices = UNSYNCED if request.devices is None else self.devices.generation()
         key = template_key(request, devices) if cache.entries and keyed else None
         if key is None:
-            return decide_mutation(plans, request), None
+            return decide_mutation(plans, request), None, None
         kept = cache.get(key)
-        self.metrics.decision_cache(kept is not None)
         if kept is not None:
-            return kept.verdict, kept
+            return kept.verdict, kept, True
         verdict = decide_mutation(plans, request)
         if not reusable(verdict):
-            return verdict, None
+            return verdict, None, False
         kept = keep(verdict)
         cache.put(key, kept)
-        return verdict, kept
-
-    def _unjudged(self, endpoint: Endpoint, review: rv.Review, verdict: Verdict) -> Outcome:
-        """A pod allowed unjudged: a field the decision could not read, named in a warning."""
-        assert verdict.unreadable is not None
-        self.metrics.uninterpretable_review(endpoint, verdict.unreadable.field)
-        log.warning("%s %s: %s", endpoint, review.uid, verdict.unreadable.log)
-        body = rv.allow(review.uid, warnings=list(verdict.warnings))
-        return Outcome(200, body, "uninterpretable")
-
-    # -- validation ------------------------------------------------------------------------
-
-    def _validate(self, review: rv.Review, scope: Scope) -> Outcome:
-        endpoint: Endpoint = "validate-security" if scope == "security" else "validate"
-        if review.operation not in ("CREATE", "UPDATE"):
-            return Outcome(200, rv.allow(review.uid), "skipped")
-        obj = review.object
-        if review.kind != "Pod" or obj is None:
-            return self._uninterpretable(
-                endpoint,
-                review,
-                "kind",
-                f"expected a Pod object, got kind {review.kind!r}; not validated",
-            )
-        request = self._request(review, obj)
-        verdict = decide_validation(self.plans, request, scope)
-        if verdict.result == "namespace-unknown":
-            # Without the tenant no rule can be judged; let the failurePolicy decide (Fail for
-            # the security configuration) instead of guessing.
-            reason, text = self._unknown_namespace(request.namespace or "")
-            self.metrics.uninterpretable_review(endpoint, reason)
-            return Outcome(503, rv.error_body(reason, f"{text}; retry shortly"), "unavailable")
-        if verdict.result == "uninterpretable":
-            return self._unjudged(endpoint, review, verdict)
-        if verdict.unreadable is not None:
-            self.metrics.uninterpretable_review(endpoint, verdict.unreadable.field)
-            log.warning("%s %s: %s", endpoint, review.uid, verdict.unreadable.log)
-        if not review.dry_run:
-            if verdict.audited:
-                self.metrics.audited("deny", *(d.rule for d in verdict.audited))
-            if verdict.denials:
-                self.metrics.denied(*(d.rule for d in verdict.denials))
-        warnings = list(verdict.warnings)
-        if verdict.message is None:
-            return Outcome(200, rv.allow(review.uid, warnings=warnings), verdict.result)
-        return Outcome(200, rv.deny(review.uid, verdict.message, warnings=warnings), verdict.result)
+        return verdict, kept, False
 
     # -- health ------------------------------------------------------------------------------
 

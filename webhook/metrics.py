@@ -31,6 +31,7 @@ from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from steer.adapters.build_info import BuildInfoCollector
+from webhook.review import Decided, Failed, Judged, Refused
 
 PREFIX = "steer_webhook"
 SYNCED_AT = f"{PREFIX}_namespace_cache_current_timestamp_seconds"
@@ -208,6 +209,47 @@ class WebhookMetrics:
         if child is None:
             child = self._children[key] = metric.labels(*values)
         return child
+
+    def record(self, decided: Decided, seconds: float) -> None:
+        """Count one answered request, `seconds` to answer it: its duration by result, a body
+        refused, a failure, and what a verdict counts (`_judged`); a dry run once more, apart."""
+        endpoint, result = decided.endpoint, decided.result
+        self.observe(endpoint, result, seconds)
+        if isinstance(decided, Refused):
+            self.bad_requests.labels(reason=decided.error.reason).inc()
+            return
+        if isinstance(decided, Failed):
+            self.uninterpretable_review(endpoint, "internal-error")
+        else:
+            self._judged(decided)
+        if decided.review is not None and decided.review.dry_run:
+            self.dry_run(endpoint, result)
+
+    def _judged(self, judged: Judged) -> None:
+        """A verdict's counts: the decision cache's hit or miss, why the pod went unjudged, and
+        (not for a dry run) the rules added or that audit mode would add, the pods steered past
+        a claim not known yet, and the rules denied or that audit mode would deny by."""
+        verdict = judged.verdict
+        if judged.cached is not None:
+            self.decision_cache(judged.cached)
+        if judged.gap is not None:
+            self.uninterpretable_review(judged.endpoint, judged.gap.reason)
+        elif verdict.unreadable is not None:
+            self.uninterpretable_review(judged.endpoint, verdict.unreadable.field)
+        if judged.review.dry_run:
+            return
+        mutation = verdict.mutation
+        if mutation is not None:
+            if mutation.added:
+                self.mutated(*mutation.added)
+            if mutation.would_add:
+                self.audited("mutate", *mutation.would_add)
+            if verdict.warnings:  # a steered pod's warnings name the claims not known yet
+                self.device_doubts.inc()
+        if verdict.audited:
+            self.audited("deny", *(d.rule for d in verdict.audited))
+        if verdict.denials:
+            self.denied(*(d.rule for d in verdict.denials))
 
     def observe(self, endpoint: str, result: str, seconds: float) -> None:
         self._child(self.duration, endpoint, result).observe(seconds)

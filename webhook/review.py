@@ -1,7 +1,8 @@
 """AdmissionReview (admission.k8s.io/v1) in and out: parsing, typed input errors, responses.
 
-Pure: bytes in, typed request or `BadReview` out; response bytes out. The Flask layer only moves
-bytes, so every rule about what the apiserver sends and accepts lives here.
+Pure: bytes in, typed request or `BadReview` out; a decided request (`Decided`: the core's
+verdict, a refused body or a failure) in, its response out (`response`). The HTTP layer only
+moves bytes, so every rule about what the apiserver sends and accepts lives here.
 
 A body that is not an AdmissionReview at all is the caller's bug (HTTP 400 naming the
 problem); a well-formed review whose object the webhook cannot interpret is answered normally
@@ -13,9 +14,11 @@ from __future__ import annotations
 import base64
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, NotRequired, TypedDict, cast
+from typing import Any, ClassVar, Literal, NotRequired, TypedDict, cast
 
 import orjson
+
+from steer.core.decision import Verdict
 
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
@@ -26,6 +29,7 @@ DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 MAX_WARNING_CHARS = 256
 
 Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
+Endpoint = Literal["mutate", "validate", "validate-security"]
 BadReason = Literal[
     "body-too-large",
     "empty-body",
@@ -230,3 +234,102 @@ def retry_later_body(reason: str, message: str, retry_after_seconds: int) -> byt
             "error": {"reason": reason, "message": message},
         }
     )
+
+
+# -- a decided request and its response ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the HTTP layer sends: the status, the body, and the result the metrics label it by."""
+
+    status: int
+    body: bytes
+    result: str
+
+
+@dataclass(frozen=True)
+class NamespaceGap:
+    """Why the pod's namespace has no labels yet, as the metric's reason and a sentence."""
+
+    reason: Literal["namespace-cache-not-synced", "namespace-unknown"]
+    text: str
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A review the core decided (steer/core/decision.py), with what answering it needs."""
+
+    endpoint: Endpoint
+    review: Review
+    verdict: Verdict
+    patch: bytes | None = None  # /mutate: the verdict's JSON Patch, serialised
+    cached: bool | None = None  # /mutate: whether the decision cache held it (None: not asked)
+    gap: NamespaceGap | None = None  # why, when the verdict is "namespace-unknown"
+
+    @property
+    def result(self) -> str:
+        if self.verdict.result == "namespace-unknown":
+            # Steering is optional (allowed unsteered); validation leaves it to the failurePolicy.
+            return "uninterpretable" if self.endpoint == "mutate" else "unavailable"
+        return self.verdict.result
+
+    @property
+    def unjudged(self) -> str | None:
+        """Why the pod was answered without its rules judged, for the log (None: judged, or a
+        validation 503, which the apiserver reports)."""
+        if self.gap is not None:
+            return f"{self.gap.text}; pod not steered" if self.endpoint == "mutate" else None
+        unreadable = self.verdict.unreadable
+        return unreadable.log if unreadable is not None else None
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A body that is not an AdmissionReview the webhook can answer."""
+
+    endpoint: Endpoint
+    error: BadReview
+    result: ClassVar[str] = "bad_request"
+
+
+@dataclass(frozen=True)
+class Failed:
+    """A request the webhook failed on (its log says how); `review` None: failed reading it."""
+
+    endpoint: Endpoint
+    review: Review | None
+    result: ClassVar[str] = "error"
+
+
+Decided = Judged | Refused | Failed
+INTERNAL_ERROR_WARNING = "kube-steer: internal error, pod not steered (see the webhook log)"
+
+
+def response(decided: Decided) -> Outcome:
+    """The answer to the apiserver. A refused body is a 400 (413 over the size limit) naming
+    the problem; a failure allows a pod unsteered (steering is optional) and answers
+    validation with a 500 (the failurePolicy decides); a pod whose namespace is not known yet
+    is allowed unsteered, or a 503 for validation; every other verdict is allowed (with its
+    patch) or denied, with its warnings."""
+    result = decided.result
+    if isinstance(decided, Refused):
+        status = 413 if decided.error.reason == "body-too-large" else 400
+        return Outcome(status, decided.error.body(), result)
+    if isinstance(decided, Failed):
+        if decided.endpoint == "mutate" and decided.review is not None:
+            return Outcome(
+                200, allow(decided.review.uid, warnings=[INTERNAL_ERROR_WARNING]), result
+            )
+        message = "the webhook failed on this request; see its log"
+        return Outcome(500, error_body("internal-error", message), result)
+    uid, verdict, gap = decided.review.uid, decided.verdict, decided.gap
+    if gap is not None:
+        if decided.endpoint == "mutate":
+            return Outcome(200, allow(uid, warnings=[f"kube-steer: {decided.unjudged}"]), result)
+        # Without the tenant no rule can be judged: let the failurePolicy decide (Fail for the
+        # security configuration) instead of guessing.
+        return Outcome(503, error_body(gap.reason, f"{gap.text}; retry shortly"), result)
+    if verdict.message is not None:
+        return Outcome(200, deny(uid, verdict.message, warnings=verdict.warnings), result)
+    return Outcome(200, allow(uid, patch=decided.patch, warnings=verdict.warnings), result)

@@ -38,16 +38,9 @@ from dataclasses import asdict, dataclass
 from fractions import Fraction
 from typing import Any
 
+from steer.core.pod_shape import pod_spec_of, preferred_terms, tolerations_of
 from steer.core.quantity import QuantityError, parse_quantity
-from steer.core.scheduling import (
-    Taint,
-    blocking_taints,
-    pod_requests,
-    pod_spec_of,
-    preferred_terms,
-    term_matches,
-    tolerations_of,
-)
+from steer.core.scheduling import Taint, blocking_taints, pod_requests, term_matches
 
 BUCKET_STEP = 10  # the scorer's label buckets: 0, 10, ..., 100
 PODS = "pods"  # the allocatable that caps how many pods a node holds, whatever they request

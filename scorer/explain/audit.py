@@ -23,8 +23,8 @@ from scorer.model import NodeState, binding_time
 from steer.core.dra.catalog import DeviceCatalog
 from steer.core.mode import AUDIT
 from steer.core.mutation import read_trace
+from steer.core.pod_shape import UninterpretablePod
 from steer.core.policy import Policy
-from steer.core.scheduling import UninterpretablePod
 from steer.core.steering import trace_annotation_key
 
 DIVERGENT_SHOWN = 50

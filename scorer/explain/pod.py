@@ -30,26 +30,28 @@ from steer.core.dra.claims import DeviceAsk
 from steer.core.dra.classes import implicit_extended_name
 from steer.core.encoding import preference_weight
 from steer.core.mutation import Mutation
+from steer.core.pod_shape import (
+    UninterpretablePod,
+    node_selector_of,
+    pod_spec_of,
+    preferred_terms,
+    required_terms,
+    tolerations_of,
+)
 from steer.core.policy import Policy
 from steer.core.policy.spec import Mode
 from steer.core.quantity import QuantityError
 from steer.core.scheduling import (
     UNSCHEDULABLE_TAINT,
     Taint,
-    UninterpretablePod,
     blocking_taints,
     node_selector_matches,
-    node_selector_of,
     pod_requests,
-    pod_spec_of,
-    preferred_terms,
-    required_terms,
     selector_problems,
     term_matches,
     terms_match,
     tolerated,
     toleration_problems,
-    tolerations_of,
 )
 from steer.core.steering import (
     condition_key,

@@ -31,7 +31,7 @@ from steer.adapters.listwatch import ListWatcher
 from steer.core.infrastructure import presumed_requester
 from steer.core.mode import AUDIT
 from steer.core.mutation import read_trace
-from steer.core.scheduling import UninterpretablePod
+from steer.core.pod_shape import UninterpretablePod
 from steer.core.steering import owned_taint_keys
 
 log = logging.getLogger(__name__)

@@ -28,15 +28,10 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Literal
 
+from steer.core.pod_shape import UninterpretablePod, pod_object, pod_objects
 from steer.core.policy import DEFAULT_SCHEDULER, Policy, Tenant
 from steer.core.quantity import QuantityError, format_ratio, parse_quantity
-from steer.core.scheduling import (
-    Taint,
-    UninterpretablePod,
-    pod_object,
-    pod_objects,
-    tolerates,
-)
+from steer.core.scheduling import Taint, tolerates
 from steer.core.steering import CONDITION_VALUE, condition_key, excluded_namespaces
 
 Scope = Literal["all", "security"]

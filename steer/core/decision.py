@@ -7,9 +7,10 @@ the two in the order the apiserver calls them, and reports the same verdict. Nei
 rule of its own, so what `/explain` says the webhook does is what the webhook does.
 
 What is decided here, and nowhere else:
-- which pods are left alone: operations other than CREATE (mutation) or CREATE and UPDATE
+- which requests are left alone: operations other than CREATE (mutation) or CREATE and UPDATE
   (validation), excluded namespaces, infrastructure (steer/core/infrastructure.py), namespaces
   not opted in (mutation only);
+- an object that is not a pod (another kind, or none): allowed unjudged, with a warning;
 - the patch, its trace and what the pod was classified without (steer/core/mutation.py);
 - the denials (steer/core/admission.py), judged in audit mode on the pod enforce mode would have
   made, softened to warnings in audit mode except a security taint rule's (steer/core/mode.py);
@@ -41,9 +42,9 @@ from steer.core.dra.catalog import DeviceCatalog
 from steer.core.infrastructure import exempt_reason
 from steer.core.mode import audits
 from steer.core.mutation import Mutation, MutationPlan, UnknownNamespace, steer_pod
+from steer.core.pod_shape import UninterpretablePod
 from steer.core.policy import Policy, Tenant
 from steer.core.policy.spec import Mode
-from steer.core.scheduling import UninterpretablePod
 
 Result = Literal[
     "skipped",  # left alone: an operation, namespace or pod the webhook does not judge
@@ -78,12 +79,14 @@ class AdmissionPlans:
 class PodRequest:
     """One admission of a pod, as the decision reads it.
 
-    `namespace` is the request's (None: not known, so only its labels decide);
-    `namespace_labels` None means the labels are not known (not: the namespace has none).
-    `mode` overrides the policy's mode for the pod's tenant (the audit report asks what
-    enforcing would do); `devices` tells the DRA classes the pod's claims request."""
+    `pod` is the request's object (None: it carries none) and `kind` the kind the request
+    names; anything but a Pod object is allowed unjudged. `namespace` is the request's (None:
+    not known, so only its labels decide); `namespace_labels` None means the labels are not
+    known (not: the namespace has none). `mode` overrides the policy's mode for the pod's
+    tenant (the audit report asks what enforcing would do); `devices` tells the DRA classes
+    the pod's claims request."""
 
-    pod: Mapping[str, Any]
+    pod: Mapping[str, Any] | None
     namespace: str | None
     namespace_labels: Mapping[str, str] | None
     user_info: Mapping[str, Any] | None = None
@@ -91,6 +94,7 @@ class PodRequest:
     old_pod: Mapping[str, Any] | None = None
     devices: DeviceCatalog | None = None
     mode: Mode | None = None
+    kind: str = "Pod"
 
 
 @dataclass(frozen=True)
@@ -170,6 +174,14 @@ def _unjudged(exc: UninterpretablePod, text: str) -> Verdict:
     )
 
 
+def _not_a_pod(request: PodRequest, action: str) -> Verdict:
+    """Allowed unjudged: the webhook configurations send pods only, so another kind (or no
+    object) is a configuration's mistake, and refusing it would block what the policy does not
+    govern."""
+    reason = f"expected a Pod object, got kind {request.kind!r}"
+    return _unjudged(UninterpretablePod("kind", reason), f"{reason}; {action}")
+
+
 # -- mutation ----------------------------------------------------------------------------------
 
 
@@ -179,11 +191,14 @@ def decide_mutation(plans: AdmissionPlans, request: PodRequest) -> Verdict:
     warning (steering is optional: an unsteered pod beats a failed admission)."""
     if request.operation != "CREATE":
         return SKIPPED
+    pod = request.pod
+    if pod is None or request.kind != "Pod":
+        return _not_a_pod(request, "not steered")
     labels = request.namespace_labels
     try:
         mutation = steer_pod(
             plans.mutation,
-            request.pod,
+            pod,
             request.namespace,
             lambda: labels,
             request.user_info,
@@ -217,8 +232,10 @@ def decide_validation(plans: AdmissionPlans, request: PodRequest, scope: Scope =
     """What `/validate` (`scope="all"`) or `/validate/security` (`"security"`) answers."""
     if request.operation not in ("CREATE", "UPDATE"):
         return SKIPPED
-    plan = plans.validation
     pod = request.pod
+    if pod is None or request.kind != "Pod":
+        return _not_a_pod(request, "not validated")
+    plan = plans.validation
     if request.namespace in plan.excluded_namespaces:
         return SKIPPED
     if exempt_reason(plan.policy, pod, request.user_info) is not None:
@@ -234,7 +251,7 @@ def decide_validation(plans: AdmissionPlans, request: PodRequest, scope: Scope =
     if request.operation == "CREATE" and audit:
         # Audit mode: judge the pod enforce mode would have made, so a warning names only what
         # enforcing would deny (a routed schedulerName is no violation).
-        pod = _as_enforced(plans, request, labels)
+        pod = _as_enforced(plans, request, pod, labels)
     try:
         denials = validate_pod(plan, pod, tenant, namespace, scope=scope)
     except UninterpretablePod as exc:
@@ -271,13 +288,13 @@ def _audits(plans: AdmissionPlans, request: PodRequest, tenant: Tenant | None) -
 
 
 def _as_enforced(
-    plans: AdmissionPlans, request: PodRequest, labels: Mapping[str, str]
+    plans: AdmissionPlans, request: PodRequest, pod: Mapping[str, Any], labels: Mapping[str, str]
 ) -> Mapping[str, Any]:
-    """The pod as the mutation would leave it in enforce mode (as it is where it cannot)."""
+    """`pod` as the mutation would leave it in enforce mode (as it is where it cannot)."""
     try:
         mutation = steer_pod(
             plans.mutation,
-            request.pod,
+            pod,
             request.namespace,
             lambda: labels,
             request.user_info,
@@ -285,8 +302,8 @@ def _as_enforced(
             devices=request.devices,
         )
     except UninterpretablePod:
-        return request.pod  # validation names the field
-    return mutation.apply(request.pod)
+        return pod  # validation names the field
+    return mutation.apply(pod)
 
 
 def _deny(denials: list[Denial], audit: bool) -> Verdict:
@@ -322,6 +339,9 @@ def decide(plans: AdmissionPlans, request: PodRequest) -> Admission:
     part of `/validate`'s)."""
     mutation = decide_mutation(plans, request)
     steered = mutation.mutation
-    pod = steered.apply(request.pod) if steered is not None and steered.ops else request.pod
+    pod = request.pod
+    if pod is not None and steered is not None and steered.ops:
+        pod = steered.apply(pod)
     validation = decide_validation(plans, replace(request, pod=pod))
-    return Admission(mutation=mutation, validation=validation, pod=pod)
+    # No object: nothing validated, nothing to show.
+    return Admission(mutation=mutation, validation=validation, pod=pod if pod is not None else {})

@@ -39,18 +39,18 @@ from steer.core.encoding import PreferenceTerm
 from steer.core.infrastructure import Exemption, exempt_reason
 from steer.core.mode import AUDIT, audits
 from steer.core.patch import PatchBuilder, ShapeError, apply_ops
-from steer.core.policy import PodClass, Policy, SpreadRule, Tenant
-from steer.core.policy.spec import Mode
-from steer.core.quantity import QuantityError, parse_quantity
-from steer.core.scheduling import (
+from steer.core.pod_shape import (
     Json,
     UninterpretablePod,
-    missing_tolerations,
     pod_object,
     pod_objects,
     scalar_fields,
     tolerations_of,
 )
+from steer.core.policy import PodClass, Policy, SpreadRule, Tenant
+from steer.core.policy.spec import Mode
+from steer.core.quantity import QuantityError, parse_quantity
+from steer.core.scheduling import missing_tolerations
 from steer.core.steering import (
     CONTAINER_FIELDS,
     PodClassification,

@@ -26,6 +26,7 @@ from steer.core.dra.claims import DeviceAsk, claim_asks, extended_asks
 from steer.core.dra.classes import implicit_extended_name
 from steer.core.encoding import SCORE_MAX, PreferenceTerm, preference_terms
 from steer.core.gates import Gate, avoid_gate, unreserved_gate
+from steer.core.pod_shape import Json, UninterpretablePod, pod_objects, requested_resources
 from steer.core.policy import (
     ALWAYS_EXCLUDED_NAMESPACES,
     DEFAULT_SCHEDULER,
@@ -40,12 +41,6 @@ from steer.core.policy import (
     routed_scheduler,
 )
 from steer.core.quantity import QuantityError
-from steer.core.scheduling import (
-    Json,
-    UninterpretablePod,
-    pod_objects,
-    requested_resources,
-)
 
 CONDITION_VALUE = "true"
 GPU_RESOURCE = "nvidia.com/gpu"

@@ -38,7 +38,8 @@ from tests.dra_support import DOUBLE_GPU_TEMPLATE, FakeCatalog, FakeStore
 from tests.reliability.conftest import record_summary
 from tests.webhook_harness import in_process_handler
 from webhook.devices import WatchedDevices
-from webhook.handler import AdmissionHandler, Endpoint, Outcome
+from webhook.handler import AdmissionHandler
+from webhook.review import Endpoint, Outcome
 
 ENDPOINTS: tuple[Endpoint, ...] = ("mutate", "validate", "validate-security")
 FIXTURE_NAMES = sorted(

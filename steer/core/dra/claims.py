@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from steer.core.dra.catalog import ClaimDevices, DeviceCatalog
 from steer.core.dra.classes import IMPLICIT_EXTENDED_PREFIX
-from steer.core.scheduling import UninterpretablePod, pod_objects
+from steer.core.pod_shape import UninterpretablePod, pod_objects
 
 AskForm = Literal["template", "claim", "extended"]
 _NOUN: Mapping[str, str] = {"template": "claim template", "claim": "claim"}
