@@ -194,7 +194,7 @@ steered, stock, steered, ...):
   penalty (pods bound in the last 60 s) rewrites composites, and the pools are republished on
   pod events.
 - `audit`: everything `steered` runs, with the policy copies (the webhook's and the scorer's) in
-  `spec.mode: audit` (steer/core/mode.py; a webhook of its own, started with the one for
+  `spec.mode: audit` (Spec.mode_for; a webhook of its own, started with the one for
   `steered`). The webhook patches only each pod's trace annotation (`"mode": "audit"`), so the
   pods keep `schedulerName: default-scheduler` and are placed by the profile that is the stock
   scheduler: the figures should look like `stock`'s. The scorer labels the hot nodes `gpu-hot`

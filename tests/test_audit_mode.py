@@ -1,4 +1,4 @@
-"""Audit mode (steer/core/mode.py): the same decisions as enforce mode, recorded and warned,
+"""Audit mode (Spec.mode_for): the same decisions as enforce mode, recorded and warned,
 with nothing the scheduler reads changed; security taint rules hold in every mode."""
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from scorer.explain.view import AuditReport, Served
 from scorer.model import NodeState
 from steer.adapters.policy_file import PolicyWatcher
 from steer.core.admission_policy.budget import budget_admission_policy
-from steer.core.mode import audited_tenants, mode_for
 from steer.core.mutation import MutationPlan, mutate_pod
 from steer.core.policy import PolicyError, parse_policy
 from steer.core.scheduling import Taint
@@ -47,16 +46,19 @@ AUDIT = parse_policy(AUDIT_TEXT)
 
 def test_the_mode_is_the_tenants_or_the_policys() -> None:
     assert ENFORCE.spec.mode == "enforce" and AUDIT.spec.mode == "audit"
-    assert [mode_for(DEPT_B_AUDIT, t) for t in DEPT_B_AUDIT.spec.tenants] == ["enforce", "audit"]
-    assert mode_for(DEPT_B_AUDIT, None) == "enforce" and mode_for(AUDIT, None) == "audit"
-    assert audited_tenants(ENFORCE) == ()
-    assert audited_tenants(DEPT_B_AUDIT) == ("dept-b",)
-    assert audited_tenants(AUDIT) == ("dept-a", "dept-b", "")
+    assert [DEPT_B_AUDIT.spec.mode_for(t) for t in DEPT_B_AUDIT.spec.tenants] == [
+        "enforce",
+        "audit",
+    ]
+    assert DEPT_B_AUDIT.spec.mode_for(None) == "enforce" and AUDIT.spec.mode_for(None) == "audit"
+    assert ENFORCE.spec.audited_tenants() == ()
+    assert DEPT_B_AUDIT.spec.audited_tenants() == ("dept-b",)
+    assert AUDIT.spec.audited_tenants() == ("dept-a", "dept-b", "")
     enforced_a = AUDIT_TEXT.replace(
         "      allowedTolerations: [gpu-hot]\n",
         "      allowedTolerations: [gpu-hot]\n      mode: enforce\n",
     )
-    assert audited_tenants(parse_policy(enforced_a)) == ("dept-b", "")
+    assert parse_policy(enforced_a).spec.audited_tenants() == ("dept-b", "")
 
 
 def test_a_mode_that_is_neither_is_named() -> None:

@@ -1,7 +1,7 @@
 """The placement bench's modes: what each one runs, and the policy its services read.
 
 `steered` and `audit` run the same stack (scheduler profiles, webhook, scorer, exporter,
-Prometheus); they differ only in the policy's `spec.mode` (steer/core/mode.py). An audited pod
+Prometheus); they differ only in the policy's `spec.mode` (Spec.mode_for). An audited pod
 keeps its schedulerName (default-scheduler) and its spec, so `audit` should place like `stock`
 and measure what the project's stack costs and reports when it only watches.
 """
@@ -25,7 +25,7 @@ class Mode:
 
     @property
     def writes_taints(self) -> bool:
-        """Whether the scorer taints nodes (not in audit mode: steer/core/mode.py)."""
+        """Whether the scorer taints nodes (not in audit mode: Spec.mode_for)."""
         return self.policy_mode != "audit"
 
     def policy(self, example: dict[str, Any]) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The audit report (steer/core/mode.py): every bound pod the webhook audited (its trace says
+"""The audit report (Spec.mode_for): every bound pod the webhook audited (its trace says
 `"mode": "audit"`), explained as enforce mode would have steered it, against the node the
 scheduler chose.
 
@@ -21,10 +21,9 @@ from scorer.explain.pod import explain_pod
 from scorer.explain.view import AuditedPod, AuditReport, RuleCount
 from scorer.model import NodeState, binding_time
 from steer.core.dra.catalog import DeviceCatalog
-from steer.core.mode import AUDIT
 from steer.core.mutation import read_trace
 from steer.core.pod_shape import UninterpretablePod
-from steer.core.policy import Policy
+from steer.core.policy import AUDIT, Policy
 from steer.core.steering import trace_annotation_key
 
 DIVERGENT_SHOWN = 50

@@ -212,7 +212,7 @@ def explain_pod(
     would add up: the injected preference terms plus the pod's own other preferred terms (ties
     share a rank).
     A pod of a namespace that is not opted in is evaluated as it is: the webhook leaves it alone.
-    So is infrastructure (steer/core/infrastructure.py) and a pod of an audited tenant (steer/core/mode.py), unless `mode` asks what the other mode
+    So is infrastructure (steer/core/infrastructure.py) and a pod of an audited tenant (Spec.mode_for), unless `mode` asks what the other mode
     would do (the audit report asks for `enforce`).
     The pod is classified as the webhook classifies it, its claims looked up in `devices` (the
     scorer's DRA snapshot; None: no claim is known), and the explanation lists the devices it

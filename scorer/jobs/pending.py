@@ -29,9 +29,9 @@ from scorer.explain.pod import explain_pod
 from steer.adapters.kubejson import PODS_PATH, KubeApiError, KubeJson
 from steer.adapters.listwatch import ListWatcher
 from steer.core.infrastructure import presumed_requester
-from steer.core.mode import AUDIT
 from steer.core.mutation import read_trace
 from steer.core.pod_shape import UninterpretablePod
+from steer.core.policy import AUDIT
 from steer.core.steering import owned_taint_keys
 
 log = logging.getLogger(__name__)

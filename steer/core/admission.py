@@ -49,7 +49,7 @@ class Denial:
     rule: str
     message: str
     subject: tuple[str, ...]
-    # A security taint rule's: denied in every mode, audit too (steer/core/mode.py).
+    # A security taint rule's: denied in every mode, audit too (Spec.mode_for).
     security: bool = False
 
 

@@ -13,7 +13,7 @@ What is decided here, and nowhere else:
 - an object that is not a pod (another kind, or none): allowed unjudged, with a warning;
 - the patch, its trace and what the pod was classified without (steer/core/mutation.py);
 - the denials (steer/core/admission.py), judged in audit mode on the pod enforce mode would have
-  made, softened to warnings in audit mode except a security taint rule's (steer/core/mode.py);
+  made, softened to warnings in audit mode except a security taint rule's (Spec.mode_for);
 - for an UPDATE, only the denials the update introduces;
 - a pod the rules cannot read: denied, naming the field, for a tenant's pod; allowed with a
   warning outside every tenant and for a field the stored pod already had unreadable.
@@ -40,7 +40,6 @@ from steer.core.admission import (
 )
 from steer.core.dra.catalog import DeviceCatalog
 from steer.core.infrastructure import exempt_reason
-from steer.core.mode import audits
 from steer.core.mutation import Mutation, MutationPlan, UnknownNamespace, steer_pod
 from steer.core.pod_shape import UninterpretablePod
 from steer.core.policy import Policy, Tenant
@@ -284,7 +283,7 @@ def decide_validation(plans: AdmissionPlans, request: PodRequest, scope: Scope =
 def _audits(plans: AdmissionPlans, request: PodRequest, tenant: Tenant | None) -> bool:
     if request.mode is not None:
         return request.mode == "audit"
-    return audits(plans.policy, tenant)
+    return plans.policy.spec.audits(tenant)
 
 
 def _as_enforced(
@@ -307,7 +306,7 @@ def _as_enforced(
 
 
 def _deny(denials: list[Denial], audit: bool) -> Verdict:
-    """Deny; in audit mode (steer/core/mode.py) allow, and say in a warning what would be
+    """Deny; in audit mode (Spec.mode_for) allow, and say in a warning what would be
     denied, unless a security taint rule denies: those hold in every mode."""
     if not audit:
         return Verdict("denied", denials=tuple(denials))

@@ -37,7 +37,6 @@ import orjson
 from steer.core.dra.catalog import DeviceCatalog
 from steer.core.encoding import PreferenceTerm
 from steer.core.infrastructure import Exemption, exempt_reason
-from steer.core.mode import AUDIT, audits
 from steer.core.patch import PatchBuilder, ShapeError, apply_ops
 from steer.core.pod_shape import (
     Json,
@@ -47,7 +46,7 @@ from steer.core.pod_shape import (
     scalar_fields,
     tolerations_of,
 )
-from steer.core.policy import PodClass, Policy, SpreadRule, Tenant
+from steer.core.policy import AUDIT, PodClass, Policy, SpreadRule, Tenant
 from steer.core.policy.spec import Mode
 from steer.core.quantity import QuantityError, parse_quantity
 from steer.core.scheduling import missing_tolerations
@@ -87,7 +86,7 @@ class Pieces:
     term_notes: tuple[str, ...]
     # Budget pools and gates the pod's containers request.
     resources: ResourceSteering
-    # Audit mode (steer/core/mode.py): only the trace is patched, saying what would be added.
+    # Audit mode (Spec.mode_for): only the trace is patched, saying what would be added.
     audit: bool = False
 
 
@@ -105,7 +104,7 @@ class Mutation:
     pieces: Pieces | None = None  # what the policy injects into a pod of its tenant and class
     trace: str | None = None  # the trace annotation's text, None when no rule is in effect
     skipped: Skip | None = None
-    # Audit mode (steer/core/mode.py): only the trace is patched; `would_add` holds the rules
+    # Audit mode (Spec.mode_for): only the trace is patched; `would_add` holds the rules
     # this pass would have added (`added` is empty: nothing is).
     audit: bool = False
     would_add: tuple[str, ...] = ()
@@ -169,7 +168,7 @@ def build_pieces(
         scheduler=scheduler_for(policy, tenant, pod_class),
         term_notes=tuple(notes),
         resources=resources,
-        audit=audits(policy, tenant),
+        audit=policy.spec.audits(tenant),
     )
 
 

@@ -1,4 +1,4 @@
-"""Audit mode end to end (steer/core/mode.py): the real kube-apiserver calling the webhook for a
+"""Audit mode end to end (Spec.mode_for): the real kube-apiserver calling the webhook for a
 policy whose tenant dept-b audits while dept-a enforces, with every admission policy
 `steer policy admission-policy` makes applied.
 

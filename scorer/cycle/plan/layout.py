@@ -20,7 +20,6 @@ from steer.core.budget import (
 from steer.core.device_counter import DeviceCounter, device_counters
 from steer.core.encoding import normalise
 from steer.core.gates import Gate, avoid_gate, unreserved_gate
-from steer.core.mode import taints_written
 from steer.core.policy import (
     DRAIN_REASON_ANNOTATION,
     Dimension,
@@ -79,7 +78,7 @@ class CycleLayout:
     rules: tuple[RuleLayout, ...]
     owned_labels: tuple[str, ...]
     owned_taints: frozenset[str]
-    # False in audit mode (steer/core/mode.py): conditions are labelled, never tainted.
+    # False in audit mode (Spec.mode_for): conditions are labelled, never tainted.
     taints_written: bool
     annotation_key: str
     record_key: str
@@ -159,7 +158,7 @@ class CycleLayout:
             rules=tuple(RuleLayout(r, condition_key(policy, r)) for r in policy.spec.taints),
             owned_labels=tuple(sorted(owned_label_keys(policy))),
             owned_taints=owned_taint_keys(policy),
-            taints_written=taints_written(policy),
+            taints_written=policy.spec.taints_written,
             annotation_key=observed_at_key(policy),
             record_key=managed_key(policy),
             step=policy.spec.scoring.step,

@@ -206,7 +206,7 @@ class PodExplanation:
     rules: tuple[str, ...] = ()
     # Why the webhook leaves the pod as it is (`excluded-namespace`, `not-opted-in`), if it does.
     skipped: str | None = None
-    # Audit mode (steer/core/mode.py): the webhook records `rules` in the trace, applies none.
+    # Audit mode (Spec.mode_for): the webhook records `rules` in the trace, applies none.
     audit: bool = False
     # A live pod only (`/explain/pod/NS/NAME`): what the scheduler said of it.
     scheduler: SchedulerVerdict | None = None

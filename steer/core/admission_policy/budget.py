@@ -27,7 +27,6 @@ from steer.core.budget import (
     pool_resource,
     under_prefix,
 )
-from steer.core.mode import audited_tenants, audits
 from steer.core.policy import Policy
 
 BUDGET_POLICY_NAME = "steer-budget"
@@ -85,10 +84,8 @@ def budget_admission_policy(policy: Policy, name: str = BUDGET_POLICY_NAME) -> t
     slack (a pod's cpu is counted in whole millicores everywhere else anyway)."""
     spec = policy.spec
     # An audited tenant's pods are steered by nothing, so they are outside every budget here
-    # (steer/core/mode.py).
-    budgeted = [
-        t for t in spec.tenants if t.overcommit_percent is not None and not audits(policy, t)
-    ]
+    # (Spec.mode_for).
+    budgeted = [t for t in spec.tenants if t.overcommit_percent is not None and not spec.audits(t)]
     pools = [pool_resource(policy, kind) for kind in POOL_KINDS]
     gates = [budget_gate(policy, lv).resource for lv in gated_levels(policy)]
     # Pods admitted under a former resource prefix (an older webhook during an upgrade) carry
@@ -136,7 +133,7 @@ def budget_admission_policy(policy: Policy, name: str = BUDGET_POLICY_NAME) -> t
                 # Every steered pod shares the pool: those of budgeted tenants, of tenants
                 # without a budget and of no tenant (`''`), but not an audited tenant's.
                 "name": "pooled",
-                "expression": f"!(variables.tenant in {cel_list(audited_tenants(policy))}) "
+                "expression": f"!(variables.tenant in {cel_list(policy.spec.audited_tenants())}) "
                 f"&& ({opted_in})",
             },
             {"name": "gate", "expression": tenant_gate},

@@ -106,7 +106,6 @@ from steer.core.budget import POOL_KINDS, pool_resource
 from steer.core.device_counter import device_counter
 from steer.core.dra.classes import IMPLICIT_EXTENDED_PREFIX, implicit_extended_name
 from steer.core.infrastructure import exempt_cel
-from steer.core.mode import audited_tenants
 from steer.core.mutation import Pieces, build_pieces
 from steer.core.policy import DEFAULT_SCHEDULER, PodClass, Policy, Tenant
 from steer.core.steering import (
@@ -848,7 +847,7 @@ def _variables(policy: Policy, combinations: Sequence[_Combination]) -> list[Jso
         f"[{cel_string(c.name)}] : [])"
         for c in require
     ]
-    audited = audited_tenants(policy)
+    audited = policy.spec.audited_tenants()
     unset = "variables.currentScheduler == ''"
     if spec.scheduler_profiles.default_scheduler_is_unset:
         unset += f" || variables.currentScheduler == {cel_string(DEFAULT_SCHEDULER)}"

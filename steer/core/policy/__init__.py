@@ -71,6 +71,8 @@ from steer.core.policy.routing import SchedulerProfiles, routed_scheduler
 from steer.core.policy.rules import Condition, PodClass, SpreadRule, TaintRule
 from steer.core.policy.selectors import LabelSelector, SelectorRequirement
 from steer.core.policy.spec import (
+    AUDIT,
+    ENFORCE,
     Infrastructure,
     Metadata,
     OptIn,
@@ -86,6 +88,7 @@ from steer.core.policy.tenants import Tenant
 __all__ = [
     "ALWAYS_EXCLUDED_NAMESPACES",
     "API_VERSION",
+    "AUDIT",
     "CLASS_INFIX",
     "CORE_RESOURCES",
     "DAEMONSET_CREATORS",
@@ -94,6 +97,7 @@ __all__ = [
     "DEFAULT_SCHEDULER",
     "DRAIN_LABEL",
     "DRAIN_REASON_ANNOTATION",
+    "ENFORCE",
     "FORMER_RESOURCE_PREFIXES",
     "KIND",
     "KNOWN_UNITS",

@@ -125,12 +125,13 @@ class OptIn(PolicyModel):
 
 
 Mode = Literal["enforce", "audit"]
+AUDIT: Mode = "audit"
+ENFORCE: Mode = "enforce"
 
 
 class Spec(PolicyModel):
     # `enforce` steers pods and denies what the rules deny. `audit` changes nothing the
-    # scheduler reads: the webhook records what it would have done in the pod's trace and warns
-    # where it would deny, the scorer writes labels and pools but no taint (steer/core/mode.py).
+    # scheduler reads (`mode_for` says what audit mode does where).
     mode: Mode = "enforce"
     label_prefix: str = DEFAULT_LABEL_PREFIX
     resource_prefix: str = DEFAULT_RESOURCE_PREFIX
@@ -165,6 +166,39 @@ class Spec(PolicyModel):
     energy: Energy = Field(default_factory=Energy)
     # Per-device readings joined to DRA devices (steer/core/policy/devices.py).
     devices: Devices = Field(default_factory=Devices)
+
+    def mode_for(self, tenant: Tenant | None) -> Mode:
+        """Enforce or audit for a pod of `tenant` (None: of no tenant, which follows `mode`):
+        `tenants[].mode` when set, else `mode`. Enforce steers pods and denies what the rules
+        deny. Audit changes nothing the scheduler reads:
+        - the webhook computes the same mutation but patches only the pod's trace annotation,
+          which says `"mode": "audit"` and what it would have added (steer/core/mutation.py);
+        - the validating webhook allows what it would deny and says why in a warning; the
+          budget's admission policy treats the audited tenants' pods as pods outside every
+          budget (steer/core/admission_policy/budget.py): they need no pool request, and may
+          still not forge one, which would take room from the enforced tenants;
+        - a taint rule marked `security: true` holds in every mode: a toleration of a reserved
+          taint is denied in audit mode too, by the webhook and by the apiserver's policy;
+        - with `spec.mode: audit` the scorer writes labels, gates and pools but no taint (a
+          taint acts on every pod, steered or not): scorer/cycle/plan/node.py.
+        """
+        if tenant is not None and tenant.mode is not None:
+            return tenant.mode
+        return self.mode
+
+    def audits(self, tenant: Tenant | None) -> bool:
+        return self.mode_for(tenant) == AUDIT
+
+    def audited_tenants(self) -> tuple[str, ...]:
+        """The names of the tenants in audit mode; `''` stands for pods of no tenant when the
+        whole policy audits (the tenant variable of the admission policies is `''` for them)."""
+        names = tuple(t.name for t in self.tenants if self.audits(t))
+        return (*names, "") if self.mode == AUDIT else names
+
+    @property
+    def taints_written(self) -> bool:
+        """Whether the scorer sets the taint rules' taints (not in audit mode)."""
+        return self.mode == ENFORCE
 
     def issues(self) -> Iterator[PolicyIssue]:
         """Every problem of a well-typed spec, paths relative to it. Names that must be unique
