@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from tests.webhook_harness import admission_fixture
-from webhook.review import BadReview, allow, deny, parse_review
+from webhook.review import BadReview, allow, deny, encode_patch, parse_review
 
 
 def body_of(name: str) -> bytes:
@@ -74,7 +74,11 @@ def test_size_limit() -> None:
 
 def test_allow_with_patch_and_warnings() -> None:
     review = orjson.loads(
-        allow("u1", patch=b'[{"op":"add","path":"/a","value":1}]', warnings=["w" * 300])
+        allow(
+            "u1",
+            patch=encode_patch(b'[{"op":"add","path":"/a","value":1}]'),
+            warnings=["w" * 300],
+        )
     )
     assert review["apiVersion"] == "admission.k8s.io/v1" and review["kind"] == "AdmissionReview"
     response = review["response"]
@@ -103,7 +107,7 @@ def test_a_patched_answer_is_the_envelope_orjson_writes(uid: str, patch: bytes) 
         "kind": "AdmissionReview",
         "response": response,
     }
-    assert allow(uid, patch=patch) == orjson.dumps(envelope)
+    assert allow(uid, patch=encode_patch(patch)) == orjson.dumps(envelope)
 
 
 def test_allow_without_patch_has_no_patch_fields() -> None:

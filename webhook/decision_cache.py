@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import orjson
 
 from steer.core.decision import PodRequest, Verdict
+from webhook.review import patch_of
 
 DEFAULT_ENTRIES = 256
 # Per worker. The GPU review's entry weighs 16 KiB: 256 of them take half of it.
@@ -87,18 +88,20 @@ def template_key(request: PodRequest, devices_generation: int | None) -> bytes |
 
 @dataclass(frozen=True)
 class Kept:
-    """A verdict as the cache keeps it: with its JSON Patch serialised once (a pod answered
-    from the cache reuses the bytes) and what keeping it costs, roughly and erring high: its
-    patch and warnings as parsed objects, and a fixed part."""
+    """A verdict as the cache keeps it: with its JSON Patch serialised and encoded once, as the
+    response carries it (a pod answered from the cache reuses the text), and what keeping it
+    costs, roughly and erring high: its patch and warnings as parsed objects, and a fixed
+    part."""
 
     verdict: Verdict
-    patch: bytes | None
+    patch: str | None
     weight: int
 
 
 def keep(verdict: Verdict) -> Kept:
-    patch = verdict.mutation.patch_bytes() if verdict.mutation is not None else None
-    size = sum(len(w) for w in verdict.warnings) + len(patch or b"")
+    patch = patch_of(verdict)
+    # The patch's JSON is three quarters of its base64.
+    size = sum(len(w) for w in verdict.warnings) + len(patch or "") * 3 // 4
     return Kept(verdict, patch, ENTRY_OVERHEAD_BYTES + OBJECTS_PER_JSON_BYTE * size)
 
 

@@ -139,15 +139,12 @@ class AdmissionHandler:
 
     def _judge(self, endpoint: Endpoint, review: rv.Review, *, keyed: bool) -> rv.Judged:
         """The core's verdict on `review`; for `/mutate`, from the decision cache when `keyed`,
-        with its patch serialised (the cache keeps it so)."""
+        with its patch as the response carries it (the cache keeps it so)."""
         request = self._request(review)
         patch = cached = None
         if endpoint == "mutate":
             verdict, kept, cached = self._decision(request, keyed=keyed)
-            if kept is not None:
-                patch = kept.patch
-            elif verdict.mutation is not None:
-                patch = verdict.mutation.patch_bytes()
+            patch = kept.patch if kept is not None else rv.patch_of(verdict)
         else:
             scope: Scope = "security" if endpoint == "validate-security" else "all"
             verdict = decide_validation(self.plans, request, scope)
@@ -186,7 +183,7 @@ class AdmissionHandler:
     ) -> tuple[Verdict, Kept | None, bool | None]:
         """`decide_mutation`, or its verdict for an earlier pod of the same template
         (webhook/decision_cache.py; not `keyed`, decided without the cache: a large review);
-        as the cache keeps it (its patch serialised) when it is kept; and whether the cache
+        as the cache keeps it (its patch encoded) when it is kept; and whether the cache
         held it (None: not asked)."""
         assert self._decided is not None
         plans, cache = self._decided

@@ -191,12 +191,24 @@ def _envelope(response: AdmissionResponse) -> bytes:
     return orjson.dumps(review)
 
 
-def allow(uid: str, *, patch: bytes | None = None, warnings: Sequence[str] = ()) -> bytes:
-    """An allowing response; `patch` is the JSON Patch document (bytes), omitted when None."""
+def encode_patch(patch: bytes) -> str:
+    """A JSON Patch document (bytes) as a response carries it: base64."""
+    return base64.b64encode(patch).decode("ascii")
+
+
+def patch_of(verdict: Verdict) -> str | None:
+    """The verdict's JSON Patch as a response carries it (`encode_patch`); None: it has none."""
+    patch = verdict.mutation.patch_bytes() if verdict.mutation is not None else None
+    return encode_patch(patch) if patch is not None else None
+
+
+def allow(uid: str, *, patch: str | None = None, warnings: Sequence[str] = ()) -> bytes:
+    """An allowing response; `patch` is the JSON Patch as `encode_patch` gives it, omitted when
+    None."""
     response: AdmissionResponse = {"uid": uid, "allowed": True}
     if patch is not None:
         response["patchType"] = "JSONPatch"
-        response["patch"] = base64.b64encode(patch).decode("ascii")
+        response["patch"] = patch
     if warnings:
         response["warnings"] = _clip(warnings)
     return _envelope(response)
@@ -263,7 +275,7 @@ class Judged:
     endpoint: Endpoint
     review: Review
     verdict: Verdict
-    patch: bytes | None = None  # /mutate: the verdict's JSON Patch, serialised
+    patch: str | None = None  # /mutate: the verdict's JSON Patch, as the response carries it
     cached: bool | None = None  # /mutate: whether the decision cache held it (None: not asked)
     gap: NamespaceGap | None = None  # why, when the verdict is "namespace-unknown"
 
