@@ -14,7 +14,13 @@ from hypothesis import strategies as st
 from steer.core.budget import container_pool_units, tenant_budget
 from steer.core.device_counter import device_counter
 from steer.core.encoding import bucket_values
-from steer.core.mutation import MutationPlan, UnknownNamespace, mutate_pod, steer_pod
+from steer.core.mutation import (
+    MAX_LABEL_SETS,
+    MutationPlan,
+    UnknownNamespace,
+    mutate_pod,
+    steer_pod,
+)
 from steer.core.patch import PatchBuilder, apply_ops, escape, pointer
 from steer.core.pod_shape import UninterpretablePod
 from steer.core.policy import Policy, parse_policy
@@ -719,3 +725,22 @@ def test_apply_ops_names_an_op_it_cannot_apply(op: dict[str, Any]) -> None:
     pod = fixture_pod("pod-create-user-mutating.json")
     with pytest.raises(ValueError, match="cannot apply"):
         apply_ops(pod, [op])
+
+
+def test_a_namespaces_labels_are_judged_once_and_again_when_they_change() -> None:
+    """The opt-in and tenant verdicts are kept per labels object (the namespace watch holds one
+    per namespace until its labels change); a new object, or one changed in place, is judged
+    again, and the kept verdicts stay within their bound."""
+    plan = MutationPlan.from_policy(POLICY)
+    labels = {"kube-steer.github.io/enabled": "true", "tenant": "dept-b"}
+    assert plan.opted_in("team-b", labels) and plan.tenant(labels) == POLICY.tenant("dept-b")
+    assert len(plan.by_labels) == 1
+    assert plan.tenant(labels) == POLICY.tenant("dept-b") and len(plan.by_labels) == 1
+    labels["tenant"] = "dept-a"  # changed in place: not the verdict kept for it
+    assert plan.tenant(labels) == POLICY.tenant("dept-a")
+    relabelled = {"tenant": "dept-a"}  # the watch's next object for the namespace: not opted in
+    assert not plan.opted_in("team-b", relabelled) and plan.tenant(relabelled).name == "dept-a"
+    assert not plan.opted_in("kube-system", {"kube-steer.github.io/enabled": "true"})
+    for _ in range(MAX_LABEL_SETS + 5):
+        plan.tenant({"tenant": "dept-b"})
+    assert len(plan.by_labels) <= MAX_LABEL_SETS

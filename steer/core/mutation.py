@@ -57,7 +57,6 @@ from steer.core.steering import (
     class_preferences,
     excluded_namespaces,
     injected_tolerations,
-    opted_in,
     pod_classification,
     resource_steering,
     scheduler_after,
@@ -136,6 +135,10 @@ def _skipped(why: Skip) -> Mutation:
     return Mutation(ops=(), in_effect=(), added=(), skipped=why)
 
 
+# Namespaces whose labels' verdict a MutationPlan keeps (a few hundred bytes each).
+MAX_LABEL_SETS = 10_000
+
+
 class UnknownNamespace(LookupError):
     """The labels of the pod's namespace are not known, so whether it is steered is not known."""
 
@@ -187,6 +190,13 @@ class MutationPlan:
     spared_pieces: dict[tuple[str | None, str | None, frozenset[str]], Pieces] = dataclasses.field(
         default_factory=dict, compare=False, repr=False
     )
+    # What a namespace's labels say (opted in by the selector, the tenant), by the labels object
+    # the namespace watch holds (one per namespace until its labels change): every pod of a
+    # namespace asks the same selectors. The entry keeps the object, so its id is not reused,
+    # and a copy, so an object changed in place is judged again.
+    by_labels: dict[int, tuple[Mapping[str, str], dict[str, str], bool, Tenant | None]] = (
+        dataclasses.field(default_factory=dict, compare=False, repr=False)
+    )
 
     @classmethod
     def from_policy(cls, policy: Policy) -> MutationPlan:
@@ -208,10 +218,29 @@ class MutationPlan:
         )
 
     def opted_in(self, namespace: str | None, labels: Mapping[str, str]) -> bool:
-        return opted_in(self.policy, namespace, labels, self.excluded_namespaces)
+        if namespace is not None and namespace in self.excluded_namespaces:
+            return False
+        return self._labels_say(labels)[2]
 
     def tenant(self, labels: Mapping[str, str]) -> Tenant | None:
-        return tenant_for(self.policy, labels)
+        return self._labels_say(labels)[3]
+
+    def _labels_say(
+        self, labels: Mapping[str, str]
+    ) -> tuple[Mapping[str, str], dict[str, str], bool, Tenant | None]:
+        held = self.by_labels.get(id(labels))
+        if held is not None and held[0] is labels and held[1] == labels:
+            return held
+        said = (
+            labels,
+            dict(labels),
+            self.policy.spec.opt_in.namespace_selector.matches(labels),
+            tenant_for(self.policy, labels),
+        )
+        if len(self.by_labels) >= MAX_LABEL_SETS:
+            self.by_labels.clear()  # a bound, whatever churns the namespaces' labels
+        self.by_labels[id(labels)] = said
+        return said
 
     def pieces_for(
         self,

@@ -322,22 +322,28 @@ def _expr_id(expr: Mapping[str, Any]) -> tuple[Any, Any, tuple[str, ...]]:
 # -- resource sums -------------------------------------------------------------------------------
 
 
-def _amount(resources: Mapping[str, Any], part: str, name: str) -> Fraction | None:
+def _amount(resources: Mapping[str, Any], part: str, name: str) -> int | Fraction | None:
     values = resources.get(part)
     if not isinstance(values, Mapping) or values.get(name) is None:
         return None
-    return parse_quantity(values[name])
+    value = parse_quantity(values[name])
+    # Whole amounts (most: pods ask whole devices, bytes, cores) are summed as ints, which is
+    # several times cheaper than Fraction arithmetic.
+    return value.numerator if value.denominator == 1 else value
+
+
+def _container_amount(container: Mapping[str, Any], part: str, name: str) -> int | Fraction:
+    resources = container.get("resources") or {}
+    value = _amount(resources, part, name)
+    if value is None:
+        value = _amount(resources, "limits" if part == "requests" else "requests", name)
+    return 0 if value is None else value
 
 
 def container_amount(container: Mapping[str, Any], part: str, name: str) -> Fraction:
     """One container's request (defaulting to its limit, as the apiserver does) or limit
     (defaulting to its request: an unbounded container is priced at what it asked for)."""
-    resources = container.get("resources") or {}
-    other = "limits" if part == "requests" else "requests"
-    value = _amount(resources, part, name)
-    if value is None:
-        value = _amount(resources, other, name)
-    return Fraction(0) if value is None else value
+    return Fraction(_container_amount(container, part, name))
 
 
 def pod_amount(spec: Mapping[str, Any], part: str, name: str) -> Fraction:
@@ -345,19 +351,19 @@ def pod_amount(spec: Mapping[str, Any], part: str, name: str) -> Fraction:
     the restartable init containers (sidecars) that run beside them, or an ordinary init
     container with the sidecars started before it, whichever is larger. Raises QuantityError
     for a malformed quantity."""
-    sidecars = Fraction(0)
-    init_peak = Fraction(0)
+    sidecars: int | Fraction = 0
+    init_peak: int | Fraction = 0
     for container in spec.get("initContainers") or ():
-        value = container_amount(container, part, name)
+        value = _container_amount(container, part, name)
         if container.get("restartPolicy") == "Always":
             sidecars += value
             init_peak = max(init_peak, sidecars)
         else:
             init_peak = max(init_peak, sidecars + value)
-    total = sum(
-        (container_amount(c, part, name) for c in spec.get("containers") or ()), Fraction(0)
-    )
-    return max(total + sidecars, init_peak)
+    total: int | Fraction = 0
+    for container in spec.get("containers") or ():
+        total += _container_amount(container, part, name)
+    return Fraction(max(total + sidecars, init_peak))
 
 
 def pod_requests(spec: Mapping[str, Any]) -> dict[str, Fraction]:

@@ -4,7 +4,7 @@ out (pure, so the CLI, the hot-reload helper and the tests share one validator).
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import yaml
 from pydantic import ValidationError
@@ -24,10 +24,11 @@ class Policy:
 
     doc: SteeringPolicyDoc
     digest: str
+    # `doc.spec`, held as a field: every decision reads it, many times.
+    spec: Spec = field(init=False, repr=False, compare=False)
 
-    @property
-    def spec(self) -> Spec:
-        return self.doc.spec
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "spec", self.doc.spec)
 
     @property
     def name(self) -> str:
