@@ -128,6 +128,62 @@ def test_the_decision_reads_no_identity_field_of_a_captured_pod(
         assert decide_mutation(PLANS["enforce"], _request(another_pod(body, drop=drop))) == first
 
 
+def relabelled(body: Mapping[str, Any], changes: Mapping[str, str | None]) -> dict[str, Any]:
+    """The review with these pod labels set (None: removed)."""
+    review = copy.deepcopy(dict(body))
+    metadata = review["request"]["object"].setdefault("metadata", {})
+    labels = metadata.get("labels")
+    labels = dict(labels) if isinstance(labels, dict) else {}
+    for key, value in changes.items():
+        if value is None:
+            labels.pop(key, None)
+        else:
+            labels[key] = value
+    metadata["labels"] = labels
+    return review
+
+
+UNREAD = {"build.example.com/number": "4711", "batch.kubernetes.io/job-completion-index": "3"}
+
+
+@pytest.mark.parametrize("fixture", CAPTURED)
+@pytest.mark.parametrize("namespace", [*NAMESPACES, "kube-system"])
+def test_pods_that_differ_in_a_label_no_rule_reads_share_a_key_and_a_verdict(
+    fixture: str, namespace: str
+) -> None:
+    """The decision reads a pod's labels only through the spread rules (their labelKey and
+    matchLabelKeys, `MutationPlan.read_label_keys`): another value, or another label, leaves the
+    verdict as it is, and so the key; a read label's value changes both where a rule asks."""
+    plans = PLANS["enforce"]
+    read = plans.mutation.read_label_keys
+    assert read == {"order-chain", "pod-template-hash"}
+    body = review_for(fixture, namespace)
+    first = decide_mutation(plans, _request(body))
+    key = template_key(_request(body), 0, read)
+    other = relabelled(body, UNREAD)
+    assert decide_mutation(plans, _request(other)) == first
+    assert template_key(_request(other), 0, read) == key
+    if key is not None:  # a creation (an update is never kept)
+        chained = relabelled(body, {"order-chain": "payments"})
+        assert template_key(_request(chained), 0, read) != key
+        assert template_key(_request(other), 0) != template_key(_request(body), 0)  # all labels
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    body=reviews(),
+    policy=st.sampled_from(list(POLICY_TEXTS)),
+    label=st.sampled_from(sorted(UNREAD)),
+    value=st.none() | st.text(max_size=8),
+)
+def test_the_decision_reads_no_other_label_of_a_generated_pod(
+    body: dict[str, Any], policy: str, label: str, value: str | None
+) -> None:
+    body["request"]["operation"] = "CREATE"
+    first = decide_mutation(PLANS[policy], _request(body))
+    assert decide_mutation(PLANS[policy], _request(relabelled(body, {label: value}))) == first
+
+
 @settings(max_examples=100, deadline=None)
 @given(body=reviews(), policy=st.sampled_from(list(POLICY_TEXTS)), drop=st.booleans())
 def test_the_decision_reads_no_identity_field_of_a_generated_pod(

@@ -54,11 +54,16 @@ IDENTITY_FIELDS = frozenset(
 )
 
 
-def template_key(request: PodRequest, devices_generation: int | None) -> bytes | None:
+def template_key(
+    request: PodRequest, devices_generation: int | None, read_labels: frozenset[str] | None = None
+) -> bytes | None:
     """The SHA-256 digest of what the mutation decision reads of `request`; None when it cannot
     be keyed: not the creation of a pod (a template's pods are created; the decision answers
     anything else at once), an old object, a catalogue without a generation, a value JSON
-    cannot hold. `devices_generation` moves whenever what `request.devices` answers does."""
+    cannot hold. `devices_generation` moves whenever what `request.devices` answers does.
+    `read_labels` (`MutationPlan.read_label_keys`) names the pod labels the decision reads:
+    given, the key holds only those of a pod whose labels are all strings, so pods that differ
+    in a label no rule reads (a per-pod index, a build number) share the verdict."""
     pod = request.pod
     if request.operation != "CREATE" or request.kind != "Pod" or pod is None:
         return None
@@ -76,7 +81,11 @@ def template_key(request: PodRequest, devices_generation: int | None) -> bytes |
                 request.namespace_labels,
                 request.user_info,
                 devices_generation,
-                {k: v for k, v in metadata.items() if k not in IDENTITY_FIELDS},
+                {
+                    k: _read(v, read_labels) if k == "labels" else v
+                    for k, v in metadata.items()
+                    if k not in IDENTITY_FIELDS
+                },
                 {k: v for k, v in pod.items() if k != "metadata"},
             )
         )
@@ -84,6 +93,16 @@ def template_key(request: PodRequest, devices_generation: int | None) -> bytes |
         return None
     # Collision-resistant: a pod crafted to share another template's key would get its verdict.
     return hashlib.sha256(text).digest()
+
+
+def _read(labels: object, read: frozenset[str] | None) -> object:
+    """The labels the decision reads: those named in `read`, when all are strings (the decision
+    reads other labels only to say they are not an object of strings)."""
+    if read is None or not isinstance(labels, dict):
+        return labels
+    if not all(type(v) is str for v in labels.values()):
+        return labels
+    return {k: v for k, v in labels.items() if k in read}
 
 
 @dataclass(frozen=True)

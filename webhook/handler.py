@@ -190,7 +190,11 @@ class AdmissionHandler:
         # The request holds the catalogue as `_request` found it: none (not synced) is its own
         # key, whatever the store says by now.
         devices = UNSYNCED if request.devices is None else self.devices.generation()
-        key = template_key(request, devices) if cache.entries and keyed else None
+        key = (
+            template_key(request, devices, plans.mutation.read_label_keys)
+            if cache.entries and keyed
+            else None
+        )
         if key is None:
             return decide_mutation(plans, request), None, None
         kept = cache.get(key)

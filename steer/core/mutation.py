@@ -198,6 +198,12 @@ class MutationPlan:
         dataclasses.field(default_factory=dict, compare=False, repr=False)
     )
 
+    @functools.cached_property
+    def read_label_keys(self) -> frozenset[str]:
+        """The pod labels a mutation reads: each spread rule's key and its matchLabelKeys
+        (`spread_constraint`); a pod's other labels change nothing of its patch or trace."""
+        return frozenset(k for r in self.spread for k in (r.label_key, *r.match_label_keys))
+
     @classmethod
     def from_policy(cls, policy: Policy) -> MutationPlan:
         spec = policy.spec
