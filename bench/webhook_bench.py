@@ -21,9 +21,11 @@ Two reviews captured from a real apiserver are sent, each to both servers:
 Sent as captured, again and again, each is what a scale-up sends: the pods of one template
 (a ReplicaSet's reach admission without a name, as the apiserver names them after), which the
 webhook decides once (webhook/decision_cache.py). A third, gpu-new, is the gpu pod with a label
-that counts up on every request (bench/webhook_post.lua): every pod unlike the one before, so
-the webhook decides each, and pays its cache's key on top. Fixed-rate runs send one body, so
-they skip it.
+that counts up on every request (bench/webhook_post.lua): every pod unlike the one before, but
+in a label no rule reads, which the cache's key leaves out, so they share one verdict (a build
+number, a completion index). A fourth, gpu-template-new, counts up in an annotation instead,
+which is part of the key: every pod is decided, as the first pod of a new template is, and
+pays its cache's key on top. Fixed-rate runs send one body, so they skip both.
 
 Throughput: wrk (bench/webhook_post.lua, keep-alive connections) in alternating rounds. Other
 work on a small shared machine only ever slows a round down, so the best round is reported
@@ -92,7 +94,10 @@ class Review:
     fixture: str
     namespace: str | None
     patch_must_contain: tuple[str, ...]
-    distinct: bool = False  # a label counts up on every request: no two pods alike
+    # A value counts up on every request, so no two pods are alike: "label" (a label no rule
+    # reads: the pods share one verdict, webhook/decision_cache.py) or "annotation" (part of
+    # the template's key: each pod is decided, as a new template's first pod is).
+    distinct: str | None = None
 
 
 REVIEWS = (
@@ -113,10 +118,18 @@ REVIEWS = (
         "pod-create-with-affinity-gpu.json",
         None,
         ("preferredDuringScheduling", "pool-cpu", "avoid-gpu-hot", "steer-binpack"),
-        distinct=True,
+        distinct="label",
+    ),
+    Review(
+        "gpu-template-new",
+        "pod-create-with-affinity-gpu.json",
+        None,
+        ("preferredDuringScheduling", "pool-cpu", "avoid-gpu-hot", "steer-binpack"),
+        distinct="annotation",
     ),
 )
-# The label bench/webhook_post.lua rewrites on every request of a `distinct` review.
+# The label (or annotation) bench/webhook_post.lua rewrites on every request of a `distinct`
+# review.
 VARIANT_LABEL = "bench-pod"
 VARIANT_PLACEHOLDER = "00000000"
 
@@ -127,8 +140,11 @@ def review_body(review: Review) -> dict[str, Any]:
         request = body["request"]
         request["namespace"] = review.namespace
         request["object"]["metadata"]["namespace"] = review.namespace
-    if review.distinct:
-        body["request"]["object"]["metadata"]["labels"][VARIANT_LABEL] = VARIANT_PLACEHOLDER
+    if review.distinct is not None:
+        where = "labels" if review.distinct == "label" else "annotations"
+        body["request"]["object"]["metadata"].setdefault(where, {})[VARIANT_LABEL] = (
+            VARIANT_PLACEHOLDER
+        )
     return body
 
 
@@ -393,10 +409,11 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
                 for name in SERVERS if i % 2 == 0 else SERVERS[::-1]:
                     rounds[review.name][name].append(
                         wrk(f"{urls[name]}/mutate", bodies[review.name], args.wrk_duration,
-                            args.connections, processes[name].pid, distinct=review.distinct)
+                            args.connections, processes[name].pid,
+                            distinct=review.distinct is not None)
                     )  # fmt: skip
         for rate in args.rates:
-            for review in (r for r in reviews if not r.distinct):  # hey sends one body
+            for review in (r for r in reviews if r.distinct is None):  # hey sends one body
                 for name in PACED:
                     fixed.append(
                         {
