@@ -129,8 +129,7 @@ def serve_controller(options: ControllerOptions) -> None:
     server.start()
     watcher.start()
     if elector is not None:
-        elector.try_acquire_or_renew()
-        elector.start()
+        elector.start(round_first=True)
     if status_writer is not None:
         status_writer.start()
     if certs is not None:

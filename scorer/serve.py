@@ -176,9 +176,7 @@ def _serve(
     stop = stop_on_signals(log)
     watcher.start()
     if elector is not None:
-        # One round before the first cycle, so a lone replica writes from its first cycle on.
-        elector.try_acquire_or_renew()
-        elector.start()
+        elector.start(round_first=True)  # a lone replica writes from its first cycle on
     if status_writer is not None:
         status_writer.start()
     nodes.start()

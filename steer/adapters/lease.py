@@ -303,7 +303,11 @@ class LeaseElector:
 
     # ------------------------------------------------------------ background
 
-    def start(self) -> None:
+    def start(self, *, round_first: bool = False) -> None:
+        """Renew in the background; `round_first`: one round now, so a lone replica leads
+        from the start (its first cycle or job writes)."""
+        if round_first:
+            self.try_acquire_or_renew()
         self._rounds.start()
 
     def stop(self, *, release: bool = True) -> None:
