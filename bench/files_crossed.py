@@ -11,7 +11,8 @@ profiler on every thread) while
   are planned, a pod on each node (every dimension has its series), and the cycle as
   leader (every node written);
 - the webhook's handler answers one AdmissionReview of a GPU pod in an opted-in namespace,
-  unlike any before (no cached decision).
+  unlike any before: an annotation, part of the decision cache's key, differs (no cached
+  decision).
 
 Imports and start-up happen before the profiler starts. Product files only (steer, scorer,
 webhook, controller, certs, launcher).
@@ -24,7 +25,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import io
-import json
 import sys
 import tempfile
 import threading
@@ -125,44 +125,15 @@ def one_cycle(workdir: Path) -> list[str]:
         stub.stop()
 
 
-def one_review(workdir: Path) -> list[str]:
-    from prometheus_client import CollectorRegistry
+def one_review() -> list[str]:
+    """One review of a pod unlike any before (`gpu-template-new` of bench/webhook_inprocess.py:
+    an annotation, part of the decision cache's key, counts up), after one that warms up."""
+    from bench.webhook_inprocess import bodies, in_process_handler
 
-    from steer.adapters.kube import make_api_client
-    from steer.adapters.policy_file import PolicyWatcher
-    from tests.conftest import EXAMPLE_POLICY
-    from tests.webhook_harness import NAMESPACES, review_for
-    from webhook.handler import AdmissionHandler
-    from webhook.metrics import WebhookMetrics
-    from webhook.namespaces import NamespaceCache
-
-    stub = ApiStub.start()
-    try:
-        for name, labels in NAMESPACES.items():
-            stub.add_namespace(name, labels)
-        kubeconfig = str(stub.kubeconfig(workdir / "kubeconfig-webhook"))
-        cache = NamespaceCache(lambda: make_api_client(kubeconfig))
-        cache.start()
-        try:
-            if not cache.wait_synced(10):
-                raise RuntimeError("the namespace watch did not sync")
-            handler = AdmissionHandler(
-                PolicyWatcher(str(EXAMPLE_POLICY)), cache, WebhookMetrics(CollectorRegistry())
-            )
-
-            def review(label: str) -> bytes:
-                body = review_for("pod-create-with-affinity-gpu.json")
-                labels = body["request"]["object"]["metadata"].setdefault("labels", {})
-                labels["bench.kube-steer.github.io/new"] = label  # unlike any pod before
-                return json.dumps(body).encode()
-
-            handler.handle("mutate", review("warm-up"))  # first-use work out of the count
-            first = review("measured")
-            return files_run(lambda: handler.handle("mutate", first))
-        finally:
-            cache.stop()
-    finally:
-        stub.stop()
+    warm_up, measured = bodies("gpu-template-new", 2)
+    with in_process_handler() as handle:
+        handle(warm_up)  # first-use work out of the count
+        return files_run(lambda: handle(measured))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -172,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for what, files in (
             ("one scoring cycle", one_cycle(Path(tmp))),
-            ("one admission review", one_review(Path(tmp))),
+            ("one admission review", one_review()),
         ):
             print(f"{what}: {len(files)} files")
             if not args.quiet:

@@ -18,12 +18,13 @@ are reported (other work on a small machine only ever slows a repeat down).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -67,11 +68,10 @@ def timed(handle: Callable[[bytes], object], sent: list[bytes]) -> float:
     return (time.perf_counter() - started) / len(sent) * 1e6
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--reviews", type=int, default=3000, help="reviews per repeat")
-    parser.add_argument("--repeat", type=int, default=5, help="repeats of each kind")
-    args = parser.parse_args(argv)
+@contextlib.contextmanager
+def in_process_handler() -> Iterator[Callable[[bytes], object]]:
+    """`/mutate` of an `AdmissionHandler` over the example policy, the namespace `NAMESPACE`
+    known to its namespace watch (the API stand-in serves it)."""
     stub = ApiStub.start()
     try:
         stub.add_namespace(NAMESPACE, NAMESPACE_LABELS)
@@ -85,24 +85,29 @@ def main(argv: list[str] | None = None) -> int:
                 handler = AdmissionHandler(
                     PolicyWatcher(str(POLICY)), cache, WebhookMetrics(CollectorRegistry())
                 )
-
-                def handle(body: bytes) -> object:
-                    return handler.handle("mutate", body)
-
-                print("| review | µs per review, best | median |\n|---|---:|---:|")
-                for kind in ("gpu", "gpu-new", "gpu-template-new"):
-                    # Distinct bodies for every repeat: none is answered from an earlier one's.
-                    sent = bodies(kind, args.reviews * (args.repeat + 1))
-                    timed(handle, sent[: args.reviews])  # warm-up
-                    runs = [
-                        timed(handle, sent[args.reviews * (r + 1) : args.reviews * (r + 2)])
-                        for r in range(args.repeat)
-                    ]
-                    print(f"| {kind} | {min(runs):.1f} | {statistics.median(runs):.1f} |")
+                yield lambda body: handler.handle("mutate", body)
             finally:
                 cache.stop()
     finally:
         stub.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reviews", type=int, default=3000, help="reviews per repeat")
+    parser.add_argument("--repeat", type=int, default=5, help="repeats of each kind")
+    args = parser.parse_args(argv)
+    with in_process_handler() as handle:
+        print("| review | µs per review, best | median |\n|---|---:|---:|")
+        for kind in ("gpu", "gpu-new", "gpu-template-new"):
+            # Distinct bodies for every repeat: none is answered from an earlier one's.
+            sent = bodies(kind, args.reviews * (args.repeat + 1))
+            timed(handle, sent[: args.reviews])  # warm-up
+            runs = [
+                timed(handle, sent[args.reviews * (r + 1) : args.reviews * (r + 2)])
+                for r in range(args.repeat)
+            ]
+            print(f"| {kind} | {min(runs):.1f} | {statistics.median(runs):.1f} |")
     return 0
 
 
