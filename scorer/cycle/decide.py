@@ -108,7 +108,7 @@ def decide_cycle(inputs: CycleInputs) -> CycleDecision:
         known=inputs.known,
     )
     writes, retired = retire_old_prefixes(policy, plan, inputs.nodes)
-    whole, nodes = writes, inputs.nodes
+    whole = writes
     if inputs.previous is not None:
         replaced = writes.by_name
         whole = dataclasses.replace(
@@ -117,10 +117,9 @@ def decide_cycle(inputs: CycleInputs) -> CycleDecision:
             pods_known=writes.pods_known,
             nodes=tuple(replaced.get(p.node, p) for p in inputs.previous.nodes),
         )
-    if inputs.known is not None:
-        nodes = tuple(inputs.known.values())
     scores = None
-    if policy.spec.cluster_scores.enabled:
+    if policy.spec.cluster_scores.enabled:  # over every node, a refresh's too
+        nodes = inputs.nodes if inputs.known is None else tuple(inputs.known.values())
         pods = inputs.cluster_pods or ClusterPods(None, None)
         scores = cluster_scores(policy, whole, nodes, pods.requests, pods.usages)
     return CycleDecision(whole, writes, memory, retired, checks, scores)

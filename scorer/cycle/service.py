@@ -546,7 +546,7 @@ class Scorer:
                     self._memory,
                     hot=hot,
                     pod_usages=self._pod_usages(policy, names),
-                    known=dict(self._nodes),
+                    known=self._nodes,
                     previous=previous.plan,
                     cluster_pods=self._cluster_pods(policy),
                 )
