@@ -224,6 +224,8 @@ class MutationPlan:
         )
 
     def opted_in(self, namespace: str | None, labels: Mapping[str, str]) -> bool:
+        """Whether the webhook steers pods of this namespace (None: its name is not known, so
+        only its labels decide): not an excluded namespace, and its labels match `optIn`."""
         if namespace is not None and namespace in self.excluded_namespaces:
             return False
         return self._labels_say(labels)[2]

@@ -420,21 +420,6 @@ def excluded_namespaces(policy: Policy) -> frozenset[str]:
     return frozenset(excluded_namespace_list(policy))
 
 
-def opted_in(
-    policy: Policy,
-    namespace: str | None,
-    labels: Mapping[str, str],
-    excluded: frozenset[str] | None = None,
-) -> bool:
-    """Whether the webhook steers pods of this namespace (None: its name is not known, so only
-    its labels decide). `excluded` is `excluded_namespaces(policy)`, when precomputed."""
-    if namespace is not None and namespace in (
-        excluded if excluded is not None else excluded_namespaces(policy)
-    ):
-        return False
-    return policy.spec.opt_in.namespace_selector.matches(labels)
-
-
 def scheduler_for(policy: Policy, tenant: Tenant | None, pod_class: PodClass | None) -> str | None:
     """The schedulerName to set on a pod that left it unset, or None to leave it alone
     (`routed_scheduler`: the policy validator applies the same rule)."""
