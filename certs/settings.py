@@ -12,9 +12,10 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from certs.pki import DEFAULT_DAYS, DEFAULT_KEY_TYPE, KEY_TYPES, MAX_DAYS
+from steer.adapters.kube import ArgumentTarget
 
 DEFAULT_NAMESPACE = "kube-steer"
 DEFAULT_SERVICE = "steer-webhook"
@@ -28,12 +29,6 @@ RENEWED_DAYS = 90
 
 # Which command line a flag is spelled for.
 Spelling = Literal["certs", "controller"]
-
-
-class ArgumentAdder(Protocol):
-    """A parser or one of its argument groups."""
-
-    def add_argument(self, *name_or_flags: str, **kwargs: Any) -> argparse.Action: ...
 
 
 @dataclass(frozen=True)
@@ -117,7 +112,7 @@ CERT_FLAGS: Mapping[str, CertFlag] = {
 
 
 def add_cert_flags(
-    parser: ArgumentAdder,
+    parser: ArgumentTarget,
     settings: Iterable[str],
     spelling: Spelling,
     *,
