@@ -22,7 +22,12 @@ in the steering modes:
   the same manifest as well: what a webhook install adds to every pod creation;
 - `policy`: the MutatingAdmissionPolicy `steer-mutation` and its binding, as
   `steer policy admission-policy --mutating -f examples/policy.yaml` prints them (the CLI is run and its
-  YAML read); no webhook process.
+  YAML read); no webhook process;
+- `floor` (not run unless asked): the least a MutatingAdmissionPolicy can be, the reference for
+  `policy`: one bound to the same pods (steer-mutation's matchConstraints) with no
+  matchCondition, no variable, `reinvocationPolicy: Never` and one constant JSONPatch (the trace
+  annotation `{"via": "floor"}`). What it costs over `none` is the apiserver's mechanism (the
+  dispatcher converts, patches, decodes and defaults the pod), which no CEL can go below.
 
 The project's ValidatingAdmissionPolicies (security, budget) are in none of the modes: an
 install has them with either path, and they are not what this compares.
@@ -140,7 +145,8 @@ WEBHOOK_TRACE = "webhook"  # the webhook's trace has no `via`; the policy's says
 LATE_MS = 10.0  # a create started this much after its slot: the client fell behind
 PROBE_TIMEOUT_S = 60.0
 
-ModeName = Literal["none", "webhook", "webhook-both", "policy"]
+ModeName = Literal["none", "webhook", "webhook-both", "policy", "floor"]
+FLOOR_VIA = "floor"  # the trace `floor`'s constant patch writes
 
 
 @dataclass(frozen=True)
@@ -162,6 +168,11 @@ MODES: dict[str, Mode] = {
             "the webhook + its Mutating and ValidatingWebhookConfiguration",
         ),
         Mode("policy", TRACE_VIA, "the MutatingAdmissionPolicy + binding, no webhook"),
+        Mode(
+            "floor",
+            FLOOR_VIA,
+            "a MutatingAdmissionPolicy of one constant patch on the same pods: the mechanism",
+        ),
     )
 }
 DEFAULT_MODES = "none,webhook,policy"
@@ -370,6 +381,10 @@ def mode_rows(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
         if base is not None:
             row["p50_x"] = ratio(entry["p50_ms"], base["p50_ms"])
             row["p99_x"] = ratio(entry["p99_ms"], base["p99_ms"])
+            row["apiserver_cpu_x"] = ratio(
+                (entry.get("cpu_ms_per_pod") or {}).get("apiserver"),
+                (base.get("cpu_ms_per_pod") or {}).get("apiserver"),
+            )
         rows.append(row)
     return rows
 
@@ -390,8 +405,8 @@ def markdown(doc: Mapping[str, Any]) -> str:
         "",
         "| mode | pods | errors | wrong steering | p50 ms | p99 ms | max ms | p50 / none "
         "| p99 / none | late starts (p99 from slot ms) | apiserver: POST / admit step, mean ms "
-        "| CPU ms/pod (apiserver + etcd + webhook) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| CPU ms/pod (apiserver + etcd + webhook) | apiserver CPU ms/pod (/ none) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in mode_rows(doc):
         cpu = row.get("cpu_ms_per_pod") or {}
@@ -401,7 +416,8 @@ def markdown(doc: Mapping[str, Any]) -> str:
             f"| {cell(row.get('p50_x'), 2)} | {cell(row.get('p99_x'), 2)} "
             f"| {row['late']} ({cell(row.get('p99_from_slot_ms'))}) "
             f"| {cell(row.get('apiserver_post_mean_ms'))} / {cell(row.get('admit_step_mean_ms'))} "
-            f"| {cell(cpu.get('total'))} |"
+            f"| {cell(cpu.get('total'))} "
+            f"| {cell(cpu.get('apiserver'))} ({cell(row.get('apiserver_cpu_x'), 2)}) |"
         )
     return "\n".join(lines)
 
@@ -588,6 +604,43 @@ def mutating_policy_objects() -> list[dict[str, Any]]:
     return objects
 
 
+def floor_policy_objects(trace_key: str) -> list[dict[str, Any]]:
+    """The `floor` mode's MutatingAdmissionPolicy and binding: steer-mutation's
+    matchConstraints, nothing evaluated but one constant JSONPatch, never reinvoked."""
+    steer_mutation = next(
+        o for o in mutating_policy_objects() if o["kind"] == "MutatingAdmissionPolicy"
+    )
+    constraints = steer_mutation["spec"]["matchConstraints"]
+    path = "/metadata/annotations/" + trace_key.replace("~", "~0").replace("/", "~1")
+    value = orjson.dumps({"via": FLOOR_VIA}).decode()
+    policy = {
+        "apiVersion": steer_mutation["apiVersion"],
+        "kind": "MutatingAdmissionPolicy",
+        "metadata": {"name": "bench-floor"},
+        "spec": {
+            "failurePolicy": "Ignore",
+            "reinvocationPolicy": "Never",
+            "matchConstraints": constraints,
+            "mutations": [
+                {
+                    "patchType": "JSONPatch",
+                    "jsonPatch": {
+                        "expression": f"[JSONPatch{{op: 'add', path: {json.dumps(path)}, "
+                        f"value: {json.dumps(value)}}}]"
+                    },
+                }
+            ],
+        },
+    }
+    binding = {
+        "apiVersion": steer_mutation["apiVersion"],
+        "kind": "MutatingAdmissionPolicyBinding",
+        "metadata": {"name": "bench-floor"},
+        "spec": {"policyName": "bench-floor", "matchResources": constraints},
+    }
+    return [policy, binding]
+
+
 class Bench:
     """The runs on one control plane: each mode installed, driven, removed."""
 
@@ -673,9 +726,41 @@ class Bench:
             elif mode.name == "policy":
                 stack.callback(self.delete_objects, paths)
                 paths += self.create_objects(mutating_policy_objects())
+            elif mode.name == "floor":
+                stack.callback(self.delete_objects, paths)
+                paths += self.create_objects(floor_policy_objects(self.trace_key))
             took = self.wait_steering(mode)
             log(f"{mode.name}: in force after {took:.1f} s ({', '.join(paths) or 'nothing'})")
             yield pids
+
+    @contextlib.contextmanager
+    def profiled(self, run: str, args: argparse.Namespace) -> Iterator[None]:
+        """With --apiserver-profile DIR: the apiserver's CPU profile (its /debug/pprof/profile,
+        on by default: --profiling) over the run's measured seconds, saved as
+        DIR/apiserver-<run>.pprof (read it with `go tool pprof -top`)."""
+        if args.apiserver_profile is None:
+            yield
+            return
+        out = args.apiserver_profile / f"apiserver-{run}.pprof"
+
+        def fetch() -> None:
+            time.sleep(args.warmup + 0.5)
+            with self.api.new_session() as session:
+                resp = session.get(
+                    f"{self.plane.url}/debug/pprof/profile",
+                    params={"seconds": str(max(1, int(args.seconds)))},
+                    timeout=args.seconds + 60,
+                )
+            resp.raise_for_status()
+            out.write_bytes(resp.content)
+            log(f"{run}: the apiserver's CPU profile written to {out}")
+
+        thread = threading.Thread(target=fetch, name=f"pprof-{run}", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            thread.join(timeout=args.seconds + 60)
 
     def _pid(self, component: str) -> list[int]:
         process = self.plane.components[component].process
@@ -717,7 +802,8 @@ class Bench:
             before_cpu = cpu_seconds(pids)
             log(f"{run}: {args.warmup:g} s warm-up + {args.seconds:g} s at {args.rate:g} pods/s")
             began = time.monotonic()
-            samples = drive(self.plane, templates, run, args, self.trace_key)
+            with self.profiled(run, args):
+                samples = drive(self.plane, templates, run, args, self.trace_key)
             elapsed = time.monotonic() - began
             after_cpu = cpu_seconds(pids)
             sums = delta(self.metrics(), before_metrics)
@@ -879,6 +965,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--workdir", type=Path, help="keep logs here (default: a temporary folder)")
     parser.add_argument(
+        "--apiserver-profile",
+        type=Path,
+        metavar="DIR",
+        help="save the apiserver's CPU profile of each run's measured seconds in DIR "
+        "(apiserver-<mode>-<round>.pprof; `go tool pprof -top` reads it)",
+    )
+    parser.add_argument(
         "--report", type=Path, metavar="JSON", help="print the table of a results file, no run"
     )
     args = parser.parse_args(argv)
@@ -889,6 +982,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--gpu-share: must be 0..1, got {args.gpu_share}")
     if args.rate <= 0 or args.seconds <= 0 or args.warmup < 0 or args.clients < 1:
         parser.error("--rate and --seconds must be > 0, --warmup >= 0, --clients >= 1")
+    if args.apiserver_profile is not None:
+        args.apiserver_profile.mkdir(parents=True, exist_ok=True)
     return run_bench(args)
 
 

@@ -12,13 +12,16 @@ import orjson
 import pytest
 
 from bench.admission_latency import (
+    FLOOR_VIA,
     RUN_LABEL,
     WEBHOOK_TRACE,
     Sample,
     admission_sums,
     admit_step_mean_ms,
     bench_namespace_labels,
+    floor_policy_objects,
     markdown,
+    mutating_policy_objects,
     pod_body,
     pod_kind,
     pod_post_mean_ms,
@@ -158,7 +161,7 @@ def test_the_apiserver_sums_keep_pod_posts_and_admission() -> None:
 
 
 def test_the_table_has_a_row_per_mode_with_the_ratio_to_none() -> None:
-    def entry(p50: float, p99: float) -> dict[str, object]:
+    def entry(p50: float, p99: float, apiserver_cpu: float = 5.0) -> dict[str, object]:
         return {
             "pods": 1000,
             "errors": 0,
@@ -170,17 +173,47 @@ def test_the_table_has_a_row_per_mode_with_the_ratio_to_none() -> None:
             "p99_from_slot_ms": p99,
             "apiserver_post_mean_ms": p50 - 2,
             "admit_step_mean_ms": 1.0,
-            "cpu_ms_per_pod": {"apiserver": 5.0, "total": 6.0},
+            "cpu_ms_per_pod": {"apiserver": apiserver_cpu, "total": apiserver_cpu + 1},
         }
 
     doc = {
         "args": {"rate": 50.0, "seconds": 20.0, "clients": 8, "warmup": 3.0},
         "rounds": 1,
         "loadavg_before": [1.0, 1.0, 1.0],
-        "summary": {"none": entry(10, 20), "webhook": entry(15, 40), "policy": entry(12, 30)},
+        "summary": {
+            "none": entry(10, 20),
+            "webhook": entry(15, 40, apiserver_cpu=9.0),
+            "policy": entry(12, 30, apiserver_cpu=6.5),
+        },
     }
     lines = markdown(doc).splitlines()
     rows = [line for line in lines if line.startswith("| ") and "---" not in line][1:]
     assert [r.split(" | ")[0] for r in rows] == ["| none", "| webhook", "| policy"]
     assert "| 1.50 | 2.00 |" in rows[1]
     assert "| 1.20 | 1.50 |" in rows[2]
+    # The apiserver's own CPU per pod and its ratio to none's: what policy mode is judged by.
+    assert rows[0].endswith("| 5.0 (1.00) |")
+    assert rows[1].endswith("| 9.0 (1.80) |")
+    assert rows[2].endswith("| 6.5 (1.30) |")
+
+
+def test_the_floor_mode_is_one_constant_patch_on_the_pods_steer_mutation_matches() -> None:
+    """`floor` measures the MutatingAdmissionPolicy mechanism: the same matchConstraints as
+    the compiled steer-mutation, nothing evaluated but one constant JSONPatch (the trace
+    annotation, its `/` escaped as `~1`), never reinvoked; its binding matches the same."""
+    steer_mutation = next(
+        o for o in mutating_policy_objects() if o["kind"] == "MutatingAdmissionPolicy"
+    )
+    policy, binding = floor_policy_objects(TRACE_KEY)
+    spec = policy["spec"]
+    assert spec["matchConstraints"] == steer_mutation["spec"]["matchConstraints"]
+    assert binding["spec"] == {
+        "policyName": policy["metadata"]["name"],
+        "matchResources": spec["matchConstraints"],
+    }
+    assert spec["reinvocationPolicy"] == "Never"
+    assert "matchConditions" not in spec and "variables" not in spec
+    (mutation,) = spec["mutations"]
+    expression = mutation["jsonPatch"]["expression"]
+    assert TRACE_KEY.replace("/", "~1") in expression
+    assert orjson.dumps(orjson.dumps({"via": FLOOR_VIA}).decode()).decode() in expression
