@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: test e2e faults-scale venv lock tools lint typecheck layers pytest demo bench-scorer bench-webhook bench-placement clean
+.PHONY: test e2e faults faults-scale venv lock tools lint typecheck layers pytest demo bench-scorer bench-webhook bench-placement clean
 
 test: venv lint typecheck layers pytest
 
@@ -47,11 +47,17 @@ pytest: venv
 
 # End-to-end suite on a real control plane: binaries from $$KUBE_BIN_DIR or ../shared/kube.
 # Two workers, each with its own control plane; a module stays on one worker (its fixtures are
-# module-scoped). E2E_WORKERS=0 runs it in this process. tests/faults: what the product does
-# when what it stands on misbehaves (each module starts and faults components of its own).
+# module-scoped). E2E_WORKERS=0 runs it in this process.
 E2E_WORKERS ?= 2
 e2e: venv
-	$(BIN)/pytest -q -n $(E2E_WORKERS) --dist loadfile -m "not scale" tests/e2e tests/faults
+	$(BIN)/pytest -q -n $(E2E_WORKERS) --dist loadfile tests/e2e
+
+# What the product does when what it stands on misbehaves (tests/faults: the apiserver
+# restarted, watches expired, Prometheus slow, partial and down, the leader frozen, the webhook
+# rolled under a pod storm); each module starts and faults components of its own. Two workers,
+# as e2e; the faults at thousands of nodes are faults-scale's.
+faults: venv
+	$(BIN)/pytest -q -n $(E2E_WORKERS) --dist loadfile -m "not scale" tests/faults
 
 # The faults at thousands of nodes (marker `scale`), longer than e2e's budget: the scorer's
 # leader killed mid-cycle at 5,000 nodes. One control plane, in this process.

@@ -5,7 +5,7 @@ Each module faults one thing (the apiserver, its watches, Prometheus, ...) under
 kube-apiserver and a real Prometheus, and measures what the product does about it: time to
 recover, writes during the fault, label, taint and pool flaps on nodes whose data did not
 change (0), pods Failed or unsteered (0). Each module starts the components it faults, so a
-fault never reaches another module. `make e2e` runs this folder beside tests/e2e.
+fault never reaches another module. `make faults` runs this folder (CI: after `make e2e`).
 
 - `test_prometheus_faults.py` (helpers in `prometheus_support.py`): Prometheus answering after
   8 s (beyond the policy's query timeout) and after 3 s (within it), one dimension answering

@@ -1,6 +1,6 @@
 """Fault figures: each fault's one line (time to recover, writes, flaps) is printed when it is
 measured and repeated in the terminal summary, whatever pytest's capture mode. The line travels
-in the test's report (`user_properties`), so `make e2e`'s xdist workers hand it to the process
+in the test's report (`user_properties`), so `make faults`' xdist workers hand it to the process
 that writes the summary."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ FIGURES = "fault figures"
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        "scale: a fault at thousands of nodes, longer than `make e2e` affords (make faults-scale)",
+        "scale: a fault at thousands of nodes, longer than `make faults` affords (make faults-scale)",
     )
 
 

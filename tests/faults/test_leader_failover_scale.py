@@ -1,8 +1,8 @@
 """Fault: the scorer's leader killed (SIGKILL) or frozen (SIGSTOP) in the middle of a cycle's
 writes at 5,000 nodes (issue: when the control plane misbehaves), on the real kube-apiserver
 and etcd v1.36.2, two real scorer processes and a real Prometheus. `make faults-scale` runs it
-(marker `scale`: about 5 minutes, past `make e2e`'s budget); the frozen leader at eight nodes is
-tests/faults/test_leader_failover.py, in `make e2e`.
+(marker `scale`: about 5 minutes, past `make faults`' budget); the frozen leader at eight nodes is
+tests/faults/test_leader_failover.py, in `make faults`.
 
 5,000 fake Node objects (bench/benchkit/nodes.py's `BareNode`, created concurrently through the
 API), one pod holding 2 cores of the dept-b pool on every tenth node and one outside the pool
