@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/admission_latency.py                   # 3 modes x 20 s at 50 pods/s, ~2.5 min
     .venv/bin/python bench/admission_latency.py --seconds 60 --rounds 2   # longer, modes alternated
-    .venv/bin/python bench/admission_latency.py --modes none,webhook,webhook-both,policy
+    .venv/bin/python bench/admission_latency.py --modes none,floor,webhook,policy --apiserver-profile /tmp/prof
     .venv/bin/python bench/admission_latency.py --report bench/results/admission-latency-<ts>.json
 
 What a user pays for steering at pod creation, per path. One real control plane (etcd and
