@@ -248,9 +248,46 @@ def cpu_seconds(pid: int) -> float:
 
 
 def _seconds(text: str) -> float:
+    """A wrk duration ("351.00us", "1.02s", "2.00m") in seconds (wrk.c `format_time_us`)."""
     value = float(re.sub(r"[a-z]+$", "", text))
     unit = re.sub(r"^[0-9.]+", "", text)
-    return value * {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0}[unit]
+    return value * {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}[unit]
+
+
+# A line of wrk's "Latency Distribution" (wrk.c `print_stats_latency`: "%7.0f%%", then
+# `print_units`, which pads a value whose unit is one letter, such as "1.02s", with a space
+# after it, so the line may end in blanks).
+_LATENCY_LINE = re.compile(r"^\s*(50|75|90|99)%\s+([0-9.]+[a-z]+)\s*$", re.MULTILINE)
+
+
+def parse_wrk(out: str) -> dict[str, Any]:
+    """What `wrk --latency` printed: requests, requests/s, p50 and p99 (ms), non-2xx responses
+    and socket errors. Raises SystemExit naming what is missing, with the output."""
+    requests = re.search(r"(\d+) requests in", out)
+    rate = re.search(r"Requests/sec:\s+([0-9.]+)", out)
+    latency = dict(_LATENCY_LINE.findall(out))
+    missing = [
+        name
+        for name, found in (
+            ("the request count", requests),
+            ("Requests/sec", rate),
+            ("the 50% latency", latency.get("50")),
+            ("the 99% latency", latency.get("99")),
+        )
+        if not found
+    ]
+    if missing or requests is None or rate is None:
+        raise SystemExit(f"wrk printed no {', '.join(missing)}:\n{out}")
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    sockets = re.search(r"Socket errors: (.*)", out)
+    return {
+        "requests": int(requests.group(1)),
+        "requests_per_second": float(rate.group(1)),
+        "p50_ms": _seconds(latency["50"]) * 1000,
+        "p99_ms": _seconds(latency["99"]) * 1000,
+        "non_2xx": int(errors.group(1)) if errors else 0,
+        "socket_errors": sockets.group(1) if sockets else "",
+    }
 
 
 def wrk(
@@ -265,17 +302,11 @@ def wrk(
         env=env,
     )
     cpu = cpu_seconds(pid) - cpu_before
-    requests = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
-    latency = dict(re.findall(r"^\s+(50|99)%\s+(\S+)$", out, re.MULTILINE))
-    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    sockets = re.search(r"Socket errors: (.*)", out)
+    parsed = parse_wrk(out)
+    requests = parsed.pop("requests")
     return {
-        "requests_per_second": float(re.search(r"Requests/sec:\s+([0-9.]+)", out).group(1)),  # type: ignore[union-attr]
+        **parsed,
         "cpu_us_per_request": cpu / max(requests, 1) * 1e6,
-        "p50_ms": _seconds(latency["50"]) * 1000,
-        "p99_ms": _seconds(latency["99"]) * 1000,
-        "non_2xx": int(errors.group(1)) if errors else 0,
-        "socket_errors": sockets.group(1) if sockets else "",
         "load_average": os.getloadavg()[0],
     }
 
