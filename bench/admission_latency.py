@@ -604,15 +604,22 @@ def mutating_policy_objects() -> list[dict[str, Any]]:
     return objects
 
 
-def floor_policy_objects(trace_key: str) -> list[dict[str, Any]]:
-    """The `floor` mode's MutatingAdmissionPolicy and binding: steer-mutation's
-    matchConstraints, nothing evaluated but one constant JSONPatch, never reinvoked."""
-    steer_mutation = next(
-        o for o in mutating_policy_objects() if o["kind"] == "MutatingAdmissionPolicy"
-    )
-    constraints = steer_mutation["spec"]["matchConstraints"]
+def constant_trace_patch(trace_key: str, via: str) -> str:
+    """CEL: one JSONPatch adding the trace annotation `{"via": <via>}` (its key's `/` escaped;
+    the bench's pods carry annotations)."""
     path = "/metadata/annotations/" + trace_key.replace("~", "~0").replace("/", "~1")
-    value = orjson.dumps({"via": FLOOR_VIA}).decode()
+    value = orjson.dumps({"via": via}).decode()
+    return f"[JSONPatch{{op: 'add', path: {json.dumps(path)}, value: {json.dumps(value)}}}]"
+
+
+def floor_policy_objects(
+    compiled: Sequence[Mapping[str, Any]], trace_key: str
+) -> list[dict[str, Any]]:
+    """The `floor` mode's MutatingAdmissionPolicy and binding: the matchConstraints of
+    steer-mutation (`compiled`: `mutating_policy_objects()`), nothing evaluated but one constant
+    JSONPatch, never reinvoked."""
+    steer_mutation = next(o for o in compiled if o["kind"] == "MutatingAdmissionPolicy")
+    constraints = steer_mutation["spec"]["matchConstraints"]
     policy = {
         "apiVersion": steer_mutation["apiVersion"],
         "kind": "MutatingAdmissionPolicy",
@@ -624,10 +631,7 @@ def floor_policy_objects(trace_key: str) -> list[dict[str, Any]]:
             "mutations": [
                 {
                     "patchType": "JSONPatch",
-                    "jsonPatch": {
-                        "expression": f"[JSONPatch{{op: 'add', path: {json.dumps(path)}, "
-                        f"value: {json.dumps(value)}}}]"
-                    },
+                    "jsonPatch": {"expression": constant_trace_patch(trace_key, FLOOR_VIA)},
                 }
             ],
         },
@@ -639,6 +643,21 @@ def floor_policy_objects(trace_key: str) -> list[dict[str, Any]]:
         "spec": {"policyName": "bench-floor", "matchResources": constraints},
     }
     return [policy, binding]
+
+
+def create_objects(api: Api, objects: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Create admissionregistration objects; returns their paths (to delete them)."""
+    paths = []
+    for obj in objects:
+        collection = f"{ADMISSION}/{PLURALS[obj['kind']]}"
+        api.json("POST", collection, obj)
+        paths.append(f"{collection}/{obj['metadata']['name']}")
+    return paths
+
+
+def delete_objects(api: Api, paths: Sequence[str]) -> None:
+    for path in paths:
+        api.send("DELETE", path, ok=(404,))
 
 
 class Bench:
@@ -663,17 +682,10 @@ class Bench:
         self.api.close()
 
     def create_objects(self, objects: Sequence[Mapping[str, Any]]) -> list[str]:
-        """Create admissionregistration objects; returns their paths (to delete them)."""
-        paths = []
-        for obj in objects:
-            collection = f"{ADMISSION}/{PLURALS[obj['kind']]}"
-            self.api.json("POST", collection, obj)
-            paths.append(f"{collection}/{obj['metadata']['name']}")
-        return paths
+        return create_objects(self.api, objects)
 
     def delete_objects(self, paths: Sequence[str]) -> None:
-        for path in paths:
-            self.api.send("DELETE", path, ok=(404,))
+        delete_objects(self.api, paths)
 
     def probe(self) -> str | None:
         """How the apiserver steers a pod now: a dry-run create of a service pod."""
@@ -728,7 +740,9 @@ class Bench:
                 paths += self.create_objects(mutating_policy_objects())
             elif mode.name == "floor":
                 stack.callback(self.delete_objects, paths)
-                paths += self.create_objects(floor_policy_objects(self.trace_key))
+                paths += self.create_objects(
+                    floor_policy_objects(mutating_policy_objects(), self.trace_key)
+                )
             took = self.wait_steering(mode)
             log(f"{mode.name}: in force after {took:.1f} s ({', '.join(paths) or 'nothing'})")
             yield pids

@@ -59,13 +59,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.admission_latency import (  # noqa: E402
-    ADMISSION,
     EXAMPLE_POLICY,
     FLOOR_VIA,
     NAMESPACE,
-    PLURALS,
     bench_namespace_labels,
+    constant_trace_patch,
     cpu_seconds,
+    create_objects,
+    delete_objects,
     floor_policy_objects,
     mutating_policy_objects,
     pod_body,
@@ -111,14 +112,6 @@ class Variant:
 # -- the variants (pure, given the compiled objects) ---------------------------------------------
 
 
-def constant_trace(trace_key: str) -> str:
-    """CEL: one JSONPatch adding the trace annotation `{"via": "part"}` (the bench's pods
-    carry annotations)."""
-    path = "/metadata/annotations/" + trace_key.replace("~", "~0").replace("/", "~1")
-    value = orjson.dumps({"via": PART_VIA}).decode()
-    return f"[JSONPatch{{op: 'add', path: {json.dumps(path)}, value: {json.dumps(value)}}}]"
-
-
 def derived(
     compiled: Objects,
     name: str,
@@ -151,14 +144,14 @@ def derived(
 def variants(policy: Policy, compiled: Objects) -> list[Variant]:
     """Every variant, in the order run (module docstring)."""
     trace_key = trace_annotation_key(policy)
-    constant = constant_trace(trace_key)
+    constant = constant_trace_patch(trace_key, PART_VIA)
     parts = mutation_parts(policy)
     out = [
         Variant("none", "no policy", [], None),
         Variant(
             "floor",
             "one constant patch, no condition, never reinvoked",
-            floor_policy_objects(trace_key),
+            floor_policy_objects(compiled, trace_key),
             FLOOR_VIA,
         ),
         Variant("policy", "steer-mutation as compiled", compiled, TRACE_VIA),
@@ -289,16 +282,12 @@ class Bench:
 
     @contextlib.contextmanager
     def installed(self, variant: Variant) -> Iterator[None]:
-        paths = []
+        paths: list[str] = []
         try:
-            for obj in variant.objects:
-                collection = f"{ADMISSION}/{PLURALS[obj['kind']]}"
-                self.api.json("POST", collection, obj)
-                paths.append(f"{collection}/{obj['metadata']['name']}")
+            paths += create_objects(self.api, variant.objects)
             yield
         finally:
-            for path in reversed(paths):
-                self.api.send("DELETE", path, ok=(404,))
+            delete_objects(self.api, paths)
 
     def measure(self, variant: Variant, trace_key: str, args: argparse.Namespace) -> dict[str, Any]:
         with self.installed(variant):

@@ -204,7 +204,7 @@ def test_the_floor_mode_is_one_constant_patch_on_the_pods_steer_mutation_matches
     steer_mutation = next(
         o for o in mutating_policy_objects() if o["kind"] == "MutatingAdmissionPolicy"
     )
-    policy, binding = floor_policy_objects(TRACE_KEY)
+    policy, binding = floor_policy_objects([steer_mutation], TRACE_KEY)
     spec = policy["spec"]
     assert spec["matchConstraints"] == steer_mutation["spec"]["matchConstraints"]
     assert binding["spec"] == {

@@ -9,10 +9,9 @@ from typing import Any
 
 import pytest
 
-from bench.admission_latency import mutating_policy_objects
+from bench.admission_latency import constant_trace_patch, mutating_policy_objects
 from bench.admission_policy_parts import (
     PART_VIA,
-    constant_trace,
     derived,
     markdown,
     variants,
@@ -81,7 +80,7 @@ def test_derived_changes_only_what_it_is_told() -> None:
 def test_a_part_variant_writes_the_constant_trace_beside_its_part() -> None:
     by_name = {v.name: v for v in variants(POLICY, COMPILED)}
     parts = mutation_parts(POLICY)
-    constant = constant_trace(trace_annotation_key(POLICY))
+    constant = constant_trace_patch(trace_annotation_key(POLICY), PART_VIA)
     resources = _spec(by_name["part-resources"].objects)
     assert resources["mutations"][0]["jsonPatch"]["expression"] == (
         f"{parts['resources']} + {constant}"
