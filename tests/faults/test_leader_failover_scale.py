@@ -55,6 +55,7 @@ from steer.adapters.kubejson import KubeJson
 from steer.core.policy import parse_policy
 from steer.core.quantity import parse_quantity
 from tests.faults.control_plane_support import GROUP, POOL_CPU, SCORE, grant_group
+from tests.faults.prometheus_support import node_writes
 from tests.faults.test_leader_failover import LEASE, LEASE_NS, holder
 
 pytestmark = pytest.mark.scale
@@ -182,18 +183,6 @@ def lease_acquired(admin: KubeJson) -> float:
         "GET", f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NS}/leases/{LEASE}"
     )
     return wall_time(str(lease["spec"]["acquireTime"]))
-
-
-def events_of(events: list[dict[str, Any]], user: str) -> list[dict[str, Any]]:
-    """Writes (metadata or status) to nodes by `user` that the apiserver answered."""
-    return [
-        e
-        for e in events
-        if e.get("verb") in ("patch", "update")
-        and (e.get("objectRef") or {}).get("resource") == "nodes"
-        and (e.get("user") or {}).get("username") == user
-        and e.get("stage") == "ResponseComplete"
-    ]
 
 
 @dataclass
@@ -346,13 +335,10 @@ def fail_over(
         time.sleep(3 * INTERVAL_S)  # a thawed leader's threads run on; the pools a cycle on
         assert standby.running
         assert fault != signal.SIGSTOP or leader.running
-        events = plane.audit_events(since=since)
+        old_leader_writes = node_writes(plane, since, users[pair[0]])
+        standby_writes = node_writes(plane, since, users[pair[1]])
 
-    landed = [
-        (wall_time(str(e["stageTimestamp"])), e["objectRef"]["name"])
-        for e in events_of(events, users[pair[0]])
-    ]
-    standby_writes = events_of(events, users[pair[1]])
+    landed = [(wall_time(w.at), w.node) for w in old_leader_writes]
     return Failover(
         steady_s=steady_s,
         written_at_fault=written_at_fault,
@@ -360,11 +346,7 @@ def fail_over(
         published_s=published_s,
         late=tuple(name for at, name in landed if at >= took_over_wall),
         after_fault=sum(1 for at, _ in landed if at > faulted_wall),
-        early=tuple(
-            e["objectRef"]["name"]
-            for e in standby_writes
-            if wall_time(str(e["stageTimestamp"])) < took_over_wall
-        ),
+        early=tuple(w.node for w in standby_writes if wall_time(w.at) < took_over_wall),
         standby_writes=len(standby_writes),
     )
 
